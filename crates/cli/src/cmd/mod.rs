@@ -1,0 +1,9 @@
+//! One module per subcommand; each owns its clap arguments and its `run`.
+pub mod demo;
+pub mod flowargs;
+pub mod recv;
+pub mod report;
+pub mod results;
+pub mod run;
+pub mod send;
+pub mod testbed;

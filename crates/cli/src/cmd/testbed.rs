@@ -1,0 +1,8 @@
+//! `wirebench testbed` (not built yet).
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("`wirebench testbed` is not built yet")
+}

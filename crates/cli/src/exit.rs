@@ -1,0 +1,46 @@
+//! Exit codes and error printing.
+//!
+//! Subcommands return `anyhow::Result<()>`. An error whose chain holds a
+//! [`BadInput`] means the user asked for something impossible (exit 2);
+//! anything else means the measurement itself failed (exit 1).
+
+use std::fmt;
+
+/// Marks an error as the user's input being wrong (exit status 2).
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl fmt::Display for BadInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// `bail_input!("...")` returns a [`BadInput`] error from the current function.
+#[macro_export]
+macro_rules! bail_input {
+    ($($arg:tt)*) => {
+        return Err(anyhow::Error::new($crate::exit::BadInput(format!($($arg)*))))
+    };
+}
+
+/// Wraps any error as bad input, keeping its message.
+pub fn bad_input<E: fmt::Display>(e: E) -> anyhow::Error {
+    anyhow::Error::new(BadInput(e.to_string()))
+}
+
+pub fn code_for(result: anyhow::Result<()>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("wirebench: {e:#}");
+            if e.chain().any(|c| c.downcast_ref::<BadInput>().is_some()) {
+                2
+            } else {
+                1
+            }
+        }
+    }
+}

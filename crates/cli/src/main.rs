@@ -1,0 +1,53 @@
+//! `wirebench`: the command line. The only layer that turns typed errors into
+//! messages and exit codes: 0 success, 1 the measurement failed, 2 bad usage
+//! or bad input (clap's own usage errors already exit 2).
+
+mod cmd;
+mod exit;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "wirebench",
+    version,
+    about = "Network performance test-bed: modelled traffic, per-packet measurement, emulated topologies, campaigns and reports",
+    long_about = None,
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Receiver daemon: serves measurement sessions on the control port (IPv4 and IPv6).
+    Recv(cmd::recv::Args),
+    /// Send modelled traffic to a receiver and measure every packet.
+    Send(cmd::send::Args),
+    /// Build, inspect and remove emulated test-beds in network namespaces.
+    Testbed(cmd::testbed::Args),
+    /// Run a campaign (an experiment matrix) and store every run.
+    Run(cmd::run::Args),
+    /// Look inside the results store without SQL.
+    Results(cmd::results::Args),
+    /// Write the HTML report, CSV and JSON exports from the results store.
+    Report(cmd::report::Args),
+    /// Build a router test-bed, run a short campaign and write a report.
+    Demo(cmd::demo::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Recv(a) => cmd::recv::run(a),
+        Command::Send(a) => cmd::send::run(a),
+        Command::Testbed(a) => cmd::testbed::run(a),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Results(a) => cmd::results::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+    };
+    std::process::exit(exit::code_for(result));
+}

@@ -1,0 +1,16 @@
+//! The bytes wirebench puts on the wire, and nothing else.
+//!
+//! Two things live here: the fixed 24-byte probe header carried at the start
+//! of every UDP datagram and every TCP record, and the JSON-lines control
+//! messages exchanged between `wirebench send` and `wirebench recv` on the
+//! control connection. This crate knows nothing of sockets or clocks, so that
+//! every decoding rule can be tested on plain byte slices.
+
+pub mod control;
+pub mod probe;
+
+pub use control::{ControlMsg, FlowSetup, MeterMode, Transport, CONTROL_VERSION};
+pub use probe::{
+    ProbeError, ProbeHeader, Reflection, FLAG_LAST, FLAG_REFLECTED, FLAG_RTT, MAGIC,
+    PROBE_HEADER_LEN, PROBE_VERSION, REFLECTION_LEN, RTT_MIN_LEN,
+};

@@ -1,0 +1,352 @@
+//! The probe header: fixed, versioned, 24 bytes, network byte order.
+//!
+//! ```text
+//!  0      2   3   4        8      10     12        16                24
+//!  +------+---+---+--------+------+------+---------+-----------------+
+//!  |magic |ver|flg|session | flow | len  |   seq   |   tx time (ns)  |
+//!  +------+---+---+--------+------+------+---------+-----------------+
+//! ```
+//!
+//! 24 bytes is the budget because D-ITG's smallest application packet (a
+//! 27-byte Counter-Strike idle update) must still carry a whole header.
+//! `len` is the length of the datagram or TCP record including the header;
+//! on TCP it frames the records, on UDP it must equal the datagram length,
+//! which catches truncated or foreign datagrams. `seq` is 32 bits on the wire
+//! and reconstructed to 64 bits by the receiver. In RTT mode the reflector
+//! writes its receive and transmit times (16 bytes) right after the header,
+//! so a reflected probe is at least [`RTT_MIN_LEN`] bytes.
+
+use thiserror::Error;
+
+/// "WB" — chosen so that a stray ASCII text or zero-filled buffer never matches.
+pub const MAGIC: u16 = 0x5742;
+pub const PROBE_VERSION: u8 = 1;
+pub const PROBE_HEADER_LEN: usize = 24;
+/// Receive and transmit times the reflector appends in RTT mode.
+pub const REFLECTION_LEN: usize = 16;
+pub const RTT_MIN_LEN: usize = PROBE_HEADER_LEN + REFLECTION_LEN;
+
+/// The sender asks the receiver to reflect this probe (RTT meter).
+pub const FLAG_RTT: u8 = 0x01;
+/// This probe is a reflection travelling back to the sender.
+pub const FLAG_REFLECTED: u8 = 0x02;
+/// The last probe of a flow (informational; loss never depends on it).
+pub const FLAG_LAST: u8 = 0x04;
+const KNOWN_FLAGS: u8 = FLAG_RTT | FLAG_REFLECTED | FLAG_LAST;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProbeHeader {
+    pub flags: u8,
+    pub session: u32,
+    pub flow: u16,
+    /// Whole datagram / record length in bytes, header included.
+    pub len: u16,
+    pub seq: u32,
+    /// Sender's transmit time, nanoseconds since the Unix epoch (CLOCK_REALTIME).
+    pub tx_ns: u64,
+}
+
+/// Times added by the reflector in RTT mode, nanoseconds on its own clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reflection {
+    pub rx_ns: u64,
+    pub tx_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ProbeError {
+    #[error("probe too short: {got} bytes, header needs {need}")]
+    Short { got: usize, need: usize },
+    #[error("wrong magic 0x{0:04x}")]
+    Magic(u16),
+    #[error("unsupported probe version {0}")]
+    Version(u8),
+    #[error("unknown flag bits 0x{0:02x}")]
+    Flags(u8),
+    #[error("bad length field {field} (have {have} bytes)")]
+    Length { field: u16, have: usize },
+}
+
+impl ProbeHeader {
+    /// Writes the header into the first 24 bytes of `buf`.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<(), ProbeError> {
+        if buf.len() < PROBE_HEADER_LEN {
+            return Err(ProbeError::Short {
+                got: buf.len(),
+                need: PROBE_HEADER_LEN,
+            });
+        }
+        buf[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        buf[2] = PROBE_VERSION;
+        buf[3] = self.flags;
+        buf[4..8].copy_from_slice(&self.session.to_be_bytes());
+        buf[8..10].copy_from_slice(&self.flow.to_be_bytes());
+        buf[10..12].copy_from_slice(&self.len.to_be_bytes());
+        buf[12..16].copy_from_slice(&self.seq.to_be_bytes());
+        buf[16..24].copy_from_slice(&self.tx_ns.to_be_bytes());
+        Ok(())
+    }
+
+    /// Decodes and validates the header of a received datagram or record
+    /// prefix. `have` rules: the length field must be at least the header and
+    /// no more than the bytes available (`buf.len()`).
+    pub fn decode(buf: &[u8]) -> Result<Self, ProbeError> {
+        let h = Self::decode_prefix(buf)?;
+        if (h.len as usize) > buf.len() {
+            return Err(ProbeError::Length {
+                field: h.len,
+                have: buf.len(),
+            });
+        }
+        Ok(h)
+    }
+
+    /// Decodes a UDP datagram: the length field must equal the datagram size,
+    /// so truncated, padded or coalesced datagrams are rejected as foreign.
+    pub fn decode_datagram(buf: &[u8]) -> Result<Self, ProbeError> {
+        let h = Self::decode_prefix(buf)?;
+        if h.len as usize != buf.len() {
+            return Err(ProbeError::Length {
+                field: h.len,
+                have: buf.len(),
+            });
+        }
+        Ok(h)
+    }
+
+    /// Decodes only the 24 header bytes (TCP framing reads the header first
+    /// and then waits for `len - 24` more bytes).
+    pub fn decode_prefix(buf: &[u8]) -> Result<Self, ProbeError> {
+        if buf.len() < PROBE_HEADER_LEN {
+            return Err(ProbeError::Short {
+                got: buf.len(),
+                need: PROBE_HEADER_LEN,
+            });
+        }
+        let magic = u16::from_be_bytes([buf[0], buf[1]]);
+        if magic != MAGIC {
+            return Err(ProbeError::Magic(magic));
+        }
+        if buf[2] != PROBE_VERSION {
+            return Err(ProbeError::Version(buf[2]));
+        }
+        let flags = buf[3];
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(ProbeError::Flags(flags & !KNOWN_FLAGS));
+        }
+        let len = u16::from_be_bytes([buf[10], buf[11]]);
+        if (len as usize) < PROBE_HEADER_LEN {
+            return Err(ProbeError::Length {
+                field: len,
+                have: buf.len(),
+            });
+        }
+        Ok(ProbeHeader {
+            flags,
+            session: u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]),
+            flow: u16::from_be_bytes([buf[8], buf[9]]),
+            len,
+            seq: u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]),
+            tx_ns: u64::from_be_bytes([
+                buf[16], buf[17], buf[18], buf[19], buf[20], buf[21], buf[22], buf[23],
+            ]),
+        })
+    }
+
+    /// Rewrites only the transmit timestamp in an already encoded header:
+    /// the sender stamps each packet just before the syscall without
+    /// re-encoding the rest.
+    pub fn stamp_tx(buf: &mut [u8], tx_ns: u64) {
+        if buf.len() >= PROBE_HEADER_LEN {
+            buf[16..24].copy_from_slice(&tx_ns.to_be_bytes());
+        }
+    }
+
+    /// Rewrites only the sequence number in an already encoded header.
+    pub fn stamp_seq(buf: &mut [u8], seq: u32) {
+        if buf.len() >= PROBE_HEADER_LEN {
+            buf[12..16].copy_from_slice(&seq.to_be_bytes());
+        }
+    }
+
+    pub fn is_rtt(&self) -> bool {
+        self.flags & FLAG_RTT != 0
+    }
+
+    pub fn is_reflected(&self) -> bool {
+        self.flags & FLAG_REFLECTED != 0
+    }
+}
+
+impl Reflection {
+    /// Writes the reflector's times right after the header.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<(), ProbeError> {
+        if buf.len() < RTT_MIN_LEN {
+            return Err(ProbeError::Short {
+                got: buf.len(),
+                need: RTT_MIN_LEN,
+            });
+        }
+        buf[24..32].copy_from_slice(&self.rx_ns.to_be_bytes());
+        buf[32..40].copy_from_slice(&self.tx_ns.to_be_bytes());
+        Ok(())
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<Self, ProbeError> {
+        if buf.len() < RTT_MIN_LEN {
+            return Err(ProbeError::Short {
+                got: buf.len(),
+                need: RTT_MIN_LEN,
+            });
+        }
+        let mut a = [0u8; 8];
+        let mut b = [0u8; 8];
+        a.copy_from_slice(&buf[24..32]);
+        b.copy_from_slice(&buf[32..40]);
+        Ok(Reflection {
+            rx_ns: u64::from_be_bytes(a),
+            tx_ns: u64::from_be_bytes(b),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample() -> ProbeHeader {
+        ProbeHeader {
+            flags: FLAG_RTT,
+            session: 0xdead_beef,
+            flow: 7,
+            len: 64,
+            seq: 123_456,
+            tx_ns: 1_700_000_000_123_456_789,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut buf = [0u8; 64];
+        sample().encode(&mut buf).unwrap();
+        assert_eq!(ProbeHeader::decode(&buf).unwrap(), sample());
+        assert_eq!(ProbeHeader::decode_datagram(&buf).unwrap(), sample());
+    }
+
+    #[test]
+    fn stamps_rewrite_only_their_field() {
+        let mut buf = [0u8; 64];
+        sample().encode(&mut buf).unwrap();
+        ProbeHeader::stamp_tx(&mut buf, 42);
+        ProbeHeader::stamp_seq(&mut buf, 9);
+        let h = ProbeHeader::decode(&buf).unwrap();
+        assert_eq!(h.tx_ns, 42);
+        assert_eq!(h.seq, 9);
+        assert_eq!(h.session, sample().session);
+    }
+
+    #[test]
+    fn short_is_rejected() {
+        let mut buf = [0u8; 64];
+        sample().encode(&mut buf).unwrap();
+        for n in 0..PROBE_HEADER_LEN {
+            assert!(matches!(
+                ProbeHeader::decode(&buf[..n]),
+                Err(ProbeError::Short { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn wrong_magic_is_rejected() {
+        let mut buf = [0u8; 64];
+        sample().encode(&mut buf).unwrap();
+        buf[0] = b'X';
+        assert!(matches!(
+            ProbeHeader::decode(&buf),
+            Err(ProbeError::Magic(_))
+        ));
+    }
+
+    #[test]
+    fn wrong_version_is_rejected() {
+        let mut buf = [0u8; 64];
+        sample().encode(&mut buf).unwrap();
+        buf[2] = 9;
+        assert_eq!(ProbeHeader::decode(&buf), Err(ProbeError::Version(9)));
+    }
+
+    #[test]
+    fn unknown_flags_are_rejected() {
+        let mut buf = [0u8; 64];
+        sample().encode(&mut buf).unwrap();
+        buf[3] = 0x80;
+        assert_eq!(ProbeHeader::decode(&buf), Err(ProbeError::Flags(0x80)));
+    }
+
+    #[test]
+    fn bad_length_is_rejected() {
+        let mut buf = [0u8; 64];
+        let mut h = sample();
+        h.len = 10; // below the header size
+        h.encode(&mut buf).unwrap();
+        assert!(matches!(
+            ProbeHeader::decode(&buf),
+            Err(ProbeError::Length { .. })
+        ));
+        h.len = 65; // more than the buffer holds
+        h.encode(&mut buf).unwrap();
+        assert!(matches!(
+            ProbeHeader::decode(&buf),
+            Err(ProbeError::Length { .. })
+        ));
+        h.len = 40; // datagram of 64 bytes claiming 40
+        h.encode(&mut buf).unwrap();
+        assert!(ProbeHeader::decode(&buf).is_ok());
+        assert!(matches!(
+            ProbeHeader::decode_datagram(&buf),
+            Err(ProbeError::Length { .. })
+        ));
+    }
+
+    #[test]
+    fn reflection_round_trip_and_short() {
+        let mut buf = [0u8; RTT_MIN_LEN];
+        let r = Reflection { rx_ns: 5, tx_ns: 6 };
+        r.encode(&mut buf).unwrap();
+        assert_eq!(Reflection::decode(&buf).unwrap(), r);
+        assert!(Reflection::decode(&buf[..RTT_MIN_LEN - 1]).is_err());
+        assert!(r.encode(&mut buf[..30]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let _ = ProbeHeader::decode(&bytes);
+            let _ = ProbeHeader::decode_datagram(&bytes);
+            let _ = ProbeHeader::decode_prefix(&bytes);
+            let _ = Reflection::decode(&bytes);
+        }
+
+        #[test]
+        fn valid_headers_round_trip(flags in 0u8..8, session: u32, flow: u16, extra in 0usize..100, seq: u32, tx_ns: u64) {
+            let len = PROBE_HEADER_LEN + extra;
+            let h = ProbeHeader { flags, session, flow, len: len as u16, seq, tx_ns };
+            let mut buf = vec![0u8; len];
+            h.encode(&mut buf).unwrap();
+            prop_assert_eq!(ProbeHeader::decode_datagram(&buf).unwrap(), h);
+        }
+
+        #[test]
+        fn random_bytes_with_magic_validate_fields(tail in proptest::collection::vec(any::<u8>(), 22..64)) {
+            let mut bytes = vec![0x57, 0x42];
+            bytes.extend_from_slice(&tail);
+            if let Ok(h) = ProbeHeader::decode(&bytes) {
+                prop_assert!(h.len as usize >= PROBE_HEADER_LEN);
+                prop_assert!(h.len as usize <= bytes.len());
+                prop_assert_eq!(bytes[2], PROBE_VERSION);
+            }
+        }
+    }
+}
