@@ -1,0 +1,103 @@
+//! The aggregated view of a campaign that reports and exports are made from.
+//!
+//! This is the contract between the campaign layer (which fills it from the
+//! results store) and the report layer (which draws it): plain serialisable
+//! data, so the report never needs to know how runs were made.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Statistics of one metric over the repetitions of one scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricStats {
+    pub n: usize,
+    pub mean: f64,
+    pub sd: f64,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Half-width of the 95 % confidence interval of the mean (Student t).
+    pub ci95: f64,
+    /// Coefficient of variation, sd / mean (NaN-free: 0 when mean is 0).
+    pub cv: f64,
+    /// True when cv > 10 %, the studies' limit for trustworthy repetitions.
+    pub cv_warning: bool,
+    /// Percentage change of the mean against the baseline scenario's mean.
+    pub pct_vs_baseline: Option<f64>,
+}
+
+/// What kind of chart and unit a metric belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricFamily {
+    Throughput,
+    Delay,
+    Rtt,
+    Jitter,
+    Loss,
+    Cpu,
+    Tcp,
+    Voip,
+    Completion,
+}
+
+/// Static description of a metric key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricInfo {
+    /// Stable key, e.g. `throughput_payload_bps`.
+    pub key: String,
+    pub family: MetricFamily,
+    /// Human label, e.g. "Payload throughput".
+    pub label: String,
+    /// SI unit as stored: "bit/s", "s", "ratio", "share of one core", "packets", "".
+    pub unit: String,
+}
+
+/// One point of the matrix: all repetitions with the same axis values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioSummary {
+    /// Stable identifier, e.g. `ip=4,transport=udp,payload=1408,mtu=1500`.
+    pub key: String,
+    /// Axis name → value as text, e.g. {"ip": "4", "payload": "1408"}.
+    pub axes: BTreeMap<String, String>,
+    /// Runs that finished / were planned.
+    pub runs_ok: usize,
+    pub runs_planned: usize,
+    /// Metric key → statistics over the repetitions.
+    pub metrics: BTreeMap<String, MetricStats>,
+    /// The Ethernet upper bound of payload throughput for this scenario
+    /// (bit/s), where the link rate is known.
+    pub upper_bound_bps: Option<f64>,
+}
+
+/// Environment a campaign ran in, as recorded with its runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Environment {
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cpus: usize,
+    pub tool_version: String,
+    pub topology: String,
+    /// Any further facts (commands, host names) as key → value.
+    pub extra: BTreeMap<String, String>,
+}
+
+/// Everything a report needs about one campaign.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CampaignSummary {
+    pub name: String,
+    /// The campaign file exactly as it was run.
+    pub campaign_file: String,
+    pub started_at: String,
+    pub environment: Environment,
+    /// The matrix axes in the order the campaign file gives them.
+    pub axes: Vec<String>,
+    /// The axis a chart puts on its x axis when it varies (payload, frame
+    /// size or MTU), if any does.
+    pub x_axis: Option<String>,
+    pub baseline: Option<String>,
+    pub metrics: Vec<MetricInfo>,
+    pub scenarios: Vec<ScenarioSummary>,
+    /// Notes the report must show (e.g. "router forwarding appears as host softirq").
+    pub notes: Vec<String>,
+}
