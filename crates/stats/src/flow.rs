@@ -23,6 +23,13 @@ pub const MAX_INTERVALS: usize = 1 << 20;
 
 const NS: f64 = 1e9;
 
+/// (t_last − t_first) × N/(N−1) in seconds: N packets sent at a constant
+/// rate r span (N−1)/r, so this makes a constant-rate flow read exactly r.
+/// Multiplying before dividing keeps round numbers exact in f64.
+fn span_corrected_s(span_ns: u64, n: u64) -> f64 {
+    span_ns as f64 * n as f64 / (n - 1) as f64 / NS
+}
+
 /// What the statistics need to know about a flow.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FlowConfig {
@@ -431,7 +438,7 @@ impl RecvAccumulator {
 
         let n = self.unique;
         let duration_s = if n >= 2 {
-            (self.last_ns - self.first_ns) as f64 / NS * n as f64 / (n - 1) as f64
+            span_corrected_s(self.last_ns - self.first_ns, n)
         } else {
             0.0
         };
@@ -627,7 +634,7 @@ impl SendAccumulator {
     pub fn summary(&self) -> SendSummary {
         let n = self.packets;
         let duration_s = if n >= 2 {
-            (self.last_ns - self.first_ns) as f64 / NS * n as f64 / (n - 1) as f64
+            span_corrected_s(self.last_ns - self.first_ns, n)
         } else {
             0.0
         };
@@ -658,6 +665,413 @@ impl SendAccumulator {
                 max: self.err_max as f64 / NS,
             },
             throughput_bps: Throughput::from_bytes(&layer, duration_s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MS: i64 = 1_000_000;
+
+    fn udp4(interval_ns: Option<u64>) -> FlowConfig {
+        FlowConfig {
+            l4: L4::Udp,
+            ip: IpVersion::V4,
+            mtu: 1500,
+            interval_ns,
+        }
+    }
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    /// Feeds (seq, delay) pairs arriving 1 ms apart, 100 B each.
+    fn feed(acc: &mut RecvAccumulator, pkts: &[(u32, i64)]) {
+        for (i, &(s, d)) in pkts.iter().enumerate() {
+            acc.record(s, d, 1_000_000_000 + i as u64 * MS as u64, 100);
+        }
+    }
+
+    #[test]
+    fn three_jitters_and_delay_on_a_short_sequence() {
+        // Delays 10 12 11 15 15 ms in arrival order.
+        // |ΔD| = 2 1 4 0 -> D-ITG mean = 7/4 = 1.75 ms.
+        // RFC 3550: J1 = 2/16 = 0.125; J2 = 0.125 + (1-0.125)/16 = 0.1796875;
+        //   J3 = 0.1796875 + (4-0.1796875)/16 = 0.41845703125;
+        //   J4 = 0.41845703125 + (0-0.41845703125)/16 = 0.392303466796875 ms.
+        // PDV: p99.9 = rank ceil(4.995) = 5 -> 15 ms; min 10 -> 5 ms.
+        // mean 12.6 ms; population sd = sqrt(21.2/5) = 2.0591260 ms.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        feed(
+            &mut acc,
+            &[
+                (0, 10 * MS),
+                (1, 12 * MS),
+                (2, 11 * MS),
+                (3, 15 * MS),
+                (4, 15 * MS),
+            ],
+        );
+        let s = acc.summary(Some(5));
+        assert!(close(s.jitter_s.mean_abs_ipdv, 1.75e-3, 1e-15));
+        assert!(close(s.jitter_s.rfc3550, 0.392_303_466_796_875e-3, 1e-15));
+        assert!(close(s.jitter_s.pdv_p999, 5e-3, 1e-15));
+        assert!(close(s.delay_s.min, 10e-3, 0.0));
+        assert!(close(s.delay_s.max, 15e-3, 0.0));
+        assert!(close(s.delay_s.mean, 12.6e-3, 1e-15));
+        assert!(close(s.delay_s.stddev, 2.059_126_0e-3, 1e-9));
+        // p50 = rank 3 = 12 ms, within HDR's 3 significant digits.
+        assert!(close(s.delay_s.p50, 12e-3, 12e-6), "{}", s.delay_s.p50);
+        // p90 = rank ceil(4.5) = 5 = 15 ms (clamped to the exact max).
+        assert!(close(s.delay_s.p90, 15e-3, 0.0));
+        assert_eq!((s.lost, s.duplicates, s.reordered), (0, 0, 0));
+    }
+
+    #[test]
+    fn negative_delays_shift_but_pdv_does_not() {
+        // The same shape as above, offset by -20 ms: every delay negative.
+        let mut a = RecvAccumulator::new(udp4(None));
+        let mut b = RecvAccumulator::new(udp4(None));
+        let shape = [10, 12, 11, 15, 15, 13, 14, 10, 11, 12];
+        for (i, &d) in shape.iter().enumerate() {
+            a.record(i as u32, d * MS, i as u64 * 1000, 64);
+            b.record(i as u32, (d - 20) * MS, i as u64 * 1000, 64);
+        }
+        let (sa, sb) = (a.summary(None), b.summary(None));
+        assert_eq!(sb.negative_delays, 10);
+        assert_eq!(sa.negative_delays, 0);
+        assert!(close(sb.delay_s.min, -10e-3, 0.0));
+        assert!(close(sb.delay_s.mean, sa.delay_s.mean - 20e-3, 1e-12));
+        // percentiles follow the offset (HDR rounding: 0.1 %)
+        assert!(close(sb.delay_s.p50, sa.delay_s.p50 - 20e-3, 20e-6));
+        assert!(sb.delay_s.p50 < 0.0);
+        // jitters are offset-free
+        assert_eq!(sa.jitter_s.mean_abs_ipdv, sb.jitter_s.mean_abs_ipdv);
+        assert_eq!(sa.jitter_s.rfc3550, sb.jitter_s.rfc3550);
+        assert!(close(sa.jitter_s.pdv_p999, sb.jitter_s.pdv_p999, 20e-6));
+        assert!(close(sa.jitter_s.pdv_p999, 5e-3, 1e-15));
+    }
+
+    #[test]
+    fn reordering_rfc4737() {
+        // 0 1 2 5 3 4 6: 3 and 4 arrive below the next expected (6) -> 2.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        feed(
+            &mut acc,
+            &[(0, 0), (1, 0), (2, 0), (5, 0), (3, 0), (4, 0), (6, 0)],
+        );
+        let s = acc.summary(Some(7));
+        assert_eq!((s.reordered, s.lost, s.unique, s.duplicates), (2, 0, 7, 0));
+        assert_eq!(s.loss_bursts, LossBursts::default());
+        // 0 2 1 3: only 1 is reordered.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        feed(&mut acc, &[(0, 0), (2, 0), (1, 0), (3, 0)]);
+        assert_eq!(acc.summary(None).reordered, 1);
+    }
+
+    #[test]
+    fn duplicates_count_once() {
+        // 0 1 1 2 0 3 ; 1 and 0 repeat. packets 6, unique 4, dup 2;
+        // a duplicate is not a reordered packet, and bytes count unique only.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        feed(&mut acc, &[(0, 0), (1, 0), (1, 0), (2, 0), (0, 0), (3, 0)]);
+        let s = acc.summary(Some(4));
+        assert_eq!((s.packets, s.unique, s.duplicates), (6, 4, 2));
+        assert_eq!((s.reordered, s.lost, s.bytes), (0, 0, 400));
+        assert_eq!(acc.unique(), 4);
+        // duplicates are ignored by jitter: delays of unique packets only.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        feed(&mut acc, &[(0, 0), (0, 50 * MS), (1, 2 * MS)]);
+        let s = acc.summary(None);
+        assert!(close(s.jitter_s.mean_abs_ipdv, 2e-3, 0.0));
+    }
+
+    #[test]
+    fn loss_bursts_with_and_without_sent() {
+        // received 2 3 4 8, sender sent 10 (seq 0..9):
+        // missing 0-1 (2), 5-7 (3), 9 (1) -> 3 bursts, mean 2, max 3, lost 6.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        feed(&mut acc, &[(2, 0), (3, 0), (4, 0), (8, 0)]);
+        let s = acc.summary(Some(10));
+        assert_eq!(s.lost, 6);
+        assert!(close(s.loss_ratio, 0.6, 1e-15));
+        assert_eq!(
+            s.loss_bursts,
+            LossBursts {
+                count: 3,
+                mean_len: 2.0,
+                max_len: 3
+            }
+        );
+        // without `sent`: gaps up to the highest seen (0..=8) -> 0-1, 5-7.
+        let s = acc.summary(None);
+        assert_eq!(s.lost, 5);
+        assert!(close(s.loss_ratio, 5.0 / 9.0, 1e-15));
+        assert_eq!(
+            s.loss_bursts,
+            LossBursts {
+                count: 2,
+                mean_len: 2.5,
+                max_len: 3
+            }
+        );
+        // a late packet splitting a burst: 6 arrives -> 5 and 7 separate.
+        acc.record(6, 0, 2_000_000_000, 100);
+        let s = acc.summary(Some(10));
+        assert_eq!(
+            (s.lost, s.loss_bursts.count, s.loss_bursts.max_len),
+            (5, 4, 2)
+        );
+        assert_eq!(s.reordered, 1);
+        // nothing received at all
+        let s = RecvAccumulator::new(udp4(None)).summary(Some(3));
+        assert_eq!(
+            (s.lost, s.loss_bursts.count, s.loss_bursts.max_len),
+            (3, 1, 3)
+        );
+        assert_eq!(s.loss_ratio, 1.0);
+    }
+
+    #[test]
+    fn span_corrected_rate_is_exact() {
+        // 1000 packets exactly 1 ms apart span 999 ms; x 1000/999 = 1 s.
+        let cfg = udp4(None);
+        let mut r = RecvAccumulator::new(cfg);
+        let mut t = SendAccumulator::new(cfg);
+        for k in 0..1000u64 {
+            let at = 5_000_000_000 + k * 1_000_000;
+            r.record(k as u32, MS, at + MS as u64, 100);
+            t.record_sent(at, at, 100);
+        }
+        let s = r.summary(Some(1000));
+        assert_eq!(s.duration_s, 1.0);
+        assert_eq!(s.unique as f64 / s.duration_s, 1000.0);
+        // payload 100 B -> ip 128, eth 146, wire 166 per packet, 1000 per s.
+        assert_eq!(s.throughput_bps.payload, 800_000.0);
+        assert_eq!(s.throughput_bps.ip, 1_024_000.0);
+        assert_eq!(s.throughput_bps.ethernet, 1_168_000.0);
+        assert_eq!(s.throughput_bps.wire, 1_328_000.0);
+        assert_eq!(s.frames.per_datagram, 1.0);
+        let ss = t.summary();
+        assert_eq!(ss.rate_pps, 1000.0);
+        assert_eq!(ss.duration_s, 1.0);
+        assert_eq!(ss.throughput_bps.payload, 800_000.0);
+        assert_eq!(ss.schedule_error_s, Quantiles::default());
+        // one packet: no span, no rate (not infinity)
+        let mut one = RecvAccumulator::new(cfg);
+        one.record(0, 0, 7, 100);
+        let s = one.summary(None);
+        assert_eq!((s.duration_s, s.throughput_bps.payload), (0.0, 0.0));
+    }
+
+    #[test]
+    fn fragmented_udp_and_tcp_records() {
+        let mut acc = RecvAccumulator::new(udp4(None));
+        acc.record(0, 0, 0, 1472); // 1 frame
+        acc.record(1, 0, 1_000_000, 1473); // 2 frames
+        let s = acc.summary(None);
+        assert_eq!(s.frames.fragmented, 1);
+        assert_eq!(s.frames.per_datagram, 1.5);
+        // bytes over a span of 1 ms * 2/1 = 2 ms: ip 1500 + 1521 = 3021 B.
+        assert!(close(s.throughput_bps.ip, 3021.0 * 8.0 / 2e-3, 1e-6));
+
+        // TCP: 10 records of 1000 B = one 10000 B stream at MSS 1448:
+        // 7 segments, ip 10364 B (see framing tests); 0.7 segments per record.
+        let mut acc = RecvAccumulator::new(FlowConfig {
+            l4: L4::Tcp,
+            ..udp4(None)
+        });
+        for k in 0..10u32 {
+            acc.record(k, MS, u64::from(k) * 1_000_000, 1000);
+        }
+        let s = acc.summary(None);
+        assert_eq!(s.bytes, 10_000);
+        assert!(close(s.frames.per_datagram, 0.7, 1e-12));
+        assert_eq!(s.frames.fragmented, 0);
+        // span 9 ms * 10/9 = 10 ms
+        assert!(close(s.duration_s, 0.01, 1e-15));
+        assert!(close(s.throughput_bps.ip, 10364.0 * 8.0 / 0.01, 1e-6));
+    }
+
+    #[test]
+    fn intervals_and_loss_attribution() {
+        // 100 ms intervals. Arrivals (ms after start) / seq / delay:
+        //   0/0/10  50/1/20 | 100/5/10  120/3/30  150/6/10 | 250/7/10
+        // Interval 0: 2 pkts, delay mean 15 ms, jitter |20-10| = 10 ms.
+        // Interval 1: 3 pkts, mean (10+30+10)/3, jitter (|10-20|+|30-10|+|10-30|)/3 = 50/3 ms.
+        //   seq 5 revealed the gap 2..4 there; 3 filled late -> lost 2 and 4 -> 2.
+        // Interval 2: 1 pkt, jitter |10-10| = 0; sent 9 -> 8 missing at the end -> 1.
+        let mut acc = RecvAccumulator::new(udp4(Some(100_000_000)));
+        let t0 = 7_000_000_000u64;
+        for &(ms, seq, d) in &[
+            (0u64, 0u32, 10i64),
+            (50, 1, 20),
+            (100, 5, 10),
+            (120, 3, 30),
+            (150, 6, 10),
+            (250, 7, 10),
+        ] {
+            acc.record(seq, d * MS, t0 + ms * 1_000_000, 125);
+        }
+        let s = acc.summary(Some(9));
+        assert_eq!(s.lost, 3);
+        assert_eq!(s.intervals.len(), 3);
+        let iv = &s.intervals;
+        assert_eq!(
+            iv.iter().map(|i| i.packets).collect::<Vec<_>>(),
+            vec![2, 3, 1]
+        );
+        assert_eq!(iv.iter().map(|i| i.lost).collect::<Vec<_>>(), vec![0, 2, 1]);
+        assert_eq!(iv.iter().map(|i| i.lost).sum::<u64>(), s.lost);
+        assert!(close(iv[1].t_s, 0.1, 1e-15));
+        assert!(close(iv[0].delay_mean_s, 15e-3, 1e-15));
+        assert!(close(iv[1].delay_mean_s, 50e-3 / 3.0, 1e-15));
+        assert!(close(iv[0].jitter_s, 10e-3, 1e-15));
+        assert!(close(iv[1].jitter_s, 50e-3 / 3.0, 1e-15));
+        assert_eq!(iv[2].jitter_s, 0.0);
+        // 2 x 125 B in 0.1 s = 20 kbit/s
+        assert!(close(iv[0].throughput_bps, 20_000.0, 1e-9));
+    }
+
+    #[test]
+    fn summary_serializes_with_design_field_names() {
+        let mut acc = RecvAccumulator::new(udp4(Some(1_000_000)));
+        feed(&mut acc, &[(0, MS), (2, 2 * MS)]);
+        let v = serde_json::to_value(acc.summary(None)).unwrap();
+        for k in [
+            "packets",
+            "bytes",
+            "lost",
+            "loss_ratio",
+            "duplicates",
+            "reordered",
+            "loss_bursts",
+            "throughput_bps",
+            "frames",
+            "delay_s",
+            "jitter_s",
+            "intervals",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k}");
+        }
+        assert!(v["jitter_s"]["pdv_p999"].is_number());
+        assert!(v["loss_bursts"]["mean_len"].is_number());
+        assert_eq!(serde_json::to_value(IpVersion::V6).unwrap(), "v6");
+        assert_eq!(serde_json::to_value(L4::Udp).unwrap(), "udp");
+    }
+
+    #[test]
+    fn schedule_error_quantiles() {
+        // errors 0..=99 µs (plus one early packet = 0): p50 rank 51 of 101 -> 49 µs.
+        let mut t = SendAccumulator::new(udp4(None));
+        t.record_sent(1000, 500, 64); // early -> 0
+        for k in 0..100u64 {
+            let sched = 1_000_000 + k * 1_000_000;
+            t.record_sent(sched, sched + k * 1000, 64);
+        }
+        t.record_not_sent(3);
+        let s = t.summary();
+        assert_eq!((s.packets, s.not_sent, s.bytes), (101, 3, 101 * 64));
+        assert!(
+            close(s.schedule_error_s.p50, 49e-6, 0.05e-6),
+            "{}",
+            s.schedule_error_s.p50
+        );
+        assert!(
+            close(s.schedule_error_s.p99, 98e-6, 0.1e-6),
+            "{}",
+            s.schedule_error_s.p99
+        );
+        assert_eq!(s.schedule_error_s.max, 99e-6);
+    }
+
+    /// Brute-force reference over a set, for the property test.
+    fn reference(seqs: &[u32], sent: u64) -> (u64, u64, u64, u64, u64) {
+        let mut seen = std::collections::BTreeSet::new();
+        let (mut dup, mut reord) = (0, 0);
+        let mut max: Option<u32> = None;
+        for &s in seqs {
+            if !seen.insert(s) {
+                dup += 1;
+                continue;
+            }
+            if max.is_some_and(|m| s < m) {
+                reord += 1;
+            }
+            max = max.max(Some(s));
+        }
+        let (mut bursts, mut maxlen, mut run) = (0, 0, 0);
+        for s in 0..sent as u32 {
+            if seen.contains(&s) {
+                run = 0;
+            } else {
+                run += 1;
+                if run == 1 {
+                    bursts += 1;
+                }
+                maxlen = maxlen.max(run);
+            }
+        }
+        (seen.len() as u64, dup, reord, bursts, maxlen)
+    }
+
+    proptest! {
+        #[test]
+        fn matches_brute_force_on_small_sequences(seqs in proptest::collection::vec(0u32..64, 0..200)) {
+            let mut acc = RecvAccumulator::new(udp4(Some(1_000)));
+            for (i, &s) in seqs.iter().enumerate() {
+                acc.record(s, i as i64, i as u64 * 100, 50);
+            }
+            let s = acc.summary(Some(64));
+            let (uniq, dup, reord, bursts, maxlen) = reference(&seqs, 64);
+            prop_assert_eq!(s.unique, uniq);
+            prop_assert_eq!(s.duplicates, dup);
+            prop_assert_eq!(s.reordered, reord);
+            prop_assert_eq!(s.lost, 64 - uniq);
+            prop_assert_eq!(s.loss_bursts.count, bursts);
+            prop_assert_eq!(s.loss_bursts.max_len, maxlen);
+            prop_assert_eq!(s.packets, seqs.len() as u64);
+            if !seqs.is_empty() {
+                prop_assert_eq!(s.intervals.iter().map(|i| i.lost).sum::<u64>(), s.lost);
+                prop_assert_eq!(s.intervals.iter().map(|i| i.packets).sum::<u64>(), s.unique);
+            }
+        }
+
+        #[test]
+        fn record_never_panics(
+            pkts in proptest::collection::vec((any::<u32>(), any::<i64>(), any::<u64>(), any::<u32>()), 0..64),
+            tcp in any::<bool>(),
+            v6 in any::<bool>(),
+            mtu in prop_oneof![Just(0u32), Just(1500), any::<u32>()],
+            interval in prop_oneof![Just(None), Just(Some(1u64)), Just(Some(1_000_000)), any::<u64>().prop_map(Some)],
+            sent in proptest::option::of(any::<u64>()),
+        ) {
+            let cfg = FlowConfig {
+                l4: if tcp { L4::Tcp } else { L4::Udp },
+                ip: if v6 { IpVersion::V6 } else { IpVersion::V4 },
+                mtu,
+                interval_ns: interval,
+            };
+            let mut acc = RecvAccumulator::new(cfg);
+            let mut tx = SendAccumulator::new(cfg);
+            for &(s, d, a, b) in &pkts {
+                acc.record(s, d, a, b);
+                tx.record_sent(a, d as u64, b);
+            }
+            let s = acc.summary(sent);
+            prop_assert!(s.unique <= s.packets);
+            prop_assert!(s.intervals.len() <= MAX_INTERVALS);
+            prop_assert!(s.loss_ratio.is_finite());
+            // The document must serialize and read back (no NaN/inf -> null).
+            let j = serde_json::to_string(&s).unwrap();
+            let back: Result<RecvSummary, _> = serde_json::from_str(&j);
+            prop_assert!(back.is_ok(), "{}", j);
+            let j = serde_json::to_string(&tx.summary()).unwrap();
+            prop_assert!(serde_json::from_str::<SendSummary>(&j).is_ok());
         }
     }
 }
