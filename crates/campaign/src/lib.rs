@@ -1,4 +1,19 @@
 //! Campaigns: experiment matrices, the run loop, the results store and the
 //! per-scenario aggregation that reports are drawn from.
+//!
+//! - [`campaign`]: the campaign file (TOML), validation, matrix expansion.
+//! - [`store`]: the SQLite results store (one row per run, committed at once).
+//! - [`runner`]: the run loop (test-bed reuse, subprocess send/recv, counters,
+//!   progress, Ctrl-C, resume).
+//! - [`analysis`]: result documents → per-scenario statistics
+//!   ([`summary::CampaignSummary`], the contract with the report layer).
 
+pub mod analysis;
+pub mod campaign;
+pub mod env;
+pub mod store;
 pub mod summary;
+
+pub use analysis::{summarize, AnalysisError};
+pub use campaign::{Campaign, CampaignError, Scenario};
+pub use store::{CampaignRow, RunRow, RunStatus, Store, StoreError};

@@ -1,0 +1,530 @@
+//! From stored runs to a [`CampaignSummary`]: one number per metric per run
+//! (extracted from the result document), then mean / sd / CI / cv per
+//! scenario over its repetitions, the percentage change against the
+//! baseline scenario and the Ethernet upper bound beside throughput.
+//!
+//! Runs with several flows are folded into one number per metric so that a
+//! repetition stays one sample: throughputs and packet counts add up,
+//! means are weighted by received packets, tails (p99, max, PDV) take the
+//! worst flow.
+
+use crate::campaign::{parse_selector, Campaign, Scenario};
+use crate::store::{RunRow, RunStatus, Store, StoreError};
+use crate::summary::{CampaignSummary, MetricFamily, MetricInfo, MetricStats, ScenarioSummary};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use thiserror::Error;
+use wirebench_stats::{aggregate, pct_change, upper_bound_tcp_bps, upper_bound_udp_bps, IpVersion};
+
+#[derive(Debug, Error)]
+pub enum AnalysisError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Every metric a summary may carry, in display order.
+pub fn metric_catalogue() -> Vec<MetricInfo> {
+    use MetricFamily::*;
+    let m = |key: &str, family, label: &str, unit: &str| MetricInfo {
+        key: key.into(),
+        family,
+        label: label.into(),
+        unit: unit.into(),
+    };
+    vec![
+        m(
+            "throughput_payload_bps",
+            Throughput,
+            "Payload throughput",
+            "bit/s",
+        ),
+        m("throughput_ip_bps", Throughput, "IP throughput", "bit/s"),
+        m(
+            "throughput_ethernet_bps",
+            Throughput,
+            "Ethernet throughput",
+            "bit/s",
+        ),
+        m(
+            "throughput_wire_bps",
+            Throughput,
+            "On-wire throughput",
+            "bit/s",
+        ),
+        m("delay_mean_s", Delay, "One-way delay, mean", "s"),
+        m("delay_min_s", Delay, "One-way delay, min", "s"),
+        m("delay_p50_s", Delay, "One-way delay, median", "s"),
+        m("delay_p99_s", Delay, "One-way delay, 99th percentile", "s"),
+        m("delay_max_s", Delay, "One-way delay, max", "s"),
+        m("rtt_mean_s", Rtt, "Round-trip time, mean", "s"),
+        m("rtt_min_s", Rtt, "Round-trip time, min", "s"),
+        m("rtt_p99_s", Rtt, "Round-trip time, 99th percentile", "s"),
+        m(
+            "jitter_mean_abs_ipdv_s",
+            Jitter,
+            "Jitter, mean |IPDV| (D-ITG)",
+            "s",
+        ),
+        m("jitter_rfc3550_s", Jitter, "Jitter, RFC 3550", "s"),
+        m("pdv_s", Jitter, "PDV, p99.9 - min (RFC 5481)", "s"),
+        m("loss_ratio", Loss, "Loss ratio", "ratio"),
+        m("lost_packets", Loss, "Packets lost", "packets"),
+        m("not_sent", Loss, "Packets not sent", "packets"),
+        m(
+            "loss_receiver_host",
+            Loss,
+            "Dropped in the receiving host",
+            "packets",
+        ),
+        m("loss_network", Loss, "Lost in the network", "packets"),
+        m("packets_sent", Loss, "Packets sent", "packets"),
+        m("packets_received", Loss, "Packets received", "packets"),
+        m("reordered", Loss, "Packets reordered", "packets"),
+        m("duplicates", Loss, "Duplicate packets", "packets"),
+        m(
+            "testbed_drops",
+            Loss,
+            "Drops counted on test-bed interfaces and qdiscs",
+            "packets",
+        ),
+        m(
+            "cpu_sender",
+            Cpu,
+            "CPU, sender process",
+            "share of one core",
+        ),
+        m(
+            "cpu_receiver",
+            Cpu,
+            "CPU, receiver process",
+            "share of one core",
+        ),
+        m("cpu_host_user", Cpu, "CPU, host user", "share of one core"),
+        m(
+            "cpu_host_system",
+            Cpu,
+            "CPU, host system",
+            "share of one core",
+        ),
+        m(
+            "cpu_host_softirq",
+            Cpu,
+            "CPU, host softirq (incl. router forwarding)",
+            "share of one core",
+        ),
+        m("tcp_retransmits", Tcp, "TCP retransmits", "packets"),
+        m("tcp_rtt_s", Tcp, "TCP smoothed RTT", "s"),
+        m("tcp_cwnd_bytes", Tcp, "TCP congestion window", "bytes"),
+        m("r_factor", Voip, "E-model R factor", ""),
+        m("mos", Voip, "MOS (E-model)", ""),
+        m("completion_s", Completion, "Sending time (completion)", "s"),
+    ]
+}
+
+fn num(v: &Value, path: &[&str]) -> Option<f64> {
+    let mut cur = v;
+    for p in path {
+        cur = cur.get(p)?;
+    }
+    match cur {
+        Value::Number(n) => n.as_f64().filter(|x| x.is_finite()),
+        Value::Bool(b) => Some(f64::from(u8::from(*b))),
+        _ => None,
+    }
+}
+
+fn sum_flows(flows: &[Value], path: &[&str]) -> Option<f64> {
+    let vals: Vec<f64> = flows.iter().filter_map(|f| num(f, path)).collect();
+    (!vals.is_empty()).then(|| vals.iter().sum())
+}
+
+fn max_flows(flows: &[Value], path: &[&str]) -> Option<f64> {
+    flows.iter().filter_map(|f| num(f, path)).reduce(f64::max)
+}
+
+fn min_flows(flows: &[Value], path: &[&str]) -> Option<f64> {
+    flows.iter().filter_map(|f| num(f, path)).reduce(f64::min)
+}
+
+fn plain_mean(flows: &[Value], path: &[&str]) -> Option<f64> {
+    let vals: Vec<f64> = flows.iter().filter_map(|f| num(f, path)).collect();
+    (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64)
+}
+
+/// Mean weighted by the flow's received packets (plain mean when no flow
+/// says how many it received).
+fn weighted_mean(flows: &[Value], path: &[&str]) -> Option<f64> {
+    let mut sw = 0.0;
+    let mut s = 0.0;
+    for f in flows {
+        if let Some(x) = num(f, path) {
+            let w = num(f, &["received", "packets"]).unwrap_or(0.0);
+            sw += w;
+            s += w * x;
+        }
+    }
+    if sw > 0.0 {
+        Some(s / sw)
+    } else {
+        plain_mean(flows, path)
+    }
+}
+
+fn cpu_share(v: &Value, who: &str) -> Option<f64> {
+    let u = num(v, &["cpu", who, "user"]);
+    let s = num(v, &["cpu", who, "system"]);
+    match (u, s) {
+        (None, None) => None,
+        (u, s) => Some(u.unwrap_or(0.0) + s.unwrap_or(0.0)),
+    }
+}
+
+/// Sum of every drop-like counter in the per-node counter deltas. The
+/// counters' shape belongs to the test-bed; any numeric field whose name
+/// says drop/error/overlimit is taken, so this needs no lock-step with it.
+fn counter_drops(c: &Value) -> Option<f64> {
+    fn walk(v: &Value, key: &str, acc: &mut f64, found: &mut bool) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    walk(x, k, acc, found);
+                }
+            }
+            Value::Array(a) => {
+                for x in a {
+                    walk(x, key, acc, found);
+                }
+            }
+            Value::Number(n) => {
+                let k = key.to_ascii_lowercase();
+                if k.contains("drop") || k.contains("overlimit") || k.ends_with("errors") {
+                    *acc += n.as_f64().unwrap_or(0.0);
+                    *found = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut acc = 0.0;
+    let mut found = false;
+    walk(c, "", &mut acc, &mut found);
+    found.then_some(acc)
+}
+
+/// One value per metric key for one run's result document.
+pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let empty = Vec::new();
+    let flows = result
+        .get("flows")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let mut put = |k: &str, v: Option<f64>| {
+        if let Some(x) = v.filter(|x| x.is_finite()) {
+            out.insert(k.to_string(), x);
+        }
+    };
+    put(
+        "throughput_payload_bps",
+        sum_flows(flows, &["throughput_bps", "payload"]),
+    );
+    put(
+        "throughput_ip_bps",
+        sum_flows(flows, &["throughput_bps", "ip"]),
+    );
+    put(
+        "throughput_ethernet_bps",
+        sum_flows(flows, &["throughput_bps", "ethernet"]),
+    );
+    put(
+        "throughput_wire_bps",
+        sum_flows(flows, &["throughput_bps", "wire"]),
+    );
+    put("delay_mean_s", weighted_mean(flows, &["delay_s", "mean"]));
+    put("delay_min_s", min_flows(flows, &["delay_s", "min"]));
+    put("delay_p50_s", max_flows(flows, &["delay_s", "p50"]));
+    put("delay_p99_s", max_flows(flows, &["delay_s", "p99"]));
+    put("delay_max_s", max_flows(flows, &["delay_s", "max"]));
+    put("rtt_mean_s", weighted_mean(flows, &["rtt_s", "mean"]));
+    put("rtt_min_s", min_flows(flows, &["rtt_s", "min"]));
+    put("rtt_p99_s", max_flows(flows, &["rtt_s", "p99"]));
+    put(
+        "jitter_mean_abs_ipdv_s",
+        weighted_mean(flows, &["jitter_s", "mean_abs_ipdv"]),
+    );
+    put(
+        "jitter_rfc3550_s",
+        plain_mean(flows, &["jitter_s", "rfc3550"]),
+    );
+    put("pdv_s", max_flows(flows, &["jitter_s", "pdv_p999"]));
+    let sent = sum_flows(flows, &["sent", "packets"]);
+    let lost = sum_flows(flows, &["received", "lost"]);
+    put("lost_packets", lost);
+    put(
+        "loss_ratio",
+        match (lost, sent) {
+            (Some(l), Some(s)) if s > 0.0 => Some(l / s),
+            (Some(_), _) => plain_mean(flows, &["received", "loss_ratio"]),
+            _ => None,
+        },
+    );
+    put("not_sent", sum_flows(flows, &["sent", "not_sent"]));
+    put(
+        "loss_receiver_host",
+        sum_flows(flows, &["loss_split", "receiver_host"]),
+    );
+    put("loss_network", sum_flows(flows, &["loss_split", "network"]));
+    put("packets_sent", sent);
+    put(
+        "packets_received",
+        sum_flows(flows, &["received", "packets"]),
+    );
+    put("reordered", sum_flows(flows, &["received", "reordered"]));
+    put("duplicates", sum_flows(flows, &["received", "duplicates"]));
+    put("testbed_drops", counters.and_then(counter_drops));
+    put("cpu_sender", cpu_share(result, "sender"));
+    put("cpu_receiver", cpu_share(result, "receiver"));
+    put("cpu_host_user", num(result, &["cpu", "host", "user"]));
+    put("cpu_host_system", num(result, &["cpu", "host", "system"]));
+    put("cpu_host_softirq", num(result, &["cpu", "host", "softirq"]));
+    put("tcp_retransmits", sum_flows(flows, &["tcp", "retransmits"]));
+    put("tcp_rtt_s", plain_mean(flows, &["tcp", "rtt_s"]));
+    put("tcp_cwnd_bytes", plain_mean(flows, &["tcp", "cwnd_bytes"]));
+    put("r_factor", plain_mean(flows, &["voip", "r_factor"]));
+    put("mos", plain_mean(flows, &["voip", "mos"]));
+    put("completion_s", max_flows(flows, &["sent", "duration_s"]));
+    out
+}
+
+impl From<wirebench_stats::Agg> for MetricStats {
+    fn from(a: wirebench_stats::Agg) -> Self {
+        MetricStats {
+            n: a.n,
+            mean: a.mean,
+            sd: a.sd,
+            median: a.median,
+            min: a.min,
+            max: a.max,
+            ci95: a.ci95,
+            cv: a.cv,
+            cv_warning: a.cv_warning,
+            pct_vs_baseline: None,
+        }
+    }
+}
+
+/// The physical limit of payload throughput for a scenario (Gamess–Suros
+/// Ethernet model), when link rate and MTU are known and the traffic is
+/// the constant-size model.
+pub fn upper_bound(s: &Scenario) -> Option<f64> {
+    let st = &s.settings;
+    let link = st.link_bps?;
+    let mtu = st.mtu?;
+    if st.app != "constant" {
+        return None;
+    }
+    let ip = if st.ip == 6 {
+        IpVersion::V6
+    } else {
+        IpVersion::V4
+    };
+    if st.transport == "tcp" {
+        Some(upper_bound_tcp_bps(link, mtu, ip))
+    } else {
+        Some(upper_bound_udp_bps(link, mtu, ip, st.payload?))
+    }
+}
+
+/// The scenario `s` is compared with: its axes with the baseline
+/// selector's values put in.
+fn baseline_key(
+    s: &BTreeMap<String, String>,
+    selector: &[(String, String)],
+    by_axes: &BTreeMap<BTreeMap<String, String>, String>,
+) -> Option<String> {
+    let mut want = s.clone();
+    for (k, v) in selector {
+        if !want.contains_key(k) {
+            return None;
+        }
+        want.insert(k.clone(), v.clone());
+    }
+    by_axes.get(&want).cloned()
+}
+
+/// Builds the summary from runs: `planned` gives scenario order and the
+/// planned count; scenarios seen only in runs are appended.
+pub fn summarize_runs(
+    campaign: Option<&Campaign>,
+    runs: &[RunRow],
+) -> (Vec<ScenarioSummary>, Vec<String>) {
+    let mut notes = Vec::new();
+    let planned: Vec<Scenario> = campaign.map(|c| c.expand()).unwrap_or_default();
+    let reps = campaign.map(|c| c.repetitions as usize).unwrap_or(0);
+    let mut order: Vec<(String, BTreeMap<String, String>, Option<f64>)> = planned
+        .iter()
+        .map(|s| (s.key.clone(), s.axes.clone(), upper_bound(s)))
+        .collect();
+    for r in runs {
+        if !order.iter().any(|(k, _, _)| *k == r.scenario_key) {
+            order.push((r.scenario_key.clone(), r.axes.clone(), None));
+        }
+    }
+    let mut fragmented: Vec<String> = Vec::new();
+    let mut failed = 0usize;
+    let mut scenarios: Vec<ScenarioSummary> = Vec::new();
+    for (key, axes, ub) in &order {
+        let mut samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        let mut ok = 0;
+        for r in runs.iter().filter(|r| &r.scenario_key == key) {
+            if r.status != RunStatus::Ok {
+                failed += 1;
+                continue;
+            }
+            let Some(doc) = &r.result else { continue };
+            ok += 1;
+            for (k, v) in extract_metrics(doc, r.counters.as_ref()) {
+                samples.entry(k).or_default().push(v);
+            }
+            let frag = doc
+                .get("flows")
+                .and_then(Value::as_array)
+                .is_some_and(|fl| {
+                    fl.iter()
+                        .any(|f| f.pointer("/frames/fragmented") == Some(&Value::Bool(true)))
+                });
+            if frag && !fragmented.contains(key) {
+                fragmented.push(key.clone());
+            }
+        }
+        let metrics = samples
+            .into_iter()
+            .filter_map(|(k, v)| aggregate(&v).map(|a| (k, MetricStats::from(a))))
+            .collect();
+        scenarios.push(ScenarioSummary {
+            key: key.clone(),
+            axes: axes.clone(),
+            runs_ok: ok,
+            runs_planned: if planned.iter().any(|p| &p.key == key) {
+                reps
+            } else {
+                ok
+            },
+            metrics,
+            upper_bound_bps: *ub,
+        });
+    }
+    if let Some(sel) = campaign
+        .and_then(|c| c.baseline.as_deref())
+        .and_then(parse_selector)
+    {
+        let by_axes: BTreeMap<BTreeMap<String, String>, String> = scenarios
+            .iter()
+            .map(|s| (s.axes.clone(), s.key.clone()))
+            .collect();
+        let means: BTreeMap<String, BTreeMap<String, f64>> = scenarios
+            .iter()
+            .map(|s| {
+                (
+                    s.key.clone(),
+                    s.metrics.iter().map(|(k, m)| (k.clone(), m.mean)).collect(),
+                )
+            })
+            .collect();
+        for s in &mut scenarios {
+            let Some(bk) = baseline_key(&s.axes, &sel, &by_axes) else {
+                continue;
+            };
+            let Some(base) = means.get(&bk) else { continue };
+            for (k, m) in s.metrics.iter_mut() {
+                m.pct_vs_baseline = base.get(k).and_then(|b| pct_change(m.mean, *b));
+            }
+        }
+    }
+    let noisy: Vec<&str> = scenarios
+        .iter()
+        .filter(|s| {
+            s.metrics
+                .get("throughput_payload_bps")
+                .is_some_and(|m| m.cv_warning)
+        })
+        .map(|s| s.key.as_str())
+        .collect();
+    if !noisy.is_empty() {
+        notes.push(format!(
+            "{} scenario(s) have a payload-throughput coefficient of variation over 10 %: {}",
+            noisy.len(),
+            noisy.join("; ")
+        ));
+    }
+    if failed > 0 {
+        notes.push(format!("{failed} run(s) failed and are left out of the statistics; `wirebench results list` shows why"));
+    }
+    if !fragmented.is_empty() {
+        notes.push(format!(
+            "IP fragmentation detected in: {}",
+            fragmented.join("; ")
+        ));
+    }
+    (scenarios, notes)
+}
+
+/// Summarises one campaign (by id or by name, the latest of that name).
+pub fn summarize(
+    store: &Store,
+    campaign_name_or_id: &str,
+) -> Result<CampaignSummary, AnalysisError> {
+    let row = store.find_campaign(campaign_name_or_id)?;
+    let runs = store.runs(row.id)?;
+    let mut campaign = Campaign::parse(&row.file_text, &row.origin).ok();
+    if row.quick {
+        if let Some(c) = campaign.as_mut() {
+            let _ = c.apply_quick();
+        }
+    }
+    let (scenarios, mut notes) = summarize_runs(campaign.as_ref(), &runs);
+    let axes = match &campaign {
+        Some(c) => c.axis_names(),
+        None => {
+            let mut a: Vec<String> = runs.iter().flat_map(|r| r.axes.keys().cloned()).collect();
+            a.sort();
+            a.dedup();
+            a
+        }
+    };
+    if let Some(c) = &campaign {
+        if matches!(c.target, crate::campaign::Target::Testbed(_)) {
+            notes.push(
+                "Emulated test-bed: every node shares one kernel, so router forwarding shows up as host softirq CPU (cpu_host_softirq), not as a router's own CPU."
+                    .into(),
+            );
+        }
+    }
+    if row.quick {
+        notes.push("Quick mode (--quick): fewer sizes, shorter runs and 2 repetitions; not for publication.".into());
+    }
+    if row.status != "done" {
+        notes.push(format!(
+            "Campaign status: {} (not every planned run may be present).",
+            row.status
+        ));
+    }
+    let present: std::collections::BTreeSet<&String> =
+        scenarios.iter().flat_map(|s| s.metrics.keys()).collect();
+    let metrics = metric_catalogue()
+        .into_iter()
+        .filter(|m| present.contains(&m.key))
+        .collect();
+    Ok(CampaignSummary {
+        name: row.name.clone(),
+        campaign_file: row.file_text.clone(),
+        started_at: row.started_at.clone(),
+        environment: row.environment.clone(),
+        axes,
+        x_axis: campaign.as_ref().and_then(|c| c.x_axis()),
+        baseline: campaign.as_ref().and_then(|c| c.baseline.clone()),
+        metrics,
+        scenarios,
+        notes,
+    })
+}

@@ -1,0 +1,1347 @@
+//! Campaign files: parsing, validation and matrix expansion.
+//!
+//! Everything a campaign could get wrong is checked here, before a test-bed
+//! is built or a packet sent, and every error names the line and the key so
+//! the user can fix the file without guessing. Expansion is deterministic:
+//! the same file always yields the same scenarios with the same keys, which
+//! is what lets an interrupted campaign resume without repeating a run.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use thiserror::Error;
+use toml::Spanned;
+
+/// Smallest and largest transport payload the engine accepts (probe header
+/// included); mirrors `wirebench_model::{MIN_PAYLOAD, MAX_PAYLOAD}`.
+pub const MIN_PAYLOAD: u32 = 24;
+pub const MAX_PAYLOAD: u32 = 64000;
+
+/// Application models the engine's `--app` knows (TRAFFIC-MODELS.md).
+pub const APPS: &[&str] = &["constant", "voip", "dns", "telnet", "quake3", "csa", "csi"];
+/// VoIP codecs of D-ITG's VoIP model.
+pub const CODECS: &[&str] = &["G.711.1", "G.711.2", "G.723.1", "G.729.2", "G.729.3"];
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum CampaignError {
+    /// A key has a bad value, or a key is not known.
+    #[error("{origin}:{line}: `{key}`: {reason}")]
+    Invalid {
+        origin: String,
+        line: usize,
+        key: String,
+        reason: String,
+    },
+    /// The file is not TOML at all.
+    #[error("{origin}:{line}: {reason}")]
+    Syntax {
+        origin: String,
+        line: usize,
+        reason: String,
+    },
+}
+
+impl CampaignError {
+    pub fn line(&self) -> usize {
+        match self {
+            CampaignError::Invalid { line, .. } | CampaignError::Syntax { line, .. } => *line,
+        }
+    }
+}
+
+/// One matrix dimension. The declaration order is the order axes appear
+/// in scenario keys, so keys stay stable whatever order the file uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Axis {
+    Ip,
+    Transport,
+    Meter,
+    App,
+    Codec,
+    Payload,
+    Frame,
+    Pps,
+    Flows,
+    Mtu,
+    LinkRate,
+    Offloads,
+}
+
+impl Axis {
+    pub const ALL: [Axis; 12] = [
+        Axis::Ip,
+        Axis::Transport,
+        Axis::Meter,
+        Axis::App,
+        Axis::Codec,
+        Axis::Payload,
+        Axis::Frame,
+        Axis::Pps,
+        Axis::Flows,
+        Axis::Mtu,
+        Axis::LinkRate,
+        Axis::Offloads,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Axis::Ip => "ip",
+            Axis::Transport => "transport",
+            Axis::Meter => "meter",
+            Axis::App => "app",
+            Axis::Codec => "codec",
+            Axis::Payload => "payload",
+            Axis::Frame => "frame",
+            Axis::Pps => "pps",
+            Axis::Flows => "flows",
+            Axis::Mtu => "mtu",
+            Axis::LinkRate => "link_rate",
+            Axis::Offloads => "offloads",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Axis> {
+        Axis::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// Axes that change the test-bed's links (a change forces a rebuild).
+    pub fn is_link(self) -> bool {
+        matches!(self, Axis::Mtu | Axis::LinkRate | Axis::Offloads)
+    }
+}
+
+impl fmt::Display for Axis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where the traffic runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// Sender and receiver both on this host over 127.0.0.1 / ::1; no root
+    /// needed, no link settings possible.
+    Loopback,
+    /// An emulated test-bed built in network namespaces.
+    Testbed(TestbedTarget),
+    /// Real hosts: this host sends, a `wirebench recv` already runs on the
+    /// receiver.
+    Hosts(HostsTarget),
+}
+
+impl Target {
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Loopback => "loopback (127.0.0.1 / ::1)".into(),
+            Target::Testbed(t) => {
+                let what = match (&t.preset, &t.file) {
+                    (Some(p), _) => format!("preset {p}"),
+                    (None, Some(f)) => format!("topology file {f}"),
+                    _ => String::new(),
+                };
+                format!("test-bed {what}, {} -> {}", t.sender, t.receiver)
+            }
+            Target::Hosts(h) => format!(
+                "real hosts: receiver {}{}",
+                h.receiver.as_deref().unwrap_or("-"),
+                h.receiver6
+                    .as_deref()
+                    .map(|a| format!(" / {a}"))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestbedTarget {
+    pub preset: Option<String>,
+    /// Topology file, resolved relative to the campaign file.
+    pub file: Option<String>,
+    pub sender: String,
+    pub receiver: String,
+    /// Link settings used when no matrix axis sets them.
+    pub mtu: Option<u32>,
+    pub link_rate: Option<String>,
+    pub offloads: Option<bool>,
+    /// Name (prefix) of the test-bed.
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostsTarget {
+    pub receiver: Option<String>,
+    pub receiver6: Option<String>,
+    pub port: Option<u16>,
+    /// Known properties of the real path, for the upper bound only.
+    pub mtu: Option<u32>,
+    pub link_rate: Option<String>,
+}
+
+/// How long one run lasts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RunLength {
+    Duration { seconds: f64 },
+    Packets { count: u64 },
+    KBytes { count: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Order {
+    Sequential,
+    Shuffled { seed: u64 },
+}
+
+/// One block of axes; the campaign's scenarios are the union of the
+/// cross products of all blocks.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Matrix {
+    /// Axis → its values as canonical text, in the file's order.
+    pub axes: BTreeMap<Axis, Vec<String>>,
+}
+
+/// A parsed and validated campaign.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Campaign {
+    pub name: String,
+    pub description: String,
+    pub origin: String,
+    /// The campaign file exactly as read.
+    pub text: String,
+    pub target: Target,
+    pub matrices: Vec<Matrix>,
+    pub repetitions: u32,
+    pub length: RunLength,
+    pub warmup_s: f64,
+    pub pause_s: f64,
+    pub order: Order,
+    /// Base of every run's `--seed`.
+    pub seed: u64,
+    /// Baseline selector, e.g. `mtu=1500` or `ip=4`.
+    pub baseline: Option<String>,
+    /// Longest a single run may take before it is killed and counted failed.
+    pub run_timeout_s: Option<f64>,
+    /// True once `apply_quick` ran.
+    pub quick: bool,
+    quick_overrides: Option<Quick>,
+}
+
+/// The typed settings of one scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub ip: u8,
+    pub transport: String,
+    pub meter: String,
+    pub app: String,
+    pub codec: Option<String>,
+    /// Transport payload per packet (probe header included), when the
+    /// model is the constant one.
+    pub payload: Option<u32>,
+    pub frame: Option<u32>,
+    /// Packets per second, `None` = engine default; `max` = unpaced.
+    pub pps: Option<f64>,
+    pub max_rate: bool,
+    pub flows: u32,
+    pub mtu: Option<u32>,
+    pub link_rate: Option<String>,
+    pub link_bps: Option<f64>,
+    pub offloads: Option<bool>,
+}
+
+/// One point of the matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Stable identifier, e.g. `ip=4,transport=udp,payload=1408,mtu=1500`.
+    pub key: String,
+    /// Axis name → value text.
+    pub axes: BTreeMap<String, String>,
+    pub settings: Settings,
+}
+
+impl Scenario {
+    /// The link settings as a comparable key; a change means the test-bed
+    /// has to be rebuilt.
+    pub fn link_key(&self) -> (Option<u32>, Option<String>, Option<bool>) {
+        (
+            self.settings.mtu,
+            self.settings.link_rate.clone(),
+            self.settings.offloads,
+        )
+    }
+
+    /// True when the scenario matches every `axis=value` of a selector.
+    pub fn matches(&self, selector: &[(String, String)]) -> bool {
+        selector
+            .iter()
+            .all(|(k, v)| self.axes.get(k).is_some_and(|x| x == v))
+    }
+}
+
+// ---------------------------------------------------------------- raw TOML
+
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(untagged)]
+enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl Scalar {
+    fn text(&self) -> String {
+        match self {
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Float(f) => f.to_string(),
+            Scalar::Str(s) => s.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(untagged)]
+enum OneOrMany {
+    Many(Vec<Scalar>),
+    One(Scalar),
+}
+
+impl OneOrMany {
+    fn values(&self) -> Vec<Scalar> {
+        match self {
+            OneOrMany::Many(v) => v.clone(),
+            OneOrMany::One(s) => vec![s.clone()],
+        }
+    }
+}
+
+type AxisField = Option<Spanned<OneOrMany>>;
+
+#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+struct RawMatrix {
+    ip: AxisField,
+    transport: AxisField,
+    meter: AxisField,
+    app: AxisField,
+    codec: AxisField,
+    payload: AxisField,
+    frame: AxisField,
+    pps: AxisField,
+    flows: AxisField,
+    mtu: AxisField,
+    link_rate: AxisField,
+    offloads: AxisField,
+}
+
+impl RawMatrix {
+    fn fields(&self) -> Vec<(Axis, &Spanned<OneOrMany>)> {
+        let all = [
+            (Axis::Ip, &self.ip),
+            (Axis::Transport, &self.transport),
+            (Axis::Meter, &self.meter),
+            (Axis::App, &self.app),
+            (Axis::Codec, &self.codec),
+            (Axis::Payload, &self.payload),
+            (Axis::Frame, &self.frame),
+            (Axis::Pps, &self.pps),
+            (Axis::Flows, &self.flows),
+            (Axis::Mtu, &self.mtu),
+            (Axis::LinkRate, &self.link_rate),
+            (Axis::Offloads, &self.offloads),
+        ];
+        all.into_iter()
+            .filter_map(|(a, f)| f.as_ref().map(|f| (a, f)))
+            .collect()
+    }
+}
+
+/// `[matrix]` (one table) or `[[matrix]]` (several). Not an untagged enum:
+/// that would buffer the values and lose the spans and the unknown-key
+/// errors that name the line.
+#[derive(Debug)]
+enum RawMatrices {
+    Many(Vec<Spanned<RawMatrix>>),
+    One(Box<RawMatrix>),
+}
+
+impl<'de> Deserialize<'de> for RawMatrices {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawMatrices;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a [matrix] table or [[matrix]] blocks")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawMatrices, A::Error> {
+                RawMatrix::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(|m| RawMatrices::One(Box::new(m)))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<RawMatrices, A::Error> {
+                Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(RawMatrices::Many)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct RawTestbed {
+    preset: Option<Spanned<String>>,
+    file: Option<Spanned<String>>,
+    sender: Option<Spanned<String>>,
+    receiver: Option<Spanned<String>>,
+    mtu: Option<Spanned<i64>>,
+    link_rate: Option<Spanned<String>>,
+    offloads: Option<Spanned<bool>>,
+    name: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct RawHosts {
+    receiver: Option<Spanned<String>>,
+    receiver6: Option<Spanned<String>>,
+    port: Option<Spanned<i64>>,
+    mtu: Option<Spanned<i64>>,
+    link_rate: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct RawLoopback {}
+
+#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+struct Quick {
+    repetitions: Option<Spanned<i64>>,
+    duration_s: Option<Spanned<f64>>,
+    packets: Option<Spanned<i64>>,
+    kbytes: Option<Spanned<i64>>,
+    warmup_s: Option<Spanned<f64>>,
+    pause_s: Option<Spanned<f64>>,
+    // The axes, spelled out: `#[serde(flatten)]` would buffer the values
+    // and lose their line numbers.
+    ip: AxisField,
+    transport: AxisField,
+    meter: AxisField,
+    app: AxisField,
+    codec: AxisField,
+    payload: AxisField,
+    frame: AxisField,
+    pps: AxisField,
+    flows: AxisField,
+    mtu: AxisField,
+    link_rate: AxisField,
+    offloads: AxisField,
+}
+
+impl Quick {
+    fn axes(&self) -> RawMatrix {
+        RawMatrix {
+            ip: self.ip.clone(),
+            transport: self.transport.clone(),
+            meter: self.meter.clone(),
+            app: self.app.clone(),
+            codec: self.codec.clone(),
+            payload: self.payload.clone(),
+            frame: self.frame.clone(),
+            pps: self.pps.clone(),
+            flows: self.flows.clone(),
+            mtu: self.mtu.clone(),
+            link_rate: self.link_rate.clone(),
+            offloads: self.offloads.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCampaign {
+    name: Option<Spanned<String>>,
+    description: Option<String>,
+    repetitions: Option<Spanned<i64>>,
+    duration_s: Option<Spanned<f64>>,
+    packets: Option<Spanned<i64>>,
+    kbytes: Option<Spanned<i64>>,
+    warmup_s: Option<Spanned<f64>>,
+    pause_s: Option<Spanned<f64>>,
+    order: Option<Spanned<String>>,
+    seed: Option<Spanned<i64>>,
+    baseline: Option<Spanned<String>>,
+    run_timeout_s: Option<Spanned<f64>>,
+    testbed: Option<Spanned<RawTestbed>>,
+    hosts: Option<Spanned<RawHosts>>,
+    loopback: Option<Spanned<RawLoopback>>,
+    matrix: Option<RawMatrices>,
+    quick: Option<Spanned<Quick>>,
+}
+
+// ---------------------------------------------------------------- parsing
+
+struct Ctx<'a> {
+    origin: &'a str,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn line_of(&self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        self.text.as_bytes()[..end]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count()
+            + 1
+    }
+
+    fn err(&self, offset: usize, key: &str, reason: impl Into<String>) -> CampaignError {
+        CampaignError::Invalid {
+            origin: self.origin.to_string(),
+            line: self.line_of(offset),
+            key: key.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn at<T>(&self, s: &Spanned<T>, key: &str, reason: impl Into<String>) -> CampaignError {
+        self.err(s.span().start, key, reason)
+    }
+
+    /// A serde/toml error: pull out the key of "unknown field `x`" so the
+    /// message names it like every other error.
+    fn toml_err(&self, e: toml::de::Error) -> CampaignError {
+        let line = e.span().map(|s| self.line_of(s.start)).unwrap_or(1);
+        let msg = e.message().trim().to_string();
+        if let Some(rest) = msg.strip_prefix("unknown field `") {
+            if let Some(end) = rest.find('`') {
+                let key = &rest[..end];
+                let expected = rest[end + 1..].trim_start_matches(',').trim();
+                return CampaignError::Invalid {
+                    origin: self.origin.to_string(),
+                    line,
+                    key: key.to_string(),
+                    reason: format!("unknown key ({expected})"),
+                };
+            }
+        }
+        CampaignError::Syntax {
+            origin: self.origin.to_string(),
+            line,
+            reason: msg,
+        }
+    }
+}
+
+fn positive_u64(ctx: &Ctx, v: &Spanned<i64>, key: &str) -> Result<u64, CampaignError> {
+    let x = *v.get_ref();
+    if x <= 0 {
+        return Err(ctx.at(v, key, format!("must be a positive whole number, got {x}")));
+    }
+    Ok(x as u64)
+}
+
+fn seconds(ctx: &Ctx, v: &Spanned<f64>, key: &str, allow_zero: bool) -> Result<f64, CampaignError> {
+    let x = *v.get_ref();
+    let ok = x.is_finite() && (x > 0.0 || (allow_zero && x == 0.0)) && x <= 86_400.0;
+    if !ok {
+        let want = if allow_zero { "0" } else { "more than 0" };
+        return Err(ctx.at(
+            v,
+            key,
+            format!("must be {want} and at most 86400 seconds, got {x}"),
+        ));
+    }
+    Ok(x)
+}
+
+/// Parses a link rate such as `100mbit`, `1gbit`, `10Mbps` (bits per
+/// second; `bps`/`bit` both mean bits, as tc does for `bit`).
+pub fn parse_link_rate(s: &str) -> Option<f64> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let mult = match unit.trim() {
+        "" | "bit" | "bps" => 1.0,
+        "k" | "kbit" | "kbps" => 1e3,
+        "m" | "mbit" | "mbps" => 1e6,
+        "g" | "gbit" | "gbps" => 1e9,
+        "t" | "tbit" | "tbps" => 1e12,
+        _ => return None,
+    };
+    let bps = n * mult;
+    (bps.is_finite() && bps >= 1000.0).then_some(bps)
+}
+
+/// Validates one axis value and returns its canonical text.
+fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<String, CampaignError> {
+    let key = axis.name();
+    let bad = |reason: String| Err(ctx.err(offset, key, reason));
+    let int = |v: &Scalar| match v {
+        Scalar::Int(i) => Some(*i),
+        _ => None,
+    };
+    match axis {
+        Axis::Ip => match int(v) {
+            Some(4) | Some(6) => Ok(v.text()),
+            _ => bad(format!("IP version must be 4 or 6, got {}", v.text())),
+        },
+        Axis::Transport => match v {
+            Scalar::Str(s) if s == "udp" || s == "tcp" => Ok(s.clone()),
+            _ => bad(format!("transport must be \"udp\" or \"tcp\", got {}", v.text())),
+        },
+        Axis::Meter => match v {
+            Scalar::Str(s) if s == "owd" || s == "rtt" => Ok(s.clone()),
+            _ => bad(format!("meter must be \"owd\" or \"rtt\", got {}", v.text())),
+        },
+        Axis::App => match v {
+            Scalar::Str(s) if APPS.contains(&s.to_ascii_lowercase().as_str()) => {
+                Ok(s.to_ascii_lowercase())
+            }
+            _ => bad(format!(
+                "unknown application {}; known: {}",
+                v.text(),
+                APPS.join(", ")
+            )),
+        },
+        Axis::Codec => match v {
+            Scalar::Str(s) if CODECS.iter().any(|c| c.eq_ignore_ascii_case(s)) => Ok(CODECS
+                .iter()
+                .find(|c| c.eq_ignore_ascii_case(s))
+                .map(|c| c.to_string())
+                .unwrap_or_default()),
+            _ => bad(format!("unknown codec {}; known: {}", v.text(), CODECS.join(", "))),
+        },
+        Axis::Payload => match int(v) {
+            Some(b) if (MIN_PAYLOAD as i64..=MAX_PAYLOAD as i64).contains(&b) => Ok(b.to_string()),
+            _ => bad(format!(
+                "payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes (the probe header alone is {MIN_PAYLOAD}), got {}",
+                v.text()
+            )),
+        },
+        Axis::Frame => match int(v) {
+            Some(b) if (64..=65553).contains(&b) => Ok(b.to_string()),
+            _ => bad(format!("Ethernet frame size must be 64..=65553 bytes, got {}", v.text())),
+        },
+        Axis::Pps => match v {
+            Scalar::Str(s) if s == "max" => Ok("max".into()),
+            Scalar::Int(i) if *i > 0 => Ok(i.to_string()),
+            Scalar::Float(f) if f.is_finite() && *f > 0.0 => Ok(f.to_string()),
+            _ => bad(format!(
+                "rate must be a positive number of packets per second or \"max\", got {}",
+                v.text()
+            )),
+        },
+        Axis::Flows => match int(v) {
+            Some(n) if (1..=1024).contains(&n) => Ok(n.to_string()),
+            _ => bad(format!("flows must be 1..=1024, got {}", v.text())),
+        },
+        Axis::Mtu => match int(v) {
+            Some(m) if (68..=65535).contains(&m) => Ok(m.to_string()),
+            _ => bad(format!("MTU must be 68..=65535, got {}", v.text())),
+        },
+        Axis::LinkRate => match v {
+            Scalar::Str(s) if parse_link_rate(s).is_some() => Ok(s.to_ascii_lowercase()),
+            _ => bad(format!(
+                "link rate must look like \"100mbit\" or \"1gbit\", got {}",
+                v.text()
+            )),
+        },
+        Axis::Offloads => match v {
+            Scalar::Bool(b) => Ok(b.to_string()),
+            Scalar::Str(s) if s == "on" || s == "off" => Ok((s == "on").to_string()),
+            _ => bad(format!("offloads must be true/false (or \"on\"/\"off\"), got {}", v.text())),
+        },
+    }
+}
+
+fn check_axis(
+    ctx: &Ctx,
+    axis: Axis,
+    field: &Spanned<OneOrMany>,
+) -> Result<Vec<String>, CampaignError> {
+    let values = field.get_ref().values();
+    if values.is_empty() {
+        return Err(ctx.at(field, axis.name(), "axis is empty; give at least one value"));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for v in &values {
+        let t = check_value(ctx, field.span().start, axis, v)?;
+        if out.contains(&t) {
+            return Err(ctx.at(field, axis.name(), format!("value {t} is listed twice")));
+        }
+        out.push(t);
+    }
+    Ok(out)
+}
+
+fn check_matrix(
+    ctx: &Ctx,
+    raw: &RawMatrix,
+    at: usize,
+    target: &Target,
+) -> Result<Matrix, CampaignError> {
+    let mut m = Matrix::default();
+    let fields = raw.fields();
+    for (axis, field) in &fields {
+        let values = check_axis(ctx, *axis, field)?;
+        m.axes.insert(*axis, values);
+    }
+    let span_of = |a: Axis| {
+        fields
+            .iter()
+            .find(|(x, _)| *x == a)
+            .map(|(_, f)| f.span().start)
+            .unwrap_or(at)
+    };
+    if m.axes.contains_key(&Axis::Payload) && m.axes.contains_key(&Axis::Frame) {
+        return Err(ctx.err(
+            span_of(Axis::Frame),
+            "frame",
+            "give either `payload` or `frame`, not both, in one matrix",
+        ));
+    }
+    if let Some(apps) = m.axes.get(&Axis::App) {
+        let modelled = apps.iter().any(|a| a != "constant");
+        for a in [Axis::Payload, Axis::Frame, Axis::Pps] {
+            if modelled && m.axes.contains_key(&a) {
+                return Err(ctx.err(
+                    span_of(a),
+                    a.name(),
+                    "application models set their own sizes and rates; put this sweep in its own [[matrix]] block",
+                ));
+            }
+        }
+    }
+    if m.axes.contains_key(&Axis::Codec)
+        && !m
+            .axes
+            .get(&Axis::App)
+            .is_some_and(|a| a.iter().any(|x| x == "voip"))
+    {
+        return Err(ctx.err(
+            span_of(Axis::Codec),
+            "codec",
+            "a codec needs app = \"voip\" in the same matrix",
+        ));
+    }
+    if let Some(apps) = m.axes.get(&Axis::App) {
+        if apps.iter().any(|a| a == "voip") && !m.axes.contains_key(&Axis::Codec) {
+            return Err(ctx.err(
+                span_of(Axis::App),
+                "app",
+                "app \"voip\" needs a `codec` axis",
+            ));
+        }
+    }
+    for a in [Axis::Mtu, Axis::LinkRate, Axis::Offloads] {
+        if m.axes.contains_key(&a) && !matches!(target, Target::Testbed(_)) {
+            return Err(ctx.err(
+                span_of(a),
+                a.name(),
+                "link settings can only be varied on an emulated [testbed]",
+            ));
+        }
+    }
+    if let Some(frames) = m.axes.get(&Axis::Frame) {
+        // The smallest payload a frame axis can produce must still hold the probe header.
+        for f in frames {
+            let f: u32 = f.parse().unwrap_or(0);
+            if frame_to_payload(f, 6, "tcp").is_none_or(|p| p < MIN_PAYLOAD) {
+                return Err(ctx.err(
+                    span_of(Axis::Frame),
+                    "frame",
+                    format!(
+                        "frame {f} B leaves less than the {MIN_PAYLOAD} B probe header after Ethernet, IPv6 and TCP headers"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(m)
+}
+
+/// Transport payload carried by an Ethernet frame of `frame` bytes (header
+/// and FCS included): frame − 18 − IP header − transport header (UDP 8;
+/// TCP 20 + 12 of timestamps).
+pub fn frame_to_payload(frame: u32, ip: u8, transport: &str) -> Option<u32> {
+    let ip_h = if ip == 6 { 40 } else { 20 };
+    let l4 = if transport == "tcp" { 32 } else { 8 };
+    frame.checked_sub(18 + ip_h + l4)
+}
+
+fn opt_string(s: &Option<Spanned<String>>) -> Option<String> {
+    s.as_ref().map(|x| x.get_ref().clone())
+}
+
+fn check_mtu(ctx: &Ctx, v: &Option<Spanned<i64>>) -> Result<Option<u32>, CampaignError> {
+    match v {
+        None => Ok(None),
+        Some(m) if (68..=65535).contains(m.get_ref()) => Ok(Some(*m.get_ref() as u32)),
+        Some(m) => Err(ctx.at(
+            m,
+            "mtu",
+            format!("MTU must be 68..=65535, got {}", m.get_ref()),
+        )),
+    }
+}
+
+fn check_rate(ctx: &Ctx, v: &Option<Spanned<String>>) -> Result<Option<String>, CampaignError> {
+    match v {
+        None => Ok(None),
+        Some(r) if parse_link_rate(r.get_ref()).is_some() => {
+            Ok(Some(r.get_ref().to_ascii_lowercase()))
+        }
+        Some(r) => Err(ctx.at(
+            r,
+            "link_rate",
+            format!(
+                "link rate must look like \"100mbit\" or \"1gbit\", got {:?}",
+                r.get_ref()
+            ),
+        )),
+    }
+}
+
+const PRESETS: &[&str] = &["direct", "router", "two-routers"];
+
+fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
+    let given = [
+        raw.testbed.is_some(),
+        raw.hosts.is_some(),
+        raw.loopback.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
+    if given != 1 {
+        return Err(ctx.err(
+            0,
+            "testbed",
+            "give exactly one of [testbed], [hosts] or [loopback]",
+        ));
+    }
+    if raw.loopback.is_some() {
+        return Ok(Target::Loopback);
+    }
+    if let Some(h) = &raw.hosts {
+        let hr = h.get_ref();
+        let check_addr = |a: &Option<Spanned<String>>,
+                          key: &str,
+                          v6: bool|
+         -> Result<Option<String>, CampaignError> {
+            match a {
+                None => Ok(None),
+                Some(s) => {
+                    let ok = s
+                        .get_ref()
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_ipv6() == v6);
+                    let want = if v6 { "an IPv6" } else { "an IPv4" };
+                    if ok {
+                        Ok(Some(s.get_ref().clone()))
+                    } else {
+                        Err(ctx.at(
+                            s,
+                            key,
+                            format!("must be {want} address, got {:?}", s.get_ref()),
+                        ))
+                    }
+                }
+            }
+        };
+        let receiver = check_addr(&hr.receiver, "receiver", false)?;
+        let receiver6 = check_addr(&hr.receiver6, "receiver6", true)?;
+        if receiver.is_none() && receiver6.is_none() {
+            return Err(ctx.at(
+                h,
+                "receiver",
+                "[hosts] needs `receiver` (IPv4) and/or `receiver6` (IPv6)",
+            ));
+        }
+        let port = match &hr.port {
+            None => None,
+            Some(p) if (1..=65535).contains(p.get_ref()) => Some(*p.get_ref() as u16),
+            Some(p) => {
+                return Err(ctx.at(
+                    p,
+                    "port",
+                    format!("port must be 1..=65535, got {}", p.get_ref()),
+                ))
+            }
+        };
+        return Ok(Target::Hosts(HostsTarget {
+            receiver,
+            receiver6,
+            port,
+            mtu: check_mtu(ctx, &hr.mtu)?,
+            link_rate: check_rate(ctx, &hr.link_rate)?,
+        }));
+    }
+    let t = raw
+        .testbed
+        .as_ref()
+        .map(|t| t.get_ref().clone())
+        .unwrap_or_else(|| RawTestbed {
+            preset: None,
+            file: None,
+            sender: None,
+            receiver: None,
+            mtu: None,
+            link_rate: None,
+            offloads: None,
+            name: None,
+        });
+    let span = raw.testbed.as_ref().map(|s| s.span().start).unwrap_or(0);
+    match (&t.preset, &t.file) {
+        (Some(_), Some(f)) => {
+            return Err(ctx.at(f, "file", "give either `preset` or `file`, not both"))
+        }
+        (None, None) => return Err(ctx.err(span, "preset", "[testbed] needs `preset` or `file`")),
+        (Some(p), None) if !PRESETS.contains(&p.get_ref().as_str()) => {
+            return Err(ctx.at(
+                p,
+                "preset",
+                format!(
+                    "unknown preset {:?}; known: {}",
+                    p.get_ref(),
+                    PRESETS.join(", ")
+                ),
+            ))
+        }
+        _ => {}
+    }
+    let default_receiver = match t.preset.as_ref().map(|p| p.get_ref().as_str()) {
+        Some(_) => "b",
+        None => "",
+    };
+    let sender = opt_string(&t.sender).unwrap_or_else(|| {
+        if default_receiver.is_empty() {
+            String::new()
+        } else {
+            "a".into()
+        }
+    });
+    let receiver = opt_string(&t.receiver).unwrap_or_else(|| default_receiver.to_string());
+    if sender.is_empty() || receiver.is_empty() {
+        return Err(ctx.err(
+            span,
+            "sender",
+            "a topology file needs `sender` and `receiver` node names",
+        ));
+    }
+    if sender == receiver {
+        return Err(ctx.err(
+            span,
+            "receiver",
+            "sender and receiver must be different nodes",
+        ));
+    }
+    let name = opt_string(&t.name).unwrap_or_else(|| "wbc".into());
+    if name.is_empty() || name.len() > 6 || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
+        let at = t.name.as_ref().map(|n| n.span().start).unwrap_or(span);
+        return Err(ctx.err(
+            at,
+            "name",
+            format!("test-bed name must be 1-6 letters or digits, got {name:?}"),
+        ));
+    }
+    Ok(Target::Testbed(TestbedTarget {
+        preset: opt_string(&t.preset),
+        file: opt_string(&t.file),
+        sender,
+        receiver,
+        mtu: check_mtu(ctx, &t.mtu)?,
+        link_rate: check_rate(ctx, &t.link_rate)?,
+        offloads: t.offloads.as_ref().map(|o| *o.get_ref()),
+        name,
+    }))
+}
+
+fn check_length(
+    ctx: &Ctx,
+    duration: &Option<Spanned<f64>>,
+    packets: &Option<Spanned<i64>>,
+    kbytes: &Option<Spanned<i64>>,
+) -> Result<Option<RunLength>, CampaignError> {
+    let n = [duration.is_some(), packets.is_some(), kbytes.is_some()]
+        .iter()
+        .filter(|x| **x)
+        .count();
+    if n > 1 {
+        let at = packets
+            .as_ref()
+            .map(|p| p.span().start)
+            .or(kbytes.as_ref().map(|k| k.span().start))
+            .unwrap_or(0);
+        return Err(ctx.err(
+            at,
+            "duration_s",
+            "give only one of `duration_s`, `packets` or `kbytes`",
+        ));
+    }
+    if let Some(d) = duration {
+        return Ok(Some(RunLength::Duration {
+            seconds: seconds(ctx, d, "duration_s", false)?,
+        }));
+    }
+    if let Some(p) = packets {
+        return Ok(Some(RunLength::Packets {
+            count: positive_u64(ctx, p, "packets")?,
+        }));
+    }
+    if let Some(k) = kbytes {
+        return Ok(Some(RunLength::KBytes {
+            count: positive_u64(ctx, k, "kbytes")?,
+        }));
+    }
+    Ok(None)
+}
+
+fn check_repetitions(ctx: &Ctx, r: &Spanned<i64>) -> Result<u32, CampaignError> {
+    let x = *r.get_ref();
+    if !(1..=10_000).contains(&x) {
+        return Err(ctx.at(r, "repetitions", format!("must be 1..=10000, got {x}")));
+    }
+    Ok(x as u32)
+}
+
+/// Parses `axis=value,axis=value`.
+pub fn parse_selector(s: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=')?;
+        out.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+impl Campaign {
+    /// Parses and validates a campaign file. `origin` (usually the path)
+    /// prefixes every error message.
+    pub fn parse(text: &str, origin: &str) -> Result<Campaign, CampaignError> {
+        let ctx = Ctx { origin, text };
+        let raw: RawCampaign = toml::from_str(text).map_err(|e| ctx.toml_err(e))?;
+        let target = check_target(&ctx, &raw)?;
+
+        let matrix_at = text.find("matrix]").unwrap_or(0);
+        let raw_matrices: Vec<(RawMatrix, usize)> = match &raw.matrix {
+            None => {
+                return Err(ctx.err(
+                    0,
+                    "matrix",
+                    "a campaign needs a [matrix] table (or [[matrix]] blocks)",
+                ))
+            }
+            Some(RawMatrices::One(one)) => vec![((**one).clone(), matrix_at)],
+            Some(RawMatrices::Many(many)) => many
+                .iter()
+                .map(|m| (m.get_ref().clone(), m.span().start))
+                .collect(),
+        };
+        if raw_matrices.is_empty() {
+            return Err(ctx.err(matrix_at, "matrix", "no matrix blocks given"));
+        }
+        let matrices = raw_matrices
+            .iter()
+            .map(|(m, at)| check_matrix(&ctx, m, *at, &target))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let repetitions = match &raw.repetitions {
+            Some(r) => check_repetitions(&ctx, r)?,
+            None => 1,
+        };
+        let length = check_length(&ctx, &raw.duration_s, &raw.packets, &raw.kbytes)?
+            .unwrap_or(RunLength::Duration { seconds: 10.0 });
+        let warmup_s = match &raw.warmup_s {
+            Some(w) => seconds(&ctx, w, "warmup_s", true)?,
+            None => 0.0,
+        };
+        let pause_s = match &raw.pause_s {
+            Some(w) => seconds(&ctx, w, "pause_s", true)?,
+            None => 0.0,
+        };
+        let seed = match &raw.seed {
+            Some(s) if *s.get_ref() >= 0 => *s.get_ref() as u64,
+            Some(s) => return Err(ctx.at(s, "seed", "seed must not be negative")),
+            None => 1,
+        };
+        let order = match &raw.order {
+            None => Order::Sequential,
+            Some(o) => match o.get_ref().as_str() {
+                "sequential" => Order::Sequential,
+                "shuffled" => Order::Shuffled { seed },
+                other => {
+                    return Err(ctx.at(
+                        o,
+                        "order",
+                        format!("order must be \"sequential\" or \"shuffled\", got {other:?}"),
+                    ))
+                }
+            },
+        };
+        let run_timeout_s = match &raw.run_timeout_s {
+            Some(t) => Some(seconds(&ctx, t, "run_timeout_s", false)?),
+            None => None,
+        };
+        let name = match &raw.name {
+            Some(n) => {
+                let s = n.get_ref().trim().to_string();
+                if s.is_empty() {
+                    return Err(ctx.at(n, "name", "name must not be empty"));
+                }
+                s
+            }
+            None => std::path::Path::new(origin)
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "campaign".into()),
+        };
+        let quick_overrides = match &raw.quick {
+            None => None,
+            Some(q) => {
+                let qr = q.get_ref();
+                if let Some(r) = &qr.repetitions {
+                    check_repetitions(&ctx, r)?;
+                }
+                check_length(&ctx, &qr.duration_s, &qr.packets, &qr.kbytes)?;
+                for (k, v) in [("warmup_s", &qr.warmup_s), ("pause_s", &qr.pause_s)] {
+                    if let Some(v) = v {
+                        seconds(&ctx, v, k, true)?;
+                    }
+                }
+                for (axis, field) in qr.axes().fields() {
+                    check_axis(&ctx, axis, field)?;
+                    if !matrices.iter().any(|m| m.axes.contains_key(&axis)) {
+                        return Err(ctx.at(
+                            field,
+                            axis.name(),
+                            "[quick] overrides an axis no matrix has",
+                        ));
+                    }
+                }
+                Some(qr.clone())
+            }
+        };
+
+        let mut c = Campaign {
+            name,
+            description: raw.description.clone().unwrap_or_default(),
+            origin: origin.to_string(),
+            text: text.to_string(),
+            target,
+            matrices,
+            repetitions,
+            length,
+            warmup_s,
+            pause_s,
+            order,
+            seed,
+            baseline: None,
+            run_timeout_s,
+            quick: false,
+            quick_overrides,
+        };
+        // Overridden matrices must still be valid (e.g. quick sizes with apps).
+        if c.quick_overrides.is_some() {
+            let mut q = c.clone();
+            q.apply_quick_inner(&ctx)?;
+        }
+        if let Some(b) = &raw.baseline {
+            c.check_baseline(&ctx, b)?;
+            c.baseline = Some(b.get_ref().clone());
+        }
+        Ok(c)
+    }
+
+    fn check_baseline(&self, ctx: &Ctx, b: &Spanned<String>) -> Result<(), CampaignError> {
+        let sel = parse_selector(b.get_ref()).ok_or_else(|| {
+            ctx.at(
+                b,
+                "baseline",
+                "baseline must look like \"mtu=1500\" or \"ip=4,transport=udp\"",
+            )
+        })?;
+        let scenarios = self.expand();
+        for (k, v) in &sel {
+            if Axis::from_name(k).is_none() {
+                return Err(ctx.at(b, "baseline", format!("unknown axis {k:?}")));
+            }
+            if !scenarios.iter().any(|s| s.axes.get(k) == Some(v)) {
+                return Err(ctx.at(b, "baseline", format!("no scenario has {k}={v}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the `[quick]` table (and repetitions = 2 unless it says
+    /// otherwise): a short version of the same study.
+    pub fn apply_quick(&mut self) -> Result<(), CampaignError> {
+        let text = self.text.clone();
+        let origin = self.origin.clone();
+        let ctx = Ctx {
+            origin: &origin,
+            text: &text,
+        };
+        self.apply_quick_inner(&ctx)
+    }
+
+    fn apply_quick_inner(&mut self, ctx: &Ctx) -> Result<(), CampaignError> {
+        self.quick = true;
+        let q = self.quick_overrides.clone().unwrap_or_default();
+        self.repetitions = match &q.repetitions {
+            Some(r) => check_repetitions(ctx, r)?,
+            None => 2,
+        };
+        match check_length(ctx, &q.duration_s, &q.packets, &q.kbytes)? {
+            Some(l) => self.length = l,
+            None => {
+                if let RunLength::Duration { seconds } = self.length {
+                    self.length = RunLength::Duration {
+                        seconds: seconds.min(2.0),
+                    };
+                }
+            }
+        }
+        if let Some(w) = &q.warmup_s {
+            self.warmup_s = *w.get_ref();
+        }
+        if let Some(p) = &q.pause_s {
+            self.pause_s = *p.get_ref();
+        }
+        for (axis, field) in q.axes().fields() {
+            let values = check_axis(ctx, axis, field)?;
+            for m in &mut self.matrices {
+                if m.axes.contains_key(&axis) {
+                    m.axes.insert(axis, values.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every axis name used by any matrix, in key order.
+    pub fn axis_names(&self) -> Vec<String> {
+        let mut set: Vec<Axis> = self
+            .matrices
+            .iter()
+            .flat_map(|m| m.axes.keys().copied())
+            .collect();
+        set.sort();
+        set.dedup();
+        set.into_iter().map(|a| a.name().to_string()).collect()
+    }
+
+    /// The matrix expanded to scenarios (repetitions not included), in file
+    /// order, duplicates across blocks removed.
+    pub fn expand(&self) -> Vec<Scenario> {
+        let mut out: Vec<Scenario> = Vec::new();
+        for m in &self.matrices {
+            let axes: Vec<(&Axis, &Vec<String>)> = m.axes.iter().collect();
+            let total: usize = axes.iter().map(|(_, v)| v.len()).product();
+            for idx in 0..total {
+                // Mixed-radix counter: the last axis varies fastest.
+                let mut rem = idx;
+                let mut pick: BTreeMap<Axis, String> = BTreeMap::new();
+                for (a, vals) in axes.iter().rev() {
+                    pick.insert(**a, vals[rem % vals.len()].clone());
+                    rem /= vals.len();
+                }
+                if pick.get(&Axis::App).is_some_and(|a| a != "voip") {
+                    pick.remove(&Axis::Codec);
+                }
+                let s = self.scenario_from(pick);
+                if !out.iter().any(|o| o.key == s.key) {
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    fn scenario_from(&self, pick: BTreeMap<Axis, String>) -> Scenario {
+        let key = pick
+            .iter()
+            .map(|(a, v)| format!("{}={v}", a.name()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let get = |a: Axis| pick.get(&a).cloned();
+        let (tb_mtu, tb_rate, tb_off) = match &self.target {
+            Target::Testbed(t) => (t.mtu, t.link_rate.clone(), t.offloads),
+            Target::Hosts(h) => (h.mtu, h.link_rate.clone(), None),
+            Target::Loopback => (None, None, None),
+        };
+        let ip: u8 = get(Axis::Ip).and_then(|v| v.parse().ok()).unwrap_or(4);
+        let transport = get(Axis::Transport).unwrap_or_else(|| "udp".into());
+        let frame: Option<u32> = get(Axis::Frame).and_then(|v| v.parse().ok());
+        let payload = match frame {
+            Some(f) => frame_to_payload(f, ip, &transport),
+            None => get(Axis::Payload).and_then(|v| v.parse().ok()),
+        };
+        let pps_text = get(Axis::Pps);
+        let link_rate = get(Axis::LinkRate).or(tb_rate);
+        let settings = Settings {
+            ip,
+            transport,
+            meter: get(Axis::Meter).unwrap_or_else(|| "owd".into()),
+            app: get(Axis::App).unwrap_or_else(|| "constant".into()),
+            codec: get(Axis::Codec),
+            payload,
+            frame,
+            pps: pps_text.as_deref().and_then(|p| p.parse().ok()),
+            max_rate: pps_text.as_deref() == Some("max"),
+            flows: get(Axis::Flows).and_then(|v| v.parse().ok()).unwrap_or(1),
+            mtu: get(Axis::Mtu).and_then(|v| v.parse().ok()).or(tb_mtu),
+            link_bps: link_rate.as_deref().and_then(parse_link_rate),
+            link_rate,
+            offloads: get(Axis::Offloads).and_then(|v| v.parse().ok()).or(tb_off),
+        };
+        let axes = pick
+            .into_iter()
+            .map(|(a, v)| (a.name().to_string(), v))
+            .collect();
+        Scenario {
+            key,
+            axes,
+            settings,
+        }
+    }
+
+    /// Total planned runs: scenarios × repetitions.
+    pub fn planned_runs(&self) -> usize {
+        self.expand().len() * self.repetitions as usize
+    }
+
+    /// The axis a chart should put on x: the first of payload, frame, mtu,
+    /// pps that has more than one value.
+    pub fn x_axis(&self) -> Option<String> {
+        for a in [
+            Axis::Payload,
+            Axis::Frame,
+            Axis::Mtu,
+            Axis::Pps,
+            Axis::Flows,
+        ] {
+            let n: usize = self
+                .matrices
+                .iter()
+                .filter_map(|m| m.axes.get(&a).map(|v| v.len()))
+                .max()
+                .unwrap_or(0);
+            if n > 1 {
+                return Some(a.name().to_string());
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,118 @@
+//! Campaign files: bad input fails before anything runs, naming line and key;
+//! good files expand to the expected scenarios.
+
+use wirebench_campaign::campaign::{Campaign, CampaignError, RunLength};
+
+const GOOD: &str = r#"
+name = "t"
+repetitions = 3
+duration_s = 5
+baseline = "ip=4"
+
+[loopback]
+
+[matrix]
+ip = [4, 6]
+transport = ["udp", "tcp"]
+payload = [64, 1408]
+
+[quick]
+payload = [64]
+duration_s = 1
+"#;
+
+fn err(text: &str) -> CampaignError {
+    Campaign::parse(text, "c.toml").expect_err("must fail")
+}
+
+fn assert_names(e: &CampaignError, line: usize, key: &str) {
+    let msg = e.to_string();
+    assert_eq!(e.line(), line, "line in {msg}");
+    assert!(msg.contains(&format!("c.toml:{line}:")), "{msg}");
+    assert!(msg.contains(key), "key {key} not in {msg}");
+}
+
+#[test]
+fn good_file_expands() {
+    let c = Campaign::parse(GOOD, "c.toml").unwrap();
+    let s = c.expand();
+    assert_eq!(s.len(), 8);
+    assert_eq!(c.planned_runs(), 24);
+    assert_eq!(s[0].key, "ip=4,transport=udp,payload=64");
+    assert_eq!(s[7].key, "ip=6,transport=tcp,payload=1408");
+    assert_eq!(c.length, RunLength::Duration { seconds: 5.0 });
+    assert_eq!(c.x_axis().as_deref(), Some("payload"));
+    let mut q = c.clone();
+    q.apply_quick().unwrap();
+    assert_eq!(q.repetitions, 2);
+    assert_eq!(q.expand().len(), 4);
+    assert_eq!(q.length, RunLength::Duration { seconds: 1.0 });
+}
+
+#[test]
+fn unknown_key_top_level() {
+    let e = err("name = \"x\"\nrepetitons = 3\n[loopback]\n[matrix]\nip = [4]\n");
+    assert_names(&e, 2, "repetitons");
+}
+
+#[test]
+fn unknown_key_in_matrix() {
+    let e = err("[loopback]\n[matrix]\nip = [4]\npaylaod = [64]\n");
+    assert_names(&e, 4, "paylaod");
+}
+
+#[test]
+fn empty_axis() {
+    let e = err("[loopback]\n[matrix]\nip = [4]\n\ntransport = []\n");
+    assert_names(&e, 5, "transport");
+    assert!(e.to_string().contains("empty"));
+}
+
+#[test]
+fn repetitions_zero() {
+    let e = err("repetitions = 0\n[loopback]\n[matrix]\nip = [4]\n");
+    assert_names(&e, 1, "repetitions");
+}
+
+#[test]
+fn unknown_application() {
+    let e = err("[loopback]\n[[matrix]]\nip = [4]\n[[matrix]]\napp = [\"dns\", \"skype\"]\n");
+    assert_names(&e, 5, "app");
+    assert!(e.to_string().contains("skype"));
+}
+
+#[test]
+fn link_axes_need_a_testbed() {
+    let e = err("[loopback]\n[matrix]\nmtu = [1500, 9000]\n");
+    assert_names(&e, 3, "mtu");
+}
+
+#[test]
+fn codec_only_with_voip_and_deduplicated() {
+    let c = Campaign::parse(
+        "[testbed]\npreset = \"router\"\nmtu = 1500\nlink_rate = \"100mbit\"\n[matrix]\napp = [\"dns\", \"voip\"]\ncodec = [\"G.711.1\", \"g.729.2\"]\n",
+        "c.toml",
+    )
+    .unwrap();
+    let keys: Vec<String> = c.expand().into_iter().map(|s| s.key).collect();
+    assert_eq!(
+        keys,
+        vec![
+            "app=dns",
+            "app=voip,codec=G.711.1",
+            "app=voip,codec=G.729.2"
+        ]
+    );
+}
+
+#[test]
+fn bad_baseline_named() {
+    let e = err("baseline = \"ip=5\"\n[loopback]\n[matrix]\nip = [4, 6]\n");
+    assert_names(&e, 1, "baseline");
+}
+
+#[test]
+fn syntax_error_has_line() {
+    let e = err("[loopback]\n[matrix]\nip = [4,\n\n");
+    assert!(e.line() >= 3, "{e}");
+}
