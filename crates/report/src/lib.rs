@@ -1,1 +1,79 @@
-//! placeholder
+//! Reports: turns [`CampaignSummary`] values (the aggregates the campaign layer
+//! computes from the results store) into one self-contained HTML file with the
+//! studies' chart families and tables, and into CSV and JSON exports.
+//!
+//! The report knows nothing of how runs were made: its only input is the
+//! plain data in `wirebench_campaign::summary` (plus, for the per-run export,
+//! [`RunRecord`]s the caller reads from the store). Output is deterministic:
+//! the same input gives the same bytes, so reports can be diffed and archived.
+
+mod export;
+mod fmt;
+mod html;
+pub mod plan;
+mod svg;
+
+use std::path::{Path, PathBuf};
+pub use wirebench_campaign::summary::CampaignSummary;
+
+pub use export::{
+    aggregates_csv, csv_field, runs_csv, to_json, write_csv, write_json, RunRecord, AGGREGATES_CSV,
+    JSON_SCHEMA, RUNS_CSV,
+};
+pub use fmt::esc as escape_html;
+
+/// Errors of writing reports and exports.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot write {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot encode JSON: {0}")]
+    Json(#[source] serde_json::Error),
+}
+
+/// Anything that is one or several campaign summaries, so that the render
+/// functions take a single summary, a slice or a vector alike.
+pub trait SummarySet {
+    fn summaries(&self) -> &[CampaignSummary];
+}
+
+impl SummarySet for CampaignSummary {
+    fn summaries(&self) -> &[CampaignSummary] {
+        std::slice::from_ref(self)
+    }
+}
+
+impl SummarySet for [CampaignSummary] {
+    fn summaries(&self) -> &[CampaignSummary] {
+        self
+    }
+}
+
+impl SummarySet for Vec<CampaignSummary> {
+    fn summaries(&self) -> &[CampaignSummary] {
+        self
+    }
+}
+
+impl<const N: usize> SummarySet for [CampaignSummary; N] {
+    fn summaries(&self) -> &[CampaignSummary] {
+        self
+    }
+}
+
+/// The HTML report of one or more campaigns as a string.
+pub fn render_html<S: SummarySet + ?Sized>(summaries: &S) -> String {
+    html::document(summaries.summaries())
+}
+
+/// Writes [`render_html`] to `path`.
+pub fn write_html<S: SummarySet + ?Sized>(summaries: &S, path: &Path) -> Result<(), ReportError> {
+    std::fs::write(path, render_html(summaries)).map_err(|source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}

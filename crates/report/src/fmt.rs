@@ -1,0 +1,203 @@
+//! Text helpers shared by the HTML, SVG and CSV writers: escaping, human units
+//! and number formatting.
+//!
+//! Everything here is a pure function of its input so that the same campaign
+//! always renders to the same bytes (no locale, no clock, no hash order).
+
+/// Escapes text for HTML/SVG element content and double- or single-quoted
+/// attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            // Control characters other than tab/newline are not allowed in
+            // XML and would break an SVG parsed on its own.
+            c if (c as u32) < 0x20 && c != '\n' && c != '\t' && c != '\r' => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A display scale for one metric: `shown = stored × factor`, in `unit`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scale {
+    pub factor: f64,
+    pub unit: String,
+}
+
+impl Scale {
+    pub fn apply(&self, v: f64) -> f64 {
+        v * self.factor
+    }
+}
+
+/// Chooses a human unit for values stored in the SI `unit`, given the largest
+/// magnitude that will be shown (so every number of a chart or a table column
+/// shares one unit).
+pub fn scale_for(unit: &str, max_abs: f64) -> Scale {
+    let m = if max_abs.is_finite() {
+        max_abs.abs()
+    } else {
+        0.0
+    };
+    let s = |factor: f64, unit: &str| Scale {
+        factor,
+        unit: unit.to_string(),
+    };
+    match unit {
+        "bit/s" | "bps" | "b/s" => {
+            if m >= 1e9 {
+                s(1e-9, "Gbit/s")
+            } else if m >= 1e6 {
+                s(1e-6, "Mbit/s")
+            } else if m >= 1e3 {
+                s(1e-3, "kbit/s")
+            } else {
+                s(1.0, "bit/s")
+            }
+        }
+        "s" => {
+            if m >= 2.0 {
+                s(1.0, "s")
+            } else if m >= 1e-3 || m == 0.0 {
+                s(1e3, "ms")
+            } else if m >= 1e-6 {
+                s(1e6, "µs")
+            } else {
+                s(1e9, "ns")
+            }
+        }
+        "ratio" => s(100.0, "%"),
+        "share of one core" => s(100.0, "% of one core"),
+        "bytes" | "B" => {
+            if m >= 1e9 {
+                s(1e-9, "GB")
+            } else if m >= 1e6 {
+                s(1e-6, "MB")
+            } else if m >= 1e4 {
+                s(1e-3, "kB")
+            } else {
+                s(1.0, "B")
+            }
+        }
+        other => s(1.0, other),
+    }
+}
+
+/// Decimals needed to show `v` with `sig` significant digits.
+pub fn decimals_for(v: f64, sig: i32) -> usize {
+    if v == 0.0 || !v.is_finite() {
+        return 0;
+    }
+    let mag = v.abs().log10().floor() as i32;
+    (sig - 1 - mag).clamp(0, 9) as usize
+}
+
+/// Formats with `sig` significant digits, plain notation.
+pub fn num(v: f64, sig: i32) -> String {
+    if !v.is_finite() {
+        return "–".to_string();
+    }
+    let s = format!("{:.*}", decimals_for(v, sig), v);
+    if s == "-0" {
+        "0".to_string()
+    } else {
+        s
+    }
+}
+
+/// `mean ± ci` with the CI given to two significant digits and the mean to
+/// the same decimal place (never fewer than the mean's own 3 digits).
+pub fn mean_ci(mean: f64, ci: f64) -> String {
+    if !mean.is_finite() {
+        return "–".to_string();
+    }
+    let d = decimals_for(mean, 3).max(if ci > 0.0 { decimals_for(ci, 2) } else { 0 });
+    let d = d.min(9);
+    if ci > 0.0 && ci.is_finite() {
+        format!("{:.*} ± {:.*}", d, mean, d, ci)
+    } else {
+        format!("{:.*}", d, mean)
+    }
+}
+
+/// A signed percentage, e.g. `+25.3 %`.
+pub fn pct(p: f64) -> String {
+    if !p.is_finite() {
+        return "–".to_string();
+    }
+    let d = if p.abs() >= 100.0 { 0 } else { 1 };
+    let s = format!("{:+.*}", d, p);
+    if s == "+0.0" || s == "-0.0" {
+        "0.0 %".to_string()
+    } else {
+        format!("{s} %")
+    }
+}
+
+/// A coordinate for SVG: two decimals are far below a pixel and keep files small.
+pub fn px(v: f64) -> String {
+    let s = format!("{:.2}", v);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" || s.is_empty() {
+        "0".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// A readable name for a matrix axis used on the x axis of a chart.
+pub fn axis_title(axis: &str) -> String {
+    let a = axis.to_ascii_lowercase();
+    if a.contains("payload") {
+        "Payload size (bytes)".into()
+    } else if a.contains("frame") {
+        "Frame size (bytes)".into()
+    } else if a == "mtu" || a.contains("mtu") {
+        "MTU (bytes)".into()
+    } else if a.contains("size") {
+        format!("{axis} (bytes)")
+    } else {
+        axis.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            esc("<script>a&b\"'</script>"),
+            "&lt;script&gt;a&amp;b&quot;&#39;&lt;/script&gt;"
+        );
+    }
+
+    #[test]
+    fn units_are_human() {
+        assert_eq!(scale_for("bit/s", 9.4e8).unit, "Mbit/s");
+        assert_eq!(scale_for("bit/s", 9.4e9).unit, "Gbit/s");
+        assert_eq!(scale_for("s", 0.0123).unit, "ms");
+        assert_eq!(scale_for("s", 12e-6).unit, "µs");
+        assert_eq!(scale_for("ratio", 0.5).apply(0.5), 50.0);
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(num(941.234, 3), "941");
+        assert_eq!(num(0.012345, 3), "0.0123");
+        assert_eq!(mean_ci(941.234, 0.52), "941.23 ± 0.52");
+        assert_eq!(mean_ci(941.234, 12.0), "941 ± 12");
+        assert_eq!(pct(25.04), "+25.0 %");
+        assert_eq!(pct(-6.0), "-6.0 %");
+        assert_eq!(px(1.0), "1");
+        assert_eq!(px(1.255), "1.25");
+    }
+}

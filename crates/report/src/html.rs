@@ -1,0 +1,391 @@
+//! The HTML document: one section per campaign with its charts, the tables of
+//! mean ± CI and change against the baseline, the environment and the exact
+//! campaign file.
+//!
+//! The file is self-contained (inline CSS and SVG, no scripts, no fonts or
+//! images from elsewhere) so it opens offline and can be archived with the
+//! results; every piece of text from the store is escaped.
+
+use crate::fmt::{esc, mean_ci, num, pct, scale_for};
+use crate::plan::{self, bound_applies, family_title, ChartKind};
+use crate::svg;
+use std::fmt::Write as _;
+use wirebench_campaign::summary::{CampaignSummary, MetricInfo, ScenarioSummary};
+
+const CSS: &str = r#"
+:root{color-scheme:light}
+body{font-family:"DejaVu Sans","Liberation Sans",Arial,sans-serif;margin:24px auto;max-width:1180px;padding:0 16px;color:#1a1a1a;background:#ffffff;line-height:1.4}
+h1{font-size:26px;margin:0 0 4px}
+h2{font-size:21px;margin:36px 0 8px;border-bottom:2px solid #0072B2;padding-bottom:4px}
+h3{font-size:17px;margin:26px 0 8px}
+h4{font-size:14px;margin:18px 0 6px}
+nav ul{margin:4px 0;padding-left:20px}
+.meta{color:#444;margin:4px 0}
+.meta b{color:#1a1a1a}
+figure.chart{margin:18px 0 26px;padding:0}
+figure.chart svg{max-width:100%;height:auto;display:block;border:1px solid #e6e6e6}
+figcaption{font-size:13px;color:#444;margin-top:6px}
+.tablewrap{overflow-x:auto;margin:6px 0 14px}
+table{border-collapse:collapse;font-size:13px}
+th,td{border:1px solid #d4d4d4;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f2f5f8;text-align:center}
+td.axis{text-align:left;background:#fbfbfb}
+tr.baseline td{background:#eef6ee}
+td.cvw{background:#fff1cc}
+.cvflag{color:#9a5b00;font-weight:bold;font-size:11px;margin-left:4px}
+.pos{color:#176b2c}.neg{color:#a02020}
+.incomplete{color:#a02020;font-weight:bold}
+.notes li{margin:2px 0}
+dl.env{display:grid;grid-template-columns:max-content auto;gap:2px 16px;font-size:14px}
+dl.env dt{font-weight:bold}
+dl.env dd{margin:0;font-family:"DejaVu Sans Mono",monospace;white-space:pre-wrap;word-break:break-all}
+pre.campaign-file{background:#f6f6f6;border:1px solid #ddd;padding:10px;font-size:12.5px;overflow-x:auto;white-space:pre}
+.legendnote{font-size:12px;color:#555}
+"#;
+
+/// The whole report for one or more campaigns.
+pub fn document(summaries: &[CampaignSummary]) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    let names: Vec<&str> = summaries.iter().map(|s| s.name.as_str()).collect();
+    let title = if names.is_empty() {
+        "wirebench report".to_string()
+    } else {
+        format!("wirebench report: {}", names.join(", "))
+    };
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{}</style>\n</head>\n<body>\n<h1>{}</h1>\n",
+        esc(&title),
+        CSS,
+        esc(&title)
+    );
+    if summaries.is_empty() {
+        out.push_str("<p>No campaign to report.</p>\n");
+    }
+    if summaries.len() > 1 {
+        out.push_str("<nav><ul>\n");
+        for (i, s) in summaries.iter().enumerate() {
+            let _ = writeln!(out, "<li><a href=\"#c{}\">{}</a></li>", i + 1, esc(&s.name));
+        }
+        out.push_str("</ul></nav>\n");
+    }
+    for (i, s) in summaries.iter().enumerate() {
+        campaign_section(&mut out, s, i);
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+fn is_baseline(s: &CampaignSummary, sc: &ScenarioSummary) -> bool {
+    let Some(b) = s
+        .baseline
+        .as_deref()
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+    else {
+        return false;
+    };
+    if sc.key == b {
+        return true;
+    }
+    // A baseline may be given as a partial key, e.g. "mtu=1500".
+    b.split(',').all(|kv| match kv.split_once('=') {
+        Some((k, v)) => sc.axes.get(k.trim()).is_some_and(|x| x == v.trim()),
+        None => false,
+    })
+}
+
+fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
+    let _ = writeln!(
+        out,
+        "<section class=\"campaign\" id=\"c{}\">\n<h2>Campaign {}</h2>",
+        idx + 1,
+        esc(&s.name)
+    );
+    let runs_ok: usize = s.scenarios.iter().map(|x| x.runs_ok).sum();
+    let runs_planned: usize = s.scenarios.iter().map(|x| x.runs_planned).sum();
+    let varying = plan::varying_axes(s);
+    let fixed: Vec<String> = plan::all_axes(s)
+        .into_iter()
+        .filter(|a| !varying.contains(a))
+        .filter_map(|a| {
+            s.scenarios
+                .first()
+                .and_then(|sc| sc.axes.get(&a))
+                .map(|v| format!("{a}={v}"))
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "<p class=\"meta\"><b>Started</b> {} · <b>scenarios</b> {} · <b>runs</b> {} of {} planned{}</p>",
+        esc(&s.started_at),
+        s.scenarios.len(),
+        runs_ok,
+        runs_planned,
+        if runs_ok < runs_planned {
+            " <span class=\"incomplete\">(incomplete)</span>"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        out,
+        "<p class=\"meta\"><b>Varying axes</b> {} · <b>x axis</b> {} · <b>baseline</b> {}</p>",
+        if varying.is_empty() {
+            "none".to_string()
+        } else {
+            esc(&varying.join(", "))
+        },
+        esc(s.x_axis.as_deref().unwrap_or("none")),
+        esc(s.baseline.as_deref().unwrap_or("none"))
+    );
+    if !fixed.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"meta\"><b>Fixed</b> {}</p>",
+            esc(&fixed.join(", "))
+        );
+    }
+    if !s.notes.is_empty() {
+        out.push_str("<h3>Notes</h3>\n<ul class=\"notes\">\n");
+        for n in &s.notes {
+            let _ = writeln!(out, "<li>{}</li>", esc(n));
+        }
+        out.push_str("</ul>\n");
+    }
+
+    let charts = plan::charts(s);
+    if !charts.is_empty() {
+        out.push_str("<h3>Charts</h3>\n");
+    }
+    let lay = plan::layout(s);
+    let series_note = if lay.series_axes.is_empty() {
+        "all scenarios form one series".to_string()
+    } else {
+        format!(
+            "one series per combination of {}",
+            lay.series_axes.join(", ")
+        )
+    };
+    for (ci, chart) in charts.iter().enumerate() {
+        let fig = svg::render(chart, idx * 64 + ci);
+        let n_series = chart
+            .series_labels
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| chart.panels.iter().any(|p| !p.series[*i].points.is_empty()))
+            .count();
+        let _ = write!(
+            out,
+            "<figure class=\"chart\" data-family=\"{}\" data-kind=\"{}\" data-series-count=\"{}\">\n{}\n<figcaption>{} ({}).</figcaption>\n</figure>\n",
+            plan::family_key(chart.family),
+            if chart.kind == ChartKind::Line { "line" } else { "bars" },
+            n_series,
+            fig.svg,
+            fig.caption,
+            esc(&series_note)
+        );
+    }
+
+    out.push_str("<h3>Tables</h3>\n");
+    let _ = writeln!(
+        out,
+        "<p class=\"legendnote\">Mean ± half-width of the 95 % confidence interval (Student t) over the repetitions. <span class=\"cvflag\">cv</span> marks a coefficient of variation above 10 %: the runs disagree and the mean deserves doubt.{}</p>",
+        if s.baseline.is_some() {
+            " Δ: change of the mean against the baseline scenario (green rows); green Δ is better, red worse."
+        } else {
+            ""
+        }
+    );
+    for (family, ms) in plan::metrics_by_family(s) {
+        let _ = writeln!(out, "<h4>{}</h4>", esc(family_title(family)));
+        family_table(out, s, &varying, &ms);
+    }
+
+    environment(out, s);
+    let _ = write!(
+        out,
+        "<h3>Campaign file</h3>\n<pre class=\"campaign-file\">{}</pre>\n</section>\n",
+        esc(&s.campaign_file)
+    );
+}
+
+/// Whether a rise of this metric is an improvement, so Δ can be coloured
+/// green for better and red for worse; None when it is neither.
+fn higher_is_better(m: &MetricInfo) -> Option<bool> {
+    use wirebench_campaign::summary::MetricFamily as F;
+    match m.family {
+        F::Throughput | F::Voip => Some(true),
+        F::Delay | F::Rtt | F::Jitter | F::Loss | F::Cpu | F::Completion => Some(false),
+        F::Tcp => m.key.contains("retrans").then_some(false),
+    }
+}
+
+fn family_table(out: &mut String, s: &CampaignSummary, varying: &[String], ms: &[&MetricInfo]) {
+    let has_baseline = s.baseline.is_some();
+    // One unit per column so values compare at a glance.
+    let scales: Vec<_> = ms
+        .iter()
+        .map(|m| {
+            let max = s
+                .scenarios
+                .iter()
+                .filter_map(|sc| sc.metrics.get(&m.key))
+                .filter(|st| st.mean.is_finite())
+                .map(|st| st.mean.abs())
+                .fold(0.0, f64::max);
+            scale_for(&m.unit, max)
+        })
+        .collect();
+    let bound_metric = ms.iter().position(|m| bound_applies(m, ms));
+    let any_bound =
+        bound_metric.is_some() && s.scenarios.iter().any(|sc| sc.upper_bound_bps.is_some());
+    let bound_scale = bound_metric.map(|i| scales[i].clone());
+
+    out.push_str("<div class=\"tablewrap\"><table>\n<thead><tr>");
+    for a in varying {
+        let _ = write!(out, "<th>{}</th>", esc(a));
+    }
+    if varying.is_empty() {
+        out.push_str("<th>scenario</th>");
+    }
+    out.push_str("<th>runs</th>");
+    for (m, sc) in ms.iter().zip(&scales) {
+        let unit = if sc.unit.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", sc.unit)
+        };
+        let _ = write!(out, "<th>{}{}</th>", esc(&m.label), esc(&unit));
+        if has_baseline {
+            out.push_str("<th>Δ</th>");
+        }
+    }
+    if any_bound {
+        let unit = bound_scale
+            .as_ref()
+            .map(|s| s.unit.clone())
+            .unwrap_or_default();
+        let _ = write!(
+            out,
+            "<th>Upper bound ({})</th><th>Measured / bound</th>",
+            esc(&unit)
+        );
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for scn in &s.scenarios {
+        let base = is_baseline(s, scn);
+        let _ = write!(out, "<tr{}>", if base { " class=\"baseline\"" } else { "" });
+        for a in varying {
+            let _ = write!(
+                out,
+                "<td class=\"axis\">{}</td>",
+                esc(scn.axes.get(a).map(String::as_str).unwrap_or(""))
+            );
+        }
+        if varying.is_empty() {
+            let _ = write!(out, "<td class=\"axis\">{}</td>", esc(&scn.key));
+        }
+        let _ = write!(
+            out,
+            "<td{}>{}/{}</td>",
+            if scn.runs_ok < scn.runs_planned {
+                " class=\"incomplete\""
+            } else {
+                ""
+            },
+            scn.runs_ok,
+            scn.runs_planned
+        );
+        for (m, sc) in ms.iter().zip(&scales) {
+            match scn.metrics.get(&m.key) {
+                Some(st) if st.n > 0 => {
+                    let cell = mean_ci(sc.apply(st.mean), sc.apply(st.ci95));
+                    if st.cv_warning {
+                        let _ = write!(
+                            out,
+                            "<td class=\"cvw\" title=\"coefficient of variation {} % &gt; 10 %\">{}<span class=\"cvflag\">cv {} %</span></td>",
+                            num(st.cv * 100.0, 2),
+                            esc(&cell),
+                            num(st.cv * 100.0, 2)
+                        );
+                    } else {
+                        let _ = write!(out, "<td>{}</td>", esc(&cell));
+                    }
+                    if has_baseline {
+                        match st.pct_vs_baseline {
+                            Some(p) if p.is_finite() => {
+                                let cls = match (higher_is_better(m), p) {
+                                    (Some(up), p) if p.abs() >= 0.05 => {
+                                        if (p > 0.0) == up {
+                                            " class=\"pos\""
+                                        } else {
+                                            " class=\"neg\""
+                                        }
+                                    }
+                                    _ => "",
+                                };
+                                let _ = write!(out, "<td{cls}>{}</td>", esc(&pct(p)));
+                            }
+                            _ => out.push_str("<td>–</td>"),
+                        }
+                    }
+                }
+                _ => {
+                    out.push_str("<td>–</td>");
+                    if has_baseline {
+                        out.push_str("<td>–</td>");
+                    }
+                }
+            }
+        }
+        if any_bound {
+            let bsc = bound_scale.as_ref();
+            match (scn.upper_bound_bps, bsc) {
+                (Some(b), Some(bsc)) if b > 0.0 => {
+                    let measured = bound_metric
+                        .and_then(|i| scn.metrics.get(&ms[i].key))
+                        .filter(|st| st.n > 0)
+                        .map(|st| st.mean / b * 100.0);
+                    let _ = write!(
+                        out,
+                        "<td>{}</td><td>{}</td>",
+                        num(bsc.apply(b), 4),
+                        measured
+                            .map(|p| format!("{:.1} %", p))
+                            .unwrap_or_else(|| "–".into())
+                    );
+                }
+                _ => out.push_str("<td>–</td><td>–</td>"),
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody></table></div>\n");
+}
+
+fn environment(out: &mut String, s: &CampaignSummary) {
+    let e = &s.environment;
+    out.push_str("<h3>Environment</h3>\n<dl class=\"env\">\n");
+    let mut row = |k: &str, v: &str| {
+        if !v.is_empty() {
+            let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
+        }
+    };
+    row("kernel", &e.kernel);
+    row("CPU", &e.cpu_model);
+    row(
+        "CPUs",
+        &if e.cpus > 0 {
+            e.cpus.to_string()
+        } else {
+            String::new()
+        },
+    );
+    row("tool version", &e.tool_version);
+    row("topology", &e.topology);
+    for (k, v) in &e.extra {
+        row(k, v);
+    }
+    out.push_str("</dl>\n");
+}

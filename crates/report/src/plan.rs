@@ -1,0 +1,367 @@
+//! What to draw, decided from the data alone (no geometry here): which axis
+//! goes on x, how scenarios group into series, which metric each family's
+//! chart shows, and whether the chart is a line chart or grouped bars.
+//!
+//! A *series* is every scenario sharing the values of all varying axes except
+//! the x axis; this is how the studies drew them (one line per OS / IP
+//! version / transport against payload size). Axes that never vary carry no
+//! information and stay out of series labels.
+
+use std::collections::BTreeMap;
+use wirebench_campaign::summary::{CampaignSummary, MetricFamily, MetricInfo, ScenarioSummary};
+
+/// Line chart over a numeric x axis, or grouped bars over categories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChartKind {
+    Line,
+    Bars,
+}
+
+/// One point (line) or bar of a series.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// Numeric x (line charts) or category index (bars).
+    pub x: f64,
+    pub mean: f64,
+    pub ci95: f64,
+    pub cv_warning: bool,
+    /// Ethernet upper bound for this scenario, drawn on payload throughput.
+    pub bound: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub label: String,
+    pub points: Vec<Point>,
+}
+
+/// One panel: one metric against x, all series.
+#[derive(Debug, Clone)]
+pub struct Panel<'a> {
+    pub metric: &'a MetricInfo,
+    pub series: Vec<Series>,
+}
+
+/// One figure: a metric family.
+#[derive(Debug, Clone)]
+pub struct Chart<'a> {
+    pub family: MetricFamily,
+    pub kind: ChartKind,
+    /// Axis on x (line) or grouping axis (bars); None when nothing varies.
+    pub x_axis: Option<String>,
+    /// Category labels for bars (index = Point::x).
+    pub categories: Vec<String>,
+    /// Series labels in drawing order (the same across panels, so colours match).
+    pub series_labels: Vec<String>,
+    pub panels: Vec<Panel<'a>>,
+    pub draws_bound: bool,
+}
+
+/// How the scenarios of one campaign split into x values and series.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub kind: ChartKind,
+    pub x_axis: Option<String>,
+    /// Varying axes other than x, in campaign order: they name series.
+    pub series_axes: Vec<String>,
+    pub categories: Vec<String>,
+    pub series_labels: Vec<String>,
+    /// Per scenario index: (series index, x value or category index).
+    pub place: Vec<(usize, f64)>,
+}
+
+/// All axis names in campaign order, then any further ones scenarios carry.
+pub fn all_axes(s: &CampaignSummary) -> Vec<String> {
+    let mut axes: Vec<String> = s.axes.clone();
+    for sc in &s.scenarios {
+        for k in sc.axes.keys() {
+            if !axes.contains(k) {
+                axes.push(k.clone());
+            }
+        }
+    }
+    axes
+}
+
+/// Axes whose value differs between scenarios.
+pub fn varying_axes(s: &CampaignSummary) -> Vec<String> {
+    all_axes(s)
+        .into_iter()
+        .filter(|a| {
+            let mut first: Option<&str> = None;
+            s.scenarios.iter().any(|sc| {
+                let v = sc.axes.get(a).map(String::as_str).unwrap_or("");
+                match first {
+                    None => {
+                        first = Some(v);
+                        false
+                    }
+                    Some(f) => f != v,
+                }
+            })
+        })
+        .collect()
+}
+
+fn axis_value<'s>(sc: &'s ScenarioSummary, axis: &str) -> &'s str {
+    sc.axes.get(axis).map(String::as_str).unwrap_or("")
+}
+
+fn distinct_in_order<'s>(s: &'s CampaignSummary, axis: &str) -> Vec<&'s str> {
+    let mut v: Vec<&str> = Vec::new();
+    for sc in &s.scenarios {
+        let x = axis_value(sc, axis);
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    v
+}
+
+/// Label of a series from its axis values, e.g. `ip=6, transport=udp`.
+pub fn series_label(sc: &ScenarioSummary, series_axes: &[String]) -> String {
+    if series_axes.is_empty() {
+        return "all scenarios".to_string();
+    }
+    series_axes
+        .iter()
+        .map(|a| format!("{a}={}", axis_value(sc, a)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Decides x axis, chart kind and series for a campaign.
+pub fn layout(s: &CampaignSummary) -> Layout {
+    let varying = varying_axes(s);
+    // The campaign's x axis when it varies; otherwise the varying axis with
+    // the most values (ties: campaign order) becomes the bar grouping.
+    let x_axis = match &s.x_axis {
+        Some(x) if varying.contains(x) => Some(x.clone()),
+        _ => {
+            let mut best: Option<(usize, &String)> = None;
+            for a in &varying {
+                let n = distinct_in_order(s, a).len();
+                if best.map(|(bn, _)| n > bn).unwrap_or(true) {
+                    best = Some((n, a));
+                }
+            }
+            best.map(|(_, a)| a.clone())
+        }
+    };
+    let numeric = x_axis.as_ref().is_some_and(|x| {
+        s.x_axis.as_deref() == Some(x.as_str())
+            && s.scenarios.iter().all(|sc| {
+                axis_value(sc, x)
+                    .trim()
+                    .parse::<f64>()
+                    .is_ok_and(f64::is_finite)
+            })
+    });
+    let kind = if numeric {
+        ChartKind::Line
+    } else {
+        ChartKind::Bars
+    };
+    let series_axes: Vec<String> = varying
+        .iter()
+        .filter(|a| Some(*a) != x_axis.as_ref())
+        .cloned()
+        .collect();
+
+    let mut categories: Vec<String> = Vec::new();
+    let mut series_labels: Vec<String> = Vec::new();
+    let mut place = Vec::with_capacity(s.scenarios.len());
+    for sc in &s.scenarios {
+        let label = series_label(sc, &series_axes);
+        let si = match series_labels.iter().position(|l| *l == label) {
+            Some(i) => i,
+            None => {
+                series_labels.push(label);
+                series_labels.len() - 1
+            }
+        };
+        let x = match (&x_axis, kind) {
+            (Some(xa), ChartKind::Line) => axis_value(sc, xa).trim().parse::<f64>().unwrap_or(0.0),
+            (Some(xa), ChartKind::Bars) => {
+                let v = axis_value(sc, xa);
+                match categories.iter().position(|c| c == v) {
+                    Some(i) => i as f64,
+                    None => {
+                        categories.push(v.to_string());
+                        (categories.len() - 1) as f64
+                    }
+                }
+            }
+            (None, _) => {
+                if categories.is_empty() {
+                    categories.push(s.name.clone());
+                }
+                0.0
+            }
+        };
+        place.push((si, x));
+    }
+    Layout {
+        kind,
+        x_axis,
+        series_axes,
+        categories,
+        series_labels,
+        place,
+    }
+}
+
+/// Metric keys each family's chart prefers, by substring of the key, so the
+/// chart shows what the studies plotted (payload throughput, mean delay...).
+fn preference(f: MetricFamily) -> &'static [&'static str] {
+    match f {
+        MetricFamily::Throughput => &["payload"],
+        MetricFamily::Delay | MetricFamily::Rtt => &["mean", "p50"],
+        MetricFamily::Jitter => &["ipdv", "mean", "rfc3550"],
+        MetricFamily::Loss => &["loss_ratio", "ratio", "lost"],
+        MetricFamily::Tcp => &["retrans"],
+        MetricFamily::Voip => &["mos", "r_factor"],
+        MetricFamily::Cpu | MetricFamily::Completion => &[],
+    }
+}
+
+/// Metrics that have at least one value, grouped by family (family order).
+pub fn metrics_by_family(s: &CampaignSummary) -> BTreeMap<MetricFamily, Vec<&MetricInfo>> {
+    let mut out: BTreeMap<MetricFamily, Vec<&MetricInfo>> = BTreeMap::new();
+    for m in &s.metrics {
+        let has = s.scenarios.iter().any(|sc| {
+            sc.metrics
+                .get(&m.key)
+                .is_some_and(|st| st.n > 0 && st.mean.is_finite())
+        });
+        if has
+            && !out
+                .get(&m.family)
+                .is_some_and(|v| v.iter().any(|x| x.key == m.key))
+        {
+            out.entry(m.family).or_default().push(m);
+        }
+    }
+    out
+}
+
+/// The metric a single-panel family chart shows.
+pub fn primary<'a>(family: MetricFamily, ms: &[&'a MetricInfo]) -> Option<&'a MetricInfo> {
+    for p in preference(family) {
+        if let Some(m) = ms.iter().find(|m| m.key.to_ascii_lowercase().contains(p)) {
+            return Some(m);
+        }
+    }
+    ms.first().copied()
+}
+
+/// Most panels a CPU figure holds (one per node/component metric).
+pub const MAX_CPU_PANELS: usize = 8;
+
+/// Whether the upper bound belongs on this metric's chart: it bounds payload
+/// throughput only.
+pub fn bound_applies(m: &MetricInfo, family_metrics: &[&MetricInfo]) -> bool {
+    m.family == MetricFamily::Throughput
+        && (m.key.to_ascii_lowercase().contains("payload") || family_metrics.len() == 1)
+}
+
+/// One chart per metric family present.
+pub fn charts(s: &CampaignSummary) -> Vec<Chart<'_>> {
+    let lay = layout(s);
+    let mut out = Vec::new();
+    for (family, ms) in metrics_by_family(s) {
+        let panel_metrics: Vec<&MetricInfo> = if family == MetricFamily::Cpu {
+            ms.iter().take(MAX_CPU_PANELS).copied().collect()
+        } else {
+            primary(family, &ms).into_iter().collect()
+        };
+        let mut draws_bound = false;
+        let mut panels = Vec::new();
+        for m in panel_metrics {
+            let with_bound = bound_applies(m, &ms);
+            let mut series: Vec<Series> = lay
+                .series_labels
+                .iter()
+                .map(|l| Series {
+                    label: l.clone(),
+                    points: Vec::new(),
+                })
+                .collect();
+            for (sc, &(si, x)) in s.scenarios.iter().zip(&lay.place) {
+                let Some(st) = sc.metrics.get(&m.key) else {
+                    continue;
+                };
+                if st.n == 0 || !st.mean.is_finite() {
+                    continue;
+                }
+                let bound = if with_bound {
+                    sc.upper_bound_bps.filter(|b| b.is_finite() && *b > 0.0)
+                } else {
+                    None
+                };
+                draws_bound |= bound.is_some();
+                let pts = &mut series[si].points;
+                // A scenario repeated at the same x (should not happen) keeps
+                // its first occurrence.
+                if pts.iter().any(|p| p.x == x) {
+                    continue;
+                }
+                pts.push(Point {
+                    x,
+                    mean: st.mean,
+                    ci95: if st.ci95.is_finite() {
+                        st.ci95.abs()
+                    } else {
+                        0.0
+                    },
+                    cv_warning: st.cv_warning,
+                    bound,
+                });
+            }
+            for se in &mut series {
+                se.points.sort_by(|a, b| a.x.total_cmp(&b.x));
+            }
+            panels.push(Panel { metric: m, series });
+        }
+        out.push(Chart {
+            family,
+            kind: lay.kind,
+            x_axis: lay.x_axis.clone(),
+            categories: lay.categories.clone(),
+            series_labels: lay.series_labels.clone(),
+            panels,
+            draws_bound,
+        });
+    }
+    out
+}
+
+/// A human title for a family's figure.
+pub fn family_title(f: MetricFamily) -> &'static str {
+    match f {
+        MetricFamily::Throughput => "Throughput",
+        MetricFamily::Delay => "One-way delay",
+        MetricFamily::Rtt => "Round-trip time",
+        MetricFamily::Jitter => "Jitter",
+        MetricFamily::Loss => "Loss",
+        MetricFamily::Cpu => "CPU per node",
+        MetricFamily::Tcp => "TCP state",
+        MetricFamily::Voip => "VoIP quality",
+        MetricFamily::Completion => "Completion time",
+    }
+}
+
+/// Stable lowercase name of a family (matches its serde name).
+pub fn family_key(f: MetricFamily) -> &'static str {
+    match f {
+        MetricFamily::Throughput => "throughput",
+        MetricFamily::Delay => "delay",
+        MetricFamily::Rtt => "rtt",
+        MetricFamily::Jitter => "jitter",
+        MetricFamily::Loss => "loss",
+        MetricFamily::Cpu => "cpu",
+        MetricFamily::Tcp => "tcp",
+        MetricFamily::Voip => "voip",
+        MetricFamily::Completion => "completion",
+    }
+}

@@ -1,0 +1,893 @@
+//! Inline SVG charts: line charts over a numeric x axis and grouped bars over
+//! categories, each with 95 % CI error bars and, on payload throughput, the
+//! Ethernet upper bound (dashed).
+//!
+//! Hand-written SVG keeps the report free of scripts and external files and
+//! makes the output byte-for-byte deterministic. The look follows paper
+//! figures: white background, light grid, colour-blind-safe colours (Okabe &
+//! Ito) paired with distinct marker shapes so series survive greyscale print.
+
+use crate::fmt::{axis_title, decimals_for, esc, num, px, scale_for, Scale};
+use crate::plan::{family_key, family_title, Chart, ChartKind, Panel};
+use std::fmt::Write as _;
+
+const PALETTE: [&str; 11] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B",
+    "#7F7F7F", "#BCBD22", "#9467BD",
+];
+const MARKERS: usize = 6;
+
+const FIG_W: f64 = 960.0;
+const SINGLE_H: f64 = 380.0;
+const MULTI_W: f64 = 480.0;
+const MULTI_H: f64 = 300.0;
+const LEGEND_ROW: f64 = 20.0;
+/// Rough advance of one character at 12 px in DejaVu/Liberation Sans, used to
+/// keep labels from colliding (no font metrics are available offline).
+const CHAR_W: f64 = 6.8;
+
+pub fn colour(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Draws one marker shape centred at (x, y).
+fn marker(out: &mut String, i: usize, x: f64, y: f64, fill: &str, stroke: &str) {
+    let r = 4.0;
+    let (x, y) = (x, y);
+    let attrs = format!(r#"fill="{fill}" stroke="{stroke}" stroke-width="1.5""#);
+    match i % MARKERS {
+        0 => {
+            let _ = write!(
+                out,
+                r#"<circle cx="{}" cy="{}" r="{}" {attrs}/>"#,
+                px(x),
+                px(y),
+                px(r)
+            );
+        }
+        1 => {
+            let _ = write!(
+                out,
+                r#"<rect x="{}" y="{}" width="{}" height="{}" {attrs}/>"#,
+                px(x - r),
+                px(y - r),
+                px(2.0 * r),
+                px(2.0 * r)
+            );
+        }
+        2 => poly(
+            out,
+            &[
+                (x, y - r * 1.2),
+                (x + r * 1.1, y + r * 0.8),
+                (x - r * 1.1, y + r * 0.8),
+            ],
+            &attrs,
+        ),
+        3 => poly(
+            out,
+            &[
+                (x, y - r * 1.3),
+                (x + r * 1.1, y),
+                (x, y + r * 1.3),
+                (x - r * 1.1, y),
+            ],
+            &attrs,
+        ),
+        4 => poly(
+            out,
+            &[
+                (x, y + r * 1.2),
+                (x + r * 1.1, y - r * 0.8),
+                (x - r * 1.1, y - r * 0.8),
+            ],
+            &attrs,
+        ),
+        _ => {
+            // An X drawn as a thick path so that it reads at small size.
+            let _ = write!(
+                out,
+                r#"<path d="M{} {}L{} {}M{} {}L{} {}" stroke="{stroke}" stroke-width="2.2" fill="none"/>"#,
+                px(x - r),
+                px(y - r),
+                px(x + r),
+                px(y + r),
+                px(x - r),
+                px(y + r),
+                px(x + r),
+                px(y - r)
+            );
+        }
+    }
+}
+
+fn poly(out: &mut String, pts: &[(f64, f64)], attrs: &str) {
+    let p: Vec<String> = pts
+        .iter()
+        .map(|(x, y)| format!("{},{}", px(*x), px(*y)))
+        .collect();
+    let _ = write!(out, r#"<polygon points="{}" {attrs}/>"#, p.join(" "));
+}
+
+/// Step of a "nice" axis (1, 2, 2.5, 5 × 10^k) giving about `target` ticks.
+fn nice_step(range: f64, target: f64) -> f64 {
+    let raw = (range / target).abs();
+    if raw <= 0.0 || !raw.is_finite() {
+        return 1.0;
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    let norm = raw / mag;
+    let n = if norm <= 1.0 {
+        1.0
+    } else if norm <= 2.0 {
+        2.0
+    } else if norm <= 2.5 {
+        2.5
+    } else if norm <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    n * mag
+}
+
+/// Decimals needed to print multiples of `step` exactly.
+fn step_decimals(step: f64) -> usize {
+    for d in 0..7 {
+        let s = step * 10f64.powi(d);
+        if (s - s.round()).abs() < 1e-6 * s.abs().max(1.0) {
+            return d as usize;
+        }
+    }
+    6
+}
+
+/// A y axis in display units.
+struct YAxis {
+    log: bool,
+    lo: f64,
+    hi: f64,
+    ticks: Vec<(f64, String)>,
+}
+
+impl YAxis {
+    fn linear(min: f64, max: f64) -> YAxis {
+        let mut lo = min.min(0.0);
+        let mut hi = max.max(lo);
+        if hi - lo <= 0.0 {
+            hi = lo + if lo == 0.0 { 1.0 } else { lo.abs() };
+        }
+        let step = nice_step(hi - lo, 5.0);
+        lo = (lo / step).floor() * step;
+        hi = (hi / step).ceil() * step;
+        let d = step_decimals(step);
+        let n = ((hi - lo) / step).round() as i64;
+        let ticks = (0..=n)
+            .map(|i| {
+                let v = lo + i as f64 * step;
+                let s = format!("{:.*}", d, v);
+                (
+                    v,
+                    if s.starts_with("-0") && v.abs() < step / 2.0 {
+                        "0".into()
+                    } else {
+                        s
+                    },
+                )
+            })
+            .collect();
+        YAxis {
+            log: false,
+            lo,
+            hi,
+            ticks,
+        }
+    }
+
+    fn log(min_pos: f64, max: f64) -> YAxis {
+        let lo_e = min_pos.log10().floor() as i32;
+        let hi_e = (max.log10().ceil() as i32).max(lo_e + 1);
+        let mut ticks = Vec::new();
+        let few = hi_e - lo_e <= 2;
+        for e in lo_e..=hi_e {
+            let base = 10f64.powi(e);
+            ticks.push((base, num(base, 1)));
+            if few && e < hi_e {
+                for m in [2.0, 5.0] {
+                    let v = base * m;
+                    ticks.push((v, format!("{:.*}", decimals_for(v, 1), v)));
+                }
+            }
+        }
+        YAxis {
+            log: true,
+            lo: 10f64.powi(lo_e),
+            hi: 10f64.powi(hi_e),
+            ticks,
+        }
+    }
+
+    /// Fraction 0 (bottom) … 1 (top); values outside are clamped by callers.
+    fn frac(&self, v: f64) -> f64 {
+        if self.log {
+            let v = v.max(self.lo * 1e-3);
+            (v.log10() - self.lo.log10()) / (self.hi.log10() - self.lo.log10())
+        } else {
+            (v - self.lo) / (self.hi - self.lo)
+        }
+    }
+}
+
+/// Values of a panel in display units: min/max including CI ends and bounds.
+fn extent(p: &Panel, sc: &Scale) -> (f64, f64, f64) {
+    let mut min = f64::INFINITY;
+    let mut max = f64::NEG_INFINITY;
+    let mut min_pos = f64::INFINITY;
+    for s in &p.series {
+        for pt in &s.points {
+            let m = sc.apply(pt.mean);
+            let c = sc.apply(pt.ci95);
+            for v in [m - c, m + c, m] {
+                min = min.min(v);
+                max = max.max(v);
+            }
+            if m > 0.0 {
+                min_pos = min_pos.min(m);
+            }
+            if m - c > 0.0 {
+                min_pos = min_pos.min(m - c);
+            }
+            if let Some(b) = pt.bound {
+                max = max.max(sc.apply(b));
+            }
+        }
+    }
+    (min, max, min_pos)
+}
+
+/// Log scale only for delay-like families whose means span orders of
+/// magnitude; throughput, loss and CPU stay linear as in the studies.
+fn wants_log(chart: &Chart, p: &Panel) -> bool {
+    use wirebench_campaign::summary::MetricFamily as F;
+    if chart.kind != ChartKind::Line
+        || !matches!(chart.family, F::Delay | F::Rtt | F::Jitter | F::Completion)
+    {
+        return false;
+    }
+    let mut lo = f64::INFINITY;
+    let mut hi = 0.0f64;
+    for s in &p.series {
+        for pt in &s.points {
+            if pt.mean <= 0.0 {
+                return false;
+            }
+            lo = lo.min(pt.mean);
+            hi = hi.max(pt.mean);
+        }
+    }
+    lo.is_finite() && hi / lo >= 30.0
+}
+
+pub struct Figure {
+    pub svg: String,
+    pub caption: String,
+}
+
+/// Renders a family chart to one `<svg>` element.
+pub fn render(chart: &Chart, fig_index: usize) -> Figure {
+    let n = chart.panels.len().max(1);
+    let multi = n > 1;
+    let (pw, ph) = if multi {
+        (MULTI_W, MULTI_H)
+    } else {
+        (FIG_W, SINGLE_H)
+    };
+    let cols = if multi { 2 } else { 1 };
+    let rows = n.div_ceil(cols);
+
+    // Legend entries: series, then the bound, then the cv mark.
+    let any_cv = chart.panels.iter().any(|p| {
+        p.series
+            .iter()
+            .any(|s| s.points.iter().any(|pt| pt.cv_warning))
+    });
+    let mut legend: Vec<(LegendKind, String)> = chart
+        .series_labels
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| chart.panels.iter().any(|p| !p.series[*i].points.is_empty()))
+        .map(|(i, l)| (LegendKind::Series(i), l.clone()))
+        .collect();
+    if chart.draws_bound {
+        legend.push((
+            LegendKind::Bound,
+            "Ethernet upper bound (dashed, series colour)".into(),
+        ));
+    }
+    if any_cv {
+        let what = if chart.kind == ChartKind::Line {
+            "hollow marker"
+        } else {
+            "pale bar"
+        };
+        legend.push((LegendKind::Cv, format!("{what}: cv > 10 % (runs disagree)")));
+    }
+    let max_chars = legend
+        .iter()
+        .map(|(_, l)| l.chars().count())
+        .max()
+        .unwrap_or(0) as f64;
+    let item_w = (40.0 + CHAR_W * max_chars).min(FIG_W - 40.0);
+    let lcols = (((FIG_W - 40.0) / item_w).floor() as usize).max(1);
+    let lrows = legend.len().div_ceil(lcols);
+    let legend_h = lrows as f64 * LEGEND_ROW + 12.0;
+
+    let title_h = 30.0;
+    let width = if multi { FIG_W } else { pw };
+    let height = title_h + rows as f64 * ph + legend_h;
+
+    let fam = family_key(chart.family);
+    let mut out = String::new();
+    let title = match (chart.panels.len(), chart.panels.first()) {
+        (1, Some(p)) => match (&chart.x_axis, chart.kind) {
+            (Some(x), ChartKind::Line) => format!("{} against {}", p.metric.label, x),
+            (Some(x), ChartKind::Bars) => format!("{} by {}", p.metric.label, x),
+            (None, _) => p.metric.label.clone(),
+        },
+        _ => family_title(chart.family).to_string(),
+    };
+    let _ = write!(
+        out,
+        r##"<svg class="chart-svg" data-family="{fam}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{t}" font-family="DejaVu Sans, Liberation Sans, Arial, sans-serif" font-size="12"><rect class="bg" x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/><text class="title" x="{cx}" y="20" text-anchor="middle" font-size="15" font-weight="bold">{t}</text>"##,
+        w = px(width),
+        h = px(height),
+        cx = px(width / 2.0),
+        t = esc(&title),
+    );
+    for (i, p) in chart.panels.iter().enumerate() {
+        let x0 = (i % cols) as f64 * pw;
+        let y0 = title_h + (i / cols) as f64 * ph;
+        draw_panel(
+            &mut out,
+            chart,
+            p,
+            x0,
+            y0,
+            pw,
+            ph,
+            multi,
+            fig_index * 16 + i,
+        );
+    }
+    // Legend
+    let ly0 = title_h + rows as f64 * ph + 6.0;
+    let _ = write!(out, r#"<g class="legend">"#);
+    for (k, (kind, label)) in legend.iter().enumerate() {
+        let lx = 20.0 + (k % lcols) as f64 * item_w;
+        let ly = ly0 + (k / lcols) as f64 * LEGEND_ROW + 10.0;
+        match kind {
+            LegendKind::Series(i) => {
+                let c = colour(*i);
+                if chart.kind == ChartKind::Line {
+                    let _ = write!(
+                        out,
+                        r#"<path d="M{} {}H{}" stroke="{c}" stroke-width="2"/>"#,
+                        px(lx),
+                        px(ly),
+                        px(lx + 28.0)
+                    );
+                    marker(&mut out, *i, lx + 14.0, ly, c, c);
+                } else {
+                    let _ = write!(
+                        out,
+                        r#"<rect x="{}" y="{}" width="22" height="12" fill="{c}"/>"#,
+                        px(lx + 3.0),
+                        px(ly - 6.0)
+                    );
+                }
+            }
+            LegendKind::Bound => {
+                let _ = write!(
+                    out,
+                    r##"<path d="M{} {}H{}" stroke="#444444" stroke-width="1.6" stroke-dasharray="6 4"/>"##,
+                    px(lx),
+                    px(ly),
+                    px(lx + 28.0)
+                );
+            }
+            LegendKind::Cv => {
+                if chart.kind == ChartKind::Line {
+                    marker(&mut out, 0, lx + 14.0, ly, "#ffffff", "#444444");
+                } else {
+                    let _ = write!(
+                        out,
+                        r##"<rect x="{}" y="{}" width="22" height="12" fill="#444444" fill-opacity="0.3" stroke="#444444"/>"##,
+                        px(lx + 3.0),
+                        px(ly - 6.0)
+                    );
+                }
+            }
+        }
+        let _ = write!(
+            out,
+            r#"<text x="{}" y="{}">{}</text>"#,
+            px(lx + 36.0),
+            px(ly + 4.0),
+            esc(label)
+        );
+    }
+    out.push_str("</g></svg>");
+
+    let mut caption = format!("{}.", esc(&title));
+    if chart.kind == ChartKind::Line {
+        caption.push_str(" One line per series; error bars: 95 % confidence interval of the mean.");
+    } else {
+        caption.push_str(" One bar per series; error bars: 95 % confidence interval of the mean.");
+    }
+    if chart.draws_bound {
+        caption.push_str(
+            " Dashed: the Ethernet upper bound of payload throughput for the same scenario.",
+        );
+    }
+    Figure { svg: out, caption }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum LegendKind {
+    Series(usize),
+    Bound,
+    Cv,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn draw_panel(
+    out: &mut String,
+    chart: &Chart,
+    p: &Panel,
+    x0: f64,
+    y0: f64,
+    pw: f64,
+    ph: f64,
+    multi: bool,
+    clip_id: usize,
+) {
+    let (raw_min, raw_max, _) = extent(
+        p,
+        &Scale {
+            factor: 1.0,
+            unit: String::new(),
+        },
+    );
+    // One unit per panel, chosen by the largest magnitude drawn.
+    let sc = scale_for(&p.metric.unit, raw_min.abs().max(raw_max.abs()));
+    let (min, max, min_pos) = extent(p, &sc);
+    let log = wants_log(chart, p);
+    let ya = if !min.is_finite() {
+        YAxis::linear(0.0, 1.0)
+    } else if log {
+        YAxis::log(min_pos, max)
+    } else {
+        YAxis::linear(min, max)
+    };
+
+    // Categories may need rotated labels and thus a deeper bottom margin.
+    let ml = 74.0;
+    let mr = 16.0;
+    let mt = if multi { 26.0 } else { 10.0 };
+    let plot_w = pw - ml - mr;
+    let (rotate, mb) = if chart.kind == ChartKind::Bars {
+        let gw = plot_w / chart.categories.len().max(1) as f64;
+        let longest = chart
+            .categories
+            .iter()
+            .map(|c| c.chars().count())
+            .max()
+            .unwrap_or(0) as f64;
+        if longest * CHAR_W > gw * 0.95 {
+            (true, 44.0 + (longest * CHAR_W * 0.6).min(90.0))
+        } else {
+            (false, 48.0)
+        }
+    } else {
+        (false, 48.0)
+    };
+    let plot_h = ph - mt - mb;
+    let (l, t) = (x0 + ml, y0 + mt);
+    let (r, b) = (l + plot_w, t + plot_h);
+    let yp = |v: f64| b - ya.frac(v).clamp(0.0, 1.0) * plot_h;
+
+    let _ = write!(
+        out,
+        r#"<g class="panel" data-metric="{}" data-scale="{}">"#,
+        esc(&p.metric.key),
+        if log { "log" } else { "linear" }
+    );
+    if multi {
+        let _ = write!(
+            out,
+            r#"<text x="{}" y="{}" text-anchor="middle" font-size="13" font-weight="bold">{}</text>"#,
+            px((l + r) / 2.0),
+            px(y0 + 16.0),
+            esc(&p.metric.label)
+        );
+    }
+    // Grid and y ticks
+    let _ = write!(out, r#"<g class="axis y">"#);
+    for (v, label) in &ya.ticks {
+        let y = yp(*v);
+        let _ = write!(
+            out,
+            r##"<path d="M{} {}H{}" stroke="#e3e3e3" stroke-width="1"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+            px(l),
+            px(y),
+            px(r),
+            px(l - 6.0),
+            px(y + 4.0),
+            esc(label)
+        );
+    }
+    let ylabel = if sc.unit.is_empty() {
+        p.metric.label.clone()
+    } else {
+        format!(
+            "{} ({}{})",
+            p.metric.label,
+            sc.unit,
+            if log { ", log scale" } else { "" }
+        )
+    };
+    let _ = write!(
+        out,
+        r#"<text x="{}" y="{}" text-anchor="middle" transform="rotate(-90 {} {})">{}</text></g>"#,
+        px(x0 + 16.0),
+        px((t + b) / 2.0),
+        px(x0 + 16.0),
+        px((t + b) / 2.0),
+        esc(&ylabel)
+    );
+
+    match chart.kind {
+        ChartKind::Line => draw_lines(out, chart, p, &sc, (l, t, r, b), &yp, clip_id),
+        ChartKind::Bars => draw_bars(out, chart, p, &sc, (l, t, r, b), &yp, rotate),
+    }
+    // Frame last so it sits above the grid.
+    let _ = write!(
+        out,
+        r##"<path d="M{l} {t}V{b}H{r}" stroke="#333333" stroke-width="1.2" fill="none"/>"##,
+        l = px(l),
+        t = px(t),
+        b = px(b),
+        r = px(r)
+    );
+    out.push_str("</g>");
+}
+
+fn draw_lines(
+    out: &mut String,
+    chart: &Chart,
+    p: &Panel,
+    sc: &Scale,
+    (l, t, r, b): (f64, f64, f64, f64),
+    yp: &dyn Fn(f64) -> f64,
+    clip_id: usize,
+) {
+    let xs: Vec<f64> = {
+        let mut v: Vec<f64> = p
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|pt| pt.x))
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        v
+    };
+    let (xmin, xmax) = match (xs.first(), xs.last()) {
+        (Some(a), Some(b)) if b > a => (*a, *b),
+        (Some(a), _) => (*a - 1.0, *a + 1.0),
+        _ => (0.0, 1.0),
+    };
+    let pad = (xmax - xmin) * 0.04;
+    let (xlo, xhi) = (xmin - pad, xmax + pad);
+    let xp = |x: f64| l + (x - xlo) / (xhi - xlo) * (r - l);
+
+    // Ticks at the measured x values when they fit (the studies label each
+    // size), otherwise at round numbers.
+    let fits = xs.len() <= 20
+        && xs.windows(2).all(|w| {
+            let need = CHAR_W * (plain(w[0]).len().max(plain(w[1]).len()) as f64) + 8.0;
+            xp(w[1]) - xp(w[0]) >= need
+        });
+    let ticks: Vec<f64> = if fits && !xs.is_empty() {
+        xs.clone()
+    } else {
+        let step = nice_step(xhi - xlo, ((r - l) / 90.0).clamp(3.0, 10.0));
+        let first = (xlo / step).ceil() as i64;
+        let last = (xhi / step).floor() as i64;
+        (first..=last).map(|i| i as f64 * step).collect()
+    };
+    let _ = write!(out, r#"<g class="axis x">"#);
+    for x in &ticks {
+        let xx = xp(*x);
+        let _ = write!(
+            out,
+            r##"<path d="M{} {}V{}" stroke="#333333" stroke-width="1"/><text x="{}" y="{}" text-anchor="middle">{}</text>"##,
+            px(xx),
+            px(b),
+            px(b + 5.0),
+            px(xx),
+            px(b + 18.0),
+            plain(*x)
+        );
+    }
+    let xlabel = chart.x_axis.as_deref().map(axis_title).unwrap_or_default();
+    let _ = write!(
+        out,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text></g>"#,
+        px((l + r) / 2.0),
+        px(b + 38.0),
+        esc(&xlabel)
+    );
+
+    let _ = write!(
+        out,
+        r#"<clipPath id="clip{clip_id}"><rect x="{}" y="{}" width="{}" height="{}"/></clipPath>"#,
+        px(l),
+        px(t - 2.0),
+        px(r - l),
+        px(b - t + 4.0)
+    );
+    // Bounds first, under the data.
+    for (i, s) in p.series.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter_map(|pt| pt.bound.map(|bd| (xp(pt.x), yp(sc.apply(bd)))))
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let _ = write!(
+            out,
+            r#"<g class="bound" data-series="{}" clip-path="url(#clip{clip_id})"><path d="{}" stroke="{}" stroke-width="1.5" stroke-dasharray="6 4" fill="none" opacity="0.85"/>"#,
+            esc(&s.label),
+            path_d(&pts),
+            colour(i)
+        );
+        for (x, y) in &pts {
+            let _ = write!(
+                out,
+                r#"<path d="M{} {}H{}" stroke="{}" stroke-width="1.5"/>"#,
+                px(x - 3.0),
+                px(*y),
+                px(x + 3.0),
+                colour(i)
+            );
+        }
+        out.push_str("</g>");
+    }
+    for (i, s) in p.series.iter().enumerate() {
+        if s.points.is_empty() {
+            continue;
+        }
+        let c = colour(i);
+        let _ = write!(out, r#"<g class="series" data-series="{}">"#, esc(&s.label));
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .map(|pt| (xp(pt.x), yp(sc.apply(pt.mean))))
+            .collect();
+        let _ = write!(
+            out,
+            r#"<path class="line" d="{}" stroke="{c}" stroke-width="2" fill="none" stroke-linejoin="round"/>"#,
+            path_d(&pts)
+        );
+        for pt in &s.points {
+            let x = xp(pt.x);
+            let m = sc.apply(pt.mean);
+            let ci = sc.apply(pt.ci95);
+            if ci > 0.0 {
+                let (y1, y2) = (yp(m - ci), yp(m + ci));
+                let _ = write!(
+                    out,
+                    r#"<path class="ci" d="M{x} {y1}V{y2}M{xl} {y1}H{xr}M{xl} {y2}H{xr}" stroke="{c}" stroke-width="1.3" fill="none"/>"#,
+                    x = px(x),
+                    y1 = px(y1),
+                    y2 = px(y2),
+                    xl = px(x - 4.0),
+                    xr = px(x + 4.0)
+                );
+            }
+        }
+        for pt in &s.points {
+            let x = xp(pt.x);
+            let m = sc.apply(pt.mean);
+            let y = yp(m);
+            let _ = write!(out, "<g>");
+            marker(out, i, x, y, if pt.cv_warning { "#ffffff" } else { c }, c);
+            let _ = write!(
+                out,
+                "<title>{}: {} = {}: {} {}{}</title></g>",
+                esc(&s.label),
+                esc(chart.x_axis.as_deref().unwrap_or("x")),
+                plain(pt.x),
+                esc(&crate::fmt::mean_ci(m, sc.apply(pt.ci95))),
+                esc(&sc.unit),
+                if pt.cv_warning { " (cv > 10 %)" } else { "" }
+            );
+        }
+        out.push_str("</g>");
+    }
+}
+
+/// Shortest exact decimal of an x value (sizes are integers: "1408", not "1408.00").
+fn plain(v: f64) -> String {
+    let s = format!("{v}");
+    if s == "-0" {
+        "0".into()
+    } else {
+        s
+    }
+}
+
+fn path_d(pts: &[(f64, f64)]) -> String {
+    let mut d = String::new();
+    for (k, (x, y)) in pts.iter().enumerate() {
+        let _ = write!(d, "{}{} {}", if k == 0 { "M" } else { "L" }, px(*x), px(*y));
+    }
+    d
+}
+
+fn draw_bars(
+    out: &mut String,
+    chart: &Chart,
+    p: &Panel,
+    sc: &Scale,
+    (l, _t, r, b): (f64, f64, f64, f64),
+    yp: &dyn Fn(f64) -> f64,
+    rotate: bool,
+) {
+    let ng = chart.categories.len().max(1);
+    let gw = (r - l) / ng as f64;
+    // Only series with data take a slot, so bars stay wide.
+    let slots: Vec<usize> = (0..p.series.len())
+        .filter(|i| !p.series[*i].points.is_empty())
+        .collect();
+    let ns = slots.len().max(1);
+    let bw = (gw * 0.8 / ns as f64).min(60.0);
+    let group_used = bw * ns as f64;
+    let y0 = yp(0.0);
+
+    let _ = write!(out, r#"<g class="axis x">"#);
+    for (g, cat) in chart.categories.iter().enumerate() {
+        let cx = l + (g as f64 + 0.5) * gw;
+        if rotate {
+            let _ = write!(
+                out,
+                r#"<text x="{x}" y="{y}" text-anchor="end" transform="rotate(-35 {x} {y})">{}</text>"#,
+                esc(cat),
+                x = px(cx),
+                y = px(b + 14.0)
+            );
+        } else {
+            let _ = write!(
+                out,
+                r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+                px(cx),
+                px(b + 18.0),
+                esc(cat)
+            );
+        }
+    }
+    if let (Some(x), false) = (&chart.x_axis, rotate) {
+        let _ = write!(
+            out,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            px((l + r) / 2.0),
+            px(b + 38.0),
+            esc(&axis_title(x))
+        );
+    }
+    out.push_str("</g>");
+
+    for (slot, &i) in slots.iter().enumerate() {
+        let s = &p.series[i];
+        let c = colour(i);
+        let _ = write!(out, r#"<g class="series" data-series="{}">"#, esc(&s.label));
+        for pt in &s.points {
+            let gx = l + pt.x * gw + (gw - group_used) / 2.0;
+            let x = gx + slot as f64 * bw;
+            let m = sc.apply(pt.mean);
+            let ym = yp(m);
+            let (top, h) = if ym < y0 {
+                (ym, y0 - ym)
+            } else {
+                (y0, ym - y0)
+            };
+            let _ = write!(
+                out,
+                r#"<rect x="{}" y="{}" width="{}" height="{}" fill="{c}"{}><title>{}: {}: {} {}{}</title></rect>"#,
+                px(x + 1.0),
+                px(top),
+                px((bw - 2.0).max(1.0)),
+                px(h.max(0.5)),
+                if pt.cv_warning {
+                    format!(r#" fill-opacity="0.3" stroke="{c}" stroke-width="1.5""#)
+                } else {
+                    String::new()
+                },
+                esc(&s.label),
+                esc(chart
+                    .categories
+                    .get(pt.x as usize)
+                    .map(String::as_str)
+                    .unwrap_or("")),
+                esc(&crate::fmt::mean_ci(m, sc.apply(pt.ci95))),
+                esc(&sc.unit),
+                if pt.cv_warning { " (cv > 10 %)" } else { "" }
+            );
+            let ci = sc.apply(pt.ci95);
+            let xc = x + bw / 2.0;
+            if ci > 0.0 {
+                let (y1, y2) = (yp(m - ci), yp(m + ci));
+                let _ = write!(
+                    out,
+                    r##"<path class="ci" d="M{x} {y1}V{y2}M{xl} {y1}H{xr}M{xl} {y2}H{xr}" stroke="#222222" stroke-width="1.3" fill="none"/>"##,
+                    x = px(xc),
+                    y1 = px(y1),
+                    y2 = px(y2),
+                    xl = px(xc - 3.5),
+                    xr = px(xc + 3.5)
+                );
+            }
+        }
+        out.push_str("</g>");
+    }
+    for (slot, &i) in slots.iter().enumerate() {
+        let s = &p.series[i];
+        if s.points.iter().all(|pt| pt.bound.is_none()) {
+            continue;
+        }
+        let _ = write!(out, r#"<g class="bound" data-series="{}">"#, esc(&s.label));
+        for pt in &s.points {
+            if let Some(bd) = pt.bound {
+                let gx = l + pt.x * gw + (gw - group_used) / 2.0;
+                let x = gx + slot as f64 * bw;
+                let y = yp(sc.apply(bd));
+                let _ = write!(
+                    out,
+                    r##"<path d="M{} {}H{}" stroke="#222222" stroke-width="1.6" stroke-dasharray="4 2"/>"##,
+                    px(x - 1.0),
+                    px(y),
+                    px(x + bw + 1.0)
+                );
+            }
+        }
+        out.push_str("</g>");
+    }
+    // The zero line: bars grow from it (it is not the frame when values go negative).
+    let _ = write!(
+        out,
+        r##"<path d="M{} {}H{}" stroke="#333333" stroke-width="1"/>"##,
+        px(l),
+        px(y0),
+        px(r)
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(1000.0, 5.0), 200.0);
+        assert_eq!(nice_step(1.0, 5.0), 0.2);
+        assert_eq!(step_decimals(2.5), 1);
+        assert_eq!(step_decimals(200.0), 0);
+        let y = YAxis::linear(0.0, 941.0);
+        assert_eq!(y.hi, 1000.0);
+        assert_eq!(y.ticks.first().map(|t| t.1.as_str()), Some("0"));
+        let y = YAxis::log(0.02, 35.0);
+        assert!(y.lo <= 0.02 && y.hi >= 35.0);
+    }
+}

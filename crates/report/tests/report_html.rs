@@ -1,0 +1,298 @@
+//! The HTML report: structure (one chart per family, one series per
+//! scenario-series), self-containment, escaping and determinism.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use wirebench_campaign::summary::CampaignSummary;
+use wirebench_report::render_html;
+
+/// Every `<figure class="chart" ...>` element's opening tag and inner text.
+fn figures(html: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = html;
+    while let Some(i) = rest.find("<figure class=\"chart\"") {
+        let after = &rest[i..];
+        let tag_end = after.find('>').unwrap();
+        let end = after.find("</figure>").unwrap();
+        out.push((
+            after[..tag_end + 1].to_string(),
+            after[tag_end + 1..end].to_string(),
+        ));
+        rest = &after[end..];
+    }
+    out
+}
+
+fn attr(tag: &str, name: &str) -> Option<String> {
+    let pat = format!("{name}=\"");
+    let i = tag.find(&pat)? + pat.len();
+    let j = tag[i..].find('"')? + i;
+    Some(tag[i..j].to_string())
+}
+
+/// Scenario-series computed independently of the library: distinct values of
+/// all axes except the x axis (constant axes do not split series).
+fn expected_series(s: &CampaignSummary, x: &str) -> usize {
+    s.scenarios
+        .iter()
+        .map(|sc| {
+            sc.axes
+                .iter()
+                .filter(|(k, _)| k.as_str() != x)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+fn families_present(s: &CampaignSummary) -> BTreeSet<String> {
+    s.metrics
+        .iter()
+        .filter(|m| s.scenarios.iter().any(|sc| sc.metrics.contains_key(&m.key)))
+        .map(|m| {
+            serde_json::to_value(m.family)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Checks one campaign's charts: one figure per family, each SVG well-formed
+/// XML, each panel holding exactly the expected series with one marker (line)
+/// or bar per scenario that has the metric.
+fn check_charts(html: &str, s: &CampaignSummary, x: &str, bars: bool) {
+    let figs = figures(html);
+    let fams: Vec<String> = figs
+        .iter()
+        .map(|(t, _)| attr(t, "data-family").unwrap())
+        .collect();
+    let uniq: BTreeSet<String> = fams.iter().cloned().collect();
+    assert_eq!(uniq.len(), fams.len(), "one chart per family, got {fams:?}");
+    assert_eq!(uniq, families_present(s));
+    let want = expected_series(s, x);
+    for (tag, inner) in &figs {
+        let fam = attr(tag, "data-family").unwrap();
+        assert_eq!(
+            attr(tag, "data-kind").unwrap(),
+            if bars { "bars" } else { "line" }
+        );
+        let a = inner.find("<svg").unwrap();
+        let b = inner.rfind("</svg>").unwrap() + "</svg>".len();
+        let doc = roxmltree::Document::parse(&inner[a..b])
+            .unwrap_or_else(|e| panic!("{fam}: SVG not XML: {e}"));
+        let panels: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("g") && n.attribute("class") == Some("panel"))
+            .collect();
+        assert!(!panels.is_empty(), "{fam} has no panel");
+        if fam != "cpu" {
+            assert_eq!(panels.len(), 1, "{fam}: one panel");
+        } else {
+            assert_eq!(
+                panels.len(),
+                s.metrics
+                    .iter()
+                    .filter(|m| m.key.starts_with("cpu"))
+                    .count()
+            );
+        }
+        for p in panels {
+            let key = p.attribute("data-metric").unwrap();
+            let series: Vec<_> = p
+                .descendants()
+                .filter(|n| n.has_tag_name("g") && n.attribute("class") == Some("series"))
+                .collect();
+            assert_eq!(series.len(), want, "{fam}/{key}: series count");
+            let labels: BTreeSet<_> = series
+                .iter()
+                .map(|n| n.attribute("data-series").unwrap())
+                .collect();
+            assert_eq!(labels.len(), want, "series labels distinct");
+            // Every scenario with this metric is one point (marker title or bar).
+            let with_metric = s
+                .scenarios
+                .iter()
+                .filter(|sc| sc.metrics.contains_key(key))
+                .count();
+            let points: usize = series
+                .iter()
+                .map(|n| n.descendants().filter(|d| d.has_tag_name("title")).count())
+                .sum();
+            assert_eq!(points, with_metric, "{fam}/{key}: points");
+        }
+        let bound_groups = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("g") && n.attribute("class") == Some("bound"))
+            .count();
+        if fam == "throughput" && s.scenarios.iter().any(|sc| sc.upper_bound_bps.is_some()) {
+            assert_eq!(bound_groups, want, "upper bound drawn per series");
+        } else {
+            assert_eq!(bound_groups, 0, "{fam}: no bound");
+        }
+    }
+}
+
+#[test]
+fn line_charts_one_per_family_one_series_per_scenario_series() {
+    let s = common::s5_like(common::S5_FILE);
+    let html = render_html(&s);
+    // ip × transport; the constant rate axis does not split series.
+    assert_eq!(expected_series(&s, "payload"), 4);
+    check_charts(&html, &s, "payload", false);
+    // The RTT chart spans orders of magnitude and goes log; throughput stays linear.
+    assert!(html.contains(r#"data-metric="rtt_mean_s" data-scale="log""#));
+    assert!(html.contains(r#"data-metric="throughput_payload_bps" data-scale="linear""#));
+    // Units in human scale on the axes.
+    assert!(html.contains("Payload throughput (Mbit/s)"));
+    assert!(html.contains("(ms, log scale)"));
+    assert!(html.contains("Loss ratio (%)"));
+    // Payload sizes labelled as integers at each measured size.
+    assert!(html.contains(">1408</text>") && !html.contains("1408.0"));
+}
+
+#[test]
+fn categorical_axes_give_grouped_bars() {
+    let s = common::apps_like();
+    let html = render_html(&s);
+    assert_eq!(expected_series(&s, "app"), 2);
+    check_charts(&html, &s, "app", true);
+    for app in common::APPS {
+        assert!(
+            html.contains(&format!(">{app}</text>")),
+            "category {app} labelled"
+        );
+    }
+}
+
+#[test]
+fn tables_show_ci_baseline_change_cv_flag_and_bound_share() {
+    let s = common::s5_like(common::S5_FILE);
+    let html = render_html(&s);
+    assert!(html.contains("<th>Δ</th>"));
+    assert!(html.contains("Measured / bound"));
+    // The one noisy scenario is flagged visibly, and only it.
+    let flagged = html
+        .matches("<span class=\"cvflag\">cv 18 %</span>")
+        .count();
+    assert_eq!(flagged, 1);
+    assert_eq!(html.matches("class=\"cvw\"").count(), 1);
+    // Baseline rows (ip=4) marked: 26 scenarios.
+    assert_eq!(html.matches("<tr class=\"baseline\">").count(), 26 * 5);
+    // IPv6 TCP 1536 B RTT is 20 % below IPv4 in the fixture.
+    assert!(html.contains("-20.0 %"));
+    // Measured / bound for ip 4 udp 1408: 0.998 of the bound (±0.2 % noise).
+    let sc = s
+        .scenarios
+        .iter()
+        .find(|x| x.key == "ip=4,transport=udp,payload=1408,rate=100mbit")
+        .unwrap();
+    let share = sc.metrics["throughput_payload_bps"].mean / sc.upper_bound_bps.unwrap() * 100.0;
+    assert!(
+        html.contains(&format!("<td>{share:.1} %</td>")),
+        "share {share:.1}"
+    );
+    // Environment and notes.
+    assert!(html.contains("Linux 6.1.0-27-amd64"));
+    assert!(html.contains("router forwarding appears as host softirq"));
+}
+
+#[test]
+fn self_contained_no_external_references() {
+    let all = vec![common::s5_like(common::S5_FILE), common::apps_like()];
+    let html = render_html(&all);
+    let lower = html.to_ascii_lowercase();
+    for bad in [
+        "http://", "https://", "src=", "<link", "@import", "url(http", "<script", "<iframe", "<img",
+    ] {
+        assert!(!lower.contains(bad), "report contains {bad}");
+    }
+    // The only hrefs are in-page anchors and the only url() are clip paths.
+    for (i, _) in lower.match_indices("href=") {
+        assert!(lower[i..].starts_with("href=\"#"), "non-local href at {i}");
+    }
+    for (i, _) in lower.match_indices("url(") {
+        assert!(lower[i..].starts_with("url(#"), "non-local url() at {i}");
+    }
+    // Two campaigns: both sections and a table of contents.
+    assert_eq!(html.matches("<section class=\"campaign\"").count(), 2);
+    assert!(html.contains("<a href=\"#c2\">s1-applications</a>"));
+}
+
+#[test]
+fn campaign_file_and_every_string_is_escaped() {
+    let file = "name = \"evil\"\n# </pre><script>alert('x')</script> & <b>bold</b>\n";
+    let mut s = common::s5_like(file);
+    s.name = "<img onerror=x>".into();
+    s.notes.push("<script>n()</script>".into());
+    s.environment
+        .extra
+        .insert("<k>".into(), "\"v\" & <w>".into());
+    s.scenarios[0]
+        .axes
+        .insert("transport".into(), "udp<x>".into());
+    s.metrics[0].label = "Payload <i>".into();
+    let html = render_html(&s);
+    assert!(!html.contains("<script"), "script tag leaked");
+    assert!(!html.contains("<img"), "img tag leaked");
+    assert!(!html.contains("<b>bold"));
+    assert!(!html.contains("udp<x>") && !html.contains("<i>"));
+    assert!(html.contains(
+        "# &lt;/pre&gt;&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;"
+    ));
+    assert!(html.contains("&lt;script&gt;n()&lt;/script&gt;"));
+    // The campaign file round-trips through the <pre> exactly once unescaped.
+    let i =
+        html.find("<pre class=\"campaign-file\">").unwrap() + "<pre class=\"campaign-file\">".len();
+    let j = html[i..].find("</pre>").unwrap() + i;
+    let back = html[i..j]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&");
+    assert_eq!(back, file);
+    // The SVGs stay well-formed with hostile labels.
+    for (_, inner) in figures(&html) {
+        let a = inner.find("<svg").unwrap();
+        let b = inner.rfind("</svg>").unwrap() + 6;
+        roxmltree::Document::parse(&inner[a..b]).unwrap();
+    }
+}
+
+#[test]
+fn deterministic_output() {
+    let all = vec![common::s5_like(common::S5_FILE), common::apps_like()];
+    let a = render_html(&all);
+    let b = render_html(&all.clone());
+    assert_eq!(a, b);
+    // Single-summary convenience matches a one-element slice.
+    assert_eq!(render_html(&all[0]), render_html(&all[..1]));
+}
+
+#[test]
+fn degenerate_inputs_render() {
+    // No scenarios, one scenario, missing metric values, NaN: still a valid page.
+    let mut s = common::s5_like("");
+    s.scenarios.truncate(1);
+    let html = render_html(&s);
+    assert!(html.contains("</html>"));
+    let mut s = common::apps_like();
+    s.scenarios.clear();
+    let html = render_html(&s);
+    assert_eq!(figures(&html).len(), 0);
+    let mut s = common::s5_like("");
+    for sc in &mut s.scenarios {
+        sc.metrics.get_mut("loss_ratio").unwrap().ci95 = f64::NAN;
+        sc.metrics.remove("rtt_mean_s");
+    }
+    let html = render_html(&s);
+    assert!(!html.contains("NaN"));
+    let empty: Vec<CampaignSummary> = vec![];
+    assert!(render_html(&empty).contains("No campaign"));
+    let _ = BTreeMap::<u8, u8>::new();
+}
