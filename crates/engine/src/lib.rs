@@ -1,1 +1,83 @@
-//! placeholder
+//! wirebench-engine: the part of wirebench that touches sockets and clocks.
+//!
+//! It owns the receiver daemon ([`recv::Daemon`]), the sender
+//! ([`send::run`] driven by a [`plan::SessionPlan`]), the control session
+//! between them, the pacer (absolute schedule, sleep-then-spin, `sendmmsg`
+//! batches), the receive path (`recvmmsg` batches, kernel timestamps), RTT
+//! reflection, TCP record framing, and the host counters read around a run
+//! (UDP buffer drops, CPU, TCP_INFO, path MTU). Statistics are computed by
+//! `wirebench-stats`; the engine only feeds it timestamps and sizes, and
+//! assembles the `wirebench.result/1` document ([`result::ResultDoc`]).
+//! Protocol and design notes: `docs/engine.md`.
+
+pub mod clock;
+pub mod ctl;
+mod net;
+pub mod plan;
+pub mod recv;
+pub mod result;
+pub mod send;
+pub mod sys;
+
+pub use plan::{FlowPlan, SessionPlan, Stop};
+pub use recv::{Daemon, DaemonConfig, DaemonStats};
+pub use result::ResultDoc;
+pub use send::run;
+
+use thiserror::Error;
+
+/// Default control port (TCP).
+pub const DEFAULT_PORT: u16 = 5400;
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The plan asks for something impossible (the CLI maps this to exit 2).
+    #[error("{0}")]
+    BadPlan(String),
+    /// The destination could not be resolved (bad input too).
+    #[error("cannot resolve {0}")]
+    Resolve(String),
+    /// Binding failed, e.g. the port is in use.
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("control protocol: {0}")]
+    Protocol(String),
+    #[error("receiver refused: {0}")]
+    Remote(String),
+    #[error("peer gone: {0}")]
+    PeerGone(String),
+    /// The run failed part-way; the document holds what was measured, with
+    /// `partial: true`.
+    #[error("measurement incomplete: {reason}")]
+    Partial { reason: String, doc: Box<ResultDoc> },
+}
+
+impl EngineError {
+    pub fn io(what: &str, source: std::io::Error) -> Self {
+        EngineError::Io {
+            what: what.to_string(),
+            source,
+        }
+    }
+
+    /// True when the error is the user's input rather than a failed measurement.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            EngineError::BadPlan(_) | EngineError::Resolve(_) | EngineError::Bind { .. }
+        )
+    }
+}

@@ -42,6 +42,10 @@ pub struct FlowSetup {
     /// Largest probe the sender will send, so the receiver sizes buffers.
     #[serde(default)]
     pub max_len: u32,
+    /// Path MTU the sender measured (0 = unknown), so both sides count
+    /// frames and fragments alike.
+    #[serde(default)]
+    pub mtu: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,10 +59,25 @@ pub enum ControlMsg {
         flows: Vec<FlowSetup>,
     },
     /// Receiver → sender: data port per flow, in the order of `Hello.flows`.
-    Ready { ports: Vec<u16> },
+    Ready {
+        ports: Vec<u16>,
+    },
     /// Clock-offset exchange (NTP-style four timestamps).
-    TimeReq { t1_ns: u64 },
-    TimeResp { t1_ns: u64, t2_ns: u64, t3_ns: u64 },
+    TimeReq {
+        t1_ns: u64,
+    },
+    TimeResp {
+        t1_ns: u64,
+        t2_ns: u64,
+        t3_ns: u64,
+    },
+    /// Sender → receiver: the measured clock offset (receiver clock minus
+    /// sender clock) and its error bound, sent before `Start` so that the
+    /// receiver's one-way delays are corrected as they are recorded.
+    ClockOffset {
+        offset_ns: i64,
+        error_ns: u64,
+    },
     /// Sender → receiver: traffic starts now.
     Start,
     /// Sender → receiver: all flows finished sending; the receiver waits
@@ -76,7 +95,9 @@ pub enum ControlMsg {
         #[serde(default)]
         extra: serde_json::Value,
     },
-    Error { message: String },
+    Error {
+        message: String,
+    },
     Bye,
 }
 
@@ -124,6 +145,7 @@ mod tests {
                     transport: Transport::Udp,
                     interval_ms: Some(1000),
                     max_len: 1400,
+                    mtu: 1500,
                 }],
             },
             ControlMsg::Ready { ports: vec![40000] },
@@ -132,6 +154,10 @@ mod tests {
                 t1_ns: 1,
                 t2_ns: 2,
                 t3_ns: 3,
+            },
+            ControlMsg::ClockOffset {
+                offset_ns: -5,
+                error_ns: 7,
             },
             ControlMsg::Start,
             ControlMsg::Stop {

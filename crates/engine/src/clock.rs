@@ -1,0 +1,96 @@
+//! Clocks and waiting.
+//!
+//! Two clocks on purpose: timestamps that cross the network are
+//! CLOCK_REALTIME (the only clock two hosts can be compared on, after the
+//! offset exchange), while the send schedule runs on CLOCK_MONOTONIC so that
+//! an NTP step during a run cannot make the pacer burst or stall.
+
+/// Below this distance from a deadline the pacer spins instead of sleeping:
+/// a timer wake-up on a loaded VM is routinely late by tens of microseconds.
+pub const SPIN_NS: u64 = 60_000;
+
+fn now(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // clock_gettime on these clocks cannot fail with a valid pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Nanoseconds since the Unix epoch (CLOCK_REALTIME).
+#[inline]
+pub fn realtime_ns() -> u64 {
+    now(libc::CLOCK_REALTIME)
+}
+
+/// Nanoseconds on CLOCK_MONOTONIC.
+#[inline]
+pub fn mono_ns() -> u64 {
+    now(libc::CLOCK_MONOTONIC)
+}
+
+/// Sleeps on the monotonic clock until `deadline` (absolute), without spinning.
+pub fn sleep_until(deadline: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline % 1_000_000_000) as libc::c_long,
+    };
+    loop {
+        let r = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &ts,
+                std::ptr::null_mut(),
+            )
+        };
+        if r != libc::EINTR {
+            break;
+        }
+    }
+}
+
+/// Waits until `deadline` on the monotonic clock: sleeps until [`SPIN_NS`]
+/// before it, then spins. Returns the monotonic time at return.
+pub fn wait_until(deadline: u64) -> u64 {
+    let mut t = mono_ns();
+    if t + SPIN_NS < deadline {
+        sleep_until(deadline - SPIN_NS);
+        t = mono_ns();
+    }
+    while t < deadline {
+        std::hint::spin_loop();
+        t = mono_ns();
+    }
+    t
+}
+
+/// Makes timer wake-ups of the calling thread as precise as the kernel
+/// allows (the default 50 µs slack would be added to every sleep).
+pub fn tighten_timer_slack() {
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_until_never_returns_early() {
+        for _ in 0..20 {
+            let d = mono_ns() + 200_000;
+            let t = wait_until(d);
+            assert!(t >= d);
+        }
+    }
+
+    #[test]
+    fn realtime_is_epoch_based() {
+        // After 2020-01-01.
+        assert!(realtime_ns() > 1_577_836_800_000_000_000);
+    }
+}

@@ -1,0 +1,213 @@
+//! What a session is asked to do: the destination, the meter, and a list of
+//! flows, each with its own traffic model, transport, stop condition and
+//! seed. The CLI (`--flows N`, `--script FILE`) and the campaign layer build
+//! one of these and hand it to [`crate::send::run`].
+
+use crate::EngineError;
+use std::net::{SocketAddr, ToSocketAddrs};
+use wirebench_model::FlowSpec;
+use wirebench_wire::{MeterMode, Transport};
+
+/// When a flow stops generating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Packets scheduled before `ms` after the flow's start are generated.
+    DurationMs(u64),
+    /// Exactly this many packets are generated (sent + not_sent).
+    Packets(u64),
+    /// Exactly `n × 1024` payload bytes are generated (D-ITG's `-k`); the last
+    /// packet is shortened to hit the total.
+    KBytes(u64),
+}
+
+/// Address family preference (`-4`/`-6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    #[default]
+    Any,
+    V4,
+    V6,
+}
+
+#[derive(Debug, Clone)]
+pub struct FlowPlan {
+    pub spec: FlowSpec,
+    pub transport: Transport,
+    pub stop: Stop,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionPlan {
+    /// Host name or address of the receiver.
+    pub dest: String,
+    /// Its control port.
+    pub port: u16,
+    pub family: Family,
+    pub meter: MeterMode,
+    pub flows: Vec<FlowPlan>,
+    /// How long the receiver keeps listening after the last flow stopped.
+    pub linger_ms: u64,
+    /// Length of the per-interval series (None = no series).
+    pub interval_ms: Option<u64>,
+    /// The command line or campaign name, stored in the document.
+    pub command: Option<String>,
+}
+
+/// Longest linger accepted: the receiver holds sockets that long.
+pub const MAX_LINGER_MS: u64 = 60_000;
+/// Most flows per session (flow ids are 16 bits; threads are per flow).
+pub const MAX_FLOWS: usize = 256;
+
+impl SessionPlan {
+    pub fn new(dest: impl Into<String>, flows: Vec<FlowPlan>) -> Self {
+        SessionPlan {
+            dest: dest.into(),
+            port: crate::DEFAULT_PORT,
+            family: Family::Any,
+            meter: MeterMode::Owd,
+            flows,
+            linger_ms: 2000,
+            interval_ms: None,
+            command: None,
+        }
+    }
+
+    /// Checks everything that can be checked without the network.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if self.flows.is_empty() {
+            return Err(EngineError::BadPlan("the session has no flows".into()));
+        }
+        if self.flows.len() > MAX_FLOWS {
+            return Err(EngineError::BadPlan(format!(
+                "--flows: at most {MAX_FLOWS} flows per session, got {}",
+                self.flows.len()
+            )));
+        }
+        if self.linger_ms > MAX_LINGER_MS {
+            return Err(EngineError::BadPlan(format!(
+                "--linger: at most {MAX_LINGER_MS} ms, got {}",
+                self.linger_ms
+            )));
+        }
+        if self.interval_ms == Some(0) {
+            return Err(EngineError::BadPlan(
+                "--interval: must be at least 1 ms".into(),
+            ));
+        }
+        for (i, f) in self.flows.iter().enumerate() {
+            f.spec
+                .validate()
+                .map_err(|e| EngineError::BadPlan(format!("flow {}: {e}", i + 1)))?;
+            if f.spec.max_payload() > u16::MAX as u32 {
+                return Err(EngineError::BadPlan(format!(
+                    "flow {}: payload above {} bytes cannot be framed",
+                    i + 1,
+                    u16::MAX
+                )));
+            }
+            match f.stop {
+                Stop::DurationMs(0) => {
+                    return Err(EngineError::BadPlan("-t: duration must be > 0 ms".into()))
+                }
+                Stop::Packets(0) => {
+                    return Err(EngineError::BadPlan("-z: packet count must be > 0".into()))
+                }
+                Stop::KBytes(0) => {
+                    return Err(EngineError::BadPlan("-k: kilobytes must be > 0".into()))
+                }
+                _ => {}
+            }
+            if self.meter == MeterMode::Rtt && f.transport == Transport::Tcp {
+                return Err(EngineError::BadPlan(
+                    "-m rtt with -T tcp is not supported: measure TCP one way (-m owd); its smoothed RTT is in the tcp section".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves the destination honouring the family preference.
+    pub fn resolve(&self) -> Result<SocketAddr, EngineError> {
+        let addrs: Vec<SocketAddr> = (self.dest.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|e| EngineError::Resolve(format!("{}: {e}", self.dest)))?
+            .collect();
+        let pick = addrs.into_iter().find(|a| match self.family {
+            Family::Any => true,
+            Family::V4 => a.is_ipv4(),
+            Family::V6 => a.is_ipv6(),
+        });
+        pick.ok_or_else(|| {
+            EngineError::Resolve(format!(
+                "{}: no {} address",
+                self.dest,
+                match self.family {
+                    Family::V4 => "IPv4",
+                    Family::V6 => "IPv6",
+                    Family::Any => "usable",
+                }
+            ))
+        })
+    }
+}
+
+/// Clips a drawn size so that a byte budget is met exactly: never exceed
+/// the remaining bytes, and never leave a remainder too small to carry a
+/// probe header.
+pub fn clip_to_budget(size: u32, remaining: u64, min: u32) -> u32 {
+    let size64 = size as u64;
+    if remaining <= size64 {
+        return remaining as u32;
+    }
+    let leftover = remaining - size64;
+    if leftover < min as u64 {
+        let shrunk = remaining - min as u64;
+        if shrunk >= min as u64 {
+            return shrunk as u32;
+        }
+        return remaining.min(u32::MAX as u64) as u32;
+    }
+    size
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_is_met_exactly() {
+        for size in [24u32, 25, 100, 512, 1000, 1472] {
+            for kb in [1u64, 2, 3, 7] {
+                let mut rem = kb * 1024;
+                let mut n = 0;
+                while rem > 0 {
+                    let s = clip_to_budget(size, rem, 24);
+                    assert!(s >= 24 || s as u64 == rem, "size {size} kb {kb}");
+                    assert!(s <= size.max(47));
+                    rem -= s as u64;
+                    n += 1;
+                    assert!(n < 100_000);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn validation_names_the_flag() {
+        let spec = FlowSpec::constant(10.0, 100).unwrap();
+        let mut p = SessionPlan::new(
+            "127.0.0.1",
+            vec![FlowPlan {
+                spec,
+                transport: Transport::Udp,
+                stop: Stop::Packets(0),
+                seed: 1,
+            }],
+        );
+        assert!(p.validate().unwrap_err().to_string().contains("-z"));
+        p.flows[0].stop = Stop::Packets(1);
+        p.linger_ms = 10 * MAX_LINGER_MS;
+        assert!(p.validate().unwrap_err().to_string().contains("--linger"));
+    }
+}

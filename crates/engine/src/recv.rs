@@ -1,0 +1,696 @@
+//! The receiver daemon (`wirebench recv`).
+//!
+//! One TCP control listener (dual-stack `[::]:5400` by default); every
+//! accepted connection runs in its own thread, so sessions are served one
+//! after another and several at once. A session opens one data socket per
+//! flow on an ephemeral port (told back in `Ready`), runs one receive thread
+//! per flow (`recvmmsg` batches with kernel timestamps for UDP, a poll loop
+//! over record streams for TCP), reflects probes in RTT mode, and at the
+//! end reports its side of every flow over the control connection.
+//!
+//! Anything that is not a well-formed session is foreign: counted and
+//! dropped. A sender that goes silent for [`SESSION_IDLE`] is given up on;
+//! the daemon itself keeps serving.
+
+use crate::clock::realtime_ns;
+use crate::ctl::{Ctl, Recv};
+use crate::net::{enable_rx_timestamps, set_rcvbuf, RecvBatch, BATCH};
+use crate::plan::{MAX_FLOWS, MAX_LINGER_MS};
+use crate::result::{FlowReport, ReportExtra};
+use crate::sys::{self, CpuTime};
+use crate::EngineError;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io::{ErrorKind, Read};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator, L4};
+use wirebench_wire::{
+    ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
+    FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN,
+};
+
+/// A session whose sender says nothing on the control connection for this
+/// long is abandoned (the sender sends a keep-alive every second).
+pub const SESSION_IDLE: Duration = Duration::from_secs(10);
+/// Time a new connection gets to send its `Hello`.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Receive buffer asked for on each UDP data socket.
+pub const UDP_RCVBUF: usize = 8 << 20;
+/// Most concurrent sessions; more are refused with an error message.
+pub const MAX_SESSIONS: usize = 64;
+/// How often receive threads look at their stop flag.
+const POLL_MS: u64 = 50;
+
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Address to bind; None = `[::]` dual-stack (falls back to 0.0.0.0).
+    pub bind: Option<IpAddr>,
+    pub port: u16,
+    /// Print one line per session event on stderr.
+    pub verbose: bool,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            bind: None,
+            port: crate::DEFAULT_PORT,
+            verbose: false,
+        }
+    }
+}
+
+/// Counters of the whole daemon, readable while it serves.
+#[derive(Debug, Default)]
+pub struct DaemonStats {
+    pub sessions_started: AtomicU64,
+    pub sessions_completed: AtomicU64,
+    pub sessions_failed: AtomicU64,
+    /// Control connections that were not a wirebench session.
+    pub foreign_control: AtomicU64,
+    pub active: AtomicUsize,
+}
+
+pub struct Daemon {
+    listener: TcpListener,
+    cfg: DaemonConfig,
+    stats: Arc<DaemonStats>,
+}
+
+impl Daemon {
+    pub fn bind(cfg: DaemonConfig) -> Result<Daemon, EngineError> {
+        let listener = match cfg.bind {
+            Some(ip) => listen(SocketAddr::new(ip, cfg.port), false)?,
+            None => match listen(
+                SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), cfg.port),
+                true,
+            ) {
+                Ok(l) => l,
+                // No IPv6 on this host: IPv4 only.
+                Err(EngineError::Bind { source, .. }) if source.kind() != ErrorKind::AddrInUse => {
+                    listen(
+                        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), cfg.port),
+                        false,
+                    )?
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        Ok(Daemon {
+            listener,
+            cfg,
+            stats: Arc::new(DaemonStats::default()),
+        })
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    pub fn stats(&self) -> Arc<DaemonStats> {
+        self.stats.clone()
+    }
+
+    /// Serves forever.
+    pub fn serve(&self) -> Result<(), EngineError> {
+        self.serve_until(&AtomicBool::new(false))
+    }
+
+    /// Serves until `stop` is set (checked every 100 ms); running sessions
+    /// finish on their own threads.
+    pub fn serve_until(&self, stop: &AtomicBool) -> Result<(), EngineError> {
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| EngineError::io("control listener", e))?;
+        while !stop.load(Ordering::Relaxed) {
+            let mut pfd = libc::pollfd {
+                fd: self.listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            unsafe { libc::poll(&mut pfd, 1, 100) };
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nonblocking(false);
+                    let stats = self.stats.clone();
+                    let verbose = self.cfg.verbose;
+                    if stats.active.load(Ordering::Relaxed) >= MAX_SESSIONS {
+                        let mut ctl = Ctl::new(stream);
+                        let _ = ctl.send(&ControlMsg::Error {
+                            message: format!("receiver busy: {MAX_SESSIONS} sessions running"),
+                        });
+                        continue;
+                    }
+                    stats.active.fetch_add(1, Ordering::Relaxed);
+                    let spawned =
+                        std::thread::Builder::new()
+                            .name("wb-session".into())
+                            .spawn(move || {
+                                let r = session(stream, peer, &stats, verbose);
+                                stats.active.fetch_sub(1, Ordering::Relaxed);
+                                if verbose {
+                                    if let Err(e) = &r {
+                                        eprintln!("wirebench recv: session from {peer}: {e}");
+                                    }
+                                }
+                            });
+                    if spawned.is_err() {
+                        self.stats.active.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                // EMFILE and friends: back off instead of spinning.
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn listen(addr: SocketAddr, dual: bool) -> Result<TcpListener, EngineError> {
+    let err = |e| EngineError::Bind {
+        addr: addr.to_string(),
+        source: e,
+    };
+    let sock =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(err)?;
+    if dual {
+        sock.set_only_v6(false).map_err(err)?;
+    }
+    sock.set_reuse_address(true).map_err(err)?;
+    sock.bind(&addr.into()).map_err(err)?;
+    sock.listen(128).map_err(err)?;
+    Ok(sock.into())
+}
+
+/// An IPv4-mapped IPv6 address is the IPv4 address it maps.
+pub(crate) fn unmap(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// Shared between a session and one of its receive threads.
+struct FlowShared {
+    stop: AtomicBool,
+    offset_ns: AtomicI64,
+    foreign: AtomicU64,
+}
+
+struct FlowOutcome {
+    acc: RecvAccumulator,
+    cpu: CpuTime,
+}
+
+struct SessionFlow {
+    flow_id: u16,
+    shared: Arc<FlowShared>,
+    handle: Option<JoinHandle<FlowOutcome>>,
+}
+
+impl SessionFlow {
+    fn finish(&mut self) -> Option<FlowOutcome> {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.handle.take().and_then(|h| h.join().ok())
+    }
+}
+
+struct Flows(Vec<SessionFlow>);
+
+impl Drop for Flows {
+    fn drop(&mut self) {
+        // Whatever happened, receive threads end and sockets close.
+        for f in &mut self.0 {
+            f.finish();
+        }
+    }
+}
+
+fn session(
+    stream: TcpStream,
+    peer: SocketAddr,
+    stats: &DaemonStats,
+    verbose: bool,
+) -> Result<(), EngineError> {
+    let local = stream
+        .local_addr()
+        .map_err(|e| EngineError::io("control socket", e))?;
+    let mut ctl = Ctl::new(stream);
+    let hello = match ctl.recv(HELLO_TIMEOUT) {
+        Ok(Recv::Msg(m)) => m,
+        Ok(_) | Err(_) => {
+            stats.foreign_control.fetch_add(1, Ordering::Relaxed);
+            return Err(EngineError::Protocol(
+                "not a wirebench session (no valid Hello)".into(),
+            ));
+        }
+    };
+    let ControlMsg::Hello {
+        version,
+        session: sid,
+        meter,
+        flows: setups,
+    } = hello
+    else {
+        stats.foreign_control.fetch_add(1, Ordering::Relaxed);
+        let _ = ctl.send(&ControlMsg::Error {
+            message: "expected Hello".into(),
+        });
+        return Err(EngineError::Protocol("first message was not Hello".into()));
+    };
+    let refuse = |ctl: &mut Ctl, m: String| {
+        let _ = ctl.send(&ControlMsg::Error { message: m.clone() });
+        Err(EngineError::Protocol(m))
+    };
+    if version != CONTROL_VERSION {
+        return refuse(
+            &mut ctl,
+            format!("control protocol version {version} not supported (this receiver speaks {CONTROL_VERSION})"),
+        );
+    }
+    if setups.is_empty() || setups.len() > MAX_FLOWS {
+        return refuse(
+            &mut ctl,
+            format!("a session has 1..={MAX_FLOWS} flows, got {}", setups.len()),
+        );
+    }
+    let mut ids: Vec<u16> = setups.iter().map(|f| f.flow_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() != setups.len() {
+        return refuse(&mut ctl, "flow ids must be distinct".into());
+    }
+    stats.sessions_started.fetch_add(1, Ordering::Relaxed);
+    if verbose {
+        eprintln!(
+            "wirebench recv: session {sid:08x} from {peer}: {} flow(s), meter {meter:?}",
+            setups.len()
+        );
+    }
+
+    let local_ip = unmap(local.ip());
+    let ip = if local_ip.is_ipv4() {
+        IpVersion::V4
+    } else {
+        IpVersion::V6
+    };
+    let mut flows = Flows(Vec::new());
+    let mut ports = Vec::new();
+    for s in &setups {
+        match open_flow(s, local_ip, ip, sid, meter) {
+            Ok((port, f)) => {
+                ports.push(port);
+                flows.0.push(f);
+            }
+            Err(e) => {
+                stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                return refuse(&mut ctl, format!("flow {}: {e}", s.flow_id));
+            }
+        }
+    }
+    ctl.send(&ControlMsg::Ready { ports })?;
+
+    let cpu0 = CpuTime::thread();
+    let mut snmp0 = sys::udp_rcvbuf_errors();
+    let mut foreign0 = stats.foreign_control.load(Ordering::Relaxed);
+    loop {
+        let msg = match ctl.recv(SESSION_IDLE) {
+            Ok(Recv::Msg(m)) => m,
+            Ok(Recv::Timeout) => {
+                stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(EngineError::PeerGone(format!(
+                    "sender silent for {} s, session abandoned",
+                    SESSION_IDLE.as_secs()
+                )));
+            }
+            Ok(Recv::Closed) => {
+                stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(EngineError::PeerGone(
+                    "sender closed the control connection before the report".into(),
+                ));
+            }
+            Err(e) => {
+                stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        match msg {
+            ControlMsg::TimeReq { t1_ns } => {
+                let t2 = realtime_ns();
+                let t3 = realtime_ns();
+                ctl.send(&ControlMsg::TimeResp {
+                    t1_ns,
+                    t2_ns: t2,
+                    t3_ns: t3,
+                })?;
+            }
+            ControlMsg::ClockOffset { offset_ns, .. } => {
+                for f in &flows.0 {
+                    f.shared.offset_ns.store(offset_ns, Ordering::Relaxed);
+                }
+            }
+            ControlMsg::Start => {
+                snmp0 = sys::udp_rcvbuf_errors();
+                foreign0 = stats.foreign_control.load(Ordering::Relaxed);
+            }
+            ControlMsg::Stop { linger_ms, sent } => {
+                std::thread::sleep(Duration::from_millis(linger_ms.min(MAX_LINGER_MS)));
+                let snmp1 = sys::udp_rcvbuf_errors();
+                let foreign1 = stats.foreign_control.load(Ordering::Relaxed);
+                let mut reports = Vec::new();
+                let mut cpu = CpuTime::thread().since(cpu0);
+                for (i, f) in flows.0.iter_mut().enumerate() {
+                    let Some(out) = f.finish() else {
+                        stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                        return refuse(
+                            &mut ctl,
+                            format!("flow {} receive thread failed", f.flow_id),
+                        );
+                    };
+                    cpu = cpu.plus(out.cpu);
+                    let r = FlowReport {
+                        flow_id: f.flow_id,
+                        summary: out.acc.summary(sent.get(i).copied()),
+                        foreign: f.shared.foreign.load(Ordering::Relaxed),
+                    };
+                    reports.push(serde_json::to_value(&r).map_err(|e| {
+                        EngineError::Protocol(format!("cannot encode report: {e}"))
+                    })?);
+                }
+                let extra = ReportExtra {
+                    host: sys::host_info(),
+                    rcvbuf_errors: snmp1.saturating_sub(snmp0),
+                    foreign_control: foreign1.saturating_sub(foreign0),
+                    cpu_s: cpu,
+                };
+                let extra = serde_json::to_value(&extra)
+                    .map_err(|e| EngineError::Protocol(format!("cannot encode report: {e}")))?;
+                ctl.send(&ControlMsg::Report {
+                    flows: reports,
+                    extra,
+                })?;
+                // Wait briefly for Bye so the sender reads the report before
+                // the connection closes.
+                let _ = ctl.recv(Duration::from_secs(5));
+                stats.sessions_completed.fetch_add(1, Ordering::Relaxed);
+                if verbose {
+                    eprintln!("wirebench recv: session {sid:08x} from {peer}: done");
+                }
+                return Ok(());
+            }
+            ControlMsg::Bye => {
+                stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(EngineError::PeerGone("sender said Bye before Stop".into()));
+            }
+            ControlMsg::Error { message } => {
+                stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(EngineError::Remote(message));
+            }
+            // Anything else is out of order here but harmless: ignore it.
+            _ => {}
+        }
+    }
+}
+
+fn open_flow(
+    s: &FlowSetup,
+    local_ip: IpAddr,
+    ip: IpVersion,
+    sid: u32,
+    meter: MeterMode,
+) -> Result<(u16, SessionFlow), EngineError> {
+    let cfg = FlowConfig {
+        l4: match s.transport {
+            Transport::Udp => L4::Udp,
+            Transport::Tcp => L4::Tcp,
+        },
+        ip,
+        mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
+        interval_ns: s.interval_ms.filter(|&m| m > 0).map(|m| m * 1_000_000),
+    };
+    let shared = Arc::new(FlowShared {
+        stop: AtomicBool::new(false),
+        offset_ns: AtomicI64::new(0),
+        foreign: AtomicU64::new(0),
+    });
+    let bind = SocketAddr::new(local_ip, 0);
+    let max_len = (s.max_len as usize).clamp(PROBE_HEADER_LEN, u16::MAX as usize);
+    let flow_id = s.flow_id;
+    let sh = shared.clone();
+    let (port, handle) = match s.transport {
+        Transport::Udp => {
+            let sock = UdpSocket::bind(bind).map_err(|e| EngineError::io("data socket", e))?;
+            let port = sock
+                .local_addr()
+                .map_err(|e| EngineError::io("data socket", e))?
+                .port();
+            set_rcvbuf(sock.as_raw_fd(), UDP_RCVBUF);
+            enable_rx_timestamps(sock.as_raw_fd());
+            sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
+                .map_err(|e| EngineError::io("data socket", e))?;
+            let reflect = meter == MeterMode::Rtt;
+            let h = std::thread::Builder::new()
+                .name(format!("wb-rx-{flow_id}"))
+                .spawn(move || udp_rx(sock, cfg, sh, sid, flow_id, max_len, reflect))
+                .map_err(|e| EngineError::io("receive thread", e))?;
+            (port, h)
+        }
+        Transport::Tcp => {
+            let l = TcpListener::bind(bind).map_err(|e| EngineError::io("data listener", e))?;
+            let port = l
+                .local_addr()
+                .map_err(|e| EngineError::io("data listener", e))?
+                .port();
+            l.set_nonblocking(true)
+                .map_err(|e| EngineError::io("data listener", e))?;
+            let h = std::thread::Builder::new()
+                .name(format!("wb-rx-{flow_id}"))
+                .spawn(move || tcp_rx(l, cfg, sh, sid, flow_id))
+                .map_err(|e| EngineError::io("receive thread", e))?;
+            (port, h)
+        }
+    };
+    Ok((
+        port,
+        SessionFlow {
+            flow_id,
+            shared,
+            handle: Some(handle),
+        },
+    ))
+}
+
+fn udp_rx(
+    sock: UdpSocket,
+    cfg: FlowConfig,
+    sh: Arc<FlowShared>,
+    sid: u32,
+    flow_id: u16,
+    max_len: usize,
+    reflect: bool,
+) -> FlowOutcome {
+    let cpu0 = CpuTime::thread();
+    let mut acc = RecvAccumulator::new(cfg);
+    // One byte more than the largest probe, so an oversize foreign datagram
+    // shows up as truncated instead of fitting by accident.
+    let slot = max_len.max(RTT_MIN_LEN) + 1;
+    let mut batch = RecvBatch::new(slot);
+    let fd = sock.as_raw_fd();
+    let mut queued = [0usize; BATCH];
+    while !sh.stop.load(Ordering::Relaxed) {
+        let n = match batch.recv(fd) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            // E.g. ECONNREFUSED queued by an ICMP error after a reflection:
+            // not fatal for a receiving socket.
+            Err(_) => continue,
+        };
+        let fallback_ts = realtime_ns();
+        let offset = sh.offset_ns.load(Ordering::Relaxed);
+        let mut k = 0;
+        for i in 0..n {
+            let ts = batch.kernel_ts(i).unwrap_or(fallback_ts);
+            if batch.truncated(i) {
+                sh.foreign.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let d = batch.data(i);
+            let h = match ProbeHeader::decode_datagram(d) {
+                Ok(h) if h.session == sid && h.flow == flow_id && !h.is_reflected() => h,
+                _ => {
+                    sh.foreign.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            let len = d.len();
+            let delay = ts as i64 - h.tx_ns as i64 - offset;
+            acc.record(h.seq, delay, ts, len as u32);
+            if reflect && h.is_rtt() {
+                let out_len = len.max(RTT_MIN_LEN);
+                let mut rh = h;
+                rh.flags |= FLAG_REFLECTED;
+                rh.len = out_len as u16;
+                let buf = batch.slot_mut(i);
+                let _ = rh.encode(&mut buf[..out_len]);
+                let _ = Reflection {
+                    rx_ns: ts,
+                    tx_ns: 0,
+                }
+                .encode(&mut buf[..out_len]);
+                batch.queue_reply(k, i, out_len);
+                queued[k] = i;
+                k += 1;
+            }
+        }
+        if k > 0 {
+            // One transmit time for the batch, taken just before it leaves.
+            let tx = realtime_ns();
+            for &i in &queued[..k] {
+                let buf = batch.slot_mut(i);
+                buf[32..40].copy_from_slice(&tx.to_be_bytes());
+            }
+            batch.flush_replies(fd, k);
+        }
+    }
+    FlowOutcome {
+        acc,
+        cpu: CpuTime::thread().since(cpu0),
+    }
+}
+
+/// Most simultaneous connections on one TCP data port; more are foreign.
+const MAX_TCP_CONNS: usize = 8;
+const TCP_BUF: usize = 256 << 10;
+
+struct TcpConn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    filled: usize,
+}
+
+fn tcp_rx(
+    listener: TcpListener,
+    cfg: FlowConfig,
+    sh: Arc<FlowShared>,
+    sid: u32,
+    flow_id: u16,
+) -> FlowOutcome {
+    let cpu0 = CpuTime::thread();
+    let mut acc = RecvAccumulator::new(cfg);
+    let mut conns: Vec<TcpConn> = Vec::new();
+    let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(MAX_TCP_CONNS + 1);
+    while !sh.stop.load(Ordering::Relaxed) {
+        pfds.clear();
+        pfds.push(libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        for c in &conns {
+            pfds.push(libc::pollfd {
+                fd: c.stream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let r = unsafe {
+            libc::poll(
+                pfds.as_mut_ptr(),
+                pfds.len() as libc::nfds_t,
+                POLL_MS as i32,
+            )
+        };
+        if r <= 0 {
+            continue;
+        }
+        let polled = pfds.len() - 1;
+        if pfds[0].revents != 0 {
+            while let Ok((s, _)) = listener.accept() {
+                if conns.len() >= MAX_TCP_CONNS {
+                    sh.foreign.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let _ = s.set_nonblocking(true);
+                set_rcvbuf(s.as_raw_fd(), 4 << 20);
+                conns.push(TcpConn {
+                    stream: s,
+                    buf: vec![0u8; TCP_BUF],
+                    filled: 0,
+                });
+            }
+        }
+        // Backwards, so that swap_remove only moves an already handled
+        // connection into the freed place.
+        for ci in (0..polled).rev() {
+            if pfds[ci + 1].revents == 0 {
+                continue;
+            }
+            if !read_records(&mut conns[ci], &mut acc, &sh, sid, flow_id) {
+                conns.swap_remove(ci);
+            }
+        }
+    }
+    FlowOutcome {
+        acc,
+        cpu: CpuTime::thread().since(cpu0),
+    }
+}
+
+/// Reads what is available and records every complete record. Returns false
+/// when the connection is to be dropped (closed, or not ours).
+fn read_records(
+    c: &mut TcpConn,
+    acc: &mut RecvAccumulator,
+    sh: &FlowShared,
+    sid: u32,
+    flow_id: u16,
+) -> bool {
+    loop {
+        let n = match c.stream.read(&mut c.buf[c.filled..]) {
+            Ok(0) => return false,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        };
+        let ts = realtime_ns();
+        let offset = sh.offset_ns.load(Ordering::Relaxed);
+        c.filled += n;
+        let mut pos = 0;
+        while c.filled - pos >= PROBE_HEADER_LEN {
+            let h = match ProbeHeader::decode_prefix(&c.buf[pos..c.filled]) {
+                Ok(h) if h.session == sid && h.flow == flow_id => h,
+                _ => {
+                    // Not a record stream of this flow (or it lost framing):
+                    // the whole connection is foreign.
+                    sh.foreign.fetch_add(1, Ordering::Relaxed);
+                    return false;
+                }
+            };
+            let len = h.len as usize;
+            if c.filled - pos < len {
+                break;
+            }
+            acc.record(h.seq, ts as i64 - h.tx_ns as i64 - offset, ts, len as u32);
+            pos += len;
+        }
+        c.buf.copy_within(pos..c.filled, 0);
+        c.filled -= pos;
+    }
+}

@@ -1,0 +1,884 @@
+//! The sender (`wirebench send`): runs one control session and its flows,
+//! and builds the result document.
+//!
+//! Session: connect → `Hello` → `Ready{ports}` → clock-offset exchange
+//! (`TimeReq`/`TimeResp`, best of [`OFFSET_SAMPLES`]) → `ClockOffset` →
+//! `Start` → flows run (one thread each; a keep-alive `TimeReq` every
+//! second watches the receiver) → `Stop{linger, sent}` → `Report` → `Bye`.
+//!
+//! Pacing: each flow keeps an absolute schedule t_k = t_0 + Σ gaps on
+//! CLOCK_MONOTONIC, so a late packet never shifts the ones after it. The
+//! pacer sleeps until [`crate::clock::SPIN_NS`] before a deadline and spins
+//! the rest; every packet already due when the pacer wakes goes out in the
+//! same `sendmmsg` (so gaps shorter than a syscall become batches rather
+//! than drift). A packet due more than [`LATE_LIMIT_NS`] ago when its turn
+//! comes is not sent and counted `not_sent`, as is a packet the kernel
+//! refused; neither is ever network loss.
+
+use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack, wait_until};
+use crate::ctl::{Ctl, Recv};
+use crate::net::{enable_rx_timestamps, set_rcvbuf, set_sndbuf, RecvBatch, SendBatch, BATCH};
+use crate::plan::{clip_to_budget, FlowPlan, SessionPlan, Stop};
+use crate::recv::unmap;
+use crate::result::*;
+use crate::sys::{self, CpuTime, HostCpu, TcpInfo};
+use crate::EngineError;
+use std::io::{ErrorKind, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use wirebench_model::MIN_PAYLOAD;
+use wirebench_stats::{
+    FlowConfig, IpVersion, RecvAccumulator, RecvSummary, SendAccumulator, SendSummary, L4,
+};
+use wirebench_wire::{
+    ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
+    FLAG_RTT, PROBE_HEADER_LEN,
+};
+
+/// A packet whose scheduled time is more than this in the past when the
+/// pacer reaches it is not sent (`not_sent`): sending it would no longer
+/// follow the model, only burst to catch up. One second tolerates scheduler
+/// hiccups of a loaded host without ever dropping, yet bounds the burst.
+pub const LATE_LIMIT_NS: u64 = 1_000_000_000;
+/// Clock-offset exchanges before the run; the one with the smallest round
+/// trip is used.
+pub const OFFSET_SAMPLES: u32 = 16;
+/// Lead time between `Start` and the first scheduled packet, so that every
+/// flow thread is up and waiting when the schedule begins.
+const START_LEAD_NS: u64 = 20_000_000;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Extra time allowed for the report beyond the linger.
+const REPORT_SLACK: Duration = Duration::from_secs(15);
+
+/// Runs a whole session and returns its result document. When the run
+/// breaks part-way (the receiver vanished), the error is
+/// [`EngineError::Partial`] carrying the document with `partial: true`.
+pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
+    plan.validate()?;
+    let addr = plan.resolve()?;
+    let ctl_stream =
+        TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| EngineError::Connect {
+            addr: addr.to_string(),
+            source: e,
+        })?;
+    let mut ctl = Ctl::new(ctl_stream);
+    let local = ctl
+        .stream()
+        .local_addr()
+        .map_err(|e| EngineError::io("control socket", e))?;
+    let dst_ip = unmap(addr.ip());
+    let ip = if dst_ip.is_ipv4() {
+        IpVersion::V4
+    } else {
+        IpVersion::V6
+    };
+    let mtu = measure_mtu(dst_ip, plan.port);
+    let session: u32 = rand::random::<u32>() | 1;
+
+    let setups: Vec<FlowSetup> = plan
+        .flows
+        .iter()
+        .enumerate()
+        .map(|(i, f)| FlowSetup {
+            flow_id: (i + 1) as u16,
+            transport: f.transport,
+            interval_ms: plan.interval_ms,
+            max_len: f.spec.max_payload(),
+            mtu,
+        })
+        .collect();
+    ctl.send(&ControlMsg::Hello {
+        version: CONTROL_VERSION,
+        session,
+        meter: plan.meter,
+        flows: setups,
+    })?;
+    let ports = match ctl.expect("Ready", REPLY_TIMEOUT)? {
+        ControlMsg::Ready { ports } if ports.len() == plan.flows.len() => ports,
+        other => {
+            return Err(EngineError::Protocol(format!(
+                "expected Ready with {} ports, got {other:?}",
+                plan.flows.len()
+            )))
+        }
+    };
+
+    let clock = measure_offset(&mut ctl)?;
+    ctl.send(&ControlMsg::ClockOffset {
+        offset_ns: clock.0,
+        error_ns: clock.1,
+    })?;
+
+    // Data sockets, all opened before Start so the schedule is not delayed.
+    let mut socks = Vec::new();
+    for (i, f) in plan.flows.iter().enumerate() {
+        let to = SocketAddr::new(dst_ip, ports[i]);
+        socks.push(open_data(f, to)?);
+    }
+    let src_ip = unmap(local.ip());
+
+    // Go.
+    ctl.send(&ControlMsg::Start)?;
+    let started_real = realtime_ns();
+    let t0 = mono_ns() + START_LEAD_NS;
+    let cpu0 = CpuTime::process();
+    let host0 = HostCpu::read();
+    let abort = Arc::new(AtomicBool::new(false));
+    let watcher = Watcher::start(ctl, abort.clone())?;
+
+    let mut handles = Vec::new();
+    for (i, (f, sock)) in plan.flows.iter().cloned().zip(socks).enumerate() {
+        let cfg = FlowConfig {
+            l4: match f.transport {
+                Transport::Udp => L4::Udp,
+                Transport::Tcp => L4::Tcp,
+            },
+            ip,
+            mtu,
+            interval_ns: plan.interval_ms.map(|m| m * 1_000_000),
+        };
+        let job = FlowJob {
+            plan: f,
+            flow_id: (i + 1) as u16,
+            session,
+            rtt: plan.meter == MeterMode::Rtt,
+            t0,
+            cfg,
+            abort: abort.clone(),
+            linger_ms: plan.linger_ms,
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("wb-tx-{}", i + 1))
+            .spawn(move || run_flow(job, sock))
+            .map_err(|e| EngineError::io("flow thread", e))?;
+        handles.push(h);
+    }
+    let mut outcomes: Vec<FlowSent> = Vec::new();
+    for h in handles {
+        outcomes.push(
+            h.join()
+                .unwrap_or_else(|_| FlowSent::failed("flow thread panicked")),
+        );
+    }
+    let stopped_mono = mono_ns();
+    let run_s = (stopped_mono.saturating_sub(t0)) as f64 / 1e9;
+    let cpu_sender = CpuTime::process().since(cpu0);
+    let host1 = HostCpu::read();
+    let (ctl, peer_gone) = watcher.finish();
+
+    let mut partial: Option<String> = peer_gone;
+    if partial.is_none() {
+        if let Some(e) = outcomes.iter().find_map(|o| o.error.clone()) {
+            partial = Some(e);
+        }
+    }
+
+    // Collect the receiver's side.
+    let mut reports: Vec<FlowReport> = Vec::new();
+    let mut extra = ReportExtra::default();
+    if let (None, Some(mut ctl)) = (&partial, ctl) {
+        let sent: Vec<u64> = outcomes.iter().map(|o| o.send.packets).collect();
+        match collect_report(&mut ctl, plan.linger_ms, sent) {
+            Ok((r, x)) => {
+                reports = r;
+                extra = x;
+                let _ = ctl.send(&ControlMsg::Bye);
+            }
+            Err(e) => partial = Some(e.to_string()),
+        }
+    }
+
+    let doc = build_doc(DocParts {
+        plan: &plan,
+        started_real,
+        src: SocketAddr::new(src_ip, 0),
+        dst_ip,
+        mtu,
+        clock,
+        outcomes,
+        reports,
+        extra,
+        run_s,
+        cpu_sender,
+        host: sys::host_cpu_share(host0, host1, run_s),
+        partial: partial.clone(),
+    });
+    match partial {
+        None => Ok(doc),
+        Some(reason) => Err(EngineError::Partial {
+            reason,
+            doc: Box::new(doc),
+        }),
+    }
+}
+
+/// Sends `Stop` and waits for the receiver's `Report` (answers to
+/// keep-alives still in flight are skipped).
+fn collect_report(
+    ctl: &mut Ctl,
+    linger_ms: u64,
+    sent: Vec<u64>,
+) -> Result<(Vec<FlowReport>, ReportExtra), EngineError> {
+    ctl.send(&ControlMsg::Stop { linger_ms, sent })?;
+    let deadline = std::time::Instant::now() + Duration::from_millis(linger_ms) + REPORT_SLACK;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match ctl.expect("Report", left)? {
+            ControlMsg::TimeResp { .. } => continue,
+            ControlMsg::Report { flows, extra } => {
+                let mut reports = Vec::new();
+                for v in flows {
+                    reports.push(serde_json::from_value::<FlowReport>(v).map_err(|e| {
+                        EngineError::Protocol(format!("unreadable flow report: {e}"))
+                    })?);
+                }
+                let extra = serde_json::from_value(extra).unwrap_or_default();
+                return Ok((reports, extra));
+            }
+            other => {
+                return Err(EngineError::Protocol(format!(
+                    "expected Report, got {other:?}"
+                )))
+            }
+        }
+    }
+}
+
+/// Path MTU towards the receiver from a connected UDP socket; the largest
+/// interface MTU when the kernel cannot say; 1500 as the last resort.
+fn measure_mtu(dst: IpAddr, port: u16) -> u32 {
+    let any: IpAddr = if dst.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    };
+    UdpSocket::bind(SocketAddr::new(any, 0))
+        .ok()
+        .and_then(|s| {
+            s.connect(SocketAddr::new(dst, port)).ok()?;
+            sys::path_mtu(&s, dst.is_ipv6())
+        })
+        .or_else(sys::interface_mtu)
+        .unwrap_or(1500)
+}
+
+/// NTP's four-timestamp exchange over the control connection. Returns
+/// (offset, error bound) in ns, offset = receiver − sender clock.
+fn measure_offset(ctl: &mut Ctl) -> Result<(i64, u64, u32), EngineError> {
+    let mut best: Option<(u64, i64)> = None;
+    for _ in 0..OFFSET_SAMPLES {
+        let t1 = realtime_ns();
+        ctl.send(&ControlMsg::TimeReq { t1_ns: t1 })?;
+        let (t2, t3) = match ctl.expect("TimeResp", REPLY_TIMEOUT)? {
+            ControlMsg::TimeResp {
+                t1_ns,
+                t2_ns,
+                t3_ns,
+            } if t1_ns == t1 => (t2_ns, t3_ns),
+            other => {
+                return Err(EngineError::Protocol(format!(
+                    "expected TimeResp, got {other:?}"
+                )))
+            }
+        };
+        let t4 = realtime_ns();
+        let rtt = (t4 as i128 - t1 as i128) - (t3 as i128 - t2 as i128);
+        let rtt = rtt.max(0) as u64;
+        let offset = ((t2 as i128 - t1 as i128) + (t3 as i128 - t4 as i128)) / 2;
+        if best.is_none_or(|(r, _)| rtt < r) {
+            best = Some((rtt, offset as i64));
+        }
+    }
+    let (rtt, offset) = best.unwrap_or((0, 0));
+    Ok((offset, rtt / 2 + 1, OFFSET_SAMPLES))
+}
+
+enum DataSock {
+    Udp(UdpSocket),
+    Tcp(TcpStream),
+}
+
+fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, EngineError> {
+    match f.transport {
+        Transport::Udp => {
+            let any: IpAddr = if to.is_ipv4() {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            };
+            let s = UdpSocket::bind(SocketAddr::new(any, 0))
+                .map_err(|e| EngineError::io("UDP data socket", e))?;
+            s.connect(to).map_err(|e| EngineError::Connect {
+                addr: to.to_string(),
+                source: e,
+            })?;
+            set_sndbuf(s.as_raw_fd(), 4 << 20);
+            Ok(DataSock::Udp(s))
+        }
+        Transport::Tcp => {
+            let s = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(|e| {
+                EngineError::Connect {
+                    addr: to.to_string(),
+                    source: e,
+                }
+            })?;
+            // Paced records must leave when written; bulk can batch.
+            let _ = s.set_nodelay(!f.spec.is_max());
+            let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+            Ok(DataSock::Tcp(s))
+        }
+    }
+}
+
+/// Watches the control connection during the run: a keep-alive `TimeReq`
+/// every second, and a closed or silent receiver aborts the flows.
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<(Ctl, Option<String>)>,
+}
+
+impl Watcher {
+    fn start(mut ctl: Ctl, abort: Arc<AtomicBool>) -> Result<Watcher, EngineError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("wb-ctl".into())
+            .spawn(move || {
+                let mut last_heard = mono_ns();
+                let mut next_ping = 0u64;
+                while !st.load(Ordering::Relaxed) {
+                    let now = mono_ns();
+                    if now >= next_ping {
+                        if ctl
+                            .send(&ControlMsg::TimeReq {
+                                t1_ns: realtime_ns(),
+                            })
+                            .is_err()
+                        {
+                            abort.store(true, Ordering::Relaxed);
+                            return (ctl, Some("control connection broke".to_string()));
+                        }
+                        next_ping = now + 1_000_000_000;
+                    }
+                    match ctl.recv(Duration::from_millis(100)) {
+                        Ok(Recv::Msg(ControlMsg::Error { message })) => {
+                            abort.store(true, Ordering::Relaxed);
+                            return (ctl, Some(format!("receiver error: {message}")));
+                        }
+                        Ok(Recv::Msg(_)) => last_heard = mono_ns(),
+                        Ok(Recv::Timeout) => {}
+                        Ok(Recv::Closed) | Err(_) => {
+                            abort.store(true, Ordering::Relaxed);
+                            return (
+                                ctl,
+                                Some("receiver closed the control connection".to_string()),
+                            );
+                        }
+                    }
+                    if mono_ns().saturating_sub(last_heard) > 10_000_000_000 {
+                        abort.store(true, Ordering::Relaxed);
+                        return (ctl, Some("receiver silent for 10 s".to_string()));
+                    }
+                }
+                (ctl, None)
+            })
+            .map_err(|e| EngineError::io("control thread", e))?;
+        Ok(Watcher { stop, handle })
+    }
+
+    fn finish(self) -> (Option<Ctl>, Option<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.join() {
+            Ok((ctl, gone)) => (Some(ctl), gone),
+            Err(_) => (None, Some("control thread failed".into())),
+        }
+    }
+}
+
+struct FlowJob {
+    plan: FlowPlan,
+    flow_id: u16,
+    session: u32,
+    rtt: bool,
+    t0: u64,
+    cfg: FlowConfig,
+    abort: Arc<AtomicBool>,
+    linger_ms: u64,
+}
+
+struct FlowSent {
+    send: SendSummary,
+    rtt: Option<RecvSummary>,
+    tcp: Option<TcpInfo>,
+    error: Option<String>,
+}
+
+impl FlowSent {
+    fn failed(msg: &str) -> FlowSent {
+        FlowSent {
+            send: SendSummary::default(),
+            rtt: None,
+            tcp: None,
+            error: Some(msg.to_string()),
+        }
+    }
+}
+
+/// The flow's schedule: draws departures, applies the stop condition.
+struct Schedule {
+    gen: Box<dyn wirebench_model::Generator>,
+    next_at: u64,
+    end_at: Option<u64>,
+    packets_left: Option<u64>,
+    bytes_left: Option<u64>,
+    max: bool,
+    max_len: u32,
+}
+
+impl Schedule {
+    fn new(plan: &FlowPlan, t0: u64) -> Result<Schedule, String> {
+        let gen = plan.spec.generator(plan.seed).map_err(|e| e.to_string())?;
+        let start = t0 + plan.spec.start_delay_ms * 1_000_000;
+        let (end_at, packets_left, bytes_left) = match plan.stop {
+            Stop::DurationMs(ms) => (Some(start + ms * 1_000_000), None, None),
+            Stop::Packets(n) => (None, Some(n), None),
+            Stop::KBytes(k) => (None, None, Some(k * 1024)),
+        };
+        Ok(Schedule {
+            gen,
+            next_at: start,
+            end_at,
+            packets_left,
+            bytes_left,
+            max: plan.spec.is_max(),
+            max_len: plan.spec.max_payload().max(MIN_PAYLOAD),
+        })
+    }
+
+    /// The next packet: (scheduled time, size), or None when the flow is
+    /// done. For `--max` flows the schedule time is meaningless (0).
+    fn next(&mut self, now: u64) -> Option<(u64, u32)> {
+        if self.packets_left == Some(0) || self.bytes_left == Some(0) {
+            return None;
+        }
+        let d = self.gen.next();
+        let at = if self.max { now } else { self.next_at };
+        if let Some(end) = self.end_at {
+            if at >= end {
+                return None;
+            }
+        }
+        self.next_at = self.next_at.saturating_add(d.gap_ns);
+        let mut size = d.size.clamp(MIN_PAYLOAD, self.max_len);
+        if let Some(b) = self.bytes_left.as_mut() {
+            size = clip_to_budget(size, *b, MIN_PAYLOAD);
+            *b -= size as u64;
+        }
+        if let Some(p) = self.packets_left.as_mut() {
+            *p -= 1;
+        }
+        Some((at, size))
+    }
+}
+
+fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
+    tighten_timer_slack();
+    let mut sched = match Schedule::new(&job.plan, job.t0) {
+        Ok(s) => s,
+        Err(e) => return FlowSent::failed(&e),
+    };
+    let mut acc = SendAccumulator::new(job.cfg);
+    match sock {
+        DataSock::Udp(s) => {
+            let reflector = if job.rtt {
+                match s.try_clone() {
+                    Ok(rs) => Some(RttRx::start(rs, &job)),
+                    Err(e) => return FlowSent::failed(&format!("cannot clone socket: {e}")),
+                }
+            } else {
+                None
+            };
+            let err = udp_send(&job, &s, &mut sched, &mut acc);
+            let rtt = reflector.map(|r| r.finish(job.linger_ms, &job.abort));
+            FlowSent {
+                send: acc.summary(),
+                rtt,
+                tcp: None,
+                error: err,
+            }
+        }
+        DataSock::Tcp(s) => {
+            let err = tcp_send(&job, &s, &mut sched, &mut acc);
+            let tcp = sys::tcp_info(&s);
+            FlowSent {
+                send: acc.summary(),
+                rtt: None,
+                tcp: Some(tcp.unwrap_or_default()),
+                error: err,
+            }
+        }
+    }
+}
+
+fn header(job: &FlowJob) -> ProbeHeader {
+    ProbeHeader {
+        flags: if job.rtt { FLAG_RTT } else { 0 },
+        session: job.session,
+        flow: job.flow_id,
+        len: PROBE_HEADER_LEN as u16,
+        seq: 0,
+        tx_ns: 0,
+    }
+}
+
+/// Gathers into `meta` every packet due at `now` (at least the pending
+/// one), skipping hopelessly late ones. Returns how many were gathered.
+fn gather(
+    sched: &mut Schedule,
+    pending: &mut Option<(u64, u32)>,
+    now: u64,
+    acc: &mut SendAccumulator,
+    meta: &mut [(u64, u32); BATCH],
+    room: usize,
+) -> usize {
+    let mut n = 0;
+    while n < room {
+        let Some((at, size)) = *pending else { break };
+        if !sched.max && at > now {
+            break;
+        }
+        if !sched.max && now - at > LATE_LIMIT_NS {
+            acc.record_not_sent(1);
+        } else {
+            meta[n] = (at, size);
+            n += 1;
+        }
+        *pending = sched.next(now);
+    }
+    n
+}
+
+fn udp_send(
+    job: &FlowJob,
+    s: &UdpSocket,
+    sched: &mut Schedule,
+    acc: &mut SendAccumulator,
+) -> Option<String> {
+    let fd = s.as_raw_fd();
+    let mut batch = SendBatch::new(sched.max_len as usize);
+    let mut h = header(job);
+    let mut seq: u32 = 0;
+    let mut meta = [(0u64, 0u32); BATCH];
+    wait_until(job.t0);
+    let mut pending = sched.next(mono_ns());
+    let mut refused = 0u64;
+    while pending.is_some() {
+        if job.abort.load(Ordering::Relaxed) {
+            return Some("aborted: receiver gone".into());
+        }
+        let (at, _) = pending.unwrap_or_default();
+        let now = if sched.max { mono_ns() } else { wait_until(at) };
+        let n = gather(sched, &mut pending, now, acc, &mut meta, BATCH);
+        if n == 0 {
+            continue;
+        }
+        for (i, &(_, size)) in meta[..n].iter().enumerate() {
+            h.len = size as u16;
+            h.seq = seq.wrapping_add(i as u32);
+            let _ = h.encode(batch.slot(i, size as usize));
+        }
+        let tx = realtime_ns();
+        for (i, &(_, size)) in meta[..n].iter().enumerate() {
+            ProbeHeader::stamp_tx(batch.slot(i, size as usize), tx);
+        }
+        let actual = mono_ns();
+        let mut i = 0;
+        while i < n {
+            match batch.send(fd, i, n) {
+                Ok(k) => {
+                    for &(at, size) in &meta[i..i + k] {
+                        acc.record_sent(if sched.max { actual } else { at }, actual, size);
+                    }
+                    seq = seq.wrapping_add(k as u32);
+                    i += k;
+                }
+                Err(e) => {
+                    // This packet did not leave; renumber the rest so the
+                    // receiver sees no gap for it.
+                    acc.record_not_sent(1);
+                    if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                        refused += 1;
+                    }
+                    for (j, &(_, size)) in meta.iter().enumerate().take(n).skip(i + 1) {
+                        let cur = seq.wrapping_add((j - i) as u32 - 1);
+                        ProbeHeader::stamp_seq(batch.slot(j, size as usize), cur);
+                    }
+                    i += 1;
+                    if e.kind() == ErrorKind::WouldBlock {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        // Every send refused for a long stretch: the receiver's port is gone.
+        if refused > 1000 && acc.packets() == 0 {
+            return Some("receiver refuses the data port".into());
+        }
+    }
+    None
+}
+
+fn tcp_send(
+    job: &FlowJob,
+    s: &TcpStream,
+    sched: &mut Schedule,
+    acc: &mut SendAccumulator,
+) -> Option<String> {
+    let mut out = s;
+    let cap = (BATCH * sched.max_len as usize).min(1 << 20);
+    let mut buf = vec![0u8; cap];
+    let mut h = header(job);
+    let mut seq: u32 = 0;
+    let mut meta = [(0u64, 0u32); BATCH];
+    wait_until(job.t0);
+    let mut pending = sched.next(mono_ns());
+    while pending.is_some() {
+        if job.abort.load(Ordering::Relaxed) {
+            return Some("aborted: receiver gone".into());
+        }
+        let (at, _) = pending.unwrap_or_default();
+        let now = if sched.max { mono_ns() } else { wait_until(at) };
+        let room = (cap / sched.max_len as usize).clamp(1, BATCH);
+        let n = gather(sched, &mut pending, now, acc, &mut meta, room);
+        if n == 0 {
+            continue;
+        }
+        let tx = realtime_ns();
+        let mut off = 0;
+        for (i, &(_, size)) in meta[..n].iter().enumerate() {
+            h.len = size as u16;
+            h.seq = seq.wrapping_add(i as u32);
+            h.tx_ns = tx;
+            let _ = h.encode(&mut buf[off..off + size as usize]);
+            off += size as usize;
+        }
+        let actual = mono_ns();
+        if let Err(e) = out.write_all(&buf[..off]) {
+            acc.record_not_sent(n as u64);
+            return Some(format!("TCP data connection failed: {e}"));
+        }
+        for &(at, size) in &meta[..n] {
+            acc.record_sent(if sched.max { actual } else { at }, actual, size);
+        }
+        seq = seq.wrapping_add(n as u32);
+    }
+    let _ = out.flush();
+    None
+}
+
+/// Sender side of the RTT meter: reads reflected probes on the flow's
+/// socket and records round-trip times (the receiver's dwell excluded).
+struct RttRx {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<RecvSummary>,
+}
+
+impl RttRx {
+    fn start(sock: UdpSocket, job: &FlowJob) -> RttRx {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let cfg = job.cfg;
+        let (sid, flow) = (job.session, job.flow_id);
+        let slot = (job.plan.spec.max_payload() as usize).max(wirebench_wire::RTT_MIN_LEN) + 1;
+        let handle = std::thread::spawn(move || {
+            let mut acc = RecvAccumulator::new(cfg);
+            let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
+            set_rcvbuf(sock.as_raw_fd(), 8 << 20);
+            enable_rx_timestamps(sock.as_raw_fd());
+            let mut batch = RecvBatch::new(slot);
+            let fd = sock.as_raw_fd();
+            while !st.load(Ordering::Relaxed) {
+                let n = match batch.recv(fd) {
+                    Ok(n) => n,
+                    Err(_) => continue,
+                };
+                let fallback = realtime_ns();
+                for i in 0..n {
+                    let t4 = batch.kernel_ts(i).unwrap_or(fallback);
+                    if batch.truncated(i) {
+                        continue;
+                    }
+                    let d = batch.data(i);
+                    let Ok(h) = ProbeHeader::decode_datagram(d) else {
+                        continue;
+                    };
+                    if h.session != sid || h.flow != flow || !h.is_reflected() {
+                        continue;
+                    }
+                    let Ok(r) = Reflection::decode(d) else {
+                        continue;
+                    };
+                    let rtt = (t4 as i64 - h.tx_ns as i64) - (r.tx_ns as i64 - r.rx_ns as i64);
+                    acc.record(h.seq, rtt, t4, d.len() as u32);
+                }
+            }
+            acc.summary(None)
+        });
+        RttRx { stop, handle }
+    }
+
+    fn finish(self, linger_ms: u64, abort: &AtomicBool) -> RecvSummary {
+        // Reflections of the last probes are still on their way back.
+        let until = mono_ns() + linger_ms * 1_000_000;
+        while mono_ns() < until && !abort.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+struct DocParts<'a> {
+    plan: &'a SessionPlan,
+    started_real: u64,
+    src: SocketAddr,
+    dst_ip: IpAddr,
+    mtu: u32,
+    clock: (i64, u64, u32),
+    outcomes: Vec<FlowSent>,
+    reports: Vec<FlowReport>,
+    extra: ReportExtra,
+    run_s: f64,
+    cpu_sender: CpuTime,
+    host: sys::HostCpuShare,
+    partial: Option<String>,
+}
+
+fn build_doc(p: DocParts) -> ResultDoc {
+    let mut flows = Vec::new();
+    let total_lost: u64 = p.reports.iter().map(|r| r.summary.lost).sum();
+    let host_drops = p.extra.rcvbuf_errors;
+    let mut total = Total::default();
+    let mut delay_weighted = 0.0;
+    for (i, (f, o)) in p.plan.flows.iter().zip(&p.outcomes).enumerate() {
+        let id = (i + 1) as u16;
+        let rep = p.reports.iter().find(|r| r.flow_id == id);
+        let s = rep.map(|r| r.summary.clone()).unwrap_or_default();
+        // Namespace-wide buffer drops are shared out in proportion to each
+        // flow's losses, and never exceed them.
+        let receiver_host = if total_lost > 0 && f.transport == Transport::Udp {
+            ((host_drops.min(total_lost) as f64) * s.lost as f64 / total_lost as f64).round() as u64
+        } else {
+            0
+        }
+        .min(s.lost);
+        let received = Received {
+            packets: s.packets,
+            unique: s.unique,
+            bytes: s.bytes,
+            lost: s.lost,
+            loss_ratio: s.loss_ratio,
+            duplicates: s.duplicates,
+            reordered: s.reordered,
+            foreign: rep.map(|r| r.foreign).unwrap_or(0),
+            loss_bursts: s.loss_bursts,
+            negative_delays: s.negative_delays,
+        };
+        total.sent_packets += o.send.packets;
+        total.not_sent += o.send.not_sent;
+        total.received_packets += s.unique;
+        total.lost += s.lost;
+        total.throughput_bps.payload += s.throughput_bps.payload;
+        total.throughput_bps.ip += s.throughput_bps.ip;
+        total.throughput_bps.ethernet += s.throughput_bps.ethernet;
+        total.throughput_bps.wire += s.throughput_bps.wire;
+        delay_weighted += s.delay_s.mean * s.packets as f64;
+        total.delay_max_s = total.delay_max_s.max(s.delay_s.max);
+        flows.push(FlowResult {
+            id,
+            transport: match f.transport {
+                Transport::Udp => "udp".into(),
+                Transport::Tcp => "tcp".into(),
+            },
+            ip_version: if p.dst_ip.is_ipv4() { 4 } else { 6 },
+            src: p.src.ip().to_string(),
+            dst: p.dst_ip.to_string(),
+            mtu: p.mtu,
+            requested: Requested {
+                rate_pps: f.spec.nominal_rate_pps(),
+                payload_bytes: f.spec.nominal_payload_bytes(),
+                model: f.spec.describe(),
+                stop: match f.stop {
+                    Stop::DurationMs(ms) => format!("duration {ms} ms"),
+                    Stop::Packets(n) => format!("packets {n}"),
+                    Stop::KBytes(k) => format!("kbytes {k}"),
+                },
+                seed: f.seed,
+            },
+            sent: o.send.clone(),
+            received,
+            loss_split: LossSplit {
+                not_sent: o.send.not_sent,
+                receiver_host,
+                network: s.lost - receiver_host,
+            },
+            throughput_bps: s.throughput_bps,
+            frames: s.frames,
+            delay_s: s.delay_s,
+            jitter_s: s.jitter_s,
+            rtt_s: o.rtt.as_ref().map(|r| r.delay_s),
+            rtt_received: o.rtt.as_ref().map(|r| r.unique),
+            tcp: o.tcp,
+            intervals: s.intervals,
+        });
+    }
+    if total.received_packets > 0 {
+        total.delay_mean_s = delay_weighted
+            / p.reports
+                .iter()
+                .map(|r| r.summary.packets as f64)
+                .sum::<f64>()
+                .max(1.0);
+    }
+    if total.sent_packets > 0 {
+        total.loss_ratio = total.lost as f64 / total.sent_packets as f64;
+    }
+    ResultDoc {
+        schema: SCHEMA.into(),
+        tool: Tool {
+            name: "wirebench".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        started_at: rfc3339(p.started_real),
+        meter: match p.plan.meter {
+            MeterMode::Owd => "owd".into(),
+            MeterMode::Rtt => "rtt".into(),
+        },
+        partial: p.partial.is_some(),
+        partial_reason: p.partial,
+        command: p.plan.command.clone(),
+        host: sys::host_info(),
+        clock: ClockInfo {
+            offset_s: p.clock.0 as f64 / 1e9,
+            error_s: p.clock.1 as f64 / 1e9,
+            method: "NTP-style 4-timestamp exchange over the control connection, smallest round trip of the samples".into(),
+            samples: p.clock.2,
+        },
+        flows,
+        total,
+        receiver: ReceiverInfo {
+            host: p.extra.host.clone(),
+            rcvbuf_errors: p.extra.rcvbuf_errors,
+            foreign_control: p.extra.foreign_control,
+        },
+        cpu: Cpu {
+            sender: p.cpu_sender.share(p.run_s),
+            receiver: p.extra.cpu_s.share(p.run_s),
+            host: p.host,
+        },
+    }
+}

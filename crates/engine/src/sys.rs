@@ -1,0 +1,264 @@
+//! Host counters the engine reads around a run: UDP receive-buffer drops
+//! (/proc/net/snmp, /proc/net/snmp6), host CPU (/proc/stat), process/thread
+//! CPU (getrusage), TCP_INFO, path MTU, kernel and CPU count.
+//!
+//! Every reader degrades to "unknown" (None or zero) instead of failing:
+//! a missing /proc file must not abort a measurement.
+
+use serde::{Deserialize, Serialize};
+use std::os::fd::AsRawFd;
+
+/// UDP datagrams dropped because a socket's receive buffer was full, summed
+/// over IPv4 and IPv6, for the whole network namespace.
+pub fn udp_rcvbuf_errors() -> u64 {
+    let mut total = 0;
+    if let Ok(s) = std::fs::read_to_string("/proc/net/snmp") {
+        total += parse_snmp_udp_rcvbuf(&s).unwrap_or(0);
+    }
+    if let Ok(s) = std::fs::read_to_string("/proc/net/snmp6") {
+        for line in s.lines() {
+            let mut it = line.split_whitespace();
+            if it.next() == Some("Udp6RcvbufErrors") {
+                total += it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
+/// /proc/net/snmp has a header line "Udp: name name ..." followed by a value
+/// line "Udp: v v ...".
+fn parse_snmp_udp_rcvbuf(s: &str) -> Option<u64> {
+    let mut lines = s.lines().filter(|l| l.starts_with("Udp:"));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let idx = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(idx)?.parse().ok()
+}
+
+/// Cumulative host CPU time in clock ticks from the first line of /proc/stat.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostCpu {
+    pub user: u64,
+    pub system: u64,
+    pub softirq: u64,
+    pub idle: u64,
+}
+
+impl HostCpu {
+    pub fn read() -> Self {
+        std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| parse_proc_stat(&s))
+            .unwrap_or_default()
+    }
+}
+
+fn parse_proc_stat(s: &str) -> Option<HostCpu> {
+    let line = s.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq ...
+    if v.len() < 7 {
+        return None;
+    }
+    Some(HostCpu {
+        user: v[0] + v[1],
+        system: v[2] + v[5],
+        softirq: v[6],
+        idle: v[3] + v[4],
+    })
+}
+
+/// Host CPU over a run as a share of one core (2.0 = two cores busy).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostCpuShare {
+    pub user: f64,
+    pub system: f64,
+    pub softirq: f64,
+    pub idle: f64,
+}
+
+pub fn host_cpu_share(a: HostCpu, b: HostCpu, secs: f64) -> HostCpuShare {
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    let f = |x: u64, y: u64| {
+        if secs > 0.0 {
+            y.saturating_sub(x) as f64 / hz / secs
+        } else {
+            0.0
+        }
+    };
+    HostCpuShare {
+        user: f(a.user, b.user),
+        system: f(a.system, b.system),
+        softirq: f(a.softirq, b.softirq),
+        idle: f(a.idle, b.idle),
+    }
+}
+
+/// User and system CPU seconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuTime {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl CpuTime {
+    fn from_rusage(who: libc::c_int) -> Self {
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+            return Self::default();
+        }
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        CpuTime {
+            user: tv(ru.ru_utime),
+            system: tv(ru.ru_stime),
+        }
+    }
+
+    /// CPU time of the calling thread. Sessions of the daemon run in their
+    /// own threads, so summing thread times gives one session's cost even
+    /// when several run at once.
+    pub fn thread() -> Self {
+        Self::from_rusage(libc::RUSAGE_THREAD)
+    }
+
+    pub fn process() -> Self {
+        Self::from_rusage(libc::RUSAGE_SELF)
+    }
+
+    pub fn since(self, start: CpuTime) -> CpuTime {
+        CpuTime {
+            user: (self.user - start.user).max(0.0),
+            system: (self.system - start.system).max(0.0),
+        }
+    }
+
+    pub fn plus(self, o: CpuTime) -> CpuTime {
+        CpuTime {
+            user: self.user + o.user,
+            system: self.system + o.system,
+        }
+    }
+
+    /// As a share of one core over `secs`.
+    pub fn share(self, secs: f64) -> CpuTime {
+        if secs <= 0.0 {
+            return CpuTime::default();
+        }
+        CpuTime {
+            user: self.user / secs,
+            system: self.system / secs,
+        }
+    }
+}
+
+/// The TCP_INFO fields the result document carries.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct TcpInfo {
+    pub retransmits: u64,
+    pub rtt_s: f64,
+    pub cwnd_bytes: u64,
+    pub mss: u64,
+}
+
+pub fn tcp_info(sock: &impl AsRawFd) -> Option<TcpInfo> {
+    let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut ti as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    Some(TcpInfo {
+        retransmits: ti.tcpi_total_retrans as u64,
+        rtt_s: ti.tcpi_rtt as f64 * 1e-6,
+        cwnd_bytes: ti.tcpi_snd_cwnd as u64 * ti.tcpi_snd_mss as u64,
+        mss: ti.tcpi_snd_mss as u64,
+    })
+}
+
+/// Path MTU known to the kernel for a connected socket (IP_MTU / IPV6_MTU).
+pub fn path_mtu(sock: &impl AsRawFd, v6: bool) -> Option<u32> {
+    let mut mtu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let (level, opt) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            level,
+            opt,
+            &mut mtu as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0 && mtu > 0).then_some(mtu as u32)
+}
+
+/// Largest MTU of the host's up interfaces, the fallback when the path MTU
+/// cannot be asked.
+pub fn interface_mtu() -> Option<u32> {
+    let dir = std::fs::read_dir("/sys/class/net").ok()?;
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("mtu")).ok())
+        .filter_map(|s| s.trim().parse::<u32>().ok())
+        .max()
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostInfo {
+    pub kernel: String,
+    pub cpus: u32,
+}
+
+pub fn host_info() -> HostInfo {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    HostInfo { kernel, cpus }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snmp_parse() {
+        let s = "Ip: a b\nIp: 1 2\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 10 0 3 9 7 0\nUdpLite: x\n";
+        assert_eq!(parse_snmp_udp_rcvbuf(s), Some(7));
+    }
+
+    #[test]
+    fn proc_stat_parse() {
+        let s = "cpu  10 1 20 300 4 5 6 0 0 0\ncpu0 1 1 1 1 1 1 1\n";
+        let c = parse_proc_stat(s).unwrap();
+        assert_eq!((c.user, c.system, c.softirq, c.idle), (11, 25, 6, 304));
+    }
+
+    #[test]
+    fn live_readers_do_not_fail() {
+        let _ = udp_rcvbuf_errors();
+        let _ = HostCpu::read();
+        assert!(host_info().cpus >= 1);
+        let t = CpuTime::thread();
+        assert!(t.user >= 0.0);
+    }
+}
