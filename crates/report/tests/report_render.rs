@@ -89,10 +89,10 @@ fn chromium_renders_charts() {
             non_white += 1;
         }
         colours.insert((r >> 3, g >> 3, b >> 3));
-        if (r - 0x00).abs() < 24 && (g - 0x72).abs() < 24 && (b - 0xB2).abs() < 24 {
+        if r < 24 && (g - 0x72).abs() < 24 && (b - 0xB2).abs() < 24 {
             blue += 1;
         }
-        if (r - 0xD5).abs() < 24 && (g - 0x5E).abs() < 24 && (b - 0x00).abs() < 24 {
+        if (r - 0xD5).abs() < 24 && (g - 0x5E).abs() < 24 && b < 24 {
             vermillion += 1;
         }
     }
