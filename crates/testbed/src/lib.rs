@@ -1,1 +1,42 @@
-//! placeholder
+//! Emulated test-beds in Linux network namespaces: hosts, routers and
+//! switches (bridges) joined by veth links with a chosen MTU, link rate
+//! (a token bucket that charges Ethernet's 24 B of preamble, FCS and gap)
+//! and offloads; dual-stack addressing and routes; teardown that removes
+//! exactly what was made. It knows nothing of traffic: the campaign layer
+//! runs `wirebench send/recv` inside the nodes via [`Testbed::command`].
+//!
+//! ```no_run
+//! use wirebench_testbed::{preset, parse_rate, LinkOpts, Testbed};
+//! let o = LinkOpts { mtu: Some(1500), rate_bps: Some(parse_rate("100mbit")?), offloads: None };
+//! wirebench_testbed::cleanup_on_signal()?;          // Ctrl-C removes what we build
+//! let tb = Testbed::up("demo", &preset("router", &o)?)?;
+//! let b = tb.addr("b", false)?;                      // 10.0.2.2
+//! let before = tb.counters()?;
+//! // ... run traffic with tb.command("a", "wirebench") ...
+//! let drops = tb.counters()?.delta(&before).drop_sites();
+//! tb.down()?;
+//! # Ok::<(), wirebench_testbed::TestbedError>(())
+//! ```
+
+pub mod counters;
+pub mod error;
+pub mod plan;
+pub mod probe;
+pub mod signal;
+pub mod spec;
+pub mod sys;
+pub mod testbed;
+
+pub use counters::{Counters, DropSite, IfaceCounters, QdiscCounters};
+pub use error::TestbedError;
+pub use plan::{IfacePlan, NodePlan, Plan, RoutePlan, SegmentPlan};
+pub use probe::DfOutcome;
+pub use signal::{cleanup_on_signal, interrupted};
+pub use spec::{
+    check_testbed_name, format_rate, load_file, parse_rate, parse_topology, preset, Impairment,
+    LinkOpts, LinkSpec, NodeKind, NodeSpec, TopologySpec, PRESETS,
+};
+pub use testbed::{exists, list, remove, state_path, PairCheck, Testbed, WIRE_OVERHEAD};
+
+/// Default test-bed name.
+pub const DEFAULT_NAME: &str = "wb";

@@ -1,0 +1,77 @@
+//! The one error type of the test-bed layer. The CLI maps
+//! [`TestbedError::is_bad_input`] to exit status 2, everything else to 1.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    /// The topology, an option or a name is wrong; nothing was touched.
+    #[error("{0}")]
+    Invalid(String),
+    /// A topology file is wrong at a given line and field; nothing was touched.
+    #[error("{path}:{line}: field `{field}`: {msg}")]
+    File {
+        path: PathBuf,
+        line: usize,
+        field: String,
+        msg: String,
+    },
+    /// A node name the test-bed does not have.
+    #[error("test-bed `{testbed}` has no node `{node}` (nodes: {known})")]
+    UnknownNode {
+        testbed: String,
+        node: String,
+        known: String,
+    },
+    /// No state file: the test-bed is not up.
+    #[error(
+        "no test-bed named `{0}` is up (no state file {1}); create it with `wirebench testbed up`"
+    )]
+    NotUp(String, PathBuf),
+    /// Not root / lacking CAP_NET_ADMIN and CAP_SYS_ADMIN.
+    #[error("building a test-bed needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); run it with sudo or as root")]
+    NotPermitted,
+    /// `ip`, `tc` or `ethtool` not installed.
+    #[error("`{0}` was not found in PATH; install it with `apt-get install iproute2 ethtool`")]
+    MissingTool(String),
+    /// Delay/jitter/loss asked for on a kernel without netem.
+    #[error("link {link} asks for {what}, but the running kernel lacks sch_netem (the netem queueing discipline); use a kernel with CONFIG_NET_SCH_NETEM or remove delay/jitter/loss from the topology")]
+    NoNetem { link: String, what: String },
+    /// A command we ran failed.
+    #[error("`{cmd}` failed: {msg}")]
+    Command { cmd: String, msg: String },
+    /// A system call or file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The state file is unreadable.
+    #[error("state file {path}: {msg}")]
+    State { path: PathBuf, msg: String },
+    /// A reachability or path-MTU probe failed.
+    #[error("{0}")]
+    Probe(String),
+    /// Interrupted by SIGINT/SIGTERM while building; what was built was removed.
+    #[error("interrupted by a signal; the test-bed was removed")]
+    Interrupted,
+}
+
+impl TestbedError {
+    /// True when the user asked for something impossible (CLI exit 2):
+    /// a bad topology, option, name or node. Nothing was created then.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            TestbedError::Invalid(_) | TestbedError::File { .. } | TestbedError::UnknownNode { .. }
+        )
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        TestbedError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

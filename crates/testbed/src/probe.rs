@@ -1,0 +1,278 @@
+//! Our own reachability and path-MTU probes, so that `check` needs neither
+//! ping nor any tool on the machine: UDP sockets are opened inside the
+//! nodes' namespaces from this process (see [`crate::sys::in_netns`]).
+//!
+//! Path MTU is measured, not computed: the largest UDP payload that crosses
+//! with the don't-fragment bit set (IP_PMTUDISC_DO / IPV6_PMTUDISC_DO), plus
+//! 28 B (IPv4 + UDP headers) or 48 B (IPv6 + UDP). A datagram over the first
+//! link's MTU is refused by the sender's kernel with EMSGSIZE; one over a
+//! later link's MTU is dropped by the router, whose ICMP "fragmentation
+//! needed" / "packet too big" updates the sender's path MTU so that the
+//! next send is refused with EMSGSIZE too.
+
+use crate::error::TestbedError;
+use crate::sys::in_netns;
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// IPv4 + UDP header bytes.
+pub const V4_OVERHEAD: u32 = 28;
+/// IPv6 + UDP header bytes.
+pub const V6_OVERHEAD: u32 = 48;
+
+/// What became of one don't-fragment datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DfOutcome {
+    /// It arrived whole (unfragmented: DF was set).
+    Delivered,
+    /// The sender's kernel refused it with EMSGSIZE (immediately, or after
+    /// a router's ICMP told it the path MTU).
+    Refused,
+    /// Neither arrived nor refused within the timeout.
+    Lost,
+}
+
+fn any_addr(v6: bool) -> SocketAddr {
+    if v6 {
+        SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0)
+    } else {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)
+    }
+}
+
+/// A UDP socket bound inside a namespace.
+pub fn udp_socket_in(ns: &str, bind: SocketAddr) -> Result<UdpSocket, TestbedError> {
+    in_netns(ns, || {
+        UdpSocket::bind(bind)
+            .map_err(|e| TestbedError::io(format!("binding UDP {bind} in {ns}"), e))
+    })
+}
+
+fn setsockopt_int(s: &UdpSocket, level: i32, opt: i32, val: i32) -> std::io::Result<()> {
+    // SAFETY: a valid fd and a pointer to a local int of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            opt,
+            &val as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Sets don't-fragment semantics: the kernel neither fragments nor sends
+/// anything larger than the known path MTU.
+pub fn set_dont_fragment(s: &UdpSocket, v6: bool) -> std::io::Result<()> {
+    if v6 {
+        setsockopt_int(
+            s,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )?;
+        setsockopt_int(s, libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, 1)
+    } else {
+        setsockopt_int(
+            s,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    }
+}
+
+/// A sender in `from_ns` connected to a receiver in `to_ns` at `to_addr`.
+pub(crate) struct ProbePair {
+    tx: UdpSocket,
+    rx: UdpSocket,
+    tag: u64,
+    buf: Vec<u8>,
+    rbuf: Vec<u8>,
+}
+
+impl ProbePair {
+    pub(crate) fn new(
+        from_ns: &str,
+        to_ns: &str,
+        to_addr: IpAddr,
+        v6: bool,
+    ) -> Result<ProbePair, TestbedError> {
+        let rx = udp_socket_in(to_ns, SocketAddr::new(to_addr, 0))?;
+        let port = rx
+            .local_addr()
+            .map_err(|e| TestbedError::io("probe receiver address", e))?
+            .port();
+        let tx = udp_socket_in(from_ns, any_addr(v6))?;
+        tx.connect(SocketAddr::new(to_addr, port))
+            .map_err(|e| TestbedError::io(format!("connecting a probe to {to_addr}"), e))?;
+        set_dont_fragment(&tx, v6).map_err(|e| TestbedError::io("setting don't-fragment", e))?;
+        let tag = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+            ^ ((std::process::id() as u64) << 32);
+        Ok(ProbePair {
+            tx,
+            rx,
+            tag,
+            buf: vec![0u8; 65536],
+            rbuf: vec![0u8; 65536],
+        })
+    }
+
+    fn fill(&mut self, size: usize, seq: u64) {
+        let b = &mut self.buf[..size];
+        b.fill(0x5a);
+        let stamp = [self.tag.to_be_bytes(), seq.to_be_bytes()].concat();
+        let n = stamp.len().min(size);
+        b[..n].copy_from_slice(&stamp[..n]);
+    }
+
+    fn matches(&self, got: &[u8], size: usize, seq: u64) -> bool {
+        if got.len() != size {
+            return false;
+        }
+        let stamp = [self.tag.to_be_bytes(), seq.to_be_bytes()].concat();
+        let n = stamp.len().min(size);
+        got[..n] == stamp[..n]
+    }
+
+    /// Waits up to `timeout` for the datagram (`size`, `seq`) at the receiver.
+    fn wait_rx(&mut self, size: usize, seq: u64, timeout: Duration) -> Result<bool, TestbedError> {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            self.rx
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .map_err(|e| TestbedError::io("probe timeout", e))?;
+            match self.rx.recv_from(&mut self.rbuf) {
+                Ok((n, src)) => {
+                    let got = self.rbuf[..n].to_vec();
+                    if self.matches(&got, size, seq) {
+                        // Echo it back for the round trip (small echoes only).
+                        if size <= 64 {
+                            let _ = self.rx.send_to(&got, src);
+                        }
+                        return Ok(true);
+                    }
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Ok(false)
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(TestbedError::io("probe receive", e)),
+            }
+        }
+    }
+
+    /// Sends one DF datagram of `size` payload bytes, up to `tries` times.
+    pub(crate) fn df_probe(
+        &mut self,
+        size: usize,
+        tries: u32,
+        timeout: Duration,
+    ) -> Result<DfOutcome, TestbedError> {
+        for attempt in 0..tries.max(1) {
+            let seq = ((size as u64) << 16) | attempt as u64;
+            self.fill(size, seq);
+            match self.tx.send(&self.buf[..size]) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                    return Ok(DfOutcome::Refused)
+                }
+                // A pending ICMP error surfaces on the next call; try again.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ECONNREFUSED)
+                            | Some(libc::EHOSTUNREACH)
+                            | Some(libc::ENETUNREACH)
+                    ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(TestbedError::io("sending a probe", e)),
+            }
+            if self.wait_rx(size, seq, timeout)? {
+                return Ok(DfOutcome::Delivered);
+            }
+            if let Ok(Some(e)) = self.tx.take_error() {
+                if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                    // The router's ICMP arrived; the next send gets EMSGSIZE
+                    // from the updated path MTU, which is what we report.
+                    continue;
+                }
+            }
+        }
+        Ok(DfOutcome::Lost)
+    }
+
+    /// Round trip of a small datagram: request to the receiver, echo back.
+    pub(crate) fn echo(
+        &mut self,
+        tries: u32,
+        timeout: Duration,
+    ) -> Result<Option<Duration>, TestbedError> {
+        for attempt in 0..tries.max(1) {
+            let size = 32;
+            let seq = 0xec40_0000 | attempt as u64;
+            self.fill(size, seq);
+            let t0 = Instant::now();
+            match self.tx.send(&self.buf[..size]) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
+                Err(e) => return Err(TestbedError::io("sending an echo probe", e)),
+            }
+            if !self.wait_rx(size, seq, timeout)? {
+                continue;
+            }
+            self.tx
+                .set_read_timeout(Some(timeout))
+                .map_err(|e| TestbedError::io("probe timeout", e))?;
+            loop {
+                match self.tx.recv(&mut self.rbuf) {
+                    Ok(n) => {
+                        let got = self.rbuf[..n].to_vec();
+                        if self.matches(&got, size, seq) {
+                            return Ok(Some(t0.elapsed()));
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The largest payload that arrives with DF set: binary search between
+    /// a small datagram that must arrive and the IP maximum.
+    pub(crate) fn max_payload(&mut self, v6: bool) -> Result<Option<u32>, TestbedError> {
+        let t = Duration::from_millis(300);
+        let mut lo = 16usize;
+        if self.df_probe(lo, 3, t)? != DfOutcome::Delivered {
+            return Ok(None);
+        }
+        let mut hi = if v6 { 65535 - 8 } else { 65535 - 28 } + 1;
+        // Invariant: lo fits, hi does not.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match self.df_probe(mid, 3, t)? {
+                DfOutcome::Delivered => lo = mid,
+                _ => hi = mid,
+            }
+        }
+        Ok(Some(lo as u32))
+    }
+}

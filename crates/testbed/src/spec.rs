@@ -1,0 +1,923 @@
+//! What a test-bed should look like, before the kernel is asked for anything:
+//! presets, the TOML topology file, link rates, and the validation that
+//! guarantees `up` never starts building something it cannot finish.
+
+use crate::error::TestbedError;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Default link MTU when neither the preset, the file nor an override set one.
+pub const DEFAULT_MTU: u32 = 1500;
+/// The link MTU range Linux veth devices accept (IPv4 minimum to IP maximum).
+pub const MTU_MIN: u32 = 68;
+pub const MTU_MAX: u32 = 65535;
+/// IPv6 needs at least this link MTU (RFC 8200 §5); below it a link carries IPv4 only.
+pub const IPV6_MIN_MTU: u32 = 1280;
+/// Link rates accepted, bits per second (1 kbit/s … 400 Gbit/s).
+pub const RATE_MIN: u64 = 1_000;
+pub const RATE_MAX: u64 = 400_000_000_000;
+/// Longest node name; namespaces are named `wb-<testbed>-<node>`.
+pub const NODE_NAME_MAX: usize = 32;
+
+/// Overrides applied to every link (the CLI's `--mtu`, `--rate`, `--offloads`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkOpts {
+    pub mtu: Option<u32>,
+    pub rate_bps: Option<u64>,
+    pub offloads: Option<bool>,
+}
+
+/// What a node is: hosts send and receive, routers forward, switches bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeKind {
+    Host,
+    Router,
+    Switch,
+}
+
+impl NodeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeKind::Host => "host",
+            NodeKind::Router => "router",
+            NodeKind::Switch => "switch",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSpec {
+    pub name: String,
+    pub kind: NodeKind,
+}
+
+/// Delay, jitter and loss of a link (netem). Only where the kernel has sch_netem.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Impairment {
+    pub delay_ns: u64,
+    pub jitter_ns: u64,
+    /// Loss probability 0..1.
+    pub loss: f64,
+}
+
+impl Impairment {
+    pub fn is_none(&self) -> bool {
+        self.delay_ns == 0 && self.jitter_ns == 0 && self.loss == 0.0
+    }
+}
+
+/// One point-to-point cable between two nodes (a node may be a switch).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkSpec {
+    pub endpoints: [String; 2],
+    pub mtu: u32,
+    /// Link rate in bits per second on the wire (the token bucket charges
+    /// preamble, FCS and inter-frame gap); `None` = as fast as the CPU goes.
+    pub rate_bps: Option<u64>,
+    /// Segmentation/receive offloads (TSO, GSO, GRO, UDP GSO) on both ends.
+    pub offloads: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impairment: Option<Impairment>,
+}
+
+impl LinkSpec {
+    pub fn new(a: &str, b: &str) -> LinkSpec {
+        LinkSpec {
+            endpoints: [a.to_string(), b.to_string()],
+            mtu: DEFAULT_MTU,
+            rate_bps: None,
+            offloads: false,
+            impairment: None,
+        }
+    }
+
+    /// `a—b` for messages.
+    pub fn label(&self) -> String {
+        format!("{}—{}", self.endpoints[0], self.endpoints[1])
+    }
+}
+
+/// A whole topology: nodes and the links between them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopologySpec {
+    /// Where it came from: the preset name or the file path.
+    pub source: String,
+    pub nodes: Vec<NodeSpec>,
+    pub links: Vec<LinkSpec>,
+}
+
+/// Where a validation problem sits, so that the file loader can name a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Loc {
+    Node(usize, &'static str),
+    Link(usize, &'static str),
+    Whole,
+}
+
+impl TopologySpec {
+    pub fn node(&self, name: &str) -> Option<&NodeSpec> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    pub fn kind(&self, name: &str) -> Option<NodeKind> {
+        self.node(name).map(|n| n.kind)
+    }
+
+    /// Applies overrides to every link.
+    pub fn apply(&mut self, o: &LinkOpts) {
+        for l in &mut self.links {
+            if let Some(m) = o.mtu {
+                l.mtu = m;
+            }
+            if let Some(r) = o.rate_bps {
+                l.rate_bps = Some(r);
+            }
+            if let Some(off) = o.offloads {
+                l.offloads = off;
+            }
+        }
+    }
+
+    /// Checks everything that can be checked without the kernel: names,
+    /// references, ranges, and that every host can reach every other host
+    /// through routers (hosts do not forward).
+    pub fn validate(&self) -> Result<(), TestbedError> {
+        self.validate_loc()
+            .map_err(|(_, msg)| TestbedError::Invalid(format!("topology {}: {msg}", self.source)))
+    }
+
+    pub(crate) fn validate_loc(&self) -> Result<(), (Loc, String)> {
+        if self.nodes.is_empty() {
+            return Err((Loc::Whole, "no nodes".into()));
+        }
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            check_node_name(&n.name).map_err(|m| (Loc::Node(i, "name"), m))?;
+            if let Some(j) = seen.insert(n.name.to_ascii_lowercase(), i) {
+                return Err((
+                    Loc::Node(i, "name"),
+                    format!(
+                        "duplicate node name `{}` (also node {})",
+                        n.name, self.nodes[j].name
+                    ),
+                ));
+            }
+        }
+        if self.links.is_empty() {
+            return Err((Loc::Whole, "no links".into()));
+        }
+        if self.links.len() > 250 {
+            return Err((Loc::Whole, "more than 250 links".into()));
+        }
+        for (i, l) in self.links.iter().enumerate() {
+            for e in &l.endpoints {
+                if self.node(e).is_none() {
+                    return Err((
+                        Loc::Link(i, "endpoints"),
+                        format!("link {} names node `{e}`, which is not defined", l.label()),
+                    ));
+                }
+            }
+            if l.endpoints[0] == l.endpoints[1] {
+                return Err((
+                    Loc::Link(i, "endpoints"),
+                    format!("link {} connects a node to itself", l.label()),
+                ));
+            }
+            if !(MTU_MIN..=MTU_MAX).contains(&l.mtu) {
+                return Err((
+                    Loc::Link(i, "mtu"),
+                    format!(
+                        "link {}: MTU {} is outside {MTU_MIN}..={MTU_MAX}",
+                        l.label(),
+                        l.mtu
+                    ),
+                ));
+            }
+            if let Some(r) = l.rate_bps {
+                if !(RATE_MIN..=RATE_MAX).contains(&r) {
+                    return Err((
+                        Loc::Link(i, "rate"),
+                        format!(
+                            "link {}: rate {r} bit/s is outside {RATE_MIN}..={RATE_MAX} bit/s",
+                            l.label()
+                        ),
+                    ));
+                }
+            }
+            if let Some(imp) = &l.impairment {
+                if !(0.0..=1.0).contains(&imp.loss) || imp.loss.is_nan() {
+                    return Err((
+                        Loc::Link(i, "loss"),
+                        format!("link {}: loss must be 0..100 %", l.label()),
+                    ));
+                }
+                if imp.jitter_ns > 0 && imp.delay_ns == 0 {
+                    return Err((
+                        Loc::Link(i, "jitter"),
+                        format!("link {}: jitter needs a delay", l.label()),
+                    ));
+                }
+            }
+        }
+        // A bridged segment has one MTU: a bridge silently drops frames larger
+        // than the egress port's MTU, which would black-hole path MTU discovery.
+        let mut switch_mtu: BTreeMap<&str, (u32, usize)> = BTreeMap::new();
+        for (i, l) in self.links.iter().enumerate() {
+            for e in &l.endpoints {
+                if self.kind(e) == Some(NodeKind::Switch) {
+                    if let Some(&(m, j)) = switch_mtu.get(e.as_str()) {
+                        if m != l.mtu {
+                            return Err((
+                                Loc::Link(i, "mtu"),
+                                format!(
+                                    "link {}: MTU {} differs from MTU {m} of link {} on switch `{e}`; a bridged segment has one MTU",
+                                    l.label(),
+                                    l.mtu,
+                                    self.links[j].label()
+                                ),
+                            ));
+                        }
+                    } else {
+                        switch_mtu.insert(e.as_str(), (l.mtu, i));
+                    }
+                }
+            }
+        }
+        // Per node, at most 64 links (interface names eth0..eth63).
+        let mut degree: BTreeMap<&str, usize> = BTreeMap::new();
+        for l in &self.links {
+            for e in &l.endpoints {
+                *degree.entry(e.as_str()).or_default() += 1;
+            }
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            match degree.get(n.name.as_str()) {
+                None => {
+                    return Err((
+                        Loc::Node(i, "name"),
+                        format!("node `{}` has no link", n.name),
+                    ))
+                }
+                Some(&d) if d > 64 => {
+                    return Err((
+                        Loc::Node(i, "name"),
+                        format!("node `{}` has more than 64 links", n.name),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        let hosts: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].kind == NodeKind::Host)
+            .collect();
+        if hosts.is_empty() {
+            return Err((Loc::Whole, "no host (kind = \"host\")".into()));
+        }
+        // Reachability: from the first host, walk through switches and routers
+        // (never through another host) and require every node to be seen.
+        let idx: BTreeMap<&str, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let mut adj: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
+        for l in &self.links {
+            let (a, b) = (idx[l.endpoints[0].as_str()], idx[l.endpoints[1].as_str()]);
+            adj[a].push(b);
+            adj[b].push(a);
+        }
+        let start = hosts[0];
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![start];
+        seen[start] = true;
+        while let Some(u) = stack.pop() {
+            if u != start && self.nodes[u].kind == NodeKind::Host {
+                continue;
+            }
+            for &v in &adj[u] {
+                if !seen[v] {
+                    seen[v] = true;
+                    stack.push(v);
+                }
+            }
+        }
+        if let Some(i) = (0..self.nodes.len()).find(|&i| !seen[i]) {
+            return Err((
+                Loc::Node(i, "name"),
+                format!(
+                    "topology is disconnected: node `{}` cannot be reached from host `{}` (hosts do not forward; put a router between)",
+                    self.nodes[i].name, self.nodes[start].name
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Node names: letters, digits and `-`, starting with a letter (they become
+/// host names and part of namespace names).
+fn check_node_name(n: &str) -> Result<(), String> {
+    if n.is_empty() || n.len() > NODE_NAME_MAX {
+        return Err(format!(
+            "node name `{n}` must be 1..={NODE_NAME_MAX} characters"
+        ));
+    }
+    let mut chars = n.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    if !first_ok || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') || n.ends_with('-') {
+        return Err(format!(
+            "node name `{n}`: use letters, digits and `-`, starting with a letter"
+        ));
+    }
+    Ok(())
+}
+
+/// Test-bed names: 1..=12 lowercase letters or digits (no `-`, so that the
+/// namespace prefix `wb-<name>-` of one test-bed is never a prefix of another's).
+pub fn check_testbed_name(n: &str) -> Result<(), TestbedError> {
+    if n.is_empty()
+        || n.len() > 12
+        || !n
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    {
+        return Err(TestbedError::Invalid(format!(
+            "test-bed name `{n}`: use 1 to 12 lowercase letters or digits"
+        )));
+    }
+    Ok(())
+}
+
+/// The built-in topologies: `direct` (a — b), `router` (a — r1 — b),
+/// `two-routers` (a — r1 — r2 — b). Every link 1500 B, no rate limit,
+/// offloads off, unless overridden.
+pub fn preset(name: &str, o: &LinkOpts) -> Result<TopologySpec, TestbedError> {
+    let chain: &[(&str, NodeKind)] = match name {
+        "direct" => &[("a", NodeKind::Host), ("b", NodeKind::Host)],
+        "router" => &[
+            ("a", NodeKind::Host),
+            ("r1", NodeKind::Router),
+            ("b", NodeKind::Host),
+        ],
+        "two-routers" => &[
+            ("a", NodeKind::Host),
+            ("r1", NodeKind::Router),
+            ("r2", NodeKind::Router),
+            ("b", NodeKind::Host),
+        ],
+        _ => {
+            return Err(TestbedError::Invalid(format!(
+                "unknown preset `{name}` (presets: {}; or give a .toml topology file)",
+                PRESETS.join(", ")
+            )))
+        }
+    };
+    let nodes = chain
+        .iter()
+        .map(|(n, k)| NodeSpec {
+            name: n.to_string(),
+            kind: *k,
+        })
+        .collect();
+    let links = chain
+        .windows(2)
+        .map(|w| LinkSpec::new(w[0].0, w[1].0))
+        .collect();
+    let mut spec = TopologySpec {
+        source: name.to_string(),
+        nodes,
+        links,
+    };
+    spec.apply(o);
+    spec.validate()?;
+    Ok(spec)
+}
+
+/// Names accepted by [`preset`].
+pub const PRESETS: &[&str] = &["direct", "router", "two-routers"];
+
+/// Parses a link rate into bits per second: `100mbit`, `1gbit`, `10Mbit/s`,
+/// `1.5gbit`, `500kbit`, `1000000` (bit/s), `100M`. Decimal prefixes (k = 1000);
+/// `kibit`/`mibit`/`gibit` are binary. `mbps` is refused: tc reads it as
+/// megabytes per second and people mean megabits.
+pub fn parse_rate(s: &str) -> Result<u64, TestbedError> {
+    let bad = |why: &str| {
+        TestbedError::Invalid(format!(
+            "rate `{s}`: {why} (examples: 100mbit, 1gbit, 10Mbit/s, 500kbit)"
+        ))
+    };
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.strip_suffix("/s").unwrap_or(&t);
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim();
+    if num.is_empty() {
+        return Err(bad("no number"));
+    }
+    let value: f64 = num.parse().map_err(|_| bad("not a number"))?;
+    if unit.ends_with("bps") || unit.ends_with("byte") || unit.ends_with('b') && unit != "b" {
+        return Err(bad(
+            "ambiguous unit (tc reads `mbps` as megabytes/s); write bits, e.g. `mbit`",
+        ));
+    }
+    let mult: f64 = match unit {
+        "" | "bit" => 1.0,
+        "k" | "kbit" => 1e3,
+        "m" | "mbit" => 1e6,
+        "g" | "gbit" => 1e9,
+        "t" | "tbit" => 1e12,
+        "kibit" => 1024.0,
+        "mibit" => 1024.0 * 1024.0,
+        "gibit" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(bad("unknown unit")),
+    };
+    let bps = value * mult;
+    if !bps.is_finite() || bps < RATE_MIN as f64 || bps > RATE_MAX as f64 {
+        return Err(bad(&format!("out of range {RATE_MIN}..={RATE_MAX} bit/s")));
+    }
+    Ok(bps.round() as u64)
+}
+
+/// Formats bits per second the way tc and people read it: `100mbit`, `1.5gbit`.
+pub fn format_rate(bps: u64) -> String {
+    for (m, u) in [(1e12, "tbit"), (1e9, "gbit"), (1e6, "mbit"), (1e3, "kbit")] {
+        let v = bps as f64 / m;
+        if v >= 1.0 {
+            let s = format!("{v:.3}");
+            let s = s.trim_end_matches('0').trim_end_matches('.');
+            return format!("{s}{u}");
+        }
+    }
+    format!("{bps}bit")
+}
+
+/// Parses a duration for netem: `10ms`, `250us`, `1s`, `0.5ms`.
+fn parse_duration_ns(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 10ms, 250us)"))?;
+    let mult = match unit.trim() {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => return Err(format!("`{s}`: unit must be ns, us, ms or s")),
+    };
+    let ns = v * mult;
+    if !ns.is_finite() || !(0.0..=60e9).contains(&ns) {
+        return Err(format!("`{s}` is out of range 0..60s"));
+    }
+    Ok(ns.round() as u64)
+}
+
+fn parse_loss(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, pct) = match t.strip_suffix('%') {
+        Some(n) => (n.trim(), true),
+        None => (t, false),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a loss (e.g. \"0.5%\")"))?;
+    let p = if pct { v / 100.0 } else { v };
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!("`{s}` is outside 0..100 %"));
+    }
+    Ok(p)
+}
+
+// ---------------------------------------------------------------- TOML file
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    defaults: Option<RawLinkSettings>,
+    #[serde(default)]
+    node: Vec<RawNode>,
+    #[serde(default)]
+    link: Vec<RawLink>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: toml::Spanned<String>,
+    kind: toml::Spanned<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLinkSettings {
+    mtu: Option<toml::Spanned<i64>>,
+    rate: Option<toml::Spanned<toml::Value>>,
+    offloads: Option<toml::Spanned<bool>>,
+    delay: Option<toml::Spanned<String>>,
+    jitter: Option<toml::Spanned<String>>,
+    loss: Option<toml::Spanned<toml::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    endpoints: toml::Spanned<Vec<String>>,
+    mtu: Option<toml::Spanned<i64>>,
+    rate: Option<toml::Spanned<toml::Value>>,
+    offloads: Option<toml::Spanned<bool>>,
+    delay: Option<toml::Spanned<String>>,
+    jitter: Option<toml::Spanned<String>>,
+    loss: Option<toml::Spanned<toml::Value>>,
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Loads a TOML topology file (format in docs/testbed.md), then applies the
+/// overrides to every link. Errors name the file, line and field.
+pub fn load_file(path: &Path, o: &LinkOpts) -> Result<TopologySpec, TestbedError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| TestbedError::Invalid(format!("topology file {}: {e}", path.display())))?;
+    parse_topology(&text, path, o)
+}
+
+/// [`load_file`] on text already read; `path` is only used in messages.
+pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologySpec, TestbedError> {
+    let ferr = |off: usize, field: &str, msg: String| TestbedError::File {
+        path: path.to_path_buf(),
+        line: line_of(text, off),
+        field: field.to_string(),
+        msg,
+    };
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let off = e.span().map(|s| s.start).unwrap_or(0);
+        let msg = e.message().trim().to_string();
+        // serde names the field for unknown/missing ones; otherwise the key
+        // written on the offending line is the field.
+        let field = backticked(&msg)
+            .filter(|_| msg.contains("field"))
+            .or_else(|| key_on_line(text, off))
+            .unwrap_or_else(|| "?".to_string());
+        ferr(off, &field, msg)
+    })?;
+
+    let mut spec = TopologySpec {
+        source: path.display().to_string(),
+        nodes: Vec::new(),
+        links: Vec::new(),
+    };
+    let mut node_spans = Vec::new();
+    for n in &raw.node {
+        let kind = match n.kind.get_ref().as_str() {
+            "host" => NodeKind::Host,
+            "router" => NodeKind::Router,
+            "switch" => NodeKind::Switch,
+            other => {
+                return Err(ferr(
+                    n.kind.span().start,
+                    "kind",
+                    format!("unknown node kind `{other}` (host, router or switch)"),
+                ))
+            }
+        };
+        spec.nodes.push(NodeSpec {
+            name: n.name.get_ref().clone(),
+            kind,
+        });
+        node_spans.push((n.name.span().start, n.kind.span().start));
+    }
+    let defaults = raw.defaults.unwrap_or_default();
+    let mut link_spans: Vec<BTreeMap<&'static str, usize>> = Vec::new();
+    for l in &raw.link {
+        let mut spans = BTreeMap::new();
+        spans.insert("endpoints", l.endpoints.span().start);
+        let eps = l.endpoints.get_ref();
+        if eps.len() != 2 {
+            return Err(ferr(
+                l.endpoints.span().start,
+                "endpoints",
+                format!("a link has exactly two endpoints, found {}", eps.len()),
+            ));
+        }
+        let mut link = LinkSpec::new(&eps[0], &eps[1]);
+        let settings = [RawRef::from_link(l), RawRef::from_defaults(&defaults)];
+        // Per-link value first, then [defaults].
+        if let Some(m) = settings.iter().find_map(|s| s.mtu) {
+            spans.insert("mtu", m.span().start);
+            let v = *m.get_ref();
+            if !(MTU_MIN as i64..=MTU_MAX as i64).contains(&v) {
+                return Err(ferr(
+                    m.span().start,
+                    "mtu",
+                    format!("MTU {v} is outside {MTU_MIN}..={MTU_MAX}"),
+                ));
+            }
+            link.mtu = v as u32;
+        }
+        if let Some(r) = settings.iter().find_map(|s| s.rate) {
+            spans.insert("rate", r.span().start);
+            let bps = match r.get_ref() {
+                toml::Value::String(s) => parse_rate(s),
+                toml::Value::Integer(i) if *i > 0 => parse_rate(&i.to_string()),
+                _ => Err(TestbedError::Invalid(
+                    "rate must be a string like \"100mbit\" or bits per second".into(),
+                )),
+            }
+            .map_err(|e| ferr(r.span().start, "rate", e.to_string()))?;
+            link.rate_bps = Some(bps);
+        }
+        if let Some(off) = settings.iter().find_map(|s| s.offloads) {
+            link.offloads = *off.get_ref();
+        }
+        let mut imp = Impairment::default();
+        if let Some(d) = settings.iter().find_map(|s| s.delay) {
+            spans.insert("delay", d.span().start);
+            imp.delay_ns =
+                parse_duration_ns(d.get_ref()).map_err(|m| ferr(d.span().start, "delay", m))?;
+        }
+        if let Some(j) = settings.iter().find_map(|s| s.jitter) {
+            spans.insert("jitter", j.span().start);
+            imp.jitter_ns =
+                parse_duration_ns(j.get_ref()).map_err(|m| ferr(j.span().start, "jitter", m))?;
+        }
+        if let Some(lo) = settings.iter().find_map(|s| s.loss) {
+            spans.insert("loss", lo.span().start);
+            imp.loss = match lo.get_ref() {
+                toml::Value::String(s) => parse_loss(s),
+                toml::Value::Float(f) => parse_loss(&f.to_string()),
+                toml::Value::Integer(i) => parse_loss(&i.to_string()),
+                _ => Err("loss must be like \"0.5%\" or a fraction".to_string()),
+            }
+            .map_err(|m| ferr(lo.span().start, "loss", m))?;
+        }
+        if !imp.is_none() {
+            link.impairment = Some(imp);
+        }
+        spec.links.push(link);
+        link_spans.push(spans);
+    }
+    spec.apply(o);
+    spec.validate_loc().map_err(|(loc, msg)| match loc {
+        Loc::Node(i, field) => {
+            let off = if field == "kind" {
+                node_spans[i].1
+            } else {
+                node_spans[i].0
+            };
+            ferr(off, field, msg)
+        }
+        Loc::Link(i, field) => {
+            let off = link_spans[i]
+                .get(field)
+                .copied()
+                .unwrap_or(link_spans[i]["endpoints"]);
+            ferr(off, field, msg)
+        }
+        Loc::Whole => TestbedError::Invalid(format!("topology file {}: {msg}", path.display())),
+    })?;
+    Ok(spec)
+}
+
+/// The settings of one link, borrowed from either the link or [defaults].
+struct RawRef<'a> {
+    mtu: Option<&'a toml::Spanned<i64>>,
+    rate: Option<&'a toml::Spanned<toml::Value>>,
+    offloads: Option<&'a toml::Spanned<bool>>,
+    delay: Option<&'a toml::Spanned<String>>,
+    jitter: Option<&'a toml::Spanned<String>>,
+    loss: Option<&'a toml::Spanned<toml::Value>>,
+}
+
+impl<'a> RawRef<'a> {
+    fn from_link(l: &'a RawLink) -> Self {
+        RawRef {
+            mtu: l.mtu.as_ref(),
+            rate: l.rate.as_ref(),
+            offloads: l.offloads.as_ref(),
+            delay: l.delay.as_ref(),
+            jitter: l.jitter.as_ref(),
+            loss: l.loss.as_ref(),
+        }
+    }
+    fn from_defaults(l: &'a RawLinkSettings) -> Self {
+        RawRef {
+            mtu: l.mtu.as_ref(),
+            rate: l.rate.as_ref(),
+            offloads: l.offloads.as_ref(),
+            delay: l.delay.as_ref(),
+            jitter: l.jitter.as_ref(),
+            loss: l.loss.as_ref(),
+        }
+    }
+}
+
+fn backticked(msg: &str) -> Option<String> {
+    let a = msg.find('`')?;
+    let b = msg[a + 1..].find('`')?;
+    Some(msg[a + 1..a + 1 + b].to_string())
+}
+
+fn key_on_line(text: &str, off: usize) -> Option<String> {
+    let off = off.min(text.len());
+    let start = text[..off].rfind('\n').map(|p| p + 1).unwrap_or(0);
+    let end = text[off..]
+        .find('\n')
+        .map(|p| off + p)
+        .unwrap_or(text.len());
+    let line = &text[start..end];
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty()).then(|| key.to_string())
+}
+
+/// All node names of a kind, in definition order.
+pub(crate) fn names_of(spec: &TopologySpec, kind: NodeKind) -> Vec<String> {
+    spec.nodes
+        .iter()
+        .filter(|n| n.kind == kind)
+        .map(|n| n.name.clone())
+        .collect()
+}
+
+#[allow(dead_code)]
+pub(crate) fn node_set(spec: &TopologySpec) -> BTreeSet<String> {
+    spec.nodes.iter().map(|n| n.name.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("100mbit").unwrap(), 100_000_000);
+        assert_eq!(parse_rate("1gbit").unwrap(), 1_000_000_000);
+        assert_eq!(parse_rate("10Mbit/s").unwrap(), 10_000_000);
+        assert_eq!(parse_rate("1.5gbit").unwrap(), 1_500_000_000);
+        assert_eq!(parse_rate("500kbit").unwrap(), 500_000);
+        assert_eq!(parse_rate("100M").unwrap(), 100_000_000);
+        assert_eq!(parse_rate("64000").unwrap(), 64_000);
+        assert!(parse_rate("100mbps").is_err());
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("1000gbit").is_err());
+        assert_eq!(format_rate(100_000_000), "100mbit");
+        assert_eq!(format_rate(1_500_000_000), "1.5gbit");
+    }
+
+    #[test]
+    fn presets_and_overrides() {
+        let o = LinkOpts {
+            mtu: Some(9000),
+            rate_bps: Some(1_000_000_000),
+            offloads: Some(true),
+        };
+        let s = preset("two-routers", &o).unwrap();
+        assert_eq!(s.nodes.len(), 4);
+        assert_eq!(s.links.len(), 3);
+        assert!(s
+            .links
+            .iter()
+            .all(|l| l.mtu == 9000 && l.rate_bps == Some(1_000_000_000) && l.offloads));
+        let d = preset("direct", &LinkOpts::default()).unwrap();
+        assert_eq!(d.links[0].mtu, 1500);
+        assert!(!d.links[0].offloads);
+        assert!(preset("ring", &LinkOpts::default()).is_err());
+        let bad = LinkOpts {
+            mtu: Some(67),
+            ..Default::default()
+        };
+        assert!(preset("router", &bad).is_err());
+    }
+
+    fn parse(t: &str) -> Result<TopologySpec, TestbedError> {
+        parse_topology(t, Path::new("t.toml"), &LinkOpts::default())
+    }
+
+    fn file_err(t: &str) -> (usize, String) {
+        match parse(t) {
+            Err(TestbedError::File { line, field, .. }) => (line, field),
+            other => panic!("expected a file error, got {other:?}"),
+        }
+    }
+
+    const GOOD: &str = r#"
+[defaults]
+mtu = 9000
+
+[[node]]
+name = "a"
+kind = "host"
+[[node]]
+name = "s1"
+kind = "switch"
+[[node]]
+name = "b"
+kind = "host"
+[[node]]
+name = "r1"
+kind = "router"
+[[node]]
+name = "c"
+kind = "host"
+
+[[link]]
+endpoints = ["a", "s1"]
+[[link]]
+endpoints = ["b", "s1"]
+rate = "100mbit"
+[[link]]
+endpoints = ["s1", "r1"]
+[[link]]
+endpoints = ["r1", "c"]
+mtu = 1500
+offloads = true
+"#;
+
+    #[test]
+    fn good_file() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.nodes.len(), 5);
+        assert_eq!(s.links[0].mtu, 9000);
+        assert_eq!(s.links[1].rate_bps, Some(100_000_000));
+        assert_eq!(s.links[3].mtu, 1500);
+        assert!(s.links[3].offloads);
+        let s = parse_topology(
+            GOOD,
+            Path::new("t"),
+            &LinkOpts {
+                mtu: Some(4000),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(s.links.iter().all(|l| l.mtu == 4000));
+    }
+
+    #[test]
+    fn file_errors_name_line_and_field() {
+        let t = GOOD.replace("mtu = 1500", "mtu = 70000");
+        assert_eq!(file_err(&t), (30, "mtu".into()));
+        let t = GOOD.replace("rate = \"100mbit\"", "rate = \"fast\"");
+        assert_eq!(file_err(&t), (25, "rate".into()));
+        let t = GOOD.replace("kind = \"router\"", "kind = \"hub\"");
+        assert_eq!(file_err(&t), (16, "kind".into()));
+        let t = GOOD.replace("endpoints = [\"r1\", \"c\"]", "endpoints = [\"r1\", \"x\"]");
+        assert_eq!(file_err(&t), (29, "endpoints".into()));
+        let t = GOOD.replace("name = \"c\"", "name = \"a\"");
+        assert_eq!(file_err(&t), (18, "name".into()));
+        let t = GOOD.replace("offloads = true", "offload = true");
+        assert_eq!(file_err(&t), (31, "offload".into()));
+        let t = GOOD.replace("mtu = 1500", "mtu = \"big\"");
+        assert_eq!(file_err(&t), (30, "mtu".into()));
+        // c's only link removed: disconnected
+        let t = GOOD.replace(
+            "endpoints = [\"r1\", \"c\"]\nmtu = 1500",
+            "endpoints = [\"r1\", \"s1\"]\nmtu = 9000",
+        );
+        assert_eq!(file_err(&t), (18, "name".into()));
+        let t = GOOD.replace("[[node]]\nname = \"r1\"", "[[node]]\nnam = \"r1\"");
+        assert_eq!(file_err(&t).1, "nam");
+    }
+
+    #[test]
+    fn hosts_do_not_forward() {
+        let t = r#"
+[[node]]
+name = "a"
+kind = "host"
+[[node]]
+name = "m"
+kind = "host"
+[[node]]
+name = "b"
+kind = "host"
+[[link]]
+endpoints = ["a", "m"]
+[[link]]
+endpoints = ["m", "b"]
+"#;
+        let (line, field) = file_err(t);
+        assert_eq!((line, field.as_str()), (9, "name"));
+    }
+
+    #[test]
+    fn testbed_names() {
+        assert!(check_testbed_name("wb").is_ok());
+        assert!(check_testbed_name("t1").is_ok());
+        assert!(check_testbed_name("a-b").is_err());
+        assert!(check_testbed_name("").is_err());
+        assert!(check_testbed_name("abcdefghijklm").is_err());
+    }
+}

@@ -1,0 +1,823 @@
+//! Building, finding and removing a test-bed in the kernel.
+//!
+//! Order of `up`: validate and plan (nothing touched) → privileges and
+//! tools → take the global lock → remove any earlier test-bed of the same
+//! name (a killed process may have left one) → write the state file marked
+//! incomplete → namespaces → sysctls → links → addresses and routes →
+//! offloads → qdiscs → hosts files → state marked complete. Any error or a
+//! signal removes everything again. Everything lives in namespaces named
+//! `wb-<name>-<node>`: links are created directly inside them and never
+//! exist in the host namespace, so deleting the namespaces removes all of it.
+
+use crate::counters::{self, Counters};
+use crate::error::TestbedError;
+use crate::plan::{ns_prefix, NodePlan, Plan, BRIDGE};
+use crate::probe::{DfOutcome, ProbePair, V4_OVERHEAD, V6_OVERHEAD};
+use crate::signal;
+use crate::spec::{check_testbed_name, names_of, NodeKind, TopologySpec};
+use crate::sys::{self, in_netns, run, run_input, Tools};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Directory of the state files (`<name>.json`).
+pub const STATE_DIR: &str = "/run/wirebench";
+
+/// Ethernet bytes the kernel does not count in skb->len on a veth: preamble
+/// and start delimiter (8), FCS (4), inter-frame gap (12). skb->len already
+/// includes the 14 B Ethernet header.
+pub const WIRE_OVERHEAD: u32 = 24;
+/// Minimum Ethernet frame (64 B with FCS) plus preamble and gap, on the wire.
+pub const WIRE_MIN_FRAME: u32 = 84;
+
+pub fn state_path(name: &str) -> PathBuf {
+    Path::new(STATE_DIR).join(format!("{name}.json"))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct State {
+    schema: String,
+    name: String,
+    complete: bool,
+    pid: u32,
+    created_unix_s: u64,
+    spec: TopologySpec,
+    plan: Plan,
+}
+
+/// An emulated test-bed that is up (or being built by this process).
+#[derive(Debug)]
+pub struct Testbed {
+    name: String,
+    spec: TopologySpec,
+    plan: Plan,
+    tools: Tools,
+}
+
+/// Result of checking one ordered host pair over one IP version.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PairCheck {
+    pub from: String,
+    pub to: String,
+    pub v6: bool,
+    pub to_addr: Option<IpAddr>,
+    /// The round trip of our UDP echo, if it came back.
+    pub rtt_s: Option<f64>,
+    /// Measured: largest DF UDP payload that crossed + 28 / 48.
+    pub path_mtu: Option<u32>,
+    /// What the plan implies (smallest MTU on the routed path).
+    pub expected_mtu: Option<u32>,
+    /// Why the family is not checked (e.g. a link below 1280 B has no IPv6).
+    pub skipped: Option<String>,
+}
+
+impl PairCheck {
+    pub fn ok(&self) -> bool {
+        self.skipped.is_some()
+            || (self.rtt_s.is_some()
+                && self.path_mtu.is_some()
+                && self.path_mtu == self.expected_mtu)
+    }
+}
+
+/// Takes the global build lock (flock on the state directory): one `up` or
+/// `down` at a time per machine, so two processes never interleave.
+struct Lock(std::fs::File);
+
+impl Lock {
+    fn take() -> Result<Lock, TestbedError> {
+        std::fs::create_dir_all(STATE_DIR)
+            .map_err(|e| TestbedError::io(format!("creating {STATE_DIR}"), e))?;
+        let f = std::fs::File::open(STATE_DIR)
+            .map_err(|e| TestbedError::io(format!("opening {STATE_DIR}"), e))?;
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(TestbedError::io(
+                format!("locking {STATE_DIR}"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Lock(f))
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // SAFETY: unlocking our own fd.
+        unsafe {
+            libc::flock(self.0.as_raw_fd(), libc::LOCK_UN);
+        }
+    }
+}
+
+fn write_state(st: &State) -> Result<(), TestbedError> {
+    let path = state_path(&st.name);
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(st).map_err(|e| TestbedError::State {
+        path: path.clone(),
+        msg: e.to_string(),
+    })?;
+    std::fs::write(&tmp, text)
+        .map_err(|e| TestbedError::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, &path)
+        .map_err(|e| TestbedError::io(format!("writing {}", path.display()), e))
+}
+
+fn read_state(name: &str) -> Result<Option<State>, TestbedError> {
+    let path = state_path(name);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(TestbedError::io(format!("reading {}", path.display()), e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| TestbedError::State {
+            path,
+            msg: e.to_string(),
+        })
+}
+
+/// Whether anything of test-bed `name` exists: state file, namespaces or
+/// hosts files.
+pub fn exists(name: &str) -> bool {
+    let p = ns_prefix(name);
+    state_path(name).exists()
+        || !sys::netns_with_prefix(&p).is_empty()
+        || !sys::etc_dirs_with_prefix(&p).is_empty()
+}
+
+/// Names of test-beds that have a state file.
+pub fn list() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(STATE_DIR)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_suffix(".json"))
+                        .map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Removes whatever exists of test-bed `name` (complete, half-built or left
+/// by a killed process). Returns whether there was anything. Takes the lock.
+pub fn remove(name: &str) -> Result<bool, TestbedError> {
+    check_testbed_name(name)?;
+    sys::check_privileges()?;
+    let _l = Lock::take()?;
+    let had = exists(name);
+    teardown(name)?;
+    signal::disown(name);
+    Ok(had)
+}
+
+/// Removes test-bed `name` without taking the lock (the caller holds it, or
+/// is the signal watcher of a process that holds it). Only names with the
+/// prefix `wb-<name>-` and the state file `<name>.json` are touched.
+pub(crate) fn teardown(name: &str) -> Result<(), TestbedError> {
+    let prefix = ns_prefix(name);
+    let ip = sys::find_tool("ip")?;
+    let mut nss = sys::netns_with_prefix(&prefix);
+    if let Ok(Some(st)) = read_state(name) {
+        for n in st.plan.nodes {
+            if !nss.contains(&n.netns) && Path::new(sys::NETNS_RUN_DIR).join(&n.netns).exists() {
+                nss.push(n.netns);
+            }
+        }
+    }
+    let mut first_err = None;
+    // Processes left inside (a `testbed exec` in the background, a killed
+    // campaign's receivers) would keep the namespace and its links alive.
+    let me = std::process::id();
+    for ns in &nss {
+        if let Ok(out) = run(Command::new(&ip).args(["netns", "pids", ns])) {
+            for pid in out.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                if pid as u32 != me && pid > 1 {
+                    // SAFETY: kill(2) on a pid that lives in our namespace.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+    }
+    if !nss.is_empty() {
+        let batch: String = nss.iter().map(|n| format!("netns del {n}\n")).collect();
+        if let Err(e) = run_input(
+            Command::new(&ip).args(["-force", "-batch", "-"]),
+            Some(&batch),
+        ) {
+            first_err.get_or_insert(e);
+        }
+    }
+    for d in sys::etc_dirs_with_prefix(&prefix) {
+        if let Err(e) = std::fs::remove_dir_all(&d) {
+            first_err.get_or_insert(TestbedError::io(format!("removing {}", d.display()), e));
+        }
+    }
+    let sp = state_path(name);
+    for p in [sp.clone(), sp.with_extension("json.tmp")] {
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                first_err.get_or_insert(TestbedError::io(format!("removing {}", p.display()), e));
+            }
+        }
+    }
+    // Whatever `netns del` could not remove must be reported.
+    let left = sys::netns_with_prefix(&prefix);
+    if !left.is_empty() {
+        first_err.get_or_insert(TestbedError::Command {
+            cmd: "ip netns del".into(),
+            msg: format!("namespaces still present: {}", left.join(", ")),
+        });
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Bytes of token bucket: enough for a few frames and for ~4 ms of the rate,
+/// so that a late timer does not cost throughput (tbf refills for the time
+/// that passed, up to the bucket size).
+fn tbf_burst(rate_bps: u64, mtu: u32) -> u64 {
+    let frame = (mtu + 14 + WIRE_OVERHEAD) as u64;
+    (4 * frame).max(rate_bps / 8 / 250)
+}
+
+/// Queue limit in bytes. At a host the queue is deep (16 MiB or 100 ms of
+/// the rate) so that a saturating sender fills its socket buffer and
+/// blocks, as behind a real NIC, instead of losing datagrams in the qdisc.
+/// At routers and switches it is about 1000 frames, like a default txqueue.
+fn tbf_limit(rate_bps: u64, mtu: u32, host: bool) -> u64 {
+    if host {
+        (16u64 << 20).max(rate_bps / 8 / 10).min(1 << 30)
+    } else {
+        1000 * (mtu as u64 + 14)
+    }
+}
+
+/// The tc commands (batch lines) shaping one interface.
+fn qdisc_lines(
+    dev: &str,
+    rate: Option<u64>,
+    mtu: u32,
+    host: bool,
+    imp: Option<&crate::spec::Impairment>,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    let netem = imp.filter(|i| !i.is_none()).map(|i| {
+        let mut s = String::from("netem limit 100000");
+        if i.delay_ns > 0 {
+            let _ = write!(s, " delay {}us", i.delay_ns / 1000);
+            if i.jitter_ns > 0 {
+                let _ = write!(s, " {}us", i.jitter_ns / 1000);
+            }
+        }
+        if i.loss > 0.0 {
+            let _ = write!(s, " loss {}%", i.loss * 100.0);
+        }
+        s
+    });
+    match (rate, netem) {
+        (Some(r), n) => {
+            v.push(format!(
+                "qdisc replace dev {dev} root handle 1: tbf rate {r}bit burst {} limit {} overhead {WIRE_OVERHEAD} mpu {WIRE_MIN_FRAME}",
+                tbf_burst(r, mtu),
+                tbf_limit(r, mtu, host)
+            ));
+            if let Some(n) = n {
+                v.push(format!("qdisc add dev {dev} parent 1:1 handle 10: {n}"));
+            }
+        }
+        (None, Some(n)) => v.push(format!("qdisc replace dev {dev} root handle 1: {n}")),
+        (None, None) => {}
+    }
+    v
+}
+
+fn hosts_file(name: &str, plan: &Plan) -> String {
+    let mut s = String::from("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+    let _ = writeln!(
+        s,
+        "# wirebench test-bed `{name}` (removed by `wirebench testbed down`)"
+    );
+    for n in &plan.nodes {
+        for v6 in [false, true] {
+            if let Some(a) = plan.addr(&n.name, v6) {
+                let _ = writeln!(s, "{a}\t{}", n.name);
+            }
+        }
+    }
+    s
+}
+
+impl Testbed {
+    /// Builds test-bed `name` from `spec`. Validates first (nothing is
+    /// touched on bad input), removes an earlier test-bed of the same name,
+    /// and removes everything again on any failure or signal.
+    pub fn up(name: &str, spec: &TopologySpec) -> Result<Testbed, TestbedError> {
+        check_testbed_name(name)?;
+        spec.validate()?;
+        let plan = Plan::new(name, spec)?;
+        if let Some(l) = spec
+            .links
+            .iter()
+            .find(|l| l.impairment.is_some_and(|i| !i.is_none()))
+        {
+            if !sys::netem_available() {
+                return Err(TestbedError::NoNetem {
+                    link: l.label(),
+                    what: "delay/jitter/loss".into(),
+                });
+            }
+        }
+        sys::check_privileges()?;
+        let tools = Tools::find()?;
+        let _lock = Lock::take()?;
+        signal::own(name);
+        let tb = Testbed {
+            name: name.to_string(),
+            spec: spec.clone(),
+            plan,
+            tools,
+        };
+        let built = (|| {
+            {
+                let _s = signal::step()?;
+                teardown(name)?;
+            }
+            tb.build()
+        })();
+        match built {
+            Ok(()) => Ok(tb),
+            Err(e) => {
+                let _ = teardown(name);
+                signal::disown(name);
+                Err(e)
+            }
+        }
+    }
+
+    fn state(&self, complete: bool) -> State {
+        State {
+            schema: "wirebench.testbed/1".into(),
+            name: self.name.clone(),
+            complete,
+            pid: std::process::id(),
+            created_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            spec: self.spec.clone(),
+            plan: self.plan.clone(),
+        }
+    }
+
+    fn ip_batch(&self, ns: Option<&str>, batch: &str) -> Result<(), TestbedError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut c = Command::new(&self.tools.ip);
+        if let Some(ns) = ns {
+            c.args(["-n", ns]);
+        }
+        c.args(["-batch", "-"]);
+        run_input(&mut c, Some(batch)).map(|_| ())
+    }
+
+    fn build(&self) -> Result<(), TestbedError> {
+        let plan = &self.plan;
+        {
+            let _s = signal::step()?;
+            // Written first: a process killed from here on leaves a record.
+            write_state(&self.state(false))?;
+        }
+        {
+            let _s = signal::step()?;
+            let batch: String = plan
+                .nodes
+                .iter()
+                .map(|n| format!("netns add {}\n", n.netns))
+                .collect();
+            self.ip_batch(None, &batch)?;
+        }
+        for n in &plan.nodes {
+            let _s = signal::step()?;
+            let router = n.kind == NodeKind::Router;
+            let switch = n.kind == NodeKind::Switch;
+            in_netns(&n.netns, || {
+                let fwd = if router { "1" } else { "0" };
+                sys::write_sysctl("net/ipv4/ip_forward", fwd)?;
+                // Let path MTU discovery follow links below 552 B too.
+                let _ = sys::write_sysctl("net/ipv4/route/min_pmtu", "68");
+                if switch {
+                    // A switch only bridges: no addresses, no IPv6 chatter.
+                    sys::write_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
+                    sys::write_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
+                } else {
+                    sys::write_sysctl("net/ipv6/conf/all/forwarding", fwd)?;
+                    sys::write_sysctl("net/ipv6/conf/default/forwarding", fwd)?;
+                    // Addresses usable at once: no duplicate address detection
+                    // (every address is ours), no router advertisements.
+                    for k in ["all", "default"] {
+                        sys::write_sysctl(&format!("net/ipv6/conf/{k}/accept_dad"), "0")?;
+                        sys::write_sysctl(&format!("net/ipv6/conf/{k}/accept_ra"), "0")?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        {
+            let _s = signal::step()?;
+            let mut batch = String::new();
+            for n in &plan.nodes {
+                if n.kind == NodeKind::Switch {
+                    let _ = writeln!(batch, "link add {BRIDGE} netns {} type bridge", n.netns);
+                }
+            }
+            for (li, l) in self.spec.links.iter().enumerate() {
+                let ends: Vec<(&NodePlan, String)> = l
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let np = plan.node(e).expect("validated endpoint");
+                        let f = np.ifaces.iter().find(|f| f.link == li).expect("planned");
+                        (np, f.name.clone())
+                    })
+                    .collect();
+                let _ = writeln!(
+                    batch,
+                    "link add {} netns {} type veth peer name {} netns {}",
+                    ends[0].1, ends[0].0.netns, ends[1].1, ends[1].0.netns
+                );
+            }
+            self.ip_batch(None, &batch)?;
+        }
+        for n in &plan.nodes {
+            let _s = signal::step()?;
+            let mut b = String::from("link set lo up\n");
+            if n.kind == NodeKind::Switch {
+                let _ = writeln!(b, "link set {BRIDGE} type bridge stp_state 0");
+            }
+            for f in &n.ifaces {
+                let _ = writeln!(b, "link set {} mtu {}", f.name, f.mtu);
+                if n.kind == NodeKind::Switch {
+                    let _ = writeln!(b, "link set {} master {BRIDGE}", f.name);
+                }
+                if let Some(a) = f.v4 {
+                    let _ = writeln!(b, "addr add {a}/24 dev {}", f.name);
+                }
+                if let Some(a) = f.v6 {
+                    let _ = writeln!(b, "addr add {a}/64 dev {} nodad", f.name);
+                }
+                let _ = writeln!(b, "link set {} up", f.name);
+            }
+            if n.kind == NodeKind::Switch {
+                let _ = writeln!(b, "link set {BRIDGE} up");
+            }
+            self.ip_batch(Some(&n.netns), &b)?;
+        }
+        // Routes after every interface of every node is up (a next hop must
+        // be on a link that is up).
+        for n in &plan.nodes {
+            let _s = signal::step()?;
+            let mut b = String::new();
+            for r in &n.routes {
+                let _ = writeln!(b, "route add {} via {} dev {}", r.dest, r.via, r.dev);
+            }
+            self.ip_batch(Some(&n.netns), &b)?;
+        }
+        for n in &plan.nodes {
+            let _s = signal::step()?;
+            let ethtool = self.tools.ethtool.clone();
+            let ifaces = n.ifaces.clone();
+            in_netns(&n.netns, move || {
+                for f in &ifaces {
+                    set_offloads(&ethtool, &f.name, f.offloads)?;
+                }
+                Ok(())
+            })?;
+        }
+        for n in &plan.nodes {
+            let _s = signal::step()?;
+            let mut b = String::new();
+            for f in &n.ifaces {
+                let imp = self.spec.links[f.link].impairment.as_ref();
+                for line in qdisc_lines(&f.name, f.rate_bps, f.mtu, n.kind == NodeKind::Host, imp) {
+                    b.push_str(&line);
+                    b.push('\n');
+                }
+            }
+            if !b.is_empty() {
+                let mut c = Command::new(&self.tools.tc);
+                c.args(["-n", &n.netns, "-batch", "-"]);
+                run_input(&mut c, Some(&b))?;
+            }
+        }
+        {
+            let _s = signal::step()?;
+            let text = hosts_file(&self.name, plan);
+            for n in &plan.nodes {
+                let dir = Path::new(sys::NETNS_ETC_DIR).join(&n.netns);
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| TestbedError::io(format!("creating {}", dir.display()), e))?;
+                let p = dir.join("hosts");
+                std::fs::write(&p, &text)
+                    .map_err(|e| TestbedError::io(format!("writing {}", p.display()), e))?;
+            }
+        }
+        let _s = signal::step()?;
+        write_state(&self.state(true))
+    }
+
+    /// An existing, complete test-bed, from its state file.
+    pub fn attach(name: &str) -> Result<Testbed, TestbedError> {
+        check_testbed_name(name)?;
+        let st =
+            read_state(name)?.ok_or_else(|| TestbedError::NotUp(name.into(), state_path(name)))?;
+        if !st.complete {
+            return Err(TestbedError::State {
+                path: state_path(name),
+                msg: format!(
+                    "test-bed `{name}` was never completed (its builder, pid {}, stopped); `wirebench testbed down --name {name}` or a new `up` removes it",
+                    st.pid
+                ),
+            });
+        }
+        if let Some(n) = st
+            .plan
+            .nodes
+            .iter()
+            .find(|n| !Path::new(sys::NETNS_RUN_DIR).join(&n.netns).exists())
+        {
+            return Err(TestbedError::State {
+                path: state_path(name),
+                msg: format!(
+                    "namespace {} is gone; `wirebench testbed down --name {name}` cleans the rest",
+                    n.netns
+                ),
+            });
+        }
+        Ok(Testbed {
+            name: st.name,
+            spec: st.spec,
+            plan: st.plan,
+            tools: Tools::find()?,
+        })
+    }
+
+    /// Removes the test-bed: its namespaces (and with them every link and
+    /// qdisc), its hosts files and its state file.
+    pub fn down(self) -> Result<(), TestbedError> {
+        let _l = Lock::take()?;
+        let r = teardown(&self.name);
+        signal::disown(&self.name);
+        r
+    }
+
+    /// Leaves the test-bed up when this process gets SIGINT/SIGTERM (the CLI
+    /// `testbed up` calls it: the test-bed is meant to outlive the command).
+    pub fn keep(&self) {
+        signal::disown(&self.name);
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn spec(&self) -> &TopologySpec {
+        &self.spec
+    }
+
+    /// The computed plan: namespaces, interfaces, addresses, routes.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn hosts(&self) -> Vec<String> {
+        names_of(&self.spec, NodeKind::Host)
+    }
+
+    pub fn routers(&self) -> Vec<String> {
+        names_of(&self.spec, NodeKind::Router)
+    }
+
+    pub fn switches(&self) -> Vec<String> {
+        names_of(&self.spec, NodeKind::Switch)
+    }
+
+    fn node_plan(&self, node: &str) -> Result<&NodePlan, TestbedError> {
+        self.plan
+            .node(node)
+            .ok_or_else(|| TestbedError::UnknownNode {
+                testbed: self.name.clone(),
+                node: node.to_string(),
+                known: self
+                    .plan
+                    .nodes
+                    .iter()
+                    .map(|n| n.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// The node's address toward the rest (its first link's address).
+    pub fn addr(&self, node: &str, v6: bool) -> Result<IpAddr, TestbedError> {
+        let n = self.node_plan(node)?;
+        self.plan.addr(&n.name, v6).ok_or_else(|| {
+            TestbedError::Invalid(format!(
+                "node `{node}` has no IPv{} address ({})",
+                if v6 { 6 } else { 4 },
+                if n.kind == NodeKind::Switch {
+                    "a switch only bridges"
+                } else {
+                    "its links are below 1280 B"
+                }
+            ))
+        })
+    }
+
+    /// Namespace name of a node (`wb-<name>-<node>`).
+    pub fn netns(&self, node: &str) -> Result<String, TestbedError> {
+        Ok(self.node_plan(node)?.netns.clone())
+    }
+
+    /// A command that runs `program` inside the node (`ip netns exec`, which
+    /// also bind-mounts the test-bed's /etc/hosts). Add arguments and spawn.
+    pub fn command(&self, node: &str, program: &str) -> Result<Command, TestbedError> {
+        let ns = self.netns(node)?;
+        let mut c = Command::new(&self.tools.ip);
+        c.args(["netns", "exec", &ns, program]);
+        Ok(c)
+    }
+
+    /// Runs `f` on a thread inside the node's namespace: sockets it opens
+    /// belong to the node. For in-process traffic (tests, probes).
+    pub fn in_node<T: Send>(
+        &self,
+        node: &str,
+        f: impl FnOnce() -> Result<T, TestbedError> + Send,
+    ) -> Result<T, TestbedError> {
+        let ns = self.netns(node)?;
+        in_netns(&ns, f)
+    }
+
+    /// Counters of every interface of every node, and of its qdisc.
+    pub fn counters(&self) -> Result<Counters, TestbedError> {
+        let mut c = Counters::default();
+        for n in &self.plan.nodes {
+            let links = run(
+                Command::new(&self.tools.ip).args(["-n", &n.netns, "-s", "-j", "link", "show"])
+            )?;
+            let qd =
+                run(Command::new(&self.tools.tc)
+                    .args(["-n", &n.netns, "-s", "-j", "qdisc", "show"]))?;
+            let m = counters::parse_node(&links, &qd).map_err(|msg| TestbedError::Command {
+                cmd: format!("reading counters of {}", n.netns),
+                msg,
+            })?;
+            c.nodes.insert(n.name.clone(), m);
+        }
+        Ok(c)
+    }
+
+    fn pair(&self, from: &str, to: &str, v6: bool) -> Result<ProbePair, TestbedError> {
+        let from_ns = self.netns(from)?;
+        let to_ns = self.netns(to)?;
+        self.addr(from, v6)?;
+        let to_addr = self.addr(to, v6)?;
+        ProbePair::new(&from_ns, &to_ns, to_addr, v6)
+    }
+
+    /// Measured path MTU from `from` to `to`'s address: the largest UDP
+    /// payload that crosses with don't-fragment set, plus 28 (IPv4) or 48
+    /// (IPv6) bytes of headers.
+    pub fn path_mtu(&self, from: &str, to: &str, v6: bool) -> Result<u32, TestbedError> {
+        let mut p = self.pair(from, to, v6)?;
+        let max = p.max_payload(v6)?.ok_or_else(|| {
+            TestbedError::Probe(format!(
+                "{from} → {to} (IPv{}): no UDP probe got through",
+                if v6 { 6 } else { 4 }
+            ))
+        })?;
+        Ok(max + if v6 { V6_OVERHEAD } else { V4_OVERHEAD })
+    }
+
+    /// Sends one UDP datagram of `payload` bytes with don't-fragment set from
+    /// `from` to `to` (up to 3 tries) and says what became of it.
+    pub fn df_probe(
+        &self,
+        from: &str,
+        to: &str,
+        v6: bool,
+        payload: usize,
+    ) -> Result<DfOutcome, TestbedError> {
+        if payload > 65507 + if v6 { 20 } else { 0 } {
+            return Err(TestbedError::Invalid(format!(
+                "payload {payload} is larger than UDP allows"
+            )));
+        }
+        let mut p = self.pair(from, to, v6)?;
+        p.df_probe(payload, 3, Duration::from_millis(500))
+    }
+
+    /// Round trip of a small UDP echo from `from` to `to`; None if nothing came back.
+    pub fn echo(&self, from: &str, to: &str, v6: bool) -> Result<Option<Duration>, TestbedError> {
+        let mut p = self.pair(from, to, v6)?;
+        p.echo(3, Duration::from_millis(500))
+    }
+
+    /// Every ordered host pair over IPv4 and IPv6: UDP echo and measured
+    /// path MTU against the planned one.
+    pub fn check(&self) -> Result<Vec<PairCheck>, TestbedError> {
+        let hosts = self.hosts();
+        let mut out = Vec::new();
+        for from in &hosts {
+            for to in &hosts {
+                if from == to {
+                    continue;
+                }
+                for v6 in [false, true] {
+                    let mut pc = PairCheck {
+                        from: from.clone(),
+                        to: to.clone(),
+                        v6,
+                        to_addr: self.plan.addr(to, v6),
+                        rtt_s: None,
+                        path_mtu: None,
+                        expected_mtu: self.plan.expected_path_mtu(from, to, v6),
+                        skipped: None,
+                    };
+                    if pc.expected_mtu.is_none() {
+                        pc.skipped = Some(if v6 {
+                            "no IPv6 path (a link below 1280 B carries IPv4 only)".into()
+                        } else {
+                            "no IPv4 path".into()
+                        });
+                        out.push(pc);
+                        continue;
+                    }
+                    pc.rtt_s = self.echo(from, to, v6)?.map(|d| d.as_secs_f64());
+                    if pc.rtt_s.is_some() {
+                        pc.path_mtu = self.path_mtu(from, to, v6).ok();
+                    }
+                    out.push(pc);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Offloads off: a real wire carries MTU-sized frames, and TSO/GSO/GRO on
+/// veth would move 64 KB super-packets through the routers. On: what the
+/// kernel allows on veth.
+fn set_offloads(ethtool: &Path, dev: &str, on: bool) -> Result<(), TestbedError> {
+    let v = if on { "on" } else { "off" };
+    let full = [
+        "tso",
+        "gso",
+        "gro",
+        "tx-udp-segmentation",
+        "tx-gso-list",
+        "rx-gro-list",
+        "rx-udp-gro-forwarding",
+    ];
+    let basic = ["tso", "gso", "gro"];
+    let mut c = Command::new(ethtool);
+    c.args(["-K", dev]);
+    for f in full {
+        // List GRO and UDP GRO forwarding stay at the kernel default when
+        // offloads are "on": they change how forwarded packets are merged.
+        let val = if on && matches!(f, "tx-gso-list" | "rx-gro-list" | "rx-udp-gro-forwarding") {
+            "off"
+        } else {
+            v
+        };
+        c.args([f, val]);
+    }
+    if run(&mut c).is_ok() {
+        return Ok(());
+    }
+    // Older ethtool/kernels lack some feature names: the essential three.
+    let mut c = Command::new(ethtool);
+    c.args(["-K", dev]);
+    for f in basic {
+        c.args([f, v]);
+    }
+    run(&mut c).map(|_| ())
+}

@@ -1,0 +1,624 @@
+//! Acceptance tests of the emulated test-bed. They build real namespaces,
+//! so they need root; without it each one prints why it skips. Each test
+//! uses its own test-bed name; the heavy ones hold a lock so that only one
+//! builds or sends traffic at a time.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use wirebench_testbed::*;
+
+static HEAVY: Mutex<()> = Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn root(test: &str) -> bool {
+    if sys::is_root() {
+        true
+    } else {
+        eprintln!("SKIP: {test} needs root (network namespaces, veth, tc)");
+        false
+    }
+}
+
+/// Everything with the test-bed's prefix that exists anywhere we create things.
+fn leftovers(name: &str) -> Vec<String> {
+    let prefix = format!("wb-{name}-");
+    let mut v = Vec::new();
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if l.starts_with(&prefix) {
+            v.push(format!("netns {l}"));
+        }
+    }
+    let out = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .unwrap();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        if l.contains(&prefix) {
+            v.push(format!("link {l}"));
+        }
+    }
+    for dir in ["/etc/netns", "/run/netns"] {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    v.push(format!("file {}", e.path().display()));
+                }
+            }
+        }
+    }
+    if state_path(name).exists() {
+        v.push(format!("file {}", state_path(name).display()));
+    }
+    v
+}
+
+fn assert_checks(tb: &Testbed, expect_mtu: u32) {
+    let checks = tb.check().unwrap();
+    let hosts = tb.hosts().len();
+    assert_eq!(checks.len(), hosts * (hosts - 1) * 2);
+    for c in &checks {
+        assert!(c.skipped.is_none(), "{c:?}");
+        assert!(c.ok(), "check failed: {c:?}");
+        assert_eq!(c.path_mtu, Some(expect_mtu), "{c:?}");
+    }
+}
+
+#[test]
+fn presets_come_up_check_and_go_away() {
+    if !root("presets_come_up_check_and_go_away") {
+        return;
+    }
+    let _g = heavy();
+    for (name, p) in [
+        ("tpdirect", "direct"),
+        ("tprouter", "router"),
+        ("tptwo", "two-routers"),
+    ] {
+        let _ = remove(name);
+        let t0 = Instant::now();
+        let tb = Testbed::up(name, &preset(p, &LinkOpts::default()).unwrap()).unwrap();
+        eprintln!("{p}: up in {:?}", t0.elapsed());
+        assert_eq!(tb.hosts(), vec!["a", "b"]);
+        assert_checks(&tb, 1500);
+        // Routers forward, hosts do not.
+        for n in tb
+            .spec()
+            .nodes
+            .iter()
+            .map(|n| n.name.clone())
+            .collect::<Vec<_>>()
+        {
+            let out = tb
+                .command(&n, "cat")
+                .unwrap()
+                .arg("/proc/sys/net/ipv4/ip_forward")
+                .output()
+                .unwrap();
+            let want = if tb.routers().contains(&n) { "1" } else { "0" };
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want, "{n}");
+        }
+        // Node names resolve inside every node, both families.
+        let out = tb
+            .command("a", "getent")
+            .unwrap()
+            .args(["ahosts", "b"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&tb.addr("b", false).unwrap().to_string()),
+            "{text}"
+        );
+        assert!(
+            text.contains(&tb.addr("b", true).unwrap().to_string()),
+            "{text}"
+        );
+        // Offloads are off by default.
+        let out = tb
+            .command("a", "ethtool")
+            .unwrap()
+            .args(["-k", "eth0"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("tcp-segmentation-offload: off"), "{text}");
+        assert!(text.contains("generic-segmentation-offload: off"), "{text}");
+        // attach finds it again; down removes every trace.
+        let again = Testbed::attach(name).unwrap();
+        assert_eq!(again.plan(), tb.plan());
+        assert!(!leftovers(name).is_empty());
+        tb.down().unwrap();
+        assert_eq!(leftovers(name), Vec::<String>::new());
+        assert!(Testbed::attach(name).is_err());
+    }
+}
+
+#[test]
+fn switch_topology_and_offloads_on() {
+    if !root("switch_topology_and_offloads_on") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tpswitch";
+    let _ = remove(name);
+    let text = r#"
+[defaults]
+mtu = 4000
+[[node]]
+name = "a"
+kind = "host"
+[[node]]
+name = "c"
+kind = "host"
+[[node]]
+name = "sw"
+kind = "switch"
+[[node]]
+name = "r1"
+kind = "router"
+[[node]]
+name = "b"
+kind = "host"
+[[link]]
+endpoints = ["a", "sw"]
+[[link]]
+endpoints = ["c", "sw"]
+[[link]]
+endpoints = ["sw", "r1"]
+[[link]]
+endpoints = ["r1", "b"]
+"#;
+    let spec = parse_topology(
+        text,
+        Path::new("switch.toml"),
+        &LinkOpts {
+            offloads: Some(true),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let tb = Testbed::up(name, &spec).unwrap();
+    assert_eq!(tb.hosts().len(), 3);
+    assert_checks(&tb, 4000);
+    let out = tb
+        .command("a", "ethtool")
+        .unwrap()
+        .args(["-k", "eth0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("tcp-segmentation-offload: on"), "{text}");
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
+
+#[test]
+fn jumbo_frames_and_path_mtu() {
+    if !root("jumbo_frames_and_path_mtu") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tpjumbo";
+    let _ = remove(name);
+    let o = LinkOpts {
+        mtu: Some(9000),
+        ..Default::default()
+    };
+    let tb = Testbed::up(name, &preset("router", &o).unwrap()).unwrap();
+    assert_eq!(
+        tb.df_probe("a", "b", false, 8972).unwrap(),
+        DfOutcome::Delivered
+    );
+    assert_eq!(
+        tb.df_probe("a", "b", true, 8952).unwrap(),
+        DfOutcome::Delivered
+    );
+    assert_eq!(
+        tb.df_probe("a", "b", false, 8973).unwrap(),
+        DfOutcome::Refused
+    );
+    assert_eq!(
+        tb.df_probe("a", "b", true, 8953).unwrap(),
+        DfOutcome::Refused
+    );
+    assert_eq!(tb.path_mtu("a", "b", false).unwrap(), 9000);
+    assert_eq!(tb.path_mtu("b", "a", true).unwrap(), 9000);
+    tb.down().unwrap();
+
+    // The same path with its second link at 1500: the router refuses the
+    // jumbo datagram (ICMP), the sender then gets EMSGSIZE; nothing is
+    // fragmented and nothing large arrives.
+    let text = r#"
+[[node]]
+name = "a"
+kind = "host"
+[[node]]
+name = "r1"
+kind = "router"
+[[node]]
+name = "b"
+kind = "host"
+[[link]]
+endpoints = ["a", "r1"]
+mtu = 9000
+[[link]]
+endpoints = ["r1", "b"]
+mtu = 1500
+"#;
+    let spec = parse_topology(text, Path::new("mixed.toml"), &LinkOpts::default()).unwrap();
+    let tb = Testbed::up(name, &spec).unwrap();
+    let before = tb.counters().unwrap();
+    assert_eq!(
+        tb.df_probe("a", "b", false, 8972).unwrap(),
+        DfOutcome::Refused
+    );
+    assert_eq!(
+        tb.df_probe("a", "b", true, 8952).unwrap(),
+        DfOutcome::Refused
+    );
+    let d = tb.counters().unwrap().delta(&before);
+    // b received no datagram of that size, whole or in fragments.
+    let rx = d.get("b", "eth0").unwrap();
+    assert!(rx.rx_bytes < 3000, "b received {} bytes", rx.rx_bytes);
+    assert_eq!(tb.path_mtu("a", "b", false).unwrap(), 1500);
+    assert_eq!(tb.path_mtu("a", "b", true).unwrap(), 1500);
+    assert_eq!(
+        tb.df_probe("a", "b", false, 1472).unwrap(),
+        DfOutcome::Delivered
+    );
+    assert_eq!(
+        tb.df_probe("a", "b", false, 1473).unwrap(),
+        DfOutcome::Refused
+    );
+    assert_eq!(
+        tb.df_probe("a", "b", true, 1452).unwrap(),
+        DfOutcome::Delivered
+    );
+    assert_eq!(
+        tb.df_probe("a", "b", true, 1453).unwrap(),
+        DfOutcome::Refused
+    );
+    let checks = tb.check().unwrap();
+    assert!(
+        checks.iter().all(|c| c.ok() && c.path_mtu == Some(1500)),
+        "{checks:?}"
+    );
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
+
+/// A blocking UDP sender in `a` as fast as it can for `secs`, a receiver in
+/// `b` counting payload bytes; returns (payload bit/s measured at the
+/// receiver after a warm-up, datagrams sent, datagrams received).
+fn saturate(tb: &Testbed, payload: usize, secs: f64) -> (f64, u64, u64) {
+    let dst = tb.addr("b", false).unwrap();
+    let rx: UdpSocket = tb
+        .in_node("b", move || {
+            UdpSocket::bind(SocketAddr::new(dst, 0)).map_err(|e| TestbedError::Probe(e.to_string()))
+        })
+        .unwrap();
+    let port = rx.local_addr().unwrap().port();
+    let big = 8 << 20;
+    let _ = socket_opt(&rx, libc::SO_RCVBUFFORCE, big);
+    rx.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let tx: UdpSocket = tb
+        .in_node("a", || {
+            UdpSocket::bind("0.0.0.0:0").map_err(|e| TestbedError::Probe(e.to_string()))
+        })
+        .unwrap();
+    tx.connect(SocketAddr::new(dst, port)).unwrap();
+    let sender = std::thread::spawn(move || {
+        let buf = vec![0x42u8; payload];
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        let mut sent = 0u64;
+        // Bounded in time and count.
+        while Instant::now() < end && sent < 10_000_000 {
+            if tx.send(&buf).is_ok() {
+                sent += 1;
+            }
+        }
+        sent
+    });
+    let warm = Duration::from_millis(500);
+    let mut buf = vec![0u8; 65536];
+    let mut first: Option<Instant> = None;
+    let mut t_start: Option<Instant> = None;
+    let mut t_last = Instant::now();
+    let mut bytes_after = 0u64;
+    let mut n_after = 0u64;
+    let mut received = 0u64;
+    while let Ok(n) = rx.recv(&mut buf) {
+        let now = Instant::now();
+        received += 1;
+        let f = *first.get_or_insert(now);
+        if now.duration_since(f) >= warm {
+            if t_start.is_none() {
+                t_start = Some(now);
+            } else {
+                bytes_after += n as u64;
+                n_after += 1;
+                t_last = now;
+            }
+        }
+    }
+    let sent = sender.join().unwrap();
+    let span = t_last.duration_since(t_start.unwrap()).as_secs_f64();
+    // n_after datagrams arrived in n_after intervals after the reference one.
+    let _ = n_after;
+    (bytes_after as f64 * 8.0 / span, sent, received)
+}
+
+fn socket_opt(s: &UdpSocket, opt: i32, val: i32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            &val as *const i32 as *const libc::c_void,
+            4,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[test]
+fn rate_100mbit_carries_what_ethernet_carries() {
+    if !root("rate_100mbit_carries_what_ethernet_carries") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tprate";
+    let _ = remove(name);
+    let o = LinkOpts {
+        mtu: Some(1500),
+        rate_bps: Some(parse_rate("100mbit").unwrap()),
+        offloads: None,
+    };
+    let tb = Testbed::up(name, &preset("router", &o).unwrap()).unwrap();
+    assert!(tb.check().unwrap().iter().all(|c| c.ok()));
+
+    // What the kernel counts: a 1000 B payload is 1042 B in the qdisc
+    // (UDP 8 + IPv4 20 + Ethernet header 14); tbf adds the other 24.
+    let before = tb.counters().unwrap();
+    let dst = tb.addr("b", false).unwrap();
+    let tx: UdpSocket = tb
+        .in_node("a", || {
+            UdpSocket::bind("0.0.0.0:0").map_err(|e| TestbedError::Probe(e.to_string()))
+        })
+        .unwrap();
+    for _ in 0..100 {
+        tx.send_to(&[7u8; 1000], SocketAddr::new(dst, 9)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let d = tb.counters().unwrap().delta(&before);
+    let q = &d.get("a", "eth0").unwrap().qdisc;
+    assert_eq!(q.kind, "tbf");
+    assert!(q.sent_packets >= 100, "{q:?}");
+    // Allow a few small control packets (neighbour discovery) besides ours.
+    let extra = q.sent_bytes as i64 - 100 * 1042;
+    assert!(
+        (0..=(q.sent_packets as i64 - 100) * 200).contains(&extra),
+        "{q:?}"
+    );
+
+    let before = tb.counters().unwrap();
+    let (bps, sent, received) = saturate(&tb, 1408, 3.0);
+    let d = tb.counters().unwrap().delta(&before);
+    let expect = 100e6 * 1408.0 / (1408.0 + 8.0 + 20.0 + 14.0 + 4.0 + 8.0 + 12.0);
+    let err = (bps - expect) / expect;
+    eprintln!(
+        "saturating 1408 B over 100mbit: {:.3} Mbit/s payload (model {:.3}, {:+.3} %), sent {sent}, received {received}",
+        bps / 1e6,
+        expect / 1e6,
+        err * 100.0
+    );
+    eprintln!("drop sites: {:?}", d.drop_sites());
+    assert!((expect / 1e6 - 95.52).abs() < 0.01);
+    assert!(err.abs() < 0.01, "payload throughput {bps} vs {expect}");
+    // The sender was held back by its own link (socket blocked), so nothing
+    // was lost anywhere on the way.
+    assert_eq!(d.node_drops("a"), 0, "{:?}", d.drop_sites());
+    assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
+    assert_eq!(sent, received, "{:?}", d.drop_sites());
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
+
+#[test]
+fn bad_input_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(
+        &p,
+        "[[node]]\nname = \"a\"\nkind = \"host\"\n[[node]]\nname = \"b\"\nkind = \"host\"\n[[link]]\nendpoints = [\"a\", \"b\"]\nmtu = 40\n",
+    )
+    .unwrap();
+    match load_file(&p, &LinkOpts::default()) {
+        Err(TestbedError::File { line, field, .. }) => {
+            assert_eq!((line, field.as_str()), (9, "mtu"))
+        }
+        other => panic!("{other:?}"),
+    }
+    std::fs::write(
+        &p,
+        "[[node]]\nname = \"a\"\nkind = \"host\"\n[[link]]\nendpoints = [\"a\"]\nrate = 5\n",
+    )
+    .unwrap();
+    let e = load_file(&p, &LinkOpts::default()).unwrap_err();
+    assert!(e.is_bad_input());
+    assert!(e.to_string().contains(":5: field `endpoints`"), "{e}");
+    // A spec built in code and wrong: refused before anything exists.
+    let mut spec = preset("router", &LinkOpts::default()).unwrap();
+    spec.links[1].endpoints[1] = "zz".into();
+    let e = Testbed::up("tpbad", &spec).unwrap_err();
+    assert!(e.is_bad_input(), "{e}");
+    assert!(e.to_string().contains("zz"), "{e}");
+    spec.links[1].endpoints[1] = "b".into();
+    spec.links[1].mtu = 70000;
+    assert!(Testbed::up("tpbad", &spec).unwrap_err().is_bad_input());
+    assert!(
+        Testbed::up("bad-name", &preset("direct", &LinkOpts::default()).unwrap())
+            .unwrap_err()
+            .is_bad_input()
+    );
+    if sys::is_root() {
+        assert_eq!(leftovers("tpbad"), Vec::<String>::new());
+    }
+}
+
+/// A long chain, so that `up` takes long enough to be killed in the middle.
+fn chain_spec(routers: usize) -> TopologySpec {
+    let mut nodes = vec![NodeSpec {
+        name: "a".into(),
+        kind: NodeKind::Host,
+    }];
+    for i in 1..=routers {
+        nodes.push(NodeSpec {
+            name: format!("r{i}"),
+            kind: NodeKind::Router,
+        });
+    }
+    nodes.push(NodeSpec {
+        name: "b".into(),
+        kind: NodeKind::Host,
+    });
+    let links = nodes
+        .windows(2)
+        .map(|w| {
+            let mut l = LinkSpec::new(&w[0].name, &w[1].name);
+            l.rate_bps = Some(1_000_000_000);
+            l
+        })
+        .collect();
+    TopologySpec {
+        source: "chain".into(),
+        nodes,
+        links,
+    }
+}
+
+/// Not a test on its own: the body of the child process the kill tests start.
+#[test]
+#[ignore]
+fn helper_child_up() {
+    let Ok(name) = std::env::var("WB_TEST_CHILD_UP") else {
+        return;
+    };
+    if std::env::var("WB_TEST_CHILD_SIGNAL").is_ok() {
+        cleanup_on_signal().unwrap();
+    }
+    let tb = Testbed::up(&name, &chain_spec(12)).unwrap();
+    eprintln!("child: up complete");
+    let _ = tb;
+    std::thread::sleep(Duration::from_secs(30));
+}
+
+fn spawn_child(name: &str, signal: bool) -> std::process::Child {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--exact",
+        "helper_child_up",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("WB_TEST_CHILD_UP", name);
+    if signal {
+        c.env("WB_TEST_CHILD_SIGNAL", "1");
+    }
+    c.spawn().unwrap()
+}
+
+fn read_complete(name: &str) -> Option<bool> {
+    let t = std::fs::read_to_string(state_path(name)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&t).ok()?;
+    v.get("complete")?.as_bool()
+}
+
+fn wait_for_state(name: &str) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while read_complete(name).is_none() {
+        assert!(Instant::now() < end, "child never wrote its state");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn sigkill_in_the_middle_of_up_is_cleaned_by_the_next_up() {
+    if !root("sigkill_in_the_middle_of_up_is_cleaned_by_the_next_up") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tpkill";
+    let _ = remove(name);
+    let mut child = spawn_child(name, false);
+    wait_for_state(name);
+    // Let it create some namespaces, then kill it hard.
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("wb-tpkill-"))
+                .count()
+        })
+        .unwrap_or(0)
+        < 3
+    {
+        assert!(Instant::now() < end);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        read_complete(name),
+        Some(false),
+        "the child was not killed mid-up"
+    );
+    let left = leftovers(name);
+    eprintln!("left by the killed process: {} items", left.len());
+    assert!(left.iter().any(|l| l.starts_with("netns")));
+    assert!(Testbed::attach(name).is_err());
+    // The next up of the same name cleans and succeeds.
+    let tb = Testbed::up(name, &preset("direct", &LinkOpts::default()).unwrap()).unwrap();
+    assert_eq!(tb.spec().nodes.len(), 2);
+    assert!(
+        leftovers(name).iter().all(|l| !l.contains("-r1")),
+        "{:?}",
+        leftovers(name)
+    );
+    assert!(tb.echo("a", "b", true).unwrap().is_some());
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
+
+#[test]
+fn sigterm_during_up_removes_what_was_built() {
+    if !root("sigterm_during_up_removes_what_was_built") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tpterm";
+    let _ = remove(name);
+    let mut child = spawn_child(name, true);
+    wait_for_state(name);
+    std::thread::sleep(Duration::from_millis(30));
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
