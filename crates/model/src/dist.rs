@@ -355,6 +355,14 @@ impl Dist {
         }
     }
 
+    /// `n` draws with the stream of `seed` (for tests and exploration; the
+    /// generator draws one at a time without allocating).
+    pub fn draws(&self, seed: u64, n: usize) -> Vec<f64> {
+        let mut s = self.sampler();
+        let mut r = crate::gen::rng(seed, 0);
+        (0..n).map(|_| s.sample(&mut r)).collect()
+    }
+
     /// Prepares the law for drawing. Call only after [`Dist::validate`].
     pub(crate) fn sampler(&self) -> Sampler {
         match self {

@@ -461,9 +461,21 @@ impl FlowSpec {
                 match d {
                     // Truncation to whole bytes lowers a continuous uniform by ½.
                     Dist::Uniform { min, max } => (((min + max) / 2.0 - 0.5).max(lo)).min(hi),
-                    Dist::Discrete { .. } | Dist::File { .. } | Dist::Poisson { .. } => {
-                        d.typical().unwrap_or(lo).clamp(lo, hi)
+                    // Whole-byte laws: the mean of the clamped values.
+                    Dist::Discrete { values, weights } => {
+                        let w: f64 = weights.iter().sum();
+                        values
+                            .iter()
+                            .zip(weights)
+                            .map(|(v, p)| v.trunc().clamp(lo, hi) * p)
+                            .sum::<f64>()
+                            / w
                     }
+                    Dist::File { values, .. } => {
+                        values.iter().map(|v| v.trunc().clamp(lo, hi)).sum::<f64>()
+                            / values.len() as f64
+                    }
+                    Dist::Poisson { .. } => d.typical().unwrap_or(lo).clamp(lo, hi),
                     _ => d.typical().map(|m| (m - 0.5).clamp(lo, hi)).unwrap_or(hi),
                 }
             }
