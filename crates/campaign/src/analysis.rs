@@ -528,3 +528,108 @@ pub fn summarize(
         notes,
     })
 }
+
+/// The metrics of one stored run (empty when it has no result document).
+pub fn run_metrics(r: &RunRow) -> BTreeMap<String, f64> {
+    r.result
+        .as_ref()
+        .map(|d| extract_metrics(d, r.counters.as_ref()))
+        .unwrap_or_default()
+}
+
+fn si(v: f64, unit: &str) -> String {
+    match unit {
+        "bit/s" => {
+            if v.abs() >= 1e9 {
+                format!("{:.3} Gbit/s", v / 1e9)
+            } else if v.abs() >= 1e6 {
+                format!("{:.2} Mbit/s", v / 1e6)
+            } else {
+                format!("{:.1} kbit/s", v / 1e3)
+            }
+        }
+        "s" => {
+            if v.abs() >= 1.0 {
+                format!("{v:.3} s")
+            } else if v.abs() >= 1e-3 {
+                format!("{:.3} ms", v * 1e3)
+            } else {
+                format!("{:.1} µs", v * 1e6)
+            }
+        }
+        "ratio" => format!("{:.3} %", v * 100.0),
+        _ => format!("{v:.3}"),
+    }
+}
+
+/// A plain-text table for the terminal: one row per scenario, for each
+/// metric present `mean ± ci95` (and `%` vs baseline), plus runs and the
+/// share of the upper bound for payload throughput.
+pub fn text_table(s: &CampaignSummary, metric_keys: &[&str]) -> String {
+    let infos = metric_catalogue();
+    let keys: Vec<&MetricInfo> = metric_keys
+        .iter()
+        .filter_map(|k| infos.iter().find(|m| m.key == *k))
+        .filter(|m| s.scenarios.iter().any(|sc| sc.metrics.contains_key(&m.key)))
+        .collect();
+    let mut header = vec!["scenario".to_string(), "runs".to_string()];
+    header.extend(keys.iter().map(|m| m.label.clone()));
+    let mut rows = vec![header];
+    for sc in &s.scenarios {
+        let mut row = vec![
+            sc.key.clone(),
+            format!("{}/{}", sc.runs_ok, sc.runs_planned),
+        ];
+        for m in &keys {
+            let cell = match sc.metrics.get(&m.key) {
+                None => "-".to_string(),
+                Some(st) => {
+                    let mut c = format!("{} ± {}", si(st.mean, &m.unit), si(st.ci95, &m.unit));
+                    if m.key == "throughput_payload_bps" {
+                        if let Some(ub) = sc.upper_bound_bps.filter(|b| *b > 0.0) {
+                            c.push_str(&format!(" ({:.1} % of bound)", 100.0 * st.mean / ub));
+                        }
+                    }
+                    if let Some(p) = st.pct_vs_baseline.filter(|p| *p != 0.0) {
+                        c.push_str(&format!(" [{p:+.1} %]"));
+                    }
+                    if st.cv_warning {
+                        c.push_str(" !cv");
+                    }
+                    c
+                }
+            };
+            row.push(cell);
+        }
+        rows.push(row);
+    }
+    let ncol = rows[0].len();
+    let widths: Vec<usize> = (0..ncol)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (n, r) in rows.iter().enumerate() {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+        if n == 0 {
+            out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (ncol - 1)));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The metrics a terminal summary shows by default.
+pub const DEFAULT_TABLE_METRICS: &[&str] = &[
+    "throughput_payload_bps",
+    "delay_mean_s",
+    "rtt_mean_s",
+    "jitter_mean_abs_ipdv_s",
+    "loss_ratio",
+    "mos",
+];

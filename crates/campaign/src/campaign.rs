@@ -214,6 +214,9 @@ pub struct Campaign {
     pub length: RunLength,
     pub warmup_s: f64,
     pub pause_s: f64,
+    /// How long the receiver waits for late packets after the sender stops
+    /// (`send --linger`); None = the engine's default (2 s, RFC 2544).
+    pub linger_s: Option<f64>,
     pub order: Order,
     /// Base of every run's `--seed`.
     pub seed: u64,
@@ -428,6 +431,7 @@ struct Quick {
     kbytes: Option<Spanned<i64>>,
     warmup_s: Option<Spanned<f64>>,
     pause_s: Option<Spanned<f64>>,
+    linger_s: Option<Spanned<f64>>,
     // The axes, spelled out: `#[serde(flatten)]` would buffer the values
     // and lose their line numbers.
     ip: AxisField,
@@ -474,6 +478,7 @@ struct RawCampaign {
     kbytes: Option<Spanned<i64>>,
     warmup_s: Option<Spanned<f64>>,
     pause_s: Option<Spanned<f64>>,
+    linger_s: Option<Spanned<f64>>,
     order: Option<Spanned<String>>,
     seed: Option<Spanned<i64>>,
     baseline: Option<Spanned<String>>,
@@ -1071,6 +1076,10 @@ impl Campaign {
             Some(w) => seconds(&ctx, w, "pause_s", true)?,
             None => 0.0,
         };
+        let linger_s = match &raw.linger_s {
+            Some(l) => Some(seconds(&ctx, l, "linger_s", true)?),
+            None => None,
+        };
         let seed = match &raw.seed {
             Some(s) if *s.get_ref() >= 0 => *s.get_ref() as u64,
             Some(s) => return Err(ctx.at(s, "seed", "seed must not be negative")),
@@ -1115,7 +1124,11 @@ impl Campaign {
                     check_repetitions(&ctx, r)?;
                 }
                 check_length(&ctx, &qr.duration_s, &qr.packets, &qr.kbytes)?;
-                for (k, v) in [("warmup_s", &qr.warmup_s), ("pause_s", &qr.pause_s)] {
+                for (k, v) in [
+                    ("warmup_s", &qr.warmup_s),
+                    ("pause_s", &qr.pause_s),
+                    ("linger_s", &qr.linger_s),
+                ] {
                     if let Some(v) = v {
                         seconds(&ctx, v, k, true)?;
                     }
@@ -1145,6 +1158,7 @@ impl Campaign {
             length,
             warmup_s,
             pause_s,
+            linger_s,
             order,
             seed,
             baseline: None,
@@ -1218,6 +1232,9 @@ impl Campaign {
         }
         if let Some(p) = &q.pause_s {
             self.pause_s = *p.get_ref();
+        }
+        if let Some(l) = &q.linger_s {
+            self.linger_s = Some(*l.get_ref());
         }
         for (axis, field) in q.axes().fields() {
             let values = check_axis(ctx, axis, field)?;

@@ -11,6 +11,7 @@
 pub mod analysis;
 pub mod campaign;
 pub mod env;
+pub mod runner;
 pub mod store;
 pub mod summary;
 

@@ -1,8 +1,132 @@
-//! `wirebench run` (not built yet).
+//! `wirebench run CAMPAIGN.toml`: runs (or resumes) a campaign into the
+//! results store and prints a summary table. Every run is committed when it
+//! ends, so Ctrl-C or a crash loses at most the run in flight; `--resume`
+//! continues from there.
+
+use crate::exit::bad_input;
+use anyhow::Context;
+use std::path::PathBuf;
+use wirebench_campaign::analysis::{summarize, text_table, DEFAULT_TABLE_METRICS};
+use wirebench_campaign::runner::{install_signal_handlers, run_campaign, RunError, RunOptions};
+use wirebench_campaign::{Campaign, Store};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The campaign file (TOML; see docs/campaigns.md).
+    #[arg(value_name = "CAMPAIGN.toml")]
+    pub campaign: PathBuf,
+    /// Results store (SQLite), created if missing.
+    #[arg(long, value_name = "FILE", default_value = "wirebench.db")]
+    pub db: PathBuf,
+    /// Continue the latest campaign of the same name: finished runs are kept, the rest are run.
+    #[arg(long)]
+    pub resume: bool,
+    /// The short version of the campaign: its [quick] table, 2 repetitions.
+    #[arg(long)]
+    pub quick: bool,
+    /// The wirebench binary to run as sender and receiver (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// No progress bar and no per-run lines.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`wirebench run` is not built yet")
+/// Loads, validates and (with `quick`) shortens a campaign file.
+pub fn load_campaign(path: &std::path::Path, quick: bool) -> anyhow::Result<Campaign> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad_input(format!("cannot read campaign file {}: {e}", path.display())))?;
+    let mut c = Campaign::parse(&text, &path.display().to_string()).map_err(bad_input)?;
+    if quick {
+        c.apply_quick().map_err(bad_input)?;
+    }
+    Ok(c)
+}
+
+pub fn binary_path(binary: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match binary {
+        Some(b) => {
+            if !b.is_file() {
+                return Err(bad_input(format!(
+                    "--binary: {} is not a file",
+                    b.display()
+                )));
+            }
+            Ok(std::fs::canonicalize(&b).unwrap_or(b))
+        }
+        None => std::env::current_exe().context("finding this wirebench binary"),
+    }
+}
+
+pub fn map_run_error(e: RunError) -> anyhow::Error {
+    match e {
+        RunError::BadInput(m) => bad_input(m),
+        other => anyhow::Error::new(other),
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let c = load_campaign(&args.campaign, args.quick)?;
+    let binary = binary_path(args.binary)?;
+    let store = Store::open(&args.db).map_err(anyhow::Error::new)?;
+    install_signal_handlers();
+    let opts = RunOptions {
+        binary,
+        resume: args.resume,
+        progress: !args.quiet,
+        verbose: !args.quiet,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let planned = c.planned_runs();
+    if !args.quiet {
+        eprintln!(
+            "campaign {:?}: {} scenarios × {} repetitions = {planned} runs on {}{}",
+            c.name,
+            c.expand().len(),
+            c.repetitions,
+            c.target.describe(),
+            if c.quick { " (quick)" } else { "" }
+        );
+    }
+    let out = run_campaign(&c, &store, &opts).map_err(map_run_error)?;
+    if out.interrupted {
+        let stored = store
+            .finished(out.campaign_id)
+            .map(|f| f.len())
+            .unwrap_or(0);
+        eprintln!(
+            "wirebench: interrupted; {stored} of {} runs are stored in {} (campaign {}). Continue with: wirebench run {} --db {} --resume{}",
+            out.planned,
+            args.db.display(),
+            out.campaign_id,
+            args.campaign.display(),
+            args.db.display(),
+            if c.quick { " --quick" } else { "" }
+        );
+        std::process::exit(130);
+    }
+    let summary = summarize(&store, &out.campaign_id.to_string()).map_err(anyhow::Error::new)?;
+    println!("{}", text_table(&summary, DEFAULT_TABLE_METRICS));
+    for n in &summary.notes {
+        println!("note: {n}");
+    }
+    println!(
+        "campaign {} (id {}): {} runs ok, {} failed, {} already stored; results in {}",
+        c.name,
+        out.campaign_id,
+        out.ok,
+        out.failed,
+        out.already_done,
+        args.db.display()
+    );
+    if out.failed > 0 {
+        anyhow::bail!(
+            "{} run(s) failed (see `wirebench results list {} --db {}`); rerun with --resume to retry them",
+            out.failed,
+            out.campaign_id,
+            args.db.display()
+        );
+    }
+    Ok(())
 }

@@ -1,0 +1,214 @@
+//! `wirebench run` end to end on loopback: a campaign killed with SIGKILL
+//! part-way and resumed ends with exactly matrix × repetitions runs, none
+//! repeated, none lost; bad campaign files fail before anything runs.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use wirebench_campaign::{RunStatus, Store};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+
+const CAMPAIGN: &str = r#"
+name = "resume-test"
+repetitions = 2
+packets = 40
+linger_s = 0.1
+pause_s = 0.2
+baseline = "ip=4"
+[loopback]
+[matrix]
+ip = [4, 6]
+transport = ["udp"]
+payload = [100, 300]
+pps = [1000]
+"#;
+
+fn finished(db: &Path) -> usize {
+    let Ok(s) = Store::open_existing(db) else {
+        return 0;
+    };
+    let Ok(Some(c)) = s.latest() else { return 0 };
+    s.finished(c.id).map(|f| f.len()).unwrap_or(0)
+}
+
+#[test]
+fn sigkill_then_resume_has_every_run_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    let db = dir.path().join("w.db");
+    std::fs::write(&file, CAMPAIGN).unwrap();
+
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "-q",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while finished(&db) < 3 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "no progress in 90 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "campaign ended before it could be killed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL: no cleanup, no chance to finish the run in flight
+    child.wait().unwrap();
+
+    let store = Store::open_existing(&db).unwrap();
+    let c = store.latest().unwrap().unwrap();
+    let before = store.runs(c.id).unwrap();
+    let ok_before: Vec<_> = before
+        .iter()
+        .filter(|r| r.status == RunStatus::Ok)
+        .cloned()
+        .collect();
+    assert!(
+        ok_before.len() >= 3 && ok_before.len() < 8,
+        "killed after {} runs",
+        ok_before.len()
+    );
+    drop(store);
+
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "--resume",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "resume failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("{} already stored", ok_before.len())),
+        "{stdout}"
+    );
+
+    let store = Store::open_existing(&db).unwrap();
+    let all = store.campaigns().unwrap();
+    assert_eq!(all.len(), 1, "resume must not start a second campaign");
+    assert_eq!(all[0].status, "done");
+    assert_eq!(all[0].planned_runs, 8);
+    let runs = store.runs(c.id).unwrap();
+    assert_eq!(runs.len(), 8, "matrix 4 × 2 repetitions");
+    assert!(runs
+        .iter()
+        .all(|r| r.status == RunStatus::Ok && r.result.is_some()));
+    let keys: HashSet<(String, u32)> = runs
+        .iter()
+        .map(|r| (r.scenario_key.clone(), r.repetition))
+        .collect();
+    assert_eq!(keys.len(), 8, "a (scenario, repetition) stored twice");
+    for p in ["100", "300"] {
+        for ip in ["4", "6"] {
+            for rep in 0..2 {
+                let k = format!("ip={ip},transport=udp,payload={p},pps=1000");
+                assert!(keys.contains(&(k.clone(), rep)), "missing {k} #{rep}");
+            }
+        }
+    }
+    // Runs finished before the kill were neither repeated nor rewritten.
+    for b in &ok_before {
+        let now = runs
+            .iter()
+            .find(|r| r.id == b.id)
+            .expect("a finished run disappeared");
+        assert_eq!(now.started_at, b.started_at);
+        assert_eq!(now.result, b.result);
+    }
+    // And every stored document is a real measurement of its scenario.
+    for r in &runs {
+        let d = r.result.as_ref().unwrap();
+        assert_eq!(d["schema"], "wirebench.result/1");
+        assert_eq!(d["flows"][0]["sent"]["packets"], 40);
+    }
+    // A second resume has nothing left to do.
+    let again = Command::new(BIN)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "--resume",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+    assert_eq!(
+        Store::open_existing(&db).unwrap().runs(c.id).unwrap().len(),
+        8
+    );
+}
+
+fn bad(text: &str, line: usize, key: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    let db = dir.path().join("w.db");
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("bad.toml:{line}:")),
+        "line {line} not named: {err}"
+    );
+    assert!(err.contains(key), "key {key} not named: {err}");
+    assert!(
+        !db.exists(),
+        "nothing may run (not even the store created) on bad input"
+    );
+}
+
+#[test]
+fn bad_campaign_files_fail_before_anything_runs() {
+    bad(
+        "name = \"x\"\n[loopback]\n[matrix]\nip = [4]\nsizes = [1]\n",
+        5,
+        "sizes",
+    );
+    bad(
+        "[loopback]\n[matrix]\nip = [4]\ntransport = []\n",
+        4,
+        "transport",
+    );
+    bad(
+        "repetitions = 0\n[loopback]\n[matrix]\nip = [4]\n",
+        1,
+        "repetitions",
+    );
+    bad(
+        "[loopback]\n[matrix]\napp = [\"dns\",\n  \"napster\"]\n",
+        3,
+        "app",
+    );
+}
