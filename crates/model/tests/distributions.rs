@@ -140,7 +140,7 @@ fn pareto() {
     };
     assert_eq!(d.mean(), None);
     let x = d.draws(SEED, N);
-    for q in [0.25, 0.5, 0.9, 0.99] {
+    for q in [0.25f64, 0.5, 0.9, 0.99] {
         let xq = 1.1 * (1.0 - q).powf(-1.0 / 0.95);
         assert!((cdf(&x, xq) - q).abs() < 0.01, "q{q}");
     }
