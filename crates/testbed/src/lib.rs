@@ -36,7 +36,10 @@ pub use spec::{
     check_testbed_name, format_rate, load_file, parse_rate, parse_topology, preset, Impairment,
     LinkOpts, LinkSpec, NodeKind, NodeSpec, TopologySpec, PRESETS,
 };
-pub use testbed::{exists, list, remove, state_path, PairCheck, Testbed, WIRE_OVERHEAD};
+pub use testbed::{
+    exists, list, remove, state_path, LiveIface, PairCheck, Testbed, STATE_DIR, WIRE_MIN_FRAME,
+    WIRE_OVERHEAD,
+};
 
 /// Default test-bed name.
 pub const DEFAULT_NAME: &str = "wb";

@@ -17,6 +17,7 @@ use crate::signal;
 use crate::spec::{check_testbed_name, names_of, NodeKind, TopologySpec};
 use crate::sys::{self, in_netns, run, run_input, Tools};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -695,6 +696,66 @@ impl Testbed {
         Ok(c)
     }
 
+    /// What the kernel says about every interface now: MTU, up/down, root
+    /// qdisc and the segmentation/receive offloads (`status` shows these,
+    /// not the plan, so a drifted test-bed is visible).
+    pub fn live(&self) -> Result<BTreeMap<String, BTreeMap<String, LiveIface>>, TestbedError> {
+        let mut out = BTreeMap::new();
+        for n in &self.plan.nodes {
+            let text =
+                run(Command::new(&self.tools.ip).args(["-n", &n.netns, "-j", "link", "show"]))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| TestbedError::Command {
+                    cmd: format!("ip -n {} -j link show", n.netns),
+                    msg: e.to_string(),
+                })?;
+            let mut m = BTreeMap::new();
+            for l in v.as_array().into_iter().flatten() {
+                let Some(name) = l.get("ifname").and_then(|x| x.as_str()) else {
+                    continue;
+                };
+                if name == "lo" {
+                    continue;
+                }
+                let flags: Vec<&str> = l
+                    .get("flags")
+                    .and_then(|f| f.as_array())
+                    .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+                    .unwrap_or_default();
+                m.insert(
+                    name.to_string(),
+                    LiveIface {
+                        mtu: l.get("mtu").and_then(|x| x.as_u64()).unwrap_or(0) as u32,
+                        up: flags.contains(&"UP") && flags.contains(&"LOWER_UP"),
+                        qdisc: l
+                            .get("qdisc")
+                            .and_then(|x| x.as_str())
+                            .unwrap_or("")
+                            .to_string(),
+                        offloads: BTreeMap::new(),
+                    },
+                );
+            }
+            let ethtool = self.tools.ethtool.clone();
+            let names: Vec<String> = n.ifaces.iter().map(|f| f.name.clone()).collect();
+            let offs = in_netns(&n.netns, move || {
+                let mut r = Vec::new();
+                for f in names {
+                    let text = run(Command::new(&ethtool).args(["-k", &f]))?;
+                    r.push((f, parse_offloads(&text)));
+                }
+                Ok(r)
+            })?;
+            for (f, o) in offs {
+                if let Some(li) = m.get_mut(&f) {
+                    li.offloads = o;
+                }
+            }
+            out.insert(n.name.clone(), m);
+        }
+        Ok(out)
+    }
+
     fn pair(&self, from: &str, to: &str, v6: bool) -> Result<ProbePair, TestbedError> {
         let from_ns = self.netns(from)?;
         let to_ns = self.netns(to)?;
@@ -781,6 +842,35 @@ impl Testbed {
         }
         Ok(out)
     }
+}
+
+/// Live state of one interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveIface {
+    pub mtu: u32,
+    pub up: bool,
+    /// Root qdisc kind as `ip link` reports it (`tbf`, `noqueue`, …).
+    pub qdisc: String,
+    /// `tso`, `gso`, `gro`, `udp-gso` → on/off.
+    pub offloads: BTreeMap<String, bool>,
+}
+
+fn parse_offloads(ethtool_k: &str) -> BTreeMap<String, bool> {
+    let mut m = BTreeMap::new();
+    for line in ethtool_k.lines() {
+        let Some((k, v)) = line.trim().split_once(':') else {
+            continue;
+        };
+        let key = match k {
+            "tcp-segmentation-offload" => "tso",
+            "generic-segmentation-offload" => "gso",
+            "generic-receive-offload" => "gro",
+            "tx-udp-segmentation" => "udp-gso",
+            _ => continue,
+        };
+        m.insert(key.to_string(), v.trim().starts_with("on"));
+    }
+    m
 }
 
 /// Offloads off: a real wire carries MTU-sized frames, and TSO/GSO/GRO on

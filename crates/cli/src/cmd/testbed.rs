@@ -1,8 +1,396 @@
-//! `wirebench testbed` (not built yet).
+//! `wirebench testbed`: build, inspect, use and remove emulated test-beds.
+//! All the work is in `wirebench_testbed`; this file parses flags, turns
+//! the library's typed errors into exit codes (bad input → 2) and prints.
+
+use crate::exit::bad_input;
+use std::path::Path;
+use wirebench_testbed::{
+    self as tb, format_rate, LinkOpts, NodeKind, Testbed, TestbedError, DEFAULT_NAME, PRESETS,
+};
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = "\
+Presets: direct (a — b), router (a — r1 — b), two-routers (a — r1 — r2 — b);
+or a TOML topology file (hosts, routers, switches, links with their own MTU,
+rate and offloads; see docs/testbed.md). Every link gets 10.0.N.0/24 and
+fd00:0:0:N::/64; node names resolve inside every node.
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`wirebench testbed` is not built yet")
+Examples:
+  wirebench testbed up router --rate 100mbit --mtu 1500
+  wirebench testbed check
+  wirebench testbed exec a -- wirebench send -a b -C 1000 -c 1408 -t 5000
+  wirebench testbed status --counters
+  wirebench testbed down")]
+pub struct Args {
+    #[command(subcommand)]
+    pub cmd: Sub,
+}
+
+#[derive(clap::Subcommand)]
+pub enum Sub {
+    /// Build a test-bed (replacing an earlier one of the same name).
+    Up(UpArgs),
+    /// Show nodes, interfaces, addresses, MTUs, rates and offloads.
+    Status(StatusArgs),
+    /// Check that every host reaches every host over IPv4 and IPv6, and measure each path MTU.
+    Check(NameArg),
+    /// Run a command inside a node (its network namespace).
+    Exec(ExecArgs),
+    /// Remove a test-bed and everything it created.
+    Down(DownArgs),
+}
+
+#[derive(clap::Args)]
+pub struct NameArg {
+    /// Test-bed name (1–12 lowercase letters or digits).
+    #[arg(long, default_value = DEFAULT_NAME)]
+    pub name: String,
+}
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    /// A preset (direct, router, two-routers) or a TOML topology file.
+    #[arg(value_name = "PRESET|FILE")]
+    pub topology: String,
+    #[arg(long, default_value = DEFAULT_NAME)]
+    pub name: String,
+    /// MTU of every link (68–65535); overrides the file.
+    #[arg(long, value_name = "N")]
+    pub mtu: Option<u32>,
+    /// Link rate of every link, e.g. 100mbit, 1gbit; overrides the file.
+    #[arg(long, value_name = "RATE")]
+    pub rate: Option<String>,
+    /// Segmentation/receive offloads on every link (default off).
+    #[arg(long, value_name = "on|off")]
+    pub offloads: Option<OnOff>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[arg(long, default_value = DEFAULT_NAME)]
+    pub name: String,
+    /// Also per-interface packets, bytes, drops and qdisc drops.
+    #[arg(long)]
+    pub counters: bool,
+    /// Print JSON (plan, live state, counters) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ExecArgs {
+    #[arg(long, default_value = DEFAULT_NAME)]
+    pub name: String,
+    /// Node to run in.
+    pub node: String,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct DownArgs {
+    #[arg(long, default_value = DEFAULT_NAME)]
+    pub name: String,
+    /// Remove every test-bed that has a state file.
+    #[arg(long, conflicts_with = "name")]
+    pub all: bool,
+}
+
+/// Bad input → exit 2; anything else → exit 1.
+fn map(e: TestbedError) -> anyhow::Error {
+    if e.is_bad_input() {
+        bad_input(e)
+    } else {
+        e.into()
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.cmd {
+        Sub::Up(a) => up(a),
+        Sub::Status(a) => status(a),
+        Sub::Check(a) => check(a),
+        Sub::Exec(a) => exec(a),
+        Sub::Down(a) => down(a),
+    }
+}
+
+fn up(a: UpArgs) -> anyhow::Result<()> {
+    tb::check_testbed_name(&a.name).map_err(|e| bad_input(format!("--name: {e}")))?;
+    let rate_bps = match &a.rate {
+        Some(r) => Some(tb::parse_rate(r).map_err(|e| bad_input(format!("--rate: {e}")))?),
+        None => None,
+    };
+    if let Some(m) = a.mtu {
+        if !(tb::spec::MTU_MIN..=tb::spec::MTU_MAX).contains(&m) {
+            return Err(bad_input(format!(
+                "--mtu {m}: outside {}..={}",
+                tb::spec::MTU_MIN,
+                tb::spec::MTU_MAX
+            )));
+        }
+    }
+    let o = LinkOpts {
+        mtu: a.mtu,
+        rate_bps,
+        offloads: a.offloads.map(|x| matches!(x, OnOff::On)),
+    };
+    let spec = if PRESETS.contains(&a.topology.as_str()) {
+        tb::preset(&a.topology, &o).map_err(map)?
+    } else if Path::new(&a.topology).exists() || a.topology.ends_with(".toml") {
+        tb::load_file(Path::new(&a.topology), &o).map_err(map)?
+    } else {
+        return Err(bad_input(format!(
+            "`{}` is neither a preset ({}) nor a topology file",
+            a.topology,
+            PRESETS.join(", ")
+        )));
+    };
+    tb::cleanup_on_signal()?;
+    let replacing = tb::exists(&a.name);
+    let t = Testbed::up(&a.name, &spec).map_err(map)?;
+    // It is meant to outlive this command.
+    t.keep();
+    if replacing {
+        eprintln!("wirebench: replaced the earlier test-bed `{}`", a.name);
+    }
+    print_plan(&t, None);
+    println!(
+        "test-bed `{}` is up; `wirebench testbed check --name {0}` verifies it, `wirebench testbed down --name {0}` removes it",
+        a.name
+    );
+    Ok(())
+}
+
+fn attach(name: &str) -> anyhow::Result<Testbed> {
+    tb::check_testbed_name(name).map_err(|e| bad_input(format!("--name: {e}")))?;
+    Testbed::attach(name).map_err(map)
+}
+
+fn print_plan(
+    t: &Testbed,
+    live: Option<
+        &std::collections::BTreeMap<String, std::collections::BTreeMap<String, tb::LiveIface>>,
+    >,
+) {
+    println!("test-bed `{}` ({})", t.name(), t.spec().source);
+    println!(
+        "{:<8} {:<7} {:<16} {:<6} {:<12} {:>6} {:>9} {:<9} {:<15} ipv6",
+        "node", "kind", "netns", "iface", "peer", "mtu", "rate", "offloads", "ipv4"
+    );
+    for n in &t.plan().nodes {
+        for f in &n.ifaces {
+            let li = live
+                .and_then(|l| l.get(&n.name))
+                .and_then(|m| m.get(&f.name));
+            let mtu = match li {
+                Some(l) if l.mtu != f.mtu => format!("{}!={}", l.mtu, f.mtu),
+                _ => f.mtu.to_string(),
+            };
+            let offloads = match li {
+                Some(l) if !l.offloads.is_empty() => {
+                    let on: Vec<&str> = l
+                        .offloads
+                        .iter()
+                        .filter(|(_, v)| **v)
+                        .map(|(k, _)| k.as_str())
+                        .collect();
+                    if on.is_empty() {
+                        "off".to_string()
+                    } else {
+                        on.join(",")
+                    }
+                }
+                _ => (if f.offloads { "on" } else { "off" }).to_string(),
+            };
+            let state = match li {
+                Some(l) if !l.up => " DOWN",
+                None if live.is_some() => " MISSING",
+                _ => "",
+            };
+            println!(
+                "{:<8} {:<7} {:<16} {:<6} {:<12} {:>6} {:>9} {:<9} {:<15} {}{}",
+                n.name,
+                n.kind.as_str(),
+                n.netns,
+                f.name,
+                format!("{}/{}", f.peer_node, f.peer_iface),
+                mtu,
+                f.rate_bps.map(format_rate).unwrap_or_else(|| "-".into()),
+                offloads,
+                f.v4.map(|a| format!("{a}/24"))
+                    .unwrap_or_else(|| "-".into()),
+                f.v6.map(|a| format!("{a}/64"))
+                    .unwrap_or_else(|| "-".into()),
+                state
+            );
+        }
+        if n.kind == NodeKind::Switch {
+            println!(
+                "{:<8} {:<7} {:<16} {:<6} bridges {}",
+                n.name,
+                "",
+                "",
+                "br0",
+                n.ifaces
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+    let routers = t.routers();
+    if !routers.is_empty() {
+        println!("routers (forwarding on): {}", routers.join(", "));
+    }
+}
+
+fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let t = attach(&a.name)?;
+    let live = t.live().map_err(map)?;
+    let counters = if a.counters {
+        Some(t.counters().map_err(map)?)
+    } else {
+        None
+    };
+    if a.json {
+        let doc = serde_json::json!({
+            "name": t.name(),
+            "spec": t.spec(),
+            "plan": t.plan(),
+            "live": live,
+            "counters": counters,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    print_plan(&t, Some(&live));
+    if let Some(c) = counters {
+        println!();
+        println!(
+            "{:<8} {:<6} {:>10} {:>13} {:>8} {:>10} {:>13} {:>8} {:>8} {:>10} {:>9}",
+            "node",
+            "iface",
+            "rx_pkts",
+            "rx_bytes",
+            "rx_drop",
+            "tx_pkts",
+            "tx_bytes",
+            "tx_drop",
+            "qdisc",
+            "q_drops",
+            "q_backlog"
+        );
+        for (node, ifs) in &c.nodes {
+            for (iface, x) in ifs {
+                println!(
+                    "{:<8} {:<6} {:>10} {:>13} {:>8} {:>10} {:>13} {:>8} {:>8} {:>10} {:>9}",
+                    node,
+                    iface,
+                    x.rx_packets,
+                    x.rx_bytes,
+                    x.rx_dropped,
+                    x.tx_packets,
+                    x.tx_bytes,
+                    x.tx_dropped,
+                    x.qdisc.kind,
+                    x.qdisc.drops,
+                    x.qdisc.backlog_bytes
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check(a: NameArg) -> anyhow::Result<()> {
+    let t = attach(&a.name)?;
+    let checks = t.check().map_err(map)?;
+    let mut failed = 0;
+    for c in &checks {
+        let fam = if c.v6 { "IPv6" } else { "IPv4" };
+        let to = c
+            .to_addr
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| "-".into());
+        if let Some(why) = &c.skipped {
+            println!("{:>6} → {:<6} {fam} {to:<16} skipped: {why}", c.from, c.to);
+            continue;
+        }
+        let echo = match c.rtt_s {
+            Some(r) => format!("echo {:.3} ms", r * 1e3),
+            None => "NO ECHO".into(),
+        };
+        let mtu = match (c.path_mtu, c.expected_mtu) {
+            (Some(m), Some(e)) if m == e => format!("path MTU {m}"),
+            (Some(m), Some(e)) => format!("path MTU {m}, EXPECTED {e}"),
+            (None, _) => "path MTU not measured".into(),
+            (Some(m), None) => format!("path MTU {m}"),
+        };
+        let ok = c.ok();
+        if !ok {
+            failed += 1;
+        }
+        println!(
+            "{:>6} → {:<6} {fam} {to:<16} {echo}, {mtu}  {}",
+            c.from,
+            c.to,
+            if ok { "ok" } else { "FAILED" }
+        );
+    }
+    if failed > 0 {
+        anyhow::bail!(
+            "{failed} of {} checks failed on test-bed `{}`",
+            checks.len(),
+            t.name()
+        );
+    }
+    println!("all {} checks passed", checks.len());
+    Ok(())
+}
+
+fn exec(a: ExecArgs) -> anyhow::Result<()> {
+    let t = attach(&a.name)?;
+    let (prog, rest) = a
+        .command
+        .split_first()
+        .ok_or_else(|| bad_input("exec: no command given after --"))?;
+    let mut cmd = t.command(&a.node, prog).map_err(map)?;
+    cmd.args(rest);
+    let status = cmd
+        .status()
+        .map_err(|e| anyhow::anyhow!("running `{prog}` in {}: {e}", a.node))?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(c) => std::process::exit(c),
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            std::process::exit(128 + status.signal().unwrap_or(0))
+        }
+    }
+}
+
+fn down(a: DownArgs) -> anyhow::Result<()> {
+    let names = if a.all {
+        tb::list()
+    } else {
+        tb::check_testbed_name(&a.name).map_err(|e| bad_input(format!("--name: {e}")))?;
+        vec![a.name.clone()]
+    };
+    for n in names {
+        if tb::remove(&n).map_err(map)? {
+            println!("removed test-bed `{n}`");
+        } else {
+            println!("no test-bed named `{n}` was up");
+        }
+    }
+    Ok(())
 }
