@@ -31,7 +31,7 @@ th,td{border:1px solid #d4d4d4;padding:3px 7px;text-align:right;white-space:nowr
 th{background:#f2f5f8;text-align:center}
 td.axis{text-align:left;background:#fbfbfb}
 tr.baseline td{background:#eef6ee}
-td.cvw{background:#fff1cc}
+td.cvw,tr.baseline td.cvw{background:#fff1cc}
 .cvflag{color:#9a5b00;font-weight:bold;font-size:11px;margin-left:4px}
 .pos{color:#176b2c}.neg{color:#a02020}
 .incomplete{color:#a02020;font-weight:bold}

@@ -24,7 +24,7 @@ const MULTI_H: f64 = 300.0;
 const LEGEND_ROW: f64 = 20.0;
 /// Rough advance of one character at 12 px in DejaVu/Liberation Sans, used to
 /// keep labels from colliding (no font metrics are available offline).
-const CHAR_W: f64 = 6.8;
+const CHAR_W: f64 = 7.0;
 
 pub fn colour(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
@@ -317,7 +317,7 @@ pub fn render(chart: &Chart, fig_index: usize) -> Figure {
         .map(|(_, l)| l.chars().count())
         .max()
         .unwrap_or(0) as f64;
-    let item_w = (40.0 + CHAR_W * max_chars).min(FIG_W - 40.0);
+    let item_w = (60.0 + CHAR_W * max_chars).min(FIG_W - 40.0);
     let lcols = (((FIG_W - 40.0) / item_w).floor() as usize).max(1);
     let lrows = legend.len().div_ceil(lcols);
     let legend_h = lrows as f64 * LEGEND_ROW + 12.0;
@@ -460,7 +460,17 @@ fn draw_panel(
     );
     // One unit per panel, chosen by the largest magnitude drawn.
     let sc = scale_for(&p.metric.unit, raw_min.abs().max(raw_max.abs()));
-    let (min, max, min_pos) = extent(p, &sc);
+    let (mut min, max, min_pos) = extent(p, &sc);
+    // When no mean is negative the quantity is non-negative (throughput,
+    // ratios, counts): a CI reaching below zero is cut at the axis rather
+    // than inventing a negative scale.
+    let all_nonneg = p
+        .series
+        .iter()
+        .all(|s| s.points.iter().all(|pt| pt.mean >= 0.0));
+    if all_nonneg {
+        min = min.max(0.0);
+    }
     let log = wants_log(chart, p);
     let ya = if !min.is_finite() {
         YAxis::linear(0.0, 1.0)
@@ -526,7 +536,11 @@ fn draw_panel(
             esc(label)
         );
     }
-    let ylabel = if sc.unit.is_empty() {
+    // Panels of a multi-panel figure carry the metric in their title, so the
+    // y label is only the unit (long labels would overrun a short panel).
+    let ylabel = if multi {
+        format!("{}{}", sc.unit, if log { ", log scale" } else { "" })
+    } else if sc.unit.is_empty() {
         p.metric.label.clone()
     } else {
         format!(

@@ -1,8 +1,196 @@
-//! `wirebench report` (not built yet).
+//! `wirebench report`: reads campaigns from the results store, aggregates
+//! them (`wirebench_campaign::summarize`) and writes the self-contained HTML
+//! report, and on request CSV and JSON exports of every aggregate and run.
+
+use crate::exit::bad_input;
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+use wirebench_campaign::analysis::extract_metrics;
+use wirebench_campaign::store::{CampaignRow, Store, StoreError};
+use wirebench_campaign::summary::CampaignSummary;
+use wirebench_report::RunRecord;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Results store (SQLite file written by `wirebench run`).
+    #[arg(long, value_name = "FILE", default_value = "wirebench.db")]
+    pub db: PathBuf,
+    /// Campaign to report, by name (its latest run) or numeric id; repeat for
+    /// several. Default: the latest campaign of every name in the store.
+    #[arg(long, value_name = "NAME")]
+    pub campaign: Vec<String>,
+    /// HTML report to write.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "report.html"
+    )]
+    pub output: PathBuf,
+    /// Also write aggregates.csv and runs.csv into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub csv: Option<PathBuf>,
+    /// Also write every aggregate and run as one JSON document.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`wirebench report` is not built yet")
+/// The parent directory of an output file must exist: a typo there is the
+/// user's, so it is bad input named by its flag, found before any work.
+fn check_parent(flag: &str, path: &Path) -> anyhow::Result<()> {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() && !p.is_dir() => Err(bad_input(format!(
+            "{flag} {}: directory {} does not exist",
+            path.display(),
+            p.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn known_list(rows: &[CampaignRow]) -> String {
+    if rows.is_empty() {
+        return "the store holds no campaign".into();
+    }
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} (id {}, {}, {})", r.name, r.id, r.started_at, r.status))
+        .collect();
+    format!("known campaigns: {}", items.join("; "))
+}
+
+/// Resolves `--campaign` values (or the default) to campaign rows.
+fn select(store: &Store, wanted: &[String]) -> anyhow::Result<Vec<CampaignRow>> {
+    let all = store.campaigns().context("reading the results store")?;
+    if wanted.is_empty() {
+        if all.is_empty() {
+            return Err(bad_input(format!(
+                "results store {} holds no campaign; run one with `wirebench run CAMPAIGN.toml --db {}`",
+                store.path().display(),
+                store.path().display()
+            )));
+        }
+        // The latest campaign of each name, in the order names first appeared.
+        let mut names: Vec<&str> = Vec::new();
+        for r in &all {
+            if !names.contains(&r.name.as_str()) {
+                names.push(&r.name);
+            }
+        }
+        return Ok(names
+            .iter()
+            .filter_map(|n| all.iter().rev().find(|r| r.name == *n).cloned())
+            .collect());
+    }
+    let mut out: Vec<CampaignRow> = Vec::new();
+    for w in wanted {
+        match store.find_campaign(w) {
+            Ok(row) => {
+                if !out.iter().any(|r| r.id == row.id) {
+                    out.push(row);
+                }
+            }
+            Err(StoreError::NoCampaign(_)) => {
+                return Err(bad_input(format!(
+                    "--campaign {w:?}: no such campaign in {}; {}",
+                    store.path().display(),
+                    known_list(&all)
+                )))
+            }
+            Err(e) => return Err(e).context("reading the results store"),
+        }
+    }
+    Ok(out)
+}
+
+fn run_records(store: &Store, rows: &[CampaignRow]) -> anyhow::Result<Vec<RunRecord>> {
+    let mut out = Vec::new();
+    for c in rows {
+        let runs = store
+            .runs(c.id)
+            .with_context(|| format!("reading the runs of campaign {}", c.name))?;
+        for r in runs {
+            let mut status = r.status.as_str().to_string();
+            if let Some(e) = r.error.as_deref().filter(|e| !e.is_empty()) {
+                status = format!("{status}: {e}");
+            }
+            out.push(RunRecord {
+                campaign: c.name.clone(),
+                scenario: r.scenario_key.clone(),
+                repetition: u64::from(r.repetition),
+                status,
+                axes: r.axes.clone(),
+                metrics: r
+                    .result
+                    .as_ref()
+                    .map(|d| extract_metrics(d, r.counters.as_ref()))
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if !args.db.exists() {
+        return Err(bad_input(format!(
+            "--db {}: results store does not exist (write one with `wirebench run CAMPAIGN.toml --db {}`)",
+            args.db.display(),
+            args.db.display()
+        )));
+    }
+    if args.db.is_dir() {
+        return Err(bad_input(format!(
+            "--db {}: is a directory, not a results store",
+            args.db.display()
+        )));
+    }
+    check_parent("-o", &args.output)?;
+    if let Some(j) = &args.json {
+        check_parent("--json", j)?;
+    }
+    if let Some(d) = &args.csv {
+        if d.exists() && !d.is_dir() {
+            return Err(bad_input(format!(
+                "--csv {}: exists and is not a directory",
+                d.display()
+            )));
+        }
+    }
+
+    let store = Store::open_existing(&args.db)
+        .map_err(|e| bad_input(format!("--db {}: {e}", args.db.display())))?;
+    let rows = select(&store, &args.campaign)?;
+    let mut summaries: Vec<CampaignSummary> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let s = wirebench_campaign::summarize(&store, &r.id.to_string())
+            .with_context(|| format!("summarising campaign {} (id {})", r.name, r.id))?;
+        summaries.push(s);
+    }
+
+    wirebench_report::write_html(&summaries, &args.output)?;
+    let scenarios: usize = summaries.iter().map(|s| s.scenarios.len()).sum();
+    println!(
+        "wrote {} ({} campaign{}, {} scenarios)",
+        args.output.display(),
+        summaries.len(),
+        if summaries.len() == 1 { "" } else { "s" },
+        scenarios
+    );
+
+    let runs = if args.csv.is_some() || args.json.is_some() {
+        Some(run_records(&store, &rows)?)
+    } else {
+        None
+    };
+    if let Some(dir) = &args.csv {
+        for p in wirebench_report::write_csv(dir, &summaries, runs.as_deref())? {
+            println!("wrote {}", p.display());
+        }
+    }
+    if let Some(path) = &args.json {
+        wirebench_report::write_json(path, &summaries, runs.as_deref())?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }
