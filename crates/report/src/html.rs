@@ -41,6 +41,7 @@ dl.env dt{font-weight:bold}
 dl.env dd{margin:0;font-family:"DejaVu Sans Mono",monospace;white-space:pre-wrap;word-break:break-all}
 pre.campaign-file{background:#f6f6f6;border:1px solid #ddd;padding:10px;font-size:12.5px;overflow-x:auto;white-space:pre}
 .legendnote{font-size:12px;color:#555}
+@media print{body{max-width:none;margin:0}.tablewrap{overflow:visible}figure.chart{break-inside:avoid}th,td{white-space:normal}}
 "#;
 
 /// The whole report for one or more campaigns.

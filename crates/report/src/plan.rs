@@ -365,3 +365,146 @@ pub fn family_key(f: MetricFamily) -> &'static str {
         MetricFamily::Completion => "completion",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirebench_campaign::summary::{MetricStats, ScenarioSummary};
+
+    fn sc(axes: &[(&str, &str)]) -> ScenarioSummary {
+        let mut metrics = BTreeMap::new();
+        metrics.insert(
+            "m".to_string(),
+            MetricStats {
+                n: 3,
+                mean: 1.0,
+                sd: 0.0,
+                median: 1.0,
+                min: 1.0,
+                max: 1.0,
+                ci95: 0.0,
+                cv: 0.0,
+                cv_warning: false,
+                pct_vs_baseline: None,
+            },
+        );
+        ScenarioSummary {
+            key: axes
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            axes: axes
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            runs_ok: 3,
+            runs_planned: 3,
+            metrics,
+            upper_bound_bps: None,
+        }
+    }
+
+    fn summary(axes: &[&str], x: Option<&str>, scs: Vec<ScenarioSummary>) -> CampaignSummary {
+        CampaignSummary {
+            name: "t".into(),
+            campaign_file: String::new(),
+            started_at: String::new(),
+            environment: Default::default(),
+            axes: axes.iter().map(|a| a.to_string()).collect(),
+            x_axis: x.map(String::from),
+            baseline: None,
+            metrics: vec![MetricInfo {
+                key: "m".into(),
+                family: MetricFamily::Throughput,
+                label: "M".into(),
+                unit: "bit/s".into(),
+            }],
+            scenarios: scs,
+            notes: vec![],
+        }
+    }
+
+    #[test]
+    fn numeric_x_gives_lines_and_constant_axes_do_not_split_series() {
+        let s = summary(
+            &["mtu", "ip", "rate"],
+            Some("mtu"),
+            vec![
+                sc(&[("mtu", "9000"), ("ip", "6"), ("rate", "1gbit")]),
+                sc(&[("mtu", "1500"), ("ip", "6"), ("rate", "1gbit")]),
+                sc(&[("mtu", "4000"), ("ip", "4"), ("rate", "1gbit")]),
+            ],
+        );
+        let l = layout(&s);
+        assert_eq!(l.kind, ChartKind::Line);
+        assert_eq!(l.series_axes, vec!["ip".to_string()]);
+        assert_eq!(
+            l.series_labels,
+            vec!["ip=6".to_string(), "ip=4".to_string()]
+        );
+        let c = charts(&s);
+        // Points sorted by x within a series.
+        let xs: Vec<f64> = c[0].panels[0].series[0]
+            .points
+            .iter()
+            .map(|p| p.x)
+            .collect();
+        assert_eq!(xs, vec![1500.0, 9000.0]);
+    }
+
+    #[test]
+    fn categorical_or_missing_x_gives_bars() {
+        let s = summary(
+            &["codec", "ip"],
+            Some("codec"),
+            vec![
+                sc(&[("codec", "G.711.1"), ("ip", "4")]),
+                sc(&[("codec", "G.729.2"), ("ip", "4")]),
+                sc(&[("codec", "G.711.1"), ("ip", "6")]),
+            ],
+        );
+        let l = layout(&s);
+        assert_eq!(l.kind, ChartKind::Bars);
+        assert_eq!(
+            l.categories,
+            vec!["G.711.1".to_string(), "G.729.2".to_string()]
+        );
+        assert_eq!(l.series_labels.len(), 2);
+        // No x axis: the varying axis with the most values groups the bars.
+        let s = summary(
+            &["ip", "app"],
+            None,
+            vec![
+                sc(&[("app", "dns"), ("ip", "4")]),
+                sc(&[("app", "csa"), ("ip", "4")]),
+                sc(&[("app", "quake3"), ("ip", "6")]),
+            ],
+        );
+        let l = layout(&s);
+        assert_eq!(
+            (l.kind, l.x_axis.as_deref()),
+            (ChartKind::Bars, Some("app"))
+        );
+        // Nothing varies: one group, one series.
+        let s = summary(&["ip"], Some("payload"), vec![sc(&[("ip", "4")])]);
+        let l = layout(&s);
+        assert_eq!((l.categories.len(), l.series_labels.len()), (1, 1));
+    }
+
+    #[test]
+    fn primary_metric_prefers_what_the_studies_plotted() {
+        let t = |k: &str| MetricInfo {
+            key: k.into(),
+            family: MetricFamily::Throughput,
+            label: k.into(),
+            unit: "bit/s".into(),
+        };
+        let (a, b) = (t("throughput_ip_bps"), t("throughput_payload_bps"));
+        assert_eq!(
+            primary(MetricFamily::Throughput, &[&a, &b]).unwrap().key,
+            b.key
+        );
+        assert!(bound_applies(&b, &[&a, &b]) && !bound_applies(&a, &[&a, &b]));
+    }
+}

@@ -36,7 +36,7 @@ fn screenshot(html: &Path, png: &Path, profile: &Path) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start chromium: install chromium (apt-get install chromium)");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(st) = child.try_wait().unwrap() {
             assert!(st.success(), "chromium exited with {st}");
@@ -45,7 +45,7 @@ fn screenshot(html: &Path, png: &Path, profile: &Path) {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("chromium did not finish the screenshot within 60 s");
+            panic!("chromium did not finish the screenshot within 30 s");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
