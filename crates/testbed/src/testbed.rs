@@ -288,7 +288,12 @@ fn qdisc_lines(
             }
         }
         if i.loss > 0.0 {
-            let _ = write!(s, " loss {}%", i.loss * 100.0);
+            let pct = format!("{:.6}", i.loss * 100.0);
+            let _ = write!(
+                s,
+                " loss {}%",
+                pct.trim_end_matches('0').trim_end_matches('.')
+            );
         }
         s
     });
@@ -910,4 +915,36 @@ fn set_offloads(ethtool: &Path, dev: &str, on: bool) -> Result<(), TestbedError>
         c.args([f, v]);
     }
     run(&mut c).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Impairment;
+
+    #[test]
+    fn qdisc_commands() {
+        let v = qdisc_lines("eth0", Some(100_000_000), 1500, true, None);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: tbf rate 100000000bit burst 50000 limit 16777216 overhead 24 mpu 84"), "{}", v[0]);
+        let v = qdisc_lines("eth1", Some(1_000_000_000), 9000, false, None);
+        assert!(v[0].contains("burst 500000 limit 9014000 "), "{}", v[0]);
+        let imp = Impairment {
+            delay_ns: 10_000_000,
+            jitter_ns: 1_000_000,
+            loss: 0.005,
+        };
+        let v = qdisc_lines("eth0", Some(10_000_000), 1500, true, Some(&imp));
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[1], "qdisc add dev eth0 parent 1:1 handle 10: netem limit 100000 delay 10000us 1000us loss 0.5%");
+        let v = qdisc_lines("eth0", None, 1500, true, Some(&imp));
+        assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: netem"));
+        assert!(qdisc_lines("eth0", None, 1500, true, None).is_empty());
+    }
+
+    #[test]
+    fn offload_parsing() {
+        let m = parse_offloads("tcp-segmentation-offload: off\ngeneric-segmentation-offload: on\ngeneric-receive-offload: off [fixed]\ntx-udp-segmentation: on\n");
+        assert!(!m["tso"] && m["gso"] && !m["gro"] && m["udp-gso"]);
+    }
 }

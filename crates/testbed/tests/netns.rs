@@ -622,3 +622,42 @@ fn sigterm_during_up_removes_what_was_built() {
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
     assert_eq!(leftovers(name), Vec::<String>::new());
 }
+
+#[test]
+fn delay_needs_netem_and_fails_before_creating_anything() {
+    if !root("delay_needs_netem_and_fails_before_creating_anything") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tpnetem";
+    let _ = remove(name);
+    let text = r#"
+[[node]]
+name = "a"
+kind = "host"
+[[node]]
+name = "b"
+kind = "host"
+[[link]]
+endpoints = ["a", "b"]
+rate = "10mbit"
+delay = "20ms"
+loss = "0%"
+"#;
+    let spec = parse_topology(text, Path::new("netem.toml"), &LinkOpts::default()).unwrap();
+    assert_eq!(spec.links[0].impairment.unwrap().delay_ns, 20_000_000);
+    if !sys::netem_available() {
+        let e = Testbed::up(name, &spec).unwrap_err();
+        assert!(matches!(e, TestbedError::NoNetem { .. }), "{e}");
+        assert!(e.to_string().contains("sch_netem"), "{e}");
+        eprintln!("this kernel has no netem: {e}");
+        assert_eq!(leftovers(name), Vec::<String>::new());
+        return;
+    }
+    // Where the kernel has netem: 20 ms each way.
+    let tb = Testbed::up(name, &spec).unwrap();
+    let rtt = tb.echo("a", "b", false).unwrap().expect("echo");
+    assert!(rtt >= Duration::from_millis(40), "{rtt:?}");
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
