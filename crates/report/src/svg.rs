@@ -679,10 +679,22 @@ fn draw_lines(
         }
         out.push_str("</g>");
     }
-    for (i, s) in p.series.iter().enumerate() {
-        if s.points.is_empty() {
-            continue;
-        }
+    // Series are dodged sideways by a few pixels (at most ±6 px in all) so
+    // that coinciding means and overlapping error bars of different series
+    // stay visible; the shift is far below the spacing of x values.
+    let drawn: Vec<usize> = (0..p.series.len())
+        .filter(|i| !p.series[*i].points.is_empty())
+        .collect();
+    let nd = drawn.len();
+    let step = if nd > 1 {
+        (12.0 / (nd - 1) as f64).min(3.0)
+    } else {
+        0.0
+    };
+    for (slot, &i) in drawn.iter().enumerate() {
+        let s = &p.series[i];
+        let dx = (slot as f64 - (nd as f64 - 1.0) / 2.0) * step;
+        let xp = |x: f64| xp(x) + dx;
         let c = colour(i);
         let _ = write!(out, r#"<g class="series" data-series="{}">"#, esc(&s.label));
         let pts: Vec<(f64, f64)> = s
