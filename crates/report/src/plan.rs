@@ -270,11 +270,15 @@ pub fn charts(s: &CampaignSummary) -> Vec<Chart<'_>> {
     let lay = layout(s);
     let mut out = Vec::new();
     for (family, ms) in metrics_by_family(s) {
-        let panel_metrics: Vec<&MetricInfo> = if family == MetricFamily::Cpu {
-            ms.iter().take(MAX_CPU_PANELS).copied().collect()
-        } else {
-            primary(family, &ms).into_iter().collect()
-        };
+        // CPU (one panel per node/component) and TCP state (retransmits,
+        // RTT, cwnd: different units) are small multiples; every other
+        // family draws its headline metric.
+        let panel_metrics: Vec<&MetricInfo> =
+            if matches!(family, MetricFamily::Cpu | MetricFamily::Tcp) {
+                ms.iter().take(MAX_CPU_PANELS).copied().collect()
+            } else {
+                primary(family, &ms).into_iter().collect()
+            };
         let mut draws_bound = false;
         let mut panels = Vec::new();
         for m in panel_metrics {

@@ -34,8 +34,14 @@ fn attr(tag: &str, name: &str) -> Option<String> {
 /// Scenario-series computed independently of the library: distinct values of
 /// all axes except the x axis (constant axes do not split series).
 fn expected_series(s: &CampaignSummary, x: &str) -> usize {
+    expected_series_with(s, x, None)
+}
+
+/// Same, counting only the scenarios that carry `metric`.
+fn expected_series_with(s: &CampaignSummary, x: &str, metric: Option<&str>) -> usize {
     s.scenarios
         .iter()
+        .filter(|sc| metric.is_none_or(|m| sc.metrics.contains_key(m)))
         .map(|sc| {
             sc.axes
                 .iter()
@@ -90,16 +96,17 @@ fn check_charts(html: &str, s: &CampaignSummary, x: &str, bars: bool) {
             .filter(|n| n.has_tag_name("g") && n.attribute("class") == Some("panel"))
             .collect();
         assert!(!panels.is_empty(), "{fam} has no panel");
-        if fam != "cpu" {
-            assert_eq!(panels.len(), 1, "{fam}: one panel");
-        } else {
+        if fam == "cpu" || fam == "tcp" {
+            // Small multiples: one panel per metric of the family.
             assert_eq!(
                 panels.len(),
                 s.metrics
                     .iter()
-                    .filter(|m| m.key.starts_with("cpu"))
+                    .filter(|m| m.key.starts_with(fam.as_str()))
                     .count()
             );
+        } else {
+            assert_eq!(panels.len(), 1, "{fam}: one panel");
         }
         for p in panels {
             let key = p.attribute("data-metric").unwrap();
@@ -107,6 +114,7 @@ fn check_charts(html: &str, s: &CampaignSummary, x: &str, bars: bool) {
                 .descendants()
                 .filter(|n| n.has_tag_name("g") && n.attribute("class") == Some("series"))
                 .collect();
+            let want = expected_series_with(s, x, Some(key));
             assert_eq!(series.len(), want, "{fam}/{key}: series count");
             let labels: BTreeSet<_> = series
                 .iter()
@@ -181,8 +189,8 @@ fn tables_show_ci_baseline_change_cv_flag_and_bound_share() {
         .count();
     assert_eq!(flagged, 1);
     assert_eq!(html.matches("class=\"cvw\"").count(), 1);
-    // Baseline rows (ip=4) marked: 26 scenarios.
-    assert_eq!(html.matches("<tr class=\"baseline\">").count(), 26 * 5);
+    // Baseline rows (ip=4) marked: 26 scenarios in each of the 6 family tables.
+    assert_eq!(html.matches("<tr class=\"baseline\">").count(), 26 * 6);
     // IPv6 TCP 1536 B RTT is 20 % below IPv4 in the fixture.
     assert!(html.contains("-20.0 %"));
     // Measured / bound for ip 4 udp 1408: 0.998 of the bound (±0.2 % noise).

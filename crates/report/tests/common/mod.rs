@@ -77,7 +77,8 @@ pub const PAYLOADS: [u32; 13] = [
 ];
 
 /// S5: {ip 4, 6} × {udp, tcp} × 13 payloads, 100 Mbit/s, 30 000 pps.
-/// Series: 4 (ip × transport). Families: throughput, rtt, jitter, loss, cpu.
+/// Series: 4 (ip × transport; 2 for the TCP-only metrics). Families:
+/// throughput, rtt, jitter, loss, cpu, tcp.
 pub fn s5_like(campaign_file: &str) -> CampaignSummary {
     let mut rng = Lcg(7);
     let metrics = vec![
@@ -119,6 +120,19 @@ pub fn s5_like(campaign_file: &str) -> CampaignSummary {
             MetricFamily::Cpu,
             "Host softirq (router forwarding)",
             "share of one core",
+        ),
+        info(
+            "tcp_retransmits",
+            MetricFamily::Tcp,
+            "TCP retransmits",
+            "packets",
+        ),
+        info("tcp_rtt_s", MetricFamily::Tcp, "TCP smoothed RTT", "s"),
+        info(
+            "tcp_cwnd_bytes",
+            MetricFamily::Tcp,
+            "TCP congestion window",
+            "bytes",
         ),
     ];
     let rate = 100e6;
@@ -170,6 +184,18 @@ pub fn s5_like(campaign_file: &str) -> CampaignSummary {
                     "cpu_host_softirq".into(),
                     stats(0.10 + 0.00005 * pf, 0.04, 15),
                 );
+                if transport == "tcp" {
+                    // TCP state exists for TCP scenarios only.
+                    m.insert(
+                        "tcp_retransmits".into(),
+                        stats(if saturated { 40.0 + pf / 10.0 } else { 0.0 }, 0.08, 15),
+                    );
+                    m.insert("tcp_rtt_s".into(), stats(rtt * 0.9, 0.03, 15));
+                    m.insert(
+                        "tcp_cwnd_bytes".into(),
+                        stats(64_000.0 + 20.0 * pf, 0.05, 15),
+                    );
+                }
                 let mut axes = BTreeMap::new();
                 axes.insert("ip".to_string(), ip.to_string());
                 axes.insert("transport".to_string(), transport.to_string());
