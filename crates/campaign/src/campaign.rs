@@ -567,25 +567,11 @@ fn seconds(ctx: &Ctx, v: &Spanned<f64>, key: &str, allow_zero: bool) -> Result<f
     Ok(x)
 }
 
-/// Parses a link rate such as `100mbit`, `1gbit`, `10Mbps` (bits per
-/// second; `bps`/`bit` both mean bits, as tc does for `bit`).
+/// Parses a link rate (`100mbit`, `1gbit`, …) into bit/s with the
+/// test-bed's own parser, so a campaign accepts exactly what `testbed up`
+/// accepts.
 pub fn parse_link_rate(s: &str) -> Option<f64> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let mult = match unit.trim() {
-        "" | "bit" | "bps" => 1.0,
-        "k" | "kbit" | "kbps" => 1e3,
-        "m" | "mbit" | "mbps" => 1e6,
-        "g" | "gbit" | "gbps" => 1e9,
-        "t" | "tbit" | "tbps" => 1e12,
-        _ => return None,
-    };
-    let bps = n * mult;
-    (bps.is_finite() && bps >= 1000.0).then_some(bps)
+    wirebench_testbed::parse_rate(s).ok().map(|b| b as f64)
 }
 
 /// Validates one axis value and returns its canonical text.
@@ -728,6 +714,16 @@ fn check_matrix(
             }
         }
     }
+    let has = |a: Axis, v: &str| m.axes.get(&a).is_some_and(|x| x.iter().any(|y| y == v));
+    if has(Axis::Meter, "rtt") && has(Axis::Transport, "tcp") {
+        // The engine reflects probes over UDP only; a TCP flow's RTT comes
+        // from the kernel (TCP_INFO, metric tcp_rtt_s) under the owd meter.
+        return Err(ctx.err(
+            span_of(Axis::Meter),
+            "meter",
+            "meter \"rtt\" works with UDP only; put TCP in its own [[matrix]] block with meter = [\"owd\"] (its RTT is reported as tcp_rtt_s)",
+        ));
+    }
     if m.axes.contains_key(&Axis::Codec)
         && !m
             .axes
@@ -818,7 +814,7 @@ fn check_rate(ctx: &Ctx, v: &Option<Spanned<String>>) -> Result<Option<String>, 
     }
 }
 
-const PRESETS: &[&str] = &["direct", "router", "two-routers"];
+use wirebench_testbed::PRESETS;
 
 fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
     let given = [
@@ -953,12 +949,12 @@ fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
         ));
     }
     let name = opt_string(&t.name).unwrap_or_else(|| "wbc".into());
-    if name.is_empty() || name.len() > 6 || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
+    if wirebench_testbed::check_testbed_name(&name).is_err() {
         let at = t.name.as_ref().map(|n| n.span().start).unwrap_or(span);
         return Err(ctx.err(
             at,
             "name",
-            format!("test-bed name must be 1-6 letters or digits, got {name:?}"),
+            format!("test-bed name must be 1-12 lowercase letters or digits, got {name:?}"),
         ));
     }
     Ok(Target::Testbed(TestbedTarget {

@@ -764,6 +764,9 @@ impl Ctx<'_> {
         } else {
             RunStatus::Failed
         };
+        // Exit status 2 = the sender refused its arguments: every further
+        // run of this campaign would be refused too, so stop after storing it.
+        let refused = !timed_out && status.code() == Some(2);
         self.store.record_run(&NewRun {
             campaign_id: cid,
             scenario_key: &s.key,
@@ -777,6 +780,12 @@ impl Ctx<'_> {
             started_at: &started,
             ended_at: &ended,
         })?;
+        if refused {
+            return Err(RunError::BadInput(format!(
+                "scenario {}: the sender refused its arguments, so the campaign stopped: {stderr}",
+                s.key
+            )));
+        }
         Ok(RunEnd::Stored(st))
     }
 }
@@ -828,6 +837,9 @@ fn progress_bar(total: usize, done: usize, show: bool) -> indicatif::ProgressBar
     pb.enable_steady_tick(Duration::from_millis(200));
     pb
 }
+
+/// Consecutive failures, with no success yet, after which a campaign stops.
+pub const FAIL_FAST_RUNS: usize = 3;
 
 /// Runs (or resumes) a campaign into `store`.
 pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Outcome, RunError> {
@@ -930,6 +942,22 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
                 match st {
                     RunStatus::Ok => out.ok += 1,
                     RunStatus::Failed => out.failed += 1,
+                }
+                // Nothing has worked yet and the first runs all failed: the
+                // set-up is broken, not the network; stop instead of failing
+                // every run of a long campaign.
+                if out.ok == 0 && out.failed >= FAIL_FAST_RUNS {
+                    let last = store
+                        .runs(cid)?
+                        .into_iter()
+                        .rev()
+                        .find_map(|r| r.error)
+                        .unwrap_or_default();
+                    result = Err(RunError::Receiver(format!(
+                        "the first {FAIL_FAST_RUNS} runs all failed, so the campaign stopped; last error: {last}"
+                    )));
+                    pb.inc(1);
+                    break;
                 }
                 pb.inc(1);
                 let n = already + out.ok + out.failed;
