@@ -2,6 +2,8 @@
 //! packets were dropped: "3 120 drops in the qdisc of r1/eth1". Read from
 //! `ip -s -j link` and `tc -s -j qdisc` in each namespace; a campaign takes a
 //! snapshot before and after a run and keeps the [`Counters::delta`].
+//! Absolute values count from creation: the first IPv6 multicast report of
+//! an interface that came up before its peer shows as one tx drop there.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

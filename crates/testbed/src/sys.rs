@@ -219,3 +219,19 @@ pub fn netem_available() -> bool {
         })
         .unwrap_or(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_tool_says_what_to_install() {
+        let e = find_tool("wirebench-no-such-tool").unwrap_err();
+        assert!(matches!(e, TestbedError::MissingTool(_)));
+        assert!(
+            e.to_string().contains("apt-get install iproute2 ethtool"),
+            "{e}"
+        );
+        assert!(find_tool("sh").is_ok());
+    }
+}

@@ -171,7 +171,17 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
 
 fn attach(name: &str) -> anyhow::Result<Testbed> {
     tb::check_testbed_name(name).map_err(|e| bad_input(format!("--name: {e}")))?;
-    Testbed::attach(name).map_err(map)
+    Testbed::attach(name).map_err(|e| {
+        let others: Vec<String> = tb::list().into_iter().filter(|n| n != name).collect();
+        if matches!(e, TestbedError::NotUp(..)) && !others.is_empty() {
+            anyhow::anyhow!(
+                "{e} (test-beds up: {}; pick one with --name)",
+                others.join(", ")
+            )
+        } else {
+            map(e)
+        }
+    })
 }
 
 fn print_plan(
