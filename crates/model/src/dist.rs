@@ -3,7 +3,7 @@
 //!
 //! A [`Dist`] is plain data in the value's own unit; D-ITG's rate-based
 //! flags (`-C -U -E -O`) are converted to it by [`crate::IdtModel::from_ditg`].
-//! A [`Sampler`] is the prepared, allocation-free form the generator draws
+//! A `Sampler` is the prepared, allocation-free form the generator draws
 //! from on the hot path.
 
 use std::sync::Arc;

@@ -48,6 +48,8 @@ pub(crate) struct ModelGen {
     r_burst: ChaCha8Rng,
     /// Bytes of the current frame still to send (packetized flows).
     frame_left: u64,
+    /// Gap after the current frame's last packet.
+    frame_gap: u64,
     /// Sub-nanosecond remainder carried between gaps.
     carry: f64,
     clamps: u64,
@@ -74,6 +76,7 @@ impl ModelGen {
             r_size: rng(seed, 2),
             r_burst: rng(seed, 3),
             frame_left: 0,
+            frame_gap: 0,
             carry: 0.0,
             clamps: 0,
         };
@@ -108,8 +111,9 @@ impl ModelGen {
         };
         if let Some(mut b) = self.burst.take() {
             if g > b.on_left {
-                // The ON period ends before this packet: skip the rest of it
-                // and an OFF period; the next ON period starts with a packet.
+                // The next packet would fall past the end of the ON period:
+                // the gap becomes the rest of it plus an OFF period, and the
+                // next packet opens the next ON period.
                 let off = b.off.sample(&mut self.r_burst);
                 let on = b.on.sample(&mut self.r_burst);
                 g = b.on_left + self.non_negative(off) * 1e6;
@@ -171,20 +175,21 @@ impl Generator for ModelGen {
     fn next(&mut self) -> Departure {
         if let Some(p) = self.packetize {
             if self.frame_left == 0 {
+                // A new frame: its size now, its gap (to the next frame)
+                // after its last packet.
+                self.frame_left = self.draw_size().max(MIN_PAYLOAD as u64);
                 let g = self.draw_gap();
-                let gap_ns = self.gap_ns(g);
-                let f = self.draw_size().max(MIN_PAYLOAD as u64);
-                let chunk = f.min(p as u64);
-                self.frame_left = f - chunk;
-                return Departure {
-                    gap_ns,
-                    size: self.finish_size(chunk),
-                };
+                self.frame_gap = self.gap_ns(g);
             }
             let chunk = self.frame_left.min(p as u64);
             self.frame_left -= chunk;
+            let gap_ns = if self.frame_left == 0 {
+                self.frame_gap
+            } else {
+                0
+            };
             return Departure {
-                gap_ns: 0,
+                gap_ns,
                 size: self.finish_size(chunk),
             };
         }

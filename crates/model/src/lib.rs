@@ -6,6 +6,16 @@
 //! asks, packet by packet, for the gap before the next departure and its
 //! size. This crate knows nothing of sockets: every model can be checked by
 //! running its schedule without a network.
+//!
+//! - [`dist`]: the distributions (D-ITG's letters and the laws the
+//!   application models need), in the unit of their use.
+//! - [`app`]: D-ITG 2.8.1's application presets with its exact parameters,
+//!   and wirebench's realistic VoIP, Opus, video and file transfer.
+//! - [`voip`]: the ITU-T G.107 E-model and a jitter-buffer model.
+//! - [`script`]: D-ITG script files and the native TOML flow list.
+//!
+//! docs/models.md documents every model, its sources and where wirebench
+//! deliberately differs from D-ITG.
 
 use thiserror::Error;
 
@@ -40,10 +50,13 @@ pub(crate) fn bad(flag: &str, reason: impl Into<String>) -> ModelError {
     }
 }
 
-/// One departure: wait `gap_ns` after the previous departure (absolute
-/// schedule: the engine adds it to the previous *scheduled* time, never the
-/// actual one), then send `size` bytes of transport payload (probe header
-/// included).
+/// One departure: send `size` bytes of transport payload (probe header
+/// included) at this departure's scheduled time; the next departure is
+/// scheduled `gap_ns` later. Absolute schedule: t(k+1) = t(k) + gap(k), the
+/// engine adds the gap to the previous *scheduled* time, never the actual
+/// one; the first departure is at the flow's start. The gap belongs to the
+/// packet it follows, so a video frame's packets carry gap 0 except its last
+/// one, and the last packet of an ON period carries the OFF period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Departure {
     pub gap_ns: u64,

@@ -269,23 +269,25 @@ fn video_frames_split_back_to_back() {
     };
     let spec = o.build().unwrap().spec().unwrap();
     assert_eq!(spec.max_payload(), 1400);
+    // Gap after a packet: 0 inside a frame, the frame interval after its
+    // last packet.
     let mut g = spec.generator(SEED).unwrap();
     let (mut frames, mut bytes, mut ns, mut packets) = (0u64, 0u64, 0u64, 0u64);
     let mut frame_bytes = 0u64;
     let mut last_frame = Vec::new();
     while frames < 10_000 {
         let d = g.next();
-        if d.gap_ns != 0 && packets > 0 {
-            frames += 1;
-            last_frame.push(frame_bytes);
-            frame_bytes = 0;
-            assert_eq!(d.gap_ns, 40_000_000);
-        }
         assert!(d.size <= 1400 && d.size >= MIN_PAYLOAD);
         frame_bytes += d.size as u64;
         bytes += d.size as u64;
         ns += d.gap_ns;
         packets += 1;
+        if d.gap_ns != 0 {
+            assert_eq!(d.gap_ns, 40_000_000);
+            frames += 1;
+            last_frame.push(frame_bytes);
+            frame_bytes = 0;
+        }
     }
     let mean_frame = last_frame.iter().sum::<u64>() as f64 / last_frame.len() as f64;
     assert!(
