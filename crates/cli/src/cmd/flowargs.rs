@@ -51,7 +51,7 @@ pub struct FlowArgs {
     #[arg(long = "max", group = "idt", help_heading = IDT)]
     pub max: bool,
     /// ON/OFF bursts (D-ITG -B): an ON-duration law then an OFF-duration law, each a letter C U E V Y N O G W with its values in ms, e.g. `-B E 1000 C 500` (exponential ON mean 1 s, OFF 500 ms). Packets follow the IDT model during ON.
-    #[arg(short = 'B', num_args = 4..=6, value_name = "LAW", allow_negative_numbers = true, help_heading = IDT)]
+    #[arg(short = 'B', num_args = 4..=6, value_names = ["ON_LAW", "ON_MS..", "OFF_LAW", "OFF_MS.."], allow_negative_numbers = true, help_heading = IDT)]
     pub burst: Option<Vec<String>>,
 
     /// Constant payload size in bytes, probe header included (D-ITG -c). Default 512.
