@@ -560,6 +560,20 @@ fn draw_panel(
         esc(&ylabel)
     );
 
+    // An all-zero panel (no loss at all, say) would look empty: say so.
+    let all_zero = p
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .all(|pt| pt.mean == 0.0 && pt.ci95 == 0.0);
+    if all_zero && p.series.iter().any(|s| !s.points.is_empty()) {
+        let _ = write!(
+            out,
+            r##"<text class="allzero" x="{}" y="{}" text-anchor="middle" fill="#555555" font-size="13">every value is 0</text>"##,
+            px((l + r) / 2.0),
+            px(t + plot_h * 0.45)
+        );
+    }
     match chart.kind {
         ChartKind::Line => draw_lines(out, chart, p, &sc, (l, t, r, b), &yp, clip_id),
         ChartKind::Bars => draw_bars(out, chart, p, &sc, (l, t, r, b), &yp, rotate),

@@ -159,6 +159,14 @@ fn line_charts_one_per_family_one_series_per_scenario_series() {
     assert!(html.contains("Payload throughput (Mbit/s)"));
     assert!(html.contains("(ms, log scale)"));
     assert!(html.contains("Loss ratio (%)"));
+    // Loss is not all zero in the fixture; without it the panel says so.
+    assert!(!html.contains("every value is 0"));
+    let mut z = s.clone();
+    for sc in &mut z.scenarios {
+        let st = sc.metrics.get_mut("loss_ratio").unwrap();
+        (st.mean, st.ci95) = (0.0, 0.0);
+    }
+    assert_eq!(render_html(&z).matches("every value is 0").count(), 1);
     // Payload sizes labelled as integers at each measured size.
     assert!(html.contains(">1408</text>") && !html.contains("1408.0"));
 }
