@@ -207,6 +207,13 @@ impl JitterBuffer {
         delays_s.iter().filter(|&&d| d > thr).count() as f64 / delays_s.len() as f64
     }
 
+    /// Share of packets later than the buffer, from a delay distribution
+    /// given as its survival function (`share_above(d)` = share of received
+    /// packets with delay > d, e.g. read off a histogram).
+    pub fn late_fraction_with(&self, base_delay_s: f64, share_above: impl Fn(f64) -> f64) -> f64 {
+        share_above(self.late_threshold_s(base_delay_s)).clamp(0.0, 1.0)
+    }
+
     /// Quality from summary numbers: `base_delay_s` the network one-way
     /// delay the buffer is anchored to (the minimum delay if known, else the
     /// mean), `loss_ratio` the network loss, `late_fraction` the share of
@@ -318,6 +325,10 @@ mod tests {
             with_late.r_factor < on_time.r_factor - 20.0,
             "{with_late:?} {on_time:?}"
         );
+        // From a distribution: exponential jitter of mean 20 ms over a 10 ms
+        // base; P(D > 60 ms) = exp(−50/20) = 0.0821.
+        let f = jb.late_fraction_with(0.010, |d| (-(d - 0.010) / 0.020f64).exp().min(1.0));
+        assert!((f - (-2.5f64).exp()).abs() < 1e-12);
         // Summary form agrees with the per-packet form.
         let s = jb.quality(&g711(), 0.010, 0.0, 0.2);
         assert!((s.r_factor - with_late.r_factor).abs() < 1e-9);
