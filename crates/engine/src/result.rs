@@ -113,7 +113,22 @@ pub struct FlowResult {
     pub rtt_received: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpInfo>,
+    /// E-model for VoIP application models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voip: Option<Voip>,
+    /// Transfer models: first byte sent to last byte received, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_s: Option<f64>,
     pub intervals: Vec<Interval>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Voip {
+    pub r_factor: f64,
+    pub mos: f64,
+    /// Mouth-to-ear delay fed to the E-model: mean network delay plus the
+    /// codec's coding delay.
+    pub mouth_to_ear_s: f64,
 }
 
 /// All flows together, for the summary line.

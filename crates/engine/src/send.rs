@@ -411,6 +411,8 @@ struct FlowJob {
 }
 
 struct FlowSent {
+    /// CLOCK_REALTIME of the first packet sent (0 = none).
+    first_tx: u64,
     send: SendSummary,
     rtt: Option<RecvSummary>,
     tcp: Option<TcpInfo>,
@@ -420,6 +422,7 @@ struct FlowSent {
 impl FlowSent {
     fn failed(msg: &str) -> FlowSent {
         FlowSent {
+            first_tx: 0,
             send: SendSummary::default(),
             rtt: None,
             tcp: None,
@@ -447,6 +450,11 @@ impl Schedule {
             Stop::DurationMs(ms) => (Some(start + ms * 1_000_000), None, None),
             Stop::Packets(n) => (None, Some(n), None),
             Stop::KBytes(k) => (None, None, Some(k * 1024)),
+        };
+        // A transfer model ends when its bytes are out, whatever else stops it.
+        let bytes_left = match (bytes_left, plan.spec.transfer_bytes) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
         Ok(Schedule {
             gen,
@@ -502,9 +510,11 @@ fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
             } else {
                 None
             };
-            let err = udp_send(&job, &s, &mut sched, &mut acc);
+            let mut first_tx = 0;
+            let err = udp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
             let rtt = reflector.map(|r| r.finish(job.linger_ms, &job.abort));
             FlowSent {
+                first_tx,
                 send: acc.summary(),
                 rtt,
                 tcp: None,
@@ -512,9 +522,11 @@ fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
             }
         }
         DataSock::Tcp(s) => {
-            let err = tcp_send(&job, &s, &mut sched, &mut acc);
+            let mut first_tx = 0;
+            let err = tcp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
             let tcp = sys::tcp_info(&s);
             FlowSent {
+                first_tx,
                 send: acc.summary(),
                 rtt: None,
                 tcp: Some(tcp.unwrap_or_default()),
@@ -567,6 +579,7 @@ fn udp_send(
     s: &UdpSocket,
     sched: &mut Schedule,
     acc: &mut SendAccumulator,
+    first_tx: &mut u64,
 ) -> Option<String> {
     let fd = s.as_raw_fd();
     let mut batch = SendBatch::new(sched.max_len as usize);
@@ -592,6 +605,9 @@ fn udp_send(
             let _ = h.encode(batch.slot(i, size as usize));
         }
         let tx = realtime_ns();
+        if *first_tx == 0 {
+            *first_tx = tx;
+        }
         for (i, &(_, size)) in meta[..n].iter().enumerate() {
             ProbeHeader::stamp_tx(batch.slot(i, size as usize), tx);
         }
@@ -637,6 +653,7 @@ fn tcp_send(
     s: &TcpStream,
     sched: &mut Schedule,
     acc: &mut SendAccumulator,
+    first_tx: &mut u64,
 ) -> Option<String> {
     let mut out = s;
     let cap = (BATCH * sched.max_len as usize).min(1 << 20);
@@ -658,6 +675,9 @@ fn tcp_send(
             continue;
         }
         let tx = realtime_ns();
+        if *first_tx == 0 {
+            *first_tx = tx;
+        }
         let mut off = 0;
         for (i, &(_, size)) in meta[..n].iter().enumerate() {
             h.len = size as u16;
@@ -833,6 +853,17 @@ fn build_doc(p: DocParts) -> ResultDoc {
             rtt_s: o.rtt.as_ref().map(|r| r.delay_s),
             rtt_received: o.rtt.as_ref().map(|r| r.unique),
             tcp: o.tcp,
+            voip: f.spec.voip_codec().map(|c| {
+                let m2e = s.delay_s.mean + c.coding_delay_s();
+                let q = wirebench_model::voip::emodel(&c, m2e, s.loss_ratio);
+                Voip {
+                    r_factor: q.r_factor,
+                    mos: q.mos,
+                    mouth_to_ear_s: m2e,
+                }
+            }),
+            completion_s: (f.spec.transfer_bytes.is_some() && s.unique > 0 && o.first_tx > 0)
+                .then(|| (s.last_arrival_ns as i64 - p.clock.0 - o.first_tx as i64) as f64 / 1e9),
             intervals: s.intervals,
         });
     }

@@ -1,8 +1,63 @@
-//! `wirebench recv` (not built yet).
+//! `wirebench recv`: the receiver daemon. Binds the control port and serves
+//! sessions until killed; all measurement logic is in
+//! `wirebench_engine::recv`.
+
+use crate::exit::bad_input;
+use std::net::IpAddr;
+use wirebench_engine::{Daemon, DaemonConfig};
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = "\
+The receiver listens on one TCP control port (default 5400, IPv4 and IPv6 on
+the same socket). Each `wirebench send` opens a session on it; the data
+sockets of its flows get ephemeral ports that the control session tells the
+sender, so only the control port has to be reachable through a firewall that
+allows related traffic. Sessions run one after another and several at once;
+a sender that goes silent for 10 s is given up on. Traffic that is not a
+wirebench session is counted as foreign and ignored.
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`wirebench recv` is not built yet")
+Examples:
+  wirebench recv                 # [::]:5400, dual-stack
+  wirebench recv -B 192.0.2.7    # one address only
+  wirebench recv -p 6000 -q")]
+pub struct Args {
+    /// Address to bind (default: all IPv4 and IPv6 addresses).
+    #[arg(short = 'B', value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// Control port (TCP).
+    #[arg(short = 'p', value_name = "PORT", default_value_t = wirebench_engine::DEFAULT_PORT)]
+    pub port: u16,
+    /// Do not log sessions on stderr.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let bind = match &args.bind {
+        None => None,
+        Some(s) => Some(
+            s.trim_matches(|c| c == '[' || c == ']')
+                .parse::<IpAddr>()
+                .map_err(|_| bad_input(format!("-B: not an IP address: {s}")))?,
+        ),
+    };
+    let daemon = Daemon::bind(DaemonConfig {
+        bind,
+        port: args.port,
+        verbose: !args.quiet,
+    })
+    .map_err(|e| {
+        if e.is_bad_input() {
+            bad_input(format!("-p/-B: {e}"))
+        } else {
+            e.into()
+        }
+    })?;
+    if !args.quiet {
+        if let Some(a) = daemon.local_addr() {
+            eprintln!("wirebench recv: listening on {a} (control, TCP)");
+        }
+    }
+    daemon.serve()?;
+    Ok(())
 }

@@ -1,8 +1,495 @@
-//! `wirebench send` (not built yet).
+//! `wirebench send`: builds a session plan from the command line (or a
+//! script), runs it with `wirebench_engine::send::run`, and prints an
+//! ITGDec-like summary or the `wirebench.result/1` JSON document.
+
+use crate::exit::bad_input;
+use std::io::Write;
+use std::path::PathBuf;
+use wirebench_engine::plan::{Family, FlowPlan, SessionPlan, Stop};
+use wirebench_engine::result::{FlowResult, ResultDoc};
+use wirebench_engine::EngineError;
+use wirebench_wire::{MeterMode, Transport};
+
+use super::flowargs::FlowArgs;
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum TransportArg {
+    Udp,
+    Tcp,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum MeterArg {
+    /// One-way delay, measured by the receiver (clocks corrected by the measured offset).
+    Owd,
+    /// Round trip: the receiver reflects each probe; its dwell time is excluded.
+    Rtt,
+}
 
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(after_help = "\
+Examples:
+  wirebench recv                                  # on the receiver
+  wirebench send -a 192.0.2.7 -C 1000 -c 512 -t 10000
+  wirebench send -a ::1 -T tcp --max -t 5000 --json result.json
+  wirebench send -a rx -m rtt -C 50 -c 200 -z 500 --interval 1000
+  wirebench send -a rx --flows 4 -C 2000 -c 1200 -k 1024
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`wirebench send` is not built yet")
+Stop conditions (one of): -t MS (default 10000), -z PACKETS, -k KBYTES (1 KB = 1024 B);
+with -z and -k the flow generates exactly that many packets / bytes.
+Exit status: 0 success, 1 measurement failed (receiver gone; a partial result is
+still printed, marked \"partial\": true), 2 bad usage or input.")]
+pub struct Args {
+    /// Receiver host name or address (where `wirebench recv` runs).
+    #[arg(short = 'a', value_name = "DEST")]
+    pub dest: Option<String>,
+    /// Receiver's control port (TCP).
+    #[arg(short = 'p', value_name = "PORT", default_value_t = wirebench_engine::DEFAULT_PORT)]
+    pub port: u16,
+    /// Use IPv4 only when DEST resolves to both families.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Use IPv6 only.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// Transport: UDP datagrams, or TCP records (each record framed by the
+    /// probe header's length, so every record has a delay). Default: UDP, or
+    /// what the application model implies.
+    #[arg(short = 'T', value_enum, value_name = "PROTO")]
+    pub transport: Option<TransportArg>,
+    /// Meter: one-way delay (receiver side) or round-trip time (reflected).
+    #[arg(short = 'm', value_enum, default_value = "owd", value_name = "METER")]
+    pub meter: MeterArg,
+    #[command(flatten)]
+    pub flow: FlowArgs,
+    /// Generate for MS milliseconds (default 10000).
+    #[arg(short = 't', value_name = "MS", group = "stop")]
+    pub duration_ms: Option<u64>,
+    /// Generate exactly PACKETS packets.
+    #[arg(short = 'z', value_name = "PACKETS", group = "stop")]
+    pub packets: Option<u64>,
+    /// Generate exactly KBYTES × 1024 payload bytes (the last packet is shortened to fit).
+    #[arg(short = 'k', value_name = "KBYTES", group = "stop")]
+    pub kbytes: Option<u64>,
+    /// Run N identical flows at once (each its own seed and data port).
+    #[arg(long = "flows", value_name = "N", default_value_t = 1)]
+    pub flows: u32,
+    /// Flows from a file: a D-ITG script (one ITGSend option line per flow)
+    /// or a wirebench TOML file with [[flow]] tables. Options a line leaves
+    /// out come from the command line.
+    #[arg(long = "script", value_name = "FILE", conflicts_with = "flows")]
+    pub script: Option<PathBuf>,
+    /// Also report per-interval series of MS milliseconds (throughput, delay, jitter, loss).
+    #[arg(long = "interval", value_name = "MS")]
+    pub interval_ms: Option<u64>,
+    /// Write the JSON result document to FILE; `-` or no value: to stdout
+    /// (instead of the human summary).
+    #[arg(long = "json", value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
+    /// Seed of the random models (flow i uses SEED + i); random if not given.
+    #[arg(long = "seed", value_name = "N")]
+    pub seed: Option<u64>,
+    /// After the last packet, how long the receiver keeps listening for
+    /// stragglers before counting the missing packets as lost.
+    #[arg(long = "linger", value_name = "MS", default_value_t = 2000)]
+    pub linger_ms: u64,
+}
+
+fn transport_of(a: Option<TransportArg>) -> Option<Transport> {
+    a.map(|t| match t {
+        TransportArg::Udp => Transport::Udp,
+        TransportArg::Tcp => Transport::Tcp,
+    })
+}
+
+fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
+    if args.flows == 0 {
+        crate::bail_input!("--flows: must be at least 1");
+    }
+    let stop = match (args.duration_ms, args.packets, args.kbytes) {
+        (Some(ms), _, _) => Stop::DurationMs(ms),
+        (_, Some(n), _) => Stop::Packets(n),
+        (_, _, Some(k)) => Stop::KBytes(k),
+        _ => Stop::DurationMs(10_000),
+    };
+    let cli_transport = transport_of(args.transport);
+    let seed = args.seed.unwrap_or_else(rand_seed);
+    let mut meter = match args.meter {
+        MeterArg::Owd => MeterMode::Owd,
+        MeterArg::Rtt => MeterMode::Rtt,
+    };
+    let mut dest = args.dest.clone();
+    let mut port = args.port;
+    let mut flows = Vec::new();
+    if let Some(path) = &args.script {
+        let list = wirebench_model::script::load(path).map_err(bad_input)?;
+        for (i, sf) in list.into_iter().enumerate() {
+            if let Some(d) = &sf.dest {
+                match &dest {
+                    None => dest = Some(d.clone()),
+                    Some(cur) if cur != d => crate::bail_input!(
+                        "{}:{}: -a: every flow of a session goes to one receiver ({cur}), this line names {d}",
+                        path.display(),
+                        sf.line
+                    ),
+                    _ => {}
+                }
+            }
+            if let Some(p) = sf.port {
+                port = p;
+            }
+            if let Some(m) = sf.meter {
+                meter = m;
+            }
+            let stop = match (sf.duration_ms, sf.packets, sf.kbytes) {
+                (Some(ms), _, _) => Stop::DurationMs(ms),
+                (_, Some(n), _) => Stop::Packets(n),
+                (_, _, Some(k)) => Stop::KBytes(k),
+                _ => stop,
+            };
+            let transport = sf
+                .transport
+                .or(cli_transport)
+                .or(sf.spec.app_transport())
+                .unwrap_or(Transport::Udp);
+            flows.push(FlowPlan {
+                spec: sf.spec,
+                transport,
+                stop,
+                seed: seed.wrapping_add(i as u64),
+            });
+        }
+    } else {
+        let spec = args.flow.to_spec()?;
+        let transport = cli_transport
+            .or(spec.app_transport())
+            .unwrap_or(Transport::Udp);
+        for i in 0..args.flows {
+            flows.push(FlowPlan {
+                spec: spec.clone(),
+                transport,
+                stop,
+                seed: seed.wrapping_add(i as u64),
+            });
+        }
+    }
+    let Some(dest) = dest else {
+        crate::bail_input!("-a: the receiver's address is required (e.g. -a 192.0.2.7)");
+    };
+    let mut plan = SessionPlan::new(dest, flows);
+    plan.port = port;
+    plan.family = if args.ipv4 {
+        Family::V4
+    } else if args.ipv6 {
+        Family::V6
+    } else {
+        Family::Any
+    };
+    plan.meter = meter;
+    plan.linger_ms = args.linger_ms;
+    plan.interval_ms = args.interval_ms;
+    plan.command = Some(std::env::args().collect::<Vec<_>>().join(" "));
+    plan.validate().map_err(bad_input)?;
+    Ok(plan)
+}
+
+fn rand_seed() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    u64::from_le_bytes(b) >> 1
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let plan = build_plan(&args)?;
+    // Resolve up front: an unresolvable name is the user's input.
+    plan.resolve().map_err(bad_input)?;
+    let (doc, failure) = match wirebench_engine::run(plan) {
+        Ok(doc) => (doc, None),
+        Err(EngineError::Partial { reason, doc }) => (*doc, Some(reason)),
+        Err(e) if e.is_bad_input() => return Err(bad_input(e)),
+        Err(e) => return Err(e.into()),
+    };
+    output(&args, &doc)?;
+    if let Some(reason) = failure {
+        anyhow::bail!("measurement incomplete, partial result: {reason}");
+    }
+    Ok(())
+}
+
+fn output(args: &Args, doc: &ResultDoc) -> anyhow::Result<()> {
+    let json = doc.to_json_pretty();
+    match args.json.as_deref() {
+        Some("-") => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{json}")?;
+        }
+        Some(path) => {
+            std::fs::write(path, json + "\n")
+                .map_err(|e| anyhow::anyhow!("--json {path}: cannot write: {e}"))?;
+            print!("{}", human(doc, args.interval_ms.is_some()));
+        }
+        None => print!("{}", human(doc, args.interval_ms.is_some())),
+    }
+    Ok(())
+}
+
+fn secs(s: f64) -> String {
+    let a = s.abs();
+    if a >= 1.0 {
+        format!("{s:.6} s")
+    } else if a >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.1} us", s * 1e6)
+    }
+}
+
+fn bps(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{:.3} Gbit/s", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.3} Mbit/s", b / 1e6)
+    } else {
+        format!("{:.3} kbit/s", b / 1e3)
+    }
+}
+
+fn flow_block(f: &FlowResult, intervals: bool) -> String {
+    let mut s = String::new();
+    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26}= {v}\n"));
+    s.push_str(&format!(
+        "----------------------------------------------------------\nFlow {}  {}/IPv{}  {} -> {}  (MTU {})\n  {}, {}\n",
+        f.id,
+        f.transport,
+        f.ip_version,
+        f.src,
+        f.dst,
+        f.mtu,
+        f.requested.model,
+        f.requested.stop
+    ));
+    line(&mut s, "Total time", format!("{:.6} s", f.sent.duration_s));
+    line(
+        &mut s,
+        "Packets sent",
+        format!(
+            "{} ({:.1} pps), not sent {}",
+            f.sent.packets, f.sent.rate_pps, f.sent.not_sent
+        ),
+    );
+    line(
+        &mut s,
+        "Schedule error p50/p99/max",
+        format!(
+            "{} / {} / {}",
+            secs(f.sent.schedule_error_s.p50),
+            secs(f.sent.schedule_error_s.p99),
+            secs(f.sent.schedule_error_s.max)
+        ),
+    );
+    line(
+        &mut s,
+        "Packets received",
+        format!(
+            "{} ({} bytes), duplicates {}, reordered {}, foreign {}",
+            f.received.unique,
+            f.received.bytes,
+            f.received.duplicates,
+            f.received.reordered,
+            f.received.foreign
+        ),
+    );
+    line(
+        &mut s,
+        "Packets lost",
+        format!(
+            "{} ({:.3} %): network {}, receiver host {}; bursts {} (max {})",
+            f.received.lost,
+            f.received.loss_ratio * 100.0,
+            f.loss_split.network,
+            f.loss_split.receiver_host,
+            f.received.loss_bursts.count,
+            f.received.loss_bursts.max_len
+        ),
+    );
+    line(&mut s, "Minimum delay", secs(f.delay_s.min));
+    line(&mut s, "Average delay", secs(f.delay_s.mean));
+    line(&mut s, "Maximum delay", secs(f.delay_s.max));
+    line(
+        &mut s,
+        "Delay p50/p99/p99.9",
+        format!(
+            "{} / {} / {}",
+            secs(f.delay_s.p50),
+            secs(f.delay_s.p99),
+            secs(f.delay_s.p999)
+        ),
+    );
+    line(&mut s, "Delay standard deviation", secs(f.delay_s.stddev));
+    line(
+        &mut s,
+        "Jitter (mean |IPDV|)",
+        format!(
+            "{}  RFC 3550 {}  PDV {}",
+            secs(f.jitter_s.mean_abs_ipdv),
+            secs(f.jitter_s.rfc3550),
+            secs(f.jitter_s.pdv_p999)
+        ),
+    );
+    if f.received.negative_delays > 0 {
+        line(
+            &mut s,
+            "Negative delays",
+            format!(
+                "{} (clock offset error larger than the delay)",
+                f.received.negative_delays
+            ),
+        );
+    }
+    line(
+        &mut s,
+        "Average bitrate",
+        format!(
+            "{} payload, {} IP, {} Ethernet, {} wire",
+            bps(f.throughput_bps.payload),
+            bps(f.throughput_bps.ip),
+            bps(f.throughput_bps.ethernet),
+            bps(f.throughput_bps.wire)
+        ),
+    );
+    line(
+        &mut s,
+        "Frames per datagram",
+        format!(
+            "{:.2} ({} fragmented)",
+            f.frames.per_datagram, f.frames.fragmented
+        ),
+    );
+    if let Some(r) = &f.rtt_s {
+        line(
+            &mut s,
+            "Round trip min/avg/max",
+            format!(
+                "{} / {} / {} ({} reflected)",
+                secs(r.min),
+                secs(r.mean),
+                secs(r.max),
+                f.rtt_received.unwrap_or(0)
+            ),
+        );
+    }
+    if let Some(t) = &f.tcp {
+        line(
+            &mut s,
+            "TCP",
+            format!(
+                "retransmits {}, srtt {}, cwnd {} B, mss {} B",
+                t.retransmits,
+                secs(t.rtt_s),
+                t.cwnd_bytes,
+                t.mss
+            ),
+        );
+    }
+    if let Some(v) = &f.voip {
+        line(
+            &mut s,
+            "VoIP (E-model)",
+            format!("R = {:.1}, MOS = {:.2}", v.r_factor, v.mos),
+        );
+    }
+    if let Some(c) = f.completion_s {
+        line(&mut s, "Transfer completed in", secs(c));
+    }
+    if intervals && !f.intervals.is_empty() {
+        s.push_str("  t_s       packets  throughput     delay_mean   jitter      lost\n");
+        for iv in &f.intervals {
+            s.push_str(&format!(
+                "  {:<9.3} {:<8} {:<14} {:<12} {:<11} {}\n",
+                iv.t_s,
+                iv.packets,
+                bps(iv.throughput_bps),
+                secs(iv.delay_mean_s),
+                secs(iv.jitter_s),
+                iv.lost
+            ));
+        }
+    }
+    s
+}
+
+fn human(doc: &ResultDoc, intervals: bool) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "wirebench {} ({} meter), started {}; clock offset {} +/- {}\n",
+        doc.tool.version,
+        doc.meter,
+        doc.started_at,
+        secs(doc.clock.offset_s),
+        secs(doc.clock.error_s)
+    ));
+    if doc.partial {
+        s.push_str(&format!(
+            "PARTIAL RESULT: {}\n",
+            doc.partial_reason.as_deref().unwrap_or("run ended early")
+        ));
+    }
+    for f in &doc.flows {
+        s.push_str(&flow_block(f, intervals));
+    }
+    let t = &doc.total;
+    s.push_str("==========================================================\n");
+    s.push_str(&format!(
+        "TOTAL ({} flow{})\n",
+        doc.flows.len(),
+        if doc.flows.len() == 1 { "" } else { "s" }
+    ));
+    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26}= {v}\n"));
+    line(
+        &mut s,
+        "Packets sent / received",
+        format!(
+            "{} / {} (not sent {})",
+            t.sent_packets, t.received_packets, t.not_sent
+        ),
+    );
+    line(
+        &mut s,
+        "Packets lost",
+        format!("{} ({:.3} %)", t.lost, t.loss_ratio * 100.0),
+    );
+    line(&mut s, "Average delay", secs(t.delay_mean_s));
+    line(&mut s, "Maximum delay", secs(t.delay_max_s));
+    line(
+        &mut s,
+        "Average bitrate",
+        format!(
+            "{} payload, {} wire",
+            bps(t.throughput_bps.payload),
+            bps(t.throughput_bps.wire)
+        ),
+    );
+    line(
+        &mut s,
+        "CPU (share of one core)",
+        format!(
+            "sender {:.2} usr {:.2} sys; receiver {:.2} usr {:.2} sys; host softirq {:.2}",
+            doc.cpu.sender.user,
+            doc.cpu.sender.system,
+            doc.cpu.receiver.user,
+            doc.cpu.receiver.system,
+            doc.cpu.host.softirq
+        ),
+    );
+    if doc.receiver.foreign_control > 0 {
+        line(
+            &mut s,
+            "Foreign control conns",
+            doc.receiver.foreign_control.to_string(),
+        );
+    }
+    s
 }
