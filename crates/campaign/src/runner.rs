@@ -225,6 +225,12 @@ trait Bed {
     fn delta(&self, before: &Value, after: &Value) -> Option<Value>;
     /// True when `ensure` rebuilt since the last call (the receiver must restart).
     fn take_rebuilt(&mut self) -> bool;
+    /// True when `invalidate` + `ensure` builds the bed anew.
+    fn can_rebuild(&self) -> bool {
+        false
+    }
+    /// Forget the current build so that the next `ensure` rebuilds.
+    fn invalidate(&mut self) {}
     fn teardown(&mut self) -> Result<(), RunError>;
 }
 
@@ -397,6 +403,12 @@ impl Bed for Emulated {
     }
     fn take_rebuilt(&mut self) -> bool {
         std::mem::replace(&mut self.rebuilt, false)
+    }
+    fn can_rebuild(&self) -> bool {
+        true
+    }
+    fn invalidate(&mut self) {
+        self.current = None;
     }
     fn teardown(&mut self) -> Result<(), RunError> {
         self.current = None;
@@ -676,13 +688,23 @@ impl Ctx<'_> {
     ) -> Result<RunEnd, RunError> {
         let s = &pr.scenario;
         bed.ensure(s)?;
-        if bed.take_rebuilt()
-            || self
-                .receiver
-                .as_mut()
-                .is_some_and(|r| !matches!(r.child.try_wait(), Ok(None)))
-        {
-            self.start_receiver(bed)?;
+        let receiver_dead = self
+            .receiver
+            .as_mut()
+            .is_some_and(|r| !matches!(r.child.try_wait(), Ok(None)));
+        if bed.take_rebuilt() || receiver_dead || self.receiver.is_none() {
+            if let Err(first) = self.start_receiver(bed) {
+                if !bed.can_rebuild() {
+                    return Err(first);
+                }
+                // Something removed the test-bed under us (a stray `testbed
+                // down`, a crashed run's cleanup): build it again, once.
+                eprintln!("wirebench: {first}; rebuilding the test-bed and retrying once");
+                bed.invalidate();
+                bed.ensure(s)?;
+                bed.take_rebuilt();
+                self.start_receiver(bed)?;
+            }
         }
         if stop_requested() {
             return Ok(RunEnd::Interrupted);

@@ -212,3 +212,50 @@ fn bad_campaign_files_fail_before_anything_runs() {
         "app",
     );
 }
+
+#[test]
+fn sigint_stops_after_storing_finished_runs_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    let db = dir.path().join("w.db");
+    std::fs::write(&file, CAMPAIGN.replace("resume-test", "sigint-test")).unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "-q",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while finished(&db) < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "no progress in 90 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "campaign ended before it could be interrupted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("--resume"), "tells how to continue: {err}");
+    let store = Store::open_existing(&db).unwrap();
+    let c = store.latest().unwrap().unwrap();
+    assert_eq!(c.status, "interrupted");
+    let runs = store.runs(c.id).unwrap();
+    assert!(runs.len() < 8);
+    assert!(
+        runs.iter().all(|r| r.status == RunStatus::Ok),
+        "the aborted run must not be stored"
+    );
+}
