@@ -315,6 +315,9 @@ fn saturate(tb: &Testbed, payload: usize, secs: f64) -> (f64, u64, u64) {
         })
         .unwrap();
     tx.connect(SocketAddr::new(dst, port)).unwrap();
+    // A deep send buffer (the qdisc at the host holds 16 MiB) so that a
+    // sender descheduled on a busy machine does not let the link idle.
+    socket_opt(&tx, libc::SO_SNDBUFFORCE, 4 << 20).unwrap();
     let sender = std::thread::spawn(move || {
         let buf = vec![0x42u8; payload];
         let end = Instant::now() + Duration::from_secs_f64(secs);
@@ -327,33 +330,68 @@ fn saturate(tb: &Testbed, payload: usize, secs: f64) -> (f64, u64, u64) {
         }
         sent
     });
-    let warm = Duration::from_millis(500);
+    // Kernel receive timestamps: the measurement does not depend on when
+    // this (possibly descheduled) thread gets to read the socket.
+    socket_opt(&rx, libc::SO_TIMESTAMPNS, 1).unwrap();
+    let warm_ns = 500_000_000u64;
     let mut buf = vec![0u8; 65536];
-    let mut first: Option<Instant> = None;
-    let mut t_start: Option<Instant> = None;
-    let mut t_last = Instant::now();
+    let mut first: Option<u64> = None;
+    let mut t_start: Option<u64> = None;
+    let mut t_last = 0u64;
     let mut bytes_after = 0u64;
-    let mut n_after = 0u64;
     let mut received = 0u64;
-    while let Ok(n) = rx.recv(&mut buf) {
-        let now = Instant::now();
+    while let Some((n, ts)) = recv_ts(&rx, &mut buf) {
         received += 1;
-        let f = *first.get_or_insert(now);
-        if now.duration_since(f) >= warm {
+        let f = *first.get_or_insert(ts);
+        if ts.saturating_sub(f) >= warm_ns {
             if t_start.is_none() {
-                t_start = Some(now);
+                t_start = Some(ts);
             } else {
                 bytes_after += n as u64;
-                n_after += 1;
-                t_last = now;
+                t_last = ts;
             }
         }
     }
     let sent = sender.join().unwrap();
-    let span = t_last.duration_since(t_start.unwrap()).as_secs_f64();
-    // n_after datagrams arrived in n_after intervals after the reference one.
-    let _ = n_after;
+    // Bytes after the reference datagram over the time since it arrived.
+    let span = (t_last - t_start.unwrap()) as f64 / 1e9;
     (bytes_after as f64 * 8.0 / span, sent, received)
+}
+
+/// One datagram and its kernel receive time (ns, CLOCK_REALTIME); None on
+/// timeout.
+fn recv_ts(s: &UdpSocket, buf: &mut [u8]) -> Option<(usize, u64)> {
+    use std::os::fd::AsRawFd;
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let mut cbuf = [0u64; 16];
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        return None;
+    }
+    let mut ts = None;
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let t: libc::timespec =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::timespec);
+                ts = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Some((
+        n as usize,
+        ts.expect("SO_TIMESTAMPNS gives every datagram a time"),
+    ))
 }
 
 fn socket_opt(s: &UdpSocket, opt: i32, val: i32) -> std::io::Result<()> {
