@@ -25,7 +25,7 @@ enum Command {
     /// Receiver daemon: serves measurement sessions on the control port (IPv4 and IPv6).
     Recv(cmd::recv::Args),
     /// Send modelled traffic to a receiver and measure every packet.
-    Send(cmd::send::Args),
+    Send(Box<cmd::send::Args>),
     /// Build, inspect and remove emulated test-beds in network namespaces.
     Testbed(cmd::testbed::Args),
     /// Run a campaign (an experiment matrix) and store every run.
@@ -42,7 +42,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Recv(a) => cmd::recv::run(a),
-        Command::Send(a) => cmd::send::run(a),
+        Command::Send(a) => cmd::send::run(*a),
         Command::Testbed(a) => cmd::testbed::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Results(a) => cmd::results::run(a),
