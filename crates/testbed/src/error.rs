@@ -53,9 +53,6 @@ pub enum TestbedError {
     /// A reachability or path-MTU probe failed.
     #[error("{0}")]
     Probe(String),
-    /// Interrupted by SIGINT/SIGTERM while building; what was built was removed.
-    #[error("interrupted by a signal; the test-bed was removed")]
-    Interrupted,
 }
 
 impl TestbedError {

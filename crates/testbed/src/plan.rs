@@ -6,7 +6,7 @@
 //! Addressing: links are grouped into L2 segments (a point-to-point link is
 //! one segment; every link touching a switch joins that switch's segment).
 //! Segment `k` (1-based, in link order) gets `10.0.k.0/24` and
-//! `fd00:0:0:k::/64`; its members are numbered 1, 2, … in link order.
+//! `fd00:0:0:k::/64` (k in hex there, as IPv6 is written); its members are numbered 1, 2, … in link order.
 
 use crate::error::TestbedError;
 use crate::spec::{NodeKind, TopologySpec, IPV6_MIN_MTU};
@@ -156,7 +156,7 @@ impl Plan {
         }
         for s in &mut segments {
             if s.mtu >= IPV6_MIN_MTU {
-                s.v6_net = Some(format!("fd00:0:0:{}::/64", s.id));
+                s.v6_net = Some(format!("fd00:0:0:{:x}::/64", s.id));
             }
         }
 
@@ -429,6 +429,58 @@ mod tests {
             .iter()
             .any(|r| r.dest == "fd00:0:0:1::/64" && r.via.to_string() == "fd00:0:0:2::1"));
         assert_eq!(p.expected_path_mtu("a", "b", false), Some(1500));
+    }
+
+    #[test]
+    fn every_address_is_inside_its_segment() {
+        use crate::spec::{LinkSpec, NodeSpec};
+        let mut nodes = vec![NodeSpec {
+            name: "a".into(),
+            kind: NodeKind::Host,
+        }];
+        for i in 1..=20 {
+            nodes.push(NodeSpec {
+                name: format!("r{i}"),
+                kind: NodeKind::Router,
+            });
+        }
+        nodes.push(NodeSpec {
+            name: "b".into(),
+            kind: NodeKind::Host,
+        });
+        let links = nodes
+            .windows(2)
+            .map(|w| LinkSpec::new(&w[0].name, &w[1].name))
+            .collect();
+        let spec = TopologySpec {
+            source: "chain".into(),
+            nodes,
+            links,
+        };
+        let p = Plan::new("t", &spec).unwrap();
+        for n in &p.nodes {
+            for f in &n.ifaces {
+                let seg = &p.segments[f.segment - 1];
+                let v6net: Ipv6Addr = seg
+                    .v6_net
+                    .as_ref()
+                    .unwrap()
+                    .trim_end_matches("/64")
+                    .parse()
+                    .unwrap();
+                let a = f.v6.unwrap().segments();
+                assert_eq!(&a[..4], &v6net.segments()[..4], "{} {}", n.name, f.name);
+                let v4net: Ipv4Addr = seg.v4_net.trim_end_matches("/24").parse().unwrap();
+                assert_eq!(&f.v4.unwrap().octets()[..3], &v4net.octets()[..3]);
+            }
+            for r in &n.routes {
+                let net = r.dest.split('/').next().unwrap();
+                let net: IpAddr = net.parse().unwrap();
+                assert_eq!(net.is_ipv6(), r.via.is_ipv6());
+            }
+        }
+        assert_eq!(p.segments[15].v6_net.as_deref(), Some("fd00:0:0:10::/64"));
+        assert_eq!(p.expected_path_mtu("a", "b", true), Some(1500));
     }
 
     #[test]

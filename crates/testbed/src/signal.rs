@@ -119,15 +119,16 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
-/// Runs one build step: refuses to start after a signal, and keeps the
-/// watcher from tearing down in the middle of it.
-pub(crate) fn step() -> Result<MutexGuard<'static, ()>, TestbedError> {
-    if interrupted() {
-        return Err(TestbedError::Interrupted);
-    }
+/// Runs one build step: keeps the watcher from tearing down in the middle of
+/// it. After a signal, the step never starts: the calling thread waits for
+/// the watcher, which removes the test-bed and ends the process.
+pub(crate) fn step() -> MutexGuard<'static, ()> {
     let g = STEP.lock().unwrap_or_else(|p| p.into_inner());
     if interrupted() {
-        return Err(TestbedError::Interrupted);
+        drop(g);
+        loop {
+            std::thread::park();
+        }
     }
-    Ok(g)
+    g
 }

@@ -362,7 +362,7 @@ impl Testbed {
         };
         let built = (|| {
             {
-                let _s = signal::step()?;
+                let _s = signal::step();
                 teardown(name)?;
             }
             tb.build()
@@ -370,6 +370,9 @@ impl Testbed {
         match built {
             Ok(()) => Ok(tb),
             Err(e) => {
+                // After a signal (which may also have killed our `ip`/`tc`
+                // children) this waits for the watcher, which cleans and exits.
+                let _s = signal::step();
                 let _ = teardown(name);
                 signal::disown(name);
                 Err(e)
@@ -407,12 +410,12 @@ impl Testbed {
     fn build(&self) -> Result<(), TestbedError> {
         let plan = &self.plan;
         {
-            let _s = signal::step()?;
+            let _s = signal::step();
             // Written first: a process killed from here on leaves a record.
             write_state(&self.state(false))?;
         }
         {
-            let _s = signal::step()?;
+            let _s = signal::step();
             let batch: String = plan
                 .nodes
                 .iter()
@@ -421,7 +424,7 @@ impl Testbed {
             self.ip_batch(None, &batch)?;
         }
         for n in &plan.nodes {
-            let _s = signal::step()?;
+            let _s = signal::step();
             let router = n.kind == NodeKind::Router;
             let switch = n.kind == NodeKind::Switch;
             in_netns(&n.netns, || {
@@ -447,7 +450,7 @@ impl Testbed {
             })?;
         }
         {
-            let _s = signal::step()?;
+            let _s = signal::step();
             let mut batch = String::new();
             for n in &plan.nodes {
                 if n.kind == NodeKind::Switch {
@@ -473,7 +476,7 @@ impl Testbed {
             self.ip_batch(None, &batch)?;
         }
         for n in &plan.nodes {
-            let _s = signal::step()?;
+            let _s = signal::step();
             let mut b = String::from("link set lo up\n");
             if n.kind == NodeKind::Switch {
                 let _ = writeln!(b, "link set {BRIDGE} type bridge stp_state 0");
@@ -499,7 +502,7 @@ impl Testbed {
         // Routes after every interface of every node is up (a next hop must
         // be on a link that is up).
         for n in &plan.nodes {
-            let _s = signal::step()?;
+            let _s = signal::step();
             let mut b = String::new();
             for r in &n.routes {
                 let _ = writeln!(b, "route add {} via {} dev {}", r.dest, r.via, r.dev);
@@ -507,7 +510,7 @@ impl Testbed {
             self.ip_batch(Some(&n.netns), &b)?;
         }
         for n in &plan.nodes {
-            let _s = signal::step()?;
+            let _s = signal::step();
             let ethtool = self.tools.ethtool.clone();
             let ifaces = n.ifaces.clone();
             in_netns(&n.netns, move || {
@@ -518,7 +521,7 @@ impl Testbed {
             })?;
         }
         for n in &plan.nodes {
-            let _s = signal::step()?;
+            let _s = signal::step();
             let mut b = String::new();
             for f in &n.ifaces {
                 let imp = self.spec.links[f.link].impairment.as_ref();
@@ -534,7 +537,7 @@ impl Testbed {
             }
         }
         {
-            let _s = signal::step()?;
+            let _s = signal::step();
             let text = hosts_file(&self.name, plan);
             for n in &plan.nodes {
                 let dir = Path::new(sys::NETNS_ETC_DIR).join(&n.netns);
@@ -545,7 +548,7 @@ impl Testbed {
                     .map_err(|e| TestbedError::io(format!("writing {}", p.display()), e))?;
             }
         }
-        let _s = signal::step()?;
+        let _s = signal::step();
         write_state(&self.state(true))
     }
 
