@@ -562,13 +562,19 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
     };
     let raw: RawFile = toml::from_str(text).map_err(|e| {
         let off = e.span().map(|s| s.start).unwrap_or(0);
-        let msg = e.message().trim().to_string();
+        let msg = e
+            .message()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         // serde names the field for unknown/missing ones; otherwise the key
         // written on the offending line is the field.
         let field = backticked(&msg)
             .filter(|_| msg.contains("field"))
             .or_else(|| key_on_line(text, off))
-            .unwrap_or_else(|| "?".to_string());
+            .unwrap_or_else(|| line_text(text, off));
         ferr(off, &field, msg)
     })?;
 
@@ -726,6 +732,18 @@ fn backticked(msg: &str) -> Option<String> {
     let a = msg.find('`')?;
     let b = msg[a + 1..].find('`')?;
     Some(msg[a + 1..a + 1 + b].to_string())
+}
+
+/// The (trimmed) text of the line holding byte `off`, for syntax errors
+/// that are not about one key.
+fn line_text(text: &str, off: usize) -> String {
+    let off = off.min(text.len());
+    let start = text[..off].rfind('\n').map(|p| p + 1).unwrap_or(0);
+    let end = text[off..]
+        .find('\n')
+        .map(|p| off + p)
+        .unwrap_or(text.len());
+    text[start..end].trim().to_string()
 }
 
 fn key_on_line(text: &str, off: usize) -> Option<String> {
