@@ -317,6 +317,18 @@ fn session(
             }
         }
     }
+    if verbose {
+        for (s, p) in setups.iter().zip(&ports) {
+            let t = match s.transport {
+                Transport::Udp => "udp",
+                Transport::Tcp => "tcp",
+            };
+            eprintln!(
+                "wirebench recv: session {sid:08x} flow {}: {t} port {p}",
+                s.flow_id
+            );
+        }
+    }
     ctl.send(&ControlMsg::Ready { ports })?;
 
     let cpu0 = CpuTime::thread();
@@ -498,6 +510,7 @@ fn udp_rx(
     max_len: usize,
     reflect: bool,
 ) -> FlowOutcome {
+    crate::clock::raise_priority();
     let cpu0 = CpuTime::thread();
     let mut acc = RecvAccumulator::new(cfg);
     // One byte more than the largest probe, so an oversize foreign datagram

@@ -15,7 +15,7 @@
 //! comes is not sent and counted `not_sent`, as is a packet the kernel
 //! refused; neither is ever network loss.
 
-use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack, wait_until};
+use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
 use crate::ctl::{Ctl, Recv};
 use crate::net::{enable_rx_timestamps, set_rcvbuf, set_sndbuf, RecvBatch, SendBatch, BATCH};
 use crate::plan::{clip_to_budget, FlowPlan, SessionPlan, Stop};
@@ -495,6 +495,9 @@ impl Schedule {
 
 fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
     tighten_timer_slack();
+    if !job.plan.spec.is_max() {
+        raise_priority();
+    }
     let mut sched = match Schedule::new(&job.plan, job.t0) {
         Ok(s) => s,
         Err(e) => return FlowSent::failed(&e),

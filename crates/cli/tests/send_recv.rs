@@ -1,0 +1,608 @@
+//! End-to-end tests of `wirebench recv` and `wirebench send` over loopback,
+//! running the built binary. Each test uses its own control port; the ones
+//! that check timing hold TRAFFIC so they do not compete for the CPU.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static TRAFFIC: Mutex<()> = Mutex::new(());
+
+const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+
+/// A running `wirebench recv`, killed when dropped.
+struct Recv {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl Recv {
+    fn start(port: u16) -> Recv {
+        let mut child = Command::new(BIN)
+            .args(["recv", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let r = Recv { child, lines };
+        r.wait_for("listening on", Duration::from_secs(10));
+        r
+    }
+
+    /// Waits for a stderr line containing `pat` and returns it.
+    fn wait_for(&self, pat: &str, timeout: Duration) -> String {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(pat) => return l,
+                Ok(_) => {}
+                Err(_) => panic!("recv never printed {pat:?}"),
+            }
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Recv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn send(args: &[&str]) -> Output {
+    Command::new(BIN).arg("send").args(args).output().unwrap()
+}
+
+fn send_json(args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = send(&a);
+    assert!(
+        out.status.success(),
+        "send {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn u(v: &Value, path: &str) -> u64 {
+    let mut x = v;
+    for k in path.split('.') {
+        x = &x[k];
+    }
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{path} is not an integer: {x}"))
+}
+
+fn f(v: &Value, path: &str) -> f64 {
+    let mut x = v;
+    for k in path.split('.') {
+        x = &x[k];
+    }
+    x.as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number: {x}"))
+}
+
+fn check_constant_rate(dest: &str, family: &str, port: u16) {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let _r = Recv::start(port);
+    let p = port.to_string();
+    let doc = send_json(&[
+        "-a", dest, family, "-p", &p, "-C", "10000", "-c", "512", "-t", "2000", "--linger", "500",
+    ]);
+    let fl = &doc["flows"][0];
+    assert_eq!(u(fl, "sent.packets"), 20_000);
+    assert_eq!(u(fl, "sent.not_sent"), 0);
+    assert_eq!(u(fl, "received.unique"), 20_000);
+    assert_eq!(u(fl, "received.packets"), 20_000);
+    assert_eq!(u(fl, "received.lost"), 0);
+    let rate = f(fl, "sent.rate_pps");
+    assert!(
+        (rate / 10_000.0 - 1.0).abs() < 0.002,
+        "achieved {rate} pps, asked 10000"
+    );
+    let rx_pps = f(fl, "throughput_bps.payload") / (512.0 * 8.0);
+    assert!(
+        (rx_pps / 10_000.0 - 1.0).abs() < 0.002,
+        "received {rx_pps} pps, asked 10000"
+    );
+    assert_eq!(u(fl, "ip_version"), if family == "-4" { 4 } else { 6 });
+}
+
+#[test]
+fn udp_ipv4_10k_pps_for_2s() {
+    check_constant_rate("127.0.0.1", "-4", 15601);
+}
+
+#[test]
+fn udp_ipv6_10k_pps_for_2s() {
+    check_constant_rate("::1", "-6", 15602);
+}
+
+#[test]
+fn packet_and_byte_counts_are_exact() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let _r = Recv::start(15603);
+    let doc = send_json(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15603",
+        "-C",
+        "5000",
+        "-c",
+        "100",
+        "-z",
+        "777",
+        "--linger",
+        "300",
+    ]);
+    let fl = &doc["flows"][0];
+    assert_eq!(u(fl, "sent.packets"), 777);
+    assert_eq!(u(fl, "received.unique"), 777);
+    // 50 KiB in 300-byte packets: 170 full ones and one of 200 bytes.
+    let doc = send_json(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15603",
+        "-C",
+        "5000",
+        "-c",
+        "300",
+        "-k",
+        "50",
+        "--linger",
+        "300",
+    ]);
+    let fl = &doc["flows"][0];
+    assert_eq!(u(fl, "sent.bytes"), 50 * 1024);
+    assert_eq!(u(fl, "sent.packets"), 171);
+    assert_eq!(u(fl, "received.bytes"), 50 * 1024);
+    assert_eq!(u(fl, "received.lost"), 0);
+}
+
+#[test]
+fn rtt_mode_gives_plausible_round_trips() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let _r = Recv::start(15604);
+    let doc = send_json(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15604",
+        "-m",
+        "rtt",
+        "-C",
+        "1000",
+        "-c",
+        "64",
+        "-z",
+        "500",
+        "--linger",
+        "300",
+    ]);
+    assert_eq!(doc["meter"], "rtt");
+    let fl = &doc["flows"][0];
+    assert_eq!(u(fl, "rtt_received"), 500);
+    let (min, max) = (f(fl, "rtt_s.min"), f(fl, "rtt_s.max"));
+    assert!(min > 0.0 && max < 0.010, "rtt min {min} max {max}");
+    assert!(f(fl, "rtt_s.mean") >= min && f(fl, "rtt_s.mean") <= max);
+}
+
+#[test]
+fn tcp_for_2s_has_goodput_and_tcp_info() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let _r = Recv::start(15605);
+    let doc = send_json(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15605",
+        "-T",
+        "tcp",
+        "-C",
+        "5000",
+        "-c",
+        "1000",
+        "-t",
+        "2000",
+        "--linger",
+        "300",
+    ]);
+    let fl = &doc["flows"][0];
+    assert_eq!(fl["transport"], "tcp");
+    assert!(f(fl, "throughput_bps.payload") > 0.0);
+    assert_eq!(u(fl, "sent.packets"), 10_000);
+    assert_eq!(u(fl, "received.unique"), 10_000);
+    assert!(fl["tcp"]["retransmits"].is_u64(), "{}", fl["tcp"]);
+    assert!(u(fl, "tcp.mss") > 0);
+    assert!(f(fl, "delay_s.max") > 0.0);
+}
+
+fn junk(n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn foreign_traffic_is_counted_and_survived() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let r = Recv::start(15606);
+    for transport in ["udp", "tcp"] {
+        let child = Command::new(BIN)
+            .args([
+                "send",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                "15606",
+                "-T",
+                transport,
+                "-C",
+                "2000",
+                "-c",
+                "200",
+                "-t",
+                "2000",
+                "--linger",
+                "500",
+                "--json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let line = r.wait_for(
+            &format!("flow 1: {transport} port"),
+            Duration::from_secs(10),
+        );
+        let data_port: u16 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut thrown = 0u64;
+        if transport == "udp" {
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            for i in 0..50u32 {
+                let mut d = junk(20 + (i as usize * 37) % 1400, i);
+                if i % 5 == 0 {
+                    // Right magic and version, wrong session: still foreign.
+                    d.resize(64, 0);
+                    d[0] = 0x57;
+                    d[1] = 0x42;
+                    d[2] = 1;
+                    d[3] = 0;
+                    d[10] = 0;
+                    d[11] = 64;
+                }
+                s.send_to(&d, ("127.0.0.1", data_port)).unwrap();
+                thrown += 1;
+            }
+        } else {
+            for i in 0..3u32 {
+                let mut c = TcpStream::connect(("127.0.0.1", data_port)).unwrap();
+                c.write_all(&junk(500, i)).unwrap();
+                thrown += 1;
+            }
+        }
+        // Random bytes and a silent connection on the control port.
+        for i in 0..3u32 {
+            let mut c = TcpStream::connect(("127.0.0.1", 15606)).unwrap();
+            let mut b = junk(300, 100 + i);
+            b.push(b'\n');
+            let _ = c.write_all(&b);
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let fl = &doc["flows"][0];
+        assert_eq!(u(fl, "sent.packets"), 4000, "{transport}");
+        assert_eq!(u(fl, "received.unique"), 4000, "{transport}");
+        assert_eq!(u(fl, "received.packets"), 4000, "{transport}");
+        assert_eq!(u(fl, "received.lost"), 0, "{transport}");
+        assert_eq!(u(fl, "received.foreign"), thrown, "{transport}");
+        assert!(u(&doc, "receiver.foreign_control") >= 3, "{transport}");
+    }
+    // The daemon still serves.
+    let mut r = r;
+    assert!(r.alive());
+    let doc = send_json(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15606",
+        "-C",
+        "1000",
+        "-z",
+        "100",
+        "--linger",
+        "200",
+    ]);
+    assert_eq!(u(&doc["flows"][0], "received.unique"), 100);
+}
+
+#[test]
+fn json_document_holds_the_documented_keys() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let _r = Recv::start(15607);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("r.json");
+    let out = send(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15607",
+        "-C",
+        "500",
+        "-z",
+        "200",
+        "--interval",
+        "100",
+        "--linger",
+        "200",
+        "--json",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    // With a file, the human summary goes to stdout.
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(human.contains("Average delay"), "{human}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "wirebench.result/1");
+    let has = |v: &Value, keys: &[&str], ctx: &str| {
+        for k in keys {
+            assert!(v.get(k).is_some(), "missing {ctx}.{k} in {v}");
+        }
+    };
+    has(
+        &doc,
+        &[
+            "schema",
+            "tool",
+            "started_at",
+            "meter",
+            "host",
+            "clock",
+            "flows",
+            "cpu",
+            "partial",
+        ],
+        "",
+    );
+    has(&doc["tool"], &["name", "version"], "tool");
+    has(&doc["host"], &["kernel", "cpus"], "host");
+    has(&doc["clock"], &["offset_s", "error_s", "method"], "clock");
+    has(&doc["cpu"], &["sender", "receiver", "host"], "cpu");
+    has(&doc["cpu"]["sender"], &["user", "system"], "cpu.sender");
+    has(&doc["cpu"]["receiver"], &["user", "system"], "cpu.receiver");
+    has(
+        &doc["cpu"]["host"],
+        &["user", "system", "softirq", "idle"],
+        "cpu.host",
+    );
+    let fl = &doc["flows"][0];
+    has(
+        fl,
+        &[
+            "id",
+            "transport",
+            "ip_version",
+            "src",
+            "dst",
+            "requested",
+            "sent",
+            "received",
+            "loss_split",
+            "throughput_bps",
+            "frames",
+            "delay_s",
+            "jitter_s",
+            "intervals",
+        ],
+        "flow",
+    );
+    has(
+        &fl["requested"],
+        &["rate_pps", "payload_bytes", "model"],
+        "requested",
+    );
+    has(
+        &fl["sent"],
+        &[
+            "packets",
+            "bytes",
+            "duration_s",
+            "rate_pps",
+            "not_sent",
+            "schedule_error_s",
+        ],
+        "sent",
+    );
+    has(
+        &fl["sent"]["schedule_error_s"],
+        &["p50", "p99", "max"],
+        "schedule_error_s",
+    );
+    has(
+        &fl["received"],
+        &[
+            "packets",
+            "bytes",
+            "lost",
+            "loss_ratio",
+            "duplicates",
+            "reordered",
+            "foreign",
+            "loss_bursts",
+        ],
+        "received",
+    );
+    has(
+        &fl["received"]["loss_bursts"],
+        &["count", "mean_len", "max_len"],
+        "loss_bursts",
+    );
+    has(
+        &fl["loss_split"],
+        &["not_sent", "receiver_host", "network"],
+        "loss_split",
+    );
+    has(
+        &fl["throughput_bps"],
+        &["payload", "ip", "ethernet", "wire"],
+        "throughput_bps",
+    );
+    has(&fl["frames"], &["per_datagram", "fragmented"], "frames");
+    has(
+        &fl["delay_s"],
+        &["min", "mean", "max", "stddev", "p50", "p90", "p99", "p999"],
+        "delay_s",
+    );
+    has(
+        &fl["jitter_s"],
+        &["mean_abs_ipdv", "rfc3550", "pdv_p999"],
+        "jitter_s",
+    );
+    let iv = fl["intervals"].as_array().unwrap();
+    assert!(iv.len() >= 3, "{} intervals", iv.len());
+    has(
+        &iv[0],
+        &[
+            "t_s",
+            "packets",
+            "throughput_bps",
+            "delay_mean_s",
+            "jitter_s",
+            "lost",
+        ],
+        "intervals[0]",
+    );
+    let sum: u64 = iv.iter().map(|i| i["packets"].as_u64().unwrap()).sum();
+    assert_eq!(sum, 200);
+    assert_eq!(doc["partial"], false);
+    assert!(fl.get("rtt_s").is_none(), "rtt_s only in the rtt meter");
+    assert!(fl.get("tcp").is_none(), "tcp only for TCP flows");
+}
+
+#[test]
+fn receiver_gone_mid_run_gives_partial_result_and_exit_1() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = Recv::start(15608);
+    let child = Command::new(BIN)
+        .args([
+            "send",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            "15608",
+            "-C",
+            "1000",
+            "-t",
+            "10000",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    r.wait_for("flow 1: udp port", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(700));
+    r.child.kill().unwrap();
+    let t = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(8), "sender hung");
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["partial"], true);
+    assert!(u(&doc["flows"][0], "sent.packets") > 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("partial"), "{err}");
+}
+
+fn bad(args: &[&str], needle: &str) {
+    let out = send(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?} should exit 2, stderr: {err}"
+    );
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr should name {needle:?}: {err}"
+    );
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_problem() {
+    bad(&["-a", "127.0.0.1", "--bogus"], "--bogus");
+    bad(&["-a", "127.0.0.1", "-t", "100", "-z", "5"], "-z");
+    bad(&["-a", "127.0.0.1", "-c", "10"], "24");
+    bad(&["-a", "127.0.0.1", "-C", "0"], "-C");
+    bad(&["-a", "127.0.0.1", "-C", "-5"], "-C");
+    bad(&["-a", "no-such-host.invalid"], "no-such-host.invalid");
+    bad(&["-C", "10"], "-a");
+    bad(&["-a", "127.0.0.1", "--flows", "0"], "--flows");
+    bad(&["-a", "127.0.0.1", "-T", "sctp"], "sctp");
+    bad(&["-a", "127.0.0.1", "-z", "0"], "-z");
+    bad(&["-a", "127.0.0.1", "--interval", "0"], "--interval");
+    bad(
+        &["-a", "127.0.0.1", "--script", "/nonexistent/flows.txt"],
+        "/nonexistent/flows.txt",
+    );
+
+    // The receiver's port is taken.
+    let hold = TcpListener::bind("[::]:15609")
+        .or_else(|_| TcpListener::bind("0.0.0.0:15609"))
+        .unwrap();
+    let out = Command::new(BIN)
+        .args(["recv", "-p", "15609"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("15609") && err.contains("in use"), "{err}");
+    drop(hold);
+    let out = Command::new(BIN)
+        .args(["recv", "-B", "not-an-ip"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-B"));
+}
+
+#[test]
+fn no_receiver_is_a_measurement_failure() {
+    // Nothing listens on this port: exit 1, not 2.
+    let out = send(&["-a", "127.0.0.1", "-p", "15610", "-z", "10"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("15610"));
+}
