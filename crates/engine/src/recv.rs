@@ -52,6 +52,8 @@ pub struct DaemonConfig {
     pub port: u16,
     /// Print one line per session event on stderr.
     pub verbose: bool,
+    /// A session whose sender says nothing for this long is abandoned.
+    pub idle_timeout: Duration,
 }
 
 impl Default for DaemonConfig {
@@ -60,6 +62,7 @@ impl Default for DaemonConfig {
             bind: None,
             port: crate::DEFAULT_PORT,
             verbose: false,
+            idle_timeout: SESSION_IDLE,
         }
     }
 }
@@ -138,6 +141,7 @@ impl Daemon {
                     let _ = stream.set_nonblocking(false);
                     let stats = self.stats.clone();
                     let verbose = self.cfg.verbose;
+                    let idle = self.cfg.idle_timeout;
                     if stats.active.load(Ordering::Relaxed) >= MAX_SESSIONS {
                         let mut ctl = Ctl::new(stream);
                         let _ = ctl.send(&ControlMsg::Error {
@@ -150,7 +154,7 @@ impl Daemon {
                         std::thread::Builder::new()
                             .name("wb-session".into())
                             .spawn(move || {
-                                let r = session(stream, peer, &stats, verbose);
+                                let r = session(stream, peer, &stats, verbose, idle);
                                 stats.active.fetch_sub(1, Ordering::Relaxed);
                                 if verbose {
                                     if let Err(e) = &r {
@@ -240,6 +244,7 @@ fn session(
     peer: SocketAddr,
     stats: &DaemonStats,
     verbose: bool,
+    idle: Duration,
 ) -> Result<(), EngineError> {
     let local = stream
         .local_addr()
@@ -335,13 +340,13 @@ fn session(
     let mut snmp0 = sys::udp_rcvbuf_errors();
     let mut foreign0 = stats.foreign_control.load(Ordering::Relaxed);
     loop {
-        let msg = match ctl.recv(SESSION_IDLE) {
+        let msg = match ctl.recv(idle) {
             Ok(Recv::Msg(m)) => m,
             Ok(Recv::Timeout) => {
                 stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
                 return Err(EngineError::PeerGone(format!(
-                    "sender silent for {} s, session abandoned",
-                    SESSION_IDLE.as_secs()
+                    "sender silent for {:.1} s, session abandoned",
+                    idle.as_secs_f64()
                 )));
             }
             Ok(Recv::Closed) => {

@@ -10,9 +10,9 @@ use wirebench_wire::{MeterMode, Transport};
 
 fn daemon(port: u16) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
     let d = Daemon::bind(DaemonConfig {
-        bind: None,
         port,
         verbose: true,
+        ..DaemonConfig::default()
     })
     .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -75,6 +75,64 @@ fn two_udp_flows_v4_and_a_v6_session_after() {
     let rtt = f.rtt_s.unwrap();
     assert!(rtt.min > 0.0 && rtt.max < 0.01, "{rtt:?}");
     assert_eq!(f.rtt_received, Some(f.sent.packets));
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}
+
+#[test]
+fn silent_sender_is_abandoned_and_junk_is_foreign() {
+    use std::io::{BufRead, BufReader, Write};
+    let port = 15412;
+    let d = Daemon::bind(DaemonConfig {
+        bind: Some("127.0.0.1".parse().unwrap()),
+        port,
+        verbose: false,
+        idle_timeout: std::time::Duration::from_millis(500),
+    })
+    .unwrap();
+    let stats = d.stats();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let h = std::thread::spawn(move || d.serve_until(&s).unwrap());
+
+    // Junk on the control port.
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    // A session that says Hello and then vanishes without closing.
+    let mut c2 = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let hello = wirebench_wire::ControlMsg::Hello {
+        version: wirebench_wire::CONTROL_VERSION,
+        session: 42,
+        meter: MeterMode::Owd,
+        flows: vec![wirebench_wire::FlowSetup {
+            flow_id: 1,
+            transport: Transport::Udp,
+            interval_ms: None,
+            max_len: 100,
+            mtu: 1500,
+        }],
+    };
+    c2.write_all(hello.to_line().as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(c2.try_clone().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("ready"), "{line}");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(stats.foreign_control.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.sessions_failed.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.active.load(Ordering::Relaxed), 0);
+
+    // And the daemon serves the next one.
+    let doc = wirebench_engine::run(plan(
+        "127.0.0.1",
+        port,
+        vec![udp(1000.0, 100, Stop::Packets(50), 9)],
+    ))
+    .unwrap();
+    assert_eq!(doc.flows[0].received.unique, 50);
+    assert_eq!(stats.sessions_completed.load(Ordering::Relaxed), 1);
+    drop((c, c2));
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
 }

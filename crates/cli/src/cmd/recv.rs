@@ -45,6 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bind,
         port: args.port,
         verbose: !args.quiet,
+        ..DaemonConfig::default()
     })
     .map_err(|e| {
         if e.is_bad_input() {
