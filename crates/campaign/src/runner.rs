@@ -1020,3 +1020,76 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
     down?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+repetitions = 2
+[testbed]
+preset = "router"
+[matrix]
+ip = [4, 6]
+payload = [100, 200]
+mtu = [1500, 9000]
+"#;
+
+    fn order(text: &str) -> Vec<(String, u32)> {
+        let c = Campaign::parse(text, "t.toml").unwrap();
+        plan(&c)
+            .into_iter()
+            .map(|p| (p.scenario.key, p.repetition))
+            .collect()
+    }
+
+    #[test]
+    fn runs_grouped_by_link_settings_in_rounds() {
+        let o = order(FILE);
+        assert_eq!(o.len(), 16);
+        // All MTU 1500 runs first (one build), then all MTU 9000 runs.
+        assert!(o[..8].iter().all(|(k, _)| k.ends_with("mtu=1500")));
+        assert!(o[8..].iter().all(|(k, _)| k.ends_with("mtu=9000")));
+        // Within a group: every scenario once (round 0), then again (round 1).
+        assert!(o[..4].iter().all(|(_, r)| *r == 0));
+        assert!(o[4..8].iter().all(|(_, r)| *r == 1));
+        let unique: HashSet<_> = o.iter().collect();
+        assert_eq!(unique.len(), 16);
+    }
+
+    #[test]
+    fn shuffled_is_a_seeded_permutation_that_keeps_groups() {
+        let shuffled = format!("order = \"shuffled\"\nseed = 7\n{FILE}");
+        let a = order(&shuffled);
+        assert_eq!(a, order(&shuffled), "same seed, same order");
+        let other = order(&shuffled.replace("seed = 7", "seed = 8"));
+        let seq = order(FILE);
+        assert_ne!(a, seq);
+        assert_ne!(a, other);
+        let mut sa = a.clone();
+        let mut ss = seq.clone();
+        sa.sort();
+        ss.sort();
+        assert_eq!(sa, ss, "a permutation of the same runs");
+        let mtu_of = |k: &str| k.rsplit('=').next().unwrap().to_string();
+        assert!(
+            a[..8].iter().all(|(k, _)| mtu_of(k) == mtu_of(&a[0].0)),
+            "groups stay together"
+        );
+    }
+
+    #[test]
+    fn send_args_follow_the_scenario() {
+        let c = Campaign::parse(
+            "linger_s = 0.5\npackets = 100\n[loopback]\n[[matrix]]\nip = [6]\ntransport = [\"tcp\"]\nframe = [1518]\npps = [\"max\"]\nflows = [4]\n[[matrix]]\napp = [\"voip\"]\ncodec = [\"G.729.2\"]\nmeter = [\"rtt\"]\n",
+            "t.toml",
+        )
+        .unwrap();
+        let s = c.expand();
+        let a = send_args(&c, &s[0], "::1".parse().unwrap(), 5401, 9, c.length).join(" ");
+        assert_eq!(a, "send -a ::1 -p 5401 -6 -T tcp -m owd --max -c 1428 --flows 4 -z 100 --linger 500 --seed 9");
+        let b = send_args(&c, &s[1], "127.0.0.1".parse().unwrap(), 5401, 9, c.length).join(" ");
+        assert_eq!(b, "send -a 127.0.0.1 -p 5401 -4 -T udp -m rtt --app voip --codec G.729.2 -z 100 --linger 500 --seed 9");
+        assert_ne!(run_seed(&c, &s[0].key, 0), run_seed(&c, &s[0].key, 1));
+    }
+}

@@ -159,6 +159,39 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
         Store::open_existing(&db).unwrap().runs(c.id).unwrap().len(),
         8
     );
+
+    // `results`: the store seen without SQL.
+    let res = |args: &[&str]| {
+        let mut a = vec!["results", "--db", db.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = Command::new(BIN).args(&a).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert!(res(&["list"]).contains("resume-test"));
+    assert_eq!(res(&["list", "resume-test"]).matches(" ok ").count(), 8);
+    let shown: serde_json::Value =
+        serde_json::from_str(&res(&["show", &runs[0].id.to_string()])).unwrap();
+    assert_eq!(shown["result"]["schema"], "wirebench.result/1");
+    let csv = res(&["export", "resume-test", "--format", "csv"]);
+    assert_eq!(csv.trim_end().lines().count(), 1 + 8, "{csv}");
+    assert!(csv
+        .lines()
+        .next()
+        .unwrap()
+        .contains("throughput_payload_bps"));
+    let json: serde_json::Value =
+        serde_json::from_str(&res(&["export", "--format", "json"])).unwrap();
+    assert_eq!(json["runs"].as_array().unwrap().len(), 8);
+    let missing = Command::new(BIN)
+        .args(["results", "--db", db.to_str().unwrap(), "show", "999"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
 }
 
 fn bad(text: &str, line: usize, key: &str) {
