@@ -371,6 +371,7 @@ pub fn summarize_runs(
         }
     }
     let mut fragmented: Vec<String> = Vec::new();
+    let mut drop_notes: Vec<String> = Vec::new();
     let mut failed = 0usize;
     let mut scenarios: Vec<ScenarioSummary> = Vec::new();
     for (key, axes, ub) in &order {
@@ -396,6 +397,32 @@ pub fn summarize_runs(
             if frag && !fragmented.contains(key) {
                 fragmented.push(key.clone());
             }
+        }
+        let mut sites: BTreeMap<String, f64> = BTreeMap::new();
+        for r in runs
+            .iter()
+            .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
+        {
+            let list = r
+                .counters
+                .as_ref()
+                .and_then(|c| c.get("drop_sites"))
+                .and_then(Value::as_array);
+            for site in list.into_iter().flatten() {
+                let name = format!(
+                    "{}/{} {}",
+                    site.get("node").and_then(Value::as_str).unwrap_or("?"),
+                    site.get("iface").and_then(Value::as_str).unwrap_or("?"),
+                    site.get("kind").and_then(Value::as_str).unwrap_or("?")
+                );
+                *sites.entry(name).or_default() += num(site, &["count"]).unwrap_or(0.0);
+            }
+        }
+        if !sites.is_empty() {
+            let mut v: Vec<(String, f64)> = sites.into_iter().collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let list: Vec<String> = v.iter().map(|(n, c)| format!("{n} {c:.0}")).collect();
+            drop_notes.push(format!("{key}: {}", list.join(", ")));
         }
         let metrics = samples
             .into_iter()
@@ -459,6 +486,18 @@ pub fn summarize_runs(
     }
     if failed > 0 {
         notes.push(format!("{failed} run(s) failed and are left out of the statistics; `wirebench results list` shows why"));
+    }
+    if !drop_notes.is_empty() {
+        let more = drop_notes.len().saturating_sub(12);
+        drop_notes.truncate(12);
+        let mut n = format!(
+            "Packet drops located by test-bed counters (node/interface kind, summed over the runs): {}",
+            drop_notes.join("; ")
+        );
+        if more > 0 {
+            n.push_str(&format!("; and {more} more scenario(s)"));
+        }
+        notes.push(n);
     }
     if !fragmented.is_empty() {
         notes.push(format!(

@@ -856,6 +856,8 @@ fn progress_bar(total: usize, done: usize, show: bool) -> indicatif::ProgressBar
     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     pb.set_style(style);
     pb.set_position(done as u64);
+    // Runs stored before a resume took no time now: keep them out of the ETA.
+    pb.reset_eta();
     pb.enable_steady_tick(Duration::from_millis(200));
     pb
 }

@@ -36,6 +36,10 @@ fn doc(payload_bps: f64, delay: [f64; 2], pkts: [u64; 2]) -> serde_json::Value {
 }
 
 fn put(store: &Store, cid: i64, key: &str, ip: &str, rep: u32, d: &serde_json::Value) -> bool {
+    let counters = json!({"nodes": {}, "drop_sites": [
+        {"node": "r1", "iface": "eth1", "kind": "qdisc", "count": rep + 1},
+        {"node": "a", "iface": "eth0", "kind": "tx", "count": 0}
+    ]});
     let axes: BTreeMap<String, String> = [("ip", ip), ("transport", "udp"), ("payload", "1408")]
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -48,7 +52,7 @@ fn put(store: &Store, cid: i64, key: &str, ip: &str, rep: u32, d: &serde_json::V
             repetition: rep,
             status: RunStatus::Ok,
             result: Some(d),
-            counters: None,
+            counters: Some(&counters),
             command: "test",
             error: None,
             started_at: "t0",
@@ -138,4 +142,11 @@ fn hand_computed_mean_sd_ci_and_pct() {
     assert!(close(s6.upper_bound_bps.unwrap(), 100e6 * 1408.0 / 1494.0));
     assert!(s.metrics.iter().any(|m| m.key == "throughput_payload_bps"));
     assert!(s.notes.iter().any(|n| n.contains("softirq")));
+    // Drops located per hop: r1/eth1 qdisc 1 + 2 + 3 over the three ok runs of each scenario.
+    let drops = s
+        .notes
+        .iter()
+        .find(|n| n.contains("drops located"))
+        .expect("drop note");
+    assert!(drops.contains(&format!("{k4}: r1/eth1 qdisc 6")), "{drops}");
 }
