@@ -270,6 +270,9 @@ fn tbf_limit(rate_bps: u64, mtu: u32, host: bool) -> u64 {
     }
 }
 
+/// Peak rate of the one-frame bucket that makes tbf segment GSO packets.
+const PEAK_MIN_BPS: u64 = 1_000_000_000_000;
+
 /// The tc commands (batch lines) shaping one interface.
 fn qdisc_lines(
     dev: &str,
@@ -299,10 +302,17 @@ fn qdisc_lines(
     });
     match (rate, netem) {
         (Some(r), n) => {
+            // The peak bucket (one frame deep, refilled at ≥ 1 Tbit/s, so it
+            // refills faster than packets can be processed and never limits
+            // the rate) caps the largest packet tbf takes whole at one frame:
+            // a GSO/TSO super-packet is cut into frames at enqueue
+            // (tbf_segment) and each frame pays its 24 B.
             v.push(format!(
-                "qdisc replace dev {dev} root handle 1: tbf rate {r}bit burst {} limit {} overhead {WIRE_OVERHEAD} mpu {WIRE_MIN_FRAME}",
+                "qdisc replace dev {dev} root handle 1: tbf rate {r}bit burst {} limit {} overhead {WIRE_OVERHEAD} mpu {WIRE_MIN_FRAME} peakrate {}bit mtu {}",
                 tbf_burst(r, mtu),
-                tbf_limit(r, mtu, host)
+                tbf_limit(r, mtu, host),
+                PEAK_MIN_BPS.max(r.saturating_mul(10)),
+                mtu + 14
             ));
             if let Some(n) = n {
                 v.push(format!("qdisc add dev {dev} parent 1:1 handle 10: {n}"));
@@ -930,6 +940,11 @@ mod tests {
         let v = qdisc_lines("eth0", Some(100_000_000), 1500, true, None);
         assert_eq!(v.len(), 1);
         assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: tbf rate 100000000bit burst 50000 limit 16777216 overhead 24 mpu 84"), "{}", v[0]);
+        assert!(
+            v[0].ends_with(" peakrate 1000000000000bit mtu 1514"),
+            "{}",
+            v[0]
+        );
         let v = qdisc_lines("eth1", Some(1_000_000_000), 9000, false, None);
         assert!(v[0].contains("burst 500000 limit 9014000 "), "{}", v[0]);
         let imp = Impairment {

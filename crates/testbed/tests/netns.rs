@@ -180,6 +180,9 @@ endpoints = ["r1", "b"]
         Path::new("switch.toml"),
         &LinkOpts {
             offloads: Some(true),
+            // Full 4000 B frames must pass the shaper whole (its one-frame
+            // peak bucket sets the largest packet it takes).
+            rate_bps: Some(1_000_000_000),
             ..Default::default()
         },
     )
@@ -297,7 +300,7 @@ mtu = 1500
 /// A blocking UDP sender in `a` as fast as it can for `secs`, a receiver in
 /// `b` counting payload bytes; returns (payload bit/s measured at the
 /// receiver after a warm-up, datagrams sent, datagrams received).
-fn saturate(tb: &Testbed, payload: usize, secs: f64) -> (f64, u64, u64) {
+fn saturate(tb: &Testbed, payload: usize, gso_segs: usize, secs: f64) -> (f64, u64, u64) {
     let dst = tb.addr("b", false).unwrap();
     let rx: UdpSocket = tb
         .in_node("b", move || {
@@ -318,14 +321,29 @@ fn saturate(tb: &Testbed, payload: usize, secs: f64) -> (f64, u64, u64) {
     // A deep send buffer (the qdisc at the host holds 16 MiB) so that a
     // sender descheduled on a busy machine does not let the link idle.
     socket_opt(&tx, libc::SO_SNDBUFFORCE, 4 << 20).unwrap();
+    if gso_segs > 1 {
+        // UDP GSO: one send carries gso_segs datagrams as one skb through
+        // the qdisc; the shaper must still charge each frame its overhead.
+        let rc = unsafe {
+            let v = payload as i32;
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&tx),
+                libc::SOL_UDP,
+                103, // UDP_SEGMENT
+                &v as *const i32 as *const libc::c_void,
+                4,
+            )
+        };
+        assert_eq!(rc, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    }
     let sender = std::thread::spawn(move || {
-        let buf = vec![0x42u8; payload];
+        let buf = vec![0x42u8; payload * gso_segs];
         let end = Instant::now() + Duration::from_secs_f64(secs);
         let mut sent = 0u64;
         // Bounded in time and count.
         while Instant::now() < end && sent < 10_000_000 {
             if tx.send(&buf).is_ok() {
-                sent += 1;
+                sent += gso_segs as u64;
             }
         }
         sent
@@ -453,7 +471,7 @@ fn rate_100mbit_carries_what_ethernet_carries() {
     );
 
     let before = tb.counters().unwrap();
-    let (bps, sent, received) = saturate(&tb, 1408, 3.0);
+    let (bps, sent, received) = saturate(&tb, 1408, 1, 3.0);
     let d = tb.counters().unwrap().delta(&before);
     let expect = 100e6 * 1408.0 / (1408.0 + 8.0 + 20.0 + 14.0 + 4.0 + 8.0 + 12.0);
     let err = (bps - expect) / expect;
@@ -468,6 +486,22 @@ fn rate_100mbit_carries_what_ethernet_carries() {
     assert!(err.abs() < 0.01, "payload throughput {bps} vs {expect}");
     // The sender was held back by its own link (socket blocked), so nothing
     // was lost anywhere on the way.
+    assert_eq!(d.node_drops("a"), 0, "{:?}", d.drop_sites());
+    assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
+    assert_eq!(sent, received, "{:?}", d.drop_sites());
+
+    // The same with UDP GSO (16 datagrams per send, one skb in the qdisc):
+    // still what Ethernet carries, every frame charged its 24 B.
+    let before = tb.counters().unwrap();
+    let (bps, sent, received) = saturate(&tb, 1408, 16, 3.0);
+    let d = tb.counters().unwrap().delta(&before);
+    let err = (bps - expect) / expect;
+    eprintln!(
+        "saturating 1408 B with UDP GSO x16: {:.3} Mbit/s payload ({:+.3} %), sent {sent}, received {received}",
+        bps / 1e6,
+        err * 100.0
+    );
+    assert!(err.abs() < 0.01, "GSO payload throughput {bps} vs {expect}");
     assert_eq!(d.node_drops("a"), 0, "{:?}", d.drop_sites());
     assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
     assert_eq!(sent, received, "{:?}", d.drop_sites());
