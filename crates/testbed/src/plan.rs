@@ -84,8 +84,9 @@ fn v6_of(seg: usize, host: usize) -> Ipv6Addr {
 }
 
 impl Plan {
-    /// Computes the plan. The spec must be valid ([`TopologySpec::validate`]).
+    /// Computes the plan (validating the spec first).
     pub fn new(testbed: &str, spec: &TopologySpec) -> Result<Plan, TestbedError> {
+        spec.validate()?;
         let n_links = spec.links.len();
         // Union-find over links: links sharing a switch are one segment.
         let mut parent: Vec<usize> = (0..n_links).collect();

@@ -4,7 +4,7 @@
 
 use crate::error::TestbedError;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Default link MTU when neither the preset, the file nor an override set one.
@@ -766,11 +766,6 @@ pub(crate) fn names_of(spec: &TopologySpec, kind: NodeKind) -> Vec<String> {
         .filter(|n| n.kind == kind)
         .map(|n| n.name.clone())
         .collect()
-}
-
-#[allow(dead_code)]
-pub(crate) fn node_set(spec: &TopologySpec) -> BTreeSet<String> {
-    spec.nodes.iter().map(|n| n.name.clone()).collect()
 }
 
 #[cfg(test)]
