@@ -117,7 +117,13 @@ pub fn metric_catalogue() -> Vec<MetricInfo> {
         m("tcp_cwnd_bytes", Tcp, "TCP congestion window", "bytes"),
         m("r_factor", Voip, "E-model R factor", ""),
         m("mos", Voip, "MOS (E-model)", ""),
-        m("completion_s", Completion, "Sending time (completion)", "s"),
+        m("completion_s", Completion, "Completion time", "s"),
+        m(
+            "fragmented_datagrams",
+            Loss,
+            "Datagrams sent as IP fragments",
+            "packets",
+        ),
     ]
 }
 
@@ -292,7 +298,14 @@ pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<Str
     put("tcp_cwnd_bytes", plain_mean(flows, &["tcp", "cwnd_bytes"]));
     put("r_factor", plain_mean(flows, &["voip", "r_factor"]));
     put("mos", plain_mean(flows, &["voip", "mos"]));
-    put("completion_s", max_flows(flows, &["sent", "duration_s"]));
+    put(
+        "completion_s",
+        max_flows(flows, &["completion_s"]).or_else(|| max_flows(flows, &["sent", "duration_s"])),
+    );
+    put(
+        "fragmented_datagrams",
+        sum_flows(flows, &["frames", "fragmented"]),
+    );
     out
 }
 
@@ -391,8 +404,11 @@ pub fn summarize_runs(
                 .get("flows")
                 .and_then(Value::as_array)
                 .is_some_and(|fl| {
-                    fl.iter()
-                        .any(|f| f.pointer("/frames/fragmented") == Some(&Value::Bool(true)))
+                    fl.iter().any(|f| match f.pointer("/frames/fragmented") {
+                        Some(Value::Bool(b)) => *b,
+                        Some(v) => v.as_f64().is_some_and(|n| n > 0.0),
+                        None => false,
+                    })
                 });
             if frag && !fragmented.contains(key) {
                 fragmented.push(key.clone());

@@ -64,6 +64,17 @@ fn s5_quick_udp_1408_ipv4_reaches_the_upper_bound() {
         ratio * 100.0,
         bound
     );
+    // At 1536 B the datagram no longer fits a 1500-byte MTU: the summary says so.
+    let frag = s
+        .notes
+        .iter()
+        .find(|n| n.contains("IP fragmentation detected"))
+        .expect("fragmentation note");
+    assert!(
+        frag.contains("ip=4,transport=udp,meter=rtt,payload=1536"),
+        "{frag}"
+    );
+    assert!(!frag.contains("payload=1408,"), "{frag}");
     // The campaign as a whole ran clean: every planned run stored once.
     let runs = store.runs(store.latest().unwrap().unwrap().id).unwrap();
     let planned: usize = s.scenarios.iter().map(|x| x.runs_planned).sum();
