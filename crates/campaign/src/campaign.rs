@@ -755,17 +755,29 @@ fn check_matrix(
         }
     }
     if let Some(frames) = m.axes.get(&Axis::Frame) {
-        // The smallest payload a frame axis can produce must still hold the probe header.
+        // Every payload the frame axis produces must still hold the probe header.
+        let one = |a: Axis, d: &str| {
+            m.axes
+                .get(&a)
+                .cloned()
+                .unwrap_or_else(|| vec![d.to_string()])
+        };
         for f in frames {
             let f: u32 = f.parse().unwrap_or(0);
-            if frame_to_payload(f, 6, "tcp").is_none_or(|p| p < MIN_PAYLOAD) {
-                return Err(ctx.err(
-                    span_of(Axis::Frame),
-                    "frame",
-                    format!(
-                        "frame {f} B leaves less than the {MIN_PAYLOAD} B probe header after Ethernet, IPv6 and TCP headers"
-                    ),
-                ));
+            for ip in one(Axis::Ip, "4") {
+                for tr in one(Axis::Transport, "udp") {
+                    let ipv: u8 = ip.parse().unwrap_or(4);
+                    if frame_to_payload(f, ipv, &tr).is_none_or(|p| p < MIN_PAYLOAD) {
+                        return Err(ctx.err(
+                            span_of(Axis::Frame),
+                            "frame",
+                            format!(
+                                "frame {f} B leaves less than the {MIN_PAYLOAD} B probe header after Ethernet, IPv{ip} and {} headers",
+                                tr.to_uppercase()
+                            ),
+                        ));
+                    }
+                }
             }
         }
     }

@@ -116,3 +116,13 @@ fn syntax_error_has_line() {
     let e = err("[loopback]\n[matrix]\nip = [4,\n\n");
     assert!(e.line() >= 3, "{e}");
 }
+
+#[test]
+fn frame_sizes_checked_against_the_headers_they_carry() {
+    // 70 − 18 − 20 − 8 = 24 B: exactly the probe header for IPv4/UDP.
+    let c = Campaign::parse("[loopback]\n[matrix]\nframe = [70]\n", "c.toml").unwrap();
+    assert_eq!(c.expand()[0].settings.payload, Some(24));
+    let e = err("[loopback]\n[matrix]\nip = [4, 6]\nframe = [70, 1518]\n");
+    assert_names(&e, 4, "frame");
+    assert!(e.to_string().contains("IPv6"), "{e}");
+}
