@@ -618,7 +618,12 @@ impl Ctx<'_> {
                     read_tail(&log, 600)
                 )));
             }
-            if t0.elapsed() > Duration::from_secs(10) || stop_requested() {
+            if stop_requested() {
+                // The caller sees the flag and ends the campaign as interrupted.
+                stop_child(&mut child, Duration::from_secs(1));
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
                 stop_child(&mut child, Duration::from_secs(1));
                 return Err(RunError::Receiver(format!(
                     "`{text}` did not listen on port {} within 10 s: {}",
