@@ -5,6 +5,7 @@
 
 use crate::EngineError;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
 use wirebench_model::FlowSpec;
 use wirebench_wire::{MeterMode, Transport};
 
@@ -52,6 +53,10 @@ pub struct SessionPlan {
     pub interval_ms: Option<u64>,
     /// The command line or campaign name, stored in the document.
     pub command: Option<String>,
+    /// When set (e.g. by a SIGINT handler), flows stop generating; the
+    /// session still collects the receiver's report and the document is
+    /// marked partial.
+    pub cancel: Option<&'static AtomicBool>,
 }
 
 /// Longest linger accepted: the receiver holds sockets that long.
@@ -70,6 +75,7 @@ impl SessionPlan {
             linger_ms: 2000,
             interval_ms: None,
             command: None,
+            cancel: None,
         }
     }
 

@@ -411,6 +411,9 @@ fn session(
                 };
                 let extra = serde_json::to_value(&extra)
                     .map_err(|e| EngineError::Protocol(format!("cannot encode report: {e}")))?;
+                // Counted before the send so that a sender holding the
+                // report always sees the session counted.
+                stats.sessions_completed.fetch_add(1, Ordering::Relaxed);
                 ctl.send(&ControlMsg::Report {
                     flows: reports,
                     extra,
@@ -418,7 +421,6 @@ fn session(
                 // Wait briefly for Bye so the sender reads the report before
                 // the connection closes.
                 let _ = ctl.recv(Duration::from_secs(5));
-                stats.sessions_completed.fetch_add(1, Ordering::Relaxed);
                 if verbose {
                     eprintln!("wirebench recv: session {sid:08x} from {peer}: done");
                 }

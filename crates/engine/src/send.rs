@@ -149,7 +149,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             t0,
             cfg,
             abort: abort.clone(),
-            linger_ms: plan.linger_ms,
+            cancel: plan.cancel,
         };
         let h = std::thread::Builder::new()
             .name(format!("wb-tx-{}", i + 1))
@@ -158,6 +158,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         handles.push(h);
     }
     let mut outcomes: Vec<FlowSent> = Vec::new();
+    let linger_ms = plan.linger_ms;
     for h in handles {
         outcomes.push(
             h.join()
@@ -190,6 +191,17 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             }
             Err(e) => partial = Some(e.to_string()),
         }
+    }
+    // Reflections: the receiver already lingered before its report; without
+    // a report, give them the linger here.
+    let wait_ms = if partial.is_some() { linger_ms } else { 0 };
+    for o in &mut outcomes {
+        if let Some(rx) = o.rtt_rx.take() {
+            o.rtt = Some(rx.finish(wait_ms, &abort));
+        }
+    }
+    if partial.is_none() && outcomes.iter().any(|o| o.cancelled) {
+        partial = Some("interrupted: flows stopped early".into());
     }
 
     let doc = build_doc(DocParts {
@@ -407,7 +419,26 @@ struct FlowJob {
     t0: u64,
     cfg: FlowConfig,
     abort: Arc<AtomicBool>,
-    linger_ms: u64,
+    cancel: Option<&'static AtomicBool>,
+}
+
+impl FlowJob {
+    /// Why the flow must stop now, if it must.
+    fn halted(&self) -> Option<Halt> {
+        if self.abort.load(Ordering::Relaxed) {
+            Some(Halt::PeerGone)
+        } else if self.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            Some(Halt::Cancelled)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Halt {
+    PeerGone,
+    Cancelled,
 }
 
 struct FlowSent {
@@ -415,6 +446,10 @@ struct FlowSent {
     first_tx: u64,
     send: SendSummary,
     rtt: Option<RecvSummary>,
+    /// Still collecting reflections (rtt meter) until the linger is over.
+    rtt_rx: Option<RttRx>,
+    /// Stopped early by the caller's cancel flag (the session still reports).
+    cancelled: bool,
     tcp: Option<TcpInfo>,
     error: Option<String>,
 }
@@ -425,6 +460,8 @@ impl FlowSent {
             first_tx: 0,
             send: SendSummary::default(),
             rtt: None,
+            rtt_rx: None,
+            cancelled: false,
             tcp: None,
             error: Some(msg.to_string()),
         }
@@ -514,28 +551,45 @@ fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
                 None
             };
             let mut first_tx = 0;
-            let err = udp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
-            let rtt = reflector.map(|r| r.finish(job.linger_ms, &job.abort));
+            let r = udp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
+            let (error, cancelled) = split_outcome(r);
             FlowSent {
                 first_tx,
                 send: acc.summary(),
-                rtt,
+                rtt: None,
+                rtt_rx: reflector,
+                cancelled,
                 tcp: None,
-                error: err,
+                error,
             }
         }
         DataSock::Tcp(s) => {
             let mut first_tx = 0;
-            let err = tcp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
+            let r = tcp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
+            let (error, cancelled) = split_outcome(r);
             let tcp = sys::tcp_info(&s);
             FlowSent {
                 first_tx,
                 send: acc.summary(),
                 rtt: None,
+                rtt_rx: None,
+                cancelled,
                 tcp: Some(tcp.unwrap_or_default()),
-                error: err,
+                error,
             }
         }
+    }
+}
+
+/// A flow's end: Ok (done or cancelled) or a hard error.
+type FlowEnd = Result<Option<Halt>, String>;
+
+fn split_outcome(r: FlowEnd) -> (Option<String>, bool) {
+    match r {
+        Ok(Some(Halt::Cancelled)) => (None, true),
+        Ok(Some(Halt::PeerGone)) => (Some("receiver gone".into()), false),
+        Ok(None) => (None, false),
+        Err(e) => (Some(e), false),
     }
 }
 
@@ -583,7 +637,7 @@ fn udp_send(
     sched: &mut Schedule,
     acc: &mut SendAccumulator,
     first_tx: &mut u64,
-) -> Option<String> {
+) -> FlowEnd {
     let fd = s.as_raw_fd();
     let mut batch = SendBatch::new(sched.max_len as usize);
     let mut h = header(job);
@@ -593,8 +647,8 @@ fn udp_send(
     let mut pending = sched.next(mono_ns());
     let mut refused = 0u64;
     while pending.is_some() {
-        if job.abort.load(Ordering::Relaxed) {
-            return Some("aborted: receiver gone".into());
+        if let Some(h) = job.halted() {
+            return Ok(Some(h));
         }
         let (at, _) = pending.unwrap_or_default();
         let now = if sched.max { mono_ns() } else { wait_until(at) };
@@ -645,10 +699,10 @@ fn udp_send(
         }
         // Every send refused for a long stretch: the receiver's port is gone.
         if refused > 1000 && acc.packets() == 0 {
-            return Some("receiver refuses the data port".into());
+            return Err("receiver refuses the data port".into());
         }
     }
-    None
+    Ok(None)
 }
 
 fn tcp_send(
@@ -657,7 +711,7 @@ fn tcp_send(
     sched: &mut Schedule,
     acc: &mut SendAccumulator,
     first_tx: &mut u64,
-) -> Option<String> {
+) -> FlowEnd {
     let mut out = s;
     let cap = (BATCH * sched.max_len as usize).min(1 << 20);
     let mut buf = vec![0u8; cap];
@@ -667,8 +721,8 @@ fn tcp_send(
     wait_until(job.t0);
     let mut pending = sched.next(mono_ns());
     while pending.is_some() {
-        if job.abort.load(Ordering::Relaxed) {
-            return Some("aborted: receiver gone".into());
+        if let Some(h) = job.halted() {
+            return Ok(Some(h));
         }
         let (at, _) = pending.unwrap_or_default();
         let now = if sched.max { mono_ns() } else { wait_until(at) };
@@ -692,7 +746,7 @@ fn tcp_send(
         let actual = mono_ns();
         if let Err(e) = out.write_all(&buf[..off]) {
             acc.record_not_sent(n as u64);
-            return Some(format!("TCP data connection failed: {e}"));
+            return Err(format!("TCP data connection failed: {e}"));
         }
         for &(at, size) in &meta[..n] {
             acc.record_sent(if sched.max { actual } else { at }, actual, size);
@@ -700,7 +754,7 @@ fn tcp_send(
         seq = seq.wrapping_add(n as u32);
     }
     let _ = out.flush();
-    None
+    Ok(None)
 }
 
 /// Sender side of the RTT meter: reads reflected probes on the flow's

@@ -5,6 +5,7 @@
 use crate::exit::bad_input;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use wirebench_engine::plan::{Family, FlowPlan, SessionPlan, Stop};
 use wirebench_engine::result::{FlowResult, ResultDoc};
 use wirebench_engine::EngineError;
@@ -202,8 +203,27 @@ fn rand_seed() -> u64 {
     u64::from_le_bytes(b) >> 1
 }
 
+/// Set by the first Ctrl-C: flows stop, the receiver's report is still
+/// collected and printed as a partial result. A second Ctrl-C kills.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+    // Async-signal-safe: restore the default so a second Ctrl-C ends the process.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let plan = build_plan(&args)?;
+    let mut plan = build_plan(&args)?;
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+    plan.cancel = Some(&INTERRUPTED);
     // Resolve up front: an unresolvable name is the user's input.
     plan.resolve().map_err(bad_input)?;
     let (doc, failure) = match wirebench_engine::run(plan) {
