@@ -606,3 +606,58 @@ fn no_receiver_is_a_measurement_failure() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("15610"));
 }
+
+#[test]
+fn script_and_flows_run_several_flows() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let _r = Recv::start(15611);
+    let doc = send_json(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15611",
+        "--flows",
+        "3",
+        "-C",
+        "2000",
+        "-c",
+        "300",
+        "-z",
+        "400",
+        "--linger",
+        "300",
+    ]);
+    let flows = doc["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 3);
+    for fl in flows {
+        assert_eq!(u(fl, "sent.packets"), 400);
+        assert_eq!(u(fl, "received.unique"), 400);
+    }
+    assert_eq!(u(&doc, "total.sent_packets"), 1200);
+    assert_eq!(u(&doc, "total.received_packets"), 1200);
+
+    // A D-ITG script: one ITGSend option line per flow; -a comes from the line.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("flows.ditg");
+    std::fs::write(
+        &script,
+        "-a 127.0.0.1 -T UDP -C 500 -c 100 -z 150\n-a 127.0.0.1 -T TCP -C 300 -c 700 -z 90\n",
+    )
+    .unwrap();
+    let doc = send_json(&[
+        "-p",
+        "15611",
+        "--linger",
+        "300",
+        "--script",
+        script.to_str().unwrap(),
+    ]);
+    let flows = doc["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 2);
+    assert_eq!(flows[0]["transport"], "udp");
+    assert_eq!(u(&flows[0], "received.unique"), 150);
+    assert_eq!(u(&flows[0], "received.bytes"), 150 * 100);
+    assert_eq!(flows[1]["transport"], "tcp");
+    assert_eq!(u(&flows[1], "received.unique"), 90);
+    assert_eq!(u(&flows[1], "received.bytes"), 90 * 700);
+}

@@ -136,3 +136,28 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
 }
+
+#[test]
+fn concurrent_sessions_on_one_daemon() {
+    let port = 15413;
+    let (stop, h) = daemon(port);
+    let runs: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                wirebench_engine::run(plan(
+                    "127.0.0.1",
+                    port,
+                    vec![udp(1000.0, 200, Stop::Packets(300), i)],
+                ))
+                .unwrap()
+            })
+        })
+        .collect();
+    for r in runs {
+        let doc = r.join().unwrap();
+        assert_eq!(doc.flows[0].received.unique, 300);
+        assert_eq!(doc.flows[0].received.foreign, 0);
+    }
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}

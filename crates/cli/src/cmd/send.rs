@@ -120,7 +120,9 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
         MeterArg::Rtt => MeterMode::Rtt,
     };
     let mut dest = args.dest.clone();
-    let mut port = args.port;
+    let port = args.port;
+    let mut port_noted = false;
+    let mut script_meter: Option<MeterMode> = None;
     let mut flows = Vec::new();
     if let Some(path) = &args.script {
         let list = wirebench_model::script::load(path).map_err(bad_input)?;
@@ -136,10 +138,23 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
                     _ => {}
                 }
             }
-            if let Some(p) = sf.port {
-                port = p;
+            if sf.port.is_some() && !port_noted {
+                eprintln!(
+                    "wirebench send: note: {}:{}: -rp ignored, the receiver chooses the data ports",
+                    path.display(),
+                    sf.line
+                );
+                port_noted = true;
             }
             if let Some(m) = sf.meter {
+                if script_meter.is_some_and(|x| x != m) {
+                    crate::bail_input!(
+                        "{}:{}: -m: all flows of a session use one meter",
+                        path.display(),
+                        sf.line
+                    );
+                }
+                script_meter = Some(m);
                 meter = m;
             }
             let stop = match (sf.duration_ms, sf.packets, sf.kbytes) {
