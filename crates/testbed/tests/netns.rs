@@ -729,3 +729,23 @@ loss = "0%"
     tb.down().unwrap();
     assert_eq!(leftovers(name), Vec::<String>::new());
 }
+
+#[test]
+fn shipped_topology_files_are_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) == Some("toml") {
+            let spec = load_file(&p, &LinkOpts::default()).unwrap_or_else(|e| panic!("{e}"));
+            let plan = Plan::new("t", &spec).unwrap();
+            assert!(!plan.nodes.is_empty());
+            n += 1;
+        }
+    }
+    assert!(n >= 2);
+    let spec = load_file(&dir.join("lan-wan.toml"), &LinkOpts::default()).unwrap();
+    let plan = Plan::new("t", &spec).unwrap();
+    assert_eq!(plan.expected_path_mtu("h1", "remote", false), Some(1500));
+    assert_eq!(plan.expected_path_mtu("h1", "h2", true), Some(9000));
+}
