@@ -206,6 +206,16 @@ fn rtt_mode_gives_plausible_round_trips() {
     let (min, max) = (f(fl, "rtt_s.min"), f(fl, "rtt_s.max"));
     assert!(min > 0.0 && max < 0.010, "rtt min {min} max {max}");
     assert!(f(fl, "rtt_s.mean") >= min && f(fl, "rtt_s.mean") <= max);
+
+    // TCP: reflections come back as records on the same connection.
+    let doc = send_json(&[
+        "-a", "::1", "-p", "15604", "-T", "tcp", "-m", "rtt", "-C", "1000", "-c", "300", "-z",
+        "300", "--linger", "300",
+    ]);
+    let fl = &doc["flows"][0];
+    assert_eq!(u(fl, "rtt_received"), 300);
+    let (min, max) = (f(fl, "rtt_s.min"), f(fl, "rtt_s.max"));
+    assert!(min > 0.0 && max < 0.010, "tcp rtt min {min} max {max}");
 }
 
 #[test]

@@ -124,11 +124,6 @@ impl SessionPlan {
                 }
                 _ => {}
             }
-            if self.meter == MeterMode::Rtt && f.transport == Transport::Tcp {
-                return Err(EngineError::BadPlan(
-                    "-m rtt with -T tcp is not supported: measure TCP one way (-m owd); its smoothed RTT is in the tcp section".into(),
-                ));
-            }
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use crate::result::{FlowReport, ReportExtra};
 use crate::sys::{self, CpuTime};
 use crate::EngineError;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -491,9 +491,10 @@ fn open_flow(
                 .port();
             l.set_nonblocking(true)
                 .map_err(|e| EngineError::io("data listener", e))?;
+            let reflect = meter == MeterMode::Rtt;
             let h = std::thread::Builder::new()
                 .name(format!("wb-rx-{flow_id}"))
-                .spawn(move || tcp_rx(l, cfg, sh, sid, flow_id))
+                .spawn(move || tcp_rx(l, cfg, sh, sid, flow_id, reflect))
                 .map_err(|e| EngineError::io("receive thread", e))?;
             (port, h)
         }
@@ -598,10 +599,52 @@ fn udp_rx(
 const MAX_TCP_CONNS: usize = 8;
 const TCP_BUF: usize = 256 << 10;
 
+/// Reflections queued beyond this (the sender does not read them) are
+/// dropped; the sender counts them as round-trip loss.
+const TCP_OUT_MAX: usize = 1 << 20;
+
 struct TcpConn {
     stream: TcpStream,
     buf: Vec<u8>,
     filled: usize,
+    /// Reflection records (RTT_MIN_LEN bytes each) waiting to be written.
+    out: Vec<u8>,
+    /// Bytes of `out` already written.
+    out_head: usize,
+}
+
+impl TcpConn {
+    /// Writes queued reflections. Records not yet started get their
+    /// transmit time now, so queueing time counts as dwell, not as path.
+    /// Returns false when the connection failed.
+    fn flush(&mut self) -> bool {
+        if self.out_head >= self.out.len() {
+            return true;
+        }
+        let first_fresh = self.out_head.div_ceil(RTT_MIN_LEN) * RTT_MIN_LEN;
+        let tx = realtime_ns().to_be_bytes();
+        let mut at = first_fresh;
+        while at + RTT_MIN_LEN <= self.out.len() {
+            self.out[at + 32..at + 40].copy_from_slice(&tx);
+            at += RTT_MIN_LEN;
+        }
+        loop {
+            match self.stream.write(&self.out[self.out_head..]) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.out_head += n;
+                    if self.out_head >= self.out.len() {
+                        self.out.clear();
+                        self.out_head = 0;
+                        return true;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
 }
 
 fn tcp_rx(
@@ -610,6 +653,7 @@ fn tcp_rx(
     sh: Arc<FlowShared>,
     sid: u32,
     flow_id: u16,
+    reflect: bool,
 ) -> FlowOutcome {
     let cpu0 = CpuTime::thread();
     let mut acc = RecvAccumulator::new(cfg);
@@ -623,9 +667,10 @@ fn tcp_rx(
             revents: 0,
         });
         for c in &conns {
+            let want_out = c.out_head < c.out.len();
             pfds.push(libc::pollfd {
                 fd: c.stream.as_raw_fd(),
-                events: libc::POLLIN,
+                events: libc::POLLIN | if want_out { libc::POLLOUT } else { 0 },
                 revents: 0,
             });
         }
@@ -652,6 +697,8 @@ fn tcp_rx(
                     stream: s,
                     buf: vec![0u8; TCP_BUF],
                     filled: 0,
+                    out: Vec::with_capacity(if reflect { 64 << 10 } else { 0 }),
+                    out_head: 0,
                 });
             }
         }
@@ -661,7 +708,9 @@ fn tcp_rx(
             if pfds[ci + 1].revents == 0 {
                 continue;
             }
-            if !read_records(&mut conns[ci], &mut acc, &sh, sid, flow_id) {
+            let ok = read_records(&mut conns[ci], &mut acc, &sh, sid, flow_id, reflect)
+                && conns[ci].flush();
+            if !ok {
                 conns.swap_remove(ci);
             }
         }
@@ -680,6 +729,7 @@ fn read_records(
     sh: &FlowShared,
     sid: u32,
     flow_id: u16,
+    reflect: bool,
 ) -> bool {
     loop {
         let n = match c.stream.read(&mut c.buf[c.filled..]) {
@@ -708,6 +758,20 @@ fn read_records(
                 break;
             }
             acc.record(h.seq, ts as i64 - h.tx_ns as i64 - offset, ts, len as u32);
+            if reflect && h.is_rtt() && c.out.len() + RTT_MIN_LEN <= TCP_OUT_MAX {
+                let mut rh = h;
+                rh.flags |= FLAG_REFLECTED;
+                rh.len = RTT_MIN_LEN as u16;
+                let at = c.out.len();
+                c.out.resize(at + RTT_MIN_LEN, 0);
+                let rec = &mut c.out[at..];
+                let _ = rh.encode(rec);
+                let _ = Reflection {
+                    rx_ns: ts,
+                    tx_ns: 0,
+                }
+                .encode(rec);
+            }
             pos += len;
         }
         c.buf.copy_within(pos..c.filled, 0);

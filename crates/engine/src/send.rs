@@ -23,7 +23,7 @@ use crate::recv::unmap;
 use crate::result::*;
 use crate::sys::{self, CpuTime, HostCpu, TcpInfo};
 use crate::EngineError;
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -544,7 +544,7 @@ fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
         DataSock::Udp(s) => {
             let reflector = if job.rtt {
                 match s.try_clone() {
-                    Ok(rs) => Some(RttRx::start(rs, &job)),
+                    Ok(rs) => Some(RttRx::start_udp(rs, &job)),
                     Err(e) => return FlowSent::failed(&format!("cannot clone socket: {e}")),
                 }
             } else {
@@ -564,6 +564,14 @@ fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
             }
         }
         DataSock::Tcp(s) => {
+            let reflector = if job.rtt {
+                match s.try_clone() {
+                    Ok(rs) => Some(RttRx::start_tcp(rs, &job)),
+                    Err(e) => return FlowSent::failed(&format!("cannot clone socket: {e}")),
+                }
+            } else {
+                None
+            };
             let mut first_tx = 0;
             let r = tcp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
             let (error, cancelled) = split_outcome(r);
@@ -572,7 +580,7 @@ fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
                 first_tx,
                 send: acc.summary(),
                 rtt: None,
-                rtt_rx: None,
+                rtt_rx: reflector,
                 cancelled,
                 tcp: Some(tcp.unwrap_or_default()),
                 error,
@@ -765,7 +773,7 @@ struct RttRx {
 }
 
 impl RttRx {
-    fn start(sock: UdpSocket, job: &FlowJob) -> RttRx {
+    fn start_udp(sock: UdpSocket, job: &FlowJob) -> RttRx {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let cfg = job.cfg;
@@ -802,6 +810,65 @@ impl RttRx {
                     let rtt = (t4 as i64 - h.tx_ns as i64) - (r.tx_ns as i64 - r.rx_ns as i64);
                     acc.record(h.seq, rtt, t4, d.len() as u32);
                 }
+            }
+            acc.summary(None)
+        });
+        RttRx { stop, handle }
+    }
+
+    /// TCP: reflections come back as 40-byte records on the same connection.
+    fn start_tcp(stream: TcpStream, job: &FlowJob) -> RttRx {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let cfg = job.cfg;
+        let (sid, flow) = (job.session, job.flow_id);
+        let handle = std::thread::spawn(move || {
+            let mut acc = RecvAccumulator::new(cfg);
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+            let mut rd = &stream;
+            let mut buf = vec![0u8; 64 << 10];
+            let mut filled = 0;
+            'outer: while !st.load(Ordering::Relaxed) {
+                let n = match rd.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                        ) =>
+                    {
+                        continue
+                    }
+                    Err(_) => break,
+                };
+                let t4 = realtime_ns();
+                filled += n;
+                let mut pos = 0;
+                while filled - pos >= PROBE_HEADER_LEN {
+                    let Ok(h) = ProbeHeader::decode_prefix(&buf[pos..filled]) else {
+                        break 'outer;
+                    };
+                    let len = h.len as usize;
+                    if h.session != sid
+                        || h.flow != flow
+                        || !h.is_reflected()
+                        || len < wirebench_wire::RTT_MIN_LEN
+                        || len > buf.len()
+                    {
+                        break 'outer;
+                    }
+                    if filled - pos < len {
+                        break;
+                    }
+                    if let Ok(r) = Reflection::decode(&buf[pos..pos + len]) {
+                        let rtt = (t4 as i64 - h.tx_ns as i64) - (r.tx_ns as i64 - r.rx_ns as i64);
+                        acc.record(h.seq, rtt, t4, len as u32);
+                    }
+                    pos += len;
+                }
+                buf.copy_within(pos..filled, 0);
+                filled -= pos;
             }
             acc.summary(None)
         });
