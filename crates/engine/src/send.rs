@@ -589,6 +589,23 @@ fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
     }
 }
 
+/// Waits for a deadline like [`wait_until`], but in slices of at most
+/// 50 ms while it is far away, so that a long gap (an OFF period, a slow
+/// rate) does not delay reacting to Ctrl-C or a vanished receiver.
+fn wait_or_halt(job: &FlowJob, at: u64) -> Result<u64, Halt> {
+    const SLICE: u64 = 50_000_000;
+    loop {
+        if let Some(h) = job.halted() {
+            return Err(h);
+        }
+        let now = mono_ns();
+        if at <= now + 2 * SLICE {
+            return Ok(wait_until(at));
+        }
+        crate::clock::sleep_until(now + SLICE);
+    }
+}
+
 /// A flow's end: Ok (done or cancelled) or a hard error.
 type FlowEnd = Result<Option<Halt>, String>;
 
@@ -659,7 +676,14 @@ fn udp_send(
             return Ok(Some(h));
         }
         let (at, _) = pending.unwrap_or_default();
-        let now = if sched.max { mono_ns() } else { wait_until(at) };
+        let now = if sched.max {
+            mono_ns()
+        } else {
+            match wait_or_halt(job, at) {
+                Ok(t) => t,
+                Err(h) => return Ok(Some(h)),
+            }
+        };
         let n = gather(sched, &mut pending, now, acc, &mut meta, BATCH);
         if n == 0 {
             continue;
@@ -733,7 +757,14 @@ fn tcp_send(
             return Ok(Some(h));
         }
         let (at, _) = pending.unwrap_or_default();
-        let now = if sched.max { mono_ns() } else { wait_until(at) };
+        let now = if sched.max {
+            mono_ns()
+        } else {
+            match wait_or_halt(job, at) {
+                Ok(t) => t,
+                Err(h) => return Ok(Some(h)),
+            }
+        };
         let room = (cap / sched.max_len as usize).clamp(1, BATCH);
         let n = gather(sched, &mut pending, now, acc, &mut meta, room);
         if n == 0 {
