@@ -583,6 +583,11 @@ fn bad_input_exits_2_naming_the_problem() {
     bad(&["-a", "127.0.0.1", "--flows", "0"], "--flows");
     bad(&["-a", "127.0.0.1", "-T", "sctp"], "sctp");
     bad(&["-a", "127.0.0.1", "-z", "0"], "-z");
+    bad(&["-a", "127.0.0.1", "-p", "0"], "-p");
+    bad(
+        &["-a", "127.0.0.1", "--json", "/nonexistent-dir/r.json"],
+        "/nonexistent-dir/r.json",
+    );
     bad(&["-a", "127.0.0.1", "--interval", "0"], "--interval");
     bad(
         &["-a", "127.0.0.1", "--script", "/nonexistent/flows.txt"],

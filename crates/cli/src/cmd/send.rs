@@ -107,6 +107,9 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     if args.flows == 0 {
         crate::bail_input!("--flows: must be at least 1");
     }
+    if args.port == 0 {
+        crate::bail_input!("-p: the receiver's control port must be 1..65535");
+    }
     let stop = match (args.duration_ms, args.packets, args.kbytes) {
         (Some(ms), _, _) => Stop::DurationMs(ms),
         (_, Some(n), _) => Stop::Packets(n),
@@ -241,32 +244,40 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     plan.cancel = Some(&INTERRUPTED);
     // Resolve up front: an unresolvable name is the user's input.
     plan.resolve().map_err(bad_input)?;
+    // Open the JSON file before measuring, so a bad path costs no run.
+    let mut json_file = match args.json.as_deref() {
+        Some("-") | None => None,
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .map_err(|e| bad_input(format!("--json {path}: cannot create: {e}")))?,
+        ),
+    };
     let (doc, failure) = match wirebench_engine::run(plan) {
         Ok(doc) => (doc, None),
         Err(EngineError::Partial { reason, doc }) => (*doc, Some(reason)),
         Err(e) if e.is_bad_input() => return Err(bad_input(e)),
         Err(e) => return Err(e.into()),
     };
-    output(&args, &doc)?;
+    output(&args, &doc, json_file.as_mut())?;
     if let Some(reason) = failure {
         anyhow::bail!("measurement incomplete, partial result: {reason}");
     }
     Ok(())
 }
 
-fn output(args: &Args, doc: &ResultDoc) -> anyhow::Result<()> {
+fn output(args: &Args, doc: &ResultDoc, file: Option<&mut std::fs::File>) -> anyhow::Result<()> {
     let json = doc.to_json_pretty();
-    match args.json.as_deref() {
-        Some("-") => {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "{json}")?;
-        }
-        Some(path) => {
-            std::fs::write(path, json + "\n")
+    match (args.json.as_deref(), file) {
+        (Some(path), Some(f)) => {
+            writeln!(f, "{json}")
                 .map_err(|e| anyhow::anyhow!("--json {path}: cannot write: {e}"))?;
             print!("{}", human(doc, args.interval_ms.is_some()));
         }
-        None => print!("{}", human(doc, args.interval_ms.is_some())),
+        (Some(_), None) => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{json}")?;
+        }
+        (None, _) => print!("{}", human(doc, args.interval_ms.is_some())),
     }
     Ok(())
 }
