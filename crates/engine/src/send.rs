@@ -1068,3 +1068,95 @@ fn build_doc(p: DocParts) -> ResultDoc {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirebench_model::FlowSpec;
+
+    fn flow(pps: f64, size: u32, stop: Stop) -> FlowPlan {
+        FlowPlan {
+            spec: FlowSpec::constant(pps, size).unwrap(),
+            transport: Transport::Udp,
+            stop,
+            seed: 1,
+        }
+    }
+
+    fn cfg() -> FlowConfig {
+        FlowConfig {
+            l4: L4::Udp,
+            ip: IpVersion::V4,
+            mtu: 1500,
+            interval_ns: None,
+        }
+    }
+
+    #[test]
+    fn schedule_is_absolute_and_stops_exactly() {
+        let t0 = 1_000_000_000;
+        let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(5)), t0).unwrap();
+        // However late the caller asks, the times stay on the grid.
+        let times: Vec<u64> = std::iter::from_fn(|| s.next(u64::MAX / 2).map(|x| x.0)).collect();
+        assert_eq!(
+            times,
+            (0..5).map(|k| t0 + k * 1_000_000).collect::<Vec<_>>()
+        );
+        let mut s = Schedule::new(&flow(1000.0, 100, Stop::DurationMs(10)), t0).unwrap();
+        assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 10);
+        let mut s = Schedule::new(&flow(1000.0, 300, Stop::KBytes(3)), t0).unwrap();
+        let sizes: Vec<u32> = std::iter::from_fn(|| s.next(0).map(|x| x.1)).collect();
+        assert_eq!(sizes.iter().map(|&x| x as u64).sum::<u64>(), 3 * 1024);
+        assert!(sizes.iter().all(|&x| x >= MIN_PAYLOAD));
+    }
+
+    #[test]
+    fn gather_batches_due_packets_and_drops_hopeless_ones() {
+        let t0 = 10_000_000_000;
+        // 1 µs gaps: far below a syscall, so many are due at once.
+        let mut s = Schedule::new(&flow(1e6, 100, Stop::Packets(10_000)), t0).unwrap();
+        let mut acc = SendAccumulator::new(cfg());
+        let mut meta = [(0u64, 0u32); BATCH];
+        let mut pending = s.next(t0);
+        let n = gather(
+            &mut s,
+            &mut pending,
+            t0 + 10_000,
+            &mut acc,
+            &mut meta,
+            BATCH,
+        );
+        assert_eq!(n, 11, "packets due at t0..=t0+10us");
+        assert_eq!(meta[10].0, t0 + 10_000);
+        // Nothing due yet: nothing gathered.
+        assert_eq!(
+            gather(
+                &mut s,
+                &mut pending,
+                t0 + 10_500,
+                &mut acc,
+                &mut meta,
+                BATCH
+            ),
+            0
+        );
+        // A 1000 pps flow whose pacer wakes 1.5 s late: packets due more
+        // than 1 s ago are not sent, the rest go out in full batches.
+        let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(2000)), t0).unwrap();
+        let mut acc = SendAccumulator::new(cfg());
+        let mut pending = s.next(t0);
+        let late = t0 + 1_500_000_000;
+        let mut gathered = 0;
+        loop {
+            let n = gather(&mut s, &mut pending, late, &mut acc, &mut meta, BATCH);
+            if n == 0 {
+                break;
+            }
+            assert!(n == BATCH || pending.is_some_and(|p| p.0 > late));
+            assert!(meta[..n].iter().all(|m| late - m.0 <= LATE_LIMIT_NS));
+            gathered += n;
+        }
+        assert_eq!(acc.summary().not_sent, 500);
+        assert_eq!(gathered, 1001);
+    }
+}
