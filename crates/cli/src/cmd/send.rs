@@ -56,10 +56,16 @@ pub struct Args {
     /// Transport: UDP datagrams, or TCP records (each record framed by the
     /// probe header's length, so every record has a delay). Default: UDP, or
     /// what the application model implies.
-    #[arg(short = 'T', value_enum, value_name = "PROTO")]
+    #[arg(short = 'T', value_enum, value_name = "PROTO", ignore_case = true)]
     pub transport: Option<TransportArg>,
     /// Meter: one-way delay (receiver side) or round-trip time (reflected).
-    #[arg(short = 'm', value_enum, default_value = "owd", value_name = "METER")]
+    #[arg(
+        short = 'm',
+        value_enum,
+        default_value = "owd",
+        value_name = "METER",
+        ignore_case = true
+    )]
     pub meter: MeterArg,
     #[command(flatten)]
     pub flow: FlowArgs,
