@@ -151,11 +151,21 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             abort: abort.clone(),
             cancel: plan.cancel,
         };
-        let h = std::thread::Builder::new()
+        match std::thread::Builder::new()
             .name(format!("wb-tx-{}", i + 1))
             .spawn(move || run_flow(job, sock))
-            .map_err(|e| EngineError::io("flow thread", e))?;
-        handles.push(h);
+        {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                // Stop what already runs before giving up.
+                abort.store(true, Ordering::Relaxed);
+                for h in handles {
+                    let _ = h.join();
+                }
+                let _ = watcher.finish();
+                return Err(EngineError::io("flow thread", e));
+            }
+        }
     }
     let mut outcomes: Vec<FlowSent> = Vec::new();
     let linger_ms = plan.linger_ms;
@@ -172,13 +182,9 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let (ctl, peer_gone) = watcher.finish();
 
     let mut partial: Option<String> = peer_gone;
-    if partial.is_none() {
-        if let Some(e) = outcomes.iter().find_map(|o| o.error.clone()) {
-            partial = Some(e);
-        }
-    }
 
-    // Collect the receiver's side.
+    // Collect the receiver's side, also when a flow failed on its own (the
+    // other flows' numbers are still good).
     let mut reports: Vec<FlowReport> = Vec::new();
     let mut extra = ReportExtra::default();
     if let (None, Some(mut ctl)) = (&partial, ctl) {
@@ -198,6 +204,15 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     for o in &mut outcomes {
         if let Some(rx) = o.rtt_rx.take() {
             o.rtt = Some(rx.finish(wait_ms, &abort));
+        }
+    }
+    if partial.is_none() {
+        if let Some((i, e)) = outcomes
+            .iter()
+            .enumerate()
+            .find_map(|(i, o)| o.error.as_ref().map(|e| (i, e)))
+        {
+            partial = Some(format!("flow {}: {e}", i + 1));
         }
     }
     if partial.is_none() && outcomes.iter().any(|o| o.cancelled) {
