@@ -518,6 +518,10 @@ fn json_document_holds_the_documented_keys() {
     let sum: u64 = iv.iter().map(|i| i["packets"].as_u64().unwrap()).sum();
     assert_eq!(sum, 200);
     assert_eq!(doc["partial"], false);
+    // One host, one clock: the true offset is 0, always inside the bound.
+    assert_eq!(doc["clock"]["applied"], false);
+    assert!(f(&doc, "clock.offset_s").abs() <= f(&doc, "clock.error_s"));
+    assert!(f(fl, "delay_s.min") >= 0.0);
     assert!(fl.get("rtt_s").is_none(), "rtt_s only in the rtt meter");
     assert!(fl.get("tcp").is_none(), "tcp only for TCP flows");
 }

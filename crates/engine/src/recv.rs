@@ -207,6 +207,9 @@ pub(crate) fn unmap(ip: IpAddr) -> IpAddr {
 struct FlowShared {
     stop: AtomicBool,
     offset_ns: AtomicI64,
+    /// Error bound of the offset; delays below its negative are flagged.
+    error_ns: AtomicI64,
+    negative_beyond_error: AtomicU64,
     foreign: AtomicU64,
 }
 
@@ -370,9 +373,15 @@ fn session(
                     t3_ns: t3,
                 })?;
             }
-            ControlMsg::ClockOffset { offset_ns, .. } => {
+            ControlMsg::ClockOffset {
+                offset_ns,
+                error_ns,
+            } => {
                 for f in &flows.0 {
                     f.shared.offset_ns.store(offset_ns, Ordering::Relaxed);
+                    f.shared
+                        .error_ns
+                        .store(error_ns.min(i64::MAX as u64) as i64, Ordering::Relaxed);
                 }
             }
             ControlMsg::Start => {
@@ -398,6 +407,10 @@ fn session(
                         flow_id: f.flow_id,
                         summary: out.acc.summary(sent.get(i).copied()),
                         foreign: f.shared.foreign.load(Ordering::Relaxed),
+                        negative_beyond_error: f
+                            .shared
+                            .negative_beyond_error
+                            .load(Ordering::Relaxed),
                     };
                     reports.push(serde_json::to_value(&r).map_err(|e| {
                         EngineError::Protocol(format!("cannot encode report: {e}"))
@@ -459,6 +472,8 @@ fn open_flow(
     let shared = Arc::new(FlowShared {
         stop: AtomicBool::new(false),
         offset_ns: AtomicI64::new(0),
+        error_ns: AtomicI64::new(0),
+        negative_beyond_error: AtomicU64::new(0),
         foreign: AtomicU64::new(0),
     });
     let bind = SocketAddr::new(local_ip, 0);
@@ -544,6 +559,7 @@ fn udp_rx(
         };
         let fallback_ts = realtime_ns();
         let offset = sh.offset_ns.load(Ordering::Relaxed);
+        let floor = -sh.error_ns.load(Ordering::Relaxed);
         let mut k = 0;
         for i in 0..n {
             let ts = batch.kernel_ts(i).unwrap_or(fallback_ts);
@@ -561,6 +577,9 @@ fn udp_rx(
             };
             let len = d.len();
             let delay = ts as i64 - h.tx_ns as i64 - offset;
+            if delay < floor {
+                sh.negative_beyond_error.fetch_add(1, Ordering::Relaxed);
+            }
             acc.record(h.seq, delay, ts, len as u32);
             if reflect && h.is_rtt() {
                 let out_len = len.max(RTT_MIN_LEN);
@@ -741,6 +760,7 @@ fn read_records(
         };
         let ts = realtime_ns();
         let offset = sh.offset_ns.load(Ordering::Relaxed);
+        let floor = -sh.error_ns.load(Ordering::Relaxed);
         c.filled += n;
         let mut pos = 0;
         while c.filled - pos >= PROBE_HEADER_LEN {
@@ -757,7 +777,11 @@ fn read_records(
             if c.filled - pos < len {
                 break;
             }
-            acc.record(h.seq, ts as i64 - h.tx_ns as i64 - offset, ts, len as u32);
+            let delay = ts as i64 - h.tx_ns as i64 - offset;
+            if delay < floor {
+                sh.negative_beyond_error.fetch_add(1, Ordering::Relaxed);
+            }
+            acc.record(h.seq, delay, ts, len as u32);
             if reflect && h.is_rtt() && c.out.len() + RTT_MIN_LEN <= TCP_OUT_MAX {
                 let mut rh = h;
                 rh.flags |= FLAG_REFLECTED;

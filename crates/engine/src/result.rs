@@ -40,10 +40,13 @@ pub struct Tool {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct ClockInfo {
-    /// Receiver clock minus sender clock, subtracted from every one-way delay.
+    /// Receiver clock minus sender clock as measured.
     pub offset_s: f64,
     /// Half the round trip of the best exchange: the offset is within ± this.
     pub error_s: f64,
+    /// Whether `offset_s` was subtracted from the delays: only when it is
+    /// larger than its error bound (else it cannot be told from zero).
+    pub applied: bool,
     pub method: String,
     pub samples: u32,
 }
@@ -77,6 +80,9 @@ pub struct Received {
     pub loss_bursts: LossBursts,
     /// Delays below zero: the clock offset estimate is off by more than the delay.
     pub negative_delays: u64,
+    /// Of those, delays below −clock.error_s: not explained by the offset's
+    /// error bound (clock drift or a bad offset); the delays are suspect.
+    pub negative_delays_beyond_error: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
@@ -170,6 +176,10 @@ pub struct FlowReport {
     pub flow_id: u16,
     pub summary: RecvSummary,
     pub foreign: u64,
+    /// Delays below −(offset error bound): the clocks disagree by more than
+    /// the offset measurement can explain.
+    #[serde(default)]
+    pub negative_beyond_error: u64,
 }
 
 /// The receiver's session-wide report, `ControlMsg::Report.extra`.

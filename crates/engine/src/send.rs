@@ -109,8 +109,8 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
 
     let clock = measure_offset(&mut ctl)?;
     ctl.send(&ControlMsg::ClockOffset {
-        offset_ns: clock.0,
-        error_ns: clock.1,
+        offset_ns: clock.applied_ns(),
+        error_ns: clock.error_ns,
     })?;
 
     // Data sockets, all opened before Start so the schedule is not delayed.
@@ -293,9 +293,35 @@ fn measure_mtu(dst: IpAddr, port: u16) -> u32 {
         .unwrap_or(1500)
 }
 
-/// NTP's four-timestamp exchange over the control connection. Returns
-/// (offset, error bound) in ns, offset = receiver − sender clock.
-fn measure_offset(ctl: &mut Ctl) -> Result<(i64, u64, u32), EngineError> {
+/// The measured clock offset (receiver − sender) and its error bound, ns.
+#[derive(Debug, Clone, Copy)]
+struct Offset {
+    offset_ns: i64,
+    error_ns: u64,
+    samples: u32,
+}
+
+impl Offset {
+    /// An offset within its own error bound is indistinguishable from zero
+    /// and is not applied: on one host (and in a namespace test-bed, where
+    /// every node shares one kernel clock) the true offset is exactly 0,
+    /// and subtracting a few microseconds of estimation noise would bias
+    /// every delay, even push the smallest below zero.
+    fn applied(&self) -> bool {
+        self.offset_ns.unsigned_abs() > self.error_ns
+    }
+
+    fn applied_ns(&self) -> i64 {
+        if self.applied() {
+            self.offset_ns
+        } else {
+            0
+        }
+    }
+}
+
+/// NTP's four-timestamp exchange over the control connection.
+fn measure_offset(ctl: &mut Ctl) -> Result<Offset, EngineError> {
     let mut best: Option<(u64, i64)> = None;
     for _ in 0..OFFSET_SAMPLES {
         let t1 = realtime_ns();
@@ -321,7 +347,11 @@ fn measure_offset(ctl: &mut Ctl) -> Result<(i64, u64, u32), EngineError> {
         }
     }
     let (rtt, offset) = best.unwrap_or((0, 0));
-    Ok((offset, rtt / 2 + 1, OFFSET_SAMPLES))
+    Ok(Offset {
+        offset_ns: offset,
+        error_ns: rtt / 2 + 1,
+        samples: OFFSET_SAMPLES,
+    })
 }
 
 enum DataSock {
@@ -938,7 +968,7 @@ struct DocParts<'a> {
     src: SocketAddr,
     dst_ip: IpAddr,
     mtu: u32,
-    clock: (i64, u64, u32),
+    clock: Offset,
     outcomes: Vec<FlowSent>,
     reports: Vec<FlowReport>,
     extra: ReportExtra,
@@ -977,6 +1007,7 @@ fn build_doc(p: DocParts) -> ResultDoc {
             foreign: rep.map(|r| r.foreign).unwrap_or(0),
             loss_bursts: s.loss_bursts,
             negative_delays: s.negative_delays,
+            negative_delays_beyond_error: rep.map(|r| r.negative_beyond_error).unwrap_or(0),
         };
         total.sent_packets += o.send.packets;
         total.not_sent += o.send.not_sent;
@@ -1032,8 +1063,12 @@ fn build_doc(p: DocParts) -> ResultDoc {
                     mouth_to_ear_s: m2e,
                 }
             }),
-            completion_s: (f.spec.transfer_bytes.is_some() && s.unique > 0 && o.first_tx > 0)
-                .then(|| (s.last_arrival_ns as i64 - p.clock.0 - o.first_tx as i64) as f64 / 1e9),
+            completion_s: (f.spec.transfer_bytes.is_some() && s.unique > 0 && o.first_tx > 0).then(
+                || {
+                    (s.last_arrival_ns as i64 - p.clock.applied_ns() - o.first_tx as i64) as f64
+                        / 1e9
+                },
+            ),
             intervals: s.intervals,
         });
     }
@@ -1064,10 +1099,11 @@ fn build_doc(p: DocParts) -> ResultDoc {
         command: p.plan.command.clone(),
         host: sys::host_info(),
         clock: ClockInfo {
-            offset_s: p.clock.0 as f64 / 1e9,
-            error_s: p.clock.1 as f64 / 1e9,
+            offset_s: p.clock.offset_ns as f64 / 1e9,
+            error_s: p.clock.error_ns as f64 / 1e9,
+            applied: p.clock.applied(),
             method: "NTP-style 4-timestamp exchange over the control connection, smallest round trip of the samples".into(),
-            samples: p.clock.2,
+            samples: p.clock.samples,
         },
         flows,
         total,
@@ -1105,6 +1141,19 @@ mod tests {
             mtu: 1500,
             interval_ns: None,
         }
+    }
+
+    #[test]
+    fn offset_within_its_error_is_not_applied() {
+        let o = |offset_ns, error_ns| Offset {
+            offset_ns,
+            error_ns,
+            samples: 1,
+        };
+        assert_eq!(o(3_000, 5_000).applied_ns(), 0);
+        assert_eq!(o(-5_000, 5_000).applied_ns(), 0);
+        assert_eq!(o(-5_001, 5_000).applied_ns(), -5_001);
+        assert_eq!(o(2_000_000, 50_000).applied_ns(), 2_000_000);
     }
 
     #[test]

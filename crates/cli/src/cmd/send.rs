@@ -396,8 +396,8 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
             &mut s,
             "Negative delays",
             format!(
-                "{} (clock offset error larger than the delay)",
-                f.received.negative_delays
+                "{} ({} beyond the offset's error bound: synchronise the clocks)",
+                f.received.negative_delays, f.received.negative_delays_beyond_error
             ),
         );
     }
@@ -476,12 +476,17 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
 fn human(doc: &ResultDoc, intervals: bool) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "wirebench {} ({} meter), started {}; clock offset {} +/- {}\n",
+        "wirebench {} ({} meter), started {}; clock offset {} +/- {}{}\n",
         doc.tool.version,
         doc.meter,
         doc.started_at,
         secs(doc.clock.offset_s),
-        secs(doc.clock.error_s)
+        secs(doc.clock.error_s),
+        if doc.clock.applied {
+            " (applied)"
+        } else {
+            " (within its error: not applied)"
+        }
     ));
     if doc.partial {
         s.push_str(&format!(
