@@ -55,9 +55,16 @@ pub fn sleep_until(deadline: u64) {
 /// Waits until `deadline` on the monotonic clock: sleeps until [`SPIN_NS`]
 /// before it, then spins. Returns the monotonic time at return.
 pub fn wait_until(deadline: u64) -> u64 {
+    wait_until_spin(deadline, SPIN_NS)
+}
+
+/// [`wait_until`] with a chosen spin window (0: sleep only). Spinning only
+/// pays while the pacer threads have a core each; beyond that they would
+/// take turns burning each other's CPU.
+pub fn wait_until_spin(deadline: u64, spin_ns: u64) -> u64 {
     let mut t = mono_ns();
-    if t + SPIN_NS < deadline {
-        sleep_until(deadline - SPIN_NS);
+    if t + spin_ns < deadline {
+        sleep_until(deadline - spin_ns);
         t = mono_ns();
     }
     while t < deadline {

@@ -130,6 +130,16 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let abort = Arc::new(AtomicBool::new(false));
     let watcher = Watcher::start(ctl, abort.clone())?;
 
+    // Spin before deadlines only while every paced flow can have a core.
+    let paced = plan.flows.iter().filter(|f| !f.spec.is_max()).count();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let spin_ns = if paced < cores {
+        crate::clock::SPIN_NS
+    } else {
+        0
+    };
     let mut handles = Vec::new();
     for (i, (f, sock)) in plan.flows.iter().cloned().zip(socks).enumerate() {
         let cfg = FlowConfig {
@@ -150,6 +160,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             cfg,
             abort: abort.clone(),
             cancel: plan.cancel,
+            spin_ns,
         };
         match std::thread::Builder::new()
             .name(format!("wb-tx-{}", i + 1))
@@ -465,6 +476,8 @@ struct FlowJob {
     cfg: FlowConfig,
     abort: Arc<AtomicBool>,
     cancel: Option<&'static AtomicBool>,
+    /// Spin window of the pacer (0 when the paced flows outnumber the cores).
+    spin_ns: u64,
 }
 
 impl FlowJob {
@@ -522,6 +535,8 @@ struct Schedule {
     bytes_left: Option<u64>,
     max: bool,
     max_len: u32,
+    /// Packets drawn so far.
+    drawn: u64,
 }
 
 impl Schedule {
@@ -546,6 +561,7 @@ impl Schedule {
             bytes_left,
             max: plan.spec.is_max(),
             max_len: plan.spec.max_payload().max(MIN_PAYLOAD),
+            drawn: 0,
         })
     }
 
@@ -558,11 +574,17 @@ impl Schedule {
         let d = self.gen.next();
         let at = if self.max { now } else { self.next_at };
         if let Some(end) = self.end_at {
-            if at >= end {
+            // Gaps are whole nanoseconds, so the schedule may run up to
+            // 0.5 ns per packet early (3000 pps: 333 333 ns instead of
+            // 333 333.3); without this margin a flow of rate R would send
+            // R × T + 1 packets in T.
+            let margin = if self.max { 0 } else { self.drawn / 2 };
+            if at.saturating_add(margin) >= end {
                 return None;
             }
         }
         self.next_at = self.next_at.saturating_add(d.gap_ns);
+        self.drawn += 1;
         let mut size = d.size.clamp(MIN_PAYLOAD, self.max_len);
         if let Some(b) = self.bytes_left.as_mut() {
             size = clip_to_budget(size, *b, MIN_PAYLOAD);
@@ -645,7 +667,7 @@ fn wait_or_halt(job: &FlowJob, at: u64) -> Result<u64, Halt> {
         }
         let now = mono_ns();
         if at <= now + 2 * SLICE {
-            return Ok(wait_until(at));
+            return Ok(crate::clock::wait_until_spin(at, job.spin_ns));
         }
         crate::clock::sleep_until(now + SLICE);
     }
@@ -1168,6 +1190,11 @@ mod tests {
         );
         let mut s = Schedule::new(&flow(1000.0, 100, Stop::DurationMs(10)), t0).unwrap();
         assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 10);
+        // Gap rounded down (333 333 ns): still R × T packets.
+        let mut s = Schedule::new(&flow(3000.0, 100, Stop::DurationMs(3000)), t0).unwrap();
+        assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 9000);
+        let mut s = Schedule::new(&flow(7.0, 100, Stop::DurationMs(60_000)), t0).unwrap();
+        assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 420);
         let mut s = Schedule::new(&flow(1000.0, 300, Stop::KBytes(3)), t0).unwrap();
         let sizes: Vec<u32> = std::iter::from_fn(|| s.next(0).map(|x| x.1)).collect();
         assert_eq!(sizes.iter().map(|&x| x as u64).sum::<u64>(), 3 * 1024);
