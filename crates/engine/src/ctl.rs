@@ -12,7 +12,15 @@ use wirebench_wire::ControlMsg;
 pub struct Ctl {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// Bytes of `buf` already searched for a newline.
+    scanned: usize,
+    limit: usize,
 }
+
+/// Line limit the sender accepts for the receiver's `Report`: a long run
+/// with a fine `--interval` carries a long series (60 000 intervals are
+/// about 7 MB of JSON), and the sender chose this receiver.
+pub const REPORT_LINE_LIMIT: usize = 512 << 20;
 
 /// What a read with a deadline produced.
 pub enum Recv {
@@ -29,7 +37,14 @@ impl Ctl {
         Ctl {
             stream,
             buf: Vec::with_capacity(4096),
+            scanned: 0,
+            limit: MAX_CONTROL_LINE,
         }
+    }
+
+    /// Accept lines up to `limit` bytes (default: the wire's 4 MiB).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
     }
 
     pub fn stream(&self) -> &TcpStream {
@@ -53,19 +68,31 @@ impl Ctl {
     pub fn recv(&mut self, timeout: Duration) -> Result<Recv, EngineError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+            let found = self.buf[self.scanned..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|p| p + self.scanned);
+            self.scanned = self.buf.len();
+            if let Some(pos) = found {
                 let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                self.scanned = 0;
                 let text = String::from_utf8_lossy(&line);
                 if text.trim().is_empty() {
                     continue;
                 }
-                return ControlMsg::from_line(&text)
+                let parsed = if text.len() <= MAX_CONTROL_LINE {
+                    ControlMsg::from_line(&text).map_err(|e| e.to_string())
+                } else {
+                    serde_json::from_str(text.trim_end()).map_err(|e| e.to_string())
+                };
+                return parsed
                     .map(Recv::Msg)
-                    .map_err(|e| EngineError::Protocol(e.to_string()));
+                    .map_err(|e| EngineError::Protocol(format!("malformed control message: {e}")));
             }
-            if self.buf.len() > MAX_CONTROL_LINE {
+            if self.buf.len() > self.limit {
                 return Err(EngineError::Protocol(format!(
-                    "control line longer than {MAX_CONTROL_LINE} bytes"
+                    "control line longer than {} bytes",
+                    self.limit
                 )));
             }
             let now = Instant::now();
@@ -75,7 +102,7 @@ impl Ctl {
             let _ = self
                 .stream
                 .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
-            let mut chunk = [0u8; 4096];
+            let mut chunk = [0u8; 16384];
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Ok(Recv::Closed),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
@@ -110,5 +137,72 @@ impl Ctl {
                 "peer closed the control connection while waiting for {what}"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn pair() -> (Ctl, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (Ctl::new(a), b)
+    }
+
+    #[test]
+    fn long_report_needs_the_raised_limit() {
+        let big = ControlMsg::Report {
+            flows: vec![serde_json::json!({ "x": "y".repeat(6 << 20) })],
+            extra: serde_json::Value::Null,
+        }
+        .to_line();
+        for raised in [false, true] {
+            let (mut ctl, mut peer) = pair();
+            if raised {
+                ctl.set_limit(REPORT_LINE_LIMIT);
+            }
+            let line = big.clone();
+            let w = std::thread::spawn(move || {
+                let _ = peer.write_all(line.as_bytes());
+            });
+            let r = ctl.recv(Duration::from_secs(20));
+            // Close our end first: the writer may still be blocked on a
+            // line we refused to read to the end.
+            drop(ctl);
+            w.join().unwrap();
+            match (raised, r) {
+                (true, Ok(Recv::Msg(ControlMsg::Report { flows, .. }))) => {
+                    assert_eq!(flows.len(), 1)
+                }
+                (false, Err(EngineError::Protocol(m))) => assert!(m.contains("longer")),
+                (_, other) => panic!("raised={raised}: {:?}", other.is_ok()),
+            }
+        }
+    }
+
+    #[test]
+    fn lines_split_across_reads_and_garbage() {
+        let (mut ctl, mut peer) = pair();
+        let l = ControlMsg::Start.to_line();
+        peer.write_all(&l.as_bytes()[..5]).unwrap();
+        assert!(matches!(
+            ctl.recv(Duration::from_millis(50)).unwrap(),
+            Recv::Timeout
+        ));
+        peer.write_all(&l.as_bytes()[5..]).unwrap();
+        peer.write_all(b"\n{not json}\n").unwrap();
+        assert!(matches!(
+            ctl.recv(Duration::from_secs(1)).unwrap(),
+            Recv::Msg(ControlMsg::Start)
+        ));
+        assert!(ctl.recv(Duration::from_secs(1)).is_err());
+        drop(peer);
+        assert!(matches!(
+            ctl.recv(Duration::from_secs(1)).unwrap(),
+            Recv::Closed
+        ));
     }
 }

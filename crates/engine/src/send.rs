@@ -262,6 +262,7 @@ fn collect_report(
     sent: Vec<u64>,
 ) -> Result<(Vec<FlowReport>, ReportExtra), EngineError> {
     ctl.send(&ControlMsg::Stop { linger_ms, sent })?;
+    ctl.set_limit(crate::ctl::REPORT_LINE_LIMIT);
     let deadline = std::time::Instant::now() + Duration::from_millis(linger_ms) + REPORT_SLACK;
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
