@@ -118,6 +118,22 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         .read_line(&mut line)
         .unwrap();
     assert!(line.contains("ready"), "{line}");
+    // A sender of another protocol version is told why it is refused.
+    let mut c3 = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let hello99 = wirebench_wire::ControlMsg::Hello {
+        version: 99,
+        session: 7,
+        meter: MeterMode::Owd,
+        flows: vec![],
+    };
+    c3.write_all(hello99.to_line().as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(c3).read_line(&mut line).unwrap();
+    assert!(
+        line.contains("error") && line.contains("version 99"),
+        "{line}"
+    );
+
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(stats.foreign_control.load(Ordering::Relaxed), 1);
     assert_eq!(stats.sessions_failed.load(Ordering::Relaxed), 1);
