@@ -414,7 +414,11 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
     );
     line(
         &mut s,
-        "Frames per datagram",
+        if f.transport == "tcp" {
+            "Frames per record"
+        } else {
+            "Frames per datagram"
+        },
         format!(
             "{:.2} ({} fragmented)",
             f.frames.per_datagram, f.frames.fragmented
