@@ -126,9 +126,8 @@ impl RecvBatch {
         Ok(n as usize)
     }
 
-    /// Datagram `i` of the last batch. A datagram larger than the slot is
-    /// returned with its full length claimed nowhere: the caller sees the
-    /// truncated bytes and `truncated(i)`.
+    /// Datagram `i` of the last batch. A datagram larger than the slot comes
+    /// back cut to the slot, with `truncated(i)` set.
     pub fn data(&mut self, i: usize) -> &mut [u8] {
         let len = (self.hdrs[i].msg_len as usize).min(self.slot);
         &mut self.bufs[i * self.slot..i * self.slot + len]
@@ -208,7 +207,8 @@ pub struct SendBatch {
 }
 
 impl SendBatch {
-    /// `fill` is written into every slot once (payload filler).
+    /// `BATCH` slots of `slot` bytes, pre-filled with a pseudo-random
+    /// payload once.
     pub fn new(slot: usize) -> Box<Self> {
         let mut b = Box::new(SendBatch {
             slot,
