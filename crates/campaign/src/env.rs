@@ -3,36 +3,17 @@
 //! later without guessing the machine.
 
 use crate::summary::Environment;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// RFC 3339 UTC time with milliseconds, e.g. `2026-11-21T19:52:30.123Z`.
 pub fn now_rfc3339() -> String {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    format_rfc3339(d.as_secs() as i64, d.subsec_millis())
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
 }
 
-/// Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-pub fn format_rfc3339(secs: i64, millis: u32) -> String {
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3600,
-        (sod / 60) % 60,
-        sod % 60
-    )
+/// RFC 3339 UTC with milliseconds for a time since the epoch.
+pub fn format_rfc3339(secs: u64, millis: u32) -> String {
+    let t = UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis.into());
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 fn read_trim(path: &str) -> String {

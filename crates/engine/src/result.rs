@@ -192,29 +192,10 @@ pub struct ReportExtra {
     pub cpu_s: CpuTime,
 }
 
-/// Formats nanoseconds since the epoch as RFC 3339 UTC.
+/// Formats nanoseconds since the epoch as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(ns: u64) -> String {
-    let secs = ns / 1_000_000_000;
-    let ms = (ns / 1_000_000) % 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil-from-days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 impl ResultDoc {

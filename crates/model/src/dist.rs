@@ -489,31 +489,8 @@ fn mean_reciprocal_poisson(lambda: f64) -> f64 {
     s / (1.0 - p0)
 }
 
-/// ln Γ(x) for x > 0 (Lanczos, g = 7, 9 terms; ~1e-13 relative).
-pub(crate) fn ln_gamma(x: f64) -> f64 {
-    const C: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    if x < 0.5 {
-        let pi = std::f64::consts::PI;
-        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
-    }
-    let x = x - 1.0;
-    let mut a = C[0];
-    let t = x + 7.5;
-    for (i, c) in C.iter().enumerate().skip(1) {
-        a += c / (x + i as f64);
-    }
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
-}
+/// ln Γ(x): libm's lgamma (musl's implementation, ~1 ulp).
+pub(crate) use libm::lgamma as ln_gamma;
 
 /// A law ready to draw from: no allocation per draw.
 #[derive(Debug, Clone)]

@@ -4,33 +4,12 @@
 //! For ν ≤ 1000 the two-sided tail P(|T| > t) = I_{ν/(ν+t²)}(ν/2, 1/2)
 //! (Abramowitz & Stegun 26.7.1 with 26.5.27) is inverted by bisection; the
 //! regularised incomplete beta comes from its continued fraction (DLMF
-//! 8.17.22) evaluated with Lentz's method, and ln Γ from the Lanczos
-//! approximation (g = 7, 9 terms). Above ν = 1000 the Cornish–Fisher
+//! 8.17.22) evaluated with Lentz's method, and ln Γ from libm's lgamma.
+//! Above ν = 1000 the Cornish–Fisher
 //! expansion around the normal quantile (A&S 26.7.5) is exact to ~1e-12 and
 //! avoids the slow continued fraction for large parameters.
 
-/// ln Γ(x) for x ≥ 0.5 (all this module needs).
-fn ln_gamma(x: f64) -> f64 {
-    const G: f64 = 7.0;
-    const C: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    let x = x - 1.0;
-    let mut a = C[0];
-    for (i, c) in C.iter().enumerate().skip(1) {
-        a += c / (x + i as f64);
-    }
-    let t = x + G + 0.5;
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
-}
+use libm::lgamma as ln_gamma;
 
 /// Continued fraction of the incomplete beta function (modified Lentz).
 fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
