@@ -161,6 +161,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             abort: abort.clone(),
             cancel: plan.cancel,
             spin_ns,
+            paced,
         };
         match std::thread::Builder::new()
             .name(format!("wb-tx-{}", i + 1))
@@ -479,6 +480,8 @@ struct FlowJob {
     cancel: Option<&'static AtomicBool>,
     /// Spin window of the pacer (0 when the paced flows outnumber the cores).
     spin_ns: u64,
+    /// Paced (not max-rate) flows in the session.
+    paced: usize,
 }
 
 impl FlowJob {
@@ -600,7 +603,9 @@ impl Schedule {
 
 fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
     tighten_timer_slack();
-    if !job.plan.spec.is_max() {
+    // A max-rate flow stays at normal priority beside paced flows, whose
+    // pacers must not wait for it; alone, it competes on equal terms.
+    if !job.plan.spec.is_max() || job.paced == 0 {
         raise_priority();
     }
     let mut sched = match Schedule::new(&job.plan, job.t0) {
