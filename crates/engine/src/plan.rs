@@ -57,7 +57,17 @@ pub struct SessionPlan {
     /// session still collects the receiver's report and the document is
     /// marked partial.
     pub cancel: Option<&'static AtomicBool>,
+    /// Playout (jitter) buffer depth VoIP flows are judged against, in ms:
+    /// packets later than the fastest one plus this count as lost in the
+    /// E-model.
+    pub jitter_buffer_ms: u32,
 }
+
+/// A common fixed playout delay for 20 ms voice packets.
+pub const DEFAULT_JITTER_BUFFER_MS: u32 = 60;
+/// Deepest playout buffer accepted (ITU-T G.114 calls > 400 ms one-way
+/// unacceptable for most uses; 10 s is far past any real buffer).
+pub const MAX_JITTER_BUFFER_MS: u32 = 10_000;
 
 /// Longest linger accepted: the receiver holds sockets that long.
 pub const MAX_LINGER_MS: u64 = 60_000;
@@ -76,6 +86,7 @@ impl SessionPlan {
             interval_ms: None,
             command: None,
             cancel: None,
+            jitter_buffer_ms: DEFAULT_JITTER_BUFFER_MS,
         }
     }
 
@@ -94,6 +105,12 @@ impl SessionPlan {
             return Err(EngineError::BadPlan(format!(
                 "--linger: at most {MAX_LINGER_MS} ms, got {}",
                 self.linger_ms
+            )));
+        }
+        if self.jitter_buffer_ms > MAX_JITTER_BUFFER_MS {
+            return Err(EngineError::BadPlan(format!(
+                "--jitter-buffer: at most {MAX_JITTER_BUFFER_MS} ms, got {}",
+                self.jitter_buffer_ms
             )));
         }
         if self.interval_ms == Some(0) {

@@ -403,9 +403,13 @@ fn session(
                         );
                     };
                     cpu = cpu.plus(out.cpu);
+                    let mut summary = out.acc.summary(sent.get(i).copied());
+                    if let Some(ms) = setups.get(i).and_then(|s| s.playout_buffer_ms) {
+                        summary.late_share = Some(out.acc.late_share(u64::from(ms) * 1_000_000));
+                    }
                     let r = FlowReport {
                         flow_id: f.flow_id,
-                        summary: out.acc.summary(sent.get(i).copied()),
+                        summary,
                         foreign: f.shared.foreign.load(Ordering::Relaxed),
                         negative_beyond_error: f
                             .shared

@@ -132,9 +132,14 @@ pub struct FlowResult {
 pub struct Voip {
     pub r_factor: f64,
     pub mos: f64,
-    /// Mouth-to-ear delay fed to the E-model: mean network delay plus the
-    /// codec's coding delay.
+    /// Mouth-to-ear delay fed to the E-model: coding delay + the fastest
+    /// packet's network delay + the playout buffer.
     pub mouth_to_ear_s: f64,
+    /// Depth of the fixed playout (jitter) buffer assumed.
+    pub jitter_buffer_s: f64,
+    /// Share of received packets later than the buffer: lost to the
+    /// listener, added to the network loss in the E-model.
+    pub late_share: f64,
 }
 
 /// All flows together, for the summary line.

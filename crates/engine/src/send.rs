@@ -29,6 +29,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use wirebench_model::voip::JitterBuffer;
 use wirebench_model::MIN_PAYLOAD;
 use wirebench_stats::{
     FlowConfig, IpVersion, RecvAccumulator, RecvSummary, SendAccumulator, SendSummary, L4,
@@ -89,6 +90,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             interval_ms: plan.interval_ms,
             max_len: f.spec.max_payload(),
             mtu,
+            playout_buffer_ms: f.spec.voip_codec().map(|_| plan.jitter_buffer_ms),
         })
         .collect();
     ctl.send(&ControlMsg::Hello {
@@ -1092,12 +1094,20 @@ fn build_doc(p: DocParts) -> ResultDoc {
             rtt_received: o.rtt.as_ref().map(|r| r.unique),
             tcp: o.tcp,
             voip: f.spec.voip_codec().map(|c| {
-                let m2e = s.delay_s.mean + c.coding_delay_s();
-                let q = wirebench_model::voip::emodel(&c, m2e, s.loss_ratio);
+                // A fixed playout buffer anchored at the fastest packet: the
+                // mouth-to-ear delay is coding + fastest network delay +
+                // buffer, and packets later than the buffer are lost to the
+                // listener (the receiver measured their share).
+                let jb = JitterBuffer::new(f64::from(p.plan.jitter_buffer_ms) / 1e3);
+                let base = s.delay_s.min.max(0.0);
+                let late = s.late_share.unwrap_or(0.0);
+                let q = jb.quality(&c, base, s.loss_ratio, late);
                 Voip {
                     r_factor: q.r_factor,
                     mos: q.mos,
-                    mouth_to_ear_s: m2e,
+                    mouth_to_ear_s: c.coding_delay_s() + base + jb.depth_s,
+                    jitter_buffer_s: jb.depth_s,
+                    late_share: late,
                 }
             }),
             completion_s: (f.spec.transfer_bytes.is_some() && s.unique > 0 && o.first_tx > 0).then(

@@ -110,6 +110,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
             interval_ms: None,
             max_len: 100,
             mtu: 1500,
+            playout_buffer_ms: None,
         }],
     };
     c2.write_all(hello.to_line().as_bytes()).unwrap();

@@ -148,6 +148,11 @@ pub struct RecvSummary {
     /// Packets whose delay was below zero (clock offset larger than the delay).
     pub negative_delays: u64,
     pub jitter_s: Jitter,
+    /// Share of the received packets a fixed playout (jitter) buffer would
+    /// have played too late; filled by the measuring end when the sender
+    /// asks for it (VoIP flows), see [`RecvAccumulator::late_share`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_share: Option<f64>,
     pub intervals: Vec<Interval>,
 }
 
@@ -542,8 +547,25 @@ impl RecvAccumulator {
             delay_s,
             negative_delays: self.negative,
             jitter_s,
+            late_share: None,
             intervals,
         }
+    }
+
+    /// Share of the unique received packets whose delay exceeds the minimum
+    /// delay by more than `depth_ns`: the packets a fixed playout buffer of
+    /// that depth, anchored at the fastest packet, plays too late (a VoIP
+    /// receiver drops them like lost ones). Offset-free, since the minimum
+    /// moves with the clock offset exactly as every delay does. Resolution is
+    /// the histogram's (3 significant digits). 0 when nothing was received.
+    pub fn late_share(&self, depth_ns: u64) -> f64 {
+        let n = self.hist.len();
+        if n == 0 {
+            return 0.0;
+        }
+        let depth = i64::try_from(depth_ns).unwrap_or(i64::MAX);
+        let threshold = self.delay_min.saturating_add(depth);
+        self.hist.count_above(threshold) as f64 / n as f64
     }
 }
 
@@ -729,6 +751,28 @@ mod tests {
         // p90 = rank ceil(4.5) = 5 = 15 ms (clamped to the exact max).
         assert!(close(s.delay_s.p90, 15e-3, 0.0));
         assert_eq!((s.lost, s.duplicates, s.reordered), (0, 0, 0));
+    }
+
+    #[test]
+    fn late_share_counts_packets_beyond_min_plus_depth() {
+        // Delays 10, 12, 30, 75, 80 ms: min 10 ms. A 60 ms buffer plays
+        // everything up to 70 ms, so 75 and 80 are late: 2/5. A 0 buffer:
+        // all but the fastest, 4/5. A 100 ms buffer: none.
+        let mut a = RecvAccumulator::new(udp4(None));
+        for (i, d) in [10, 12, 30, 75, 80].iter().enumerate() {
+            a.record(i as u32, d * MS, i as u64 * 20 * MS as u64, 100);
+        }
+        assert!((a.late_share(60 * MS as u64) - 0.4).abs() < 1e-12);
+        assert!((a.late_share(0) - 0.8).abs() < 1e-12);
+        assert_eq!(a.late_share(100 * MS as u64), 0.0);
+        // A clock offset moves every delay and the minimum alike.
+        let mut b = RecvAccumulator::new(udp4(None));
+        for (i, d) in [10, 12, 30, 75, 80].iter().enumerate() {
+            b.record(i as u32, d * MS - 500 * MS, i as u64 * 20 * MS as u64, 100);
+        }
+        assert!((b.late_share(60 * MS as u64) - 0.4).abs() < 1e-12);
+        assert_eq!(RecvAccumulator::new(udp4(None)).late_share(0), 0.0);
+        assert_eq!(a.summary(None).late_share, None);
     }
 
     #[test]

@@ -72,6 +72,24 @@ impl SignedHist {
         self.pos.len() + self.neg.len()
     }
 
+    /// Values recorded above `v`, at the histogram's resolution (a value in
+    /// the same bucket as `v` counts as not above).
+    pub(crate) fn count_above(&self, v: i64) -> u64 {
+        if v >= 0 {
+            let at_or_below = self.pos.count_between(0, v as u64);
+            self.pos.len().saturating_sub(at_or_below)
+        } else {
+            // Every non-negative value, and negatives of magnitude < |v|.
+            let mag = v.unsigned_abs();
+            let closer = if mag > 1 {
+                self.neg.count_between(0, mag - 1)
+            } else {
+                0
+            };
+            self.pos.len() + closer
+        }
+    }
+
     /// Nearest-rank quantile q ∈ [0, 1]: the value of rank ceil(q·N)
     /// (at least 1). None when empty.
     pub(crate) fn quantile(&self, q: f64) -> Option<i64> {
@@ -96,6 +114,20 @@ impl SignedHist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn count_above_is_signed() {
+        let mut h = SignedHist::new();
+        for v in -3..=6 {
+            h.record(v);
+        }
+        // values -3..=6; above 2: 3 4 5 6
+        assert_eq!(h.count_above(2), 4);
+        assert_eq!(h.count_above(-1), 7); // 0..=6
+        assert_eq!(h.count_above(-3), 9); // all but -3
+        assert_eq!(h.count_above(-10), 10);
+        assert_eq!(h.count_above(6), 0);
+    }
 
     #[test]
     fn signed_quantiles() {

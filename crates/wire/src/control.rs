@@ -46,6 +46,11 @@ pub struct FlowSetup {
     /// frames and fragments alike.
     #[serde(default)]
     pub mtu: u32,
+    /// Depth of the playout (jitter) buffer to judge this flow against, in
+    /// ms (VoIP flows): the receiver reports the share of packets that would
+    /// arrive too late for it.
+    #[serde(default)]
+    pub playout_buffer_ms: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,6 +151,7 @@ mod tests {
                     interval_ms: Some(1000),
                     max_len: 1400,
                     mtu: 1500,
+                    playout_buffer_ms: Some(60),
                 }],
             },
             ControlMsg::Ready { ports: vec![40000] },

@@ -100,6 +100,11 @@ pub struct Args {
     /// stragglers before counting the missing packets as lost.
     #[arg(long = "linger", value_name = "MS", default_value_t = 2000)]
     pub linger_ms: u64,
+    /// VoIP flows: depth of the fixed playout (jitter) buffer the E-model
+    /// judges them against, in ms. Packets later than the fastest packet plus
+    /// this count as lost; the mouth-to-ear delay includes it.
+    #[arg(long = "jitter-buffer", value_name = "MS", default_value_t = wirebench_engine::plan::DEFAULT_JITTER_BUFFER_MS)]
+    pub jitter_buffer_ms: u32,
 }
 
 fn transport_of(a: Option<TransportArg>) -> Option<Transport> {
@@ -212,6 +217,7 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     };
     plan.meter = meter;
     plan.linger_ms = args.linger_ms;
+    plan.jitter_buffer_ms = args.jitter_buffer_ms;
     plan.interval_ms = args.interval_ms;
     plan.command = Some(std::env::args().collect::<Vec<_>>().join(" "));
     plan.validate().map_err(bad_input)?;
@@ -454,7 +460,14 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
         line(
             &mut s,
             "VoIP (E-model)",
-            format!("R = {:.1}, MOS = {:.2}", v.r_factor, v.mos),
+            format!(
+                "R = {:.1}, MOS = {:.2} (jitter buffer {}, {:.2} % late, mouth-to-ear {})",
+                v.r_factor,
+                v.mos,
+                secs(v.jitter_buffer_s),
+                v.late_share * 100.0,
+                secs(v.mouth_to_ear_s)
+            ),
         );
     }
     if let Some(c) = f.completion_s {

@@ -1,7 +1,8 @@
-//! Issue #4's script acceptance, end to end on loopback: a three-line D-ITG
+//! Traffic models end to end on loopback (issue #4): a three-line D-ITG
 //! script (a constant UDP flow, a VoIP call, a delayed flow) yields three
 //! flows with the expected packet counts; a malformed script is refused with
-//! its line named before anything is sent.
+//! its line named before anything is sent; VoIP quality uses the playout
+//! (jitter) buffer the user asks for.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -112,6 +113,9 @@ fn three_line_ditg_script_yields_three_flows() {
         .as_f64()
         .expect("voip.mos on the VoIP flow");
     assert!((4.0..=4.5).contains(&mos), "loopback G.711 MOS {mos}");
+    // Default 60 ms buffer: nothing on loopback is that late.
+    assert_eq!(flows[1]["voip"]["jitter_buffer_s"].as_f64(), Some(0.06));
+    assert_eq!(flows[1]["voip"]["late_share"].as_f64(), Some(0.0));
     // The third flow starts 1.5 s late and runs 0.5 s: the session cannot
     // finish in under 2 s unless -d was ignored (without it: ~1.3 s).
     assert!(
@@ -148,4 +152,53 @@ fn malformed_script_names_the_line_and_sends_nothing() {
         !log.iter().any(|l| l.contains("flow(s)")),
         "a session was opened: {log:?}"
     );
+}
+
+#[test]
+fn voip_quality_counts_packets_later_than_the_jitter_buffer() {
+    let port = 15692;
+    let _r = Recv::start(port);
+    let run = |buffer_ms: &str| -> serde_json::Value {
+        let out = Command::new(BIN)
+            .args(["send", "-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(["--app", "voip", "--codec", "G.711.1", "-t", "1000"])
+            .args([
+                "--linger",
+                "300",
+                "--jitter-buffer",
+                buffer_ms,
+                "--json",
+                "-",
+            ])
+            .output()
+            .expect("run wirebench send");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        doc["flows"][0]["voip"].clone()
+    };
+    let deep = run("60");
+    // A 0 ms buffer plays every packet at the fastest packet's delay: all
+    // but the fastest few (loopback delays vary by microseconds) are late,
+    // and the E-model counts them as lost.
+    let none = run("0");
+    let late = none["late_share"].as_f64().expect("late_share");
+    assert!(late > 0.5, "0 ms buffer: only {late} late");
+    let (mos_deep, mos_none) = (deep["mos"].as_f64().unwrap(), none["mos"].as_f64().unwrap());
+    assert!(
+        mos_none < mos_deep - 1.0,
+        "late packets must cost quality: MOS {mos_none} vs {mos_deep}"
+    );
+    // An absurd buffer is bad input.
+    let out = Command::new(BIN)
+        .args(["send", "-a", "127.0.0.1", "-p", &port.to_string()])
+        .args(["--app", "voip", "--jitter-buffer", "20000"])
+        .output()
+        .expect("run wirebench send");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--jitter-buffer"));
 }
