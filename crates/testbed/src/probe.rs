@@ -209,10 +209,20 @@ impl ProbePair {
             }
             if let Ok(Some(e)) = self.tx.take_error() {
                 if e.raw_os_error() == Some(libc::EMSGSIZE) {
-                    // The router's ICMP arrived; the next send gets EMSGSIZE
-                    // from the updated path MTU, which is what we report.
-                    continue;
+                    // The router's "too big" arrived: the path refuses this size.
+                    return Ok(DfOutcome::Refused);
                 }
+            }
+        }
+        // A "too big" that arrived after the last wait (the router's first
+        // neighbour solicitation toward us can be lost, and the ICMP then
+        // waits for the 1 s retransmit) has still lowered the path MTU: a
+        // last send is refused locally if so, and nothing leaves.
+        let seq = ((size as u64) << 16) | 0xffff;
+        self.fill(size, seq);
+        if let Err(e) = self.tx.send(&self.buf[..size]) {
+            if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                return Ok(DfOutcome::Refused);
             }
         }
         Ok(DfOutcome::Lost)

@@ -454,6 +454,16 @@ impl Testbed {
                 sys::write_sysctl("net/ipv4/ip_forward", fwd)?;
                 // Let path MTU discovery follow links below 552 B too.
                 let _ = sys::write_sysctl("net/ipv4/route/min_pmtu", "68");
+                // No ICMP rate limits inside the test-bed: a "fragmentation
+                // needed" / "packet too big" dropped by the per-destination
+                // limit (1/s for ICMPv6) or the randomised global credit
+                // made path-MTU checks flaky (a jumbo probe read as lost
+                // instead of refused). Best effort: older kernels may lack
+                // one of these, and then keep their defaults.
+                let _ = sys::write_sysctl("net/ipv4/icmp_ratelimit", "0");
+                let _ = sys::write_sysctl("net/ipv6/icmp/ratelimit", "0");
+                let _ = sys::write_sysctl("net/ipv4/icmp_msgs_per_sec", "1000000");
+                let _ = sys::write_sysctl("net/ipv4/icmp_msgs_burst", "1000000");
                 if switch {
                     // A switch only bridges: no addresses, no IPv6 chatter.
                     sys::write_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
@@ -823,7 +833,7 @@ impl Testbed {
             )));
         }
         let mut p = self.pair(from, to, v6)?;
-        p.df_probe(payload, 3, Duration::from_millis(500))
+        p.df_probe(payload, 4, Duration::from_millis(500))
     }
 
     /// Round trip of a small UDP echo from `from` to `to`; None if nothing came back.
