@@ -454,12 +454,14 @@ impl Testbed {
                 sys::write_sysctl("net/ipv4/ip_forward", fwd)?;
                 // Let path MTU discovery follow links below 552 B too.
                 let _ = sys::write_sysctl("net/ipv4/route/min_pmtu", "68");
-                // No ICMP rate limits inside the test-bed: a "fragmentation
-                // needed" / "packet too big" dropped by the per-destination
-                // limit (1/s for ICMPv6) or the randomised global credit
-                // made path-MTU checks flaky (a jumbo probe read as lost
-                // instead of refused). Best effort: older kernels may lack
-                // one of these, and then keep their defaults.
+                // No ICMP rate limits inside the test-bed: a path-MTU search
+                // sends many oversize probes in quick succession, and with
+                // the kernel defaults (ICMPv6: one error per second per
+                // destination; a randomised global credit) their
+                // "fragmentation needed" / "packet too big" answers may be
+                // dropped, so a probe could read as lost instead of refused.
+                // Best effort: older kernels may lack one of these, and
+                // then keep their defaults.
                 let _ = sys::write_sysctl("net/ipv4/icmp_ratelimit", "0");
                 let _ = sys::write_sysctl("net/ipv6/icmp/ratelimit", "0");
                 let _ = sys::write_sysctl("net/ipv4/icmp_msgs_per_sec", "1000000");
