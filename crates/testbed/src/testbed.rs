@@ -811,6 +811,7 @@ impl Testbed {
     /// (IPv6) bytes of headers.
     pub fn path_mtu(&self, from: &str, to: &str, v6: bool) -> Result<u32, TestbedError> {
         let mut p = self.pair(from, to, v6)?;
+        warm_up(&mut p)?;
         let max = p.max_payload(v6)?.ok_or_else(|| {
             TestbedError::Probe(format!(
                 "{from} → {to} (IPv{}): no UDP probe got through",
@@ -821,7 +822,7 @@ impl Testbed {
     }
 
     /// Sends one UDP datagram of `payload` bytes with don't-fragment set from
-    /// `from` to `to` (up to 3 tries) and says what became of it.
+    /// `from` to `to` (up to 4 tries) and says what became of it.
     pub fn df_probe(
         &self,
         from: &str,
@@ -835,13 +836,14 @@ impl Testbed {
             )));
         }
         let mut p = self.pair(from, to, v6)?;
+        warm_up(&mut p)?;
         p.df_probe(payload, 4, Duration::from_millis(500))
     }
 
     /// Round trip of a small UDP echo from `from` to `to`; None if nothing came back.
     pub fn echo(&self, from: &str, to: &str, v6: bool) -> Result<Option<Duration>, TestbedError> {
         let mut p = self.pair(from, to, v6)?;
-        p.echo(3, Duration::from_millis(500))
+        p.echo(ECHO_TRIES, Duration::from_millis(500))
     }
 
     /// Every ordered host pair over IPv4 and IPv6: UDP echo and measured
@@ -885,6 +887,21 @@ impl Testbed {
         Ok(out)
     }
 }
+
+/// One small echo before any oversize probe: it resolves every neighbour
+/// on the path in both directions, so a router's "too big" answer does not
+/// wait behind a neighbour solicitation (a lost first one costs the 1 s
+/// retransmit, and the answer then arrived after the probe's last try).
+/// Whether the echo came back does not matter here; the probe tells.
+fn warm_up(p: &mut crate::probe::ProbePair) -> Result<(), TestbedError> {
+    p.echo(ECHO_TRIES, Duration::from_millis(500)).map(|_| ())
+}
+
+/// Tries of a 500 ms echo. On a fresh path each direction may lose its first
+/// neighbour solicitation and wait for the 1 s retransmit, so 2.5 s covers
+/// two; a healthy path answers the first try (3 tries read as unreachable
+/// now and then right after `up`).
+const ECHO_TRIES: u32 = 5;
 
 /// Live state of one interface.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
