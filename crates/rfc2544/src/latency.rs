@@ -1,0 +1,79 @@
+//! Latency at the found throughput (RFC 2544 §26.2), from every packet's
+//! one-way delay as the receiver measured it, not from a few tagged frames.
+//! Read from a `wirebench.result/1` document (first flow: RFC trials send
+//! one flow), so it works on stored runs too.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Delay statistics of one trial, seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Packets the figures cover.
+    pub packets: u64,
+    pub min_s: f64,
+    pub mean_s: f64,
+    pub max_s: f64,
+    pub stddev_s: f64,
+    pub p50_s: f64,
+    pub p90_s: f64,
+    pub p99_s: f64,
+    pub p999_s: f64,
+    /// The figure RFC 2544 §26.2 reports: the average latency over the
+    /// trial. The RFC averages one tagged frame per trial over 20 trials;
+    /// here it is the mean over every frame of the trial.
+    pub rfc2544_s: f64,
+    /// RFC 5481 / RFC 8219 packet delay variation: p99.9 − min.
+    pub pdv_s: f64,
+}
+
+impl Latency {
+    /// From a result document; None when it has no flow or no delays.
+    pub fn from_result(doc: &Value) -> Option<Latency> {
+        let flow = doc.get("flows")?.get(0)?;
+        let d = flow.get("delay_s")?;
+        let f = |k: &str| d.get(k).and_then(Value::as_f64);
+        let packets = flow
+            .get("received")
+            .and_then(|r| r.get("unique"))
+            .and_then(Value::as_u64)?;
+        if packets == 0 {
+            return None;
+        }
+        let mean = f("mean")?;
+        Some(Latency {
+            packets,
+            min_s: f("min")?,
+            mean_s: mean,
+            max_s: f("max")?,
+            stddev_s: f("stddev").unwrap_or(0.0),
+            p50_s: f("p50")?,
+            p90_s: f("p90").unwrap_or(f64::NAN),
+            p99_s: f("p99")?,
+            p999_s: f("p999")?,
+            rfc2544_s: mean,
+            pdv_s: f("p999")? - f("min")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_first_flow() {
+        let doc = serde_json::json!({"flows": [{
+            "received": {"unique": 1000},
+            "delay_s": {"min": 1e-5, "mean": 2e-5, "max": 9e-5, "stddev": 1e-6,
+                        "p50": 1.9e-5, "p90": 3e-5, "p99": 5e-5, "p999": 8e-5}
+        }]});
+        let l = Latency::from_result(&doc).unwrap();
+        assert_eq!(l.packets, 1000);
+        assert_eq!(l.rfc2544_s, 2e-5);
+        assert!((l.pdv_s - 7e-5).abs() < 1e-12);
+        let none = serde_json::json!({"flows": [{"received": {"unique": 0}, "delay_s": {}}]});
+        assert!(Latency::from_result(&none).is_none());
+        assert!(Latency::from_result(&serde_json::json!({})).is_none());
+    }
+}

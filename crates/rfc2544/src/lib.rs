@@ -1,0 +1,24 @@
+//! RFC 2544 / RFC 5180 benchmark searches as pure logic: which rate or burst
+//! to try next, when to stop, and what the answer is. No sockets, no clocks:
+//! a caller runs each trial (on loopback, a test-bed or real hosts) and feeds
+//! the outcome back, so the searches are unit-tested against simulated
+//! devices and the trial runner stays a thin loop.
+//!
+//! - [`frame`]: RFC 2544 frame sizes, frame size ↔ UDP payload for IPv4 and
+//!   IPv6, line rate and per-layer bit rates (on top of the Ethernet framing
+//!   model of `wirebench_stats`).
+//! - [`search`]: throughput (§26.1), frame-loss rate (§26.3) and
+//!   back-to-back (§26.4) searches.
+//! - [`latency`]: latency at the found throughput (§26.2) from every
+//!   packet's delay in a result document.
+
+pub mod frame;
+pub mod latency;
+pub mod search;
+
+pub use frame::{FrameError, FrameSpec, LayerRates, RFC2544_SIZES};
+pub use latency::Latency;
+pub use search::{
+    BackToBack, BackToBackResult, FrameLoss, FrameLossPoint, Step, Throughput, ThroughputConfig,
+    ThroughputResult, TrialOutcome,
+};
