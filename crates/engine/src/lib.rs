@@ -13,10 +13,14 @@
 pub mod clock;
 pub mod ctl;
 mod net;
+mod pacing;
 pub mod plan;
+mod records;
 pub mod recv;
 pub mod result;
+mod rtt;
 pub mod send;
+mod session;
 pub mod sys;
 
 pub use plan::{FlowPlan, SessionPlan, Stop};

@@ -16,11 +16,12 @@ use crate::clock::{mono_ns, realtime_ns, sleep_until, tighten_timer_slack};
 use crate::ctl::{Ctl, Recv};
 use crate::net::{enable_rx_timestamps, set_rcvbuf, RecvBatch, BATCH};
 use crate::plan::{MAX_FLOWS, MAX_LINGER_MS};
+use crate::records::{Fill, RecordReader};
 use crate::result::{FlowReport, ReportExtra};
 use crate::sys::{self, CpuTime};
 use crate::EngineError;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -675,8 +676,7 @@ const TCP_OUT_MAX: usize = 1 << 20;
 
 struct TcpConn {
     stream: TcpStream,
-    buf: Vec<u8>,
-    filled: usize,
+    rd: RecordReader,
     /// Reflection records (RTT_MIN_LEN bytes each) waiting to be written.
     out: Vec<u8>,
     /// Bytes of `out` already written.
@@ -765,8 +765,7 @@ fn tcp_rx(
                 set_rcvbuf(s.as_raw_fd(), 4 << 20);
                 conns.push(TcpConn {
                     stream: s,
-                    buf: vec![0u8; TCP_BUF],
-                    filled: 0,
+                    rd: RecordReader::new(TCP_BUF),
                     out: Vec::with_capacity(if reflect { 64 << 10 } else { 0 }),
                     out_head: 0,
                 });
@@ -802,55 +801,45 @@ fn read_records(
     reflect: bool,
 ) -> bool {
     loop {
-        let n = match c.stream.read(&mut c.buf[c.filled..]) {
-            Ok(0) => return false,
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return false,
+        let ts = match c.rd.fill(&mut c.stream) {
+            Fill::Data(ts) => ts,
+            Fill::Again => return true,
+            Fill::Closed => return false,
         };
-        let ts = realtime_ns();
         let offset = sh.offset_ns.load(Ordering::Relaxed);
         let floor = -sh.error_ns.load(Ordering::Relaxed);
-        c.filled += n;
-        let mut pos = 0;
-        while c.filled - pos >= PROBE_HEADER_LEN {
-            let h = match ProbeHeader::decode_prefix(&c.buf[pos..c.filled]) {
-                Ok(h) if h.session == sid && h.flow == flow_id => h,
-                _ => {
-                    // Not a record stream of this flow (or it lost framing):
-                    // the whole connection is foreign.
-                    sh.foreign.fetch_add(1, Ordering::Relaxed);
-                    return false;
+        let out = &mut c.out;
+        let framed = c.rd.drain(
+            |h| h.session == sid && h.flow == flow_id,
+            |h, rec| {
+                let len = rec.len();
+                let delay = ts as i64 - h.tx_ns as i64 - offset;
+                if delay < floor {
+                    sh.negative_beyond_error.fetch_add(1, Ordering::Relaxed);
                 }
-            };
-            let len = h.len as usize;
-            if c.filled - pos < len {
-                break;
-            }
-            let delay = ts as i64 - h.tx_ns as i64 - offset;
-            if delay < floor {
-                sh.negative_beyond_error.fetch_add(1, Ordering::Relaxed);
-            }
-            acc.record(h.seq, delay, ts, len as u32);
-            if reflect && h.is_rtt() && c.out.len() + RTT_MIN_LEN <= TCP_OUT_MAX {
-                let mut rh = h;
-                rh.flags |= FLAG_REFLECTED;
-                rh.len = RTT_MIN_LEN as u16;
-                let at = c.out.len();
-                c.out.resize(at + RTT_MIN_LEN, 0);
-                let rec = &mut c.out[at..];
-                let _ = rh.encode(rec);
-                let _ = Reflection {
-                    rx_ns: ts,
-                    tx_ns: 0,
+                acc.record(h.seq, delay, ts, len as u32);
+                if reflect && h.is_rtt() && out.len() + RTT_MIN_LEN <= TCP_OUT_MAX {
+                    let mut rh = *h;
+                    rh.flags |= FLAG_REFLECTED;
+                    rh.len = RTT_MIN_LEN as u16;
+                    let at = out.len();
+                    out.resize(at + RTT_MIN_LEN, 0);
+                    let rec = &mut out[at..];
+                    let _ = rh.encode(rec);
+                    let _ = Reflection {
+                        rx_ns: ts,
+                        tx_ns: 0,
+                    }
+                    .encode(rec);
                 }
-                .encode(rec);
-            }
-            pos += len;
+            },
+        );
+        if !framed {
+            // Not a record stream of this flow (or it lost framing): the
+            // whole connection is foreign.
+            sh.foreign.fetch_add(1, Ordering::Relaxed);
+            return false;
         }
-        c.buf.copy_within(pos..c.filled, 0);
-        c.filled -= pos;
     }
 }
 

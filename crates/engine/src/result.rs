@@ -1,12 +1,19 @@
 //! The result document `wirebench.result/1`: one JSON object per run, SI
-//! units (seconds, bits per second, bytes). Field meanings: docs/engine.md
-//! and docs/metrics.md.
+//! units (seconds, bits per second, bytes), and its assembly from what the
+//! pacer sent and the receiver reported ([`build_doc`]). Field meanings:
+//! docs/engine.md and docs/metrics.md.
 
-use crate::sys::{CpuTime, HostCpuShare, HostInfo, TcpInfo};
+use crate::pacing::FlowSent;
+use crate::plan::{SessionPlan, Stop};
+use crate::session::Offset;
+use crate::sys::{self, CpuTime, HostCpuShare, HostInfo, TcpInfo};
 use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+use wirebench_model::voip::JitterBuffer;
 use wirebench_stats::{
     DelayStats, Frames, Interval, Jitter, LossBursts, RecvSummary, SendSummary, Throughput,
 };
+use wirebench_wire::{MeterMode, Transport};
 
 pub const SCHEMA: &str = "wirebench.result/1";
 
@@ -206,6 +213,172 @@ pub fn rfc3339(ns: u64) -> String {
 impl ResultDoc {
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+pub(crate) struct DocParts<'a> {
+    pub plan: &'a SessionPlan,
+    pub started_real: u64,
+    pub src: SocketAddr,
+    pub dst_ip: IpAddr,
+    pub mtu: u32,
+    pub clock: Offset,
+    pub outcomes: Vec<FlowSent>,
+    pub reports: Vec<FlowReport>,
+    pub extra: ReportExtra,
+    pub run_s: f64,
+    pub cpu_sender: CpuTime,
+    pub host: sys::HostCpuShare,
+    pub partial: Option<String>,
+}
+
+pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
+    let mut flows = Vec::new();
+    let total_lost: u64 = p.reports.iter().map(|r| r.summary.lost).sum();
+    let host_drops = p.extra.rcvbuf_errors;
+    let mut total = Total::default();
+    let mut delay_weighted = 0.0;
+    for (i, (f, o)) in p.plan.flows.iter().zip(&p.outcomes).enumerate() {
+        let id = (i + 1) as u16;
+        let rep = p.reports.iter().find(|r| r.flow_id == id);
+        let s = rep.map(|r| r.summary.clone()).unwrap_or_default();
+        // Namespace-wide buffer drops are shared out in proportion to each
+        // flow's losses, and never exceed them.
+        let receiver_host = if total_lost > 0 && f.transport == Transport::Udp {
+            ((host_drops.min(total_lost) as f64) * s.lost as f64 / total_lost as f64).round() as u64
+        } else {
+            0
+        }
+        .min(s.lost);
+        let received = Received {
+            packets: s.packets,
+            unique: s.unique,
+            bytes: s.bytes,
+            lost: s.lost,
+            loss_ratio: s.loss_ratio,
+            duplicates: s.duplicates,
+            reordered: s.reordered,
+            foreign: rep.map(|r| r.foreign).unwrap_or(0),
+            loss_bursts: s.loss_bursts,
+            negative_delays: s.negative_delays,
+            negative_delays_beyond_error: rep.map(|r| r.negative_beyond_error).unwrap_or(0),
+        };
+        total.sent_packets += o.send.packets;
+        total.not_sent += o.send.not_sent;
+        total.received_packets += s.unique;
+        total.lost += s.lost;
+        total.throughput_bps.payload += s.throughput_bps.payload;
+        total.throughput_bps.ip += s.throughput_bps.ip;
+        total.throughput_bps.ethernet += s.throughput_bps.ethernet;
+        total.throughput_bps.wire += s.throughput_bps.wire;
+        delay_weighted += s.delay_s.mean * s.packets as f64;
+        total.delay_max_s = total.delay_max_s.max(s.delay_s.max);
+        flows.push(FlowResult {
+            id,
+            transport: match f.transport {
+                Transport::Udp => "udp".into(),
+                Transport::Tcp => "tcp".into(),
+            },
+            ip_version: if p.dst_ip.is_ipv4() { 4 } else { 6 },
+            src: p.src.ip().to_string(),
+            dst: p.dst_ip.to_string(),
+            mtu: p.mtu,
+            requested: Requested {
+                rate_pps: f.spec.nominal_rate_pps(),
+                payload_bytes: f.spec.nominal_payload_bytes(),
+                model: f.spec.describe(),
+                stop: match f.stop {
+                    Stop::DurationMs(ms) => format!("duration {ms} ms"),
+                    Stop::Packets(n) => format!("packets {n}"),
+                    Stop::KBytes(k) => format!("kbytes {k}"),
+                },
+                seed: f.seed,
+            },
+            sent: o.send.clone(),
+            received,
+            loss_split: LossSplit {
+                not_sent: o.send.not_sent,
+                receiver_host,
+                network: s.lost - receiver_host,
+            },
+            throughput_bps: s.throughput_bps,
+            frames: s.frames,
+            delay_s: s.delay_s,
+            jitter_s: s.jitter_s,
+            rtt_s: o.rtt.as_ref().map(|r| r.delay_s),
+            rtt_received: o.rtt.as_ref().map(|r| r.unique),
+            tcp: o.tcp,
+            voip: f.spec.voip_codec().map(|c| {
+                // A fixed playout buffer anchored at the fastest packet: the
+                // mouth-to-ear delay is coding + fastest network delay +
+                // buffer, and packets later than the buffer are lost to the
+                // listener (the receiver measured their share).
+                let jb = JitterBuffer::new(f64::from(p.plan.jitter_buffer_ms) / 1e3);
+                let base = s.delay_s.min.max(0.0);
+                let late = s.late_share.unwrap_or(0.0);
+                let q = jb.quality(&c, base, s.loss_ratio, late);
+                Voip {
+                    r_factor: q.r_factor,
+                    mos: q.mos,
+                    mouth_to_ear_s: c.coding_delay_s() + base + jb.depth_s,
+                    jitter_buffer_s: jb.depth_s,
+                    late_share: late,
+                }
+            }),
+            completion_s: (f.spec.transfer_bytes.is_some() && s.unique > 0 && o.first_tx > 0).then(
+                || {
+                    (s.last_arrival_ns as i64 - p.clock.applied_ns() - o.first_tx as i64) as f64
+                        / 1e9
+                },
+            ),
+            intervals: s.intervals,
+        });
+    }
+    if total.received_packets > 0 {
+        total.delay_mean_s = delay_weighted
+            / p.reports
+                .iter()
+                .map(|r| r.summary.packets as f64)
+                .sum::<f64>()
+                .max(1.0);
+    }
+    if total.sent_packets > 0 {
+        total.loss_ratio = total.lost as f64 / total.sent_packets as f64;
+    }
+    ResultDoc {
+        schema: SCHEMA.into(),
+        tool: Tool {
+            name: "wirebench".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        started_at: rfc3339(p.started_real),
+        meter: match p.plan.meter {
+            MeterMode::Owd => "owd".into(),
+            MeterMode::Rtt => "rtt".into(),
+        },
+        partial: p.partial.is_some(),
+        partial_reason: p.partial,
+        command: p.plan.command.clone(),
+        host: sys::host_info(),
+        clock: ClockInfo {
+            offset_s: p.clock.offset_ns as f64 / 1e9,
+            error_s: p.clock.error_ns as f64 / 1e9,
+            applied: p.clock.applied(),
+            method: "NTP-style 4-timestamp exchange over the control connection, smallest round trip of the samples".into(),
+            samples: p.clock.samples,
+        },
+        flows,
+        total,
+        receiver: ReceiverInfo {
+            host: p.extra.host.clone(),
+            rcvbuf_errors: p.extra.rcvbuf_errors,
+            foreign_control: p.extra.foreign_control,
+        },
+        cpu: Cpu {
+            sender: p.cpu_sender.share(p.run_s),
+            receiver: p.extra.cpu_s.share(p.run_s),
+            host: p.host,
+        },
     }
 }
 

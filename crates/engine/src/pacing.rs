@@ -1,0 +1,669 @@
+//! The pacer: every flow keeps an absolute schedule t_k = t_0 + Σ gaps on
+//! CLOCK_MONOTONIC, so a late packet never shifts the ones after it. It
+//! sleeps until [`crate::clock::SPIN_NS`] before a deadline and spins the
+//! rest; every packet already due when it wakes goes out in the same
+//! `sendmmsg` (UDP) or `write` (TCP records), so gaps shorter than a
+//! syscall become batches rather than drift. A packet due more than
+//! [`LATE_LIMIT_NS`] ago when its turn comes is not sent and counted
+//! `not_sent`, as is a packet the kernel refused; neither is network loss.
+
+use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
+use crate::net::{set_sndbuf, SendBatch, BATCH};
+use crate::plan::{clip_to_budget, FlowPlan, SessionPlan, Stop};
+use crate::rtt::RttRx;
+use crate::session::CONNECT_TIMEOUT;
+use crate::sys::{self, TcpInfo};
+use crate::EngineError;
+use std::io::{ErrorKind, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use wirebench_model::MIN_PAYLOAD;
+use wirebench_stats::{FlowConfig, IpVersion, RecvSummary, SendAccumulator, SendSummary, L4};
+use wirebench_wire::{MeterMode, ProbeHeader, Transport, FLAG_RTT, PROBE_HEADER_LEN};
+
+/// A packet whose scheduled time is more than this in the past when the
+/// pacer reaches it is not sent (`not_sent`): sending it would no longer
+/// follow the model, only burst to catch up. One second tolerates scheduler
+/// hiccups of a loaded host without ever dropping, yet bounds the burst.
+pub const LATE_LIMIT_NS: u64 = 1_000_000_000;
+
+pub(crate) enum DataSock {
+    Udp(UdpSocket),
+    Tcp(TcpStream),
+}
+
+pub(crate) fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, EngineError> {
+    match f.transport {
+        Transport::Udp => {
+            let any: IpAddr = if to.is_ipv4() {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            };
+            let s = UdpSocket::bind(SocketAddr::new(any, 0))
+                .map_err(|e| EngineError::io("UDP data socket", e))?;
+            s.connect(to).map_err(|e| EngineError::Connect {
+                addr: to.to_string(),
+                source: e,
+            })?;
+            set_sndbuf(s.as_raw_fd(), 4 << 20);
+            Ok(DataSock::Udp(s))
+        }
+        Transport::Tcp => {
+            let s = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(|e| {
+                EngineError::Connect {
+                    addr: to.to_string(),
+                    source: e,
+                }
+            })?;
+            // Paced records must leave when written; bulk can batch.
+            let _ = s.set_nodelay(!f.spec.is_max());
+            let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+            Ok(DataSock::Tcp(s))
+        }
+    }
+}
+
+struct FlowJob {
+    plan: FlowPlan,
+    flow_id: u16,
+    session: u32,
+    rtt: bool,
+    t0: u64,
+    cfg: FlowConfig,
+    abort: Arc<AtomicBool>,
+    cancel: Option<&'static AtomicBool>,
+    /// Spin window of the pacer (0 when the paced flows outnumber the cores).
+    spin_ns: u64,
+    /// Paced (not max-rate) flows in the session.
+    paced: usize,
+}
+
+impl FlowJob {
+    /// What the RTT collector needs to recognise this flow's reflections.
+    fn reflected(&self) -> crate::rtt::Reflected {
+        crate::rtt::Reflected {
+            cfg: self.cfg,
+            session: self.session,
+            flow_id: self.flow_id,
+            max_payload: self.plan.spec.max_payload(),
+        }
+    }
+
+    /// Why the flow must stop now, if it must.
+    fn halted(&self) -> Option<Halt> {
+        if self.abort.load(Ordering::Relaxed) {
+            Some(Halt::PeerGone)
+        } else if self.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            Some(Halt::Cancelled)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Halt {
+    PeerGone,
+    Cancelled,
+}
+
+pub(crate) struct FlowSent {
+    /// CLOCK_REALTIME of the first packet sent (0 = none).
+    pub first_tx: u64,
+    pub send: SendSummary,
+    pub rtt: Option<RecvSummary>,
+    /// Still collecting reflections (rtt meter) until the linger is over.
+    pub rtt_rx: Option<RttRx>,
+    /// Stopped early by the caller's cancel flag (the session still reports).
+    pub cancelled: bool,
+    pub tcp: Option<TcpInfo>,
+    pub error: Option<String>,
+}
+
+impl FlowSent {
+    fn failed(msg: &str) -> FlowSent {
+        FlowSent {
+            first_tx: 0,
+            send: SendSummary::default(),
+            rtt: None,
+            rtt_rx: None,
+            cancelled: false,
+            tcp: None,
+            error: Some(msg.to_string()),
+        }
+    }
+}
+
+/// The flow's schedule: draws departures, applies the stop condition.
+struct Schedule {
+    gen: Box<dyn wirebench_model::Generator>,
+    next_at: u64,
+    end_at: Option<u64>,
+    packets_left: Option<u64>,
+    bytes_left: Option<u64>,
+    max: bool,
+    max_len: u32,
+    /// Packets drawn so far.
+    drawn: u64,
+}
+
+impl Schedule {
+    fn new(plan: &FlowPlan, t0: u64) -> Result<Schedule, String> {
+        let gen = plan.spec.generator(plan.seed).map_err(|e| e.to_string())?;
+        let start = t0 + plan.spec.start_delay_ms * 1_000_000;
+        let (end_at, packets_left, bytes_left) = match plan.stop {
+            Stop::DurationMs(ms) => (Some(start + ms * 1_000_000), None, None),
+            Stop::Packets(n) => (None, Some(n), None),
+            Stop::KBytes(k) => (None, None, Some(k * 1024)),
+        };
+        // A transfer model ends when its bytes are out, whatever else stops it.
+        let bytes_left = match (bytes_left, plan.spec.transfer_bytes) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(Schedule {
+            gen,
+            next_at: start,
+            end_at,
+            packets_left,
+            bytes_left,
+            max: plan.spec.is_max(),
+            max_len: plan.spec.max_payload().max(MIN_PAYLOAD),
+            drawn: 0,
+        })
+    }
+
+    /// The next packet: (scheduled time, size), or None when the flow is
+    /// done. For `--max` flows the schedule time is meaningless (0).
+    fn next(&mut self, now: u64) -> Option<(u64, u32)> {
+        if self.packets_left == Some(0) || self.bytes_left == Some(0) {
+            return None;
+        }
+        let d = self.gen.next();
+        let at = if self.max { now } else { self.next_at };
+        if let Some(end) = self.end_at {
+            // Gaps are whole nanoseconds, so the schedule may run up to
+            // 0.5 ns per packet early (3000 pps: 333 333 ns instead of
+            // 333 333.3); without this margin a flow of rate R would send
+            // R × T + 1 packets in T.
+            let margin = if self.max { 0 } else { self.drawn / 2 };
+            if at.saturating_add(margin) >= end {
+                return None;
+            }
+        }
+        self.next_at = self.next_at.saturating_add(d.gap_ns);
+        self.drawn += 1;
+        let mut size = d.size.clamp(MIN_PAYLOAD, self.max_len);
+        if let Some(b) = self.bytes_left.as_mut() {
+            size = clip_to_budget(size, *b, MIN_PAYLOAD);
+            *b -= size as u64;
+        }
+        if let Some(p) = self.packets_left.as_mut() {
+            *p -= 1;
+        }
+        Some((at, size))
+    }
+}
+
+fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
+    tighten_timer_slack();
+    // A max-rate flow stays at normal priority beside paced flows, whose
+    // pacers must not wait for it; alone, it competes on equal terms.
+    if !job.plan.spec.is_max() || job.paced == 0 {
+        raise_priority();
+    }
+    let mut sched = match Schedule::new(&job.plan, job.t0) {
+        Ok(s) => s,
+        Err(e) => return FlowSent::failed(&e),
+    };
+    let mut acc = SendAccumulator::new(job.cfg);
+    match sock {
+        DataSock::Udp(s) => {
+            let reflector = if job.rtt {
+                match s.try_clone() {
+                    Ok(rs) => Some(RttRx::start_udp(rs, &job.reflected())),
+                    Err(e) => return FlowSent::failed(&format!("cannot clone socket: {e}")),
+                }
+            } else {
+                None
+            };
+            let mut first_tx = 0;
+            let r = udp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
+            let (error, cancelled) = split_outcome(r);
+            FlowSent {
+                first_tx,
+                send: acc.summary(),
+                rtt: None,
+                rtt_rx: reflector,
+                cancelled,
+                tcp: None,
+                error,
+            }
+        }
+        DataSock::Tcp(s) => {
+            let reflector = if job.rtt {
+                match s.try_clone() {
+                    Ok(rs) => Some(RttRx::start_tcp(rs, &job.reflected())),
+                    Err(e) => return FlowSent::failed(&format!("cannot clone socket: {e}")),
+                }
+            } else {
+                None
+            };
+            let mut first_tx = 0;
+            let r = tcp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
+            let (error, cancelled) = split_outcome(r);
+            let tcp = sys::tcp_info(&s);
+            FlowSent {
+                first_tx,
+                send: acc.summary(),
+                rtt: None,
+                rtt_rx: reflector,
+                cancelled,
+                tcp: Some(tcp.unwrap_or_default()),
+                error,
+            }
+        }
+    }
+}
+
+/// Waits for a deadline like [`wait_until`], but in slices of at most
+/// 50 ms while it is far away, so that a long gap (an OFF period, a slow
+/// rate) does not delay reacting to Ctrl-C or a vanished receiver.
+fn wait_or_halt(job: &FlowJob, at: u64) -> Result<u64, Halt> {
+    const SLICE: u64 = 50_000_000;
+    loop {
+        if let Some(h) = job.halted() {
+            return Err(h);
+        }
+        let now = mono_ns();
+        if at <= now + 2 * SLICE {
+            return Ok(crate::clock::wait_until_spin(at, job.spin_ns));
+        }
+        crate::clock::sleep_until(now + SLICE);
+    }
+}
+
+/// A flow's end: Ok (done or cancelled) or a hard error.
+type FlowEnd = Result<Option<Halt>, String>;
+
+fn split_outcome(r: FlowEnd) -> (Option<String>, bool) {
+    match r {
+        Ok(Some(Halt::Cancelled)) => (None, true),
+        Ok(Some(Halt::PeerGone)) => (Some("receiver gone".into()), false),
+        Ok(None) => (None, false),
+        Err(e) => (Some(e), false),
+    }
+}
+
+fn header(job: &FlowJob) -> ProbeHeader {
+    ProbeHeader {
+        flags: if job.rtt { FLAG_RTT } else { 0 },
+        session: job.session,
+        flow: job.flow_id,
+        len: PROBE_HEADER_LEN as u16,
+        seq: 0,
+        tx_ns: 0,
+    }
+}
+
+/// Gathers into `meta` every packet due at `now` (at least the pending
+/// one), skipping hopelessly late ones. Returns how many were gathered.
+fn gather(
+    sched: &mut Schedule,
+    pending: &mut Option<(u64, u32)>,
+    now: u64,
+    acc: &mut SendAccumulator,
+    meta: &mut [(u64, u32)],
+    room: usize,
+) -> usize {
+    let room = room.min(meta.len());
+    let mut n = 0;
+    while n < room {
+        let Some((at, size)) = *pending else { break };
+        if !sched.max && at > now {
+            break;
+        }
+        if !sched.max && now - at > LATE_LIMIT_NS {
+            acc.record_not_sent(1);
+        } else {
+            meta[n] = (at, size);
+            n += 1;
+        }
+        *pending = sched.next(now);
+    }
+    n
+}
+
+fn udp_send(
+    job: &FlowJob,
+    s: &UdpSocket,
+    sched: &mut Schedule,
+    acc: &mut SendAccumulator,
+    first_tx: &mut u64,
+) -> FlowEnd {
+    let fd = s.as_raw_fd();
+    let mut batch = SendBatch::new(sched.max_len as usize);
+    let mut h = header(job);
+    let mut seq: u32 = 0;
+    let mut meta = [(0u64, 0u32); BATCH];
+    wait_until(job.t0);
+    let mut pending = sched.next(mono_ns());
+    let mut refused = 0u64;
+    while pending.is_some() {
+        if let Some(h) = job.halted() {
+            return Ok(Some(h));
+        }
+        let (at, _) = pending.unwrap_or_default();
+        let now = if sched.max {
+            mono_ns()
+        } else {
+            match wait_or_halt(job, at) {
+                Ok(t) => t,
+                Err(h) => return Ok(Some(h)),
+            }
+        };
+        let n = gather(sched, &mut pending, now, acc, &mut meta, BATCH);
+        if n == 0 {
+            continue;
+        }
+        for (i, &(_, size)) in meta[..n].iter().enumerate() {
+            h.len = size as u16;
+            h.seq = seq.wrapping_add(i as u32);
+            let _ = h.encode(batch.slot(i, size as usize));
+        }
+        let tx = realtime_ns();
+        if *first_tx == 0 {
+            *first_tx = tx;
+        }
+        for (i, &(_, size)) in meta[..n].iter().enumerate() {
+            ProbeHeader::stamp_tx(batch.slot(i, size as usize), tx);
+        }
+        let actual = mono_ns();
+        let mut i = 0;
+        while i < n {
+            match batch.send(fd, i, n) {
+                Ok(k) => {
+                    for &(at, size) in &meta[i..i + k] {
+                        acc.record_sent(if sched.max { actual } else { at }, actual, size);
+                    }
+                    seq = seq.wrapping_add(k as u32);
+                    i += k;
+                }
+                Err(e) => {
+                    // This packet did not leave; renumber the rest so the
+                    // receiver sees no gap for it.
+                    acc.record_not_sent(1);
+                    if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                        refused += 1;
+                    }
+                    for (j, &(_, size)) in meta.iter().enumerate().take(n).skip(i + 1) {
+                        let cur = seq.wrapping_add((j - i) as u32 - 1);
+                        ProbeHeader::stamp_seq(batch.slot(j, size as usize), cur);
+                    }
+                    i += 1;
+                    if e.kind() == ErrorKind::WouldBlock {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        // Every send refused for a long stretch: the receiver's port is gone.
+        if refused > 1000 && acc.packets() == 0 {
+            return Err("receiver refuses the data port".into());
+        }
+    }
+    Ok(None)
+}
+
+/// Bytes of records per TCP write (see `tcp_send`). Measured on loopback
+/// (bench/compare.sh, medians of 3): 256 KiB gave 21.0 Gbit/s with 512 B
+/// records and 22.2 with 64 000 B; 1 MiB gives 27.7 and 40.3.
+const TCP_WRITE_BYTES: usize = 1 << 20;
+
+fn tcp_send(
+    job: &FlowJob,
+    s: &TcpStream,
+    sched: &mut Schedule,
+    acc: &mut SendAccumulator,
+    first_tx: &mut u64,
+) -> FlowEnd {
+    let mut out = s;
+    // One write carries as many whole records as fit in TCP_WRITE_BYTES,
+    // whatever their size: with a 64-record cap, 512 B records went out
+    // 32 KiB per write and goodput was 0.85x iperf3's (128 KiB writes);
+    // see docs/performance.md. Both buffers are allocated once per flow.
+    let max_len = sched.max_len as usize;
+    let cap = TCP_WRITE_BYTES.max(max_len);
+    let mut buf = vec![0u8; cap];
+    let mut h = header(job);
+    let mut seq: u32 = 0;
+    let mut meta = vec![(0u64, 0u32); (cap / max_len.max(1)).max(1)];
+    wait_until(job.t0);
+    let mut pending = sched.next(mono_ns());
+    while pending.is_some() {
+        if let Some(h) = job.halted() {
+            return Ok(Some(h));
+        }
+        let (at, _) = pending.unwrap_or_default();
+        let now = if sched.max {
+            mono_ns()
+        } else {
+            match wait_or_halt(job, at) {
+                Ok(t) => t,
+                Err(h) => return Ok(Some(h)),
+            }
+        };
+        let room = meta.len();
+        let n = gather(sched, &mut pending, now, acc, &mut meta, room);
+        if n == 0 {
+            continue;
+        }
+        let tx = realtime_ns();
+        if *first_tx == 0 {
+            *first_tx = tx;
+        }
+        let mut off = 0;
+        for (i, &(_, size)) in meta[..n].iter().enumerate() {
+            h.len = size as u16;
+            h.seq = seq.wrapping_add(i as u32);
+            h.tx_ns = tx;
+            let _ = h.encode(&mut buf[off..off + size as usize]);
+            off += size as usize;
+        }
+        let actual = mono_ns();
+        if let Err(e) = out.write_all(&buf[..off]) {
+            acc.record_not_sent(n as u64);
+            return Err(format!("TCP data connection failed: {e}"));
+        }
+        for &(at, size) in &meta[..n] {
+            acc.record_sent(if sched.max { actual } else { at }, actual, size);
+        }
+        seq = seq.wrapping_add(n as u32);
+    }
+    let _ = out.flush();
+    Ok(None)
+}
+
+/// What every flow of a session shares.
+pub(crate) struct Launch {
+    pub session: u32,
+    pub ip: IpVersion,
+    pub mtu: u32,
+    /// CLOCK_MONOTONIC start of the schedule.
+    pub t0: u64,
+    /// Set when the receiver is gone: every flow stops.
+    pub abort: Arc<AtomicBool>,
+}
+
+/// Runs every flow of the plan on its own socket (in plan order) and
+/// returns what each sent, once all have finished.
+pub(crate) fn run_flows(
+    plan: &SessionPlan,
+    socks: Vec<DataSock>,
+    launch: Launch,
+) -> Result<Vec<FlowSent>, EngineError> {
+    let Launch {
+        session,
+        ip,
+        mtu,
+        t0,
+        abort,
+    } = launch;
+    // Spin before deadlines only while every paced flow can have a core.
+    let paced = plan.flows.iter().filter(|f| !f.spec.is_max()).count();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let spin_ns = if paced < cores {
+        crate::clock::SPIN_NS
+    } else {
+        0
+    };
+    let mut handles = Vec::new();
+    for (i, (f, sock)) in plan.flows.iter().cloned().zip(socks).enumerate() {
+        let cfg = FlowConfig {
+            l4: match f.transport {
+                Transport::Udp => L4::Udp,
+                Transport::Tcp => L4::Tcp,
+            },
+            ip,
+            mtu,
+            interval_ns: plan.interval_ms.map(|m| m * 1_000_000),
+        };
+        let job = FlowJob {
+            plan: f,
+            flow_id: (i + 1) as u16,
+            session,
+            rtt: plan.meter == MeterMode::Rtt,
+            t0,
+            cfg,
+            abort: abort.clone(),
+            cancel: plan.cancel,
+            spin_ns,
+            paced,
+        };
+        match std::thread::Builder::new()
+            .name(format!("wb-tx-{}", i + 1))
+            .spawn(move || run_flow(job, sock))
+        {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                // Stop what already runs before giving up.
+                abort.store(true, Ordering::Relaxed);
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(EngineError::io("flow thread", e));
+            }
+        }
+    }
+    let mut outcomes: Vec<FlowSent> = Vec::new();
+    for h in handles {
+        outcomes.push(
+            h.join()
+                .unwrap_or_else(|_| FlowSent::failed("flow thread panicked")),
+        );
+    }
+    Ok(outcomes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirebench_model::FlowSpec;
+
+    fn flow(pps: f64, size: u32, stop: Stop) -> FlowPlan {
+        FlowPlan {
+            spec: FlowSpec::constant(pps, size).unwrap(),
+            transport: Transport::Udp,
+            stop,
+            seed: 1,
+        }
+    }
+
+    fn cfg() -> FlowConfig {
+        FlowConfig {
+            l4: L4::Udp,
+            ip: IpVersion::V4,
+            mtu: 1500,
+            interval_ns: None,
+        }
+    }
+
+    #[test]
+    fn schedule_is_absolute_and_stops_exactly() {
+        let t0 = 1_000_000_000;
+        let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(5)), t0).unwrap();
+        // However late the caller asks, the times stay on the grid.
+        let times: Vec<u64> = std::iter::from_fn(|| s.next(u64::MAX / 2).map(|x| x.0)).collect();
+        assert_eq!(
+            times,
+            (0..5).map(|k| t0 + k * 1_000_000).collect::<Vec<_>>()
+        );
+        let mut s = Schedule::new(&flow(1000.0, 100, Stop::DurationMs(10)), t0).unwrap();
+        assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 10);
+        // Gap rounded down (333 333 ns): still R × T packets.
+        let mut s = Schedule::new(&flow(3000.0, 100, Stop::DurationMs(3000)), t0).unwrap();
+        assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 9000);
+        let mut s = Schedule::new(&flow(7.0, 100, Stop::DurationMs(60_000)), t0).unwrap();
+        assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 420);
+        let mut s = Schedule::new(&flow(1000.0, 300, Stop::KBytes(3)), t0).unwrap();
+        let sizes: Vec<u32> = std::iter::from_fn(|| s.next(0).map(|x| x.1)).collect();
+        assert_eq!(sizes.iter().map(|&x| x as u64).sum::<u64>(), 3 * 1024);
+        assert!(sizes.iter().all(|&x| x >= MIN_PAYLOAD));
+    }
+
+    #[test]
+    fn gather_batches_due_packets_and_drops_hopeless_ones() {
+        let t0 = 10_000_000_000;
+        // 1 µs gaps: far below a syscall, so many are due at once.
+        let mut s = Schedule::new(&flow(1e6, 100, Stop::Packets(10_000)), t0).unwrap();
+        let mut acc = SendAccumulator::new(cfg());
+        let mut meta = [(0u64, 0u32); BATCH];
+        let mut pending = s.next(t0);
+        let n = gather(
+            &mut s,
+            &mut pending,
+            t0 + 10_000,
+            &mut acc,
+            &mut meta,
+            BATCH,
+        );
+        assert_eq!(n, 11, "packets due at t0..=t0+10us");
+        assert_eq!(meta[10].0, t0 + 10_000);
+        // Nothing due yet: nothing gathered.
+        assert_eq!(
+            gather(
+                &mut s,
+                &mut pending,
+                t0 + 10_500,
+                &mut acc,
+                &mut meta,
+                BATCH
+            ),
+            0
+        );
+        // A 1000 pps flow whose pacer wakes 1.5 s late: packets due more
+        // than 1 s ago are not sent, the rest go out in full batches.
+        let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(2000)), t0).unwrap();
+        let mut acc = SendAccumulator::new(cfg());
+        let mut pending = s.next(t0);
+        let late = t0 + 1_500_000_000;
+        let mut gathered = 0;
+        loop {
+            let n = gather(&mut s, &mut pending, late, &mut acc, &mut meta, BATCH);
+            if n == 0 {
+                break;
+            }
+            assert!(n == BATCH || pending.is_some_and(|p| p.0 > late));
+            assert!(meta[..n].iter().all(|m| late - m.0 <= LATE_LIMIT_NS));
+            gathered += n;
+        }
+        assert_eq!(acc.summary().not_sent, 500);
+        assert_eq!(gathered, 1001);
+    }
+}

@@ -1,0 +1,298 @@
+//! The sender's side of the control session: connect, `Hello` →
+//! `Ready{ports}`, the clock-offset exchange, the keep-alive watcher during
+//! the run, and `Stop` → `Report` at the end. The flows themselves are
+//! [`crate::pacing`]'s; this module only talks on the control connection.
+
+use crate::clock::{mono_ns, realtime_ns};
+use crate::ctl::{Ctl, Recv};
+use crate::plan::SessionPlan;
+use crate::recv::unmap;
+use crate::result::{FlowReport, ReportExtra};
+use crate::sys;
+use crate::EngineError;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use wirebench_wire::{ControlMsg, FlowSetup, CONTROL_VERSION};
+
+/// Clock-offset exchanges before the run; the one with the smallest round
+/// trip is used.
+pub const OFFSET_SAMPLES: u32 = 16;
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Extra time allowed for the report beyond the linger.
+const REPORT_SLACK: Duration = Duration::from_secs(15);
+
+/// A session the receiver accepted: its data ports are open and the clock
+/// offset is measured and told; `Start` is next.
+pub(crate) struct Opened {
+    pub ctl: Ctl,
+    /// Our address on the control connection (the flows' source address).
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
+    pub mtu: u32,
+    /// Random per session, written into every probe.
+    pub session: u32,
+    /// The receiver's data port for each flow, in plan order.
+    pub ports: Vec<u16>,
+    pub clock: Offset,
+}
+
+/// Connects to the receiver and runs the session up to (not including)
+/// `Start`.
+pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, EngineError> {
+    let ctl_stream =
+        TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| EngineError::Connect {
+            addr: addr.to_string(),
+            source: e,
+        })?;
+    let mut ctl = Ctl::new(ctl_stream);
+    let local = ctl
+        .stream()
+        .local_addr()
+        .map_err(|e| EngineError::io("control socket", e))?;
+    let dst_ip = unmap(addr.ip());
+    let mtu = measure_mtu(dst_ip, plan.port);
+    let session: u32 = rand::random::<u32>() | 1;
+
+    let setups: Vec<FlowSetup> = plan
+        .flows
+        .iter()
+        .enumerate()
+        .map(|(i, f)| FlowSetup {
+            flow_id: (i + 1) as u16,
+            transport: f.transport,
+            interval_ms: plan.interval_ms,
+            max_len: f.spec.max_payload(),
+            mtu,
+            playout_buffer_ms: f.spec.voip_codec().map(|_| plan.jitter_buffer_ms),
+        })
+        .collect();
+    ctl.send(&ControlMsg::Hello {
+        version: CONTROL_VERSION,
+        session,
+        meter: plan.meter,
+        flows: setups,
+    })?;
+    let ports = match ctl.expect("Ready", REPLY_TIMEOUT)? {
+        ControlMsg::Ready { ports } if ports.len() == plan.flows.len() => ports,
+        other => {
+            return Err(EngineError::Protocol(format!(
+                "expected Ready with {} ports, got {other:?}",
+                plan.flows.len()
+            )))
+        }
+    };
+
+    let clock = measure_offset(&mut ctl)?;
+    ctl.send(&ControlMsg::ClockOffset {
+        offset_ns: clock.applied_ns(),
+        error_ns: clock.error_ns,
+    })?;
+
+    Ok(Opened {
+        src_ip: unmap(local.ip()),
+        ctl,
+        dst_ip,
+        mtu,
+        session,
+        ports,
+        clock,
+    })
+}
+
+/// Sends `Stop` and waits for the receiver's `Report` (answers to
+/// keep-alives still in flight are skipped).
+pub(crate) fn collect_report(
+    ctl: &mut Ctl,
+    linger_ms: u64,
+    sent: Vec<u64>,
+) -> Result<(Vec<FlowReport>, ReportExtra), EngineError> {
+    ctl.send(&ControlMsg::Stop { linger_ms, sent })?;
+    ctl.set_limit(crate::ctl::REPORT_LINE_LIMIT);
+    let deadline = std::time::Instant::now() + Duration::from_millis(linger_ms) + REPORT_SLACK;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match ctl.expect("Report", left)? {
+            ControlMsg::TimeResp { .. } => continue,
+            ControlMsg::Report { flows, extra } => {
+                let mut reports = Vec::new();
+                for v in flows {
+                    reports.push(serde_json::from_value::<FlowReport>(v).map_err(|e| {
+                        EngineError::Protocol(format!("unreadable flow report: {e}"))
+                    })?);
+                }
+                let extra = serde_json::from_value(extra).unwrap_or_default();
+                return Ok((reports, extra));
+            }
+            other => {
+                return Err(EngineError::Protocol(format!(
+                    "expected Report, got {other:?}"
+                )))
+            }
+        }
+    }
+}
+
+/// Path MTU towards the receiver from a connected UDP socket; the largest
+/// interface MTU when the kernel cannot say; 1500 as the last resort.
+fn measure_mtu(dst: IpAddr, port: u16) -> u32 {
+    let any: IpAddr = if dst.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    };
+    UdpSocket::bind(SocketAddr::new(any, 0))
+        .ok()
+        .and_then(|s| {
+            s.connect(SocketAddr::new(dst, port)).ok()?;
+            sys::path_mtu(&s, dst.is_ipv6())
+        })
+        .or_else(sys::interface_mtu)
+        .unwrap_or(1500)
+}
+
+/// The measured clock offset (receiver − sender) and its error bound, ns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Offset {
+    pub offset_ns: i64,
+    pub error_ns: u64,
+    pub samples: u32,
+}
+
+impl Offset {
+    /// An offset within its own error bound is indistinguishable from zero
+    /// and is not applied: on one host (and in a namespace test-bed, where
+    /// every node shares one kernel clock) the true offset is exactly 0,
+    /// and subtracting a few microseconds of estimation noise would bias
+    /// every delay, even push the smallest below zero.
+    pub fn applied(&self) -> bool {
+        self.offset_ns.unsigned_abs() > self.error_ns
+    }
+
+    pub fn applied_ns(&self) -> i64 {
+        if self.applied() {
+            self.offset_ns
+        } else {
+            0
+        }
+    }
+}
+
+/// NTP's four-timestamp exchange over the control connection.
+fn measure_offset(ctl: &mut Ctl) -> Result<Offset, EngineError> {
+    let mut best: Option<(u64, i64)> = None;
+    for _ in 0..OFFSET_SAMPLES {
+        let t1 = realtime_ns();
+        ctl.send(&ControlMsg::TimeReq { t1_ns: t1 })?;
+        let (t2, t3) = match ctl.expect("TimeResp", REPLY_TIMEOUT)? {
+            ControlMsg::TimeResp {
+                t1_ns,
+                t2_ns,
+                t3_ns,
+            } if t1_ns == t1 => (t2_ns, t3_ns),
+            other => {
+                return Err(EngineError::Protocol(format!(
+                    "expected TimeResp, got {other:?}"
+                )))
+            }
+        };
+        let t4 = realtime_ns();
+        let rtt = (t4 as i128 - t1 as i128) - (t3 as i128 - t2 as i128);
+        let rtt = rtt.max(0) as u64;
+        let offset = ((t2 as i128 - t1 as i128) + (t3 as i128 - t4 as i128)) / 2;
+        if best.is_none_or(|(r, _)| rtt < r) {
+            best = Some((rtt, offset as i64));
+        }
+    }
+    let (rtt, offset) = best.unwrap_or((0, 0));
+    Ok(Offset {
+        offset_ns: offset,
+        error_ns: rtt / 2 + 1,
+        samples: OFFSET_SAMPLES,
+    })
+}
+
+/// Watches the control connection during the run: a keep-alive `TimeReq`
+/// every second, and a closed or silent receiver aborts the flows.
+pub(crate) struct Watcher {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<(Ctl, Option<String>)>,
+}
+
+impl Watcher {
+    pub fn start(mut ctl: Ctl, abort: Arc<AtomicBool>) -> Result<Watcher, EngineError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("wb-ctl".into())
+            .spawn(move || {
+                let mut last_heard = mono_ns();
+                let mut next_ping = 0u64;
+                while !st.load(Ordering::Relaxed) {
+                    let now = mono_ns();
+                    if now >= next_ping {
+                        if ctl
+                            .send(&ControlMsg::TimeReq {
+                                t1_ns: realtime_ns(),
+                            })
+                            .is_err()
+                        {
+                            abort.store(true, Ordering::Relaxed);
+                            return (ctl, Some("control connection broke".to_string()));
+                        }
+                        next_ping = now + 1_000_000_000;
+                    }
+                    match ctl.recv(Duration::from_millis(100)) {
+                        Ok(Recv::Msg(ControlMsg::Error { message })) => {
+                            abort.store(true, Ordering::Relaxed);
+                            return (ctl, Some(format!("receiver error: {message}")));
+                        }
+                        Ok(Recv::Msg(_)) => last_heard = mono_ns(),
+                        Ok(Recv::Timeout) => {}
+                        Ok(Recv::Closed) | Err(_) => {
+                            abort.store(true, Ordering::Relaxed);
+                            return (
+                                ctl,
+                                Some("receiver closed the control connection".to_string()),
+                            );
+                        }
+                    }
+                    if mono_ns().saturating_sub(last_heard) > 10_000_000_000 {
+                        abort.store(true, Ordering::Relaxed);
+                        return (ctl, Some("receiver silent for 10 s".to_string()));
+                    }
+                }
+                (ctl, None)
+            })
+            .map_err(|e| EngineError::io("control thread", e))?;
+        Ok(Watcher { stop, handle })
+    }
+
+    pub fn finish(self) -> (Option<Ctl>, Option<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.join() {
+            Ok((ctl, gone)) => (Some(ctl), gone),
+            Err(_) => (None, Some("control thread failed".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_within_its_error_is_not_applied() {
+        let o = |offset_ns, error_ns| Offset {
+            offset_ns,
+            error_ns,
+            samples: 1,
+        };
+        assert_eq!(o(3_000, 5_000).applied_ns(), 0);
+        assert_eq!(o(-5_000, 5_000).applied_ns(), 0);
+        assert_eq!(o(-5_001, 5_000).applied_ns(), -5_001);
+        assert_eq!(o(2_000_000, 50_000).applied_ns(), 2_000_000);
+    }
+}
