@@ -50,6 +50,9 @@ pub enum TestbedError {
     /// The state file is unreadable.
     #[error("state file {path}: {msg}")]
     State { path: PathBuf, msg: String },
+    /// Test-beds are Linux network namespaces; this system is another one.
+    #[error("the emulated test-bed needs Linux (network namespaces, veth, tc); this system is {0}. send, recv and agent run here; build test-beds on a Linux host")]
+    Unsupported(&'static str),
     /// A reachability or path-MTU probe failed.
     #[error("{0}")]
     Probe(String),
@@ -61,7 +64,10 @@ impl TestbedError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            TestbedError::Invalid(_) | TestbedError::File { .. } | TestbedError::UnknownNode { .. }
+            TestbedError::Invalid(_)
+                | TestbedError::File { .. }
+                | TestbedError::UnknownNode { .. }
+                | TestbedError::Unsupported(_)
         )
     }
 

@@ -20,6 +20,7 @@
 
 pub mod counters;
 pub mod error;
+pub mod os;
 pub mod plan;
 pub mod probe;
 pub mod signal;

@@ -11,10 +11,10 @@
 //! next send is refused with EMSGSIZE too.
 
 use crate::error::TestbedError;
+use crate::os;
 use crate::sys::in_netns;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// IPv4 + UDP header bytes.
@@ -50,44 +50,7 @@ pub fn udp_socket_in(ns: &str, bind: SocketAddr) -> Result<UdpSocket, TestbedErr
     })
 }
 
-fn setsockopt_int(s: &UdpSocket, level: i32, opt: i32, val: i32) -> std::io::Result<()> {
-    // SAFETY: a valid fd and a pointer to a local int of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            opt,
-            &val as *const i32 as *const libc::c_void,
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Sets don't-fragment semantics: the kernel neither fragments nor sends
-/// anything larger than the known path MTU.
-pub fn set_dont_fragment(s: &UdpSocket, v6: bool) -> std::io::Result<()> {
-    if v6 {
-        setsockopt_int(
-            s,
-            libc::IPPROTO_IPV6,
-            libc::IPV6_MTU_DISCOVER,
-            libc::IPV6_PMTUDISC_DO,
-        )?;
-        setsockopt_int(s, libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, 1)
-    } else {
-        setsockopt_int(
-            s,
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            libc::IP_PMTUDISC_DO,
-        )
-    }
-}
+pub use crate::os::set_dont_fragment;
 
 /// A sender in `from_ns` connected to a receiver in `to_ns` at `to_addr`.
 pub(crate) struct ProbePair {
@@ -188,16 +151,12 @@ impl ProbePair {
             self.fill(size, seq);
             match self.tx.send(&self.buf[..size]) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
-                    return Ok(DfOutcome::Refused)
-                }
+                Err(e) if e.raw_os_error() == Some(os::EMSGSIZE) => return Ok(DfOutcome::Refused),
                 // A pending ICMP error surfaces on the next call; try again.
                 Err(e)
                     if matches!(
                         e.raw_os_error(),
-                        Some(libc::ECONNREFUSED)
-                            | Some(libc::EHOSTUNREACH)
-                            | Some(libc::ENETUNREACH)
+                        Some(os::ECONNREFUSED) | Some(os::EHOSTUNREACH) | Some(os::ENETUNREACH)
                     ) =>
                 {
                     continue
@@ -208,7 +167,7 @@ impl ProbePair {
                 return Ok(DfOutcome::Delivered);
             }
             if let Ok(Some(e)) = self.tx.take_error() {
-                if e.raw_os_error() == Some(libc::EMSGSIZE) {
+                if e.raw_os_error() == Some(os::EMSGSIZE) {
                     // The router's "too big" arrived: the path refuses this size.
                     return Ok(DfOutcome::Refused);
                 }
@@ -221,7 +180,7 @@ impl ProbePair {
         let seq = ((size as u64) << 16) | 0xffff;
         self.fill(size, seq);
         if let Err(e) = self.tx.send(&self.buf[..size]) {
-            if e.raw_os_error() == Some(libc::EMSGSIZE) {
+            if e.raw_os_error() == Some(os::EMSGSIZE) {
                 return Ok(DfOutcome::Refused);
             }
         }
@@ -241,7 +200,7 @@ impl ProbePair {
             let t0 = Instant::now();
             match self.tx.send(&self.buf[..size]) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
+                Err(e) if e.raw_os_error() == Some(os::ECONNREFUSED) => continue,
                 Err(e) => return Err(TestbedError::io("sending an echo probe", e)),
             }
             if !self.wait_rx(size, seq, timeout)? {

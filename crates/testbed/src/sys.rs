@@ -6,7 +6,6 @@
 
 use crate::error::TestbedError;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -27,10 +26,7 @@ pub fn find_tool(name: &str) -> Result<PathBuf, TestbedError> {
 }
 
 fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    crate::os::is_executable(p)
 }
 
 /// The tools a test-bed needs, located once.
@@ -43,6 +39,7 @@ pub struct Tools {
 
 impl Tools {
     pub fn find() -> Result<Tools, TestbedError> {
+        crate::os::supported()?;
         Ok(Tools {
             ip: find_tool("ip")?,
             tc: find_tool("tc")?,
@@ -53,8 +50,8 @@ impl Tools {
 
 /// Root, or both CAP_NET_ADMIN (links, qdiscs) and CAP_SYS_ADMIN (namespaces).
 pub fn check_privileges() -> Result<(), TestbedError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    crate::os::supported()?;
+    if crate::os::euid_is_root() {
         return Ok(());
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -177,14 +174,8 @@ where
         .map_err(|e| TestbedError::io(format!("opening namespace {}", path.display()), e))?;
     std::thread::scope(|s| {
         s.spawn(move || {
-            // SAFETY: setns on a valid namespace fd affects only this thread.
-            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            if rc != 0 {
-                return Err(TestbedError::io(
-                    format!("entering namespace {ns}"),
-                    std::io::Error::last_os_error(),
-                ));
-            }
+            crate::os::enter_netns(&file)
+                .map_err(|e| TestbedError::io(format!("entering namespace {ns}"), e))?;
             f()
         })
         .join()

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -95,23 +94,15 @@ impl Lock {
             .map_err(|e| TestbedError::io(format!("creating {STATE_DIR}"), e))?;
         let f = std::fs::File::open(STATE_DIR)
             .map_err(|e| TestbedError::io(format!("opening {STATE_DIR}"), e))?;
-        // SAFETY: flock on an fd we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(TestbedError::io(
-                format!("locking {STATE_DIR}"),
-                std::io::Error::last_os_error(),
-            ));
-        }
+        crate::os::lock_exclusive(&f)
+            .map_err(|e| TestbedError::io(format!("locking {STATE_DIR}"), e))?;
         Ok(Lock(f))
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        // SAFETY: unlocking our own fd.
-        unsafe {
-            libc::flock(self.0.as_raw_fd(), libc::LOCK_UN);
-        }
+        crate::os::unlock(&self.0);
     }
 }
 
@@ -204,10 +195,8 @@ pub(crate) fn teardown(name: &str) -> Result<(), TestbedError> {
         if let Ok(out) = run(Command::new(&ip).args(["netns", "pids", ns])) {
             for pid in out.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
                 if pid as u32 != me && pid > 1 {
-                    // SAFETY: kill(2) on a pid that lives in our namespace.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
+                    // A pid that lives in one of our namespaces.
+                    crate::os::kill_hard(pid);
                 }
             }
         }
