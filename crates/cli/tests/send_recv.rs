@@ -593,6 +593,15 @@ fn bad_input_exits_2_naming_the_problem() {
         "/nonexistent-dir/r.json",
     );
     bad(&["-a", "127.0.0.1", "--interval", "0"], "--interval");
+    // Issue #9: this interval × 10^6 wrapped to 64 ns (1.1 GB, 197 MB JSON).
+    bad(
+        &["-a", "127.0.0.1", "--interval", "76480200929599801"],
+        "--interval",
+    );
+    bad(
+        &["-a", "127.0.0.1", "-t", "600000", "--interval", "1"],
+        "--interval",
+    );
     bad(
         &["-a", "127.0.0.1", "--script", "/nonexistent/flows.txt"],
         "/nonexistent/flows.txt",

@@ -138,6 +138,15 @@ impl RecvBatch {
         &mut self.bufs[i * self.slot..(i + 1) * self.slot]
     }
 
+    /// Source address of datagram `i` of the last batch.
+    pub fn source(&self, i: usize) -> Option<std::net::SocketAddr> {
+        let len = self.hdrs[i].msg_hdr.msg_namelen;
+        // SAFETY: `addrs[i]` is a sockaddr_storage the kernel filled in and
+        // `len` is the length it reported, at most the storage's size.
+        let a = unsafe { socket2::SockAddr::new(self.addrs[i], len) };
+        a.as_socket()
+    }
+
     pub fn truncated(&self, i: usize) -> bool {
         self.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0
     }

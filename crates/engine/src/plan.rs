@@ -113,10 +113,28 @@ impl SessionPlan {
                 self.jitter_buffer_ms
             )));
         }
-        if self.interval_ms == Some(0) {
-            return Err(EngineError::BadPlan(
-                "--interval: must be at least 1 ms".into(),
-            ));
+        if let Some(ms) = self.interval_ms {
+            use wirebench_wire::limits::{self, MAX_INTERVAL_MS, MIN_INTERVAL_MS};
+            limits::interval_ns(ms).map_err(|_| {
+                EngineError::BadPlan(format!(
+                    "--interval: {ms} ms is out of range {MIN_INTERVAL_MS}..={MAX_INTERVAL_MS} ms"
+                ))
+            })?;
+            // The receiver keeps at most this many buckets per flow; say so
+            // now rather than return a series cut short.
+            let per_flow = limits::intervals_per_flow(self.flows.len()) as u64;
+            for f in &self.flows {
+                if let Stop::DurationMs(d) = f.stop {
+                    if d / ms > per_flow {
+                        return Err(EngineError::BadPlan(format!(
+                            "--interval: {ms} ms over {d} ms is {} intervals per flow; \
+                             at most {per_flow} with {} flow(s)",
+                            d / ms,
+                            self.flows.len()
+                        )));
+                    }
+                }
+            }
         }
         for (i, f) in self.flows.iter().enumerate() {
             f.spec

@@ -15,7 +15,6 @@
 use crate::clock::{mono_ns, realtime_ns, sleep_until, tighten_timer_slack};
 use crate::ctl::{Ctl, Recv};
 use crate::net::{enable_rx_timestamps, set_rcvbuf, RecvBatch, BATCH};
-use crate::plan::{MAX_FLOWS, MAX_LINGER_MS};
 use crate::records::{Fill, RecordReader};
 use crate::result::{FlowReport, ReportExtra};
 use crate::sys::{self, CpuTime};
@@ -29,6 +28,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator, L4};
+use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
 use wirebench_wire::{
     ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
     FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN,
@@ -254,6 +254,9 @@ fn session(
         .local_addr()
         .map_err(|e| EngineError::io("control socket", e))?;
     let mut ctl = Ctl::new(stream);
+    // Nothing a sender says to a receiver needs more than a Hello; a longer
+    // line is refused before it is buffered.
+    ctl.set_limit(MAX_HELLO_LINE);
     let hello = match ctl.recv(HELLO_TIMEOUT) {
         Ok(Recv::Msg(m)) => m,
         Ok(_) | Err(_) => {
@@ -286,17 +289,9 @@ fn session(
             format!("control protocol version {version} not supported (this receiver speaks {CONTROL_VERSION})"),
         );
     }
-    if setups.is_empty() || setups.len() > MAX_FLOWS {
-        return refuse(
-            &mut ctl,
-            format!("a session has 1..={MAX_FLOWS} flows, got {}", setups.len()),
-        );
-    }
-    let mut ids: Vec<u16> = setups.iter().map(|f| f.flow_id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.len() != setups.len() {
-        return refuse(&mut ctl, "flow ids must be distinct".into());
+    // Every number is range-checked before anything is allocated for it.
+    if let Err(e) = limits::check_flows(&setups) {
+        return refuse(&mut ctl, format!("bad Hello: {e}"));
     }
     stats.sessions_started.fetch_add(1, Ordering::Relaxed);
     if verbose {
@@ -307,15 +302,25 @@ fn session(
     }
 
     let local_ip = unmap(local.ip());
+    let peer_ip = unmap(peer.ip());
+    let max_intervals = limits::intervals_per_flow(setups.len());
     let ip = if local_ip.is_ipv4() {
         IpVersion::V4
     } else {
         IpVersion::V6
     };
+    let at = FlowAt {
+        local_ip,
+        peer_ip,
+        ip,
+        sid,
+        meter,
+        max_intervals,
+    };
     let mut flows = Flows(Vec::new());
     let mut ports = Vec::new();
     for s in &setups {
-        match open_flow(s, local_ip, ip, sid, meter) {
+        match open_flow(s, &at) {
             Ok((port, f)) => {
                 ports.push(port);
                 flows.0.push(f);
@@ -378,6 +383,10 @@ fn session(
                 offset_ns,
                 error_ns,
             } => {
+                if let Err(e) = limits::check_clock(offset_ns, error_ns) {
+                    stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                    return refuse(&mut ctl, format!("bad ClockOffset: {e}"));
+                }
                 for f in &flows.0 {
                     f.shared.offset_ns.store(offset_ns, Ordering::Relaxed);
                     f.shared
@@ -390,7 +399,19 @@ fn session(
                 foreign0 = stats.foreign_control.load(Ordering::Relaxed);
             }
             ControlMsg::Stop { linger_ms, sent } => {
-                std::thread::sleep(Duration::from_millis(linger_ms.min(MAX_LINGER_MS)));
+                let bad = limits::in_range("linger_ms", linger_ms, 0, MAX_LINGER_MS)
+                    .map_err(|e| e.to_string())
+                    .err()
+                    .or_else(|| {
+                        (!sent.is_empty() && sent.len() != flows.0.len()).then(|| {
+                            format!("sent: {} counts for {} flows", sent.len(), flows.0.len())
+                        })
+                    });
+                if let Some(e) = bad {
+                    stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                    return refuse(&mut ctl, format!("bad Stop: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(linger_ms));
                 let snmp1 = sys::udp_rcvbuf_errors();
                 let foreign1 = stats.foreign_control.load(Ordering::Relaxed);
                 let mut reports = Vec::new();
@@ -458,21 +479,33 @@ fn session(
     }
 }
 
-fn open_flow(
-    s: &FlowSetup,
+/// What a flow's socket and thread need to know about its session.
+struct FlowAt {
+    /// Address the control connection reached: data sockets bind to it.
     local_ip: IpAddr,
+    /// The sender's address: only its packets are data, and only it gets
+    /// reflections.
+    peer_ip: IpAddr,
     ip: IpVersion,
     sid: u32,
     meter: MeterMode,
-) -> Result<(u16, SessionFlow), EngineError> {
+    /// This flow's share of the session's interval-bucket budget.
+    max_intervals: usize,
+}
+
+fn open_flow(s: &FlowSetup, at: &FlowAt) -> Result<(u16, SessionFlow), EngineError> {
+    let (local_ip, peer_ip, sid, meter, max_intervals) =
+        (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
     let cfg = FlowConfig {
         l4: match s.transport {
             Transport::Udp => L4::Udp,
             Transport::Tcp => L4::Tcp,
         },
-        ip,
+        ip: at.ip,
         mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
-        interval_ns: s.interval_ms.filter(|&m| m > 0).map(|m| m * 1_000_000),
+        // Checked by `check_flows`; an unchecked value turns the series off
+        // rather than wrap.
+        interval_ns: s.interval_ms.and_then(|m| limits::interval_ns(m).ok()),
     };
     let shared = Arc::new(FlowShared {
         stop: AtomicBool::new(false),
@@ -499,7 +532,17 @@ fn open_flow(
             let reflect = meter == MeterMode::Rtt;
             let h = std::thread::Builder::new()
                 .name(format!("wb-rx-{flow_id}"))
-                .spawn(move || udp_rx(sock, cfg, sh, sid, flow_id, max_len, reflect))
+                .spawn(move || {
+                    let acc = RecvAccumulator::with_max_intervals(cfg, max_intervals);
+                    let rx = UdpRx {
+                        sid,
+                        flow_id,
+                        max_len,
+                        reflect,
+                        peer_ip,
+                    };
+                    udp_rx(sock, acc, sh, rx)
+                })
                 .map_err(|e| EngineError::io("receive thread", e))?;
             (port, h)
         }
@@ -514,7 +557,10 @@ fn open_flow(
             let reflect = meter == MeterMode::Rtt;
             let h = std::thread::Builder::new()
                 .name(format!("wb-rx-{flow_id}"))
-                .spawn(move || tcp_rx(l, cfg, sh, sid, flow_id, reflect))
+                .spawn(move || {
+                    let acc = RecvAccumulator::with_max_intervals(cfg, max_intervals);
+                    tcp_rx(l, acc, sh, sid, flow_id, reflect, peer_ip)
+                })
                 .map_err(|e| EngineError::io("receive thread", e))?;
             (port, h)
         }
@@ -529,21 +575,39 @@ fn open_flow(
     ))
 }
 
-fn udp_rx(
-    sock: UdpSocket,
-    cfg: FlowConfig,
-    sh: Arc<FlowShared>,
+/// Who a UDP flow's receive thread accepts probes from and reflects to.
+struct UdpRx {
     sid: u32,
     flow_id: u16,
     max_len: usize,
     reflect: bool,
+    /// The session's sender: probes from any other address are foreign.
+    peer_ip: IpAddr,
+}
+
+fn udp_rx(
+    sock: UdpSocket,
+    mut acc: RecvAccumulator,
+    sh: Arc<FlowShared>,
+    rx: UdpRx,
 ) -> FlowOutcome {
+    let UdpRx {
+        sid,
+        flow_id,
+        max_len,
+        reflect,
+        peer_ip,
+    } = rx;
+    // The sender's data address: its address as seen on the control
+    // connection, and the port of the first probe of this session from it.
+    // Everything else is foreign and never reflected, so a session cannot
+    // be used to send packets to a third party (spoofed source addresses).
+    let mut registered: Option<SocketAddr> = None;
     crate::clock::raise_priority();
     // Naps between batches are tens of microseconds; the default 50 µs
     // timer slack would double them.
     tighten_timer_slack();
     let cpu0 = CpuTime::thread();
-    let mut acc = RecvAccumulator::new(cfg);
     // One byte more than the largest probe, so an oversize foreign datagram
     // shows up as truncated instead of fitting by accident.
     let slot = max_len.max(RTT_MIN_LEN) + 1;
@@ -579,6 +643,9 @@ fn udp_rx(
                 sh.foreign.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
+            let from = batch
+                .source(i)
+                .map(|a| SocketAddr::new(unmap(a.ip()), a.port()));
             let d = batch.data(i);
             let h = match ProbeHeader::decode_datagram(d) {
                 Ok(h) if h.session == sid && h.flow == flow_id && !h.is_reflected() => h,
@@ -587,6 +654,18 @@ fn udp_rx(
                     continue;
                 }
             };
+            let ours = match (registered, from) {
+                (Some(r), Some(f)) => r == f,
+                (None, Some(f)) if f.ip() == peer_ip => {
+                    registered = Some(f);
+                    true
+                }
+                _ => false,
+            };
+            if !ours {
+                sh.foreign.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let len = d.len();
             let delay = ts as i64 - h.tx_ns as i64 - offset;
             if delay < floor {
@@ -719,14 +798,14 @@ impl TcpConn {
 
 fn tcp_rx(
     listener: TcpListener,
-    cfg: FlowConfig,
+    mut acc: RecvAccumulator,
     sh: Arc<FlowShared>,
     sid: u32,
     flow_id: u16,
     reflect: bool,
+    peer_ip: IpAddr,
 ) -> FlowOutcome {
     let cpu0 = CpuTime::thread();
-    let mut acc = RecvAccumulator::new(cfg);
     let mut conns: Vec<TcpConn> = Vec::new();
     let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(MAX_TCP_CONNS + 1);
     while !sh.stop.load(Ordering::Relaxed) {
@@ -756,8 +835,10 @@ fn tcp_rx(
         }
         let polled = pfds.len() - 1;
         if pfds[0].revents != 0 {
-            while let Ok((s, _)) = listener.accept() {
-                if conns.len() >= MAX_TCP_CONNS {
+            while let Ok((s, from)) = listener.accept() {
+                // Only the session's sender may connect: anyone else would
+                // hold one of the few connection slots (and get reflections).
+                if conns.len() >= MAX_TCP_CONNS || unmap(from.ip()) != peer_ip {
                     sh.foreign.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }

@@ -16,10 +16,12 @@ use crate::{IpVersion, L4};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-/// Cap on per-interval buckets: a bogus arrival time far in the future must
-/// not make the interval vector allocate gigabytes. 2^20 intervals is over
-/// 17 minutes at 1 ms or 12 days at 1 s.
-pub const MAX_INTERVALS: usize = 1 << 20;
+/// Default cap on per-interval buckets: a bogus arrival time far in the
+/// future must not make the interval vector allocate gigabytes. 2^18
+/// intervals is over 4 minutes at 1 ms or 3 days at 1 s, about 13 MB of
+/// buckets; a receiver lowers it per flow to keep a whole session within
+/// its budget ([`RecvAccumulator::with_max_intervals`]).
+pub const MAX_INTERVALS: usize = 1 << 18;
 
 const NS: f64 = 1e9;
 
@@ -204,9 +206,21 @@ pub struct RecvAccumulator {
     ipdv_n: u64,
     rfc3550_ns: f64,
     intervals: Vec<IntervalAcc>,
+    /// Most interval buckets this flow may allocate (≤ [`MAX_INTERVALS`]).
+    max_intervals: usize,
 }
 
 impl RecvAccumulator {
+    /// An accumulator whose interval series stops growing at `max` buckets
+    /// (capped at [`MAX_INTERVALS`]); arrivals beyond it still count in
+    /// every other statistic.
+    pub fn with_max_intervals(cfg: FlowConfig, max: usize) -> Self {
+        Self {
+            max_intervals: max.clamp(1, MAX_INTERVALS),
+            ..Self::new(cfg)
+        }
+    }
+
     pub fn new(cfg: FlowConfig) -> Self {
         Self {
             cfg,
@@ -233,15 +247,18 @@ impl RecvAccumulator {
             ipdv_n: 0,
             rfc3550_ns: 0.0,
             intervals: Vec::new(),
+            max_intervals: MAX_INTERVALS,
         }
     }
 
     /// Interval index of an arrival, None when intervals are off or the
-    /// arrival lies beyond [`MAX_INTERVALS`].
+    /// arrival lies beyond the bucket cap.
     fn interval_of(&self, arrival_ns: u64) -> Option<usize> {
         let len = self.cfg.interval_ns?.max(1);
         let idx = arrival_ns.saturating_sub(self.origin_ns) / len;
-        usize::try_from(idx).ok().filter(|&i| i < MAX_INTERVALS)
+        usize::try_from(idx)
+            .ok()
+            .filter(|&i| i < self.max_intervals)
     }
 
     /// Inserts `s` into the received set. Returns (new, reordered).
@@ -309,7 +326,7 @@ impl RecvAccumulator {
             self.last_ns = arrival_ns;
         }
         let iv = self.interval_of(arrival_ns);
-        let tag = iv.unwrap_or(MAX_INTERVALS - 1) as u32;
+        let tag = iv.unwrap_or(self.max_intervals - 1) as u32;
         let s = self.unwrapper.unwrap(seq32);
         let (new, reordered) = self.insert_seq(s, tag);
         if !new {

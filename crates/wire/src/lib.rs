@@ -7,6 +7,7 @@
 //! every decoding rule can be tested on plain byte slices.
 
 pub mod control;
+pub mod limits;
 pub mod probe;
 
 pub use control::{ControlMsg, FlowSetup, MeterMode, Transport, CONTROL_VERSION};

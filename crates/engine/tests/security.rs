@@ -1,0 +1,243 @@
+//! The security suite: each test replays one attack on the receiver from
+//! issue #9 over loopback, speaking the control protocol by hand as an
+//! attacker would, and asserts the fixed behaviour. Ports 157xx.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use wirebench_engine::{Daemon, DaemonConfig, DaemonStats};
+use wirebench_wire::{
+    ControlMsg, FlowSetup, MeterMode, ProbeHeader, Transport, CONTROL_VERSION, FLAG_RTT,
+    RTT_MIN_LEN,
+};
+
+struct Rx {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    stats: Arc<DaemonStats>,
+    port: u16,
+}
+
+impl Rx {
+    fn start(port: u16) -> Rx {
+        let d = Daemon::bind(DaemonConfig {
+            port,
+            bind: Some("127.0.0.1".parse().unwrap()),
+            ..DaemonConfig::default()
+        })
+        .unwrap();
+        let stats = d.stats();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = Some(std::thread::spawn(move || d.serve_until(&s).unwrap()));
+        Rx {
+            stop,
+            handle,
+            stats,
+            port,
+        }
+    }
+}
+
+impl Drop for Rx {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A hand-driven control connection.
+struct Client {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let w = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let r = BufReader::new(w.try_clone().unwrap());
+        Client { w, r }
+    }
+
+    fn send(&mut self, m: &ControlMsg) {
+        self.w.write_all(m.to_line().as_bytes()).unwrap();
+    }
+
+    fn recv(&mut self) -> ControlMsg {
+        let mut line = String::new();
+        self.r.read_line(&mut line).unwrap();
+        ControlMsg::from_line(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    }
+
+    /// Sends a Hello and returns the receiver's answer.
+    fn hello(&mut self, sid: u32, meter: MeterMode, flows: Vec<FlowSetup>) -> ControlMsg {
+        self.send(&ControlMsg::Hello {
+            version: CONTROL_VERSION,
+            session: sid,
+            meter,
+            flows,
+        });
+        self.recv()
+    }
+
+    /// Stop with `sent` and the report's first flow as JSON.
+    fn stop(&mut self, sent: u64) -> serde_json::Value {
+        self.send(&ControlMsg::Stop {
+            linger_ms: 100,
+            sent: vec![sent],
+        });
+        match self.recv() {
+            ControlMsg::Report { mut flows, .. } => {
+                self.send(&ControlMsg::Bye);
+                flows.remove(0)
+            }
+            other => panic!("expected Report, got {other:?}"),
+        }
+    }
+}
+
+fn udp_flow(interval_ms: Option<u64>) -> FlowSetup {
+    FlowSetup {
+        flow_id: 1,
+        transport: Transport::Udp,
+        interval_ms,
+        max_len: 100,
+        mtu: 1500,
+        playout_buffer_ms: None,
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+fn probe(sid: u32, seq: u32, flags: u8, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    ProbeHeader {
+        flags,
+        session: sid,
+        flow: 1,
+        len: len as u16,
+        seq,
+        tx_ns: now_ns(),
+    }
+    .encode(&mut b)
+    .unwrap();
+    b
+}
+
+/// Issue #9 item 1: one Hello with `interval_ms = 76480200929599801`
+/// (× 10^6 wraps to 64 ns) made the receiver allocate ~940 k buckets per
+/// flow. It is refused naming the field, before anything is allocated, and
+/// the daemon goes on serving.
+#[test]
+fn memory_bomb_hello_is_refused() {
+    let rx = Rx::start(15701);
+    let mut c = Client::connect(rx.port);
+    match c.hello(
+        1,
+        MeterMode::Owd,
+        vec![udp_flow(Some(76_480_200_929_599_801))],
+    ) {
+        ControlMsg::Error { message } => assert!(message.contains("interval_ms"), "{message}"),
+        other => panic!("bomb accepted: {other:?}"),
+    }
+    // Other out-of-range numbers are refused the same way.
+    let mut f = udp_flow(None);
+    f.max_len = 1 << 30;
+    let mut c = Client::connect(rx.port);
+    assert!(matches!(
+        c.hello(2, MeterMode::Owd, vec![f]),
+        ControlMsg::Error { .. }
+    ));
+    // A Hello line longer than any real one is cut off, not buffered.
+    let mut c = Client::connect(rx.port);
+    let _ = c.w.write_all(&vec![b'x'; 256 << 10]);
+    let mut line = String::new();
+    let _ = c.r.read_line(&mut line);
+    assert!(!line.contains("ready"));
+    // A sane Hello is still served.
+    let mut c = Client::connect(rx.port);
+    assert!(matches!(
+        c.hello(3, MeterMode::Owd, vec![udp_flow(Some(1))]),
+        ControlMsg::Ready { .. }
+    ));
+    // A Stop with an out-of-range linger is refused, not slept through.
+    c.send(&ControlMsg::Stop {
+        linger_ms: u64::MAX,
+        sent: vec![0],
+    });
+    assert!(matches!(c.recv(), ControlMsg::Error { .. }));
+    // So is an absurd clock offset.
+    let mut c = Client::connect(rx.port);
+    assert!(matches!(
+        c.hello(4, MeterMode::Owd, vec![udp_flow(None)]),
+        ControlMsg::Ready { .. }
+    ));
+    c.send(&ControlMsg::ClockOffset {
+        offset_ns: i64::MIN,
+        error_ns: 0,
+    });
+    assert!(matches!(c.recv(), ControlMsg::Error { .. }));
+    assert_eq!(rx.stats.sessions_completed.load(Ordering::Relaxed), 0);
+}
+
+/// Issue #9 item 2: an attacker opened an RTT session from its own address
+/// and sent probes carrying a victim's source address; every one was
+/// reflected to the victim. Now only the session's sender (the control
+/// connection's address, at the port of its first probe) gets reflections;
+/// the rest are foreign. On loopback 127.0.0.2 plays the victim.
+#[test]
+fn no_reflection_to_a_third_party() {
+    let rx = Rx::start(15702);
+    let mut c = Client::connect(rx.port);
+    let sid = 0x5ec0_0002;
+    let port = match c.hello(sid, MeterMode::Rtt, vec![udp_flow(None)]) {
+        ControlMsg::Ready { ports } => ports[0],
+        other => panic!("{other:?}"),
+    };
+    c.send(&ControlMsg::Start);
+    let data: SocketAddr = ([127, 0, 0, 1], port).into();
+    let victim = UdpSocket::bind("127.0.0.2:0").unwrap();
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let other_port = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for s in [&victim, &sender, &other_port] {
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+    }
+    let mut buf = [0u8; 256];
+    // "Spoofed" probes: the session's id, the victim's source address.
+    for seq in 0..5 {
+        victim
+            .send_to(&probe(sid, seq, FLAG_RTT, RTT_MIN_LEN), data)
+            .unwrap();
+    }
+    assert!(
+        victim.recv_from(&mut buf).is_err(),
+        "a reflection reached the victim"
+    );
+    // The real sender registers its port with its first probe and is
+    // answered.
+    sender
+        .send_to(&probe(sid, 0, FLAG_RTT, RTT_MIN_LEN), data)
+        .unwrap();
+    let (n, from) = sender.recv_from(&mut buf).unwrap();
+    assert_eq!((n, from), (RTT_MIN_LEN, data));
+    // Another port on the sender's own address is not the registered one.
+    other_port
+        .send_to(&probe(sid, 1, FLAG_RTT, RTT_MIN_LEN), data)
+        .unwrap();
+    assert!(other_port.recv_from(&mut buf).is_err());
+    let f = c.stop(2);
+    assert_eq!(f["foreign"], 6, "{f}");
+    assert_eq!(f["summary"]["unique"], 1, "{f}");
+}
