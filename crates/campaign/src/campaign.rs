@@ -12,15 +12,14 @@ use std::fmt;
 use thiserror::Error;
 use toml::Spanned;
 
-/// Smallest and largest transport payload the engine accepts (probe header
-/// included); mirrors `wirebench_model::{MIN_PAYLOAD, MAX_PAYLOAD}`.
-pub const MIN_PAYLOAD: u32 = 24;
-pub const MAX_PAYLOAD: u32 = 64000;
+use wirebench_model::app::{DitgCodec, DITG_APPS};
+use wirebench_model::{MAX_PAYLOAD, MIN_PAYLOAD};
 
-/// Application models the engine's `--app` knows (TRAFFIC-MODELS.md).
-pub const APPS: &[&str] = &["constant", "voip", "dns", "telnet", "quake3", "csa", "csi"];
-/// VoIP codecs of D-ITG's VoIP model.
-pub const CODECS: &[&str] = &["G.711.1", "G.711.2", "G.723.1", "G.729.2", "G.729.3"];
+/// The `app` axis: the constant model (no `--app`) or one of D-ITG's
+/// application models as the engine's model crate names them.
+fn known_app(name: &str) -> bool {
+    name == "constant" || DITG_APPS.contains(&name)
+}
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum CampaignError {
@@ -596,23 +595,27 @@ fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<Strin
             _ => bad(format!("meter must be \"owd\" or \"rtt\", got {}", v.text())),
         },
         Axis::App => match v {
-            Scalar::Str(s) if APPS.contains(&s.to_ascii_lowercase().as_str()) => {
-                Ok(s.to_ascii_lowercase())
-            }
+            Scalar::Str(s) if known_app(&s.to_ascii_lowercase()) => Ok(s.to_ascii_lowercase()),
             _ => bad(format!(
-                "unknown application {}; known: {}",
+                "unknown application {}; known: constant, {}",
                 v.text(),
-                APPS.join(", ")
+                DITG_APPS.join(", ")
             )),
         },
         Axis::Codec => match v {
-            Scalar::Str(s) if CODECS.iter().any(|c| c.eq_ignore_ascii_case(s)) => Ok(CODECS
-                .iter()
-                .find(|c| c.eq_ignore_ascii_case(s))
-                .map(|c| c.to_string())
-                .unwrap_or_default()),
-            _ => bad(format!("unknown codec {}; known: {}", v.text(), CODECS.join(", "))),
-        },
+            Scalar::Str(s) => DitgCodec::parse(s).ok(),
+            _ => None,
+        }
+        .map_or_else(
+            || {
+                bad(format!(
+                    "unknown codec {}; known: {}",
+                    v.text(),
+                    DitgCodec::ALL.map(DitgCodec::name).join(", ")
+                ))
+            },
+            |c| Ok(c.name().to_string()),
+        ),
         Axis::Payload => match int(v) {
             Some(b) if (MIN_PAYLOAD as i64..=MAX_PAYLOAD as i64).contains(&b) => Ok(b.to_string()),
             _ => bad(format!(

@@ -498,6 +498,10 @@ pub struct AppOptions {
 /// Names accepted by `--app`.
 pub const APP_NAMES: &str = "voip dns telnet quake3 csa csi voip-real opus video file";
 
+/// D-ITG's application models by `--app` name: the ones that run with no
+/// option beyond a codec, so campaigns can sweep them as a matrix axis.
+pub const DITG_APPS: [&str; 6] = ["voip", "dns", "telnet", "quake3", "csa", "csi"];
+
 impl AppOptions {
     pub fn build(&self) -> Result<App, ModelError> {
         let name = self.app.to_ascii_lowercase();

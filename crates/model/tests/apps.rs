@@ -1,7 +1,7 @@
 //! Application models against D-ITG 2.8.1's parameters and their analytic
 //! means, over long schedules of the generator.
 
-use wirebench_model::app::AppOptions;
+use wirebench_model::app::{AppOptions, APP_NAMES, DITG_APPS};
 use wirebench_model::voip::CodecKind;
 use wirebench_model::{App, DitgCodec, FlowSpec, RealCodec, MIN_PAYLOAD};
 use wirebench_wire::Transport;
@@ -351,4 +351,21 @@ fn file_transfer_sums_exactly() {
         ..Default::default()
     };
     assert!(o.build().unwrap_err().to_string().starts_with("--app:"));
+}
+
+/// Campaigns sweep `DITG_APPS` passing at most `--codec`: each must build
+/// from its name (and a codec for voip) alone, and be an `--app` name.
+#[test]
+fn ditg_apps_build_from_their_name_alone() {
+    for name in DITG_APPS {
+        assert!(APP_NAMES.split(' ').any(|n| n == name), "{name}");
+        for codec in DitgCodec::ALL {
+            let o = AppOptions {
+                app: name.into(),
+                codec: (name == "voip").then(|| codec.name().into()),
+                ..Default::default()
+            };
+            assert!(o.build().is_ok(), "{name} {codec:?}: {:?}", o.build());
+        }
+    }
 }

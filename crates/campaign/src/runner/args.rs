@@ -1,0 +1,121 @@
+//! What one run is on the command line: the `wirebench send` arguments, its
+//! seed and how long it may take.
+
+use crate::campaign::{Campaign, RunLength, Scenario};
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// A stable per-run seed: campaign seed, scenario key and repetition.
+pub(super) fn run_seed(c: &Campaign, key: &str, rep: u32) -> u64 {
+    // FNV-1a: stable across Rust versions, unlike DefaultHasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ c.seed;
+    for b in key.as_bytes().iter().chain(&rep.to_le_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h % (1 << 53)
+}
+
+/// The `wirebench send` arguments for one run (without `--json`).
+pub fn send_args(
+    c: &Campaign,
+    s: &Scenario,
+    dest: IpAddr,
+    port: u16,
+    seed: u64,
+    length: RunLength,
+) -> Vec<String> {
+    let st = &s.settings;
+    let mut a: Vec<String> = vec![
+        "send".into(),
+        "-a".into(),
+        dest.to_string(),
+        "-p".into(),
+        port.to_string(),
+    ];
+    a.push(if st.ip == 6 { "-6" } else { "-4" }.into());
+    a.extend([
+        "-T".into(),
+        st.transport.clone(),
+        "-m".into(),
+        st.meter.clone(),
+    ]);
+    if st.app == "constant" {
+        if st.max_rate {
+            a.push("--max".into());
+        } else if let Some(p) = st.pps {
+            a.extend(["-C".into(), p.to_string()]);
+        }
+        if let Some(p) = st.payload {
+            a.extend(["-c".into(), p.to_string()]);
+        }
+    } else {
+        a.extend(["--app".into(), st.app.clone()]);
+        if let Some(codec) = &st.codec {
+            a.extend(["--codec".into(), codec.clone()]);
+        }
+    }
+    if st.flows > 1 {
+        a.extend(["--flows".into(), st.flows.to_string()]);
+    }
+    match length {
+        RunLength::Duration { seconds } => {
+            a.extend(["-t".into(), ((seconds * 1000.0).round() as u64).to_string()])
+        }
+        RunLength::Packets { count } => a.extend(["-z".into(), count.to_string()]),
+        RunLength::KBytes { count } => a.extend(["-k".into(), count.to_string()]),
+    }
+    if let Some(l) = c.linger_s {
+        a.extend(["--linger".into(), ((l * 1000.0).round() as u64).to_string()]);
+    }
+    a.extend(["--seed".into(), seed.to_string()]);
+    a
+}
+
+/// How long a run may take before it is killed: the expected length plus
+/// the receiver's linger (2 s) and generous slack for setup.
+pub(super) fn run_timeout(c: &Campaign, s: &Scenario) -> Duration {
+    if let Some(t) = c.run_timeout_s {
+        return Duration::from_secs_f64(t);
+    }
+    let expected = match c.length {
+        RunLength::Duration { seconds } => seconds,
+        RunLength::Packets { count } => match s.settings.pps {
+            Some(p) if !s.settings.max_rate => count as f64 / p,
+            _ => 300.0,
+        },
+        RunLength::KBytes { .. } => 300.0,
+    };
+    Duration::from_secs_f64(expected * 1.5 + 30.0 + c.linger_s.unwrap_or(2.0))
+}
+
+/// The command line as stored with the run.
+pub(super) fn cmd_text(program: &Path, args: &[String]) -> String {
+    let mut s = program.display().to_string();
+    for a in args {
+        s.push(' ');
+        s.push_str(a);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_args_follow_the_scenario() {
+        let c = Campaign::parse(
+            "linger_s = 0.5\npackets = 100\n[loopback]\n[[matrix]]\nip = [6]\ntransport = [\"tcp\"]\nframe = [1518]\npps = [\"max\"]\nflows = [4]\n[[matrix]]\napp = [\"voip\"]\ncodec = [\"G.729.2\"]\nmeter = [\"rtt\"]\n",
+            "t.toml",
+        )
+        .unwrap();
+        let s = c.expand();
+        let a = send_args(&c, &s[0], "::1".parse().unwrap(), 5401, 9, c.length).join(" ");
+        assert_eq!(a, "send -a ::1 -p 5401 -6 -T tcp -m owd --max -c 1428 --flows 4 -z 100 --linger 500 --seed 9");
+        let b = send_args(&c, &s[1], "127.0.0.1".parse().unwrap(), 5401, 9, c.length).join(" ");
+        assert_eq!(b, "send -a 127.0.0.1 -p 5401 -4 -T udp -m rtt --app voip --codec G.729.2 -z 100 --linger 500 --seed 9");
+        assert_ne!(run_seed(&c, &s[0].key, 0), run_seed(&c, &s[0].key, 1));
+    }
+}

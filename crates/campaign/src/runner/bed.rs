@@ -1,0 +1,238 @@
+//! Where traffic runs: loopback, an emulated test-bed or real hosts, behind
+//! one [`Bed`] interface so the run loop does not know which it drives.
+
+use super::child::free_port;
+use super::RunError;
+use crate::campaign::{Campaign, Scenario, Target, TestbedTarget};
+use serde_json::Value;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where traffic runs: loopback, an emulated test-bed or real hosts. The
+/// defaults describe a bed that is simply there (nothing to build, count or
+/// remove) and runs the sender as a plain local process.
+pub(super) trait Bed {
+    /// Builds or rebuilds for these link settings (no-op when unchanged).
+    fn ensure(&mut self, _s: &Scenario) -> Result<(), RunError> {
+        Ok(())
+    }
+    /// The command that runs `program` as the sender.
+    fn sender(&self, program: &Path) -> Result<Command, RunError> {
+        Ok(Command::new(program))
+    }
+    /// None when the receiver is not ours to start (real hosts).
+    fn receiver(&self, program: &Path) -> Result<Option<Command>, RunError>;
+    /// The receiver's address for this IP version.
+    fn dest(&self, v6: bool) -> Result<IpAddr, RunError>;
+    /// The receiver's control port.
+    fn port(&self) -> u16;
+    /// A counter snapshot, where the bed has counters.
+    fn counters(&self) -> Option<Value> {
+        None
+    }
+    /// What changed between two snapshots of [`Bed::counters`].
+    fn delta(&self, _before: &Value, _after: &Value) -> Option<Value> {
+        None
+    }
+    /// True when `ensure` rebuilt since the last call (the receiver must restart).
+    fn take_rebuilt(&mut self) -> bool;
+    /// True when `invalidate` + `ensure` builds the bed anew.
+    fn can_rebuild(&self) -> bool {
+        false
+    }
+    /// Forget the current build so that the next `ensure` rebuilds.
+    fn invalidate(&mut self) {}
+    /// Removes whatever the bed built.
+    fn teardown(&mut self) -> Result<(), RunError> {
+        Ok(())
+    }
+}
+
+struct Loopback {
+    port: u16,
+    started: bool,
+}
+
+impl Bed for Loopback {
+    fn receiver(&self, program: &Path) -> Result<Option<Command>, RunError> {
+        Ok(Some(Command::new(program)))
+    }
+    fn dest(&self, v6: bool) -> Result<IpAddr, RunError> {
+        Ok(if v6 {
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        } else {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        })
+    }
+    fn port(&self) -> u16 {
+        self.port
+    }
+    /// The first call starts the receiver, like a fresh build would.
+    fn take_rebuilt(&mut self) -> bool {
+        !std::mem::replace(&mut self.started, true)
+    }
+}
+
+struct Hosts {
+    v4: Option<IpAddr>,
+    v6: Option<IpAddr>,
+    port: u16,
+}
+
+impl Bed for Hosts {
+    fn receiver(&self, _program: &Path) -> Result<Option<Command>, RunError> {
+        Ok(None)
+    }
+    fn dest(&self, v6: bool) -> Result<IpAddr, RunError> {
+        let a = if v6 { self.v6 } else { self.v4 };
+        a.ok_or_else(|| {
+            RunError::BadInput(format!(
+                "[hosts] has no IPv{} receiver address for an ip={} scenario",
+                if v6 { 6 } else { 4 },
+                if v6 { 6 } else { 4 }
+            ))
+        })
+    }
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn take_rebuilt(&mut self) -> bool {
+        false
+    }
+}
+
+struct Emulated {
+    target: TestbedTarget,
+    /// Directory of the campaign file (topology files are relative to it).
+    base: PathBuf,
+    tb: Option<wirebench_testbed::Testbed>,
+    current: Option<(Option<u32>, Option<String>, Option<bool>)>,
+    rebuilt: bool,
+}
+
+fn tb_err(e: wirebench_testbed::TestbedError) -> RunError {
+    if e.is_bad_input() {
+        RunError::BadInput(e.to_string())
+    } else {
+        RunError::Testbed(e.to_string())
+    }
+}
+
+impl Emulated {
+    fn tb(&self) -> Result<&wirebench_testbed::Testbed, RunError> {
+        self.tb
+            .as_ref()
+            .ok_or_else(|| RunError::Testbed("not up".into()))
+    }
+}
+
+impl Bed for Emulated {
+    fn ensure(&mut self, s: &Scenario) -> Result<(), RunError> {
+        let want = s.link_key();
+        if self.tb.is_some() && self.current.as_ref() == Some(&want) {
+            return Ok(());
+        }
+        self.teardown()?;
+        let rate_bps = match &s.settings.link_rate {
+            Some(r) => Some(wirebench_testbed::parse_rate(r).map_err(tb_err)?),
+            None => None,
+        };
+        let opts = wirebench_testbed::LinkOpts {
+            mtu: s.settings.mtu,
+            rate_bps,
+            offloads: s.settings.offloads,
+        };
+        let spec = match (&self.target.preset, &self.target.file) {
+            (Some(p), _) => wirebench_testbed::preset(p, &opts).map_err(tb_err)?,
+            (None, Some(f)) => {
+                let path = self.base.join(f);
+                wirebench_testbed::load_file(&path, &opts).map_err(tb_err)?
+            }
+            (None, None) => {
+                return Err(RunError::BadInput("[testbed] needs preset or file".into()))
+            }
+        };
+        let tb = wirebench_testbed::Testbed::up(&self.target.name, &spec).map_err(tb_err)?;
+        self.tb = Some(tb);
+        self.current = Some(want);
+        self.rebuilt = true;
+        Ok(())
+    }
+    fn sender(&self, program: &Path) -> Result<Command, RunError> {
+        self.tb()?
+            .command(&self.target.sender, &program.to_string_lossy())
+            .map_err(tb_err)
+    }
+    fn receiver(&self, program: &Path) -> Result<Option<Command>, RunError> {
+        self.tb()?
+            .command(&self.target.receiver, &program.to_string_lossy())
+            .map(Some)
+            .map_err(tb_err)
+    }
+    fn dest(&self, v6: bool) -> Result<IpAddr, RunError> {
+        self.tb()?.addr(&self.target.receiver, v6).map_err(tb_err)
+    }
+    fn port(&self) -> u16 {
+        5400
+    }
+    fn counters(&self) -> Option<Value> {
+        let c = self.tb.as_ref()?.counters().ok()?;
+        serde_json::to_value(c).ok()
+    }
+    fn delta(&self, before: &Value, after: &Value) -> Option<Value> {
+        let b: wirebench_testbed::Counters = serde_json::from_value(before.clone()).ok()?;
+        let a: wirebench_testbed::Counters = serde_json::from_value(after.clone()).ok()?;
+        let d = a.delta(&b);
+        let sites = d.drop_sites();
+        Some(serde_json::json!({ "nodes": d.nodes, "drop_sites": sites }))
+    }
+    fn take_rebuilt(&mut self) -> bool {
+        std::mem::replace(&mut self.rebuilt, false)
+    }
+    fn can_rebuild(&self) -> bool {
+        true
+    }
+    fn invalidate(&mut self) {
+        self.current = None;
+    }
+    fn teardown(&mut self) -> Result<(), RunError> {
+        self.current = None;
+        match self.tb.take() {
+            Some(tb) => tb.down().map_err(tb_err),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(super) fn make_bed(c: &Campaign) -> Result<Box<dyn Bed>, RunError> {
+    Ok(match &c.target {
+        Target::Loopback => Box::new(Loopback {
+            port: free_port()?,
+            started: false,
+        }),
+        Target::Hosts(h) => Box::new(Hosts {
+            v4: h.receiver.as_deref().and_then(|a| a.parse().ok()),
+            v6: h.receiver6.as_deref().and_then(|a| a.parse().ok()),
+            port: h.port.unwrap_or(5400),
+        }),
+        Target::Testbed(t) => {
+            if !wirebench_testbed::sys::is_root() {
+                return Err(RunError::BadInput(
+                    "an emulated [testbed] needs root (network namespaces); run as root, or use [loopback]".into(),
+                ));
+            }
+            let base = Path::new(&c.origin)
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
+            Box::new(Emulated {
+                target: t.clone(),
+                base,
+                tb: None,
+                current: None,
+                rebuilt: false,
+            })
+        }
+    })
+}

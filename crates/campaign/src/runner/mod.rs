@@ -1,0 +1,269 @@
+//! The run loop: matrix × repetitions, one `wirebench send` per run against
+//! a `wirebench recv` that lives as long as the test-bed, every run stored
+//! the moment it ends.
+//!
+//! Traffic runs in child processes (the same binary, or `--binary`), so a
+//! crash of the engine costs one run, not the campaign, and the sender runs
+//! inside the sender node's namespace exactly as a user would run it. The
+//! children get their own process group (a terminal Ctrl-C reaches only
+//! us, and we stop them in order) and die with us (`PR_SET_PDEATHSIG`), so
+//! even a SIGKILLed campaign leaves no stray receiver holding a port.
+//!
+//! - [`signals`]: Ctrl-C sets a flag everything below polls.
+//! - `child`: starting, watching and stopping child processes.
+//! - `bed`: loopback, emulated test-bed or real hosts behind one interface.
+//! - [`order`]: which run comes when.
+//! - `args`: the sender's command line, seed and time limit for one run.
+//! - `one_run`: receiver upkeep, warm-up, sender, classification, storing.
+//! - this module: the public types and the loop over the planned runs.
+
+mod args;
+mod bed;
+mod child;
+mod one_run;
+pub mod order;
+pub mod signals;
+
+pub use args::send_args;
+pub use order::{plan, PlannedRun};
+pub use signals::{install_signal_handlers, stop_requested};
+
+use crate::campaign::Campaign;
+use crate::env;
+use crate::store::{NewCampaign, RunStatus, Store, StoreError};
+use bed::make_bed;
+use one_run::{Ctx, RunEnd};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The user asked for something impossible (exit 2 in the CLI).
+    #[error("{0}")]
+    BadInput(String),
+    #[error("test-bed: {0}")]
+    Testbed(String),
+    #[error("receiver: {0}")]
+    Receiver(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        RunError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// How to run a campaign.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The `wirebench` binary run as sender and receiver.
+    pub binary: PathBuf,
+    /// Continue the latest campaign of the same name instead of starting anew.
+    pub resume: bool,
+    /// Show a progress bar (stderr, only when it is a terminal).
+    pub progress: bool,
+    /// Print one line per finished run.
+    pub verbose: bool,
+    pub tool_version: String,
+    /// The command line that started the campaign, kept in the environment.
+    pub command_line: String,
+}
+
+/// What a campaign run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub campaign_id: i64,
+    pub planned: usize,
+    /// Runs already stored (`ok`) before this invocation (resume).
+    pub already_done: usize,
+    pub ok: usize,
+    pub failed: usize,
+    /// Stopped by SIGINT/SIGTERM; the run in flight was not stored.
+    pub interrupted: bool,
+}
+
+fn progress_bar(total: usize, done: usize, show: bool) -> indicatif::ProgressBar {
+    let pb = if show {
+        indicatif::ProgressBar::new(total as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let style = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  ETA {eta}  {msg}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    pb.set_style(style);
+    pb.set_position(done as u64);
+    // Runs stored before a resume took no time now: keep them out of the ETA.
+    pb.reset_eta();
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
+}
+
+/// Consecutive failures, with no success yet, after which a campaign stops.
+pub const FAIL_FAST_RUNS: usize = 3;
+
+/// Runs (or resumes) a campaign into `store`.
+pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Outcome, RunError> {
+    let planned = plan(c);
+    let mut env_ = env::collect(&c.target.describe(), &opts.tool_version);
+    env_.extra
+        .insert("command".into(), opts.command_line.clone());
+    env_.extra
+        .insert("binary".into(), opts.binary.display().to_string());
+    let (cid, done) = if opts.resume {
+        let row = store.latest_by_name(&c.name)?.ok_or_else(|| {
+            RunError::BadInput(format!(
+                "--resume: no campaign named {:?} in {}",
+                c.name,
+                store.path().display()
+            ))
+        })?;
+        if row.file_text != c.text {
+            return Err(RunError::BadInput(format!(
+                "--resume: the campaign file changed since campaign {} ({}) started; run without --resume to start a new campaign",
+                row.id, row.started_at
+            )));
+        }
+        if row.quick != c.quick {
+            return Err(RunError::BadInput(format!(
+                "--resume: campaign {} was started {} --quick; resume it the same way",
+                row.id,
+                if row.quick { "with" } else { "without" }
+            )));
+        }
+        store.set_campaign_status(row.id, "running")?;
+        (row.id, store.finished(row.id)?)
+    } else {
+        let started = env::now_rfc3339();
+        let id = store.create_campaign(&NewCampaign {
+            name: &c.name,
+            origin: &c.origin,
+            file_text: &c.text,
+            started_at: &started,
+            environment: &env_,
+            planned_runs: planned.len(),
+            quick: c.quick,
+        })?;
+        (id, HashSet::new())
+    };
+    let todo: Vec<&PlannedRun> = planned
+        .iter()
+        .filter(|p| !done.contains(&(p.scenario.key.clone(), p.repetition)))
+        .collect();
+    let already = planned.len() - todo.len();
+    let mut out = Outcome {
+        campaign_id: cid,
+        planned: planned.len(),
+        already_done: already,
+        ok: 0,
+        failed: 0,
+        interrupted: false,
+    };
+    if todo.is_empty() {
+        store.set_campaign_status(cid, "done")?;
+        return Ok(out);
+    }
+
+    let work = std::env::temp_dir().join(format!("wirebench-campaign-{}", std::process::id()));
+    std::fs::create_dir_all(&work)
+        .map_err(|e| RunError::io(format!("creating {}", work.display()), e))?;
+    let mut bed = make_bed(c)?;
+    let mut ctx = Ctx::new(c, store, opts, work.clone());
+    let pb = progress_bar(planned.len(), already, opts.progress);
+    let say = |pb: &indicatif::ProgressBar, line: String| {
+        if opts.verbose {
+            if pb.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                pb.println(line);
+            }
+        }
+    };
+    let mut result: Result<(), RunError> = Ok(());
+    for (i, pr) in todo.iter().enumerate() {
+        if stop_requested() {
+            out.interrupted = true;
+            break;
+        }
+        if i > 0 && c.pause_s > 0.0 {
+            let t0 = Instant::now();
+            while t0.elapsed().as_secs_f64() < c.pause_s && !stop_requested() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        pb.set_message(format!("{} #{}", pr.scenario.key, pr.repetition + 1));
+        match ctx.one_run(bed.as_mut(), cid, pr) {
+            Ok(RunEnd::Stored(st)) => {
+                match st {
+                    RunStatus::Ok => out.ok += 1,
+                    RunStatus::Failed => out.failed += 1,
+                }
+                // Nothing has worked yet and the first runs all failed: the
+                // set-up is broken, not the network; stop instead of failing
+                // every run of a long campaign.
+                if out.ok == 0 && out.failed >= FAIL_FAST_RUNS {
+                    let last = store
+                        .runs(cid)?
+                        .into_iter()
+                        .rev()
+                        .find_map(|r| r.error)
+                        .unwrap_or_default();
+                    result = Err(RunError::Receiver(format!(
+                        "the first {FAIL_FAST_RUNS} runs all failed, so the campaign stopped; last error: {last}"
+                    )));
+                    pb.inc(1);
+                    break;
+                }
+                pb.inc(1);
+                let n = already + out.ok + out.failed;
+                say(
+                    &pb,
+                    format!(
+                        "[{n}/{}] {} #{}: {}",
+                        planned.len(),
+                        pr.scenario.key,
+                        pr.repetition + 1,
+                        st.as_str()
+                    ),
+                );
+            }
+            Ok(RunEnd::Interrupted) => {
+                out.interrupted = true;
+                break;
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    pb.finish_and_clear();
+    ctx.stop_receiver();
+    let down = bed.teardown();
+    let _ = std::fs::remove_dir_all(&work);
+    let status = if out.interrupted || result.is_err() {
+        "interrupted"
+    } else if store.finished(cid)?.len() == planned.len() {
+        "done"
+    } else {
+        "incomplete"
+    };
+    store.set_campaign_status(cid, status)?;
+    result?;
+    down?;
+    Ok(out)
+}

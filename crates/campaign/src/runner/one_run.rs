@@ -1,0 +1,291 @@
+//! One run: keep the receiver alive (restarting it, or rebuilding the
+//! test-bed once, when it died), run the optional warm-up and the sender,
+//! classify the outcome and store it the moment it ends.
+
+use super::args::{cmd_text, run_seed, run_timeout, send_args};
+use super::bed::Bed;
+use super::child::{detach, listening, read_tail, stop_child};
+use super::order::PlannedRun;
+use super::signals::stop_requested;
+use super::{RunError, RunOptions};
+use crate::campaign::{Campaign, RunLength};
+use crate::env;
+use crate::store::{NewRun, RunStatus, Store};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+struct Receiver {
+    child: Child,
+    command: String,
+    log: PathBuf,
+}
+
+pub(super) struct Ctx<'a> {
+    c: &'a Campaign,
+    store: &'a Store,
+    opts: &'a RunOptions,
+    work: PathBuf,
+    receiver: Option<Receiver>,
+}
+
+pub(super) enum RunEnd {
+    Stored(RunStatus),
+    Interrupted,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context with no receiver running yet; `work` holds the logs and
+    /// result files of the run in flight.
+    pub(super) fn new(
+        c: &'a Campaign,
+        store: &'a Store,
+        opts: &'a RunOptions,
+        work: PathBuf,
+    ) -> Self {
+        Ctx {
+            c,
+            store,
+            opts,
+            work,
+            receiver: None,
+        }
+    }
+
+    pub(super) fn stop_receiver(&mut self) {
+        if let Some(mut r) = self.receiver.take() {
+            stop_child(&mut r.child, Duration::from_secs(2));
+        }
+    }
+
+    fn start_receiver(&mut self, bed: &dyn Bed) -> Result<(), RunError> {
+        self.stop_receiver();
+        let Some(mut cmd) = bed.receiver(&self.opts.binary)? else {
+            return Ok(());
+        };
+        let args = vec!["recv".to_string(), "-p".into(), bed.port().to_string()];
+        let log = self.work.join("recv.log");
+        let logf = std::fs::File::create(&log)
+            .map_err(|e| RunError::io("creating the receiver log", e))?;
+        let logf2 = logf
+            .try_clone()
+            .map_err(|e| RunError::io("creating the receiver log", e))?;
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(logf)
+            .stderr(logf2);
+        detach(&mut cmd);
+        let text = format!("{:?}", cmd).replace('"', "");
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| RunError::io(format!("starting {}", text), e))?;
+        let t0 = Instant::now();
+        loop {
+            if listening(child.id(), bed.port()) {
+                break;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                return Err(RunError::Receiver(format!(
+                    "`{text}` exited ({st}): {}",
+                    read_tail(&log, 600)
+                )));
+            }
+            if stop_requested() {
+                // The caller sees the flag and ends the campaign as interrupted.
+                stop_child(&mut child, Duration::from_secs(1));
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                stop_child(&mut child, Duration::from_secs(1));
+                return Err(RunError::Receiver(format!(
+                    "`{text}` did not listen on port {} within 10 s: {}",
+                    bed.port(),
+                    read_tail(&log, 600)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.receiver = Some(Receiver {
+            child,
+            command: text,
+            log,
+        });
+        Ok(())
+    }
+
+    /// Runs `wirebench send` and waits for it. Ok(None) = interrupted.
+    fn send(
+        &self,
+        bed: &dyn Bed,
+        args: &[String],
+        json: &Path,
+        timeout: Duration,
+    ) -> Result<Option<(std::process::ExitStatus, String, bool)>, RunError> {
+        let mut cmd = bed.sender(&self.opts.binary)?;
+        let err_path = self.work.join("send.err");
+        let errf = std::fs::File::create(&err_path)
+            .map_err(|e| RunError::io("creating the sender log", e))?;
+        let _ = std::fs::remove_file(json);
+        cmd.args(args)
+            .arg(format!("--json={}", json.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(errf);
+        detach(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| RunError::io(format!("starting {}", self.opts.binary.display()), e))?;
+        let t0 = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) => return Ok(Some((st, read_tail(&err_path, 800), false))),
+                Ok(None) => {}
+                Err(e) => return Err(RunError::io("waiting for the sender", e)),
+            }
+            if stop_requested() {
+                stop_child(&mut child, Duration::from_secs(2));
+                return Ok(None);
+            }
+            if t0.elapsed() > timeout {
+                stop_child(&mut child, Duration::from_secs(2));
+                let st = child
+                    .wait()
+                    .map_err(|e| RunError::io("waiting for the sender", e))?;
+                return Ok(Some((st, read_tail(&err_path, 800), true)));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub(super) fn one_run(
+        &mut self,
+        bed: &mut dyn Bed,
+        cid: i64,
+        pr: &PlannedRun,
+    ) -> Result<RunEnd, RunError> {
+        let s = &pr.scenario;
+        bed.ensure(s)?;
+        let receiver_dead = self
+            .receiver
+            .as_mut()
+            .is_some_and(|r| !matches!(r.child.try_wait(), Ok(None)));
+        if bed.take_rebuilt() || receiver_dead || self.receiver.is_none() {
+            if let Err(first) = self.start_receiver(bed) {
+                if !bed.can_rebuild() {
+                    return Err(first);
+                }
+                // Something removed the test-bed under us (a stray `testbed
+                // down`, a crashed run's cleanup): build it again, once.
+                eprintln!("wirebench: {first}; rebuilding the test-bed and retrying once");
+                bed.invalidate();
+                bed.ensure(s)?;
+                bed.take_rebuilt();
+                self.start_receiver(bed)?;
+            }
+        }
+        if stop_requested() {
+            return Ok(RunEnd::Interrupted);
+        }
+        let dest = bed.dest(s.settings.ip == 6)?;
+        let seed = run_seed(self.c, &s.key, pr.repetition);
+        let timeout = run_timeout(self.c, s);
+        if self.c.warmup_s > 0.0 {
+            let args = send_args(
+                self.c,
+                s,
+                dest,
+                bed.port(),
+                seed ^ 0x5eed,
+                RunLength::Duration {
+                    seconds: self.c.warmup_s,
+                },
+            );
+            let warm = self.work.join("warmup.json");
+            let t = Duration::from_secs_f64(self.c.warmup_s * 1.5 + 30.0);
+            if self.send(bed, &args, &warm, t)?.is_none() {
+                return Ok(RunEnd::Interrupted);
+            }
+        }
+        let args = send_args(self.c, s, dest, bed.port(), seed, self.c.length);
+        let json = self.work.join("result.json");
+        let mut command = cmd_text(&self.opts.binary, &args);
+        command.push_str(" --json=FILE");
+        if let Some(r) = &self.receiver {
+            command = format!("receiver: {}\nsender: {command}", r.command);
+        }
+        let before = bed.counters();
+        let started = env::now_rfc3339();
+        let Some((status, stderr, timed_out)) = self.send(bed, &args, &json, timeout)? else {
+            return Ok(RunEnd::Interrupted);
+        };
+        let ended = env::now_rfc3339();
+        let after = bed.counters();
+        let counters = match (&before, &after) {
+            (Some(b), Some(a)) => bed.delta(b, a),
+            _ => None,
+        };
+        let doc: Option<Value> = std::fs::read_to_string(&json)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let mut error = None;
+        if timed_out {
+            error = Some(format!(
+                "killed after {:.0} s (run_timeout_s): {stderr}",
+                timeout.as_secs_f64()
+            ));
+        } else if !status.success() {
+            error = Some(format!("sender exited with {status}: {stderr}"));
+        } else if let Some(d) = &doc {
+            if d.get("schema").and_then(Value::as_str) != Some("wirebench.result/1") {
+                error =
+                    Some("the sender's result document has no `schema: wirebench.result/1`".into());
+            } else if d.get("partial").and_then(Value::as_bool) == Some(true) {
+                let why = d
+                    .get("partial_reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("peer gone");
+                error = Some(format!("partial run: {why}"));
+            }
+        } else {
+            error = Some(format!("the sender wrote no result document: {stderr}"));
+        }
+        if error.is_some() {
+            // A dead receiver is restarted before the next run.
+            if let Some(r) = self.receiver.as_mut() {
+                if !matches!(r.child.try_wait(), Ok(None)) {
+                    let tail = read_tail(&r.log, 400);
+                    error = error.map(|e| format!("{e}; receiver died: {tail}"));
+                }
+            }
+        }
+        let st = if error.is_none() {
+            RunStatus::Ok
+        } else {
+            RunStatus::Failed
+        };
+        // Exit status 2 = the sender refused its arguments: every further
+        // run of this campaign would be refused too, so stop after storing it.
+        let refused = !timed_out && status.code() == Some(2);
+        self.store.record_run(&NewRun {
+            campaign_id: cid,
+            scenario_key: &s.key,
+            axes: &s.axes,
+            repetition: pr.repetition,
+            status: st,
+            result: doc.as_ref(),
+            counters: counters.as_ref(),
+            command: &command,
+            error: error.as_deref(),
+            started_at: &started,
+            ended_at: &ended,
+        })?;
+        if refused {
+            return Err(RunError::BadInput(format!(
+                "scenario {}: the sender refused its arguments, so the campaign stopped: {stderr}",
+                s.key
+            )));
+        }
+        Ok(RunEnd::Stored(st))
+    }
+}
