@@ -8,9 +8,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Counters of one queueing discipline tree on an interface (root and its
-/// children summed for drops/overlimits/requeues; bytes, packets and backlog
-/// from the root).
+/// Counters of one queueing discipline tree on an interface, all read from
+/// the root, whose drops include its children's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QdiscCounters {
     /// Root qdisc kind (`tbf`, `noqueue`, `netem`, …).
@@ -198,11 +197,15 @@ pub(crate) fn parse_node(
         if kind == "ingress" || kind == "clsact" {
             continue;
         }
+        // Only the root: a classful parent (tbf) counts a packet its child
+        // dropped (queue full, netem loss) as its own drop too
+        // (`tbf_enqueue`: `if (net_xmit_drop_count(ret)) qdisc_qstats_drop(sch)`),
+        // so summing the tree counted every drop below the root twice.
         let root = q.get("root").and_then(|x| x.as_bool()).unwrap_or(false);
-        c.qdisc.drops += u(q, "drops");
-        c.qdisc.overlimits += u(q, "overlimits");
-        c.qdisc.requeues += u(q, "requeues");
         if root {
+            c.qdisc.drops = u(q, "drops");
+            c.qdisc.overlimits = u(q, "overlimits");
+            c.qdisc.requeues = u(q, "requeues");
             c.qdisc.kind = kind.to_string();
             c.qdisc.sent_bytes = u(q, "bytes");
             c.qdisc.sent_packets = u(q, "packets");
@@ -219,7 +222,8 @@ mod tests {
 
     const LINK: &str = r#"[{"ifname":"lo","stats64":{"rx":{"bytes":1,"packets":1,"errors":0,"dropped":0},"tx":{"bytes":1,"packets":1,"errors":0,"dropped":0}}},
       {"ifname":"eth0","stats64":{"rx":{"bytes":900,"packets":10,"errors":1,"dropped":2},"tx":{"bytes":1800,"packets":20,"errors":0,"dropped":3}}}]"#;
-    const QD: &str = r#"[{"kind":"tbf","handle":"1:","dev":"eth0","root":true,"bytes":1800,"packets":20,"drops":5,"overlimits":7,"requeues":0,"backlog":3000,"qlen":2}]"#;
+    const QD: &str = r#"[{"kind":"tbf","handle":"1:","dev":"eth0","root":true,"bytes":1800,"packets":20,"drops":5,"overlimits":7,"requeues":0,"backlog":3000,"qlen":2},
+      {"kind":"pfifo","handle":"10:","dev":"eth0","parent":"1:1","bytes":1800,"packets":20,"drops":5,"overlimits":0,"requeues":0,"backlog":3000,"qlen":2}]"#;
 
     #[test]
     fn parse_and_delta() {

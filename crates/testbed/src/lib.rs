@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! use wirebench_testbed::{preset, parse_rate, LinkOpts, Testbed};
-//! let o = LinkOpts { mtu: Some(1500), rate_bps: Some(parse_rate("100mbit")?), offloads: None };
+//! let o = LinkOpts { mtu: Some(1500), rate_bps: Some(parse_rate("100mbit")?), ..Default::default() };
 //! wirebench_testbed::cleanup_on_signal()?;          // Ctrl-C removes what we build
 //! let tb = Testbed::up("demo", &preset("router", &o)?)?;
 //! let b = tb.addr("b", false)?;                      // 10.0.2.2
@@ -35,7 +35,7 @@ pub use probe::DfOutcome;
 pub use signal::{cleanup_on_signal, interrupted};
 pub use spec::{
     check_testbed_name, format_rate, load_file, parse_rate, parse_topology, preset, Impairment,
-    LinkOpts, LinkSpec, NodeKind, NodeSpec, TopologySpec, PRESETS,
+    LinkOpts, LinkSpec, NodeKind, NodeSpec, TopologySpec, DEFAULT_TXQUEUELEN, PRESETS,
 };
 pub use testbed::{
     exists, list, remove, state_path, LiveIface, PairCheck, Testbed, STATE_DIR, WIRE_MIN_FRAME,

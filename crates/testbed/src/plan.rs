@@ -435,20 +435,11 @@ mod tests {
     #[test]
     fn every_address_is_inside_its_segment() {
         use crate::spec::{LinkSpec, NodeSpec};
-        let mut nodes = vec![NodeSpec {
-            name: "a".into(),
-            kind: NodeKind::Host,
-        }];
+        let mut nodes = vec![NodeSpec::new("a", NodeKind::Host)];
         for i in 1..=20 {
-            nodes.push(NodeSpec {
-                name: format!("r{i}"),
-                kind: NodeKind::Router,
-            });
+            nodes.push(NodeSpec::new(&format!("r{i}"), NodeKind::Router));
         }
-        nodes.push(NodeSpec {
-            name: "b".into(),
-            kind: NodeKind::Host,
-        });
+        nodes.push(NodeSpec::new("b", NodeKind::Host));
         let links = nodes
             .windows(2)
             .map(|w| LinkSpec::new(&w[0].name, &w[1].name))

@@ -20,12 +20,28 @@ pub const RATE_MAX: u64 = 400_000_000_000;
 /// Longest node name; namespaces are named `wb-<testbed>-<node>`.
 pub const NODE_NAME_MAX: usize = 32;
 
-/// Overrides applied to every link (the CLI's `--mtu`, `--rate`, `--offloads`).
+/// Packet-rate caps accepted for a router's `forward_pps` (packets/s).
+pub const FORWARD_PPS_MIN: u64 = 1;
+pub const FORWARD_PPS_MAX: u64 = 100_000_000;
+/// Interface queue lengths accepted (packets); Linux's default is 1000.
+pub const TXQUEUELEN_MIN: u32 = 1;
+pub const TXQUEUELEN_MAX: u32 = 1_000_000;
+/// Queue length of every shaped interface unless a node says otherwise:
+/// the default `txqueuelen` of a Linux Ethernet device.
+pub const DEFAULT_TXQUEUELEN: u32 = 1000;
+
+/// Overrides applied to every link (the CLI's `--mtu`, `--rate`,
+/// `--offloads`), every router (`--forward-pps`) and every node
+/// (`--txqueuelen`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkOpts {
     pub mtu: Option<u32>,
     pub rate_bps: Option<u64>,
     pub offloads: Option<bool>,
+    #[serde(default)]
+    pub forward_pps: Option<u64>,
+    #[serde(default)]
+    pub txqueuelen: Option<u32>,
 }
 
 /// What a node is: hosts send and receive, routers forward, switches bridge.
@@ -51,6 +67,31 @@ impl NodeKind {
 pub struct NodeSpec {
     pub name: String,
     pub kind: NodeKind,
+    /// Routers only: the most packets per second the node forwards out of
+    /// each of its interfaces, whatever their size (a software router's
+    /// per-packet cost). None = as fast as the CPU goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_pps: Option<u64>,
+    /// Packets each shaped interface of the node queues before dropping
+    /// (like `ip link set … txqueuelen`); None = [`DEFAULT_TXQUEUELEN`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub txqueuelen: Option<u32>,
+}
+
+impl NodeSpec {
+    pub fn new(name: &str, kind: NodeKind) -> NodeSpec {
+        NodeSpec {
+            name: name.to_string(),
+            kind,
+            forward_pps: None,
+            txqueuelen: None,
+        }
+    }
+
+    /// The queue length in packets of each of the node's shaped interfaces.
+    pub fn queue_len(&self) -> u32 {
+        self.txqueuelen.unwrap_or(DEFAULT_TXQUEUELEN)
+    }
 }
 
 /// Delay, jitter and loss of a link (netem). Only where the kernel has sch_netem.
@@ -125,8 +166,16 @@ impl TopologySpec {
         self.node(name).map(|n| n.kind)
     }
 
-    /// Applies overrides to every link.
+    /// Applies overrides to every link, router and node.
     pub fn apply(&mut self, o: &LinkOpts) {
+        for n in &mut self.nodes {
+            if let (Some(p), NodeKind::Router) = (o.forward_pps, n.kind) {
+                n.forward_pps = Some(p);
+            }
+            if let Some(q) = o.txqueuelen {
+                n.txqueuelen = Some(q);
+            }
+        }
         for l in &mut self.links {
             if let Some(m) = o.mtu {
                 l.mtu = m;
@@ -155,6 +204,38 @@ impl TopologySpec {
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
         for (i, n) in self.nodes.iter().enumerate() {
             check_node_name(&n.name).map_err(|m| (Loc::Node(i, "name"), m))?;
+            if let Some(p) = n.forward_pps {
+                if n.kind != NodeKind::Router {
+                    return Err((
+                        Loc::Node(i, "forward_pps"),
+                        format!(
+                            "node `{}`: forward_pps applies to routers only (this is a {})",
+                            n.name,
+                            n.kind.as_str()
+                        ),
+                    ));
+                }
+                if !(FORWARD_PPS_MIN..=FORWARD_PPS_MAX).contains(&p) {
+                    return Err((
+                        Loc::Node(i, "forward_pps"),
+                        format!(
+                            "node `{}`: forward_pps {p} is outside {FORWARD_PPS_MIN}..={FORWARD_PPS_MAX} packets/s",
+                            n.name
+                        ),
+                    ));
+                }
+            }
+            if let Some(q) = n.txqueuelen {
+                if !(TXQUEUELEN_MIN..=TXQUEUELEN_MAX).contains(&q) {
+                    return Err((
+                        Loc::Node(i, "txqueuelen"),
+                        format!(
+                            "node `{}`: txqueuelen {q} is outside {TXQUEUELEN_MIN}..={TXQUEUELEN_MAX} packets",
+                            n.name
+                        ),
+                    ));
+                }
+            }
             if let Some(j) = seen.insert(n.name.to_ascii_lowercase(), i) {
                 return Err((
                     Loc::Node(i, "name"),
@@ -376,13 +457,7 @@ pub fn preset(name: &str, o: &LinkOpts) -> Result<TopologySpec, TestbedError> {
             )))
         }
     };
-    let nodes = chain
-        .iter()
-        .map(|(n, k)| NodeSpec {
-            name: n.to_string(),
-            kind: *k,
-        })
-        .collect();
+    let nodes = chain.iter().map(|(n, k)| NodeSpec::new(n, *k)).collect();
     let links = chain
         .windows(2)
         .map(|w| LinkSpec::new(w[0].0, w[1].0))
@@ -515,6 +590,8 @@ struct RawFile {
 struct RawNode {
     name: toml::Spanned<String>,
     kind: toml::Spanned<String>,
+    forward_pps: Option<toml::Spanned<i64>>,
+    txqueuelen: Option<toml::Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -597,11 +674,40 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
                 ))
             }
         };
-        spec.nodes.push(NodeSpec {
-            name: n.name.get_ref().clone(),
-            kind,
-        });
-        node_spans.push((n.name.span().start, n.kind.span().start));
+        let mut node = NodeSpec::new(n.name.get_ref(), kind);
+        let mut spans = BTreeMap::new();
+        spans.insert("name", n.name.span().start);
+        spans.insert("kind", n.kind.span().start);
+        if let Some(p) = &n.forward_pps {
+            spans.insert("forward_pps", p.span().start);
+            let v = *p.get_ref();
+            if !(FORWARD_PPS_MIN as i64..=FORWARD_PPS_MAX as i64).contains(&v) {
+                return Err(ferr(
+                    p.span().start,
+                    "forward_pps",
+                    format!(
+                        "forward_pps {v} is outside {FORWARD_PPS_MIN}..={FORWARD_PPS_MAX} packets/s"
+                    ),
+                ));
+            }
+            node.forward_pps = Some(v as u64);
+        }
+        if let Some(q) = &n.txqueuelen {
+            spans.insert("txqueuelen", q.span().start);
+            let v = *q.get_ref();
+            if !(TXQUEUELEN_MIN as i64..=TXQUEUELEN_MAX as i64).contains(&v) {
+                return Err(ferr(
+                    q.span().start,
+                    "txqueuelen",
+                    format!(
+                        "txqueuelen {v} is outside {TXQUEUELEN_MIN}..={TXQUEUELEN_MAX} packets"
+                    ),
+                ));
+            }
+            node.txqueuelen = Some(v as u32);
+        }
+        spec.nodes.push(node);
+        node_spans.push(spans);
     }
     let defaults = raw.defaults.unwrap_or_default();
     let mut link_spans: Vec<BTreeMap<&'static str, usize>> = Vec::new();
@@ -676,11 +782,10 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
     spec.apply(o);
     spec.validate_loc().map_err(|(loc, msg)| match loc {
         Loc::Node(i, field) => {
-            let off = if field == "kind" {
-                node_spans[i].1
-            } else {
-                node_spans[i].0
-            };
+            let off = node_spans[i]
+                .get(field)
+                .copied()
+                .unwrap_or(node_spans[i]["name"]);
             ferr(off, field, msg)
         }
         Loc::Link(i, field) => {
@@ -795,6 +900,7 @@ mod tests {
             mtu: Some(9000),
             rate_bps: Some(1_000_000_000),
             offloads: Some(true),
+            ..Default::default()
         };
         let s = preset("two-routers", &o).unwrap();
         assert_eq!(s.nodes.len(), 4);
@@ -902,6 +1008,44 @@ offloads = true
         assert_eq!(file_err(&t), (18, "name".into()));
         let t = GOOD.replace("[[node]]\nname = \"r1\"", "[[node]]\nnam = \"r1\"");
         assert_eq!(file_err(&t).1, "nam");
+    }
+
+    #[test]
+    fn forward_pps_and_txqueuelen() {
+        let t = GOOD.replace(
+            "name = \"r1\"\nkind = \"router\"",
+            "name = \"r1\"\nkind = \"router\"\nforward_pps = 29000\ntxqueuelen = 500",
+        );
+        let s = parse(&t).unwrap();
+        let r1 = s.node("r1").unwrap();
+        assert_eq!((r1.forward_pps, r1.queue_len()), (Some(29000), 500));
+        assert_eq!(s.node("a").unwrap().queue_len(), DEFAULT_TXQUEUELEN);
+        // Only routers forward; the line of the key is named.
+        let t = GOOD.replacen(
+            "name = \"a\"\nkind = \"host\"",
+            "name = \"a\"\nkind = \"host\"\nforward_pps = 1000",
+            1,
+        );
+        assert_eq!(file_err(&t), (8, "forward_pps".into()));
+        let t = GOOD.replace("kind = \"router\"", "kind = \"router\"\nforward_pps = 0");
+        assert_eq!(file_err(&t), (17, "forward_pps".into()));
+        let t = GOOD.replace("kind = \"router\"", "kind = \"router\"\ntxqueuelen = -1");
+        assert_eq!(file_err(&t), (17, "txqueuelen".into()));
+        // Overrides: the cap goes to routers only, the queue to every node.
+        let o = LinkOpts {
+            forward_pps: Some(29000),
+            txqueuelen: Some(100),
+            ..Default::default()
+        };
+        let s = preset("two-routers", &o).unwrap();
+        let caps: Vec<Option<u64>> = s.nodes.iter().map(|n| n.forward_pps).collect();
+        assert_eq!(caps, [None, Some(29000), Some(29000), None]);
+        assert!(s.nodes.iter().all(|n| n.queue_len() == 100));
+        let bad = LinkOpts {
+            forward_pps: Some(FORWARD_PPS_MAX + 1),
+            ..Default::default()
+        };
+        assert!(preset("router", &bad).is_err());
     }
 
     #[test]

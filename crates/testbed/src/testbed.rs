@@ -259,31 +259,56 @@ fn tbf_burst(rate_bps: u64, mtu: u32) -> u64 {
 /// late timers on a busy 2-core machine).
 const TBF_BURST_NS: u64 = 1_000_000;
 
-/// Queue limit in bytes. At a host the queue is deep (16 MiB or 100 ms of
-/// the rate) so that a saturating sender fills its socket buffer and
-/// blocks, as behind a real NIC, instead of losing datagrams in the qdisc.
-/// At routers and switches it is about 1000 frames, like a default txqueue.
-fn tbf_limit(rate_bps: u64, mtu: u32, host: bool) -> u64 {
-    if host {
-        (16u64 << 20).max(rate_bps / 8 / 10).min(1 << 30)
-    } else {
-        1000 * (mtu as u64 + 14)
-    }
+/// Byte limit given to a tbf when it is created. It only sizes tbf's
+/// default byte FIFO, which `qdisc_lines` replaces at once with a packet
+/// FIFO of the node's queue length; it must still be at least one frame.
+fn tbf_limit(mtu: u32, queue_len: u32) -> u64 {
+    queue_len as u64 * (mtu as u64 + 14)
 }
 
 /// Peak rate of the one-frame bucket that makes tbf segment GSO packets.
 const PEAK_MIN_BPS: u64 = 1_000_000_000_000;
 
-/// The tc commands (batch lines) shaping one interface.
-fn qdisc_lines(
-    dev: &str,
+/// What one interface's qdiscs must do.
+#[derive(Debug, Clone, Copy)]
+struct Shaping<'a> {
+    /// Link rate, bits/s on the wire.
     rate: Option<u64>,
     mtu: u32,
-    host: bool,
-    imp: Option<&crate::spec::Impairment>,
-) -> Vec<String> {
+    /// Packets queued before drops (the node's txqueuelen).
+    queue_len: u32,
+    /// The node's forwarding cap, packets/s (routers only).
+    forward_pps: Option<u64>,
+    imp: Option<&'a crate::spec::Impairment>,
+}
+
+/// Bytes charged per packet by the packet-rate tbf: its `mpu`. Every frame
+/// on the interface is at most MTU + 14 B, so with mpu at least that, tbf
+/// charges every packet exactly `mpu` bytes and a rate of pps × mpu × 8
+/// bit/s lets through pps packets per second whatever their size (tc-tbf(8):
+/// packets smaller than mpu are counted as mpu; `psched_l2t_ns()`). mpu is
+/// a 16-bit field, hence the clamp (a frame above 65535 B on a capped
+/// router is charged more than one packet).
+fn pps_charge(mtu: u32) -> u64 {
+    (mtu as u64 + 14).min(u16::MAX as u64)
+}
+
+/// Token bucket of the packet-rate cap in packets: 1 ms of the rate (a late
+/// qdisc timer must not cost forwarding capacity), at least 2 packets.
+fn pps_burst_packets(pps: u64) -> u64 {
+    (pps / 1000).max(2)
+}
+
+/// The tc commands (batch lines) shaping one interface.
+///
+/// Layout (each part only when asked for): root `1:` tbf at the link rate
+/// (wire overhead and minimum frame charged) → `10:` tbf at the node's
+/// packet-rate cap (every packet charged the same) → `20:` the queue: a
+/// packet FIFO of `queue_len` packets like a NIC's txqueue, or netem
+/// (delay/jitter/loss; its own limit) when the link has an impairment.
+fn qdisc_lines(dev: &str, sh: &Shaping) -> Vec<String> {
     let mut v = Vec::new();
-    let netem = imp.filter(|i| !i.is_none()).map(|i| {
+    let netem = sh.imp.filter(|i| !i.is_none()).map(|i| {
         let mut s = String::from("netem limit 100000");
         if i.delay_ns > 0 {
             let _ = write!(s, " delay {}us", i.delay_ns / 1000);
@@ -301,24 +326,45 @@ fn qdisc_lines(
         }
         s
     });
-    match (rate, netem) {
-        (Some(r), n) => {
-            // The peak bucket (one frame deep, refilled at ≥ 1 Tbit/s, so it
-            // refills faster than packets can be processed and never limits
-            // the rate) caps the largest packet tbf takes whole at one frame:
-            // a GSO/TSO super-packet is cut into frames at enqueue
-            // (tbf_segment) and each frame pays its 24 B.
-            v.push(format!(
-                "qdisc replace dev {dev} root handle 1: tbf rate {r}bit burst {} limit {} overhead {WIRE_OVERHEAD} mpu {WIRE_MIN_FRAME} peakrate {}bit mtu {}",
-                tbf_burst(r, mtu),
-                tbf_limit(r, mtu, host),
-                PEAK_MIN_BPS.max(r.saturating_mul(10)),
-                mtu + 14
-            ));
-            if let Some(n) = n {
-                v.push(format!("qdisc add dev {dev} parent 1:1 handle 10: {n}"));
-            }
-        }
+    let mtu = sh.mtu;
+    let mut parent: Option<&str> = None;
+    if let Some(r) = sh.rate {
+        // The peak bucket (one frame deep, refilled at ≥ 1 Tbit/s, so it
+        // refills faster than packets can be processed and never limits
+        // the rate) caps the largest packet tbf takes whole at one frame:
+        // a GSO/TSO super-packet is cut into frames at enqueue
+        // (tbf_segment) and each frame pays its 24 B.
+        v.push(format!(
+            "qdisc replace dev {dev} root handle 1: tbf rate {r}bit burst {} limit {} overhead {WIRE_OVERHEAD} mpu {WIRE_MIN_FRAME} peakrate {}bit mtu {}",
+            tbf_burst(r, mtu),
+            tbf_limit(mtu, sh.queue_len),
+            PEAK_MIN_BPS.max(r.saturating_mul(10)),
+            mtu + 14
+        ));
+        parent = Some("parent 1:1 handle 10:");
+    }
+    if let Some(pps) = sh.forward_pps {
+        let c = pps_charge(mtu);
+        let at = parent.unwrap_or("root handle 10:");
+        let verb = if parent.is_some() { "add" } else { "replace" };
+        let rate = pps.saturating_mul(c).saturating_mul(8);
+        // The same one-frame peak bucket as on the link: a GSO packet is
+        // cut into frames, each charged as one packet.
+        v.push(format!(
+            "qdisc {verb} dev {dev} {at} tbf rate {rate}bit burst {} limit {} mpu {c} peakrate {}bit mtu {}",
+            pps_burst_packets(pps) * c,
+            tbf_limit(mtu, sh.queue_len),
+            PEAK_MIN_BPS.max(rate.saturating_mul(10)),
+            mtu + 14
+        ));
+        parent = Some("parent 10:1 handle 20:");
+    }
+    match (parent, netem) {
+        (Some(p), Some(n)) => v.push(format!("qdisc add dev {dev} {p} {n}")),
+        (Some(p), None) => v.push(format!(
+            "qdisc add dev {dev} {p} pfifo limit {}",
+            sh.queue_len
+        )),
         (None, Some(n)) => v.push(format!("qdisc replace dev {dev} root handle 1: {n}")),
         (None, None) => {}
     }
@@ -547,8 +593,15 @@ impl Testbed {
             let _s = signal::step();
             let mut b = String::new();
             for f in &n.ifaces {
-                let imp = self.spec.links[f.link].impairment.as_ref();
-                for line in qdisc_lines(&f.name, f.rate_bps, f.mtu, n.kind == NodeKind::Host, imp) {
+                let node = self.spec.node(&n.name).expect("planned from the spec");
+                let sh = Shaping {
+                    rate: f.rate_bps,
+                    mtu: f.mtu,
+                    queue_len: node.queue_len(),
+                    forward_pps: node.forward_pps,
+                    imp: self.spec.links[f.link].impairment.as_ref(),
+                };
+                for line in qdisc_lines(&f.name, &sh) {
                     b.push_str(&line);
                     b.push('\n');
                 }
@@ -967,27 +1020,64 @@ mod tests {
 
     #[test]
     fn qdisc_commands() {
-        let v = qdisc_lines("eth0", Some(100_000_000), 1500, true, None);
-        assert_eq!(v.len(), 1);
-        assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: tbf rate 100000000bit burst 12500 limit 16777216 overhead 24 mpu 84"), "{}", v[0]);
+        let sh = |rate, mtu, pps, imp| Shaping {
+            rate,
+            mtu,
+            queue_len: 1000,
+            forward_pps: pps,
+            imp,
+        };
+        let v = qdisc_lines("eth0", &sh(Some(100_000_000), 1500, None, None));
+        assert_eq!(v.len(), 2);
+        assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: tbf rate 100000000bit burst 12500 limit 1514000 overhead 24 mpu 84"), "{}", v[0]);
         assert!(
             v[0].ends_with(" peakrate 1000000000000bit mtu 1514"),
             "{}",
             v[0]
         );
-        let v = qdisc_lines("eth1", Some(1_000_000_000), 9000, false, None);
+        // A NIC-like queue: 1000 packets, whatever their size.
+        assert_eq!(
+            v[1],
+            "qdisc add dev eth0 parent 1:1 handle 10: pfifo limit 1000"
+        );
+        let v = qdisc_lines("eth1", &sh(Some(1_000_000_000), 9000, None, None));
         assert!(v[0].contains("burst 125000 limit 9014000 "), "{}", v[0]);
         let imp = Impairment {
             delay_ns: 10_000_000,
             jitter_ns: 1_000_000,
             loss: 0.005,
         };
-        let v = qdisc_lines("eth0", Some(10_000_000), 1500, true, Some(&imp));
+        let v = qdisc_lines("eth0", &sh(Some(10_000_000), 1500, None, Some(&imp)));
         assert_eq!(v.len(), 2);
         assert_eq!(v[1], "qdisc add dev eth0 parent 1:1 handle 10: netem limit 100000 delay 10000us 1000us loss 0.5%");
-        let v = qdisc_lines("eth0", None, 1500, true, Some(&imp));
+        let v = qdisc_lines("eth0", &sh(None, 1500, None, Some(&imp)));
         assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: netem"));
-        assert!(qdisc_lines("eth0", None, 1500, true, None).is_empty());
+        assert!(qdisc_lines("eth0", &sh(None, 1500, None, None)).is_empty());
+        // A packet-rate cap: every packet charged 1514 B, 29 000 of them
+        // per second, 29 packets of bucket; under the link tbf when there
+        // is one, the root otherwise.
+        let v = qdisc_lines("eth1", &sh(Some(100_000_000), 1500, Some(29_000), None));
+        assert_eq!(v.len(), 3);
+        assert_eq!(
+            v[1],
+            "qdisc add dev eth1 parent 1:1 handle 10: tbf rate 351248000bit burst 43906 limit 1514000 mpu 1514 peakrate 1000000000000bit mtu 1514"
+        );
+        assert_eq!(
+            v[2],
+            "qdisc add dev eth1 parent 10:1 handle 20: pfifo limit 1000"
+        );
+        let v = qdisc_lines("eth1", &sh(None, 1500, Some(29_000), Some(&imp)));
+        assert_eq!(v.len(), 2);
+        assert!(
+            v[0].starts_with("qdisc replace dev eth1 root handle 10: tbf rate 351248000bit"),
+            "{}",
+            v[0]
+        );
+        assert!(
+            v[1].starts_with("qdisc add dev eth1 parent 10:1 handle 20: netem"),
+            "{}",
+            v[1]
+        );
     }
 
     #[test]

@@ -142,6 +142,7 @@ impl Bed for Emulated {
             mtu: s.settings.mtu,
             rate_bps,
             offloads: s.settings.offloads,
+            ..Default::default()
         };
         let spec = match (&self.target.preset, &self.target.file) {
             (Some(p), _) => wirebench_testbed::preset(p, &opts).map_err(tb_err)?,

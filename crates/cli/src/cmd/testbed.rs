@@ -63,6 +63,15 @@ pub struct UpArgs {
     /// Segmentation/receive offloads on every link (default off).
     #[arg(long, value_name = "on|off")]
     pub offloads: Option<OnOff>,
+    /// Packet-rate cap of every router: at most N packets/s forwarded out
+    /// of each of its interfaces, whatever their size (a software router);
+    /// overrides the file's `forward_pps`.
+    #[arg(long, value_name = "N")]
+    pub forward_pps: Option<u64>,
+    /// Queue length (packets) of every shaped interface of every node
+    /// (default 1000, like a NIC's txqueuelen); overrides the file.
+    #[arg(long, value_name = "N")]
+    pub txqueuelen: Option<u32>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -137,10 +146,30 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             )));
         }
     }
+    if let Some(p) = a.forward_pps {
+        if !(tb::spec::FORWARD_PPS_MIN..=tb::spec::FORWARD_PPS_MAX).contains(&p) {
+            return Err(bad_input(format!(
+                "--forward-pps {p}: outside {}..={} packets/s",
+                tb::spec::FORWARD_PPS_MIN,
+                tb::spec::FORWARD_PPS_MAX
+            )));
+        }
+    }
+    if let Some(q) = a.txqueuelen {
+        if !(tb::spec::TXQUEUELEN_MIN..=tb::spec::TXQUEUELEN_MAX).contains(&q) {
+            return Err(bad_input(format!(
+                "--txqueuelen {q}: outside {}..={} packets",
+                tb::spec::TXQUEUELEN_MIN,
+                tb::spec::TXQUEUELEN_MAX
+            )));
+        }
+    }
     let o = LinkOpts {
         mtu: a.mtu,
         rate_bps,
         offloads: a.offloads.map(|x| matches!(x, OnOff::On)),
+        forward_pps: a.forward_pps,
+        txqueuelen: a.txqueuelen,
     };
     let spec = if PRESETS.contains(&a.topology.as_str()) {
         tb::preset(&a.topology, &o).map_err(map)?
@@ -241,6 +270,24 @@ fn print_plan(
                     .unwrap_or_else(|| "-".into()),
                 state
             );
+        }
+        if let Some(spec) = t.spec().node(&n.name) {
+            if let Some(p) = spec.forward_pps {
+                println!(
+                    "{:<8} {:<7} {:<16} {:<6} forwards at most {p} packets/s out of each interface",
+                    n.name, "", "", "*"
+                );
+            }
+            if spec.txqueuelen.is_some() {
+                println!(
+                    "{:<8} {:<7} {:<16} {:<6} queues {} packets per shaped interface",
+                    n.name,
+                    "",
+                    "",
+                    "*",
+                    spec.queue_len()
+                );
+            }
         }
         if n.kind == NodeKind::Switch {
             println!(
