@@ -8,7 +8,7 @@
 //! `not_sent`, as is a packet the kernel refused; neither is network loss.
 
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
-use crate::net::{set_sndbuf, SendBatch, BATCH};
+use crate::net::{set_sndbuf, AsRawFd, SendBatch, BATCH};
 use crate::plan::{clip_to_budget, FlowPlan, SessionPlan, Stop};
 use crate::rtt::RttRx;
 use crate::session::CONNECT_TIMEOUT;
@@ -16,7 +16,6 @@ use crate::sys::{self, TcpInfo};
 use crate::EngineError;
 use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -397,7 +396,7 @@ fn udp_send(
                     // This packet did not leave; renumber the rest so the
                     // receiver sees no gap for it.
                     acc.record_not_sent(1);
-                    if e.raw_os_error() == Some(libc::ECONNREFUSED) {
+                    if e.kind() == ErrorKind::ConnectionRefused {
                         refused += 1;
                     }
                     for (j, &(_, size)) in meta.iter().enumerate().take(n).skip(i + 1) {

@@ -14,7 +14,7 @@
 
 use crate::clock::{mono_ns, realtime_ns, sleep_until, tighten_timer_slack};
 use crate::ctl::{Ctl, Recv};
-use crate::net::{enable_rx_timestamps, set_rcvbuf, RecvBatch, BATCH};
+use crate::net::{self, enable_rx_timestamps, set_rcvbuf, AsRawFd, RecvBatch, BATCH};
 use crate::records::{Fill, RecordReader};
 use crate::result::{FlowReport, ReportExtra};
 use crate::sys::{self, CpuTime};
@@ -22,7 +22,6 @@ use crate::EngineError;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -131,12 +130,10 @@ impl Daemon {
             .set_nonblocking(true)
             .map_err(|e| EngineError::io("control listener", e))?;
         while !stop.load(Ordering::Relaxed) {
-            let mut pfd = libc::pollfd {
-                fd: self.listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            unsafe { libc::poll(&mut pfd, 1, 100) };
+            net::poll(
+                &mut [net::pollfd(self.listener.as_raw_fd(), net::POLLIN)],
+                100,
+            );
             match self.listener.accept() {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nonblocking(false);
@@ -698,8 +695,10 @@ fn udp_rx(
             }
             batch.flush_replies(fd, k);
         }
-        // Reflections go back at once; a one-way flow may let the batch fill.
-        if !reflect {
+        // Reflections go back at once; a one-way flow may let the batch fill,
+        // but only where the kernel stamps arrivals (a nap before a
+        // user-space timestamp would be measured as delay).
+        if !reflect && net::KERNEL_RX_TIMESTAMPS {
             if let Some(nap) = nap_ns(n, prev_ts, last_ts) {
                 sleep_until(mono_ns() + nap);
             }
@@ -807,29 +806,16 @@ fn tcp_rx(
 ) -> FlowOutcome {
     let cpu0 = CpuTime::thread();
     let mut conns: Vec<TcpConn> = Vec::new();
-    let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(MAX_TCP_CONNS + 1);
+    let mut pfds: Vec<net::PollFd> = Vec::with_capacity(MAX_TCP_CONNS + 1);
     while !sh.stop.load(Ordering::Relaxed) {
         pfds.clear();
-        pfds.push(libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
+        pfds.push(net::pollfd(listener.as_raw_fd(), net::POLLIN));
         for c in &conns {
             let want_out = c.out_head < c.out.len();
-            pfds.push(libc::pollfd {
-                fd: c.stream.as_raw_fd(),
-                events: libc::POLLIN | if want_out { libc::POLLOUT } else { 0 },
-                revents: 0,
-            });
+            let out = if want_out { net::POLLOUT } else { 0 };
+            pfds.push(net::pollfd(c.stream.as_raw_fd(), net::POLLIN | out));
         }
-        let r = unsafe {
-            libc::poll(
-                pfds.as_mut_ptr(),
-                pfds.len() as libc::nfds_t,
-                POLL_MS as i32,
-            )
-        };
+        let r = net::poll(&mut pfds, POLL_MS as i32);
         if r <= 0 {
             continue;
         }

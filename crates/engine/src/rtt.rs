@@ -5,10 +5,9 @@
 //! that sending never waits for reflections.
 
 use crate::clock::{mono_ns, realtime_ns};
-use crate::net::{enable_rx_timestamps, set_rcvbuf, RecvBatch};
+use crate::net::{enable_rx_timestamps, set_rcvbuf, AsRawFd, RecvBatch};
 use crate::records::{Fill, RecordReader};
 use std::net::{TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

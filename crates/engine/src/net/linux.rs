@@ -1,15 +1,24 @@
-//! Socket plumbing the standard library does not offer: `recvmmsg` and
-//! `sendmmsg` batches over preallocated buffers, kernel receive timestamps
-//! (SO_TIMESTAMPNS), forced buffer sizes.
+//! Linux socket plumbing the standard library does not offer: `recvmmsg`
+//! and `sendmmsg` batches over preallocated buffers, kernel receive
+//! timestamps (SO_TIMESTAMPNS), forced buffer sizes.
 //!
 //! Every buffer and message header is allocated once per flow; the hot path
 //! only rewrites lengths and calls the kernel.
 
+use super::RawFd;
 use std::io;
-use std::os::fd::RawFd;
 
 /// Messages per `recvmmsg` / `sendmmsg` call.
 pub const BATCH: usize = 64;
+
+/// How datagrams leave: `sendmmsg` batches of up to [`BATCH`].
+pub const SEND_PATH: &str = "sendmmsg";
+/// Where receive times come from: the kernel's SO_TIMESTAMPNS per datagram
+/// (a datagram without one falls back to the read time).
+pub const RX_TIMESTAMPS: &str = "kernel";
+/// Receive times are taken by the kernel, so the receiver may nap between
+/// batches without adding the nap to the measured delay.
+pub const KERNEL_RX_TIMESTAMPS: bool = true;
 
 fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: libc::c_int) -> bool {
     unsafe {

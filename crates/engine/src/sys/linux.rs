@@ -1,13 +1,9 @@
-//! Host counters the engine reads around a run: UDP receive-buffer drops
-//! (/proc/net/snmp, /proc/net/snmp6), host CPU (/proc/stat), process/thread
-//! CPU (getrusage), TCP_INFO, path MTU, kernel and CPU count.
-//!
-//! Every reader degrades to "unknown" (None or zero) instead of failing:
-//! a missing /proc file must not abort a measurement.
+//! Linux host counters: /proc/net/snmp(6) for UDP receive-buffer drops,
+//! /proc/stat for host CPU, getrusage for process and thread CPU,
+//! TCP_INFO, IP_MTU / IPV6_MTU, /sys/class/net for interface MTUs.
 
-use serde::{Deserialize, Serialize};
+use super::{from_rusage, CpuTime, HostCpu, TcpInfo};
 use std::os::fd::AsRawFd;
-
 /// UDP datagrams dropped because a socket's receive buffer was full, summed
 /// over IPv4 and IPv6, for the whole network namespace.
 pub fn udp_rcvbuf_errors() -> u64 {
@@ -37,21 +33,11 @@ fn parse_snmp_udp_rcvbuf(s: &str) -> Option<u64> {
 }
 
 /// Cumulative host CPU time in clock ticks from the first line of /proc/stat.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HostCpu {
-    pub user: u64,
-    pub system: u64,
-    pub softirq: u64,
-    pub idle: u64,
-}
-
-impl HostCpu {
-    pub fn read() -> Self {
-        std::fs::read_to_string("/proc/stat")
-            .ok()
-            .and_then(|s| parse_proc_stat(&s))
-            .unwrap_or_default()
-    }
+pub fn host_cpu() -> HostCpu {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| parse_proc_stat(&s))
+        .unwrap_or_default()
 }
 
 fn parse_proc_stat(s: &str) -> Option<HostCpu> {
@@ -73,97 +59,23 @@ fn parse_proc_stat(s: &str) -> Option<HostCpu> {
     })
 }
 
-/// Host CPU over a run as a share of one core (2.0 = two cores busy).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct HostCpuShare {
-    pub user: f64,
-    pub system: f64,
-    pub softirq: f64,
-    pub idle: f64,
-}
-
-pub fn host_cpu_share(a: HostCpu, b: HostCpu, secs: f64) -> HostCpuShare {
+/// /proc/stat counts in USER_HZ ticks.
+pub fn host_cpu_ticks_per_s() -> f64 {
+    // SAFETY: sysconf has no memory preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as f64 } else { 100.0 };
-    let f = |x: u64, y: u64| {
-        if secs > 0.0 {
-            y.saturating_sub(x) as f64 / hz / secs
-        } else {
-            0.0
-        }
-    };
-    HostCpuShare {
-        user: f(a.user, b.user),
-        system: f(a.system, b.system),
-        softirq: f(a.softirq, b.softirq),
-        idle: f(a.idle, b.idle),
+    if hz > 0 {
+        hz as f64
+    } else {
+        100.0
     }
 }
 
-/// User and system CPU seconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct CpuTime {
-    pub user: f64,
-    pub system: f64,
+pub fn thread_cpu() -> CpuTime {
+    from_rusage(libc::RUSAGE_THREAD)
 }
 
-impl CpuTime {
-    fn from_rusage(who: libc::c_int) -> Self {
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        if unsafe { libc::getrusage(who, &mut ru) } != 0 {
-            return Self::default();
-        }
-        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-        CpuTime {
-            user: tv(ru.ru_utime),
-            system: tv(ru.ru_stime),
-        }
-    }
-
-    /// CPU time of the calling thread. Sessions of the daemon run in their
-    /// own threads, so summing thread times gives one session's cost even
-    /// when several run at once.
-    pub fn thread() -> Self {
-        Self::from_rusage(libc::RUSAGE_THREAD)
-    }
-
-    pub fn process() -> Self {
-        Self::from_rusage(libc::RUSAGE_SELF)
-    }
-
-    pub fn since(self, start: CpuTime) -> CpuTime {
-        CpuTime {
-            user: (self.user - start.user).max(0.0),
-            system: (self.system - start.system).max(0.0),
-        }
-    }
-
-    pub fn plus(self, o: CpuTime) -> CpuTime {
-        CpuTime {
-            user: self.user + o.user,
-            system: self.system + o.system,
-        }
-    }
-
-    /// As a share of one core over `secs`.
-    pub fn share(self, secs: f64) -> CpuTime {
-        if secs <= 0.0 {
-            return CpuTime::default();
-        }
-        CpuTime {
-            user: self.user / secs,
-            system: self.system / secs,
-        }
-    }
-}
-
-/// The TCP_INFO fields the result document carries.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct TcpInfo {
-    pub retransmits: u64,
-    pub rtt_s: f64,
-    pub cwnd_bytes: u64,
-    pub mss: u64,
+pub fn process_cpu() -> CpuTime {
+    from_rusage(libc::RUSAGE_SELF)
 }
 
 pub fn tcp_info(sock: &impl AsRawFd) -> Option<TcpInfo> {
@@ -220,20 +132,10 @@ pub fn interface_mtu() -> Option<u32> {
         .max()
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct HostInfo {
-    pub kernel: String,
-    pub cpus: u32,
-}
-
-pub fn host_info() -> HostInfo {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    let cpus = std::thread::available_parallelism()
-        .map(|n| n.get() as u32)
-        .unwrap_or(1);
-    HostInfo { kernel, cpus }
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -251,14 +153,5 @@ mod tests {
         let s = "cpu  10 1 20 300 4 5 6 0 0 0\ncpu0 1 1 1 1 1 1 1\n";
         let c = parse_proc_stat(s).unwrap();
         assert_eq!((c.user, c.system, c.softirq, c.idle), (11, 25, 6, 304));
-    }
-
-    #[test]
-    fn live_readers_do_not_fail() {
-        let _ = udp_rcvbuf_errors();
-        let _ = HostCpu::read();
-        assert!(host_info().cpus >= 1);
-        let t = CpuTime::thread();
-        assert!(t.user >= 0.0);
     }
 }

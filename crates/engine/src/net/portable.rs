@@ -1,0 +1,230 @@
+//! The portable send and receive paths (Windows, macOS, FreeBSD): one
+//! datagram per system call through the standard library's sockets,
+//! receive times taken in user space as soon as the read returns, buffer
+//! sizes through socket2. Same interface as the Linux batches, so the
+//! engine's loops do not change; a "batch" here holds one received
+//! datagram, and sending a batch is a loop of `send` calls.
+//!
+//! Buffers and address slots are allocated once per flow, as on Linux.
+
+use super::RawFd;
+use std::io;
+use std::mem::ManuallyDrop;
+use std::net::{SocketAddr, UdpSocket};
+
+/// Slots per batch (sending); receiving fills one slot per call.
+pub const BATCH: usize = 64;
+
+/// How datagrams leave: one `send` call per datagram.
+pub const SEND_PATH: &str = "send";
+/// Where receive times come from: the clock read right after the read
+/// returned (no kernel timestamps on this path).
+pub const RX_TIMESTAMPS: &str = "user";
+/// Receive times are read in user space: a nap between reads would add to
+/// the measured delay, so the receiver must not nap.
+pub const KERNEL_RX_TIMESTAMPS: bool = false;
+
+/// Winsock's "datagram larger than the buffer" (WSAEMSGSIZE): the buffer
+/// holds its first bytes, the rest is gone.
+#[cfg(windows)]
+const MSG_TOO_BIG: Option<i32> = Some(10040);
+#[cfg(not(windows))]
+const MSG_TOO_BIG: Option<i32> = None;
+
+/// The socket behind a raw handle, borrowed: never closed here.
+fn udp(fd: RawFd) -> ManuallyDrop<UdpSocket> {
+    #[cfg(unix)]
+    // SAFETY: the caller's socket outlives this borrow, and ManuallyDrop
+    // keeps it from being closed.
+    let s = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
+    #[cfg(windows)]
+    // SAFETY: as above.
+    let s = unsafe { std::os::windows::io::FromRawSocket::from_raw_socket(fd) };
+    ManuallyDrop::new(s)
+}
+
+fn socket_ref(fd: RawFd, f: impl FnOnce(socket2::SockRef<'_>)) {
+    let s = udp(fd);
+    f(socket2::SockRef::from(&*s));
+}
+
+/// Asks for a receive buffer of `bytes` (what the system grants may be less).
+pub fn set_rcvbuf(fd: RawFd, bytes: usize) {
+    socket_ref(fd, |s| {
+        let _ = s.set_recv_buffer_size(bytes);
+    });
+}
+
+pub fn set_sndbuf(fd: RawFd, bytes: usize) {
+    socket_ref(fd, |s| {
+        let _ = s.set_send_buffer_size(bytes);
+    });
+}
+
+/// No kernel timestamps on this path; the receiver stamps on read.
+pub fn enable_rx_timestamps(_fd: RawFd) -> bool {
+    false
+}
+
+/// Receive slots, reused for every call.
+pub struct RecvBatch {
+    slot: usize,
+    bufs: Vec<u8>,
+    lens: [usize; BATCH],
+    from: [Option<SocketAddr>; BATCH],
+    /// Replies queued by [`RecvBatch::queue_reply`]: (slot, length).
+    replies: [(usize, usize); BATCH],
+}
+
+impl RecvBatch {
+    pub fn new(slot: usize) -> Box<Self> {
+        Box::new(RecvBatch {
+            slot,
+            bufs: vec![0u8; slot * BATCH],
+            lens: [0; BATCH],
+            from: [None; BATCH],
+            replies: [(0, 0); BATCH],
+        })
+    }
+
+    /// Receives one datagram into slot 0, blocking up to the socket's
+    /// receive timeout. Returns 1, or the error (a timeout is WouldBlock
+    /// or TimedOut, as on Linux).
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let s = udp(fd);
+        match s.recv_from(&mut self.bufs[..self.slot]) {
+            Ok((n, from)) => {
+                self.lens[0] = n;
+                self.from[0] = Some(from);
+                Ok(1)
+            }
+            Err(e) if MSG_TOO_BIG.is_some() && e.raw_os_error() == MSG_TOO_BIG => {
+                // Oversized: counted as truncated (foreign), never answered.
+                self.lens[0] = self.slot;
+                self.from[0] = None;
+                Ok(1)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Datagram `i` of the last batch, cut to the slot.
+    pub fn data(&mut self, i: usize) -> &mut [u8] {
+        let len = self.lens[i].min(self.slot);
+        &mut self.bufs[i * self.slot..i * self.slot + len]
+    }
+
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.bufs[i * self.slot..(i + 1) * self.slot]
+    }
+
+    /// The slot is one byte larger than any datagram the flow expects
+    /// (the receiver sizes it so), so a datagram filling it was cut.
+    pub fn truncated(&self, i: usize) -> bool {
+        self.lens[i] >= self.slot
+    }
+
+    /// Never available on this path.
+    pub fn kernel_ts(&self, _i: usize) -> Option<u64> {
+        None
+    }
+
+    pub fn queue_reply(&mut self, k: usize, i: usize, len: usize) {
+        self.replies[k] = (i, len.min(self.slot));
+    }
+
+    /// Sends the first `n` queued replies back to their senders; returns
+    /// how many went out (a failed reply is round-trip loss, skipped).
+    pub fn flush_replies(&mut self, fd: RawFd, n: usize) -> usize {
+        let s = udp(fd);
+        let mut sent = 0;
+        for &(i, len) in &self.replies[..n] {
+            let Some(to) = self.from[i] else { continue };
+            let at = i * self.slot;
+            if s.send_to(&self.bufs[at..at + len], to).is_ok() {
+                sent += 1;
+            }
+        }
+        sent
+    }
+}
+
+/// Preallocated send slots for a connected socket.
+pub struct SendBatch {
+    slot: usize,
+    bufs: Vec<u8>,
+    lens: [usize; BATCH],
+}
+
+impl SendBatch {
+    /// `BATCH` slots of `slot` bytes, pre-filled once with the same
+    /// recognisable filler as on Linux.
+    pub fn new(slot: usize) -> Box<Self> {
+        let mut b = Box::new(SendBatch {
+            slot,
+            bufs: vec![0u8; slot * BATCH],
+            lens: [0; BATCH],
+        });
+        for (i, x) in b.bufs.iter_mut().enumerate() {
+            *x = (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0];
+        }
+        b
+    }
+
+    pub fn slot(&mut self, i: usize, len: usize) -> &mut [u8] {
+        let len = len.min(self.slot);
+        self.lens[i] = len;
+        &mut self.bufs[i * self.slot..i * self.slot + len]
+    }
+
+    /// Sends slots `from..n` one by one; returns how many left (at least 1
+    /// unless an error is returned for slot `from`).
+    pub fn send(&mut self, fd: RawFd, from: usize, n: usize) -> io::Result<usize> {
+        let s = udp(fd);
+        let mut i = from;
+        while i < n {
+            let at = i * self.slot;
+            match s.send(&self.bufs[at..at + self.lens[i]]) {
+                Ok(_) => i += 1,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if i == from => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(i - from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::AsRawFd;
+    use super::*;
+
+    #[test]
+    fn one_by_one_round_trip() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+            .unwrap();
+        assert!(!enable_rx_timestamps(rx.as_raw_fd()));
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let mut sb = SendBatch::new(100);
+        for i in 0..10 {
+            sb.slot(i, 50 + i)[0] = i as u8;
+        }
+        assert_eq!(sb.send(tx.as_raw_fd(), 0, 10).unwrap(), 10);
+        let mut rb = RecvBatch::new(128);
+        for _ in 0..10 {
+            assert_eq!(rb.recv(rx.as_raw_fd()).unwrap(), 1);
+            let d = rb.data(0);
+            assert_eq!(d.len(), 50 + d[0] as usize);
+            assert!(!rb.truncated(0));
+            rb.queue_reply(0, 0, 20);
+            assert_eq!(rb.flush_replies(rx.as_raw_fd(), 1), 1);
+        }
+        let mut buf = [0u8; 64];
+        tx.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+            .unwrap();
+        assert_eq!(tx.recv(&mut buf).unwrap(), 20);
+    }
+}

@@ -1,0 +1,224 @@
+//! Host counters the engine reads around a run: UDP receive-buffer drops,
+//! host CPU, process/thread CPU, TCP_INFO, path MTU, the system's name and
+//! release, CPU count. The types are shared; the readers are per system,
+//! chosen at compile time: `linux.rs` (/proc, getrusage, TCP_INFO, IP_MTU),
+//! `windows.rs` (GetSystemTimes, GetThreadTimes/GetProcessTimes,
+//! RtlGetVersion), `unix.rs` (macOS and FreeBSD: getrusage and uname).
+//!
+//! Every reader degrades to "unknown" (None or zero) instead of failing:
+//! a missing counter must not abort a measurement. What a system cannot
+//! tell is listed in docs/platforms.md.
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as imp;
+
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows as imp;
+
+#[cfg(all(unix, not(target_os = "linux")))]
+mod unix;
+#[cfg(all(unix, not(target_os = "linux")))]
+use unix as imp;
+
+#[cfg(target_os = "linux")]
+pub use imp::{interface_mtu, path_mtu, tcp_info, udp_rcvbuf_errors};
+#[cfg(not(target_os = "linux"))]
+pub use unknown::{interface_mtu, path_mtu, tcp_info, udp_rcvbuf_errors};
+
+/// What only the Linux readers know yet; elsewhere it stays unknown.
+#[cfg(not(target_os = "linux"))]
+mod unknown {
+    use super::TcpInfo;
+    use crate::net::AsRawFd;
+
+    /// No per-host UDP buffer-drop counter is read here.
+    pub fn udp_rcvbuf_errors() -> u64 {
+        0
+    }
+
+    pub fn tcp_info(_sock: &impl AsRawFd) -> Option<TcpInfo> {
+        None
+    }
+
+    pub fn path_mtu(_sock: &impl AsRawFd, _v6: bool) -> Option<u32> {
+        None
+    }
+
+    pub fn interface_mtu() -> Option<u32> {
+        None
+    }
+}
+
+/// getrusage as CPU seconds (`who`: RUSAGE_SELF / RUSAGE_THREAD).
+#[cfg(unix)]
+fn from_rusage(who: libc::c_int) -> CpuTime {
+    // SAFETY: getrusage writes into the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        return CpuTime::default();
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    CpuTime {
+        user: tv(ru.ru_utime),
+        system: tv(ru.ru_stime),
+    }
+}
+
+/// Cumulative host CPU time in the system's own ticks
+/// ([`host_cpu_share`] knows their length).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostCpu {
+    pub user: u64,
+    pub system: u64,
+    pub softirq: u64,
+    pub idle: u64,
+}
+
+impl HostCpu {
+    pub fn read() -> Self {
+        imp::host_cpu()
+    }
+}
+
+/// Host CPU over a run as a share of one core (2.0 = two cores busy).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostCpuShare {
+    pub user: f64,
+    pub system: f64,
+    pub softirq: f64,
+    pub idle: f64,
+}
+
+pub fn host_cpu_share(a: HostCpu, b: HostCpu, secs: f64) -> HostCpuShare {
+    let hz = imp::host_cpu_ticks_per_s();
+    let f = |x: u64, y: u64| {
+        if secs > 0.0 {
+            y.saturating_sub(x) as f64 / hz / secs
+        } else {
+            0.0
+        }
+    };
+    HostCpuShare {
+        user: f(a.user, b.user),
+        system: f(a.system, b.system),
+        softirq: f(a.softirq, b.softirq),
+        idle: f(a.idle, b.idle),
+    }
+}
+
+/// User and system CPU seconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuTime {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl CpuTime {
+    /// CPU time of the calling thread. Sessions of the daemon run in their
+    /// own threads, so summing thread times gives one session's cost even
+    /// when several run at once.
+    pub fn thread() -> Self {
+        imp::thread_cpu()
+    }
+
+    pub fn process() -> Self {
+        imp::process_cpu()
+    }
+
+    pub fn since(self, start: CpuTime) -> CpuTime {
+        CpuTime {
+            user: (self.user - start.user).max(0.0),
+            system: (self.system - start.system).max(0.0),
+        }
+    }
+
+    pub fn plus(self, o: CpuTime) -> CpuTime {
+        CpuTime {
+            user: self.user + o.user,
+            system: self.system + o.system,
+        }
+    }
+
+    /// As a share of one core over `secs`.
+    pub fn share(self, secs: f64) -> CpuTime {
+        if secs <= 0.0 {
+            return CpuTime::default();
+        }
+        CpuTime {
+            user: self.user / secs,
+            system: self.system / secs,
+        }
+    }
+}
+
+/// The TCP_INFO fields the result document carries.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct TcpInfo {
+    pub retransmits: u64,
+    pub rtt_s: f64,
+    pub cwnd_bytes: u64,
+    pub mss: u64,
+}
+
+/// One end of a run: its system and how it measured. `os`, `send_path` and
+/// `rx_timestamps` let a report tell "Windows → Linux" from "Linux → Linux"
+/// and a difference of the system from a difference of the measuring path;
+/// documents written before they existed read as empty strings.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HostInfo {
+    /// Kernel release (Linux, macOS, FreeBSD) or Windows version and build.
+    pub kernel: String,
+    pub cpus: u32,
+    /// "linux", "windows", "macos", "freebsd" (Rust's `std::env::consts::OS`).
+    #[serde(default)]
+    pub os: String,
+    /// How this end sends datagrams: "sendmmsg" (Linux) or "send".
+    #[serde(default)]
+    pub send_path: String,
+    /// Where this end's receive times come from: "kernel" or "user".
+    #[serde(default)]
+    pub rx_timestamps: String,
+}
+
+pub fn host_info() -> HostInfo {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    HostInfo {
+        kernel: imp::kernel_release(),
+        cpus,
+        os: std::env::consts::OS.to_string(),
+        send_path: crate::net::SEND_PATH.to_string(),
+        rx_timestamps: crate::net::RX_TIMESTAMPS.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_readers_do_not_fail() {
+        let _ = udp_rcvbuf_errors();
+        let _ = HostCpu::read();
+        let h = host_info();
+        assert!(h.cpus >= 1);
+        assert_eq!(h.os, std::env::consts::OS);
+        assert!(!h.send_path.is_empty() && !h.rx_timestamps.is_empty());
+        let t = CpuTime::thread();
+        assert!(t.user >= 0.0);
+    }
+
+    #[test]
+    fn old_host_info_reads() {
+        let h: HostInfo = serde_json::from_str(r#"{"kernel":"6.1.0","cpus":2}"#).unwrap();
+        assert_eq!(h.cpus, 2);
+        assert!(h.os.is_empty());
+    }
+}
