@@ -118,6 +118,11 @@ impl RecvBatch {
         &mut self.bufs[i * self.slot..(i + 1) * self.slot]
     }
 
+    /// Source address of datagram `i` of the last batch.
+    pub fn source(&self, i: usize) -> Option<SocketAddr> {
+        self.from[i]
+    }
+
     /// The slot is one byte larger than any datagram the flow expects
     /// (the receiver sizes it so), so a datagram filling it was cut.
     pub fn truncated(&self, i: usize) -> bool {
@@ -219,6 +224,7 @@ mod tests {
             let d = rb.data(0);
             assert_eq!(d.len(), 50 + d[0] as usize);
             assert!(!rb.truncated(0));
+            assert_eq!(rb.source(0), Some(tx.local_addr().unwrap()));
             rb.queue_reply(0, 0, 20);
             assert_eq!(rb.flush_replies(rx.as_raw_fd(), 1), 1);
         }
