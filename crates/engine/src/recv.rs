@@ -202,6 +202,7 @@ pub(crate) fn unmap(ip: IpAddr) -> IpAddr {
 }
 
 /// Shared between a session and one of its receive threads.
+#[derive(Default)]
 struct FlowShared {
     stop: AtomicBool,
     offset_ns: AtomicI64,
@@ -209,6 +210,46 @@ struct FlowShared {
     error_ns: AtomicI64,
     negative_beyond_error: AtomicU64,
     foreign: AtomicU64,
+    /// Receiver clock at `Start` (0: not yet): bounds the sequence numbers
+    /// the sender can have reached.
+    start_ns: AtomicU64,
+    /// Probes of this session whose sequence number the sender cannot have
+    /// reached yet ([`limits::max_plausible_seq`]): forged.
+    forged: AtomicU64,
+    /// Probes whose delay is outside [`limits::plausible_delay`].
+    implausible: AtomicU64,
+}
+
+impl FlowShared {
+    /// Decides whether a probe of this session counts as data: its delay
+    /// (offset applied) must be plausible and its sequence number within
+    /// reach of the sender. Counts what it refuses; returns the delay.
+    /// A refused probe is neither recorded nor reflected, so no forged
+    /// number moves the sequence window or a statistic.
+    fn admit(&self, acc: &RecvAccumulator, h: &ProbeHeader, ts: u64, offset: i64) -> Option<i64> {
+        let delay = i128::from(ts) - i128::from(h.tx_ns) - i128::from(offset);
+        let Some(delay) = i64::try_from(delay)
+            .ok()
+            .filter(|&d| limits::plausible_delay(d))
+        else {
+            self.implausible.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let start = self.start_ns.load(Ordering::Relaxed);
+        let elapsed = if start == 0 {
+            0
+        } else {
+            ts.saturating_sub(start)
+        };
+        if acc.peek_seq(h.seq) > limits::max_plausible_seq(elapsed) {
+            self.forged.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if delay < -self.error_ns.load(Ordering::Relaxed) {
+            self.negative_beyond_error.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(delay)
+    }
 }
 
 struct FlowOutcome {
@@ -392,6 +433,10 @@ fn session(
                 }
             }
             ControlMsg::Start => {
+                let now = realtime_ns();
+                for f in &flows.0 {
+                    f.shared.start_ns.store(now, Ordering::Relaxed);
+                }
                 snmp0 = sys::udp_rcvbuf_errors();
                 foreign0 = stats.foreign_control.load(Ordering::Relaxed);
             }
@@ -434,6 +479,8 @@ fn session(
                             .shared
                             .negative_beyond_error
                             .load(Ordering::Relaxed),
+                        forged: f.shared.forged.load(Ordering::Relaxed),
+                        implausible_delays: f.shared.implausible.load(Ordering::Relaxed),
                     };
                     reports.push(serde_json::to_value(&r).map_err(|e| {
                         EngineError::Protocol(format!("cannot encode report: {e}"))
@@ -504,13 +551,7 @@ fn open_flow(s: &FlowSetup, at: &FlowAt) -> Result<(u16, SessionFlow), EngineErr
         // rather than wrap.
         interval_ns: s.interval_ms.and_then(|m| limits::interval_ns(m).ok()),
     };
-    let shared = Arc::new(FlowShared {
-        stop: AtomicBool::new(false),
-        offset_ns: AtomicI64::new(0),
-        error_ns: AtomicI64::new(0),
-        negative_beyond_error: AtomicU64::new(0),
-        foreign: AtomicU64::new(0),
-    });
+    let shared = Arc::new(FlowShared::default());
     let bind = SocketAddr::new(local_ip, 0);
     let max_len = (s.max_len as usize).clamp(PROBE_HEADER_LEN, u16::MAX as usize);
     let flow_id = s.flow_id;
@@ -630,7 +671,6 @@ fn udp_rx(
         };
         let fallback_ts = realtime_ns();
         let offset = sh.offset_ns.load(Ordering::Relaxed);
-        let floor = -sh.error_ns.load(Ordering::Relaxed);
         let mut k = 0;
         let prev_ts = last_ts;
         for i in 0..n {
@@ -664,10 +704,9 @@ fn udp_rx(
                 continue;
             }
             let len = d.len();
-            let delay = ts as i64 - h.tx_ns as i64 - offset;
-            if delay < floor {
-                sh.negative_beyond_error.fetch_add(1, Ordering::Relaxed);
-            }
+            let Some(delay) = sh.admit(&acc, &h, ts, offset) else {
+                continue;
+            };
             acc.record(h.seq, delay, ts, len as u32);
             if reflect && h.is_rtt() {
                 let out_len = len.max(RTT_MIN_LEN);
@@ -874,16 +913,14 @@ fn read_records(
             Fill::Closed => return false,
         };
         let offset = sh.offset_ns.load(Ordering::Relaxed);
-        let floor = -sh.error_ns.load(Ordering::Relaxed);
         let out = &mut c.out;
         let framed = c.rd.drain(
             |h| h.session == sid && h.flow == flow_id,
             |h, rec| {
                 let len = rec.len();
-                let delay = ts as i64 - h.tx_ns as i64 - offset;
-                if delay < floor {
-                    sh.negative_beyond_error.fetch_add(1, Ordering::Relaxed);
-                }
+                let Some(delay) = sh.admit(acc, h, ts, offset) else {
+                    return;
+                };
                 acc.record(h.seq, delay, ts, len as u32);
                 if reflect && h.is_rtt() && out.len() + RTT_MIN_LEN <= TCP_OUT_MAX {
                     let mut rh = *h;

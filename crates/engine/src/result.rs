@@ -90,6 +90,17 @@ pub struct Received {
     /// Of those, delays below −clock.error_s: not explained by the offset's
     /// error bound (clock drift or a bad offset); the delays are suspect.
     pub negative_delays_beyond_error: u64,
+    /// Probes of this session that cannot be the sender's: sequence numbers
+    /// at or beyond what it sent, or beyond what it could have reached when
+    /// they arrived. Not in packets/unique/lost/reordered. Non-zero means
+    /// someone injected packets (use `--auth probes` to keep them out of
+    /// every figure).
+    #[serde(default)]
+    pub forged: u64,
+    /// Probes whose one-way delay was outside ± 60 s: kept out of every
+    /// statistic.
+    #[serde(default)]
+    pub implausible_delays: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
@@ -192,6 +203,14 @@ pub struct FlowReport {
     /// the offset measurement can explain.
     #[serde(default)]
     pub negative_beyond_error: u64,
+    /// Probes refused at once: a sequence number the sender cannot have
+    /// reached yet (wirebench_wire::limits::max_plausible_seq).
+    #[serde(default)]
+    pub forged: u64,
+    /// Probes refused for a delay outside ± 60 s (forged or corrupt
+    /// timestamp, or a clock that jumped).
+    #[serde(default)]
+    pub implausible_delays: u64,
 }
 
 /// The receiver's session-wide report, `ControlMsg::Report.extra`.
@@ -262,6 +281,8 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
             loss_bursts: s.loss_bursts,
             negative_delays: s.negative_delays,
             negative_delays_beyond_error: rep.map(|r| r.negative_beyond_error).unwrap_or(0),
+            forged: s.forged + rep.map(|r| r.forged).unwrap_or(0),
+            implausible_delays: rep.map(|r| r.implausible_delays).unwrap_or(0),
         };
         total.sent_packets += o.send.packets;
         total.not_sent += o.send.not_sent;

@@ -121,6 +121,10 @@ fn now_ns() -> u64 {
 }
 
 fn probe(sid: u32, seq: u32, flags: u8, len: usize) -> Vec<u8> {
+    probe_full(sid, seq, flags, len, now_ns())
+}
+
+fn probe_full(sid: u32, seq: u32, flags: u8, len: usize, tx_ns: u64) -> Vec<u8> {
     let mut b = vec![0u8; len];
     ProbeHeader {
         flags,
@@ -128,7 +132,7 @@ fn probe(sid: u32, seq: u32, flags: u8, len: usize) -> Vec<u8> {
         flow: 1,
         len: len as u16,
         seq,
-        tx_ns: now_ns(),
+        tx_ns,
     }
     .encode(&mut b)
     .unwrap();
@@ -240,4 +244,63 @@ fn no_reflection_to_a_third_party() {
     let f = c.stop(2);
     assert_eq!(f["foreign"], 6, "{f}");
     assert_eq!(f["summary"]["unique"], 1, "{f}");
+}
+
+fn probe_at(sid: u32, seq: u32, tx_ns: u64) -> Vec<u8> {
+    probe_full(sid, seq, 0, 64, tx_ns)
+}
+
+/// Issue #9 item 4: forged sequence numbers hid a 32 % loss, one
+/// `seq = 2^31 − 1` made a 2 147 475 647-packet loss burst, and forged
+/// timestamps gave delays of +1.8e9 s and −7.4e9 s. Now numbers the sender
+/// cannot have reached, or at/beyond what it reports sending, are `forged`,
+/// impossible delays are `implausible_delays`, and neither enters a figure.
+#[test]
+fn forged_probes_do_not_bend_the_figures() {
+    let rx = Rx::start(15703);
+    let mut c = Client::connect(rx.port);
+    let sid = 0x5ec0_0004;
+    let port = match c.hello(sid, MeterMode::Owd, vec![udp_flow(Some(1000))]) {
+        ControlMsg::Ready { ports } => ports[0],
+        other => panic!("{other:?}"),
+    };
+    c.send(&ControlMsg::Start);
+    let data: SocketAddr = ([127, 0, 0, 1], port).into();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // The sender sends 0..100; 0..68 arrive (32 % loss).
+    for seq in 0..68 {
+        s.send_to(&probe_at(sid, seq, now_ns()), data).unwrap();
+    }
+    // The attacker (spoofing the sender) adds numbers beyond what was sent,
+    // one far beyond anything reachable, and two impossible timestamps.
+    for seq in 100..300 {
+        s.send_to(&probe_at(sid, seq, now_ns()), data).unwrap();
+    }
+    s.send_to(&probe_at(sid, (1 << 31) - 1, now_ns()), data)
+        .unwrap();
+    s.send_to(
+        &probe_at(sid, 68, now_ns() + 1_800_000_000_000_000_000),
+        data,
+    )
+    .unwrap();
+    s.send_to(&probe_at(sid, 69, 0), data).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let f = c.stop(100);
+    let sum = &f["summary"];
+    assert_eq!(sum["unique"], 68, "{f}");
+    assert_eq!(sum["lost"], 32, "{f}");
+    assert_eq!(sum["reordered"], 0, "{f}");
+    assert_eq!(sum["forged"], 200, "{f}");
+    assert_eq!(f["forged"], 1, "{f}");
+    assert_eq!(f["implausible_delays"], 2, "{f}");
+    assert_eq!(sum["loss_bursts"]["max_len"], 32, "{f}");
+    let lost_in_intervals: u64 = sum["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["lost"].as_u64().unwrap())
+        .sum();
+    assert_eq!(lost_in_intervals, 32, "{f}");
+    assert!(sum["delay_s"]["max"].as_f64().unwrap() < 1.0, "{f}");
+    assert!(sum["delay_s"]["min"].as_f64().unwrap() > -1.0, "{f}");
 }

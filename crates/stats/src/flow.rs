@@ -139,6 +139,12 @@ pub struct RecvSummary {
     pub duplicates: u64,
     /// RFC 4737 reordered packets.
     pub reordered: u64,
+    /// Distinct sequence numbers at or beyond what the sender reports having
+    /// sent: forged packets, kept out of `packets`, `unique`, `lost` and
+    /// `reordered` (their delays and bytes are not separable afterwards; a
+    /// flow with `forged > 0` has suspect delay figures).
+    #[serde(default)]
+    pub forged: u64,
     pub loss_bursts: LossBursts,
     pub first_arrival_ns: u64,
     pub last_arrival_ns: u64,
@@ -166,6 +172,11 @@ struct Range {
     start: u64,
     end: u64,
     tag: u32,
+    /// Packets counted as reordered because this range lay above them when
+    /// they arrived (it held the next higher number received): if it turns
+    /// out to lie beyond what the sender sent, they were "reordered" only
+    /// against forged numbers.
+    reorders: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -268,6 +279,7 @@ impl RecvAccumulator {
                 start: s,
                 end: s,
                 tag,
+                reorders: 0,
             });
             return (true, false);
         };
@@ -281,6 +293,7 @@ impl RecvAccumulator {
                 start: s,
                 end: s,
                 tag,
+                reorders: 0,
             });
             return (true, false);
         }
@@ -292,27 +305,39 @@ impl RecvAccumulator {
         let left_adj = idx > 0 && self.ranges[idx - 1].end + 1 == s;
         // idx < len here: s is below the start of the last range.
         let right_adj = self.ranges[idx].start == s + 1;
+        // The next higher number received is in ranges[idx]: charge it.
+        self.ranges[idx].reorders += 1;
         match (left_adj, right_adj) {
             (true, true) => {
-                self.ranges[idx - 1].end = self.ranges[idx].end;
-                self.ranges.remove(idx);
+                let right = self.ranges.remove(idx);
+                self.ranges[idx - 1].end = right.end;
+                self.ranges[idx - 1].reorders += right.reorders;
             }
             (true, false) => self.ranges[idx - 1].end = s,
             (false, true) => self.ranges[idx].start = s,
             (false, false) => {
                 // The gap now split in two was revealed by the range above it.
                 let tag = self.ranges[idx].tag;
+                // (Its charge above stays with it, not with the new range.)
                 self.ranges.insert(
                     idx,
                     Range {
                         start: s,
                         end: s,
                         tag,
+                        reorders: 0,
                     },
                 );
             }
         }
         (true, true)
+    }
+
+    /// The 64-bit sequence number `seq32` would be recorded as, without
+    /// recording it (so a caller can refuse an implausible one before it
+    /// moves the unwrapping window).
+    pub fn peek_seq(&self, seq32: u32) -> u64 {
+        self.unwrapper.peek(seq32)
     }
 
     /// One received probe. `delay_ns` may be negative (clock offset);
@@ -409,8 +434,10 @@ impl RecvAccumulator {
 
     /// Summary so far. `sent`: packets the sender reports as sent (sequence
     /// numbers 0..sent), then lost = sent − unique and missing numbers after
-    /// the highest one received count as a final loss burst. None: lost is
-    /// counted from the gaps in 0..=highest received.
+    /// the highest one received count as a final loss burst; numbers at or
+    /// beyond `sent` were never sent: they are `forged`, not received, not
+    /// losses and not a cause of reordering. None: lost is counted from the
+    /// gaps in 0..=highest received.
     pub fn summary(&self, sent: Option<u64>) -> RecvSummary {
         let mut intervals: Vec<IntervalAcc> = self.intervals.clone();
         let charge = |tag: u32, n: u64, intervals: &mut Vec<IntervalAcc>| {
@@ -431,14 +458,31 @@ impl RecvAccumulator {
             }
         };
         let mut next = 0u64;
+        // Distinct numbers at or beyond `sent`, and the reorderings they
+        // caused by being the highest number seen.
+        let mut forged = 0u64;
+        let mut forged_reorders = 0u64;
         for r in &self.ranges {
+            let end = match sent {
+                Some(s) if r.start >= s => {
+                    forged += r.end - r.start + 1;
+                    forged_reorders += r.reorders;
+                    continue;
+                }
+                Some(s) if r.end >= s => {
+                    forged += r.end - (s - 1);
+                    s - 1
+                }
+                _ => r.end,
+            };
             let gap = r.start - next;
             add_burst(gap);
             if gap > 0 {
                 charge(r.tag, gap, &mut intervals);
             }
-            next = r.end.saturating_add(1);
+            next = end.saturating_add(1);
         }
+        let unique = self.unique - forged;
         let highest_plus1 = next;
         if let Some(s) = sent {
             if s > next {
@@ -449,8 +493,8 @@ impl RecvAccumulator {
         }
 
         let (lost, expected) = match sent {
-            Some(s) => (s.saturating_sub(self.unique), s),
-            None => (highest_plus1.saturating_sub(self.unique), highest_plus1),
+            Some(s) => (s.saturating_sub(unique), s),
+            None => (highest_plus1.saturating_sub(unique), highest_plus1),
         };
         let loss_ratio = if expected > 0 {
             lost as f64 / expected as f64
@@ -540,13 +584,14 @@ impl RecvAccumulator {
             .collect();
 
         RecvSummary {
-            packets: self.packets,
-            unique: n,
+            packets: self.packets - forged,
+            unique,
             bytes: layer.payload,
             lost,
             loss_ratio,
             duplicates: self.duplicates,
-            reordered: self.reordered,
+            reordered: self.reordered - forged_reorders,
+            forged,
             loss_bursts: LossBursts {
                 count: bursts,
                 mean_len: if bursts > 0 {
@@ -956,6 +1001,51 @@ mod tests {
         // span 9 ms * 10/9 = 10 ms
         assert!(close(s.duration_s, 0.01, 1e-15));
         assert!(close(s.throughput_bps.ip, 10364.0 * 8.0 / 0.01, 1e-6));
+    }
+
+    /// Issue #9: 1900 forged numbers beyond the sender's count turned 32 %
+    /// loss into 0.75 %; a forged number above the real ones made every
+    /// later real packet "reordered". Numbers at or beyond `sent` are forged.
+    #[test]
+    fn numbers_beyond_sent_are_forged_not_received() {
+        let mut acc = RecvAccumulator::new(udp4(None));
+        let mut t = 1_000;
+        let mut rec = |acc: &mut RecvAccumulator, seq: u32| {
+            t += 1_000;
+            acc.record(seq, 1_000, t, 100);
+        };
+        // Real: 0..100 sent, 0..68 arrive (32 % loss), in order except that
+        // 10 comes after 11 (one real reordering).
+        for seq in (0..10).chain([11, 10]).chain(12..68) {
+            rec(&mut acc, seq);
+            if seq == 30 {
+                // Forged numbers appear mid-run, above everything real.
+                for f in 5_000..6_900 {
+                    rec(&mut acc, f);
+                }
+            }
+        }
+        let s = acc.summary(Some(100));
+        assert_eq!(s.forged, 1900);
+        assert_eq!((s.unique, s.packets, s.lost), (68, 68, 32));
+        assert!(close(s.loss_ratio, 0.32, 1e-12));
+        assert_eq!(s.reordered, 1, "only 10 is reordered against a real number");
+        assert_eq!((s.loss_bursts.count, s.loss_bursts.max_len), (1, 32));
+        // A range straddling the count: 0..=7 arrive, 5 were sent.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        for seq in 0..8 {
+            acc.record(seq, 1, 1 + u64::from(seq), 100);
+        }
+        let s = acc.summary(Some(5));
+        assert_eq!((s.unique, s.forged, s.lost), (5, 3, 0));
+        // Without a count nothing can be called forged.
+        assert_eq!(acc.summary(None).forged, 0);
+        // peek does not move the window: a forged 2^32 - 1 would put
+        // every later real number into the next epoch.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        acc.record(0, 1, 1, 100);
+        assert_eq!(acc.peek_seq(u32::MAX), u64::from(u32::MAX));
+        assert_eq!(acc.peek_seq(1), 1);
     }
 
     #[test]

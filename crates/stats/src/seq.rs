@@ -24,20 +24,29 @@ impl SeqUnwrapper {
     /// A late packet from before sequence 0 cannot exist (senders start at 0),
     /// so such a number is kept in the first epoch instead of going negative.
     pub fn unwrap(&mut self, seq32: u32) -> u64 {
+        let (s, ahead) = self.place(seq32);
+        if ahead {
+            self.highest = Some(s);
+        }
+        s
+    }
+
+    /// What [`unwrap`](Self::unwrap) would return, without moving the window.
+    pub fn peek(&self, seq32: u32) -> u64 {
+        self.place(seq32).0
+    }
+
+    /// The 64-bit number for `seq32`, and whether it moves the window.
+    fn place(&self, seq32: u32) -> (u64, bool) {
         let Some(hi) = self.highest else {
-            self.highest = Some(u64::from(seq32));
-            return u64::from(seq32);
+            return (u64::from(seq32), true);
         };
         let diff = i64::from(seq32.wrapping_sub(hi as u32) as i32);
         let cand = i128::from(hi) + i128::from(diff);
         if cand < 0 {
-            return u64::from(seq32);
+            return (u64::from(seq32), false);
         }
-        let cand = u64::try_from(cand).unwrap_or(u64::MAX);
-        if diff > 0 {
-            self.highest = Some(cand);
-        }
-        cand
+        (u64::try_from(cand).unwrap_or(u64::MAX), diff > 0)
     }
 
     /// Highest 64-bit sequence number produced so far.

@@ -407,6 +407,18 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
             ),
         );
     }
+    if f.received.forged > 0 || f.received.implausible_delays > 0 {
+        line(
+            &mut s,
+            "WARNING: forged",
+            format!(
+                "{} probes this sender cannot have sent, {} with impossible delays: \
+                 someone injected packets (kept out of the counts; delays may be \
+                 affected, see docs/security.md)",
+                f.received.forged, f.received.implausible_delays
+            ),
+        );
+    }
     line(
         &mut s,
         "Average bitrate",
