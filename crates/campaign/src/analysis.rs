@@ -185,10 +185,17 @@ fn cpu_share(v: &Value, who: &str) -> Option<f64> {
     }
 }
 
-/// Sum of every drop-like counter in the per-node counter deltas. The
-/// counters' shape belongs to the test-bed; any numeric field whose name
-/// says drop/error/overlimit is taken, so this needs no lock-step with it.
+/// Packets the test-bed really dropped during the run. The runner stores
+/// the test-bed's own list of drop sites (qdisc drops, interface rx/tx
+/// drops); their sum is the answer. Without that list, only counters named
+/// `drops`/`*_dropped` count: a tbf's `overlimits` counts the times the
+/// shaper had to wait for tokens (a packet that waited and then left), and
+/// `*_errors` are not drops either, so neither may be added in (S5 at
+/// 1408 B once read 180 720 "drops" with every drop counter at 0).
 fn counter_drops(c: &Value) -> Option<f64> {
+    if let Some(sites) = c.get("drop_sites").and_then(Value::as_array) {
+        return Some(sites.iter().filter_map(|s| num(s, &["count"])).sum());
+    }
     fn walk(v: &Value, key: &str, acc: &mut f64, found: &mut bool) {
         match v {
             Value::Object(m) => {
@@ -196,24 +203,16 @@ fn counter_drops(c: &Value) -> Option<f64> {
                     walk(x, k, acc, found);
                 }
             }
-            Value::Array(a) => {
-                for x in a {
-                    walk(x, key, acc, found);
-                }
-            }
-            Value::Number(n) => {
-                let k = key.to_ascii_lowercase();
-                if k.contains("drop") || k.contains("overlimit") || k.ends_with("errors") {
-                    *acc += n.as_f64().unwrap_or(0.0);
-                    *found = true;
-                }
+            Value::Number(n) if key == "drops" || key.ends_with("_dropped") => {
+                *acc += n.as_f64().unwrap_or(0.0);
+                *found = true;
             }
             _ => {}
         }
     }
     let mut acc = 0.0;
     let mut found = false;
-    walk(c, "", &mut acc, &mut found);
+    walk(c.get("nodes").unwrap_or(c), "", &mut acc, &mut found);
     found.then_some(acc)
 }
 
@@ -688,3 +687,37 @@ pub const DEFAULT_TABLE_METRICS: &[&str] = &[
     "loss_ratio",
     "mos",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A tbf that throttled 180 720 times and dropped nothing dropped
+    /// nothing; drops are the test-bed's drop sites, counted once.
+    #[test]
+    fn overlimits_are_not_drops() {
+        let q = |drops: u64, overlimits: u64| {
+            json!({"kind": "tbf", "sent_bytes": 1, "sent_packets": 1, "drops": drops,
+                   "overlimits": overlimits, "requeues": 0, "backlog_bytes": 0, "backlog_packets": 0})
+        };
+        let iface = |drops, overlimits| {
+            json!({"rx_packets": 1, "rx_bytes": 1, "rx_dropped": 0, "rx_errors": 3,
+                   "tx_packets": 1, "tx_bytes": 1, "tx_dropped": 0, "tx_errors": 0,
+                   "qdisc": q(drops, overlimits)})
+        };
+        let clean = json!({"nodes": {"a": {"eth0": iface(0, 180_720)}}, "drop_sites": []});
+        let m = extract_metrics(&json!({"flows": []}), Some(&clean));
+        assert_eq!(m["testbed_drops"], 0.0);
+        let lossy = json!({
+            "nodes": {"a": {"eth0": iface(0, 5)}, "r1": {"eth1": iface(1994, 90_000)}},
+            "drop_sites": [{"node": "r1", "iface": "eth1", "kind": "qdisc", "count": 1994}]
+        });
+        let m = extract_metrics(&json!({"flows": []}), Some(&lossy));
+        assert_eq!(m["testbed_drops"], 1994.0);
+        // Older stored runs without the list: the drop counters only.
+        let old = json!({"nodes": {"r1": {"eth1": iface(7, 90_000)}}});
+        let m = extract_metrics(&json!({"flows": []}), Some(&old));
+        assert_eq!(m["testbed_drops"], 7.0);
+    }
+}

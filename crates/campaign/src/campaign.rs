@@ -64,10 +64,11 @@ pub enum Axis {
     Mtu,
     LinkRate,
     Offloads,
+    ForwardPps,
 }
 
 impl Axis {
-    pub const ALL: [Axis; 12] = [
+    pub const ALL: [Axis; 13] = [
         Axis::Ip,
         Axis::Transport,
         Axis::Meter,
@@ -80,6 +81,7 @@ impl Axis {
         Axis::Mtu,
         Axis::LinkRate,
         Axis::Offloads,
+        Axis::ForwardPps,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,6 +98,7 @@ impl Axis {
             Axis::Mtu => "mtu",
             Axis::LinkRate => "link_rate",
             Axis::Offloads => "offloads",
+            Axis::ForwardPps => "forward_pps",
         }
     }
 
@@ -105,7 +108,10 @@ impl Axis {
 
     /// Axes that change the test-bed's links (a change forces a rebuild).
     pub fn is_link(self) -> bool {
-        matches!(self, Axis::Mtu | Axis::LinkRate | Axis::Offloads)
+        matches!(
+            self,
+            Axis::Mtu | Axis::LinkRate | Axis::Offloads | Axis::ForwardPps
+        )
     }
 }
 
@@ -163,6 +169,8 @@ pub struct TestbedTarget {
     pub mtu: Option<u32>,
     pub link_rate: Option<String>,
     pub offloads: Option<bool>,
+    /// Packet-rate cap of every router (packets/s), when no axis sets it.
+    pub forward_pps: Option<u64>,
     /// Name (prefix) of the test-bed.
     pub name: String,
 }
@@ -248,7 +256,12 @@ pub struct Settings {
     pub link_rate: Option<String>,
     pub link_bps: Option<f64>,
     pub offloads: Option<bool>,
+    /// Packet-rate cap of every router of the test-bed (packets/s).
+    pub forward_pps: Option<u64>,
 }
+
+/// What the test-bed is built from: MTU, link rate, offloads, router cap.
+pub type LinkKey = (Option<u32>, Option<String>, Option<bool>, Option<u64>);
 
 /// One point of the matrix.
 #[derive(Debug, Clone, PartialEq)]
@@ -263,11 +276,12 @@ pub struct Scenario {
 impl Scenario {
     /// The link settings as a comparable key; a change means the test-bed
     /// has to be rebuilt.
-    pub fn link_key(&self) -> (Option<u32>, Option<String>, Option<bool>) {
+    pub fn link_key(&self) -> LinkKey {
         (
             self.settings.mtu,
             self.settings.link_rate.clone(),
             self.settings.offloads,
+            self.settings.forward_pps,
         )
     }
 
@@ -334,6 +348,7 @@ struct RawMatrix {
     mtu: AxisField,
     link_rate: AxisField,
     offloads: AxisField,
+    forward_pps: AxisField,
 }
 
 impl RawMatrix {
@@ -351,6 +366,7 @@ impl RawMatrix {
             (Axis::Mtu, &self.mtu),
             (Axis::LinkRate, &self.link_rate),
             (Axis::Offloads, &self.offloads),
+            (Axis::ForwardPps, &self.forward_pps),
         ];
         all.into_iter()
             .filter_map(|(a, f)| f.as_ref().map(|f| (a, f)))
@@ -404,6 +420,7 @@ struct RawTestbed {
     mtu: Option<Spanned<i64>>,
     link_rate: Option<Spanned<String>>,
     offloads: Option<Spanned<bool>>,
+    forward_pps: Option<Spanned<i64>>,
     name: Option<Spanned<String>>,
 }
 
@@ -445,6 +462,7 @@ struct Quick {
     mtu: AxisField,
     link_rate: AxisField,
     offloads: AxisField,
+    forward_pps: AxisField,
 }
 
 impl Quick {
@@ -462,6 +480,7 @@ impl Quick {
             mtu: self.mtu.clone(),
             link_rate: self.link_rate.clone(),
             offloads: self.offloads.clone(),
+            forward_pps: self.forward_pps.clone(),
         }
     }
 }
@@ -651,6 +670,13 @@ fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<Strin
                 v.text()
             )),
         },
+        Axis::ForwardPps => match int(v) {
+            Some(p) if (1..=100_000_000).contains(&p) => Ok(p.to_string()),
+            _ => bad(format!(
+                "router packet-rate cap must be 1..=100000000 packets/s, got {}",
+                v.text()
+            )),
+        },
         Axis::Offloads => match v {
             Scalar::Bool(b) => Ok(b.to_string()),
             Scalar::Str(s) if s == "on" || s == "off" => Ok((s == "on").to_string()),
@@ -748,7 +774,7 @@ fn check_matrix(
             ));
         }
     }
-    for a in [Axis::Mtu, Axis::LinkRate, Axis::Offloads] {
+    for a in [Axis::Mtu, Axis::LinkRate, Axis::Offloads, Axis::ForwardPps] {
         if m.axes.contains_key(&a) && !matches!(target, Target::Testbed(_)) {
             return Err(ctx.err(
                 span_of(a),
@@ -916,6 +942,7 @@ fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
             mtu: None,
             link_rate: None,
             offloads: None,
+            forward_pps: None,
             name: None,
         });
     let span = raw.testbed.as_ref().map(|s| s.span().start).unwrap_or(0);
@@ -980,6 +1007,20 @@ fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
         mtu: check_mtu(ctx, &t.mtu)?,
         link_rate: check_rate(ctx, &t.link_rate)?,
         offloads: t.offloads.as_ref().map(|o| *o.get_ref()),
+        forward_pps: match &t.forward_pps {
+            Some(p) => {
+                let v = *p.get_ref();
+                if !(1..=100_000_000).contains(&v) {
+                    return Err(ctx.at(
+                        p,
+                        "forward_pps",
+                        format!("router packet-rate cap must be 1..=100000000 packets/s, got {v}"),
+                    ));
+                }
+                Some(v as u64)
+            }
+            None => None,
+        },
         name,
     }))
 }
@@ -1304,10 +1345,10 @@ impl Campaign {
             .collect::<Vec<_>>()
             .join(",");
         let get = |a: Axis| pick.get(&a).cloned();
-        let (tb_mtu, tb_rate, tb_off) = match &self.target {
-            Target::Testbed(t) => (t.mtu, t.link_rate.clone(), t.offloads),
-            Target::Hosts(h) => (h.mtu, h.link_rate.clone(), None),
-            Target::Loopback => (None, None, None),
+        let (tb_mtu, tb_rate, tb_off, tb_fwd) = match &self.target {
+            Target::Testbed(t) => (t.mtu, t.link_rate.clone(), t.offloads, t.forward_pps),
+            Target::Hosts(h) => (h.mtu, h.link_rate.clone(), None, None),
+            Target::Loopback => (None, None, None, None),
         };
         let ip: u8 = get(Axis::Ip).and_then(|v| v.parse().ok()).unwrap_or(4);
         let transport = get(Axis::Transport).unwrap_or_else(|| "udp".into());
@@ -1333,6 +1374,9 @@ impl Campaign {
             link_bps: link_rate.as_deref().and_then(parse_link_rate),
             link_rate,
             offloads: get(Axis::Offloads).and_then(|v| v.parse().ok()).or(tb_off),
+            forward_pps: get(Axis::ForwardPps)
+                .and_then(|v| v.parse().ok())
+                .or(tb_fwd),
         };
         let axes = pick
             .into_iter()

@@ -126,3 +126,56 @@ fn frame_sizes_checked_against_the_headers_they_carry() {
     assert_names(&e, 4, "frame");
     assert!(e.to_string().contains("IPv6"), "{e}");
 }
+
+#[test]
+fn router_cap_axis_and_default() {
+    let text = r#"
+name = "cap"
+[testbed]
+preset = "router"
+link_rate = "100mbit"
+forward_pps = 29000
+[[matrix]]
+payload = [64]
+pps = [10000, 50000]
+[[matrix]]
+payload = [64]
+pps = [50000]
+forward_pps = [10000, 20000]
+"#;
+    let c = Campaign::parse(text, "c.toml").unwrap();
+    let s = c.expand();
+    let caps: Vec<(String, Option<u64>)> = s
+        .iter()
+        .map(|x| (x.key.clone(), x.settings.forward_pps))
+        .collect();
+    assert_eq!(
+        caps,
+        [
+            ("payload=64,pps=10000".to_string(), Some(29000)),
+            ("payload=64,pps=50000".to_string(), Some(29000)),
+            (
+                "payload=64,pps=50000,forward_pps=10000".to_string(),
+                Some(10000)
+            ),
+            (
+                "payload=64,pps=50000,forward_pps=20000".to_string(),
+                Some(20000)
+            ),
+        ]
+    );
+    // A different cap is a different test-bed.
+    assert_ne!(s[1].link_key(), s[2].link_key());
+    assert_names(
+        &err(&text.replace("forward_pps = 29000", "forward_pps = 0")),
+        6,
+        "forward_pps",
+    );
+    assert_names(
+        &err(&text.replace("[10000, 20000]", "[10000, -1]")),
+        13,
+        "forward_pps",
+    );
+    let hosts = "name = \"h\"\n[loopback]\n[matrix]\nforward_pps = [1000]\n";
+    assert_names(&err(hosts), 4, "forward_pps");
+}

@@ -107,7 +107,7 @@ struct Emulated {
     /// Directory of the campaign file (topology files are relative to it).
     base: PathBuf,
     tb: Option<wirebench_testbed::Testbed>,
-    current: Option<(Option<u32>, Option<String>, Option<bool>)>,
+    current: Option<crate::campaign::LinkKey>,
     rebuilt: bool,
 }
 
@@ -142,7 +142,8 @@ impl Bed for Emulated {
             mtu: s.settings.mtu,
             rate_bps,
             offloads: s.settings.offloads,
-            ..Default::default()
+            forward_pps: s.settings.forward_pps,
+            txqueuelen: None,
         };
         let spec = match (&self.target.preset, &self.target.file) {
             (Some(p), _) => wirebench_testbed::preset(p, &opts).map_err(tb_err)?,
