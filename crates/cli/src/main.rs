@@ -36,6 +36,8 @@ enum Command {
     Report(cmd::report::Args),
     /// Build a router test-bed, run a short campaign and write a report.
     Demo(cmd::demo::Args),
+    /// Per-node agent a campaign drives over stdin/stdout (locally, in a namespace or over SSH).
+    Agent(cmd::agent::Args),
 }
 
 fn main() {
@@ -48,6 +50,7 @@ fn main() {
         Command::Results(a) => cmd::results::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Agent(a) => cmd::agent::run(a),
     };
     std::process::exit(exit::code_for(result));
 }

@@ -151,7 +151,7 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 }
 
 /// Parses `ip -s -j link show` and `tc -s -j qdisc show` of one namespace.
-pub(crate) fn parse_node(
+pub fn parse_node(
     link_json: &str,
     qdisc_json: &str,
 ) -> Result<BTreeMap<String, IfaceCounters>, String> {

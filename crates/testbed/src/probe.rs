@@ -42,6 +42,86 @@ fn any_addr(v6: bool) -> SocketAddr {
     }
 }
 
+/// Tells this process's probes from another's on a shared port.
+fn probe_tag() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ ((std::process::id() as u64) << 32)
+}
+
+/// Length of a [`PeerResponder`]'s acknowledgement: the probe's 16-byte
+/// stamp and its length (u32, big-endian).
+const ACK_LEN: usize = 20;
+
+/// The receiving end of a path-MTU probe between two hosts (two agents):
+/// a UDP socket whose thread acknowledges every datagram of at least 16
+/// bytes with its stamp and length. A small acknowledgement comes back
+/// whatever the probe's size, so only the forward path is measured.
+pub struct PeerResponder {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PeerResponder {
+    pub fn bind(addr: IpAddr) -> Result<PeerResponder, TestbedError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let sock = UdpSocket::bind(SocketAddr::new(addr, 0))
+            .map_err(|e| TestbedError::io(format!("binding a probe responder on {addr}"), e))?;
+        let port = sock
+            .local_addr()
+            .map_err(|e| TestbedError::io("probe responder address", e))?
+            .port();
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(|e| TestbedError::io("probe responder timeout", e))?;
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok((n, src)) = sock.recv_from(&mut buf) {
+                    if n >= 16 {
+                        let mut ack = [0u8; ACK_LEN];
+                        ack[..16].copy_from_slice(&buf[..16]);
+                        ack[16..].copy_from_slice(&(n as u32).to_be_bytes());
+                        let _ = sock.send_to(&ack, src);
+                    }
+                }
+            }
+        });
+        Ok(PeerResponder {
+            port,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for PeerResponder {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Path MTU (bytes of IP packet) toward a [`PeerResponder`] at `dest`,
+/// measured with don't-fragment datagrams from this thread's namespace;
+/// None when not even a small datagram is acknowledged.
+pub fn peer_path_mtu(dest: SocketAddr) -> Result<Option<u32>, TestbedError> {
+    let v6 = dest.is_ipv6();
+    let mut p = ProbePair::to_peer(dest)?;
+    let over = if v6 { V6_OVERHEAD } else { V4_OVERHEAD };
+    Ok(p.max_payload(v6)?.map(|m| m + over))
+}
+
 /// A UDP socket bound inside a namespace.
 pub fn udp_socket_in(ns: &str, bind: SocketAddr) -> Result<UdpSocket, TestbedError> {
     in_netns(ns, || {
@@ -52,10 +132,21 @@ pub fn udp_socket_in(ns: &str, bind: SocketAddr) -> Result<UdpSocket, TestbedErr
 
 pub use crate::os::set_dont_fragment;
 
-/// A sender in `from_ns` connected to a receiver in `to_ns` at `to_addr`.
+/// Where a probe's arrival is seen.
+enum Arrival {
+    /// The receiving socket is ours (another namespace of this host).
+    Local(UdpSocket),
+    /// The receiver is another process, usually on another host (a
+    /// [`PeerResponder`]): it acknowledges each datagram with its stamp and
+    /// length, and the acknowledgement comes back to the sending socket.
+    Acked,
+}
+
+/// A sender in `from_ns` connected to a receiver in `to_ns` at `to_addr`,
+/// or to a [`PeerResponder`] elsewhere.
 pub(crate) struct ProbePair {
     tx: UdpSocket,
-    rx: UdpSocket,
+    rx: Arrival,
     tag: u64,
     buf: Vec<u8>,
     rbuf: Vec<u8>,
@@ -77,24 +168,44 @@ impl ProbePair {
         tx.connect(SocketAddr::new(to_addr, port))
             .map_err(|e| TestbedError::io(format!("connecting a probe to {to_addr}"), e))?;
         set_dont_fragment(&tx, v6).map_err(|e| TestbedError::io("setting don't-fragment", e))?;
-        let tag = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-            ^ ((std::process::id() as u64) << 32);
         Ok(ProbePair {
             tx,
-            rx,
-            tag,
+            rx: Arrival::Local(rx),
+            tag: probe_tag(),
             buf: vec![0u8; 65536],
             rbuf: vec![0u8; 65536],
         })
     }
 
+    /// A path-MTU prober toward a [`PeerResponder`] at `dest`, from this
+    /// thread's network namespace.
+    pub(crate) fn to_peer(dest: SocketAddr) -> Result<ProbePair, TestbedError> {
+        let v6 = dest.is_ipv6();
+        let tx = UdpSocket::bind(any_addr(v6))
+            .map_err(|e| TestbedError::io("binding a probe socket", e))?;
+        tx.connect(dest)
+            .map_err(|e| TestbedError::io(format!("connecting a probe to {dest}"), e))?;
+        set_dont_fragment(&tx, v6).map_err(|e| TestbedError::io("setting don't-fragment", e))?;
+        Ok(ProbePair {
+            tx,
+            rx: Arrival::Acked,
+            tag: probe_tag(),
+            buf: vec![0u8; 65536],
+            rbuf: vec![0u8; 65536],
+        })
+    }
+
+    fn stamp(&self, seq: u64) -> [u8; 16] {
+        let mut st = [0u8; 16];
+        st[..8].copy_from_slice(&self.tag.to_be_bytes());
+        st[8..].copy_from_slice(&seq.to_be_bytes());
+        st
+    }
+
     fn fill(&mut self, size: usize, seq: u64) {
+        let stamp = self.stamp(seq);
         let b = &mut self.buf[..size];
         b.fill(0x5a);
-        let stamp = [self.tag.to_be_bytes(), seq.to_be_bytes()].concat();
         let n = stamp.len().min(size);
         b[..n].copy_from_slice(&stamp[..n]);
     }
@@ -103,7 +214,7 @@ impl ProbePair {
         if got.len() != size {
             return false;
         }
-        let stamp = [self.tag.to_be_bytes(), seq.to_be_bytes()].concat();
+        let stamp = self.stamp(seq);
         let n = stamp.len().min(size);
         got[..n] == stamp[..n]
     }
@@ -116,18 +227,33 @@ impl ProbePair {
             if left.is_zero() {
                 return Ok(false);
             }
-            self.rx
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            let sock = match &self.rx {
+                Arrival::Local(s) => s,
+                Arrival::Acked => &self.tx,
+            };
+            sock.set_read_timeout(Some(left.max(Duration::from_millis(1))))
                 .map_err(|e| TestbedError::io("probe timeout", e))?;
-            match self.rx.recv_from(&mut self.rbuf) {
+            match sock.recv_from(&mut self.rbuf) {
                 Ok((n, src)) => {
-                    let got = self.rbuf[..n].to_vec();
-                    if self.matches(&got, size, seq) {
-                        // Echo it back for the round trip (small echoes only).
-                        if size <= 64 {
-                            let _ = self.rx.send_to(&got, src);
+                    let got = &self.rbuf[..n];
+                    match &self.rx {
+                        Arrival::Local(rx) => {
+                            if self.matches(got, size, seq) {
+                                // Echo it back for the round trip (small echoes only).
+                                if size <= 64 {
+                                    let _ = rx.send_to(got, src);
+                                }
+                                return Ok(true);
+                            }
                         }
-                        return Ok(true);
+                        Arrival::Acked => {
+                            if got.len() == ACK_LEN
+                                && got[..16] == self.stamp(seq)
+                                && got[16..] == (size as u32).to_be_bytes()
+                            {
+                                return Ok(true);
+                            }
+                        }
                     }
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {

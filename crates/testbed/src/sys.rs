@@ -48,20 +48,27 @@ impl Tools {
     }
 }
 
+/// Capability bit numbers (linux/capability.h).
+pub const CAP_NET_ADMIN: u64 = 12;
+pub const CAP_SYS_ADMIN: u64 = 21;
+
+/// This process's effective capability set (0 when unknown).
+pub fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
 /// Root, or both CAP_NET_ADMIN (links, qdiscs) and CAP_SYS_ADMIN (namespaces).
 pub fn check_privileges() -> Result<(), TestbedError> {
     crate::os::supported()?;
     if crate::os::euid_is_root() {
         return Ok(());
     }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    const CAP_NET_ADMIN: u64 = 12;
-    const CAP_SYS_ADMIN: u64 = 21;
+    let eff = effective_caps();
     if eff & (1 << CAP_NET_ADMIN) != 0 && eff & (1 << CAP_SYS_ADMIN) != 0 {
         Ok(())
     } else {

@@ -1,4 +1,5 @@
 //! One module per subcommand; each owns its clap arguments and its `run`.
+pub mod agent;
 pub mod demo;
 pub mod flowargs;
 pub mod recv;

@@ -1,0 +1,88 @@
+//! Child processes of wirebench (receivers and senders): their own process
+//! group so a terminal's Ctrl-C reaches only the parent, which stops them in
+//! order; killed with the parent (Linux: PR_SET_PDEATHSIG); SIGTERM then
+//! SIGKILL; the tail of their log for error messages; "listens yet?" from
+//! the process's own view of /proc/net. Shared by the agent and any other
+//! runner of children.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+#[cfg(unix)]
+pub fn detach(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // Own process group: a terminal's Ctrl-C reaches the agent, which
+    // stops its children in order, not the children directly.
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no
+    // memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(unix))]
+pub fn detach(_cmd: &mut Command) {}
+
+pub fn stop_child(child: &mut Child, grace: Duration) {
+    #[cfg(unix)]
+    {
+        let pid = child.id() as libc::pid_t;
+        // SAFETY: signalling our own child's process group.
+        unsafe { libc::kill(-pid, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < grace {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+    #[cfg(not(unix))]
+    let _ = grace;
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+pub fn tail(path: &Path, max: usize) -> String {
+    let s = std::fs::read(path).unwrap_or_default();
+    let s = String::from_utf8_lossy(&s);
+    let s = s.trim();
+    if s.len() > max {
+        let mut start = s.len() - max;
+        while !s.is_char_boundary(start) {
+            start += 1;
+        }
+        format!("…{}", &s[start..])
+    } else {
+        s.to_string()
+    }
+}
+
+/// True when process `pid` listens on TCP `port` (its namespace's table).
+pub fn listening(pid: u32, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}"))
+            .map(|text| {
+                text.lines().skip(1).any(|line| {
+                    let c: Vec<&str> = line.split_whitespace().collect();
+                    c.len() > 3 && c[1].ends_with(&want) && c[3] == "0A"
+                })
+            })
+            .unwrap_or(false)
+    })
+}

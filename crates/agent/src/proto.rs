@@ -1,0 +1,456 @@
+//! The agent protocol: one JSON object per line in each direction over the
+//! agent's stdin/stdout (whatever carries them: a pipe, `ip netns exec`, an
+//! SSH channel). The controller sends [`Request`]s, the agent answers each
+//! with one [`Response`] carrying the same `id`, in order.
+//!
+//! JSON lines for the same reasons as the send/recv control protocol: they
+//! can be typed by hand (`wirebench agent --stdio` in a terminal) and added
+//! fields are ignored by older peers. The `version` of `hello` is checked
+//! first by both sides, so a controller and an agent of different releases
+//! fail at once with both versions named instead of misreading each other.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use wirebench_testbed::IfaceCounters;
+
+/// Version of this protocol; bumped on any incompatible change.
+pub const AGENT_PROTOCOL_VERSION: u32 = 1;
+/// A line longer than this is refused (a stray binary on the stream must
+/// not make either side buffer without bound).
+pub const MAX_LINE: usize = 8 << 20;
+
+/// What the campaign lets this agent change. Anything not listed is only
+/// observed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allow {
+    /// Interfaces whose MTU may be set.
+    #[serde(default)]
+    pub mtu: Vec<String>,
+    /// Interfaces whose offloads may be switched.
+    #[serde(default)]
+    pub offloads: Vec<String>,
+}
+
+/// Which wirebench subcommand a child runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// `wirebench recv ARGS`: runs until stopped; the agent waits until it
+    /// listens on its control port.
+    Receiver,
+    /// `wirebench send ARGS --json=FILE`: its result document comes back.
+    Sender,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub id: u64,
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Must come first. The agent refuses any other version.
+    Hello {
+        version: u32,
+        #[serde(default)]
+        allow: Allow,
+    },
+    Metadata,
+    Cpu,
+    Counters,
+    SetMtu {
+        iface: String,
+        mtu: u32,
+    },
+    SetOffloads {
+        iface: String,
+        on: bool,
+    },
+    /// Puts back everything this session changed.
+    Restore,
+    Start {
+        role: Role,
+        args: Vec<String>,
+        /// Receivers: the control port to wait for.
+        #[serde(default)]
+        port: Option<u16>,
+    },
+    /// Waits up to `timeout_ms` for a child to end.
+    Wait {
+        handle: u32,
+        timeout_ms: u64,
+    },
+    /// SIGTERM, then SIGKILL after a grace period.
+    Stop {
+        handle: u32,
+    },
+    /// Opens a UDP socket that acknowledges path-MTU probes.
+    PmtuListen {
+        bind: IpAddr,
+    },
+    /// Largest datagram that reaches `dest:port` with don't-fragment set.
+    PmtuProbe {
+        dest: IpAddr,
+        port: u16,
+    },
+    PmtuClose {
+        port: u16,
+    },
+    /// Restore, stop the children and exit.
+    Bye,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub id: u64,
+    #[serde(flatten)]
+    pub reply: Reply,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    Hello(HelloInfo),
+    Metadata(Box<HostMeta>),
+    Cpu(CpuSample),
+    Counters {
+        ifaces: BTreeMap<String, IfaceCounters>,
+    },
+    Done,
+    /// What `restore` (or the end of a session) put back.
+    Restored {
+        actions: Vec<String>,
+    },
+    Started {
+        handle: u32,
+        pid: u32,
+    },
+    Process(ProcessState),
+    PmtuPort {
+        port: u16,
+    },
+    /// Path MTU in bytes (IP packet); None when even a small probe got no
+    /// answer.
+    Pmtu {
+        mtu: Option<u32>,
+    },
+    Error {
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelloInfo {
+    pub version: u32,
+    /// wirebench release of the agent.
+    pub tool_version: String,
+    pub hostname: String,
+    pub pid: u32,
+    /// Whether the agent may change links (root or CAP_NET_ADMIN).
+    pub net_admin: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessState {
+    pub handle: u32,
+    pub running: bool,
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// Signal that ended it, if any.
+    pub signal: Option<i32>,
+    /// Last part of its stderr.
+    pub stderr: String,
+    /// Senders: the `wirebench.result/1` document, when it wrote one.
+    pub result: Option<serde_json::Value>,
+}
+
+/// One CPU's cumulative times in clock ticks (USER_HZ), from /proc/stat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoreTicks {
+    pub user: u64,
+    pub nice: u64,
+    pub system: u64,
+    pub idle: u64,
+    pub iowait: u64,
+    pub irq: u64,
+    pub softirq: u64,
+    pub steal: u64,
+}
+
+impl CoreTicks {
+    pub fn total(&self) -> u64 {
+        self.user
+            + self.nice
+            + self.system
+            + self.idle
+            + self.iowait
+            + self.irq
+            + self.softirq
+            + self.steal
+    }
+
+    /// Field-wise difference (saturating: a hot-plugged CPU reads 0).
+    pub fn since(&self, b: &CoreTicks) -> CoreTicks {
+        CoreTicks {
+            user: self.user.saturating_sub(b.user),
+            nice: self.nice.saturating_sub(b.nice),
+            system: self.system.saturating_sub(b.system),
+            idle: self.idle.saturating_sub(b.idle),
+            iowait: self.iowait.saturating_sub(b.iowait),
+            irq: self.irq.saturating_sub(b.irq),
+            softirq: self.softirq.saturating_sub(b.softirq),
+            steal: self.steal.saturating_sub(b.steal),
+        }
+    }
+}
+
+/// CPU time of one wirebench child of the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcTicks {
+    pub handle: u32,
+    pub pid: u32,
+    pub role: Role,
+    pub user: u64,
+    pub system: u64,
+}
+
+/// Cumulative CPU counters; the controller differences two samples.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuSample {
+    /// Agent's monotonic clock in ns, for the interval between samples.
+    pub mono_ns: u64,
+    /// Clock ticks per second of the tick fields.
+    pub hz: u64,
+    pub total: CoreTicks,
+    pub cores: Vec<CoreTicks>,
+    pub procs: Vec<ProcTicks>,
+}
+
+/// Shares of one CPU (0..1 each) over an interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuShare {
+    pub user: f64,
+    pub system: f64,
+    pub irq: f64,
+    pub softirq: f64,
+    pub idle: f64,
+}
+
+impl CpuShare {
+    pub fn of(d: &CoreTicks) -> CpuShare {
+        let t = d.total();
+        if t == 0 {
+            return CpuShare::default();
+        }
+        let f = |v: u64| v as f64 / t as f64;
+        CpuShare {
+            user: f(d.user + d.nice),
+            system: f(d.system),
+            irq: f(d.irq),
+            softirq: f(d.softirq),
+            idle: f(d.idle + d.iowait),
+        }
+    }
+
+    pub fn busy(&self) -> f64 {
+        1.0 - self.idle
+    }
+}
+
+/// What happened on a node's CPUs between two samples: per core and the
+/// whole host as shares, and each wirebench child in cores (1.0 = one
+/// core busy the whole interval).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuDelta {
+    pub seconds: f64,
+    pub host: CpuShare,
+    pub cores: Vec<CpuShare>,
+    pub procs: Vec<ProcShare>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcShare {
+    pub pid: u32,
+    pub role: Role,
+    pub user: f64,
+    pub system: f64,
+}
+
+impl CpuSample {
+    pub fn delta(&self, before: &CpuSample) -> CpuDelta {
+        let seconds = self.mono_ns.saturating_sub(before.mono_ns) as f64 / 1e9;
+        let cores = self
+            .cores
+            .iter()
+            .enumerate()
+            .map(|(i, c)| CpuShare::of(&c.since(&before.cores.get(i).copied().unwrap_or_default())))
+            .collect();
+        let hz = self.hz.max(1) as f64;
+        let procs = self
+            .procs
+            .iter()
+            .filter_map(|p| {
+                let b = before.procs.iter().find(|b| b.pid == p.pid);
+                let (bu, bs) = b.map(|b| (b.user, b.system)).unwrap_or((0, 0));
+                (seconds > 0.0).then(|| ProcShare {
+                    pid: p.pid,
+                    role: p.role,
+                    user: p.user.saturating_sub(bu) as f64 / hz / seconds,
+                    system: p.system.saturating_sub(bs) as f64 / hz / seconds,
+                })
+            })
+            .collect();
+        CpuDelta {
+            seconds,
+            host: CpuShare::of(&self.total.since(&before.total)),
+            cores,
+            procs,
+        }
+    }
+}
+
+/// An interface as the agent's host sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IfaceMeta {
+    pub name: String,
+    pub mtu: u32,
+    pub up: bool,
+    pub mac: Option<String>,
+    pub addresses: Vec<String>,
+    /// `ethtool -i`: driver, its version and the NIC firmware.
+    pub driver: Option<String>,
+    pub driver_version: Option<String>,
+    pub firmware: Option<String>,
+    /// Link speed in Mbit/s from sysfs, when the driver reports one.
+    pub speed_mbit: Option<u64>,
+    /// `ethtool -k`: feature → on/off (segmentation, receive and checksum
+    /// offloads).
+    pub offloads: BTreeMap<String, bool>,
+}
+
+/// Clock synchronisation of the host: what a one-way delay is worth there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockSync {
+    /// `chronyc tracking` summary, when chrony runs.
+    pub chrony: Option<String>,
+    /// systemd-timesyncd synchronised (None: not in use).
+    pub timesyncd: Option<bool>,
+    /// PTP hardware clocks present (/dev/ptp*).
+    pub ptp_devices: Vec<String>,
+    /// ptp4l / phc2sys running.
+    pub ptp_daemons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostMeta {
+    pub hostname: String,
+    pub os: String,
+    pub kernel: String,
+    pub arch: String,
+    pub cpu_model: String,
+    pub cpus: u32,
+    pub tool_version: String,
+    pub interfaces: Vec<IfaceMeta>,
+    /// The sysctls that change results (buffer sizes, congestion control,
+    /// forwarding, MTU probing, busy polling), name → value.
+    pub sysctls: BTreeMap<String, String>,
+    pub clock: ClockSync,
+    pub net_admin: bool,
+}
+
+impl Request {
+    pub fn line(&self) -> String {
+        // Serialising these plain structs cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl Response {
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            format!(
+                r#"{{"id":{},"reply":"error","message":"encoding the reply: {e}"}}"#,
+                self.id
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_read_by_hand() {
+        let r: Request = serde_json::from_str(r#"{"id":3,"op":"hello","version":1}"#).unwrap();
+        assert_eq!(
+            r.op,
+            Op::Hello {
+                version: 1,
+                allow: Allow::default()
+            }
+        );
+        let s = Request {
+            id: 9,
+            op: Op::SetMtu {
+                iface: "eth1".into(),
+                mtu: 9000,
+            },
+        };
+        let back: Request = serde_json::from_str(&s.line()).unwrap();
+        assert_eq!(back, s);
+        let resp = Response {
+            id: 9,
+            reply: Reply::Error {
+                message: "no".into(),
+            },
+        };
+        assert_eq!(resp.line(), r#"{"id":9,"reply":"error","message":"no"}"#);
+    }
+
+    #[test]
+    fn cpu_delta_shares() {
+        let a = CpuSample {
+            mono_ns: 0,
+            hz: 100,
+            total: CoreTicks::default(),
+            cores: vec![CoreTicks::default()],
+            procs: vec![ProcTicks {
+                handle: 1,
+                pid: 7,
+                role: Role::Sender,
+                user: 0,
+                system: 0,
+            }],
+        };
+        let busy = CoreTicks {
+            user: 20,
+            system: 10,
+            softirq: 20,
+            idle: 50,
+            ..Default::default()
+        };
+        let b = CpuSample {
+            mono_ns: 1_000_000_000,
+            hz: 100,
+            total: busy,
+            cores: vec![busy],
+            procs: vec![ProcTicks {
+                handle: 1,
+                pid: 7,
+                role: Role::Sender,
+                user: 50,
+                system: 25,
+            }],
+        };
+        let d = b.delta(&a);
+        assert!((d.host.softirq - 0.2).abs() < 1e-9);
+        assert!((d.host.busy() - 0.5).abs() < 1e-9);
+        assert!((d.procs[0].user - 0.5).abs() < 1e-9);
+        assert!((d.procs[0].system - 0.25).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,622 @@
+//! The agent itself: reads [`Request`] lines, runs them, writes one
+//! [`Response`] line each. It owns the children it started (receivers and
+//! senders of the same binary) and a journal of what it changed on the host
+//! (MTUs, offloads), and [`Shared::cleanup`] undoes both: on `bye`, on
+//! end of input (the controller or its SSH link went away), on a write
+//! error, and — wired by the CLI — on SIGHUP/SIGINT/SIGTERM. Nothing the
+//! campaign changed outlives the session.
+//!
+//! Requests run one at a time in arrival order; only `wait` blocks, in
+//! short slices, so that end of input is noticed within 100 ms even while
+//! a sender runs.
+
+use crate::child::{detach, listening, stop_child, tail};
+use crate::host;
+use crate::proto::{
+    Allow, HelloInfo, Op, ProcTicks, ProcessState, Reply, Request, Response, Role, MAX_LINE,
+};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use wirebench_testbed::probe::{peer_path_mtu, PeerResponder};
+
+/// How an agent is set up by its command line.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The wirebench binary children run (normally the agent's own).
+    pub program: PathBuf,
+    /// Protocol version this agent speaks (always
+    /// [`crate::AGENT_PROTOCOL_VERSION`] except in tests of the mismatch).
+    pub version: u32,
+    /// wirebench release, reported at hello and in metadata.
+    pub tool_version: String,
+}
+
+/// One thing the session changed and how to put it back.
+#[derive(Debug, Clone)]
+enum Change {
+    Mtu {
+        iface: String,
+        old: u32,
+    },
+    /// Short ethtool feature names (`tso`) → value before the change.
+    Offloads {
+        iface: String,
+        old: Vec<(String, bool)>,
+    },
+}
+
+struct Proc {
+    child: Child,
+    role: Role,
+    pid: u32,
+    log: PathBuf,
+    json: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct State {
+    changes: Vec<Change>,
+    procs: BTreeMap<u32, Proc>,
+    next_handle: u32,
+}
+
+/// The part of an agent a signal handler must reach: children and the
+/// change journal.
+#[derive(Clone)]
+pub struct Shared {
+    state: Arc<Mutex<State>>,
+    workdir: PathBuf,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        let workdir = std::env::temp_dir().join(format!("wirebench-agent-{}", std::process::id()));
+        Shared {
+            state: Arc::new(Mutex::new(State {
+                next_handle: 1,
+                ..Default::default()
+            })),
+            workdir,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere must not stop the restore.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Restores every change (newest first, so the first value recorded
+    /// for an interface wins) and returns what was done.
+    pub fn restore(&self) -> Vec<String> {
+        let changes = std::mem::take(&mut self.lock().changes);
+        let mut done = Vec::new();
+        for c in changes.into_iter().rev() {
+            let r = match &c {
+                Change::Mtu { iface, old } => {
+                    set_mtu_now(iface, *old).map(|_| format!("{iface} mtu {old}"))
+                }
+                Change::Offloads { iface, old } => set_features(iface, old).map(|_| {
+                    let v: Vec<String> = old
+                        .iter()
+                        .map(|(k, on)| format!("{k} {}", if *on { "on" } else { "off" }))
+                        .collect();
+                    format!("{iface} {}", v.join(" "))
+                }),
+            };
+            match r {
+                Ok(s) => done.push(format!("restored {s}")),
+                Err(e) => {
+                    eprintln!("wirebench agent: restoring failed: {e}");
+                    done.push(format!("FAILED to restore: {e}"));
+                }
+            }
+        }
+        done
+    }
+
+    /// Stops every child, restores every change, removes the work
+    /// directory. Safe to call more than once and from a signal thread.
+    pub fn cleanup(&self) -> Vec<String> {
+        let procs = std::mem::take(&mut self.lock().procs);
+        for (_, mut p) in procs {
+            stop_child(&mut p.child, Duration::from_secs(2));
+        }
+        let done = self.restore();
+        let _ = std::fs::remove_dir_all(&self.workdir);
+        done
+    }
+}
+
+/// On SIGHUP (the terminal or SSH session went away), SIGINT or SIGTERM:
+/// stop the children, restore every change, exit with 128 + signal.
+#[cfg(unix)]
+pub fn cleanup_on_signal(shared: Shared) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM])?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            for d in shared.cleanup() {
+                eprintln!("wirebench agent: {d}");
+            }
+            std::process::exit(128 + sig);
+        }
+    });
+    Ok(())
+}
+
+/// Elsewhere only end of input and `bye` clean up.
+#[cfg(not(unix))]
+pub fn cleanup_on_signal(_shared: Shared) -> std::io::Result<()> {
+    Ok(())
+}
+
+fn run_tool(name: &str, args: &[&str]) -> Result<(), String> {
+    let path = host::tool(name).ok_or_else(|| format!("`{name}` not found on this host"))?;
+    let out = Command::new(&path)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("starting {name}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name} {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn set_mtu_now(iface: &str, mtu: u32) -> Result<(), String> {
+    run_tool(
+        "ip",
+        &["link", "set", "dev", iface, "mtu", &mtu.to_string()],
+    )
+}
+
+/// The offloads a campaign switches, as `ethtool -K` names them, with the
+/// `ethtool -k` names they are read by.
+const FEATURES: &[(&str, &str)] = &[
+    ("tso", "tcp-segmentation-offload"),
+    ("gso", "generic-segmentation-offload"),
+    ("gro", "generic-receive-offload"),
+];
+
+fn set_features(iface: &str, vals: &[(String, bool)]) -> Result<(), String> {
+    let mut args = vec!["-K".to_string(), iface.to_string()];
+    for (k, on) in vals {
+        args.push(k.clone());
+        args.push(if *on { "on" } else { "off" }.into());
+    }
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    run_tool("ethtool", &a)
+}
+
+fn read_features(iface: &str) -> Result<Vec<(String, bool)>, String> {
+    let e = host::tool("ethtool").ok_or("`ethtool` not found on this host")?;
+    let text = host::output(Command::new(e).args(["-k", iface]))
+        .ok_or_else(|| format!("`ethtool -k {iface}` failed"))?;
+    let m = host::parse_ethtool_k(&text);
+    Ok(FEATURES
+        .iter()
+        .filter_map(|(short, long)| m.get(*long).map(|v| (short.to_string(), *v)))
+        .collect())
+}
+
+/// Runs one agent session over `input`/`output` until `bye`, end of input
+/// or a write error; everything changed is restored before it returns.
+pub struct Agent {
+    cfg: AgentConfig,
+    shared: Shared,
+    allow: Allow,
+    hello: bool,
+    responders: BTreeMap<u16, PeerResponder>,
+    eof: Arc<AtomicBool>,
+}
+
+enum Step {
+    Go,
+    End,
+}
+
+impl Agent {
+    pub fn new(cfg: AgentConfig) -> Agent {
+        Agent {
+            cfg,
+            shared: Shared::new(),
+            allow: Allow::default(),
+            hello: false,
+            responders: BTreeMap::new(),
+            eof: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// A handle for a signal thread: `cleanup()` then exit.
+    pub fn shared(&self) -> Shared {
+        self.shared.clone()
+    }
+
+    pub fn serve<R, W>(mut self, input: R, mut output: W)
+    where
+        R: Read + Send + 'static,
+        W: Write,
+    {
+        let (tx, rx) = mpsc::channel::<Result<String, String>>();
+        let eof = self.eof.clone();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(input);
+            loop {
+                let mut line = String::new();
+                match r.by_ref().take(MAX_LINE as u64 + 1).read_line(&mut line) {
+                    Ok(0) => break,
+                    Ok(_) if line.len() > MAX_LINE => {
+                        let _ = tx.send(Err(format!("request line over {MAX_LINE} bytes")));
+                        break;
+                    }
+                    Ok(_) => {
+                        if tx.send(Ok(line)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("reading requests: {e}")));
+                        break;
+                    }
+                }
+            }
+            eof.store(true, Ordering::SeqCst);
+        });
+        while let Ok(msg) = rx.recv() {
+            let line = match msg {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("wirebench agent: {e}");
+                    break;
+                }
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let (resp, step) = match serde_json::from_str::<Request>(&line) {
+                Ok(req) => {
+                    let id = req.id;
+                    let (reply, step) = self.handle(req.op);
+                    (Response { id, reply }, step)
+                }
+                Err(e) => (
+                    Response {
+                        id: serde_json::from_str::<serde_json::Value>(&line)
+                            .ok()
+                            .and_then(|v| v.get("id").and_then(|i| i.as_u64()))
+                            .unwrap_or(0),
+                        reply: Reply::Error {
+                            message: format!("bad request: {e}"),
+                        },
+                    },
+                    Step::Go,
+                ),
+            };
+            let mut text = resp.line();
+            text.push('\n');
+            if output
+                .write_all(text.as_bytes())
+                .and_then(|_| output.flush())
+                .is_err()
+            {
+                // The controller is gone: same as end of input.
+                break;
+            }
+            if matches!(step, Step::End) {
+                break;
+            }
+        }
+        self.responders.clear();
+        let done = self.shared.cleanup();
+        for d in done {
+            eprintln!("wirebench agent: {d}");
+        }
+    }
+
+    fn handle(&mut self, op: Op) -> (Reply, Step) {
+        let err = |m: String| (Reply::Error { message: m }, Step::Go);
+        if !self.hello && !matches!(op, Op::Hello { .. }) {
+            return err("the first request must be `hello` with the protocol version".into());
+        }
+        match op {
+            Op::Hello { version, allow } => {
+                let info = HelloInfo {
+                    version: self.cfg.version,
+                    tool_version: self.cfg.tool_version.clone(),
+                    hostname: host::hostname(),
+                    pid: std::process::id(),
+                    net_admin: host::net_admin(),
+                };
+                if version != self.cfg.version {
+                    // Answer with our version so the controller can name
+                    // both, then end: nothing else would be understood.
+                    eprintln!(
+                        "wirebench agent: the controller speaks agent protocol {version}, this agent (wirebench {}) speaks {}; install the same wirebench release on both",
+                        self.cfg.tool_version, self.cfg.version
+                    );
+                    return (Reply::Hello(info), Step::End);
+                }
+                self.hello = true;
+                self.allow = allow;
+                (Reply::Hello(info), Step::Go)
+            }
+            Op::Metadata => (
+                Reply::Metadata(Box::new(host::metadata(&self.cfg.tool_version))),
+                Step::Go,
+            ),
+            Op::Cpu => {
+                let mut s = host::cpu_sample();
+                let st = self.shared.lock();
+                for (h, p) in &st.procs {
+                    if let Some((user, system)) = host::pid_ticks(p.pid) {
+                        s.procs.push(ProcTicks {
+                            handle: *h,
+                            pid: p.pid,
+                            role: p.role,
+                            user,
+                            system,
+                        });
+                    }
+                }
+                (Reply::Cpu(s), Step::Go)
+            }
+            Op::Counters => match host::counters() {
+                Ok(ifaces) => (Reply::Counters { ifaces }, Step::Go),
+                Err(e) => err(e),
+            },
+            Op::SetMtu { iface, mtu } => match self.set_mtu(&iface, mtu) {
+                Ok(()) => (Reply::Done, Step::Go),
+                Err(e) => err(e),
+            },
+            Op::SetOffloads { iface, on } => match self.set_offloads(&iface, on) {
+                Ok(()) => (Reply::Done, Step::Go),
+                Err(e) => err(e),
+            },
+            Op::Restore => (
+                Reply::Restored {
+                    actions: self.shared.restore(),
+                },
+                Step::Go,
+            ),
+            Op::Start { role, args, port } => match self.start(role, args, port) {
+                Ok((handle, pid)) => (Reply::Started { handle, pid }, Step::Go),
+                Err(e) => err(e),
+            },
+            Op::Wait { handle, timeout_ms } => match self.wait(handle, timeout_ms) {
+                Ok(p) => (Reply::Process(p), Step::Go),
+                Err(e) => err(e),
+            },
+            Op::Stop { handle } => {
+                let p = self.shared.lock().procs.remove(&handle);
+                match p {
+                    Some(mut p) => {
+                        stop_child(&mut p.child, Duration::from_secs(2));
+                        (Reply::Process(finish(handle, p)), Step::Go)
+                    }
+                    None => err(format!("no child with handle {handle}")),
+                }
+            }
+            Op::PmtuListen { bind } => match PeerResponder::bind(bind) {
+                Ok(r) => {
+                    let port = r.port();
+                    self.responders.insert(port, r);
+                    (Reply::PmtuPort { port }, Step::Go)
+                }
+                Err(e) => err(e.to_string()),
+            },
+            Op::PmtuProbe { dest, port } => {
+                match peer_path_mtu(std::net::SocketAddr::new(dest, port)) {
+                    Ok(mtu) => (Reply::Pmtu { mtu }, Step::Go),
+                    Err(e) => err(e.to_string()),
+                }
+            }
+            Op::PmtuClose { port } => {
+                self.responders.remove(&port);
+                (Reply::Done, Step::Go)
+            }
+            Op::Bye => {
+                self.responders.clear();
+                let actions = self.shared.cleanup();
+                (Reply::Restored { actions }, Step::End)
+            }
+        }
+    }
+
+    fn set_mtu(&mut self, iface: &str, mtu: u32) -> Result<(), String> {
+        if !self.allow.mtu.iter().any(|i| i == iface) {
+            return Err(format!(
+                "changing the MTU of {iface} is not allowed by the campaign (allowed: {})",
+                list_or_none(&self.allow.mtu)
+            ));
+        }
+        if !(68..=65535).contains(&mtu) {
+            return Err(format!("MTU {mtu} is outside 68..=65535"));
+        }
+        let old = host::iface_mtu(iface).ok_or_else(|| format!("no interface {iface}"))?;
+        if old == mtu {
+            return Ok(());
+        }
+        set_mtu_now(iface, mtu)?;
+        let mut st = self.shared.lock();
+        // The first recorded value is the one to go back to; restoring
+        // newest-first reaches it last.
+        st.changes.push(Change::Mtu {
+            iface: iface.to_string(),
+            old,
+        });
+        Ok(())
+    }
+
+    fn set_offloads(&mut self, iface: &str, on: bool) -> Result<(), String> {
+        if !self.allow.offloads.iter().any(|i| i == iface) {
+            return Err(format!(
+                "changing the offloads of {iface} is not allowed by the campaign (allowed: {})",
+                list_or_none(&self.allow.offloads)
+            ));
+        }
+        let old = read_features(iface)?;
+        let new: Vec<(String, bool)> = old.iter().map(|(k, _)| (k.clone(), on)).collect();
+        if old == new {
+            return Ok(());
+        }
+        set_features(iface, &new)?;
+        self.shared.lock().changes.push(Change::Offloads {
+            iface: iface.to_string(),
+            old,
+        });
+        Ok(())
+    }
+
+    fn start(
+        &mut self,
+        role: Role,
+        args: Vec<String>,
+        port: Option<u16>,
+    ) -> Result<(u32, u32), String> {
+        std::fs::create_dir_all(&self.shared.workdir)
+            .map_err(|e| format!("creating {}: {e}", self.shared.workdir.display()))?;
+        let handle = {
+            let mut st = self.shared.lock();
+            st.next_handle += 1;
+            st.next_handle - 1
+        };
+        let log = self.shared.workdir.join(format!("{handle}.log"));
+        let logf = std::fs::File::create(&log).map_err(|e| format!("creating a log: {e}"))?;
+        let mut cmd = Command::new(&self.cfg.program);
+        let json = match role {
+            Role::Receiver => {
+                cmd.arg("recv");
+                None
+            }
+            Role::Sender => {
+                cmd.arg("send");
+                Some(self.shared.workdir.join(format!("{handle}.json")))
+            }
+        };
+        cmd.args(&args);
+        if let Some(j) = &json {
+            cmd.arg(format!("--json={}", j.display()));
+        }
+        let logf2 = logf
+            .try_clone()
+            .map_err(|e| format!("creating a log: {e}"))?;
+        cmd.stdin(Stdio::null()).stdout(logf).stderr(logf2);
+        detach(&mut cmd);
+        let mut child = cmd.spawn().map_err(|e| {
+            format!(
+                "starting {} {}: {e}",
+                self.cfg.program.display(),
+                args.join(" ")
+            )
+        })?;
+        let pid = child.id();
+        if let (Role::Receiver, Some(port)) = (role, port) {
+            let t0 = Instant::now();
+            loop {
+                if cfg!(target_os = "linux") && listening(pid, port) {
+                    break;
+                }
+                if !cfg!(target_os = "linux") && t0.elapsed() > Duration::from_millis(500) {
+                    break;
+                }
+                if let Ok(Some(st)) = child.try_wait() {
+                    return Err(format!("the receiver exited ({st}): {}", tail(&log, 600)));
+                }
+                if t0.elapsed() > Duration::from_secs(10) || self.eof.load(Ordering::SeqCst) {
+                    stop_child(&mut child, Duration::from_secs(1));
+                    return Err(format!(
+                        "the receiver did not listen on port {port} within 10 s: {}",
+                        tail(&log, 600)
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.shared.lock().procs.insert(
+            handle,
+            Proc {
+                child,
+                role,
+                pid,
+                log,
+                json,
+            },
+        );
+        Ok((handle, pid))
+    }
+
+    fn wait(&mut self, handle: u32, timeout_ms: u64) -> Result<ProcessState, String> {
+        let end = Instant::now() + Duration::from_millis(timeout_ms);
+        loop {
+            {
+                let mut st = self.shared.lock();
+                let p = st
+                    .procs
+                    .get_mut(&handle)
+                    .ok_or_else(|| format!("no child with handle {handle}"))?;
+                if let Ok(Some(_)) = p.child.try_wait() {
+                    let p = st.procs.remove(&handle).ok_or("child vanished")?;
+                    return Ok(finish(handle, p));
+                }
+            }
+            // End of input: stop waiting so the session can clean up.
+            if Instant::now() >= end || self.eof.load(Ordering::SeqCst) {
+                return Ok(ProcessState {
+                    handle,
+                    running: true,
+                    code: None,
+                    signal: None,
+                    stderr: String::new(),
+                    result: None,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn list_or_none(v: &[String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// The final state of an ended (or just stopped) child; its files go.
+fn finish(handle: u32, mut p: Proc) -> ProcessState {
+    let status = p.child.wait().ok();
+    #[cfg(unix)]
+    let signal = {
+        use std::os::unix::process::ExitStatusExt;
+        status.and_then(|s| s.signal())
+    };
+    #[cfg(not(unix))]
+    let signal = None;
+    let result = p.json.as_ref().and_then(|j| {
+        let text = std::fs::read_to_string(j).ok()?;
+        let _ = std::fs::remove_file(j);
+        serde_json::from_str(&text).ok()
+    });
+    let stderr = tail(&p.log, 1200);
+    let _ = std::fs::remove_file(&p.log);
+    ProcessState {
+        handle,
+        running: false,
+        code: status.and_then(|s| s.code()),
+        signal,
+        stderr,
+        result,
+    }
+}

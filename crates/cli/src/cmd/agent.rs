@@ -1,0 +1,49 @@
+//! `wirebench agent --stdio`: the per-node agent a campaign drives over its
+//! stdin/stdout (a pipe, `ip netns exec`, or an SSH session). The logic is
+//! in `wirebench_agent::server`; this only wires the streams and signals.
+
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+The agent is started by `wirebench run` on every node of a campaign's
+[hosts] (over SSH: `ssh HOST wirebench agent --stdio`) and speaks the
+versioned agent protocol (JSON lines) on stdin/stdout. It starts receivers
+and senders, samples CPU and interface counters, reports metadata, and sets
+MTU/offloads only on the interfaces the campaign allows; everything it
+changed is restored when the session ends, its input closes, or it gets
+SIGHUP/SIGINT/SIGTERM. Changing links needs CAP_NET_ADMIN; without it the
+agent only observes. See docs/agents.md.")]
+pub struct Args {
+    /// Speak the agent protocol on stdin/stdout (the only mode).
+    #[arg(long)]
+    pub stdio: bool,
+    /// The wirebench binary receivers and senders run (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Protocol version to claim (tests of the version check only).
+    #[arg(long, hide = true)]
+    pub protocol_version: Option<u32>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if !args.stdio {
+        crate::bail_input!("`wirebench agent` needs --stdio (it is started by `wirebench run`, see docs/agents.md)");
+    }
+    let program = match args.binary {
+        Some(p) => p,
+        None => std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("cannot find this program's path: {e}"))?,
+    };
+    let agent = wirebench_agent::Agent::new(wirebench_agent::AgentConfig {
+        program,
+        version: args
+            .protocol_version
+            .unwrap_or(wirebench_agent::AGENT_PROTOCOL_VERSION),
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+    });
+    wirebench_agent::server::cleanup_on_signal(agent.shared())
+        .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
+    agent.serve(std::io::stdin(), std::io::stdout().lock());
+    Ok(())
+}

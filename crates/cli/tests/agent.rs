@@ -1,0 +1,297 @@
+#![cfg(unix)]
+//! `wirebench agent --stdio` driven through the `local` and `netns`
+//! transports: hello and the version check, metadata, CPU and counters,
+//! receivers and senders with the sender's result document, MTU changes
+//! refused unless allowed and restored on bye, end of input and SIGTERM,
+//! and the path-MTU probe between two agents.
+
+use std::process::Command;
+use std::time::Duration;
+use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Role, Transport};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+
+fn local(node: &str) -> AgentSpec {
+    AgentSpec {
+        node: node.into(),
+        transport: Transport::Local {
+            program: BIN.into(),
+        },
+        allow: Allow::default(),
+        extra: vec![],
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn local_agent_runs_a_receiver_and_a_sender_and_reports_the_host() {
+    let mut a = AgentConn::connect(&local("a")).unwrap();
+    assert_eq!(a.hello.version, wirebench_agent::AGENT_PROTOCOL_VERSION);
+    let m = a.metadata().unwrap();
+    assert!(!m.kernel.is_empty() && m.cpus >= 1, "{m:?}");
+    assert!(m.interfaces.iter().any(|i| i.name == "lo" && i.mtu > 0));
+    assert!(m.sysctls.contains_key("net.core.rmem_max"));
+
+    let port = free_port();
+    let p = port.to_string();
+    let (rh, rpid) = a
+        .start(
+            Role::Receiver,
+            &["-p".into(), p.clone(), "-q".into()],
+            Some(port),
+        )
+        .unwrap();
+    let c0 = a.cpu().unwrap();
+    assert!(!c0.cores.is_empty());
+    assert!(c0
+        .procs
+        .iter()
+        .any(|x| x.pid == rpid && x.role == Role::Receiver));
+    let args: Vec<String> = [
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-C",
+        "2000",
+        "-c",
+        "200",
+        "-t",
+        "500",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (sh, _) = a.start(Role::Sender, &args, None).unwrap();
+    let mut st = a.wait(sh, Duration::from_millis(100)).unwrap();
+    while st.running {
+        st = a.wait(sh, Duration::from_secs(1)).unwrap();
+    }
+    assert_eq!(st.code, Some(0), "{}", st.stderr);
+    let doc = st.result.expect("the sender's result document");
+    assert_eq!(doc["schema"], "wirebench.result/1", "{doc}");
+    let c1 = a.cpu().unwrap();
+    let d = c1.delta(&c0);
+    assert!(d.seconds > 0.4 && d.cores.len() == c0.cores.len(), "{d:?}");
+    assert!(d.host.busy() > 0.0);
+    let r = a.stop(rh).unwrap();
+    assert!(!r.running);
+    assert!(
+        a.wait(rh, Duration::ZERO).is_err(),
+        "a stopped child is gone"
+    );
+    // Changing a link needs the campaign's permission.
+    let e = a.set_mtu("lo", 1500).unwrap_err();
+    assert!(e.to_string().contains("not allowed"), "{e}");
+    assert!(a.bye().unwrap().is_empty());
+}
+
+#[test]
+fn an_agent_of_another_protocol_version_is_named_and_refused() {
+    let mut s = local("r9");
+    s.extra = vec!["--protocol-version".into(), "99".into()];
+    let e = AgentConn::connect(&s).err().expect("must fail");
+    assert!(
+        matches!(
+            e,
+            AgentError::Version {
+                theirs: 99,
+                ours: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("r9") && msg.contains("99") && msg.contains("protocol 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_missing_agent_binary_says_what_to_install() {
+    let dir = tempfile::tempdir().unwrap();
+    // What a remote shell prints when wirebench is not on PATH.
+    let fake = dir.path().join("nowb");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'sh: 1: wirebench: not found' >&2\nexit 127\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = AgentSpec {
+        transport: Transport::Local { program: fake },
+        ..local("b")
+    };
+    let e = AgentConn::connect(&s).err().expect("must fail");
+    let msg = e.to_string();
+    assert!(matches!(e, AgentError::NotStarted { .. }), "{msg}");
+    assert!(
+        msg.contains("exit status 127") && msg.contains("install wirebench"),
+        "{msg}"
+    );
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn ip(args: &[&str]) {
+    let st = Command::new("ip").args(args).status().unwrap();
+    assert!(st.success(), "ip {args:?}");
+}
+
+fn mtu_in(ns: &str, dev: &str) -> u32 {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "link", "show", dev])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0]["mtu"].as_u64().unwrap() as u32
+}
+
+/// Two namespaces joined by a veth pair; removed on drop.
+struct Pair {
+    a: String,
+    b: String,
+}
+
+impl Pair {
+    fn new(tag: &str) -> Pair {
+        let id = std::process::id() % 100000;
+        let p = Pair {
+            a: format!("wbag-{tag}{id}a"),
+            b: format!("wbag-{tag}{id}b"),
+        };
+        ip(&["netns", "add", &p.a]);
+        ip(&["netns", "add", &p.b]);
+        ip(&[
+            "-n", &p.a, "link", "add", "v0", "type", "veth", "peer", "name", "v1", "netns", &p.b,
+        ]);
+        ip(&["-n", &p.a, "addr", "add", "10.99.0.1/24", "dev", "v0"]);
+        ip(&["-n", &p.b, "addr", "add", "10.99.0.2/24", "dev", "v1"]);
+        for (ns, dev) in [(&p.a, "v0"), (&p.b, "v1")] {
+            ip(&["-n", ns, "link", "set", dev, "mtu", "1400", "up"]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        p
+    }
+
+    fn spec(&self, ns: &str, node: &str, allow_mtu: bool) -> AgentSpec {
+        let dev = if ns == self.a { "v0" } else { "v1" };
+        AgentSpec {
+            node: node.into(),
+            transport: Transport::Netns {
+                ns: ns.into(),
+                program: BIN.into(),
+            },
+            allow: Allow {
+                mtu: if allow_mtu { vec![dev.into()] } else { vec![] },
+                offloads: vec![],
+            },
+            extra: vec![],
+        }
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn wait_mtu(ns: &str, dev: &str, want: u32) -> u32 {
+    let t0 = std::time::Instant::now();
+    loop {
+        let m = mtu_in(ns, dev);
+        if m == want || t0.elapsed() > Duration::from_secs(5) {
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn netns_agents_change_mtu_and_restore_it_on_bye_eof_and_sigterm_and_probe_the_path() {
+    if !is_root() {
+        eprintln!(
+            "SKIP: netns_agents_change_mtu_and_restore_it... needs root (network namespaces)"
+        );
+        return;
+    }
+    let p = Pair::new("m");
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    let mut b = AgentConn::connect(&p.spec(&p.b, "b", false)).unwrap();
+    assert!(a.hello.net_admin);
+    let c = a.counters().unwrap();
+    assert!(c.contains_key("v0") && !c.contains_key("lo"), "{c:?}");
+
+    // Path MTU between the two agents: 1400 both ways of measuring.
+    let port = b.pmtu_listen("10.99.0.2".parse().unwrap()).unwrap();
+    assert_eq!(
+        a.pmtu_probe("10.99.0.2".parse().unwrap(), port).unwrap(),
+        Some(1400)
+    );
+    // The peer refuses the change: it was not allowed there.
+    assert!(b
+        .set_mtu("v1", 9000)
+        .unwrap_err()
+        .to_string()
+        .contains("not allowed"));
+
+    // bye restores.
+    a.set_mtu("v0", 1300).unwrap();
+    assert_eq!(mtu_in(&p.a, "v0"), 1300);
+    assert_eq!(
+        a.pmtu_probe("10.99.0.2".parse().unwrap(), port).unwrap(),
+        Some(1300)
+    );
+    let done = a.bye().unwrap();
+    assert_eq!(done, vec!["restored v0 mtu 1400".to_string()]);
+    assert_eq!(mtu_in(&p.a, "v0"), 1400);
+
+    // End of input (the controller or its link vanished) restores, and
+    // the first value recorded is the one restored.
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    a.set_mtu("v0", 1280).unwrap();
+    a.set_mtu("v0", 1350).unwrap();
+    drop(a);
+    assert_eq!(wait_mtu(&p.a, "v0", 1400), 1400);
+
+    // SIGTERM to the agent restores and stops its receiver.
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    a.set_mtu("v0", 1200).unwrap();
+    let (_, rpid) = a
+        .start(
+            Role::Receiver,
+            &["-p".into(), "5499".into(), "-q".into()],
+            Some(5499),
+        )
+        .unwrap();
+    // SAFETY: signalling the agent we started (ip netns exec execs it).
+    unsafe { libc::kill(a.hello.pid as i32, libc::SIGTERM) };
+    assert_eq!(wait_mtu(&p.a, "v0", 1400), 1400);
+    let t0 = std::time::Instant::now();
+    while std::path::Path::new(&format!("/proc/{rpid}")).exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "receiver outlived its agent"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let e = a.cpu().unwrap_err();
+    assert!(
+        e.is_lost() && e.to_string().contains("signal") || e.to_string().contains("143"),
+        "{e}"
+    );
+    drop(b);
+}
