@@ -38,6 +38,8 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Per-node agent a campaign drives over stdin/stdout (locally, in a namespace or over SSH).
     Agent(cmd::agent::Args),
+    /// Decode a per-packet log (wirebench's or D-ITG's): summary, windowed series, CSV/Parquet export.
+    Decode(cmd::decode::Args),
 }
 
 fn main() {
@@ -51,6 +53,7 @@ fn main() {
         Command::Report(a) => cmd::report::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Agent(a) => cmd::agent::run(a),
+        Command::Decode(a) => cmd::decode::run(a),
     };
     std::process::exit(exit::code_for(result));
 }

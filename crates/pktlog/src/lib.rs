@@ -7,6 +7,9 @@
 //! decode` reads them back. Kept apart from `wirebench-stats` because that
 //! crate stays free of files.
 
+pub mod decode;
+pub mod ditg;
+pub mod export;
 pub mod format;
 pub mod read;
 pub mod write;
@@ -23,6 +26,11 @@ use thiserror::Error;
 pub enum LogError {
     #[error("not a wirebench packet log (the first 8 bytes are not its signature)")]
     NotALog,
+    #[error(
+        "neither a wirebench packet log nor a D-ITG binary log (ITGSend -l / ITGRecv -x); \
+         name the format with --format if it is one of them"
+    )]
+    Unrecognised,
     #[error("packet log version {0} is not supported (this wirebench reads version 1)")]
     Version(u16),
     #[error("packet log header: {0}")]
@@ -36,11 +44,28 @@ pub enum LogError {
          finish: it crashed, was killed, or is still running)"
     )]
     Unfinished { records: u64 },
+    #[error("{0}")]
+    Export(String),
     #[error("{what}: {source}")]
     Io {
         what: String,
         source: std::io::Error,
     },
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read
+/// (fewer than `buf.len()` only at the end of the input).
+pub(crate) fn read_up_to<R: std::io::Read>(inp: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match inp.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 impl LogError {

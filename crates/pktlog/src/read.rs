@@ -8,8 +8,8 @@ use crate::format::{
     LogFooter, LogMeta, Record, BLOCK_HEADER_LEN, BLOCK_TAG, END_TAG, HEADER_FIXED_LEN, MAGIC,
     MAX_BLOCK_RECORDS, MAX_JSON_LEN, RECORD_LEN, VERSION,
 };
-use crate::LogError;
-use std::io::{ErrorKind, Read};
+use crate::{read_up_to, LogError};
+use std::io::Read;
 
 /// Longest record a version-1 reader accepts; the fixed record may grow in
 /// later minor revisions (fields appended), and readers skip what they do
@@ -39,20 +39,15 @@ fn read_full<R: Read>(
     offset: u64,
     what: &'static str,
 ) -> Result<bool, LogError> {
-    let mut got = 0;
-    while got < buf.len() {
-        match inp.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => {
-                return Err(LogError::Truncated {
-                    offset: offset + got as u64,
-                    what,
-                })
-            }
-            Ok(n) => got += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(LogError::io("reading packet log", e)),
-        }
+    let got = read_up_to(inp, buf).map_err(|e| LogError::io("reading packet log", e))?;
+    if got == 0 && !buf.is_empty() {
+        return Ok(false);
+    }
+    if got < buf.len() {
+        return Err(LogError::Truncated {
+            offset: offset + got as u64,
+            what,
+        });
     }
     Ok(true)
 }
@@ -78,15 +73,8 @@ impl<R: Read> LogReader<R> {
     /// Reads and checks the header.
     pub fn open(mut inp: R) -> Result<Self, LogError> {
         let mut fixed = [0u8; HEADER_FIXED_LEN];
-        let mut got = 0;
-        while got < fixed.len() {
-            match inp.read(&mut fixed[got..]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(LogError::io("reading packet log", e)),
-            }
-        }
+        let got =
+            read_up_to(&mut inp, &mut fixed).map_err(|e| LogError::io("reading packet log", e))?;
         let sig = got.min(MAGIC.len());
         if fixed[..sig] != MAGIC[..sig] {
             return Err(LogError::NotALog);

@@ -1,5 +1,6 @@
 //! One module per subcommand; each owns its clap arguments and its `run`.
 pub mod agent;
+pub mod decode;
 pub mod demo;
 pub mod flowargs;
 pub mod recv;

@@ -37,7 +37,7 @@ pub struct Args {
 
 /// The parent directory of an output file must exist: a typo there is the
 /// user's, so it is bad input named by its flag, found before any work.
-fn check_parent(flag: &str, path: &Path) -> anyhow::Result<()> {
+pub(crate) fn check_parent(flag: &str, path: &Path) -> anyhow::Result<()> {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() && !p.is_dir() => Err(bad_input(format!(
             "{flag} {}: directory {} does not exist",
