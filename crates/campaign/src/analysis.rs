@@ -473,14 +473,39 @@ pub fn summarize_runs(
                 )
             })
             .collect();
+        // Scenarios left without a Δ: the selector names an axis they lack
+        // (another [[matrix]] block) or their counterpart did not run.
+        let mut unmatched: Vec<String> = Vec::new();
         for s in &mut scenarios {
-            let Some(bk) = baseline_key(&s.axes, &sel, &by_axes) else {
+            let base = baseline_key(&s.axes, &sel, &by_axes).and_then(|bk| means.get(&bk));
+            let Some(base) = base else {
+                unmatched.push(s.key.clone());
                 continue;
             };
-            let Some(base) = means.get(&bk) else { continue };
             for (k, m) in s.metrics.iter_mut() {
                 m.pct_vs_baseline = base.get(k).and_then(|b| pct_change(m.mean, *b));
             }
+        }
+        let sel_text = sel
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        if unmatched.len() == scenarios.len() {
+            notes.push(format!(
+                "Baseline {sel_text} matches no scenario: no Δ column."
+            ));
+        } else if !unmatched.is_empty() {
+            let n = unmatched.len();
+            let more = n.saturating_sub(8);
+            let mut list = unmatched[..n.min(8)].join("; ");
+            if more > 0 {
+                list.push_str(&format!("; and {more} more"));
+            }
+            notes.push(format!(
+                "Baseline {sel_text} has no counterpart for {n} of {} scenarios (their Δ is empty): {list}.",
+                scenarios.len()
+            ));
         }
     }
     let noisy: Vec<&str> = scenarios
@@ -719,5 +744,32 @@ mod tests {
         let old = json!({"nodes": {"r1": {"eth1": iface(7, 90_000)}}});
         let m = extract_metrics(&json!({"flows": []}), Some(&old));
         assert_eq!(m["testbed_drops"], 7.0);
+    }
+
+    /// A baseline that only some scenarios can be compared with says so
+    /// instead of leaving their Δ silently empty.
+    #[test]
+    fn partial_baseline_is_noted() {
+        let text = r#"
+name = "b"
+baseline = "ip=4"
+[loopback]
+[[matrix]]
+ip = [4, 6]
+payload = [64, 1408]
+[[matrix]]
+ip = [6]
+app = ["dns"]
+"#;
+        let c = Campaign::parse(text, "b.toml").unwrap();
+        let (_, notes) = summarize_runs(Some(&c), &[]);
+        let note = notes
+            .iter()
+            .find(|n| n.starts_with("Baseline ip=4"))
+            .unwrap_or_else(|| panic!("{notes:?}"));
+        assert!(
+            note.contains("no counterpart for 1 of 5 scenarios") && note.contains("app=dns"),
+            "{note}"
+        );
     }
 }

@@ -245,13 +245,13 @@ fn extent(p: &Panel, sc: &Scale) -> (f64, f64, f64) {
     (min, max, min_pos)
 }
 
-/// Log scale only for delay-like families whose means span orders of
-/// magnitude; throughput, loss and CPU stay linear as in the studies.
+/// Log scale only for delay-like families (delay, RTT, jitter, completion
+/// time) whose means are all positive and span at least 30×, on line and
+/// bar charts alike (docs/reports.md); throughput, loss and CPU stay linear
+/// as in the studies.
 fn wants_log(chart: &Chart, p: &Panel) -> bool {
     use wirebench_campaign::summary::MetricFamily as F;
-    if chart.kind != ChartKind::Line
-        || !matches!(chart.family, F::Delay | F::Rtt | F::Jitter | F::Completion)
-    {
+    if !matches!(chart.family, F::Delay | F::Rtt | F::Jitter | F::Completion) {
         return false;
     }
     let mut lo = f64::INFINITY;
@@ -929,5 +929,49 @@ mod tests {
         assert_eq!(y.ticks.first().map(|t| t.1.as_str()), Some("0"));
         let y = YAxis::log(0.02, 35.0);
         assert!(y.lo <= 0.02 && y.hi >= 35.0);
+    }
+
+    /// S5's delay chart: bars from 3.5 µs to 403 ms. The rule of
+    /// docs/reports.md (log when the means span ≥ 30×) holds for bars too;
+    /// a 10× span and a non-delay family stay linear.
+    #[test]
+    fn log_rule_applies_to_bars() {
+        use crate::plan::{Point, Series};
+        use wirebench_campaign::summary::{MetricFamily, MetricInfo};
+        let info = MetricInfo {
+            key: "delay_mean_s".into(),
+            family: MetricFamily::Delay,
+            label: "One-way delay, mean".into(),
+            unit: "s".into(),
+        };
+        let pt = |x: f64, mean: f64| Point {
+            x,
+            mean,
+            ci95: 0.0,
+            cv_warning: false,
+            bound: None,
+        };
+        let panel = |hi: f64| Panel {
+            metric: &info,
+            series: vec![Series {
+                label: "s".into(),
+                points: vec![pt(0.0, 3.5e-6), pt(1.0, hi)],
+            }],
+        };
+        let mut chart = Chart {
+            family: MetricFamily::Delay,
+            kind: ChartKind::Bars,
+            x_axis: Some("app".into()),
+            categories: vec!["csa".into(), "voip".into()],
+            series_labels: vec!["s".into()],
+            panels: Vec::new(),
+            draws_bound: false,
+        };
+        assert!(wants_log(&chart, &panel(0.403)));
+        assert!(!wants_log(&chart, &panel(3.5e-5)));
+        chart.kind = ChartKind::Line;
+        assert!(wants_log(&chart, &panel(0.403)));
+        chart.family = MetricFamily::Throughput;
+        assert!(!wants_log(&chart, &panel(0.403)));
     }
 }
