@@ -24,7 +24,7 @@ pub const MAX_LINE: usize = 8 << 20;
 /// observed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allow {
-    /// Interfaces whose MTU may be set.
+    /// Interfaces whose MTU may be set (`*`: any).
     #[serde(default)]
     pub mtu: Vec<String>,
     /// Interfaces whose offloads may be switched.

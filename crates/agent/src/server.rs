@@ -434,7 +434,7 @@ impl Agent {
     }
 
     fn set_mtu(&mut self, iface: &str, mtu: u32) -> Result<(), String> {
-        if !self.allow.mtu.iter().any(|i| i == iface) {
+        if !self.allow.mtu.iter().any(|i| i == iface || i == "*") {
             return Err(format!(
                 "changing the MTU of {iface} is not allowed by the campaign (allowed: {})",
                 list_or_none(&self.allow.mtu)
@@ -459,7 +459,7 @@ impl Agent {
     }
 
     fn set_offloads(&mut self, iface: &str, on: bool) -> Result<(), String> {
-        if !self.allow.offloads.iter().any(|i| i == iface) {
+        if !self.allow.offloads.iter().any(|i| i == iface || i == "*") {
             return Err(format!(
                 "changing the offloads of {iface} is not allowed by the campaign (allowed: {})",
                 list_or_none(&self.allow.offloads)

@@ -146,6 +146,14 @@ impl Target {
                 };
                 format!("test-bed {what}, {} -> {}", t.sender, t.receiver)
             }
+            Target::Hosts(h) if !h.nodes.is_empty() => format!(
+                "real nodes: {}",
+                h.nodes
+                    .iter()
+                    .map(|n| format!("{} ({})", n.name, n.role.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Target::Hosts(h) => format!(
                 "real hosts: receiver {}{}",
                 h.receiver.as_deref().unwrap_or("-"),
@@ -180,9 +188,63 @@ pub struct HostsTarget {
     pub receiver: Option<String>,
     pub receiver6: Option<String>,
     pub port: Option<u16>,
-    /// Known properties of the real path, for the upper bound only.
+    /// Known properties of the real path, for the upper bound (and, with
+    /// `apply_mtu` nodes and no `mtu` axis, the MTU set on them).
     pub mtu: Option<u32>,
     pub link_rate: Option<String>,
+    /// `[[hosts.node]]`: real nodes driven through agents. Empty: the old
+    /// form, a `wirebench recv` already running at `receiver`.
+    pub nodes: Vec<HostNode>,
+}
+
+/// How the controller reaches a node's agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeReach {
+    /// `ssh [ssh_options] DEST wirebench agent --stdio`.
+    Ssh { dest: String, options: Vec<String> },
+    /// A child process on this host.
+    Local,
+    /// `ip netns exec NS ...` on this host.
+    Netns(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRole {
+    Sender,
+    Receiver,
+    /// Only observed: CPU, counters, metadata.
+    Router,
+}
+
+impl NodeRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeRole::Sender => "sender",
+            NodeRole::Receiver => "receiver",
+            NodeRole::Router => "router",
+        }
+    }
+}
+
+/// One real node of a `[hosts]` topology.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostNode {
+    pub name: String,
+    pub reach: NodeReach,
+    /// The wirebench program on that node (default `wirebench` on PATH
+    /// over SSH, this binary locally).
+    pub agent: Option<String>,
+    pub role: NodeRole,
+    /// Senders: the receiver node they send to.
+    pub to: Option<String>,
+    /// Data addresses traffic is sent to (receivers) or from.
+    pub ipv4: Option<std::net::IpAddr>,
+    pub ipv6: Option<std::net::IpAddr>,
+    pub apply_mtu: bool,
+    pub apply_offloads: bool,
+    /// Interfaces `apply_*` act on; empty: those holding the node's data
+    /// addresses (routers: every interface that is up).
+    pub interfaces: Vec<String>,
 }
 
 /// How long one run lasts.
@@ -432,6 +494,28 @@ struct RawHosts {
     port: Option<Spanned<i64>>,
     mtu: Option<Spanned<i64>>,
     link_rate: Option<Spanned<String>>,
+    node: Option<Vec<Spanned<RawNode>>>,
+}
+
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: Spanned<String>,
+    ssh: Option<Spanned<String>>,
+    ssh_options: Option<Vec<String>>,
+    local: Option<Spanned<bool>>,
+    netns: Option<Spanned<String>>,
+    agent: Option<String>,
+    role: Spanned<String>,
+    to: Option<Spanned<String>>,
+    ipv4: Option<Spanned<String>>,
+    ipv6: Option<Spanned<String>>,
+    #[serde(default)]
+    apply_mtu: bool,
+    #[serde(default)]
+    apply_offloads: bool,
+    #[serde(default)]
+    interfaces: Vec<String>,
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -775,11 +859,20 @@ fn check_matrix(
         }
     }
     for a in [Axis::Mtu, Axis::LinkRate, Axis::Offloads, Axis::ForwardPps] {
-        if m.axes.contains_key(&a) && !matches!(target, Target::Testbed(_)) {
+        // Real nodes that allow it take MTU and offload axes.
+        let real_ok = match target {
+            Target::Hosts(h) => match a {
+                Axis::Mtu => h.nodes.iter().any(|n| n.apply_mtu),
+                Axis::Offloads => h.nodes.iter().any(|n| n.apply_offloads),
+                _ => false,
+            },
+            _ => false,
+        };
+        if m.axes.contains_key(&a) && !matches!(target, Target::Testbed(_)) && !real_ok {
             return Err(ctx.err(
                 span_of(a),
                 a.name(),
-                "link settings can only be varied on an emulated [testbed]",
+                "link settings can only be varied on an emulated [testbed] (mtu and offloads also on [[hosts.node]]s with apply_mtu / apply_offloads)",
             ));
         }
     }
@@ -857,6 +950,145 @@ fn check_rate(ctx: &Ctx, v: &Option<Spanned<String>>) -> Result<Option<String>, 
 
 use wirebench_testbed::PRESETS;
 
+type AddrCheck<'x> =
+    dyn Fn(&Option<Spanned<String>>, &str, bool) -> Result<Option<String>, CampaignError> + 'x;
+
+/// `[[hosts.node]]`: names unique, exactly one way in, a known role,
+/// receivers with an address, every sender's receiver known.
+fn check_nodes(
+    ctx: &Ctx,
+    hr: &RawHosts,
+    check_addr: &AddrCheck,
+) -> Result<Vec<HostNode>, CampaignError> {
+    let mut out: Vec<HostNode> = Vec::new();
+    let raw = hr.node.as_deref().unwrap_or_default();
+    for rn in raw {
+        let n = rn.get_ref();
+        let name = n.name.get_ref().clone();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ctx.at(&n.name, "name", "node names are letters, digits, - and _"));
+        }
+        if out.iter().any(|o| o.name == name) {
+            return Err(ctx.at(&n.name, "name", format!("node {name:?} is given twice")));
+        }
+        let ways = [
+            n.ssh.is_some(),
+            n.local.as_ref().is_some_and(|l| *l.get_ref()),
+            n.netns.is_some(),
+        ];
+        if ways.iter().filter(|w| **w).count() != 1 {
+            return Err(ctx.at(
+                rn,
+                "ssh",
+                format!("node {name:?} needs exactly one of `ssh = \"user@host\"`, `local = true` or `netns = \"NS\"`"),
+            ));
+        }
+        let reach = if let Some(d) = &n.ssh {
+            if d.get_ref().is_empty() || d.get_ref().starts_with('-') {
+                return Err(ctx.at(d, "ssh", "must be a destination like \"user@host\""));
+            }
+            NodeReach::Ssh {
+                dest: d.get_ref().clone(),
+                options: n.ssh_options.clone().unwrap_or_default(),
+            }
+        } else if let Some(ns) = &n.netns {
+            NodeReach::Netns(ns.get_ref().clone())
+        } else {
+            NodeReach::Local
+        };
+        let role = match n.role.get_ref().as_str() {
+            "sender" => NodeRole::Sender,
+            "receiver" => NodeRole::Receiver,
+            "router" => NodeRole::Router,
+            other => {
+                return Err(ctx.at(
+                    &n.role,
+                    "role",
+                    format!("role must be sender, receiver or router, got {other:?}"),
+                ))
+            }
+        };
+        let parse = |a: Option<String>| a.and_then(|t| t.parse().ok());
+        let ipv4 = parse(check_addr(&n.ipv4, "ipv4", false)?);
+        let ipv6 = parse(check_addr(&n.ipv6, "ipv6", true)?);
+        if role == NodeRole::Receiver && ipv4.is_none() && ipv6.is_none() {
+            return Err(ctx.at(
+                rn,
+                "ipv4",
+                format!("receiver node {name:?} needs its data address: `ipv4` and/or `ipv6`"),
+            ));
+        }
+        out.push(HostNode {
+            name,
+            reach,
+            agent: n.agent.clone(),
+            role,
+            to: n.to.as_ref().map(|t| t.get_ref().clone()),
+            ipv4,
+            ipv6,
+            apply_mtu: n.apply_mtu,
+            apply_offloads: n.apply_offloads,
+            interfaces: n.interfaces.clone(),
+        });
+    }
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let receivers: Vec<String> = out
+        .iter()
+        .filter(|n| n.role == NodeRole::Receiver)
+        .map(|n| n.name.clone())
+        .collect();
+    if receivers.is_empty() || !out.iter().any(|n| n.role == NodeRole::Sender) {
+        return Err(ctx.err(
+            0,
+            "node",
+            "[[hosts.node]] needs at least one sender and one receiver",
+        ));
+    }
+    if hr.receiver.is_some() || hr.receiver6.is_some() || hr.port.is_some() {
+        return Err(ctx.err(
+            0,
+            "receiver",
+            "with [[hosts.node]] the receivers are nodes: drop `receiver`/`receiver6`/`port` from [hosts]",
+        ));
+    }
+    for (n, rn) in out.iter_mut().zip(raw) {
+        if n.role != NodeRole::Sender {
+            if let Some(t) = &rn.get_ref().to {
+                return Err(ctx.at(t, "to", "only a sender has `to`"));
+            }
+            continue;
+        }
+        match &n.to {
+            None if receivers.len() == 1 => n.to = Some(receivers[0].clone()),
+            None => {
+                return Err(ctx.at(
+                    rn,
+                    "to",
+                    format!(
+                        "sender {:?}: several receivers, say which with `to`",
+                        n.name
+                    ),
+                ))
+            }
+            Some(t) if receivers.contains(t) => {}
+            Some(t) => {
+                return Err(ctx.at(
+                    rn.get_ref().to.as_ref().unwrap_or(&rn.get_ref().name),
+                    "to",
+                    format!("{t:?} is not a receiver node"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
     let given = [
         raw.testbed.is_some(),
@@ -904,7 +1136,8 @@ fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
         };
         let receiver = check_addr(&hr.receiver, "receiver", false)?;
         let receiver6 = check_addr(&hr.receiver6, "receiver6", true)?;
-        if receiver.is_none() && receiver6.is_none() {
+        let nodes = check_nodes(ctx, hr, &check_addr)?;
+        if receiver.is_none() && receiver6.is_none() && nodes.is_empty() {
             return Err(ctx.at(
                 h,
                 "receiver",
@@ -928,6 +1161,7 @@ fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
             port,
             mtu: check_mtu(ctx, &hr.mtu)?,
             link_rate: check_rate(ctx, &hr.link_rate)?,
+            nodes,
         }));
     }
     let t = raw

@@ -2,6 +2,7 @@
 //! one [`Bed`] interface so the run loop does not know which it drives.
 
 use super::child::free_port;
+use super::nodes::{Nodes, NODE_PORT};
 use super::RunError;
 use crate::campaign::{Campaign, Scenario, Target, TestbedTarget};
 use serde_json::Value;
@@ -46,6 +47,46 @@ pub(super) trait Bed {
     /// Removes whatever the bed built.
     fn teardown(&mut self) -> Result<(), RunError> {
         Ok(())
+    }
+    /// Real nodes driven through agents run each run themselves.
+    fn nodes(&mut self) -> Option<&mut Nodes> {
+        None
+    }
+}
+
+/// `[[hosts.node]]`: everything happens through the nodes' agents.
+struct RealNodes {
+    nodes: Nodes,
+}
+
+impl Bed for RealNodes {
+    fn receiver(&self, _program: &Path) -> Result<Option<Command>, RunError> {
+        Ok(None)
+    }
+    fn dest(&self, _v6: bool) -> Result<IpAddr, RunError> {
+        Err(RunError::Agent(
+            "real nodes choose their destinations per pair".into(),
+        ))
+    }
+    fn port(&self) -> u16 {
+        NODE_PORT
+    }
+    fn take_rebuilt(&mut self) -> bool {
+        false
+    }
+    fn teardown(&mut self) -> Result<(), RunError> {
+        let problems = self.nodes.teardown();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(RunError::Agent(format!(
+                "ending the agent sessions: {}",
+                problems.join("; ")
+            )))
+        }
+    }
+    fn nodes(&mut self) -> Option<&mut Nodes> {
+        Some(&mut self.nodes)
     }
 }
 
@@ -207,8 +248,11 @@ impl Bed for Emulated {
     }
 }
 
-pub(super) fn make_bed(c: &Campaign) -> Result<Box<dyn Bed>, RunError> {
+pub(super) fn make_bed(c: &Campaign, binary: &Path) -> Result<Box<dyn Bed>, RunError> {
     Ok(match &c.target {
+        Target::Hosts(h) if !h.nodes.is_empty() => Box::new(RealNodes {
+            nodes: Nodes::new(h.nodes.clone(), binary.to_path_buf()),
+        }),
         Target::Loopback => Box::new(Loopback {
             port: free_port()?,
             started: false,

@@ -20,6 +20,7 @@
 mod args;
 mod bed;
 mod child;
+mod nodes;
 mod one_run;
 pub mod order;
 pub mod signals;
@@ -49,6 +50,9 @@ pub enum RunError {
     Testbed(String),
     #[error("receiver: {0}")]
     Receiver(String),
+    /// A node's agent could not be reached or refused (real hosts).
+    #[error("{0}")]
+    Agent(String),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -181,7 +185,7 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
     let work = std::env::temp_dir().join(format!("wirebench-campaign-{}", std::process::id()));
     std::fs::create_dir_all(&work)
         .map_err(|e| RunError::io(format!("creating {}", work.display()), e))?;
-    let mut bed = make_bed(c)?;
+    let mut bed = make_bed(c, &opts.binary)?;
     let mut ctx = Ctx::new(c, store, opts, work.clone());
     let pb = progress_bar(planned.len(), already, opts.progress);
     let say = |pb: &indicatif::ProgressBar, line: String| {

@@ -5,6 +5,7 @@
 use super::args::{cmd_text, run_seed, run_timeout, send_args};
 use super::bed::Bed;
 use super::child::{detach, listening, read_tail, stop_child};
+use super::nodes::Nodes;
 use super::order::PlannedRun;
 use super::signals::stop_requested;
 use super::{RunError, RunOptions};
@@ -164,6 +165,9 @@ impl<'a> Ctx<'a> {
         cid: i64,
         pr: &PlannedRun,
     ) -> Result<RunEnd, RunError> {
+        if let Some(n) = bed.nodes() {
+            return self.nodes_run(n, cid, pr);
+        }
         let s = &pr.scenario;
         bed.ensure(s)?;
         let receiver_dead = self
@@ -284,6 +288,59 @@ impl<'a> Ctx<'a> {
             return Err(RunError::BadInput(format!(
                 "scenario {}: the sender refused its arguments, so the campaign stopped: {stderr}",
                 s.key
+            )));
+        }
+        Ok(RunEnd::Stored(st))
+    }
+
+    /// One run on real nodes: the agents do the work, we store it.
+    fn nodes_run(&mut self, n: &mut Nodes, cid: i64, pr: &PlannedRun) -> Result<RunEnd, RunError> {
+        let s = &pr.scenario;
+        let seed = run_seed(self.c, &s.key, pr.repetition);
+        let timeout = run_timeout(self.c, s);
+        let started = env::now_rfc3339();
+        let r = n.run(self.c, s, seed, timeout)?;
+        if r.interrupted {
+            return Ok(RunEnd::Interrupted);
+        }
+        let ended = env::now_rfc3339();
+        let mut error = r.error.clone();
+        if error.is_none() {
+            match &r.doc {
+                None => error = Some("no result document".into()),
+                Some(d) if d.get("partial").and_then(Value::as_bool) == Some(true) => {
+                    let why = d
+                        .get("partial_reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("peer gone");
+                    error = Some(format!("partial run: {why}"));
+                }
+                Some(_) => {}
+            }
+        }
+        let st = if error.is_none() {
+            RunStatus::Ok
+        } else {
+            RunStatus::Failed
+        };
+        self.store.record_run(&NewRun {
+            campaign_id: cid,
+            scenario_key: &s.key,
+            axes: &s.axes,
+            repetition: pr.repetition,
+            status: st,
+            result: r.doc.as_ref(),
+            counters: Some(&r.observed),
+            command: &r.command,
+            error: error.as_deref(),
+            started_at: &started,
+            ended_at: &ended,
+        })?;
+        if r.refused {
+            return Err(RunError::BadInput(format!(
+                "scenario {}: a sender refused its arguments, so the campaign stopped: {}",
+                s.key,
+                error.unwrap_or_default()
             )));
         }
         Ok(RunEnd::Stored(st))

@@ -1,0 +1,582 @@
+//! Real nodes (`[[hosts.node]]`): every sender, receiver and router is
+//! driven through its `wirebench agent`, reached over SSH, as a local child
+//! or in a namespace — this module does not know which. Per run it sets
+//! the scenario's MTU/offloads where allowed, keeps a receiver on every
+//! receiver node, verifies the path MTU of every pair, samples CPU and
+//! counters of every node around the senders (all nodes at once), and
+//! returns what the run loop stores: the result documents, per-node CPU
+//! and counter deltas, metadata, and a failure naming the node when an
+//! agent is lost (the next run reconnects; the agent restored what it had
+//! changed when its link dropped).
+
+use super::args::send_args;
+use super::signals::stop_requested;
+use super::RunError;
+use crate::campaign::{Campaign, HostNode, NodeReach, NodeRole, Scenario};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use wirebench_agent::proto::{CpuSample, HostMeta};
+use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Role, Transport};
+
+/// Control port of the receivers started on receiver nodes.
+pub const NODE_PORT: u16 = 5400;
+
+pub(super) struct Nodes {
+    nodes: Vec<HostNode>,
+    program: PathBuf,
+    conns: Vec<Option<AgentConn>>,
+    meta: Vec<Option<HostMeta>>,
+    /// Interfaces `apply_*` act on, resolved from the metadata.
+    ifaces: Vec<Vec<String>>,
+    /// (mtu, offloads) applied on each node since it connected.
+    applied: Vec<Option<(Option<u32>, Option<bool>)>>,
+    /// Receiver node → handle of its `wirebench recv`.
+    receivers: BTreeMap<usize, u32>,
+    /// Extra agent arguments (tests).
+    extra: Vec<String>,
+}
+
+/// What one run through the agents gave.
+pub(super) struct NodeRun {
+    pub doc: Option<Value>,
+    pub error: Option<String>,
+    pub observed: Value,
+    pub command: String,
+    /// A sender refused its arguments (exit 2).
+    pub refused: bool,
+    pub interrupted: bool,
+}
+
+fn transport(n: &HostNode, program: &std::path::Path) -> Transport {
+    let local = || n.agent.clone().map(PathBuf::from).unwrap_or(program.into());
+    match &n.reach {
+        NodeReach::Local => Transport::Local { program: local() },
+        NodeReach::Netns(ns) => Transport::Netns {
+            ns: ns.clone(),
+            program: local(),
+        },
+        NodeReach::Ssh { dest, options } => Transport::Ssh {
+            dest: dest.clone(),
+            program: n.agent.clone().unwrap_or_else(|| "wirebench".into()),
+            options: options.clone(),
+        },
+    }
+}
+
+/// Interfaces holding one of the node's data addresses; routers: every
+/// interface that is up (they forward on all of them).
+fn default_ifaces(n: &HostNode, meta: &HostMeta) -> Vec<String> {
+    meta.interfaces
+        .iter()
+        .filter(|i| i.name != "lo")
+        .filter(|i| {
+            if n.role == NodeRole::Router {
+                return i.up;
+            }
+            i.addresses.iter().any(|a| {
+                let ip = a.split('/').next().and_then(|x| x.parse::<IpAddr>().ok());
+                ip.is_some() && (ip == n.ipv4 || ip == n.ipv6)
+            })
+        })
+        .map(|i| i.name.clone())
+        .collect()
+}
+
+fn lost(e: &AgentError) -> bool {
+    e.is_lost()
+}
+
+impl Nodes {
+    pub(super) fn new(nodes: Vec<HostNode>, program: PathBuf) -> Nodes {
+        let n = nodes.len();
+        // Tests of the version check give every agent a protocol version.
+        let extra = std::env::var("WIREBENCH_AGENT_EXTRA_ARGS")
+            .map(|v| v.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        Nodes {
+            nodes,
+            program,
+            conns: (0..n).map(|_| None).collect(),
+            meta: vec![None; n],
+            ifaces: vec![Vec::new(); n],
+            applied: vec![None; n],
+            receivers: BTreeMap::new(),
+            extra,
+        }
+    }
+
+    /// Connects every agent not connected (all at once) and reads its
+    /// metadata. A node that cannot be reached, or speaks another protocol
+    /// version, fails the campaign before anything runs.
+    pub(super) fn connect(&mut self) -> Result<(), RunError> {
+        let missing: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.conns[i].is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let specs: Vec<AgentSpec> = missing
+            .iter()
+            .map(|&i| {
+                let n = &self.nodes[i];
+                // The interfaces are only known after metadata: allow the
+                // named ones now, or every interface of a node that allows
+                // changes at all; `ensure` only touches the resolved list.
+                let all = |on: bool| {
+                    if !on {
+                        vec![]
+                    } else if n.interfaces.is_empty() {
+                        vec!["*".to_string()]
+                    } else {
+                        n.interfaces.clone()
+                    }
+                };
+                AgentSpec {
+                    node: n.name.clone(),
+                    transport: transport(n, &self.program),
+                    allow: Allow {
+                        mtu: all(n.apply_mtu),
+                        offloads: all(n.apply_offloads),
+                    },
+                    extra: self.extra.clone(),
+                }
+            })
+            .collect();
+        let res = wirebench_agent::connect_all(&specs);
+        let mut errs = Vec::new();
+        for (i, r) in missing.iter().zip(res) {
+            match r {
+                Ok(c) => self.conns[*i] = Some(c),
+                Err(e) => errs.push(e.to_string()),
+            }
+        }
+        if !errs.is_empty() {
+            return Err(RunError::Agent(errs.join("\n")));
+        }
+        // Metadata of the newly connected, all at once.
+        let metas = std::thread::scope(|s| {
+            let hs: Vec<_> = self
+                .conns
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| missing.contains(i))
+                .filter_map(|(i, c)| c.as_mut().map(|c| (i, s.spawn(move || c.metadata()))))
+                .collect();
+            hs.into_iter()
+                .map(|(i, h)| (i, h.join()))
+                .collect::<Vec<_>>()
+        });
+        for (i, m) in metas {
+            match m {
+                Ok(Ok(m)) => {
+                    let n = &self.nodes[i];
+                    self.ifaces[i] = if n.interfaces.is_empty() {
+                        default_ifaces(n, &m)
+                    } else {
+                        n.interfaces.clone()
+                    };
+                    if (n.apply_mtu || n.apply_offloads) && self.ifaces[i].is_empty() {
+                        return Err(RunError::BadInput(format!(
+                            "node {}: apply_mtu/apply_offloads but no interface holds its data address; name them with `interfaces`",
+                            n.name
+                        )));
+                    }
+                    self.meta[i] = Some(m);
+                }
+                Ok(Err(e)) => return Err(RunError::Agent(e.to_string())),
+                Err(_) => return Err(RunError::Agent("metadata thread panicked".into())),
+            }
+        }
+        Ok(())
+    }
+
+    fn drop_node(&mut self, i: usize) {
+        self.conns[i] = None;
+        self.applied[i] = None;
+        self.receivers.remove(&i);
+    }
+
+    /// Sets the scenario's MTU/offloads on the nodes that allow it and
+    /// keeps a receiver on every receiver node. Lost agents are dropped
+    /// and the reason returned (the run is then stored as failed).
+    fn ensure(&mut self, s: &Scenario) -> Result<Option<String>, RunError> {
+        self.connect()?;
+        let want = (s.settings.mtu, s.settings.offloads);
+        for i in 0..self.nodes.len() {
+            let n = self.nodes[i].clone();
+            if self.applied[i] == Some(want) {
+                continue;
+            }
+            let ifaces = self.ifaces[i].clone();
+            let Some(c) = self.conns[i].as_mut() else {
+                continue;
+            };
+            let mut r = Ok(());
+            for f in &ifaces {
+                if let (true, Some(m)) = (n.apply_mtu, want.0) {
+                    r = r.and_then(|_| c.set_mtu(f, m));
+                }
+                if let (true, Some(o)) = (n.apply_offloads, want.1) {
+                    r = r.and_then(|_| c.set_offloads(f, o));
+                }
+            }
+            match r {
+                Ok(()) => self.applied[i] = Some(want),
+                Err(e) if lost(&e) => {
+                    self.drop_node(i);
+                    return Ok(Some(e.to_string()));
+                }
+                Err(e) => return Err(RunError::Agent(e.to_string())),
+            }
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].role != NodeRole::Receiver || self.receivers.contains_key(&i) {
+                continue;
+            }
+            let Some(c) = self.conns[i].as_mut() else {
+                continue;
+            };
+            let args = vec!["-p".to_string(), NODE_PORT.to_string(), "-q".into()];
+            match c.start(Role::Receiver, &args, Some(NODE_PORT)) {
+                Ok((h, _)) => {
+                    self.receivers.insert(i, h);
+                }
+                Err(e) if lost(&e) => {
+                    self.drop_node(i);
+                    return Ok(Some(e.to_string()));
+                }
+                Err(e) => return Err(RunError::Receiver(e.to_string())),
+            }
+        }
+        Ok(None)
+    }
+
+    fn index(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// Sender index → receiver index and destination address.
+    fn pairs(&self, v6: bool) -> Result<Vec<(usize, usize, IpAddr)>, RunError> {
+        let mut v = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.role != NodeRole::Sender {
+                continue;
+            }
+            let to =
+                n.to.as_deref().and_then(|t| self.index(t)).ok_or_else(|| {
+                    RunError::BadInput(format!("sender {} has no receiver", n.name))
+                })?;
+            let r = &self.nodes[to];
+            let dest = if v6 { r.ipv6 } else { r.ipv4 }.ok_or_else(|| {
+                RunError::BadInput(format!(
+                    "receiver node {} has no IPv{} address for an ip={} scenario",
+                    r.name,
+                    if v6 { 6 } else { 4 },
+                    if v6 { 6 } else { 4 }
+                ))
+            })?;
+            v.push((i, to, dest));
+        }
+        Ok(v)
+    }
+
+    /// CPU and counters of every connected node, all at once.
+    fn sample(&mut self) -> Vec<Option<Result<(CpuSample, Value), AgentError>>> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = self
+                .conns
+                .iter_mut()
+                .map(|c| {
+                    c.as_mut().map(|c| {
+                        s.spawn(move || {
+                            let cpu = c.cpu()?;
+                            let ctr = c.counters()?;
+                            Ok((cpu, serde_json::to_value(ctr).unwrap_or(Value::Null)))
+                        })
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(AgentError::Lost {
+                                node: String::new(),
+                                reason: "sampling thread panicked".into(),
+                            })
+                        })
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// One run: ensure, path-MTU check, samples, senders, samples.
+    pub(super) fn run(
+        &mut self,
+        c: &Campaign,
+        s: &Scenario,
+        seed: u64,
+        timeout: Duration,
+    ) -> Result<NodeRun, RunError> {
+        let mut out = NodeRun {
+            doc: None,
+            error: None,
+            observed: Value::Null,
+            command: String::new(),
+            refused: false,
+            interrupted: false,
+        };
+        if let Some(e) = self.ensure(s)? {
+            out.error = Some(e);
+            return Ok(out);
+        }
+        let v6 = s.settings.ip == 6;
+        let pairs = self.pairs(v6)?;
+        // The path must be what the scenario says before anything is sent.
+        let mut pmtu = BTreeMap::new();
+        for &(si, ri, dest) in &pairs {
+            let key = format!("{}->{}", self.nodes[si].name, self.nodes[ri].name);
+            match self.path_mtu(si, ri, dest) {
+                Ok(m) => {
+                    if let (Some(want), Some(got)) = (s.settings.mtu, m) {
+                        if want != got {
+                            out.error = Some(format!(
+                                "refused, not measured: path MTU {key} is {got}, the scenario says {want}"
+                            ));
+                            return Ok(out);
+                        }
+                    }
+                    if m.is_none() {
+                        out.error = Some(format!(
+                            "refused, not measured: {key}: no path-MTU probe reached {dest}"
+                        ));
+                        return Ok(out);
+                    }
+                    pmtu.insert(key, m);
+                }
+                Err(e) => {
+                    out.error = Some(e);
+                    return Ok(out);
+                }
+            }
+        }
+        let before = self.sample();
+        let mut started = Vec::new();
+        let mut commands = Vec::new();
+        for &(si, _, dest) in &pairs {
+            let mut args = send_args(c, s, dest, NODE_PORT, seed, c.length);
+            // The agent adds the subcommand itself.
+            args.remove(0);
+            commands.push(format!(
+                "{}: wirebench send {} --json=FILE",
+                self.nodes[si].name,
+                args.join(" ")
+            ));
+            let Some(conn) = self.conns[si].as_mut() else {
+                out.error = Some(format!("node {}: agent not connected", self.nodes[si].name));
+                return Ok(out);
+            };
+            match conn.start(Role::Sender, &args, None) {
+                Ok((h, _)) => started.push((si, h)),
+                Err(e) => {
+                    if lost(&e) {
+                        self.drop_node(si);
+                    }
+                    out.error = Some(e.to_string());
+                    return Ok(out);
+                }
+            }
+        }
+        out.command = commands.join("\n");
+        let t0 = Instant::now();
+        let mut docs = Vec::new();
+        let mut errors = Vec::new();
+        for (si, h) in started {
+            while let Some(conn) = self.conns[si].as_mut() {
+                if stop_requested() {
+                    let _ = conn.stop(h);
+                    out.interrupted = true;
+                    return Ok(out);
+                }
+                let over = t0.elapsed() > timeout;
+                let r = if over {
+                    conn.stop(h)
+                } else {
+                    conn.wait(h, Duration::from_millis(200))
+                };
+                match r {
+                    Ok(p) if p.running => continue,
+                    Ok(p) => {
+                        let name = &self.nodes[si].name;
+                        if over {
+                            errors.push(format!(
+                                "{name}: killed after {:.0} s (run_timeout_s): {}",
+                                timeout.as_secs_f64(),
+                                p.stderr
+                            ));
+                        } else if p.code != Some(0) {
+                            out.refused |= p.code == Some(2);
+                            errors.push(format!(
+                                "{name}: sender exited with {}: {}",
+                                p.code
+                                    .map(|c| format!("status {c}"))
+                                    .unwrap_or_else(|| format!("signal {:?}", p.signal)),
+                                p.stderr
+                            ));
+                        }
+                        match p.result {
+                            Some(d) => docs.push(d),
+                            None if p.code == Some(0) => {
+                                errors.push(format!("{name}: the sender wrote no result document"))
+                            }
+                            None => {}
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        if lost(&e) {
+                            self.drop_node(si);
+                        }
+                        errors.push(e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        let after = self.sample();
+        let mut nodes_delta = wirebench_testbed::Counters::default();
+        let mut cpu = serde_json::Map::new();
+        let mut roles = serde_json::Map::new();
+        let mut meta = serde_json::Map::new();
+        for (i, (b, a)) in before.into_iter().zip(after).enumerate() {
+            let name = self.nodes[i].name.clone();
+            roles.insert(name.clone(), json!(self.nodes[i].role.as_str()));
+            if let Some(m) = &self.meta[i] {
+                meta.insert(name.clone(), serde_json::to_value(m).unwrap_or(Value::Null));
+            }
+            match (b, a) {
+                (Some(Ok((cb, kb))), Some(Ok((ca, ka)))) => {
+                    cpu.insert(
+                        name.clone(),
+                        serde_json::to_value(ca.delta(&cb)).unwrap_or(Value::Null),
+                    );
+                    let mut pb = wirebench_testbed::Counters::default();
+                    let mut pa = wirebench_testbed::Counters::default();
+                    if let (Ok(kb), Ok(ka)) =
+                        (serde_json::from_value(kb), serde_json::from_value(ka))
+                    {
+                        pb.nodes.insert(name.clone(), kb);
+                        pa.nodes.insert(name.clone(), ka);
+                        let d = pa.delta(&pb);
+                        nodes_delta.nodes.extend(d.nodes);
+                    }
+                }
+                (Some(Err(e)), _) | (_, Some(Err(e))) => {
+                    if lost(&e) {
+                        self.drop_node(i);
+                    }
+                    errors.push(format!("node {name}: {e}"));
+                }
+                _ => errors.push(format!("node {name}: agent lost before the run")),
+            }
+        }
+        let sites = nodes_delta.drop_sites();
+        out.observed = json!({
+            "nodes": nodes_delta.nodes,
+            "drop_sites": sites,
+            "cpu": cpu,
+            "roles": roles,
+            "path_mtu": pmtu,
+            "metadata": meta,
+        });
+        out.doc = merge_docs(docs);
+        if !errors.is_empty() {
+            out.error = Some(errors.join("; "));
+        }
+        Ok(out)
+    }
+
+    /// Path MTU from sender `si` to receiver `ri` at `dest`, measured by the
+    /// two agents. Err: the reason the run fails (an agent lost).
+    fn path_mtu(&mut self, si: usize, ri: usize, dest: IpAddr) -> Result<Option<u32>, String> {
+        let port = {
+            let Some(r) = self.conns[ri].as_mut() else {
+                return Err(format!("node {}: agent not connected", self.nodes[ri].name));
+            };
+            match r.pmtu_listen(dest) {
+                Ok(p) => p,
+                Err(e) => {
+                    if lost(&e) {
+                        self.drop_node(ri);
+                    }
+                    return Err(e.to_string());
+                }
+            }
+        };
+        let m = match self.conns[si].as_mut() {
+            Some(snd) => snd.pmtu_probe(dest, port),
+            None => return Err(format!("node {}: agent not connected", self.nodes[si].name)),
+        };
+        if let Some(r) = self.conns[ri].as_mut() {
+            let _ = r.pmtu_close(port);
+        }
+        m.map_err(|e| {
+            if lost(&e) {
+                self.drop_node(si);
+            }
+            e.to_string()
+        })
+    }
+
+    /// Stops the receivers and ends every session (each agent restores
+    /// what it changed), all at once.
+    pub(super) fn teardown(&mut self) -> Vec<String> {
+        for (i, h) in std::mem::take(&mut self.receivers) {
+            if let Some(c) = self.conns[i].as_mut() {
+                let _ = c.stop(h);
+            }
+        }
+        let conns: Vec<AgentConn> = self.conns.iter_mut().filter_map(Option::take).collect();
+        let res = std::thread::scope(|s| {
+            let hs: Vec<_> = conns
+                .into_iter()
+                .map(|c| s.spawn(move || c.bye()))
+                .collect();
+            hs.into_iter().map(|h| h.join()).collect::<Vec<_>>()
+        });
+        let mut problems = Vec::new();
+        for r in res {
+            match r {
+                Ok(Ok(actions)) => {
+                    problems.extend(actions.into_iter().filter(|a| a.starts_with("FAILED")))
+                }
+                Ok(Err(e)) => problems.push(e.to_string()),
+                Err(_) => problems.push("a teardown thread panicked".into()),
+            }
+        }
+        self.applied.iter_mut().for_each(|a| *a = None);
+        problems
+    }
+}
+
+/// Several pairs make one run: their flows side by side in the first
+/// document (throughputs then add up in the analysis like `--flows`).
+fn merge_docs(mut docs: Vec<Value>) -> Option<Value> {
+    if docs.is_empty() {
+        return None;
+    }
+    let mut first = docs.remove(0);
+    for d in docs {
+        if let (Some(f), Some(more)) = (
+            first.get_mut("flows").and_then(Value::as_array_mut),
+            d.get("flows").and_then(Value::as_array),
+        ) {
+            f.extend(more.iter().cloned());
+        }
+    }
+    Some(first)
+}
