@@ -8,17 +8,22 @@
 //! a signal handler may safely do); a watcher thread does the teardown. To
 //! avoid racing a half-done build step, `up` runs each step under
 //! [`step`], which the watcher takes (and never gives back) before it cleans.
+//!
+//! Test-beds exist only on Linux; elsewhere there is nothing to clean up and
+//! [`cleanup_on_signal`] installs nothing.
 
 use crate::error::TestbedError;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 
 static OWNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static STEP: Mutex<()> = Mutex::new(());
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-static PIPE_WR: AtomicI32 = AtomicI32::new(-1);
+#[cfg(target_os = "linux")]
+static PIPE_WR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 static INSTALL: Once = Once::new();
 
+#[cfg(target_os = "linux")]
 extern "C" fn on_signal(sig: libc::c_int) {
     let fd = PIPE_WR.load(Ordering::Relaxed);
     if fd >= 0 {
@@ -38,6 +43,12 @@ pub fn cleanup_on_signal() -> Result<(), TestbedError> {
     result
 }
 
+#[cfg(not(target_os = "linux"))]
+fn install() -> Result<(), TestbedError> {
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
 fn install() -> Result<(), TestbedError> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds into the array we own.
@@ -72,6 +83,7 @@ fn install() -> Result<(), TestbedError> {
     Ok(())
 }
 
+#[cfg(target_os = "linux")]
 fn watch(rd: libc::c_int) {
     let mut b = 0u8;
     loop {

@@ -1,7 +1,9 @@
 //! Acceptance tests of the emulated test-bed. They build real namespaces,
 //! so they need root; without it each one prints why it skips. Each test
 //! uses its own test-bed name; the heavy ones hold a lock so that only one
-//! builds or sends traffic at a time.
+//! builds or sends traffic at a time. Linux only, as test-beds are.
+
+#![cfg(target_os = "linux")]
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;

@@ -1,18 +1,23 @@
 //! Child processes: the receiver and sender run as children in their own
 //! process group that die with us, are stopped with SIGTERM then SIGKILL,
-//! and leave a log whose tail explains a failure.
+//! and leave a log whose tail explains a failure. On Windows (a campaign
+//! controller there runs loopback or real-host beds) children get their
+//! own process group and are terminated outright: Windows has no SIGTERM
+//! to send to a console program's group.
 
 use super::RunError;
 use std::io::Read;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Own process group (no terminal signals), killed when we die.
+/// Own process group (no terminal signals), killed when we die (Linux).
+#[cfg(unix)]
 pub(super) fn detach(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
     cmd.process_group(0);
+    #[cfg(target_os = "linux")]
     // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no
     // memory of the parent.
     unsafe {
@@ -29,12 +34,21 @@ pub(super) fn detach(cmd: &mut Command) {
     }
 }
 
+/// Own process group, so a Ctrl-C in our console is not delivered to it.
+#[cfg(windows)]
+pub(super) fn detach(cmd: &mut Command) {
+    use std::os::windows::process::CommandExt;
+    const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+    cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
+}
+
 /// SIGTERM to the child's group, SIGKILL after a grace period.
+#[cfg(unix)]
 pub(super) fn stop_child(child: &mut Child, grace: Duration) {
     let pid = child.id() as libc::pid_t;
     // SAFETY: signalling our own child's process group.
     unsafe { libc::kill(-pid, libc::SIGTERM) };
-    let t0 = Instant::now();
+    let t0 = std::time::Instant::now();
     while t0.elapsed() < grace {
         if let Ok(Some(_)) = child.try_wait() {
             return;
@@ -43,6 +57,13 @@ pub(super) fn stop_child(child: &mut Child, grace: Duration) {
     }
     // SAFETY: as above.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+/// Terminates the child (TerminateProcess); nothing to wait for.
+#[cfg(windows)]
+pub(super) fn stop_child(child: &mut Child, _grace: Duration) {
+    let _ = child.kill();
     let _ = child.wait();
 }
 

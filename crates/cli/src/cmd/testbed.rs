@@ -428,10 +428,13 @@ fn exec(a: ExecArgs) -> anyhow::Result<()> {
     match status.code() {
         Some(0) => Ok(()),
         Some(c) => std::process::exit(c),
+        #[cfg(unix)]
         None => {
             use std::os::unix::process::ExitStatusExt;
             std::process::exit(128 + status.signal().unwrap_or(0))
         }
+        #[cfg(not(unix))]
+        None => std::process::exit(1),
     }
 }
 
