@@ -12,6 +12,7 @@ pub mod ditg;
 pub mod export;
 pub mod format;
 pub mod read;
+pub mod stream;
 pub mod write;
 
 pub use format::{FlowEnd, FlowMeta, LogFooter, LogMeta, Record, Side};
