@@ -472,3 +472,88 @@ fn ditg_logs_decode_to_what_itgdec_prints() {
         }
     }
 }
+
+#[test]
+fn a_receiver_log_decodes_to_the_result_documents_figures_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = "15471";
+    let mut recv = Command::new(BIN)
+        .args(["recv", "-p", port, "-B", "127.0.0.1", "-q", "--log-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _k = Kill(&mut recv);
+    // Wait for the control port.
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        assert!(Instant::now() < end, "recv did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = wb(&[
+        "send",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        port,
+        "--flows",
+        "2",
+        "-C",
+        "5000",
+        "-c",
+        "200",
+        "-t",
+        "1500",
+        "--linger",
+        "300",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let logs: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(logs.len(), 1, "one session, one log: {logs:?}");
+    let d = wb(&["decode", logs[0].to_str().unwrap(), "--json"]);
+    assert!(d.status.success(), "{}", text(&d));
+    let dec: Value = serde_json::from_slice(&d.stdout).unwrap();
+    assert_eq!(dec["side"], "recv");
+    assert_eq!(dec["dropped"], 0);
+    let flows = doc["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 2);
+    for (i, f) in flows.iter().enumerate() {
+        let got = &dec["flows"][i];
+        assert_eq!(got["id"], f["id"]);
+        let r = &got["received"];
+        for k in [
+            "packets",
+            "unique",
+            "bytes",
+            "lost",
+            "duplicates",
+            "reordered",
+        ] {
+            assert_eq!(r[k], f["received"][k], "flow {i} {k}");
+        }
+        assert!(
+            r["unique"].as_u64().unwrap() > 5000,
+            "flow {i}: too few packets"
+        );
+        for k in ["min", "mean", "max", "stddev", "p50", "p99"] {
+            assert_eq!(r["delay_s"][k], f["delay_s"][k], "flow {i} delay {k}");
+        }
+        for k in ["mean_abs_ipdv", "rfc3550"] {
+            assert_eq!(r["jitter_s"][k], f["jitter_s"][k], "flow {i} jitter {k}");
+        }
+    }
+}

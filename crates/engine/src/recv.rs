@@ -26,11 +26,14 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use wirebench_pktlog::format::{FLAG_LAST as LOG_LAST, FLAG_RX as LOG_RX};
+use wirebench_pktlog::stream::{LogProducer, LogSink};
+use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
 use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator, L4};
 use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
 use wirebench_wire::{
     ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
-    FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN,
+    FLAG_LAST, FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN,
 };
 
 /// A session whose sender says nothing on the control connection for this
@@ -54,6 +57,9 @@ pub struct DaemonConfig {
     pub verbose: bool,
     /// A session whose sender says nothing for this long is abandoned.
     pub idle_timeout: Duration,
+    /// Write a per-packet log of every session into this directory
+    /// (`session-<id>.wblog`, docs/logs.md).
+    pub log_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for DaemonConfig {
@@ -63,6 +69,7 @@ impl Default for DaemonConfig {
             port: crate::DEFAULT_PORT,
             verbose: false,
             idle_timeout: SESSION_IDLE,
+            log_dir: None,
         }
     }
 }
@@ -140,6 +147,7 @@ impl Daemon {
                     let stats = self.stats.clone();
                     let verbose = self.cfg.verbose;
                     let idle = self.cfg.idle_timeout;
+                    let log_dir = self.cfg.log_dir.clone();
                     if stats.active.load(Ordering::Relaxed) >= MAX_SESSIONS {
                         let mut ctl = Ctl::new(stream);
                         let _ = ctl.send(&ControlMsg::Error {
@@ -152,7 +160,7 @@ impl Daemon {
                         std::thread::Builder::new()
                             .name("wb-session".into())
                             .spawn(move || {
-                                let r = session(stream, peer, &stats, verbose, idle);
+                                let r = session(stream, peer, &stats, verbose, idle, log_dir);
                                 stats.active.fetch_sub(1, Ordering::Relaxed);
                                 if verbose {
                                     if let Err(e) = &r {
@@ -287,6 +295,7 @@ fn session(
     stats: &DaemonStats,
     verbose: bool,
     idle: Duration,
+    log_dir: Option<std::path::PathBuf>,
 ) -> Result<(), EngineError> {
     let local = stream
         .local_addr()
@@ -355,10 +364,26 @@ fn session(
         meter,
         max_intervals,
     };
+    // Declared before `flows`, so that on every way out the flows' threads
+    // (and with them the log producers) are gone before the sink is dropped.
+    let mut sink = match &log_dir {
+        None => None,
+        Some(dir) => {
+            let path = dir.join(format!("session-{sid:08x}.wblog"));
+            match LogSink::create(&path) {
+                Ok(s) => Some((s, path)),
+                Err(e) => {
+                    stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                    return refuse(&mut ctl, format!("receiver cannot log: {e}"));
+                }
+            }
+        }
+    };
     let mut flows = Flows(Vec::new());
     let mut ports = Vec::new();
     for s in &setups {
-        match open_flow(s, &at) {
+        let log = sink.as_ref().map(|(k, _)| k.producer());
+        match open_flow(s, &at, log) {
             Ok((port, f)) => {
                 ports.push(port);
                 flows.0.push(f);
@@ -433,6 +458,9 @@ fn session(
                 }
             }
             ControlMsg::Start => {
+                if let Some((k, _)) = &sink {
+                    k.start(log_meta(&setups, &flows, sid, meter, peer_ip, local_ip));
+                }
                 let now = realtime_ns();
                 for f in &flows.0 {
                     f.shared.start_ns.store(now, Ordering::Relaxed);
@@ -486,6 +514,38 @@ fn session(
                         EngineError::Protocol(format!("cannot encode report: {e}"))
                     })?);
                 }
+                if let Some((k, path)) = sink.take() {
+                    let footer = LogFooter {
+                        flows: flows
+                            .0
+                            .iter()
+                            .enumerate()
+                            .map(|(i, f)| FlowEnd {
+                                id: f.flow_id,
+                                sent: sent.get(i).copied(),
+                                not_sent: 0,
+                            })
+                            .collect(),
+                        ..Default::default()
+                    };
+                    let dropped = k.dropped();
+                    match k.finish(footer) {
+                        Ok(n) if verbose => eprintln!(
+                            "wirebench recv: session {sid:08x}: {n} packets logged to {}{}",
+                            path.display(),
+                            if dropped > 0 {
+                                format!(", {dropped} NOT logged (disk too slow)")
+                            } else {
+                                String::new()
+                            }
+                        ),
+                        Ok(_) => {}
+                        Err(e) => eprintln!(
+                            "wirebench recv: session {sid:08x}: log {}: {e}",
+                            path.display()
+                        ),
+                    }
+                }
                 let extra = ReportExtra {
                     host: sys::host_info(),
                     rcvbuf_errors: snmp1.saturating_sub(snmp0),
@@ -537,7 +597,83 @@ struct FlowAt {
     max_intervals: usize,
 }
 
-fn open_flow(s: &FlowSetup, at: &FlowAt) -> Result<(u16, SessionFlow), EngineError> {
+/// The log header of a session: what `wirebench decode` needs to recompute
+/// the receiver's figures (framing per flow, the offset subtracted).
+fn log_meta(
+    setups: &[FlowSetup],
+    flows: &Flows,
+    sid: u32,
+    meter: MeterMode,
+    peer_ip: IpAddr,
+    local_ip: IpAddr,
+) -> LogMeta {
+    let offset = flows
+        .0
+        .first()
+        .map_or(0, |f| f.shared.offset_ns.load(Ordering::Relaxed));
+    LogMeta {
+        side: Side::Recv,
+        meter: match meter {
+            MeterMode::Rtt => "rtt".into(),
+            MeterMode::Owd => "owd".into(),
+        },
+        session: sid,
+        started_at: Some(
+            humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+        ),
+        tool: format!("wirebench {}", env!("CARGO_PKG_VERSION")),
+        delay_offset_ns: offset,
+        flows: setups
+            .iter()
+            .map(|s| FlowMeta {
+                id: s.flow_id,
+                transport: match s.transport {
+                    Transport::Udp => "udp".into(),
+                    Transport::Tcp => "tcp".into(),
+                },
+                ip_version: if local_ip.is_ipv4() { 4 } else { 6 },
+                mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
+                src: Some(peer_ip.to_string()),
+                dst: Some(local_ip.to_string()),
+            })
+            .collect(),
+    }
+}
+
+/// A flow's statistics and, when the session is logged, its log producer:
+/// every admitted probe goes into both, in the same order.
+struct Recorder {
+    acc: RecvAccumulator,
+    log: Option<LogProducer>,
+}
+
+impl Recorder {
+    #[inline]
+    fn record(&mut self, h: &ProbeHeader, delay: i64, ts: u64, len: usize) {
+        if let Some(log) = self.log.as_mut() {
+            log.push(wirebench_pktlog::Record {
+                flow: h.flow,
+                flags: LOG_RX
+                    | if h.flags & FLAG_LAST != 0 {
+                        LOG_LAST
+                    } else {
+                        0
+                    },
+                size: len as u32,
+                seq: self.acc.peek_seq(h.seq),
+                tx_ns: h.tx_ns,
+                rx_ns: ts,
+            });
+        }
+        self.acc.record(h.seq, delay, ts, len as u32);
+    }
+}
+
+fn open_flow(
+    s: &FlowSetup,
+    at: &FlowAt,
+    log: Option<LogProducer>,
+) -> Result<(u16, SessionFlow), EngineError> {
     let (local_ip, peer_ip, sid, meter, max_intervals) =
         (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
     let cfg = FlowConfig {
@@ -571,7 +707,10 @@ fn open_flow(s: &FlowSetup, at: &FlowAt) -> Result<(u16, SessionFlow), EngineErr
             let h = std::thread::Builder::new()
                 .name(format!("wb-rx-{flow_id}"))
                 .spawn(move || {
-                    let acc = RecvAccumulator::with_max_intervals(cfg, max_intervals);
+                    let acc = Recorder {
+                        acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
+                        log,
+                    };
                     let rx = UdpRx {
                         sid,
                         flow_id,
@@ -596,7 +735,10 @@ fn open_flow(s: &FlowSetup, at: &FlowAt) -> Result<(u16, SessionFlow), EngineErr
             let h = std::thread::Builder::new()
                 .name(format!("wb-rx-{flow_id}"))
                 .spawn(move || {
-                    let acc = RecvAccumulator::with_max_intervals(cfg, max_intervals);
+                    let acc = Recorder {
+                        acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
+                        log,
+                    };
                     tcp_rx(l, acc, sh, sid, flow_id, reflect, peer_ip)
                 })
                 .map_err(|e| EngineError::io("receive thread", e))?;
@@ -623,12 +765,7 @@ struct UdpRx {
     peer_ip: IpAddr,
 }
 
-fn udp_rx(
-    sock: UdpSocket,
-    mut acc: RecvAccumulator,
-    sh: Arc<FlowShared>,
-    rx: UdpRx,
-) -> FlowOutcome {
+fn udp_rx(sock: UdpSocket, mut acc: Recorder, sh: Arc<FlowShared>, rx: UdpRx) -> FlowOutcome {
     let UdpRx {
         sid,
         flow_id,
@@ -704,10 +841,10 @@ fn udp_rx(
                 continue;
             }
             let len = d.len();
-            let Some(delay) = sh.admit(&acc, &h, ts, offset) else {
+            let Some(delay) = sh.admit(&acc.acc, &h, ts, offset) else {
                 continue;
             };
-            acc.record(h.seq, delay, ts, len as u32);
+            acc.record(&h, delay, ts, len);
             if reflect && h.is_rtt() {
                 let out_len = len.max(RTT_MIN_LEN);
                 let mut rh = h;
@@ -744,7 +881,7 @@ fn udp_rx(
         }
     }
     FlowOutcome {
-        acc,
+        acc: acc.acc,
         cpu: CpuTime::thread().since(cpu0),
     }
 }
@@ -836,7 +973,7 @@ impl TcpConn {
 
 fn tcp_rx(
     listener: TcpListener,
-    mut acc: RecvAccumulator,
+    mut acc: Recorder,
     sh: Arc<FlowShared>,
     sid: u32,
     flow_id: u16,
@@ -891,7 +1028,7 @@ fn tcp_rx(
         }
     }
     FlowOutcome {
-        acc,
+        acc: acc.acc,
         cpu: CpuTime::thread().since(cpu0),
     }
 }
@@ -900,7 +1037,7 @@ fn tcp_rx(
 /// when the connection is to be dropped (closed, or not ours).
 fn read_records(
     c: &mut TcpConn,
-    acc: &mut RecvAccumulator,
+    acc: &mut Recorder,
     sh: &FlowShared,
     sid: u32,
     flow_id: u16,
@@ -918,10 +1055,10 @@ fn read_records(
             |h| h.session == sid && h.flow == flow_id,
             |h, rec| {
                 let len = rec.len();
-                let Some(delay) = sh.admit(acc, h, ts, offset) else {
+                let Some(delay) = sh.admit(&acc.acc, h, ts, offset) else {
                     return;
                 };
-                acc.record(h.seq, delay, ts, len as u32);
+                acc.record(h, delay, ts, len);
                 if reflect && h.is_rtt() && out.len() + RTT_MIN_LEN <= TCP_OUT_MAX {
                     let mut rh = *h;
                     rh.flags |= FLAG_REFLECTED;

@@ -88,6 +88,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         port,
         verbose: false,
         idle_timeout: std::time::Duration::from_millis(500),
+        ..DaemonConfig::default()
     })
     .unwrap();
     let stats = d.stats();

@@ -19,7 +19,8 @@ wirebench session is counted as foreign and ignored.
 Examples:
   wirebench recv                 # [::]:5400, dual-stack
   wirebench recv -B 192.0.2.7    # one address only
-  wirebench recv -p 6000 -q")]
+  wirebench recv -p 6000 -q
+  wirebench recv --log-dir logs/ # per-packet log of every session")]
 pub struct Args {
     /// Address to bind (default: all IPv4 and IPv6 addresses).
     #[arg(short = 'B', value_name = "ADDR")]
@@ -30,6 +31,10 @@ pub struct Args {
     /// Do not log sessions on stderr.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
+    /// Write a per-packet log of every session into DIR (session-<id>.wblog,
+    /// the receiver side like D-ITG's -x; read it with `wirebench decode`).
+    #[arg(short = 'x', long = "log-dir", value_name = "DIR")]
+    pub log_dir: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -41,10 +46,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .map_err(|_| bad_input(format!("-B: not an IP address: {s}")))?,
         ),
     };
+    if let Some(d) = &args.log_dir {
+        if !d.is_dir() {
+            return Err(bad_input(format!(
+                "--log-dir {}: not an existing directory",
+                d.display()
+            )));
+        }
+    }
     let daemon = Daemon::bind(DaemonConfig {
         bind,
         port: args.port,
         verbose: !args.quiet,
+        log_dir: args.log_dir.clone(),
         ..DaemonConfig::default()
     })
     .map_err(|e| {
