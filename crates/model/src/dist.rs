@@ -207,8 +207,8 @@ impl Dist {
 
     /// Reads one number per line (blank lines and `#` comments skipped).
     pub fn from_file(flag: &str, path: &str) -> Result<Dist, ModelError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| bad(flag, format!("cannot read {path}: {e}")))?;
+        let text = wirebench_input::read_text(std::path::Path::new(path))
+            .map_err(|e| bad(flag, e.to_string()))?;
         let mut values = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let t = line.split('#').next().unwrap_or("").trim();

@@ -738,11 +738,11 @@ pub fn parse_toml(text: &str, origin: &str) -> Result<Vec<ScriptFlow>, ScriptErr
 /// D-ITG script.
 pub fn load(path: &Path) -> Result<Vec<ScriptFlow>, ScriptError> {
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ScriptError {
+    let text = wirebench_input::read_text(path).map_err(|e| ScriptError {
         origin: origin.clone(),
         line: 0,
         option: String::new(),
-        reason: format!("cannot read: {e}"),
+        reason: e.reason(),
     })?;
     if path
         .extension()

@@ -624,8 +624,8 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// Loads a TOML topology file (format in docs/testbed.md), then applies the
 /// overrides to every link. Errors name the file, line and field.
 pub fn load_file(path: &Path, o: &LinkOpts) -> Result<TopologySpec, TestbedError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| TestbedError::Invalid(format!("topology file {}: {e}", path.display())))?;
+    let text = wirebench_input::read_text(path)
+        .map_err(|e| TestbedError::Invalid(format!("topology file {e}")))?;
     parse_topology(&text, path, o)
 }
 

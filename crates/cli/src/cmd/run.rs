@@ -34,8 +34,8 @@ pub struct Args {
 
 /// Loads, validates and (with `quick`) shortens a campaign file.
 pub fn load_campaign(path: &std::path::Path, quick: bool) -> anyhow::Result<Campaign> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad_input(format!("cannot read campaign file {}: {e}", path.display())))?;
+    let text =
+        wirebench_input::read_text(path).map_err(|e| bad_input(format!("campaign file {e}")))?;
     let mut c = Campaign::parse(&text, &path.display().to_string()).map_err(bad_input)?;
     if quick {
         c.apply_quick().map_err(bad_input)?;
