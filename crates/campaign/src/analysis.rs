@@ -616,7 +616,7 @@ pub fn run_metrics(r: &RunRow) -> BTreeMap<String, f64> {
         .unwrap_or_default()
 }
 
-fn si(v: f64, unit: &str) -> String {
+pub(crate) fn si(v: f64, unit: &str) -> String {
     match unit {
         "bit/s" => {
             if v.abs() >= 1e9 {
@@ -682,7 +682,15 @@ pub fn text_table(s: &CampaignSummary, metric_keys: &[&str]) -> String {
         }
         rows.push(row);
     }
-    let ncol = rows[0].len();
+    render_rows(&rows)
+}
+
+/// Left-aligned columns, a rule under the header row.
+pub(crate) fn render_rows(rows: &[Vec<String>]) -> String {
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    let ncol = first.len();
     let widths: Vec<usize> = (0..ncol)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();

@@ -296,6 +296,9 @@ pub struct Campaign {
     /// True once `apply_quick` ran.
     pub quick: bool,
     quick_overrides: Option<Quick>,
+    /// The `[rfc2544]` table and its line, when the campaign is an RFC 2544
+    /// search (then `matrices` is empty; `crate::rfc2544` reads the table).
+    pub rfc2544: Option<(toml::Value, usize)>,
 }
 
 /// The typed settings of one scenario.
@@ -590,6 +593,8 @@ struct RawCampaign {
     loopback: Option<Spanned<RawLoopback>>,
     matrix: Option<RawMatrices>,
     quick: Option<Spanned<Quick>>,
+    /// An RFC 2544 search instead of a matrix (read by `crate::rfc2544`).
+    rfc2544: Option<Spanned<toml::Value>>,
 }
 
 // ---------------------------------------------------------------- parsing
@@ -1327,6 +1332,14 @@ impl Campaign {
 
         let matrix_at = text.find("matrix]").unwrap_or(0);
         let raw_matrices: Vec<(RawMatrix, usize)> = match &raw.matrix {
+            None if raw.rfc2544.is_some() => Vec::new(),
+            Some(_) if raw.rfc2544.is_some() => {
+                return Err(ctx.err(
+                    matrix_at,
+                    "matrix",
+                    "give either a [matrix] or an [rfc2544] search, not both",
+                ))
+            }
             None => {
                 return Err(ctx.err(
                     0,
@@ -1340,7 +1353,7 @@ impl Campaign {
                 .map(|m| (m.get_ref().clone(), m.span().start))
                 .collect(),
         };
-        if raw_matrices.is_empty() {
+        if raw_matrices.is_empty() && raw.rfc2544.is_none() {
             return Err(ctx.err(matrix_at, "matrix", "no matrix blocks given"));
         }
         let matrices = raw_matrices
@@ -1451,6 +1464,10 @@ impl Campaign {
             run_timeout_s,
             quick: false,
             quick_overrides,
+            rfc2544: raw
+                .rfc2544
+                .as_ref()
+                .map(|r| (r.get_ref().clone(), ctx.line_of(r.span().start))),
         };
         // Overridden matrices must still be valid (e.g. quick sizes with apps).
         if c.quick_overrides.is_some() {
@@ -1572,7 +1589,7 @@ impl Campaign {
         out
     }
 
-    fn scenario_from(&self, pick: BTreeMap<Axis, String>) -> Scenario {
+    pub(crate) fn scenario_from(&self, pick: BTreeMap<Axis, String>) -> Scenario {
         let key = pick
             .iter()
             .map(|(a, v)| format!("{}={v}", a.name()))

@@ -5,12 +5,14 @@
 //! - [`store`]: the SQLite results store (one row per run, committed at once).
 //! - [`runner`]: the run loop (test-bed reuse, subprocess send/recv, counters,
 //!   progress, Ctrl-C, resume).
+//! - [`rfc2544`]: RFC 2544 / RFC 5180 searches run as a campaign (`[rfc2544]`).
 //! - [`analysis`]: result documents → per-scenario statistics
 //!   ([`summary::CampaignSummary`], the contract with the report layer).
 
 pub mod analysis;
 pub mod campaign;
 pub mod env;
+pub mod rfc2544;
 pub mod runner;
 pub mod store;
 pub mod summary;

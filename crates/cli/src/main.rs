@@ -30,6 +30,8 @@ enum Command {
     Testbed(cmd::testbed::Args),
     /// Run a campaign (an experiment matrix) and store every run.
     Run(cmd::run::Args),
+    /// RFC 2544 / RFC 5180 searches: throughput, latency, frame-loss rate and back-to-back per frame size, IPv4 and IPv6.
+    Rfc2544(Box<cmd::rfc2544::Args>),
     /// Look inside the results store without SQL.
     Results(cmd::results::Args),
     /// Write the HTML report, CSV and JSON exports from the results store.
@@ -49,6 +51,7 @@ fn main() {
         Command::Send(a) => cmd::send::run(*a),
         Command::Testbed(a) => cmd::testbed::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Rfc2544(a) => cmd::rfc2544::run(*a),
         Command::Results(a) => cmd::results::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Demo(a) => cmd::demo::run(a),

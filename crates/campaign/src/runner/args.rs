@@ -75,11 +75,11 @@ pub fn send_args(
 
 /// How long a run may take before it is killed: the expected length plus
 /// the receiver's linger (2 s) and generous slack for setup.
-pub(super) fn run_timeout(c: &Campaign, s: &Scenario) -> Duration {
+pub(super) fn run_timeout(c: &Campaign, s: &Scenario, length: RunLength) -> Duration {
     if let Some(t) = c.run_timeout_s {
         return Duration::from_secs_f64(t);
     }
-    let expected = match c.length {
+    let expected = match length {
         RunLength::Duration { seconds } => seconds,
         RunLength::Packets { count } => match s.settings.pps {
             Some(p) if !s.settings.max_rate => count as f64 / p,

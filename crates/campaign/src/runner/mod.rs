@@ -15,6 +15,7 @@
 //! - [`order`]: which run comes when.
 //! - `args`: the sender's command line, seed and time limit for one run.
 //! - `one_run`: receiver upkeep, warm-up, sender, classification, storing.
+//! - `session`: runs chosen one at a time by the caller (RFC 2544 searches).
 //! - this module: the public types and the loop over the planned runs.
 
 mod args;
@@ -23,10 +24,12 @@ mod child;
 mod nodes;
 mod one_run;
 pub mod order;
+mod session;
 pub mod signals;
 
 pub use args::send_args;
 pub use order::{plan, PlannedRun};
+pub use session::{Session, SessionRun};
 pub use signals::{install_signal_handlers, stop_requested};
 
 use crate::campaign::Campaign;
@@ -210,7 +213,7 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
             }
         }
         pb.set_message(format!("{} #{}", pr.scenario.key, pr.repetition + 1));
-        match ctx.one_run(bed.as_mut(), cid, pr) {
+        match ctx.one_run(bed.as_mut(), cid, pr, c.length) {
             Ok(RunEnd::Stored(st)) => {
                 match st {
                     RunStatus::Ok => out.ok += 1,

@@ -54,6 +54,15 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The directory holding the run in flight's files (`result.json`).
+    pub(super) fn work(&self) -> &Path {
+        &self.work
+    }
+
+    pub(super) fn store(&self) -> &'a Store {
+        self.store
+    }
+
     pub(super) fn stop_receiver(&mut self) {
         if let Some(mut r) = self.receiver.take() {
             stop_child(&mut r.child, Duration::from_secs(2));
@@ -164,6 +173,7 @@ impl<'a> Ctx<'a> {
         bed: &mut dyn Bed,
         cid: i64,
         pr: &PlannedRun,
+        length: RunLength,
     ) -> Result<RunEnd, RunError> {
         if let Some(n) = bed.nodes() {
             return self.nodes_run(n, cid, pr);
@@ -193,7 +203,7 @@ impl<'a> Ctx<'a> {
         }
         let dest = bed.dest(s.settings.ip == 6)?;
         let seed = run_seed(self.c, &s.key, pr.repetition);
-        let timeout = run_timeout(self.c, s);
+        let timeout = run_timeout(self.c, s, length);
         if self.c.warmup_s > 0.0 {
             let args = send_args(
                 self.c,
@@ -211,7 +221,7 @@ impl<'a> Ctx<'a> {
                 return Ok(RunEnd::Interrupted);
             }
         }
-        let args = send_args(self.c, s, dest, bed.port(), seed, self.c.length);
+        let args = send_args(self.c, s, dest, bed.port(), seed, length);
         let json = self.work.join("result.json");
         let mut command = cmd_text(&self.opts.binary, &args);
         command.push_str(" --json=FILE");
@@ -297,7 +307,7 @@ impl<'a> Ctx<'a> {
     fn nodes_run(&mut self, n: &mut Nodes, cid: i64, pr: &PlannedRun) -> Result<RunEnd, RunError> {
         let s = &pr.scenario;
         let seed = run_seed(self.c, &s.key, pr.repetition);
-        let timeout = run_timeout(self.c, s);
+        let timeout = run_timeout(self.c, s, self.c.length);
         let started = env::now_rfc3339();
         let r = n.run(self.c, s, seed, timeout)?;
         if r.interrupted {

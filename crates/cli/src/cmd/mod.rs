@@ -6,6 +6,7 @@ pub mod flowargs;
 pub mod recv;
 pub mod report;
 pub mod results;
+pub mod rfc2544;
 pub mod run;
 pub mod send;
 pub mod testbed;

@@ -67,7 +67,7 @@ pub fn map_run_error(e: RunError) -> anyhow::Error {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let c = load_campaign(&args.campaign, args.quick)?;
-    let binary = binary_path(args.binary)?;
+    let binary = binary_path(args.binary.clone())?;
     let store = Store::open(&args.db).map_err(anyhow::Error::new)?;
     install_signal_handlers();
     let opts = RunOptions {
@@ -78,6 +78,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
     };
+    if c.rfc2544.is_some() {
+        return run_rfc2544(&c, &store, &opts, &args);
+    }
     let planned = c.planned_runs();
     if !args.quiet {
         eprintln!(
@@ -129,4 +132,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A campaign with an `[rfc2544]` block: the searches instead of a matrix.
+fn run_rfc2544(c: &Campaign, store: &Store, opts: &RunOptions, args: &Args) -> anyhow::Result<()> {
+    let quiet = args.quiet;
+    let mut say = |line: String| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    };
+    let out = wirebench_campaign::rfc2544::run(c, store, opts, &mut say).map_err(map_run_error)?;
+    if out.interrupted {
+        eprintln!(
+            "wirebench: interrupted; the trials so far are stored in {} (campaign {})",
+            args.db.display(),
+            out.campaign_id
+        );
+        std::process::exit(130);
+    }
+    crate::cmd::rfc2544::print_summary(store, out.campaign_id, None)
 }

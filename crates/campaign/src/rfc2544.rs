@@ -1,0 +1,949 @@
+//! RFC 2544 / RFC 5180 searches run as a campaign: the `[rfc2544]` block of
+//! a campaign file (and `wirebench rfc2544`, which writes one). The search
+//! logic is `wirebench_rfc2544` (pure); this module turns each step into a
+//! real trial — `wirebench send` against `wirebench recv` on the campaign's
+//! loopback, test-bed or hosts, through the runner's [`Session`] — and
+//! stores every trial as a run. Results are never stored separately: they
+//! are recomputed by replaying the stored trials through the same searches
+//! ([`summarize`]), so a report always agrees with the trials it shows.
+
+use crate::campaign::{Axis, Campaign, CampaignError, RunLength, Target};
+use crate::runner::{PlannedRun, RunError, RunOptions, Session};
+use crate::store::{CampaignRow, RunStatus, Store, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use wirebench_model::MIN_PAYLOAD;
+use wirebench_rfc2544::search::{SearchError, TrialKind, TrialRecord};
+use wirebench_rfc2544::{
+    BackToBack, BackToBackResult, FrameLoss, FrameLossPoint, FrameSpec, Latency, LayerRates, Step,
+    Throughput, ThroughputConfig, ThroughputResult, TrialOutcome, RFC2544_SIZES,
+};
+use wirebench_stats::IpVersion;
+
+/// The four benchmarks of RFC 2544 §26 wirebench runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Test {
+    Throughput,
+    Latency,
+    FrameLoss,
+    BackToBack,
+}
+
+impl Test {
+    pub const ALL: [Test; 4] = [
+        Test::Throughput,
+        Test::Latency,
+        Test::FrameLoss,
+        Test::BackToBack,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::Throughput => "throughput",
+            Test::Latency => "latency",
+            Test::FrameLoss => "frame_loss",
+            Test::BackToBack => "back_to_back",
+        }
+    }
+    fn parse(s: &str) -> Option<Test> {
+        Test::ALL
+            .into_iter()
+            .find(|t| t.name() == s.replace('-', "_"))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRfc {
+    ip: Option<Vec<i64>>,
+    frames: Option<Vec<i64>>,
+    tests: Option<Vec<String>>,
+    trial_s: Option<f64>,
+    learning_s: Option<f64>,
+    loss_pct: Option<f64>,
+    resolution_pct: Option<f64>,
+    max_trials: Option<i64>,
+    step_pct: Option<i64>,
+    b2b_repeats: Option<i64>,
+    b2b_longest_s: Option<f64>,
+    retries: Option<i64>,
+}
+
+/// A validated `[rfc2544]` block (see docs/rfc2544.md for every key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rfc2544Config {
+    pub ips: Vec<u8>,
+    /// Nominal frame sizes (Ethernet, FCS included).
+    pub frames: Vec<u32>,
+    /// Tests to run; latency needs throughput (it is measured at the found rate).
+    pub tests: Vec<Test>,
+    /// Length of one rate trial (RFC 2544 §24: 60 s).
+    pub trial_s: f64,
+    /// Learning frames before each trial (RFC 2544 §23): seconds of the
+    /// trial's own traffic, not stored.
+    pub learning_s: f64,
+    /// Loss ratio that still passes a throughput trial (0 = RFC 2544).
+    pub loss_threshold: f64,
+    /// Bracket width where the throughput search stops, ratio of the ceiling.
+    pub resolution: f64,
+    pub max_trials: u32,
+    /// Repeats of a lossy throughput trial before it fails (0 = the RFC).
+    pub retries: u32,
+    /// Frame-loss load step, percent (RFC: 10 or finer).
+    pub step_pct: u32,
+    pub b2b_repeats: u32,
+    /// Longest burst tried, seconds at the burst rate (RFC 2544 §26.4: 2 s).
+    pub b2b_longest_s: f64,
+    /// Link MTU (frames above MTU + 18 are refused).
+    pub mtu: u32,
+    /// Link rate, bit/s on the wire, when known: the line rate of each size.
+    pub link_bps: Option<f64>,
+}
+
+impl Rfc2544Config {
+    /// The campaign's `[rfc2544]` block; None when the campaign has none.
+    pub fn from_campaign(c: &Campaign) -> Result<Option<Self>, CampaignError> {
+        let Some((value, line)) = &c.rfc2544 else {
+            return Ok(None);
+        };
+        let err = |key: &str, reason: String| CampaignError::Invalid {
+            origin: c.origin.clone(),
+            line: *line,
+            key: format!("rfc2544.{key}"),
+            reason,
+        };
+        let raw: RawRfc = value
+            .clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| err("", e.message().to_string()))?;
+        let ips = match &raw.ip {
+            None => vec![4, 6],
+            Some(v) if v.is_empty() => return Err(err("ip", "empty list".into())),
+            Some(v) => v
+                .iter()
+                .map(|&i| match i {
+                    4 | 6 => Ok(i as u8),
+                    _ => Err(err("ip", format!("IP version must be 4 or 6, got {i}"))),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        if let Target::Hosts(h) = &c.target {
+            if !h.nodes.is_empty() {
+                return Err(err(
+                    "",
+                    "[rfc2544] searches run with [hosts] receiver addresses, loopback or a test-bed; through [[hosts.node]] agents they are not supported yet".into(),
+                ));
+            }
+        }
+        let (mtu, link_rate) = match &c.target {
+            Target::Testbed(t) => (t.mtu.unwrap_or(1500), t.link_rate.clone()),
+            Target::Hosts(h) => (h.mtu.unwrap_or(1500), h.link_rate.clone()),
+            Target::Loopback => (65_535, None),
+        };
+        let link_bps = link_rate
+            .as_deref()
+            .and_then(crate::campaign::parse_link_rate);
+        let frames = match &raw.frames {
+            None => RFC2544_SIZES.to_vec(),
+            Some(v) if v.is_empty() => return Err(err("frames", "empty list".into())),
+            Some(v) => v
+                .iter()
+                .map(|&f| {
+                    u32::try_from(f).map_err(|_| err("frames", format!("bad frame size {f}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        for &f in &frames {
+            for &ip in &ips {
+                FrameSpec::new(f, ip_version(ip), mtu, MIN_PAYLOAD)
+                    .map_err(|e| err("frames", format!("IPv{ip}: {e}")))?;
+            }
+        }
+        let tests = match &raw.tests {
+            None => Test::ALL.to_vec(),
+            Some(v) if v.is_empty() => return Err(err("tests", "empty list".into())),
+            Some(v) => {
+                let mut t = v
+                    .iter()
+                    .map(|s| {
+                        Test::parse(s).ok_or_else(|| {
+                            err(
+                                "tests",
+                                format!("unknown test {s:?}; tests are throughput, latency, frame_loss, back_to_back"),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                t.sort();
+                t.dedup();
+                t
+            }
+        };
+        if tests.contains(&Test::Latency) && !tests.contains(&Test::Throughput) {
+            return Err(err(
+                "tests",
+                "latency is measured at the found throughput: add \"throughput\"".into(),
+            ));
+        }
+        if link_bps.is_none()
+            && !tests.contains(&Test::Throughput)
+            && (tests.contains(&Test::FrameLoss) || tests.contains(&Test::BackToBack))
+        {
+            return Err(err(
+                "tests",
+                "without a known link rate the frame-loss and back-to-back loads are shares of the tester's maximum, which the throughput test measures: add \"throughput\" or give a link rate".into(),
+            ));
+        }
+        let pos = |key: &str,
+                   v: Option<f64>,
+                   default: f64,
+                   zero_ok: bool|
+         -> Result<f64, CampaignError> {
+            match v {
+                None => Ok(default),
+                Some(x) if x.is_finite() && (x > 0.0 || (zero_ok && x == 0.0)) && x <= 86_400.0 => {
+                    Ok(x)
+                }
+                Some(x) => Err(err(
+                    key,
+                    format!(
+                        "must be a number of seconds{}, got {x}",
+                        if zero_ok { " ≥ 0" } else { " > 0" }
+                    ),
+                )),
+            }
+        };
+        let int = |key: &str,
+                   v: Option<i64>,
+                   default: u32,
+                   range: std::ops::RangeInclusive<u32>|
+         -> Result<u32, CampaignError> {
+            match v {
+                None => Ok(default),
+                Some(x) => u32::try_from(x)
+                    .ok()
+                    .filter(|x| range.contains(x))
+                    .ok_or_else(|| {
+                        err(
+                            key,
+                            format!("must be in {}..={}, got {x}", range.start(), range.end()),
+                        )
+                    }),
+            }
+        };
+        let loss_pct = raw.loss_pct.unwrap_or(0.0);
+        if !(0.0..100.0).contains(&loss_pct) {
+            return Err(err(
+                "loss_pct",
+                format!("must be in 0..100 (percent), got {loss_pct}"),
+            ));
+        }
+        let resolution_pct = raw.resolution_pct.unwrap_or(0.5);
+        if !(resolution_pct > 0.0 && resolution_pct <= 50.0) {
+            return Err(err(
+                "resolution_pct",
+                format!("must be in (0, 50] (percent of the line rate), got {resolution_pct}"),
+            ));
+        }
+        let mut cfg = Rfc2544Config {
+            ips,
+            frames,
+            tests,
+            trial_s: pos("trial_s", raw.trial_s, 60.0, false)?,
+            learning_s: pos("learning_s", raw.learning_s, 0.2, true)?,
+            loss_threshold: loss_pct / 100.0,
+            resolution: resolution_pct / 100.0,
+            max_trials: int("max_trials", raw.max_trials, 30, 1..=1000)?,
+            retries: int("retries", raw.retries, 0, 0..=10)?,
+            step_pct: int("step_pct", raw.step_pct, 10, 1..=50)?,
+            b2b_repeats: int("b2b_repeats", raw.b2b_repeats, 5, 1..=1000)?,
+            b2b_longest_s: pos("b2b_longest_s", raw.b2b_longest_s, 2.0, false)?,
+            mtu,
+            link_bps,
+        };
+        if c.quick {
+            // `--quick`: the same searches with 2 s trials and one burst series.
+            cfg.trial_s = cfg.trial_s.min(2.0);
+            cfg.b2b_repeats = 1;
+        }
+        Ok(Some(cfg))
+    }
+
+    fn throughput_config(&self, line_fps: Option<f64>) -> ThroughputConfig {
+        ThroughputConfig {
+            line_fps,
+            loss_threshold: self.loss_threshold,
+            resolution: self.resolution,
+            max_trials: self.max_trials,
+            retries: self.retries,
+        }
+    }
+
+    fn has(&self, t: Test) -> bool {
+        self.tests.contains(&t)
+    }
+}
+
+fn ip_version(ip: u8) -> IpVersion {
+    if ip == 6 {
+        IpVersion::V6
+    } else {
+        IpVersion::V4
+    }
+}
+
+/// Everything measured for one IP version and frame size.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SizeResult {
+    pub ip: u8,
+    pub spec: FrameSpec,
+    /// Line rate of the frame actually sent, when the link rate is known.
+    pub line_fps: Option<f64>,
+    pub throughput: Option<ThroughputResult>,
+    /// The throughput in bit/s at every layer.
+    pub rates: Option<LayerRates>,
+    /// Throughput as a percentage of the line rate.
+    pub pct_of_line: Option<f64>,
+    /// From every frame of the verification trial at the found rate.
+    pub latency: Option<Latency>,
+    pub frame_loss: Vec<FrameLossPoint>,
+    pub back_to_back: Option<BackToBackResult>,
+    /// Trials stored for this size, all tests.
+    pub trials: u32,
+    /// Search trials in order, for the record.
+    pub throughput_trials: Vec<TrialRecord>,
+}
+
+/// An RFC 2544 campaign's results, recomputed from its stored trials.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rfc2544Summary {
+    pub campaign_id: i64,
+    pub name: String,
+    pub target: String,
+    pub link_bps: Option<f64>,
+    pub mtu: u32,
+    pub trial_s: f64,
+    pub loss_threshold: f64,
+    pub resolution: f64,
+    pub tests: Vec<Test>,
+    pub sizes: Vec<SizeResult>,
+    /// Wall-clock seconds from the campaign's first trial start to its last trial end.
+    pub elapsed_s: Option<f64>,
+}
+
+fn scenario_key(test: Test, ip: u8, nominal: u32) -> String {
+    format!("test={},ip={ip},frame={nominal}", test.name())
+}
+
+/// What the search needs from a stored trial's result document.
+pub fn outcome_of(doc: &Value, burst: Option<u64>, unpaced: bool) -> Option<TrialOutcome> {
+    let flow = doc.get("flows")?.get(0)?;
+    let sent = flow.get("sent")?;
+    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+    let packets = n(sent, "packets")?;
+    let not_sent = n(sent, "not_sent").unwrap_or(0);
+    let received = n(flow.get("received")?, "unique")?;
+    let duration_s = sent.get("duration_s").and_then(Value::as_f64)?;
+    let offered = match burst {
+        Some(b) => b,
+        None if unpaced => packets,
+        None => packets + not_sent,
+    };
+    Some(TrialOutcome {
+        offered,
+        sent: packets,
+        received,
+        duration_s,
+    })
+}
+
+// ------------------------------------------------------------ running
+
+/// Trials of one search in one size, as the driver sees them.
+trait Trials {
+    /// Runs a trial; Ok(None) = interrupted.
+    fn trial(
+        &mut self,
+        test: Test,
+        ip: u8,
+        spec: &FrameSpec,
+        step: Step,
+        rep: u32,
+    ) -> Result<Option<(TrialOutcome, Value)>, RunError>;
+}
+
+struct Live<'s, 'a> {
+    sess: &'s mut Session<'a>,
+    c: &'a Campaign,
+    trial_s: f64,
+    say: &'s mut dyn FnMut(String),
+}
+
+fn fmt_rate(fps: f64) -> String {
+    // Enough digits for a rate pacer, few enough to read.
+    format!("{:.3}", fps)
+}
+
+impl Trials for Live<'_, '_> {
+    fn trial(
+        &mut self,
+        test: Test,
+        ip: u8,
+        spec: &FrameSpec,
+        step: Step,
+        rep: u32,
+    ) -> Result<Option<(TrialOutcome, Value)>, RunError> {
+        let Step::Trial { fps, frames, kind } = step else {
+            return Err(RunError::BadInput("no trial to run".into()));
+        };
+        let mut pick = BTreeMap::new();
+        pick.insert(Axis::Ip, ip.to_string());
+        pick.insert(Axis::Frame, spec.frame.to_string());
+        pick.insert(
+            Axis::Pps,
+            fps.map(fmt_rate).unwrap_or_else(|| "max".to_string()),
+        );
+        let mut s = self.c.scenario_from(pick);
+        s.key = scenario_key(test, ip, spec.nominal);
+        s.settings.payload = Some(spec.payload);
+        s.axes.insert("test".into(), test.name().into());
+        s.axes.insert("frame".into(), spec.nominal.to_string());
+        s.axes.insert("frame_sent".into(), spec.frame.to_string());
+        s.axes.insert("payload".into(), spec.payload.to_string());
+        s.axes.insert("kind".into(), kind.as_str().into());
+        if let Some(n) = frames {
+            s.axes.insert("burst".into(), n.to_string());
+        }
+        let length = match frames {
+            Some(count) => RunLength::Packets { count },
+            None => RunLength::Duration {
+                seconds: self.trial_s,
+            },
+        };
+        let pr = PlannedRun {
+            scenario: s,
+            repetition: rep,
+        };
+        // A trial that fails (not: loses frames) is tried once more: a
+        // failure is the set-up's, and the search must not read it as loss.
+        for attempt in 0..2 {
+            let Some(run) = self.sess.run(&pr, length)? else {
+                return Ok(None);
+            };
+            let outcome = run
+                .result
+                .as_ref()
+                .filter(|_| run.status == RunStatus::Ok)
+                .and_then(|d| outcome_of(d, frames, fps.is_none()).map(|o| (o, d.clone())));
+            if let Some((o, d)) = outcome {
+                (self.say)(format!(
+                    "{} IPv{ip} {} B {} {}: offered {} received {} loss {:.4} %",
+                    test.name(),
+                    spec.nominal,
+                    kind.as_str(),
+                    match (fps, frames) {
+                        (_, Some(n)) => format!("burst {n}"),
+                        (Some(f), None) => format!("{f:.1} fps"),
+                        (None, None) => "unpaced".into(),
+                    },
+                    o.offered,
+                    o.received,
+                    o.loss_ratio() * 100.0
+                ));
+                return Ok(Some((o, d)));
+            }
+            if attempt == 1 {
+                return Err(RunError::Receiver(format!(
+                    "{} trial {rep} failed twice: {}",
+                    pr.scenario.key,
+                    run.error.unwrap_or_default()
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Replays stored trials (in repetition order) instead of running them.
+struct Replay<'r> {
+    runs: &'r BTreeMap<(String, u32), Value>,
+    missing: bool,
+}
+
+impl Trials for Replay<'_> {
+    fn trial(
+        &mut self,
+        test: Test,
+        ip: u8,
+        spec: &FrameSpec,
+        step: Step,
+        rep: u32,
+    ) -> Result<Option<(TrialOutcome, Value)>, RunError> {
+        let Step::Trial { fps, frames, .. } = step else {
+            return Ok(None);
+        };
+        let key = scenario_key(test, ip, spec.nominal);
+        let got = self
+            .runs
+            .get(&(key, rep))
+            .and_then(|d| outcome_of(d, frames, fps.is_none()).map(|o| (o, d.clone())));
+        if got.is_none() {
+            self.missing = true;
+        }
+        Ok(got)
+    }
+}
+
+fn search_err(e: SearchError) -> RunError {
+    RunError::BadInput(e.to_string())
+}
+
+/// Runs (or replays) every test of one size. None = interrupted / trials missing.
+fn one_size(
+    cfg: &Rfc2544Config,
+    ip: u8,
+    nominal: u32,
+    t: &mut dyn Trials,
+) -> Result<Option<SizeResult>, RunError> {
+    let spec = FrameSpec::new(nominal, ip_version(ip), cfg.mtu, MIN_PAYLOAD)
+        .map_err(|e| RunError::BadInput(e.to_string()))?;
+    let line_fps = cfg.link_bps.map(|b| spec.line_rate_fps(b));
+    let mut out = SizeResult {
+        ip,
+        spec,
+        line_fps,
+        throughput: None,
+        rates: None,
+        pct_of_line: None,
+        latency: None,
+        frame_loss: Vec::new(),
+        back_to_back: None,
+        trials: 0,
+        throughput_trials: Vec::new(),
+    };
+    let mut ceiling = line_fps;
+    if cfg.has(Test::Throughput) {
+        let mut s = Throughput::new(cfg.throughput_config(line_fps)).map_err(search_err)?;
+        let mut rep = 0;
+        let mut verify_doc = None;
+        while let step @ Step::Trial { kind, .. } = s.next() {
+            let Some((o, doc)) = t.trial(Test::Throughput, ip, &spec, step, rep)? else {
+                return Ok(None);
+            };
+            if kind == TrialKind::Verify {
+                verify_doc = Some(doc);
+            }
+            s.record(o);
+            rep += 1;
+        }
+        out.trials += rep;
+        out.throughput_trials = s.trials().to_vec();
+        if let Some(r) = s.result() {
+            ceiling = Some(r.ceiling_fps);
+            out.rates = Some(spec.rates(r.fps));
+            out.pct_of_line = line_fps.map(|l| 100.0 * r.fps / l);
+            if cfg.has(Test::Latency) && r.verified {
+                out.latency = verify_doc.as_ref().and_then(Latency::from_result);
+            }
+            out.throughput = Some(*r);
+        }
+    }
+    let Some(ceiling) = ceiling.filter(|c| *c > 0.0) else {
+        return Ok(Some(out));
+    };
+    if cfg.has(Test::FrameLoss) {
+        let mut fl = FrameLoss::new(ceiling, cfg.step_pct).map_err(search_err)?;
+        let mut rep = 0;
+        while let step @ Step::Trial { .. } = fl.next() {
+            let Some((o, _)) = t.trial(Test::FrameLoss, ip, &spec, step, rep)? else {
+                return Ok(None);
+            };
+            fl.record(o);
+            rep += 1;
+        }
+        out.trials += rep;
+        out.frame_loss = fl.points().to_vec();
+    }
+    if cfg.has(Test::BackToBack) {
+        let longest = (ceiling * cfg.b2b_longest_s).round().max(2.0) as u64;
+        let mut b = BackToBack::new(ceiling, longest, cfg.resolution, cfg.b2b_repeats)
+            .map_err(search_err)?;
+        let mut rep = 0;
+        while let step @ Step::Trial { .. } = b.next() {
+            let Some((o, _)) = t.trial(Test::BackToBack, ip, &spec, step, rep)? else {
+                return Ok(None);
+            };
+            b.record(o);
+            rep += 1;
+        }
+        out.trials += rep;
+        out.back_to_back = b.result();
+    }
+    Ok(Some(out))
+}
+
+/// What [`run`] did.
+#[derive(Debug, Clone)]
+pub struct RfcOutcome {
+    pub campaign_id: i64,
+    pub interrupted: bool,
+}
+
+/// Runs the campaign's `[rfc2544]` searches, storing every trial.
+/// `say` gets one line per trial.
+pub fn run(
+    c: &Campaign,
+    store: &Store,
+    opts: &RunOptions,
+    say: &mut dyn FnMut(String),
+) -> Result<RfcOutcome, RunError> {
+    let cfg = Rfc2544Config::from_campaign(c)
+        .map_err(|e| RunError::BadInput(e.to_string()))?
+        .ok_or_else(|| RunError::BadInput("the campaign has no [rfc2544] block".into()))?;
+    if opts.resume {
+        return Err(RunError::BadInput(
+            "--resume is not supported for [rfc2544] searches: each trial depends on the last; run it again".into(),
+        ));
+    }
+    let mut cc = c.clone();
+    cc.warmup_s = cfg.learning_s;
+    let mut sess = Session::open(&cc, store, opts, 0)?;
+    let campaign_id = sess.campaign_id();
+    let mut result = Ok(false);
+    'outer: for &ip in &cfg.ips {
+        for &f in &cfg.frames {
+            let mut live = Live {
+                sess: &mut sess,
+                c: &cc,
+                trial_s: cfg.trial_s,
+                say,
+            };
+            match one_size(&cfg, ip, f, &mut live) {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    result = Ok(true);
+                    break 'outer;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break 'outer;
+                }
+            }
+        }
+    }
+    let interrupted = matches!(result, Ok(true)) || result.is_err();
+    let closed = sess.close(interrupted);
+    let interrupted = result?;
+    closed?;
+    Ok(RfcOutcome {
+        campaign_id,
+        interrupted,
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("campaign {0}: {1}")]
+    Campaign(i64, String),
+}
+
+/// Recomputes an RFC 2544 campaign's results from its stored trials.
+/// Ok(None): the campaign is not an RFC 2544 one.
+pub fn summarize(store: &Store, row: &CampaignRow) -> Result<Option<Rfc2544Summary>, SummaryError> {
+    let bad = |m: String| SummaryError::Campaign(row.id, m);
+    let c = Campaign::parse(&row.file_text, &row.origin).map_err(|e| bad(e.to_string()))?;
+    let Some(mut cfg) = Rfc2544Config::from_campaign(&c).map_err(|e| bad(e.to_string()))? else {
+        return Ok(None);
+    };
+    if row.quick {
+        cfg.trial_s = cfg.trial_s.min(2.0);
+        cfg.b2b_repeats = 1;
+    }
+    let runs = store.runs(row.id)?;
+    let mut first: Option<String> = Some(row.started_at.clone());
+    let mut last: Option<String> = None;
+    let mut docs = BTreeMap::new();
+    for r in &runs {
+        if first.as_ref().is_none_or(|f| r.started_at < *f) {
+            first = Some(r.started_at.clone());
+        }
+        if last.as_ref().is_none_or(|l| r.ended_at > *l) {
+            last = Some(r.ended_at.clone());
+        }
+        if r.status == RunStatus::Ok {
+            if let Some(d) = &r.result {
+                docs.insert((r.scenario_key.clone(), r.repetition), d.clone());
+            }
+        }
+    }
+    let mut sizes = Vec::new();
+    for &ip in &cfg.ips {
+        for &f in &cfg.frames {
+            let mut rp = Replay {
+                runs: &docs,
+                missing: false,
+            };
+            if let Ok(Some(s)) = one_size(&cfg, ip, f, &mut rp) {
+                sizes.push(s);
+            }
+        }
+    }
+    let ts = |s: &Option<String>| s.as_deref().and_then(|t| humantime::parse_rfc3339(t).ok());
+    let elapsed_s = match (ts(&first), ts(&last)) {
+        (Some(a), Some(b)) => b.duration_since(a).ok().map(|d| d.as_secs_f64()),
+        _ => None,
+    };
+    Ok(Some(Rfc2544Summary {
+        campaign_id: row.id,
+        name: row.name.clone(),
+        target: c.target.describe(),
+        link_bps: cfg.link_bps,
+        mtu: cfg.mtu,
+        trial_s: cfg.trial_s,
+        loss_threshold: cfg.loss_threshold,
+        resolution: cfg.resolution,
+        tests: cfg.tests.clone(),
+        sizes,
+        elapsed_s,
+    }))
+}
+
+// ------------------------------------------------------------ text report
+
+fn us(s: f64) -> String {
+    format!("{:.1}", s * 1e6)
+}
+
+/// RFC 2544 §26-style tables for a terminal: throughput (fps, bit/s at each
+/// layer, % of line rate), latency, frame-loss rate and back-to-back.
+pub fn text_tables(s: &Rfc2544Summary) -> String {
+    use crate::analysis::{render_rows, si};
+    let mut out = String::new();
+    let size = |r: &SizeResult| {
+        if r.spec.frame == r.spec.nominal {
+            format!("{}", r.spec.nominal)
+        } else {
+            format!("{} (sent {})", r.spec.nominal, r.spec.frame)
+        }
+    };
+    if s.tests.contains(&Test::Throughput) {
+        out.push_str(&format!(
+            "Throughput (RFC 2544 §26.1, loss ≤ {} %, resolution {} % of the line rate, {} s trials)\n",
+            s.loss_threshold * 100.0,
+            s.resolution * 100.0,
+            s.trial_s
+        ));
+        let mut rows = vec![[
+            "IP",
+            "frame B",
+            "frames/s",
+            "% of line",
+            "line rate fps",
+            "payload",
+            "IP",
+            "Ethernet",
+            "wire",
+            "trials",
+            "note",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for r in &s.sizes {
+            let Some(t) = &r.throughput else { continue };
+            let rates = r.rates.unwrap_or(r.spec.rates(t.fps));
+            let mut note = Vec::new();
+            if !t.verified {
+                note.push("not verified");
+            }
+            if !t.converged {
+                note.push("max trials reached");
+            }
+            if t.tester_limited {
+                note.push("tester-bound");
+            }
+            rows.push(vec![
+                format!("IPv{}", r.ip),
+                size(r),
+                format!("{:.0}", t.fps),
+                r.pct_of_line
+                    .map(|p| format!("{p:.2}"))
+                    .unwrap_or_else(|| "-".into()),
+                r.line_fps
+                    .map(|l| format!("{l:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                si(rates.payload_bps, "bit/s"),
+                si(rates.ip_bps, "bit/s"),
+                si(rates.ethernet_bps, "bit/s"),
+                si(rates.wire_bps, "bit/s"),
+                t.trials.to_string(),
+                note.join(", "),
+            ]);
+        }
+        out.push_str(&render_rows(&rows));
+        out.push('\n');
+    }
+    if s.tests.contains(&Test::Latency) {
+        out.push_str("Latency at the throughput rate (RFC 2544 §26.2; every frame of the verification trial, one-way, µs)\n");
+        let mut rows = vec![[
+            "IP",
+            "frame B",
+            "frames",
+            "RFC 2544 (mean)",
+            "min",
+            "p50",
+            "p90",
+            "p99",
+            "p99.9",
+            "max",
+            "PDV",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for r in &s.sizes {
+            let Some(l) = &r.latency else { continue };
+            rows.push(vec![
+                format!("IPv{}", r.ip),
+                size(r),
+                l.packets.to_string(),
+                us(l.rfc2544_s),
+                us(l.min_s),
+                us(l.p50_s),
+                us(l.p90_s),
+                us(l.p99_s),
+                us(l.p999_s),
+                us(l.max_s),
+                us(l.pdv_s),
+            ]);
+        }
+        out.push_str(&render_rows(&rows));
+        out.push('\n');
+    }
+    if s.tests.contains(&Test::FrameLoss) {
+        out.push_str(
+            "Frame-loss rate (RFC 2544 §26.3; loss % at each offered load, % of the line rate)\n",
+        );
+        let mut loads: Vec<u32> = s
+            .sizes
+            .iter()
+            .flat_map(|r| r.frame_loss.iter().map(|p| p.percent))
+            .collect();
+        loads.sort_unstable_by(|a, b| b.cmp(a));
+        loads.dedup();
+        let mut header = vec!["IP".to_string(), "frame B".to_string()];
+        header.extend(loads.iter().map(|l| format!("{l} %")));
+        let mut rows = vec![header];
+        for r in &s.sizes {
+            if r.frame_loss.is_empty() {
+                continue;
+            }
+            let mut row = vec![format!("IPv{}", r.ip), size(r)];
+            for l in &loads {
+                row.push(
+                    r.frame_loss
+                        .iter()
+                        .find(|p| p.percent == *l)
+                        .map(|p| format!("{:.2}", p.loss_percent))
+                        .unwrap_or_else(|| "-".into()),
+                );
+            }
+            rows.push(row);
+        }
+        out.push_str(&render_rows(&rows));
+        out.push('\n');
+    }
+    if s.tests.contains(&Test::BackToBack) {
+        out.push_str(
+            "Back-to-back (RFC 2544 §26.4; longest burst at the line rate with no loss)\n",
+        );
+        let mut rows = vec![[
+            "IP",
+            "frame B",
+            "mean frames",
+            "min",
+            "max",
+            "repeats",
+            "longest tried",
+            "buffer ms",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for r in &s.sizes {
+            let Some(b) = &r.back_to_back else { continue };
+            rows.push(vec![
+                format!("IPv{}", r.ip),
+                size(r),
+                format!("{:.1}", b.mean_frames),
+                b.min_frames.to_string(),
+                b.max_frames.to_string(),
+                b.bursts.len().to_string(),
+                b.longest_tried.to_string(),
+                format!("{:.3}", b.implied_buffer_s * 1e3),
+            ]);
+        }
+        out.push_str(&render_rows(&rows));
+        out.push('\n');
+    }
+    if let Some(e) = s.elapsed_s {
+        out.push_str(&format!(
+            "{} trials in {:.0} s\n",
+            s.sizes.iter().map(|r| r.trials).sum::<u32>(),
+            e
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Result<Option<Rfc2544Config>, CampaignError> {
+        Rfc2544Config::from_campaign(&Campaign::parse(text, "c.toml")?)
+    }
+
+    #[test]
+    fn block_defaults_follow_the_rfc() {
+        let c = cfg("[testbed]\npreset = \"router\"\nlink_rate = \"100mbit\"\n[rfc2544]\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.frames, RFC2544_SIZES.to_vec());
+        assert_eq!(c.ips, vec![4, 6]);
+        assert_eq!(c.tests, Test::ALL.to_vec());
+        assert_eq!((c.trial_s, c.loss_threshold, c.step_pct), (60.0, 0.0, 10));
+        assert_eq!(c.link_bps, Some(100e6));
+        assert_eq!(c.mtu, 1500);
+        // A plain matrix campaign has no block.
+        assert_eq!(
+            cfg("[loopback]\n[matrix]\npayload = [100]\n").unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn block_errors_name_the_key_and_line() {
+        let e = cfg("[testbed]\npreset = \"direct\"\n[rfc2544]\nframes = [2000]\n").unwrap_err();
+        assert_eq!(e.line(), 3);
+        assert!(e.to_string().contains("rfc2544.frames"), "{e}");
+        let e = cfg("[loopback]\n[rfc2544]\nspeed = 1\n").unwrap_err();
+        assert!(e.to_string().contains("speed"), "{e}");
+        let e = cfg("[loopback]\n[rfc2544]\ntests = [\"frame_loss\"]\n").unwrap_err();
+        assert!(e.to_string().contains("throughput"), "{e}");
+        let e = cfg("[loopback]\n[matrix]\npayload = [100]\n[rfc2544]\n").unwrap_err();
+        assert!(e.to_string().contains("not both"), "{e}");
+    }
+
+    #[test]
+    fn outcome_counts_what_the_schedule_wanted() {
+        let doc = serde_json::json!({"flows": [{
+            "sent": {"packets": 990, "not_sent": 10, "duration_s": 1.0},
+            "received": {"unique": 985}
+        }]});
+        let o = outcome_of(&doc, None, false).unwrap();
+        assert_eq!((o.offered, o.sent, o.received), (1000, 990, 985));
+        assert_eq!(outcome_of(&doc, None, true).unwrap().offered, 990);
+        assert_eq!(outcome_of(&doc, Some(5000), false).unwrap().offered, 5000);
+    }
+}

@@ -1,0 +1,183 @@
+//! `wirebench rfc2544`: bad flags exit 2 naming the flag; a short search on
+//! loopback stores every trial and reports throughput and latency; on the
+//! emulated test-bed (root) a 100 Mbit/s link is found at its Ethernet bound
+//! per frame size. Trials are short (1–2 s): the searches, not the RFC's
+//! 60 s trials, are what is tested.
+
+use serde_json::Value;
+use std::process::Command;
+use wirebench_campaign::Store;
+
+const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_flags_exit_2_and_name_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let db = db.to_str().unwrap();
+    for (args, flag) in [
+        (vec!["--loopback", "--frames", "63"], "--frames"),
+        (vec!["--loopback", "--tests", "speed"], "--tests"),
+        (vec!["--loopback", "--loss", "100"], "--loss"),
+        (vec!["--loopback", "--resolution", "0"], "--resolution"),
+        (vec!["--loopback", "--trial-s=-1"], "--trial-s"),
+        (vec!["--loopback", "--step", "0"], "--step"),
+        (vec!["--loopback", "--tests", "latency"], "--tests"),
+        (vec!["--testbed", "nope"], "--testbed"),
+        (vec!["--testbed", "router", "--rate", "10mbps"], "--rate"),
+        (vec!["--testbed", "router", "--frames", "9018"], "--frames"),
+        (vec!["--hosts", "not-an-ip"], "--hosts"),
+    ] {
+        let mut a = vec!["rfc2544", "--db", db];
+        a.extend(args.iter().copied());
+        let (code, _, err) = run(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?} should name {flag}: {err}");
+    }
+    // Nothing was stored for refused input.
+    if let Ok(s) = Store::open_existing(dir.path().join("x.db")) {
+        assert!(s.campaigns().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn loopback_search_stores_every_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    let json = dir.path().join("l.json");
+    let (code, out, err) = run(&[
+        "rfc2544",
+        "--loopback",
+        "-4",
+        "--frames",
+        "1518",
+        "--tests",
+        "throughput,latency",
+        "--trial-s",
+        "0.5",
+        "--learning-s",
+        "0.05",
+        "--linger-ms",
+        "200",
+        "--resolution",
+        "5",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("Throughput (RFC 2544 §26.1"), "{out}");
+    assert!(out.contains("Latency at the throughput rate"), "{out}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let size = &s["sizes"][0];
+    assert_eq!(size["spec"]["frame"], 1518);
+    assert_eq!(size["spec"]["payload"], 1472);
+    let t = &size["throughput"];
+    let fps = t["fps"].as_f64().unwrap();
+    assert!(
+        fps > 1000.0,
+        "loopback carries well over 1000 fps of 1518 B: {t}"
+    );
+    // Loopback has no line rate: the first trial was unpaced.
+    assert!(size["line_fps"].is_null());
+    assert!(t["ceiling_fps"].as_f64().unwrap() >= fps);
+    let l = &size["latency"];
+    assert!(l["packets"].as_u64().unwrap() > 0, "{l}");
+    assert!(l["min_s"].as_f64().unwrap() <= l["p50_s"].as_f64().unwrap());
+    assert!(l["p50_s"].as_f64().unwrap() <= l["max_s"].as_f64().unwrap());
+    // Every trial is a stored run, in order, with its rate and kind.
+    let store = Store::open_existing(&db).unwrap();
+    let c = store.latest().unwrap().unwrap();
+    assert_eq!(c.status, "done");
+    let runs = store.runs(c.id).unwrap();
+    assert_eq!(runs.len() as u64, t["trials"].as_u64().unwrap());
+    assert_eq!(runs[0].axes["kind"], "max_rate");
+    assert_eq!(runs[0].axes["pps"], "max");
+    assert_eq!(runs.last().unwrap().axes["kind"], "verify");
+    assert!(runs
+        .iter()
+        .all(|r| r.scenario_key == "test=throughput,ip=4,frame=1518"));
+}
+
+/// The test-bed's 100 Mbit/s links are token buckets that count preamble,
+/// FCS and gap: a search must find each frame size's Ethernet line rate
+/// (RFC 2544 Appendix A's maximum frame rate) within 0.5 %. Sizes from 512 B:
+/// below that (45 to 139 kfps) the emulated router forwards in softirq on a
+/// 2-core machine shared with the build, and a busy moment loses frames the
+/// link would have carried (docs/rfc2544.md has the measured numbers); for
+/// the same reason a lossy trial is repeated once (`--retries 1`).
+#[test]
+fn testbed_100mbit_found_at_the_ethernet_bound() {
+    if !wirebench_testbed::sys::is_root() {
+        eprintln!(
+            "SKIP: testbed_100mbit_found_at_the_ethernet_bound needs root (network namespaces)"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.db");
+    let json = dir.path().join("t.json");
+    let (code, out, err) = run(&[
+        "rfc2544",
+        "--testbed",
+        "router",
+        "--rate",
+        "100mbit",
+        "--tb-name",
+        "rfctest",
+        "-4",
+        "--frames",
+        "512,1024,1280,1518",
+        "--tests",
+        "throughput",
+        "--retries",
+        "1",
+        "--trial-s",
+        "2",
+        "--learning-s",
+        "0.1",
+        "--linger-ms",
+        "500",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    eprintln!("{out}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let sizes = s["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 4);
+    for z in sizes {
+        let frame = z["spec"]["frame"].as_f64().unwrap();
+        let line = 100e6 / (8.0 * (frame + 20.0));
+        assert!((z["line_fps"].as_f64().unwrap() - line).abs() < 1e-6);
+        let fps = z["throughput"]["fps"].as_f64().unwrap();
+        assert!(
+            (fps - line).abs() <= 0.005 * line,
+            "{frame} B: found {fps:.1} fps, line rate {line:.1}\n{out}\n{err}"
+        );
+        assert_eq!(z["throughput"]["verified"], true, "{z}");
+    }
+    assert!(
+        !String::from_utf8_lossy(
+            &Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .unwrap()
+                .stdout
+        )
+        .contains("wb-rfctest-"),
+        "test-bed removed"
+    );
+}
