@@ -43,6 +43,7 @@ LOSS_LIMIT = 0.001  # 0.1 %
 # Ports away from every tool's default so that a developer's own receiver
 # (or another test on the machine) is never hit by the benchmark.
 WB_PORT = 15400
+WB_LOG_PORT = 15401  # a second wirebench receiver, with --log-dir
 IPERF_PORT = 15201
 ITG_SIG_PORT = 19000
 ITG_DATA_PORT = 18999
@@ -390,6 +391,111 @@ class Wirebench:
         return Result(True, goodput_bps=float(tput.get("payload", 0) or 0))
 
 
+    def count_run(self, port, flow, count):
+        """One run of exactly `count` packets to the receiver on `port`;
+        the result document's first flow, or None and a note."""
+        self.n += 1
+        out = os.path.join(self.workdir, f"wb-{self.n}.json")
+        argv = ([self.bin, "send", "-a", HOST, "-p", str(port), "-4",
+                 "-z", str(count), "--json", out] + self.linger + flow)
+        rc, text = run(argv, timeout=count / 50_000 + 60)
+        doc = None
+        if os.path.exists(out):
+            try:
+                with open(out) as f:
+                    doc = json.load(f)
+            except ValueError:
+                doc = None
+            os.unlink(out)
+        if doc is None or not doc.get("flows"):
+            return None, f"wirebench send rc={rc}: {text[-400:]}"
+        return doc["flows"][0], ""
+
+
+def log_footer(path):
+    """The footer of a wirebench per-packet log (docs/logs.md): the JSON
+    after the last end-block tag."""
+    with open(path, "rb") as f:
+        f.seek(max(0, os.path.getsize(path) - 65536))
+        tail = f.read()
+    at = tail.rfind(b"WBLE")
+    if at < 0:
+        return None
+    try:
+        return json.loads(tail[at + 16:])
+    except ValueError:
+        return None
+
+
+def log_cost(args, wb, workdir):
+    """Does the receiver's per-packet log slow anything down? The same
+    count of 64 B packets, paced and --max, to a receiver without and one
+    with --log-dir, alternating. Returns rows for the log table."""
+    logs = os.path.join(workdir, "logs")
+    os.makedirs(logs, exist_ok=True)
+    start_receiver([wb.bin, "recv", "-B", HOST, "-p", str(WB_LOG_PORT),
+                    "--log-dir", logs], workdir, "wirebench-recv-log",
+                   WB_LOG_PORT)
+    n = args.log_packets
+    res = {}
+    # One repetition: 10 M packets take 20-60 s per run, and the question
+    # is only whether the two columns differ.
+    for rep in range(1):
+        for mode in ("paced", "max"):
+            flow = ["-T", "udp", "-c", "64"]
+            flow += (["-C", str(args.log_rate)] if mode == "paced"
+                     else ["--max"])
+            for logged in (False, True):
+                port = WB_LOG_PORT if logged else WB_PORT
+                fl, err = wb.count_run(port, flow, n)
+                if fl is None:
+                    log(f"  log {mode} logged={logged}: FAILED {err}")
+                    continue
+                sent = fl.get("sent", {})
+                rcv = fl.get("received", {})
+                r = {"tx_pps": float(sent.get("rate_pps") or 0),
+                     "rx": int(rcv.get("unique") or 0),
+                     "loss": float(rcv.get("loss_ratio") or 0),
+                     "sched_p99": float((sent.get("schedule_error_s") or {})
+                                        .get("p99") or 0),
+                     "not_sent": int(sent.get("not_sent") or 0)}
+                if logged:
+                    files = [os.path.join(logs, f) for f in os.listdir(logs)]
+                    foot = log_footer(files[0]) if len(files) == 1 else None
+                    r["logged"] = foot.get("records") if foot else None
+                    r["dropped"] = foot.get("dropped") if foot else None
+                    r["log_bytes"] = sum(os.path.getsize(f) for f in files)
+                    for f in files:
+                        os.unlink(f)
+                log(f"  rep {rep+1} {mode:5s} {'logged  ' if logged else 'unlogged'}"
+                    f" sent {r['tx_pps']:9.0f} pps, received {r['rx']}, loss "
+                    f"{100*r['loss']:.3f} %, schedule p99 "
+                    f"{r['sched_p99']*1e6:.1f} us"
+                    + (f", logged {r['logged']} dropped {r['dropped']}"
+                       f" ({r['log_bytes']/1e6:.0f} MB)" if logged else ""))
+                res.setdefault((mode, logged), []).append(r)
+    rows = []
+    for mode in ("paced", "max"):
+        a, b = res.get((mode, False), []), res.get((mode, True), [])
+        if not a or not b:
+            continue
+        def med(xs, k):
+            return median([x[k] for x in xs if x.get(k) is not None])
+        ta, tb = med(a, "tx_pps"), med(b, "tx_pps")
+        what = (f"{mode} {args.log_rate} pps" if mode == "paced"
+                else "--max")
+        rows.append([f"{n} x 64 B, {what}",
+                     f"{ta:.0f}", f"{tb:.0f}", cell(ratio(tb, ta), "{:.4f}"),
+                     f"{100*med(a, 'loss'):.3f} / {100*med(b, 'loss'):.3f}",
+                     f"{med(a, 'sched_p99')*1e6:.1f} / "
+                     f"{med(b, 'sched_p99')*1e6:.1f}",
+                     f"{med(b, 'logged')}", f"{med(b, 'dropped')}"])
+    head = ["per-packet log cost", "sent pps unlogged", "sent pps logged",
+            "logged/unlogged", "loss % un/logged", "sched p99 us un/logged",
+            "records logged", "dropped"]
+    return head, rows
+
+
 # --------------------------------------------------------------------------
 
 def fmt_secs(s):
@@ -651,9 +757,10 @@ def main():
                     help="path of the wirebench binary")
     ap.add_argument("--tools", default=",".join(TOOLS),
                     help="comma list of: " + ",".join(TOOLS))
-    ap.add_argument("--sections", default="rate,max,tcp",
+    ap.add_argument("--sections", default="rate,max,tcp,log",
                     help="comma list of: rate (accuracy), max (64 B packet "
-                         "rate), tcp (goodput)")
+                         "rate), tcp (goodput), log (cost of the receiver's "
+                         "per-packet log)")
     ap.add_argument("--reps", type=int, default=None,
                     help="repetitions of every measurement (3; quick 1)")
     ap.add_argument("--secs", type=float, default=None,
@@ -677,6 +784,11 @@ def main():
     ap.add_argument("--iperf3-window", default="4M",
                     help="iperf3 -w for UDP trials (default 4M, the usual "
                          "net.core.rmem_max; 0 = iperf3's default buffers)")
+    ap.add_argument("--log-packets", type=int, default=None,
+                    help="packets per run of the per-packet log section "
+                    "(default 10 000 000; --quick 2 000 000)")
+    ap.add_argument("--log-rate", type=int, default=500000,
+                    help="paced rate of the log section's paced runs (pps)")
     ap.add_argument("--pidfile", default=None)
     args = ap.parse_args()
     q = args.quick
@@ -692,6 +804,14 @@ def main():
                          else (5 if q else 7))
     if args.tcp_secs is None:
         args.tcp_secs = 2.0 if q else 5.0
+    if args.log_packets is None:
+        args.log_packets = 2_000_000 if q else 10_000_000
+    if not 1000 <= args.log_packets <= 100_000_000:
+        print("--log-packets: give 1000..100000000", file=sys.stderr)
+        return 2
+    if not 1000 <= args.log_rate <= 10_000_000:
+        print("--log-rate: give 1000..10000000", file=sys.stderr)
+        return 2
     if args.max_time is None:
         args.max_time = 240.0 if q else 900.0
     for flag, v, lo, hi in (("--secs", args.secs, 0.2, 60),
@@ -728,8 +848,8 @@ def main():
             return 2
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in sections:
-        if s not in ("rate", "max", "tcp"):
-            print(f"--sections: unknown section {s!r} (rate, max, tcp)",
+        if s not in ("rate", "max", "tcp", "log"):
+            print(f"--sections: unknown section {s!r} (rate, max, tcp, log)",
                   file=sys.stderr)
             return 2
 
@@ -767,11 +887,18 @@ def main():
     if "tcp" in sections:
         log("== TCP goodput")
         tcp = b.tcp()
+    log_table = None
+    if "log" in sections and "wirebench" in tools:
+        log("== per-packet log: the same packets without and with --log-dir")
+        log_table = log_cost(args, tools["wirebench"], workdir)
     elapsed = time.monotonic() - b.t0
     load_after = loadavg()
 
     head, rows, verdicts = table(args, tools, acc, mx, tcp, sections)
     print(render(head, rows, args.markdown))
+    if log_table and log_table[1]:
+        print()
+        print(render(log_table[0], log_table[1], args.markdown))
     print(f"\n{args.reps} repetitions, medians; rate trials "
           f"{fmt_secs(args.secs)} s, search trials "
           f"{fmt_secs(args.search_secs)} s (max mode + ≤{args.search_steps} "
