@@ -115,7 +115,8 @@ fn loopback_search_stores_every_trial() {
 /// below that (45 to 139 kfps) the emulated router forwards in softirq on a
 /// 2-core machine shared with the build, and a busy moment loses frames the
 /// link would have carried (docs/rfc2544.md has the measured numbers); for
-/// the same reason a lossy trial is repeated once (`--retries 1`).
+/// the same reason a lossy trial is repeated up to 3 times (`--retries 3`:
+/// at load 8-16 one retry still failed one run in four).
 #[test]
 fn testbed_100mbit_found_at_the_ethernet_bound() {
     if !wirebench_testbed::sys::is_root() {
@@ -141,7 +142,7 @@ fn testbed_100mbit_found_at_the_ethernet_bound() {
         "--tests",
         "throughput",
         "--retries",
-        "1",
+        "3",
         "--trial-s",
         "2",
         "--learning-s",
