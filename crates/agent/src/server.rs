@@ -416,6 +416,13 @@ impl Agent {
                 Err(e) => err(e.to_string()),
             },
             Op::PmtuProbe { dest, port } => {
+                // A path MTU learnt before a campaign changed some MTU stays
+                // cached for minutes and would be measured instead of the
+                // path; forget it first (best effort: needs CAP_NET_ADMIN).
+                if host::net_admin() {
+                    let v = if dest.is_ipv6() { "-6" } else { "-4" };
+                    let _ = run_tool("ip", &[v, "route", "flush", "cache"]);
+                }
                 match peer_path_mtu(std::net::SocketAddr::new(dest, port)) {
                     Ok(mtu) => (Reply::Pmtu { mtu }, Step::Go),
                     Err(e) => err(e.to_string()),

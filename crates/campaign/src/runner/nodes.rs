@@ -330,6 +330,14 @@ impl Nodes {
             refused: false,
             interrupted: false,
         };
+        // An agent lost between runs (its link dropped during a pause) is
+        // noticed here and reconnected by `ensure`, instead of failing a
+        // run it is not part of.
+        for (i, r) in self.sample().into_iter().enumerate() {
+            if matches!(r, Some(Err(ref e)) if lost(e)) {
+                self.drop_node(i);
+            }
+        }
         if let Some(e) = self.ensure(s)? {
             out.error = Some(e);
             return Ok(out);

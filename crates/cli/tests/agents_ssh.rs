@@ -1,0 +1,415 @@
+#![cfg(unix)]
+//! Real nodes over SSH, as root: OpenSSH's sshd runs inside each node of a
+//! `router` test-bed (a — r1 — b) on its test-bed address, with a key pair
+//! and client configuration made for the test, and a campaign whose
+//! `[[hosts.node]]`s say `ssh = "root@ADDR"` runs from node a:
+//!
+//! - end to end through SSH, with router CPU and counters stored and MTUs
+//!   changed on all three nodes and restored afterwards;
+//! - an sshd session process killed mid-campaign: that run fails naming
+//!   the node, the node's MTU is restored by its agent, the campaign goes
+//!   on, and `--resume` repeats exactly that run;
+//! - agents of another protocol version: a clear error, nothing run.
+//!
+//! Leaves no sshd, namespace or changed MTU behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use wirebench_campaign::{RunStatus, Store};
+use wirebench_testbed::{preset, LinkOpts, Testbed};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+const NODES: [&str; 3] = ["a", "r1", "b"];
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+struct Lab {
+    tb: Option<Testbed>,
+    sshd: Vec<(String, Child)>,
+    dir: tempfile::TempDir,
+    made_run_sshd: bool,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.sshd {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(tb) = self.tb.take() {
+            let _ = tb.down();
+        }
+        if self.made_run_sshd {
+            let _ = std::fs::remove_dir("/run/sshd");
+        }
+    }
+}
+
+fn sh(cmd: &mut Command) {
+    let st = cmd.status().unwrap();
+    assert!(st.success(), "{cmd:?}");
+}
+
+impl Lab {
+    fn up() -> Lab {
+        let o = LinkOpts {
+            mtu: Some(1500),
+            rate_bps: None,
+            offloads: None,
+            forward_pps: None,
+            txqueuelen: None,
+        };
+        let tb = Testbed::up("agssh", &preset("router", &o).unwrap()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        sh(Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(d.join("id")));
+        sh(Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(d.join("host")));
+        std::fs::copy(d.join("id.pub"), d.join("authorized_keys")).unwrap();
+        std::fs::write(
+            d.join("ssh_config"),
+            format!(
+                "Host *\n  IdentityFile {id}\n  IdentitiesOnly yes\n  UserKnownHostsFile {kh}\n  StrictHostKeyChecking accept-new\n  LogLevel ERROR\n",
+                id = d.join("id").display(),
+                kh = d.join("known_hosts").display()
+            ),
+        )
+        .unwrap();
+        let made_run_sshd = !Path::new("/run/sshd").exists();
+        if made_run_sshd {
+            std::fs::create_dir_all("/run/sshd").unwrap();
+        }
+        let mut lab = Lab {
+            tb: Some(tb),
+            sshd: Vec::new(),
+            dir,
+            made_run_sshd,
+        };
+        for n in NODES {
+            let addr = lab.addr(n);
+            let cfg = lab.dir.path().join(format!("sshd_{n}"));
+            std::fs::write(
+                &cfg,
+                format!(
+                    "ListenAddress {addr}\nPort 22\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+                    hk = lab.dir.path().join("host").display(),
+                    ak = lab.dir.path().join("authorized_keys").display()
+                ),
+            )
+            .unwrap();
+            let child = Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &lab.ns(n),
+                    "/usr/sbin/sshd",
+                    "-D",
+                    "-e",
+                    "-f",
+                ])
+                .arg(&cfg)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            lab.sshd.push((n.to_string(), child));
+        }
+        // Wait until every sshd answers a real login.
+        for n in NODES {
+            let t0 = Instant::now();
+            loop {
+                let ok = lab
+                    .in_a(
+                        Command::new("ssh")
+                            .args(lab.ssh_args())
+                            .arg(format!("root@{}", lab.addr(n)))
+                            .arg("true"),
+                    )
+                    .stderr(Stdio::null())
+                    .status()
+                    .unwrap()
+                    .success();
+                if ok {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "sshd on {n} does not answer"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        lab
+    }
+
+    fn tb(&self) -> &Testbed {
+        self.tb.as_ref().unwrap()
+    }
+
+    fn ns(&self, n: &str) -> String {
+        self.tb().netns(n).unwrap()
+    }
+
+    fn addr(&self, n: &str) -> String {
+        self.tb().addr(n, false).unwrap().to_string()
+    }
+
+    fn ssh_args(&self) -> Vec<String> {
+        vec![
+            "-F".into(),
+            self.dir.path().join("ssh_config").display().to_string(),
+            "-o".into(),
+            "BatchMode=yes".into(),
+        ]
+    }
+
+    /// A command run inside node a (the controller's seat).
+    fn in_a<'c>(&self, c: &'c mut Command) -> &'c mut Command {
+        let prog = c.get_program().to_owned();
+        let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+        *c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns("a")])
+            .arg(prog)
+            .args(args);
+        c
+    }
+
+    fn campaign(&self, name: &str, extra: &str, mtus: &str) -> PathBuf {
+        let cfg = self.dir.path().join("ssh_config");
+        let mut t =
+            format!("name = \"{name}\"\nlinger_s = 0.2\nrepetitions = 2\n{extra}\n[hosts]\n");
+        for (n, role) in [("a", "sender"), ("r1", "router"), ("b", "receiver")] {
+            t.push_str(&format!(
+                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{addr}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\n",
+                addr = self.addr(n),
+                cfg = cfg.display()
+            ));
+        }
+        t.push_str(&format!(
+            "[matrix]\nip = [4]\npayload = [1000]\npps = [3000]\nmtu = [{mtus}]\n"
+        ));
+        let f = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&f, t).unwrap();
+        f
+    }
+
+    fn run(&self, file: &Path, more: &[&str], env: Option<(&str, &str)>) -> std::process::Output {
+        let db = self.dir.path().join("c.db");
+        let mut c = Command::new(BIN);
+        c.arg("run")
+            .arg(file)
+            .arg("--db")
+            .arg(&db)
+            .arg("-q")
+            .args(more);
+        let c = self.in_a(&mut c);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    }
+
+    fn store(&self) -> Store {
+        Store::open(self.dir.path().join("c.db")).unwrap()
+    }
+
+    /// MTU of every non-loopback interface of a node.
+    fn mtus(&self, n: &str) -> Vec<u32> {
+        let out = Command::new("ip")
+            .args(["-n", &self.ns(n), "-j", "link", "show"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["ifname"] != "lo")
+            .map(|l| l["mtu"].as_u64().unwrap() as u32)
+            .collect()
+    }
+
+    fn all_1500(&self) -> bool {
+        NODES
+            .iter()
+            .all(|n| self.mtus(n).iter().all(|&m| m == 1500))
+    }
+
+    /// PIDs of the per-connection sshd processes of node `n`.
+    fn sessions(&self, n: &str) -> Vec<i32> {
+        let daemon = self.sshd.iter().find(|(m, _)| m == n).unwrap().1.id();
+        let mut v = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(daemon) {
+                v.push(pid);
+            }
+        }
+        v
+    }
+}
+
+#[test]
+fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions() {
+    if !is_root() || !Path::new("/usr/sbin/sshd").exists() {
+        eprintln!("SKIP: campaign_over_ssh... needs root and openssh-server (scripts/setup)");
+        return;
+    }
+    let lab = Lab::up();
+
+    // 1. End to end through SSH, MTU 1500 and 9000 set on all three nodes.
+    let f = lab.campaign("ssh", "packets = 300", "1500, 9000");
+    let out = lab.run(&f, &[], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(lab.all_1500(), "MTUs not restored");
+    let st = lab.store();
+    let c = st.latest_by_name("ssh").unwrap().unwrap();
+    let runs = st.runs(c.id).unwrap();
+    assert_eq!(runs.len(), 4);
+    for r in &runs {
+        assert_eq!(r.status, RunStatus::Ok, "{:?}", r.error);
+        let o = r.counters.as_ref().unwrap();
+        let mtu: u64 = r.axes["mtu"].parse().unwrap();
+        assert_eq!(o["path_mtu"]["a->b"], mtu, "{}", o["path_mtu"]);
+        assert!(
+            o["cpu"]["r1"]["host"]["softirq"].is_number(),
+            "{}",
+            o["cpu"]
+        );
+        let fwd: u64 = o["nodes"]["r1"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|i| i["tx_packets"].as_u64().unwrap())
+            .sum();
+        assert!(fwd >= 300, "router forwarded {fwd}");
+        assert_eq!(
+            o["metadata"]["r1"]["interfaces"].as_array().unwrap().len(),
+            3
+        );
+    }
+
+    // 2. A lost agent mid-campaign: kill r1's sshd session processes while
+    // the second run is going.
+    let f = lab.campaign("lost", "duration_s = 3", "9000");
+    let db = lab.dir.path().join("c.db");
+    let mut c = Command::new(BIN);
+    c.arg("run").arg(&f).arg("--db").arg(&db).arg("-q");
+    let mut camp = lab
+        .in_a(&mut c)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let killed_during = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "first run never stored"
+        );
+        assert!(
+            camp.try_wait().unwrap().is_none(),
+            "the campaign ended early"
+        );
+        let done = Store::open(&db)
+            .ok()
+            .and_then(|s| {
+                let c = s.latest_by_name("lost").ok()??;
+                Some(s.runs(c.id).ok()?.len())
+            })
+            .unwrap_or(0);
+        if done == 1 {
+            // The second run is under way: its sender sends for 3 s.
+            std::thread::sleep(Duration::from_millis(1000));
+            let pids = lab.sessions("r1");
+            assert!(!pids.is_empty(), "no sshd session on r1");
+            for p in pids {
+                // SAFETY: killing a process this test started (via sshd).
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+            break 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // r1's agent restores its MTU when the link drops.
+    let t1 = Instant::now();
+    while lab.mtus("r1").iter().any(|&m| m != 1500) {
+        assert!(
+            t1.elapsed() < Duration::from_secs(3),
+            "r1's MTU not restored: {:?}",
+            lab.mtus("r1")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = camp.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(lab.all_1500(), "MTUs not restored at the end");
+    let st = lab.store();
+    let c = st.latest_by_name("lost").unwrap().unwrap();
+    let runs = st.runs(c.id).unwrap();
+    assert_eq!(runs.len(), 2, "the campaign went on: {err}");
+    let failed: Vec<_> = runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Failed)
+        .collect();
+    assert_eq!(failed.len(), killed_during, "{runs:?}");
+    let why = failed[0].error.as_deref().unwrap_or("");
+    assert!(why.contains("r1") && why.contains("lost"), "{why}");
+    let ok_before: Vec<(String, u32, String)> = runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Ok)
+        .map(|r| (r.scenario_key.clone(), r.repetition, r.started_at.clone()))
+        .collect();
+    let out = lab.run(&f, &["--resume"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = st.runs(c.id).unwrap();
+    assert!(runs.iter().all(|r| r.status == RunStatus::Ok), "{runs:?}");
+    for (k, rep, started) in ok_before {
+        let r = runs
+            .iter()
+            .find(|r| r.scenario_key == k && r.repetition == rep)
+            .unwrap();
+        assert_eq!(r.started_at, started, "resume repeated an ok run");
+    }
+    assert!(lab.all_1500());
+
+    // 3. Agents of another protocol version: named, nothing run.
+    let f = lab.campaign("ver", "packets = 300", "1500");
+    let out = lab.run(
+        &f,
+        &[],
+        Some(("WIREBENCH_AGENT_EXTRA_ARGS", "--protocol-version 7")),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("agent protocol 7") && err.contains("speaks agent protocol 1"),
+        "{err}"
+    );
+    let st = lab.store();
+    let c = st.latest_by_name("ver").unwrap().unwrap();
+    assert!(st.runs(c.id).unwrap().is_empty());
+    assert!(lab.all_1500());
+}
