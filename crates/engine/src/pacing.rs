@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use wirebench_model::MIN_PAYLOAD;
-use wirebench_stats::{FlowConfig, IpVersion, RecvSummary, SendAccumulator, SendSummary, L4};
+use wirebench_stats::{FlowConfig, IpVersion, RecvSummary, SendAccumulator, SendSummary};
 use wirebench_wire::{MeterMode, ProbeHeader, Transport, FLAG_RTT, PROBE_HEADER_LEN};
 
 /// A packet whose scheduled time is more than this in the past when the
@@ -525,10 +525,7 @@ pub(crate) fn run_flows(
     let mut handles = Vec::new();
     for (i, (f, sock)) in plan.flows.iter().cloned().zip(socks).enumerate() {
         let cfg = FlowConfig {
-            l4: match f.transport {
-                Transport::Udp => L4::Udp,
-                Transport::Tcp => L4::Tcp,
-            },
+            transport: f.transport,
             ip,
             mtu,
             interval_ns: plan.interval_ms.map(|m| m * 1_000_000),
@@ -586,7 +583,7 @@ mod tests {
 
     fn cfg() -> FlowConfig {
         FlowConfig {
-            l4: L4::Udp,
+            transport: Transport::Udp,
             ip: IpVersion::V4,
             mtu: 1500,
             interval_ns: None,

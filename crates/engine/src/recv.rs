@@ -17,7 +17,7 @@ use crate::ctl::{Ctl, Recv};
 use crate::net::{self, enable_rx_timestamps, set_rcvbuf, AsRawFd, RecvBatch, BATCH};
 use crate::records::{Fill, RecordReader};
 use crate::result::{FlowReport, ReportExtra};
-use crate::sys::{self, CpuTime};
+use crate::sys::{self, CpuClock, CpuTime};
 use crate::EngineError;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Write};
@@ -29,7 +29,7 @@ use std::time::Duration;
 use wirebench_pktlog::format::{FLAG_LAST as LOG_LAST, FLAG_RX as LOG_RX};
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
-use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator, L4};
+use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator};
 use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
 use wirebench_wire::{
     ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
@@ -510,9 +510,7 @@ fn session(
                         forged: f.shared.forged.load(Ordering::Relaxed),
                         implausible_delays: f.shared.implausible.load(Ordering::Relaxed),
                     };
-                    reports.push(serde_json::to_value(&r).map_err(|e| {
-                        EngineError::Protocol(format!("cannot encode report: {e}"))
-                    })?);
+                    reports.push(r);
                 }
                 if let Some((k, path)) = sink.take() {
                     let footer = LogFooter {
@@ -552,8 +550,6 @@ fn session(
                     foreign_control: foreign1.saturating_sub(foreign0),
                     cpu_s: cpu,
                 };
-                let extra = serde_json::to_value(&extra)
-                    .map_err(|e| EngineError::Protocol(format!("cannot encode report: {e}")))?;
                 // Counted before the send so that a sender holding the
                 // report always sees the session counted.
                 stats.sessions_completed.fetch_add(1, Ordering::Relaxed);
@@ -677,10 +673,7 @@ fn open_flow(
     let (local_ip, peer_ip, sid, meter, max_intervals) =
         (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
     let cfg = FlowConfig {
-        l4: match s.transport {
-            Transport::Udp => L4::Udp,
-            Transport::Tcp => L4::Tcp,
-        },
+        transport: s.transport,
         ip: at.ip,
         mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
         // Checked by `check_flows`; an unchecked value turns the series off

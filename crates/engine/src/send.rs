@@ -10,7 +10,7 @@ use crate::pacing::{open_data, run_flows, Launch};
 use crate::plan::SessionPlan;
 use crate::result::{build_doc, DocParts, FlowReport, ReportExtra, ResultDoc};
 use crate::session::{collect_report, Watcher};
-use crate::sys::{self, CpuTime, HostCpu};
+use crate::sys::{self, CpuClock, CpuTime, HostCpu};
 use crate::EngineError;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;

@@ -116,16 +116,7 @@ pub(crate) fn collect_report(
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match ctl.expect("Report", left)? {
             ControlMsg::TimeResp { .. } => continue,
-            ControlMsg::Report { flows, extra } => {
-                let mut reports = Vec::new();
-                for v in flows {
-                    reports.push(serde_json::from_value::<FlowReport>(v).map_err(|e| {
-                        EngineError::Protocol(format!("unreadable flow report: {e}"))
-                    })?);
-                }
-                let extra = serde_json::from_value(extra).unwrap_or_default();
-                return Ok((reports, extra));
-            }
+            ControlMsg::Report { flows, extra } => return Ok((flows, extra)),
             other => {
                 return Err(EngineError::Protocol(format!(
                     "expected Report, got {other:?}"

@@ -95,7 +95,7 @@ impl Client {
         match self.recv() {
             ControlMsg::Report { mut flows, .. } => {
                 self.send(&ControlMsg::Bye);
-                flows.remove(0)
+                serde_json::to_value(flows.remove(0)).unwrap()
             }
             other => panic!("expected Report, got {other:?}"),
         }

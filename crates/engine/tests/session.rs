@@ -54,24 +54,24 @@ fn two_udp_flows_v4_and_a_v6_session_after() {
     assert_eq!(doc.flows.len(), 2);
     let f = &doc.flows[0];
     assert_eq!(f.sent.packets, 1000);
-    assert_eq!(f.received.unique, 1000);
-    assert_eq!(f.received.lost, 0);
+    assert_eq!(f.received.counts.unique, 1000);
+    assert_eq!(f.received.counts.lost, 0);
     assert!(
         f.delay_s.min >= 0.0 && f.delay_s.max < 0.05,
         "{:?}",
         f.delay_s
     );
     assert_eq!(doc.flows[1].sent.packets, 123);
-    assert_eq!(doc.flows[1].received.unique, 123);
+    assert_eq!(doc.flows[1].received.counts.unique, 123);
 
     let mut p = plan("::1", port, vec![udp(1000.0, 64, Stop::KBytes(10), 3)]);
     p.family = Family::V6;
     p.meter = MeterMode::Rtt;
     let doc = wirebench_engine::run(p).unwrap();
     let f = &doc.flows[0];
-    assert_eq!(f.ip_version, 6);
+    assert_eq!(f.ip_version, wirebench_stats::IpVersion::V6);
     assert_eq!(f.sent.bytes, 10 * 1024);
-    assert_eq!(f.received.bytes, 10 * 1024);
+    assert_eq!(f.received.counts.bytes, 10 * 1024);
     let rtt = f.rtt_s.unwrap();
     assert!(rtt.min > 0.0 && rtt.max < 0.01, "{rtt:?}");
     assert_eq!(f.rtt_received, Some(f.sent.packets));
@@ -148,7 +148,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         vec![udp(1000.0, 100, Stop::Packets(50), 9)],
     ))
     .unwrap();
-    assert_eq!(doc.flows[0].received.unique, 50);
+    assert_eq!(doc.flows[0].received.counts.unique, 50);
     assert_eq!(stats.sessions_completed.load(Ordering::Relaxed), 1);
     drop((c, c2));
     stop.store(true, Ordering::Relaxed);
@@ -173,9 +173,75 @@ fn concurrent_sessions_on_one_daemon() {
         .collect();
     for r in runs {
         let doc = r.join().unwrap();
-        assert_eq!(doc.flows[0].received.unique, 300);
+        assert_eq!(doc.flows[0].received.counts.unique, 300);
         assert_eq!(doc.flows[0].received.foreign, 0);
     }
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
+}
+
+/// Key paths of a JSON value with array positions collapsed to `[]`.
+fn key_paths(v: &serde_json::Value, at: &str, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                let p = format!("{at}/{k}");
+                out.insert(p.clone());
+                key_paths(x, &p, out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a {
+                key_paths(x, &format!("{at}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The document a live session writes has every key of a stored
+/// `wirebench.result/1` document of the same shape (one UDP flow with an
+/// interval series): nothing renamed or dropped; keys added since are
+/// listed in crates/stats/tests/result_doc.rs. It reads back into the same
+/// value.
+#[test]
+fn live_document_has_the_stored_documents_keys() {
+    let port = 15414;
+    let (stop, h) = daemon(port);
+    let mut p = plan(
+        "127.0.0.1",
+        port,
+        vec![udp(200.0, 256, Stop::DurationMs(400), 1)],
+    );
+    p.interval_ms = Some(200);
+    p.command = Some("test".into());
+    let doc = wirebench_engine::run(p).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+
+    let live = serde_json::to_value(&doc).unwrap();
+    let back: wirebench_engine::ResultDoc = serde_json::from_value(live.clone()).unwrap();
+    assert_eq!(back, doc);
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../stats/tests/data/result-v1-owd.json"
+    );
+    let mut stored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // The stored run's first flow has this shape; its others are VoIP and TCP.
+    let first = stored["flows"][0].clone();
+    stored["flows"] = serde_json::Value::Array(vec![first]);
+    let (mut want, mut got) = (Default::default(), Default::default());
+    key_paths(&stored, "", &mut want);
+    key_paths(&live, "", &mut got);
+    let missing: Vec<_> = want.difference(&got).collect();
+    let added: Vec<_> = got.difference(&want).collect();
+    assert!(
+        missing.is_empty(),
+        "keys the stored document has: {missing:?}"
+    );
+    assert!(
+        added.is_empty(),
+        "keys the stored document lacks: {added:?}"
+    );
 }

@@ -12,7 +12,7 @@
 use crate::framing::{tcp_stream, udp_datagram, LayerBytes};
 use crate::hist::SignedHist;
 use crate::seq::SeqUnwrapper;
-use crate::{IpVersion, L4};
+use crate::{IpVersion, Transport};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +35,7 @@ fn span_corrected_s(span_ns: u64, n: u64) -> f64 {
 /// What the statistics need to know about a flow.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FlowConfig {
-    pub l4: L4,
+    pub transport: Transport,
     pub ip: IpVersion,
     /// MTU of the path (the framing model's M).
     pub mtu: u32,
@@ -126,14 +126,17 @@ pub struct Interval {
 }
 
 /// Everything the measuring end knows about one flow.
+/// How many packets of a flow arrived, and how many did not: the counts
+/// the measuring end reports (`received` in the result document).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct RecvSummary {
+pub struct RecvCounts {
     /// Datagrams / records received, duplicates included.
     pub packets: u64,
     /// Distinct sequence numbers received.
     pub unique: u64,
     /// Payload bytes of the unique packets.
     pub bytes: u64,
+    /// Sent but not received within the linger time.
     pub lost: u64,
     pub loss_ratio: f64,
     pub duplicates: u64,
@@ -146,6 +149,15 @@ pub struct RecvSummary {
     #[serde(default)]
     pub forged: u64,
     pub loss_bursts: LossBursts,
+    /// Packets whose delay was below zero (clock offset larger than the delay).
+    pub negative_delays: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RecvSummary {
+    /// Packet counts (flattened: the JSON keys are the counts' own).
+    #[serde(flatten)]
+    pub counts: RecvCounts,
     pub first_arrival_ns: u64,
     pub last_arrival_ns: u64,
     /// Span-corrected: (last − first) × N/(N−1); 0 with fewer than 2 packets.
@@ -153,8 +165,6 @@ pub struct RecvSummary {
     pub throughput_bps: Throughput,
     pub frames: Frames,
     pub delay_s: DelayStats,
-    /// Packets whose delay was below zero (clock offset larger than the delay).
-    pub negative_delays: u64,
     pub jitter_s: Jitter,
     /// Share of the received packets a fixed playout (jitter) buffer would
     /// have played too late; filled by the measuring end when the sender
@@ -365,7 +375,7 @@ impl RecvAccumulator {
         self.first_ns = self.first_ns.min(arrival_ns);
         self.last_ns = self.last_ns.max(arrival_ns);
 
-        if self.cfg.l4 == L4::Udp {
+        if self.cfg.transport == Transport::Udp {
             let lb = udp_datagram(payload_bytes, self.cfg.mtu, self.cfg.ip);
             if lb.frames > 1 {
                 self.fragmented += 1;
@@ -509,9 +519,9 @@ impl RecvAccumulator {
             0.0
         };
 
-        let layer = match self.cfg.l4 {
-            L4::Udp => self.layer,
-            L4::Tcp => tcp_stream(self.layer.payload, self.cfg.mtu, self.cfg.ip),
+        let layer = match self.cfg.transport {
+            Transport::Udp => self.layer,
+            Transport::Tcp => tcp_stream(self.layer.payload, self.cfg.mtu, self.cfg.ip),
         };
         let frames = Frames {
             per_datagram: if n > 0 {
@@ -584,22 +594,25 @@ impl RecvAccumulator {
             .collect();
 
         RecvSummary {
-            packets: self.packets - forged,
-            unique,
-            bytes: layer.payload,
-            lost,
-            loss_ratio,
-            duplicates: self.duplicates,
-            reordered: self.reordered - forged_reorders,
-            forged,
-            loss_bursts: LossBursts {
-                count: bursts,
-                mean_len: if bursts > 0 {
-                    burst_total as f64 / bursts as f64
-                } else {
-                    0.0
+            counts: RecvCounts {
+                packets: self.packets - forged,
+                unique,
+                bytes: layer.payload,
+                lost,
+                loss_ratio,
+                duplicates: self.duplicates,
+                reordered: self.reordered - forged_reorders,
+                forged,
+                loss_bursts: LossBursts {
+                    count: bursts,
+                    mean_len: if bursts > 0 {
+                        burst_total as f64 / bursts as f64
+                    } else {
+                        0.0
+                    },
+                    max_len: burst_max,
                 },
-                max_len: burst_max,
+                negative_delays: self.negative,
             },
             first_arrival_ns: self.first_ns,
             last_arrival_ns: self.last_ns,
@@ -607,7 +620,6 @@ impl RecvAccumulator {
             throughput_bps: Throughput::from_bytes(&layer, duration_s),
             frames,
             delay_s,
-            negative_delays: self.negative,
             jitter_s,
             late_share: None,
             intervals,
@@ -692,7 +704,7 @@ impl SendAccumulator {
             self.last_ns = self.last_ns.max(actual_ns);
         }
         self.packets += 1;
-        if self.cfg.l4 == L4::Udp {
+        if self.cfg.transport == Transport::Udp {
             self.layer
                 .add(&udp_datagram(payload_bytes, self.cfg.mtu, self.cfg.ip));
         } else {
@@ -722,9 +734,9 @@ impl SendAccumulator {
         } else {
             0.0
         };
-        let layer = match self.cfg.l4 {
-            L4::Udp => self.layer,
-            L4::Tcp => tcp_stream(self.layer.payload, self.cfg.mtu, self.cfg.ip),
+        let layer = match self.cfg.transport {
+            Transport::Udp => self.layer,
+            Transport::Tcp => tcp_stream(self.layer.payload, self.cfg.mtu, self.cfg.ip),
         };
         let q = |p: f64| -> f64 {
             if n == 0 {
@@ -762,7 +774,7 @@ mod tests {
 
     fn udp4(interval_ns: Option<u64>) -> FlowConfig {
         FlowConfig {
-            l4: L4::Udp,
+            transport: Transport::Udp,
             ip: IpVersion::V4,
             mtu: 1500,
             interval_ns,
@@ -812,7 +824,10 @@ mod tests {
         assert!(close(s.delay_s.p50, 12e-3, 12e-6), "{}", s.delay_s.p50);
         // p90 = rank ceil(4.5) = 5 = 15 ms (clamped to the exact max).
         assert!(close(s.delay_s.p90, 15e-3, 0.0));
-        assert_eq!((s.lost, s.duplicates, s.reordered), (0, 0, 0));
+        assert_eq!(
+            (s.counts.lost, s.counts.duplicates, s.counts.reordered),
+            (0, 0, 0)
+        );
     }
 
     #[test]
@@ -848,8 +863,8 @@ mod tests {
             b.record(i as u32, (d - 20) * MS, i as u64 * 1000, 64);
         }
         let (sa, sb) = (a.summary(None), b.summary(None));
-        assert_eq!(sb.negative_delays, 10);
-        assert_eq!(sa.negative_delays, 0);
+        assert_eq!(sb.counts.negative_delays, 10);
+        assert_eq!(sa.counts.negative_delays, 0);
         assert!(close(sb.delay_s.min, -10e-3, 0.0));
         assert!(close(sb.delay_s.mean, sa.delay_s.mean - 20e-3, 1e-12));
         // percentiles follow the offset (HDR rounding: 0.1 %)
@@ -871,12 +886,20 @@ mod tests {
             &[(0, 0), (1, 0), (2, 0), (5, 0), (3, 0), (4, 0), (6, 0)],
         );
         let s = acc.summary(Some(7));
-        assert_eq!((s.reordered, s.lost, s.unique, s.duplicates), (2, 0, 7, 0));
-        assert_eq!(s.loss_bursts, LossBursts::default());
+        assert_eq!(
+            (
+                s.counts.reordered,
+                s.counts.lost,
+                s.counts.unique,
+                s.counts.duplicates
+            ),
+            (2, 0, 7, 0)
+        );
+        assert_eq!(s.counts.loss_bursts, LossBursts::default());
         // 0 2 1 3: only 1 is reordered.
         let mut acc = RecvAccumulator::new(udp4(None));
         feed(&mut acc, &[(0, 0), (2, 0), (1, 0), (3, 0)]);
-        assert_eq!(acc.summary(None).reordered, 1);
+        assert_eq!(acc.summary(None).counts.reordered, 1);
     }
 
     #[test]
@@ -886,8 +909,14 @@ mod tests {
         let mut acc = RecvAccumulator::new(udp4(None));
         feed(&mut acc, &[(0, 0), (1, 0), (1, 0), (2, 0), (0, 0), (3, 0)]);
         let s = acc.summary(Some(4));
-        assert_eq!((s.packets, s.unique, s.duplicates), (6, 4, 2));
-        assert_eq!((s.reordered, s.lost, s.bytes), (0, 0, 400));
+        assert_eq!(
+            (s.counts.packets, s.counts.unique, s.counts.duplicates),
+            (6, 4, 2)
+        );
+        assert_eq!(
+            (s.counts.reordered, s.counts.lost, s.counts.bytes),
+            (0, 0, 400)
+        );
         assert_eq!(acc.unique(), 4);
         // duplicates are ignored by jitter: delays of unique packets only.
         let mut acc = RecvAccumulator::new(udp4(None));
@@ -903,10 +932,10 @@ mod tests {
         let mut acc = RecvAccumulator::new(udp4(None));
         feed(&mut acc, &[(2, 0), (3, 0), (4, 0), (8, 0)]);
         let s = acc.summary(Some(10));
-        assert_eq!(s.lost, 6);
-        assert!(close(s.loss_ratio, 0.6, 1e-15));
+        assert_eq!(s.counts.lost, 6);
+        assert!(close(s.counts.loss_ratio, 0.6, 1e-15));
         assert_eq!(
-            s.loss_bursts,
+            s.counts.loss_bursts,
             LossBursts {
                 count: 3,
                 mean_len: 2.0,
@@ -915,10 +944,10 @@ mod tests {
         );
         // without `sent`: gaps up to the highest seen (0..=8) -> 0-1, 5-7.
         let s = acc.summary(None);
-        assert_eq!(s.lost, 5);
-        assert!(close(s.loss_ratio, 5.0 / 9.0, 1e-15));
+        assert_eq!(s.counts.lost, 5);
+        assert!(close(s.counts.loss_ratio, 5.0 / 9.0, 1e-15));
         assert_eq!(
-            s.loss_bursts,
+            s.counts.loss_bursts,
             LossBursts {
                 count: 2,
                 mean_len: 2.5,
@@ -929,17 +958,25 @@ mod tests {
         acc.record(6, 0, 2_000_000_000, 100);
         let s = acc.summary(Some(10));
         assert_eq!(
-            (s.lost, s.loss_bursts.count, s.loss_bursts.max_len),
+            (
+                s.counts.lost,
+                s.counts.loss_bursts.count,
+                s.counts.loss_bursts.max_len
+            ),
             (5, 4, 2)
         );
-        assert_eq!(s.reordered, 1);
+        assert_eq!(s.counts.reordered, 1);
         // nothing received at all
         let s = RecvAccumulator::new(udp4(None)).summary(Some(3));
         assert_eq!(
-            (s.lost, s.loss_bursts.count, s.loss_bursts.max_len),
+            (
+                s.counts.lost,
+                s.counts.loss_bursts.count,
+                s.counts.loss_bursts.max_len
+            ),
             (3, 1, 3)
         );
-        assert_eq!(s.loss_ratio, 1.0);
+        assert_eq!(s.counts.loss_ratio, 1.0);
     }
 
     #[test]
@@ -955,7 +992,7 @@ mod tests {
         }
         let s = r.summary(Some(1000));
         assert_eq!(s.duration_s, 1.0);
-        assert_eq!(s.unique as f64 / s.duration_s, 1000.0);
+        assert_eq!(s.counts.unique as f64 / s.duration_s, 1000.0);
         // payload 100 B -> ip 128, eth 146, wire 166 per packet, 1000 per s.
         assert_eq!(s.throughput_bps.payload, 800_000.0);
         assert_eq!(s.throughput_bps.ip, 1_024_000.0);
@@ -988,14 +1025,14 @@ mod tests {
         // TCP: 10 records of 1000 B = one 10000 B stream at MSS 1448:
         // 7 segments, ip 10364 B (see framing tests); 0.7 segments per record.
         let mut acc = RecvAccumulator::new(FlowConfig {
-            l4: L4::Tcp,
+            transport: Transport::Tcp,
             ..udp4(None)
         });
         for k in 0..10u32 {
             acc.record(k, MS, u64::from(k) * 1_000_000, 1000);
         }
         let s = acc.summary(None);
-        assert_eq!(s.bytes, 10_000);
+        assert_eq!(s.counts.bytes, 10_000);
         assert!(close(s.frames.per_datagram, 0.7, 1e-12));
         assert_eq!(s.frames.fragmented, 0);
         // span 9 ms * 10/9 = 10 ms
@@ -1026,20 +1063,29 @@ mod tests {
             }
         }
         let s = acc.summary(Some(100));
-        assert_eq!(s.forged, 1900);
-        assert_eq!((s.unique, s.packets, s.lost), (68, 68, 32));
-        assert!(close(s.loss_ratio, 0.32, 1e-12));
-        assert_eq!(s.reordered, 1, "only 10 is reordered against a real number");
-        assert_eq!((s.loss_bursts.count, s.loss_bursts.max_len), (1, 32));
+        assert_eq!(s.counts.forged, 1900);
+        assert_eq!(
+            (s.counts.unique, s.counts.packets, s.counts.lost),
+            (68, 68, 32)
+        );
+        assert!(close(s.counts.loss_ratio, 0.32, 1e-12));
+        assert_eq!(
+            s.counts.reordered, 1,
+            "only 10 is reordered against a real number"
+        );
+        assert_eq!(
+            (s.counts.loss_bursts.count, s.counts.loss_bursts.max_len),
+            (1, 32)
+        );
         // A range straddling the count: 0..=7 arrive, 5 were sent.
         let mut acc = RecvAccumulator::new(udp4(None));
         for seq in 0..8 {
             acc.record(seq, 1, 1 + u64::from(seq), 100);
         }
         let s = acc.summary(Some(5));
-        assert_eq!((s.unique, s.forged, s.lost), (5, 3, 0));
+        assert_eq!((s.counts.unique, s.counts.forged, s.counts.lost), (5, 3, 0));
         // Without a count nothing can be called forged.
-        assert_eq!(acc.summary(None).forged, 0);
+        assert_eq!(acc.summary(None).counts.forged, 0);
         // peek does not move the window: a forged 2^32 - 1 would put
         // every later real number into the next epoch.
         let mut acc = RecvAccumulator::new(udp4(None));
@@ -1069,7 +1115,7 @@ mod tests {
             acc.record(seq, d * MS, t0 + ms * 1_000_000, 125);
         }
         let s = acc.summary(Some(9));
-        assert_eq!(s.lost, 3);
+        assert_eq!(s.counts.lost, 3);
         assert_eq!(s.intervals.len(), 3);
         let iv = &s.intervals;
         assert_eq!(
@@ -1077,7 +1123,7 @@ mod tests {
             vec![2, 3, 1]
         );
         assert_eq!(iv.iter().map(|i| i.lost).collect::<Vec<_>>(), vec![0, 2, 1]);
-        assert_eq!(iv.iter().map(|i| i.lost).sum::<u64>(), s.lost);
+        assert_eq!(iv.iter().map(|i| i.lost).sum::<u64>(), s.counts.lost);
         assert!(close(iv[1].t_s, 0.1, 1e-15));
         assert!(close(iv[0].delay_mean_s, 15e-3, 1e-15));
         assert!(close(iv[1].delay_mean_s, 50e-3 / 3.0, 1e-15));
@@ -1112,7 +1158,7 @@ mod tests {
         assert!(v["jitter_s"]["pdv_p999"].is_number());
         assert!(v["loss_bursts"]["mean_len"].is_number());
         assert_eq!(serde_json::to_value(IpVersion::V6).unwrap(), "v6");
-        assert_eq!(serde_json::to_value(L4::Udp).unwrap(), "udp");
+        assert_eq!(serde_json::to_value(Transport::Udp).unwrap(), "udp");
     }
 
     #[test]
@@ -1179,16 +1225,16 @@ mod tests {
             }
             let s = acc.summary(Some(64));
             let (uniq, dup, reord, bursts, maxlen) = reference(&seqs, 64);
-            prop_assert_eq!(s.unique, uniq);
-            prop_assert_eq!(s.duplicates, dup);
-            prop_assert_eq!(s.reordered, reord);
-            prop_assert_eq!(s.lost, 64 - uniq);
-            prop_assert_eq!(s.loss_bursts.count, bursts);
-            prop_assert_eq!(s.loss_bursts.max_len, maxlen);
-            prop_assert_eq!(s.packets, seqs.len() as u64);
+            prop_assert_eq!(s.counts.unique, uniq);
+            prop_assert_eq!(s.counts.duplicates, dup);
+            prop_assert_eq!(s.counts.reordered, reord);
+            prop_assert_eq!(s.counts.lost, 64 - uniq);
+            prop_assert_eq!(s.counts.loss_bursts.count, bursts);
+            prop_assert_eq!(s.counts.loss_bursts.max_len, maxlen);
+            prop_assert_eq!(s.counts.packets, seqs.len() as u64);
             if !seqs.is_empty() {
-                prop_assert_eq!(s.intervals.iter().map(|i| i.lost).sum::<u64>(), s.lost);
-                prop_assert_eq!(s.intervals.iter().map(|i| i.packets).sum::<u64>(), s.unique);
+                prop_assert_eq!(s.intervals.iter().map(|i| i.lost).sum::<u64>(), s.counts.lost);
+                prop_assert_eq!(s.intervals.iter().map(|i| i.packets).sum::<u64>(), s.counts.unique);
             }
         }
 
@@ -1202,7 +1248,7 @@ mod tests {
             sent in proptest::option::of(any::<u64>()),
         ) {
             let cfg = FlowConfig {
-                l4: if tcp { L4::Tcp } else { L4::Udp },
+                transport: if tcp { Transport::Tcp } else { Transport::Udp },
                 ip: if v6 { IpVersion::V6 } else { IpVersion::V4 },
                 mtu,
                 interval_ns: interval,
@@ -1214,9 +1260,9 @@ mod tests {
                 tx.record_sent(a, d as u64, b);
             }
             let s = acc.summary(sent);
-            prop_assert!(s.unique <= s.packets);
+            prop_assert!(s.counts.unique <= s.counts.packets);
             prop_assert!(s.intervals.len() <= MAX_INTERVALS);
-            prop_assert!(s.loss_ratio.is_finite());
+            prop_assert!(s.counts.loss_ratio.is_finite());
             // The document must serialize and read back (no NaN/inf -> null).
             let j = serde_json::to_string(&s).unwrap();
             let back: Result<RecvSummary, _> = serde_json::from_str(&j);

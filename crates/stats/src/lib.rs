@@ -4,7 +4,8 @@
 //! It owns the per-flow accumulators ([`RecvAccumulator`], [`SendAccumulator`]),
 //! the Ethernet framing model that turns payload bytes into IP, Ethernet and
 //! on-the-wire bytes ([`udp_datagram`], [`tcp_stream`], the upper bounds), the
-//! 32-bit sequence unwrapper, and run aggregation ([`aggregate`]). Keeping it
+//! 32-bit sequence unwrapper, run aggregation ([`aggregate`]), and the
+//! typed result document ([`result::ResultDoc`]) every layer above shares. Keeping it
 //! pure lets the engine feed it from the hot path and the campaign layer reuse
 //! it, and lets every formula be unit-tested with hand-computed numbers.
 //! Definitions and sources: `docs/metrics.md`.
@@ -15,13 +16,14 @@ pub mod aggregate;
 pub mod flow;
 pub mod framing;
 mod hist;
+pub mod result;
 pub mod seq;
 mod tdist;
 
 pub use aggregate::{aggregate, pct_change, student_t_975, Agg};
 pub use flow::{
     DelayStats, FlowConfig, Frames, Interval, Jitter, LossBursts, Quantiles, RecvAccumulator,
-    RecvSummary, SendAccumulator, SendSummary, Throughput,
+    RecvCounts, RecvSummary, SendAccumulator, SendSummary, Throughput,
 };
 pub use framing::{
     tcp_mss, tcp_stream, udp_datagram, upper_bound_tcp_bps, upper_bound_udp_bps, LayerBytes,
@@ -37,6 +39,14 @@ pub enum IpVersion {
 }
 
 impl IpVersion {
+    /// 4 or 6.
+    pub fn number(self) -> u8 {
+        match self {
+            IpVersion::V4 => 4,
+            IpVersion::V6 => 6,
+        }
+    }
+
     /// Fixed IP header length in bytes (no options / extension headers).
     pub fn header_len(self) -> u32 {
         match self {
@@ -46,10 +56,77 @@ impl IpVersion {
     }
 }
 
-/// Transport of a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Transport of a flow: one type from the command line through the control
+/// protocol and the framing model to the result document ("udp"/"tcp").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum L4 {
+pub enum Transport {
     Udp,
     Tcp,
+}
+
+impl Transport {
+    /// The name used on the command line, in the control protocol and in
+    /// the result document.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    /// "udp" or "tcp", any case (D-ITG writes `-T UDP`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "udp" => Ok(Transport::Udp),
+            "tcp" => Ok(Transport::Tcp),
+            _ => Err(format!("transport must be udp or tcp, got {s:?}")),
+        }
+    }
+}
+
+/// What a session measures ("owd"/"rtt").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MeterMode {
+    /// One-way delay: the receiver measures.
+    Owd,
+    /// Round trip: the receiver reflects, the sender measures.
+    Rtt,
+}
+
+impl MeterMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MeterMode::Owd => "owd",
+            MeterMode::Rtt => "rtt",
+        }
+    }
+}
+
+impl std::fmt::Display for MeterMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for MeterMode {
+    type Err = String;
+    /// "owd" or "rtt", any case.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "owd" => Ok(MeterMode::Owd),
+            "rtt" => Ok(MeterMode::Rtt),
+            _ => Err(format!("meter must be owd or rtt, got {s:?}")),
+        }
+    }
 }

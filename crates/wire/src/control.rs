@@ -15,21 +15,8 @@ pub const CONTROL_VERSION: u32 = 1;
 /// able to make the daemon buffer without bound.
 pub const MAX_CONTROL_LINE: usize = 4 << 20;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    Udp,
-    Tcp,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MeterMode {
-    /// One-way delay: the receiver measures.
-    Owd,
-    /// Round trip: the receiver reflects, the sender measures.
-    Rtt,
-}
+use wirebench_stats::result::{FlowReport, ReportExtra};
+pub use wirebench_stats::{MeterMode, Transport};
 
 /// What the receiver must prepare for one flow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,13 +79,13 @@ pub enum ControlMsg {
         #[serde(default)]
         sent: Vec<u64>,
     },
-    /// Receiver → sender: its side of every flow. The bodies are the stats
-    /// layer's summaries, kept opaque here so the wire layer does not depend
-    /// on the stats layer.
+    /// Receiver → sender: its side of every flow, in the result document's
+    /// own types (wirebench-stats), so the sender reads it without an
+    /// untyped detour.
     Report {
-        flows: Vec<serde_json::Value>,
+        flows: Vec<FlowReport>,
         #[serde(default)]
-        extra: serde_json::Value,
+        extra: ReportExtra,
     },
     Error {
         message: String,
@@ -171,8 +158,12 @@ mod tests {
                 sent: vec![10],
             },
             ControlMsg::Report {
-                flows: vec![serde_json::json!({"packets": 3})],
-                extra: serde_json::Value::Null,
+                flows: vec![FlowReport {
+                    flow_id: 3,
+                    foreign: 2,
+                    ..FlowReport::default()
+                }],
+                extra: ReportExtra::default(),
             },
             ControlMsg::Error {
                 message: "x".into(),

@@ -13,18 +13,14 @@ use wirebench_wire::{MeterMode, Transport};
 
 use super::flowargs::FlowArgs;
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum TransportArg {
-    Udp,
-    Tcp,
+/// `-T`: the workspace's one transport type, parsed by its own `FromStr`
+/// (any case: D-ITG scripts write `-T UDP`).
+fn parse_transport(s: &str) -> Result<Transport, String> {
+    s.parse()
 }
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum MeterArg {
-    /// One-way delay, measured by the receiver (clocks corrected by the measured offset).
-    Owd,
-    /// Round trip: the receiver reflects each probe; its dwell time is excluded.
-    Rtt,
+fn parse_meter(s: &str) -> Result<MeterMode, String> {
+    s.parse()
 }
 
 #[derive(clap::Args)]
@@ -56,17 +52,18 @@ pub struct Args {
     /// Transport: UDP datagrams, or TCP records (each record framed by the
     /// probe header's length, so every record has a delay). Default: UDP, or
     /// what the application model implies.
-    #[arg(short = 'T', value_enum, value_name = "PROTO", ignore_case = true)]
-    pub transport: Option<TransportArg>,
-    /// Meter: one-way delay (receiver side) or round-trip time (reflected).
+    #[arg(short = 'T', value_parser = parse_transport, value_name = "udp|tcp")]
+    pub transport: Option<Transport>,
+    /// Meter: one-way delay, measured by the receiver (clocks corrected by
+    /// the measured offset), or round trip (the receiver reflects each probe;
+    /// its dwell time is excluded).
     #[arg(
         short = 'm',
-        value_enum,
+        value_parser = parse_meter,
         default_value = "owd",
-        value_name = "METER",
-        ignore_case = true
+        value_name = "owd|rtt"
     )]
-    pub meter: MeterArg,
+    pub meter: MeterMode,
     #[command(flatten)]
     pub flow: FlowArgs,
     /// Generate for MS milliseconds (default 10000).
@@ -107,13 +104,6 @@ pub struct Args {
     pub jitter_buffer_ms: u32,
 }
 
-fn transport_of(a: Option<TransportArg>) -> Option<Transport> {
-    a.map(|t| match t {
-        TransportArg::Udp => Transport::Udp,
-        TransportArg::Tcp => Transport::Tcp,
-    })
-}
-
 fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     if args.flows == 0 {
         crate::bail_input!("--flows: must be at least 1");
@@ -127,12 +117,9 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
         (_, _, Some(k)) => Stop::KBytes(k),
         _ => Stop::DurationMs(10_000),
     };
-    let cli_transport = transport_of(args.transport);
+    let cli_transport = args.transport;
     let seed = args.seed.unwrap_or_else(rand_seed);
-    let mut meter = match args.meter {
-        MeterArg::Owd => MeterMode::Owd,
-        MeterArg::Rtt => MeterMode::Rtt,
-    };
+    let mut meter = args.meter;
     let mut dest = args.dest.clone();
     let port = args.port;
     let mut port_noted = false;
@@ -322,7 +309,7 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
         "----------------------------------------------------------\nFlow {}  {}/IPv{}  {} -> {}  (MTU {})\n  {}, {}\n",
         f.id,
         f.transport,
-        f.ip_version,
+        f.ip_version.number(),
         f.src,
         f.dst,
         f.mtu,
@@ -353,10 +340,10 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
         "Packets received",
         format!(
             "{} ({} bytes), duplicates {}, reordered {}, foreign {}",
-            f.received.unique,
-            f.received.bytes,
-            f.received.duplicates,
-            f.received.reordered,
+            f.received.counts.unique,
+            f.received.counts.bytes,
+            f.received.counts.duplicates,
+            f.received.counts.reordered,
             f.received.foreign
         ),
     );
@@ -365,12 +352,12 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
         "Packets lost",
         format!(
             "{} ({:.3} %): network {}, receiver host {}; bursts {} (max {})",
-            f.received.lost,
-            f.received.loss_ratio * 100.0,
+            f.received.counts.lost,
+            f.received.counts.loss_ratio * 100.0,
             f.loss_split.network,
             f.loss_split.receiver_host,
-            f.received.loss_bursts.count,
-            f.received.loss_bursts.max_len
+            f.received.counts.loss_bursts.count,
+            f.received.counts.loss_bursts.max_len
         ),
     );
     line(&mut s, "Minimum delay", secs(f.delay_s.min));
@@ -397,17 +384,17 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
             secs(f.jitter_s.pdv_p999)
         ),
     );
-    if f.received.negative_delays > 0 {
+    if f.received.counts.negative_delays > 0 {
         line(
             &mut s,
             "Negative delays",
             format!(
                 "{} ({} beyond the offset's error bound: synchronise the clocks)",
-                f.received.negative_delays, f.received.negative_delays_beyond_error
+                f.received.counts.negative_delays, f.received.negative_delays_beyond_error
             ),
         );
     }
-    if f.received.forged > 0 || f.received.implausible_delays > 0 {
+    if f.received.counts.forged > 0 || f.received.implausible_delays > 0 {
         line(
             &mut s,
             "WARNING: forged",
@@ -415,7 +402,7 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
                 "{} probes this sender cannot have sent, {} with impossible delays: \
                  someone injected packets (kept out of the counts; delays may be \
                  affected, see docs/security.md)",
-                f.received.forged, f.received.implausible_delays
+                f.received.counts.forged, f.received.implausible_delays
             ),
         );
     }
@@ -432,7 +419,7 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
     );
     line(
         &mut s,
-        if f.transport == "tcp" {
+        if f.transport == Transport::Tcp {
             "Frames per record"
         } else {
             "Frames per datagram"

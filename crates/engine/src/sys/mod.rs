@@ -9,7 +9,7 @@
 //! a missing counter must not abort a measurement. What a system cannot
 //! tell is listed in docs/platforms.md.
 
-use serde::{Deserialize, Serialize};
+pub use wirebench_stats::result::{CpuTime, HostCpuShare, HostInfo, TcpInfo};
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -86,15 +86,6 @@ impl HostCpu {
     }
 }
 
-/// Host CPU over a run as a share of one core (2.0 = two cores busy).
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct HostCpuShare {
-    pub user: f64,
-    pub system: f64,
-    pub softirq: f64,
-    pub idle: f64,
-}
-
 pub fn host_cpu_share(a: HostCpu, b: HostCpu, secs: f64) -> HostCpuShare {
     let hz = imp::host_cpu_ticks_per_s();
     let f = |x: u64, y: u64| {
@@ -112,78 +103,25 @@ pub fn host_cpu_share(a: HostCpu, b: HostCpu, secs: f64) -> HostCpuShare {
     }
 }
 
-/// User and system CPU seconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct CpuTime {
-    pub user: f64,
-    pub system: f64,
-}
-
-impl CpuTime {
+/// Reading CPU time from the system (the type itself is the result
+/// document's, in wirebench-stats).
+pub trait CpuClock: Sized {
     /// CPU time of the calling thread. Sessions of the daemon run in their
     /// own threads, so summing thread times gives one session's cost even
     /// when several run at once.
-    pub fn thread() -> Self {
+    fn thread() -> Self;
+    /// CPU time of the whole process.
+    fn process() -> Self;
+}
+
+impl CpuClock for CpuTime {
+    fn thread() -> Self {
         imp::thread_cpu()
     }
 
-    pub fn process() -> Self {
+    fn process() -> Self {
         imp::process_cpu()
     }
-
-    pub fn since(self, start: CpuTime) -> CpuTime {
-        CpuTime {
-            user: (self.user - start.user).max(0.0),
-            system: (self.system - start.system).max(0.0),
-        }
-    }
-
-    pub fn plus(self, o: CpuTime) -> CpuTime {
-        CpuTime {
-            user: self.user + o.user,
-            system: self.system + o.system,
-        }
-    }
-
-    /// As a share of one core over `secs`.
-    pub fn share(self, secs: f64) -> CpuTime {
-        if secs <= 0.0 {
-            return CpuTime::default();
-        }
-        CpuTime {
-            user: self.user / secs,
-            system: self.system / secs,
-        }
-    }
-}
-
-/// The TCP_INFO fields the result document carries.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct TcpInfo {
-    pub retransmits: u64,
-    pub rtt_s: f64,
-    pub cwnd_bytes: u64,
-    pub mss: u64,
-}
-
-/// One end of a run: its system and how it measured. `os`, `send_path` and
-/// `rx_timestamps` let a report tell "Windows → Linux" from "Linux → Linux"
-/// and a difference of the system from a difference of the measuring path;
-/// documents written before they existed read as empty strings.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct HostInfo {
-    /// Kernel release (Linux, macOS, FreeBSD) or Windows version and build.
-    pub kernel: String,
-    pub cpus: u32,
-    /// "linux", "windows", "macos", "freebsd" (Rust's `std::env::consts::OS`).
-    #[serde(default)]
-    pub os: String,
-    /// How this end sends datagrams: "sendmmsg" (Linux) or "send".
-    #[serde(default)]
-    pub send_path: String,
-    /// Where this end's receive times come from: "kernel" or "user".
-    #[serde(default)]
-    pub rx_timestamps: String,
 }
 
 pub fn host_info() -> HostInfo {
