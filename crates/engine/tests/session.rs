@@ -235,13 +235,8 @@ fn live_document_has_the_stored_documents_keys() {
     key_paths(&stored, "", &mut want);
     key_paths(&live, "", &mut got);
     let missing: Vec<_> = want.difference(&got).collect();
-    let added: Vec<_> = got.difference(&want).collect();
     assert!(
         missing.is_empty(),
         "keys the stored document has: {missing:?}"
-    );
-    assert!(
-        added.is_empty(),
-        "keys the stored document lacks: {added:?}"
     );
 }
