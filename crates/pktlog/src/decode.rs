@@ -14,7 +14,8 @@ use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::io::{Chain, Cursor, Read};
 use wirebench_stats::{
-    FlowConfig, Interval, IpVersion, RecvAccumulator, RecvSummary, SendAccumulator, Throughput, L4,
+    FlowConfig, Interval, IpVersion, RecvAccumulator, RecvSummary, SendAccumulator, Throughput,
+    Transport,
 };
 
 /// Log formats `wirebench decode` reads.
@@ -188,10 +189,10 @@ struct FlowState {
 
 fn flow_config(m: &FlowMeta, window_ns: Option<u64>) -> FlowConfig {
     FlowConfig {
-        l4: if m.transport.eq_ignore_ascii_case("tcp") {
-            L4::Tcp
+        transport: if m.transport.eq_ignore_ascii_case("tcp") {
+            Transport::Tcp
         } else {
-            L4::Udp
+            Transport::Udp
         },
         ip: if m.ip_version == 6 {
             IpVersion::V6

@@ -224,19 +224,19 @@ fn flow_text(f: &FlowFigures, out: &mut String) {
         let _ = writeln!(
             out,
             "  packets      {} (unique {}, duplicates {}, reordered {})",
-            r.packets, r.unique, r.duplicates, r.reordered
+            r.counts.packets, r.counts.unique, r.counts.duplicates, r.counts.reordered
         );
-        let _ = writeln!(out, "  bytes        {}", r.bytes);
+        let _ = writeln!(out, "  bytes        {}", r.counts.bytes);
         let _ = writeln!(
             out,
             "  lost         {} ({:.3} %), {} bursts, longest {}",
-            r.lost,
-            r.loss_ratio * 100.0,
-            r.loss_bursts.count,
-            r.loss_bursts.max_len
+            r.counts.lost,
+            r.counts.loss_ratio * 100.0,
+            r.counts.loss_bursts.count,
+            r.counts.loss_bursts.max_len
         );
         let pps = if r.duration_s > 0.0 {
-            r.unique as f64 / r.duration_s
+            r.counts.unique as f64 / r.duration_s
         } else {
             0.0
         };
@@ -272,11 +272,11 @@ fn flow_text(f: &FlowFigures, out: &mut String) {
             s6(j.rfc3550),
             s6(j.pdv_p999)
         );
-        if r.negative_delays > 0 {
+        if r.counts.negative_delays > 0 {
             let _ = writeln!(
                 out,
                 "  negative delays: {} (clock offset larger than the delay)",
-                r.negative_delays
+                r.counts.negative_delays
             );
         }
     }
@@ -299,7 +299,7 @@ fn flow_text(f: &FlowFigures, out: &mut String) {
         let _ = writeln!(
             out,
             "  rtt          {} reflections  min {}  mean {}  max {}  p99 {} s",
-            r.unique,
+            r.counts.unique,
             s6(d.min),
             s6(d.mean),
             s6(d.max),
@@ -345,13 +345,13 @@ fn text_summary(d: &Decoded) -> String {
     }
     let recv: Vec<_> = d.flows.iter().filter_map(|f| f.received.as_ref()).collect();
     if recv.len() > 1 {
-        let unique: u64 = recv.iter().map(|r| r.unique).sum();
-        let lost: u64 = recv.iter().map(|r| r.lost).sum();
-        let bytes: u64 = recv.iter().map(|r| r.bytes).sum();
-        let packets: u64 = recv.iter().map(|r| r.packets).sum();
+        let unique: u64 = recv.iter().map(|r| r.counts.unique).sum();
+        let lost: u64 = recv.iter().map(|r| r.counts.lost).sum();
+        let bytes: u64 = recv.iter().map(|r| r.counts.bytes).sum();
+        let packets: u64 = recv.iter().map(|r| r.counts.packets).sum();
         let mean = if unique > 0 {
             recv.iter()
-                .map(|r| r.delay_s.mean * r.unique as f64)
+                .map(|r| r.delay_s.mean * r.counts.unique as f64)
                 .sum::<f64>()
                 / unique as f64
         } else {
