@@ -22,7 +22,8 @@ mod imp {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // clock_gettime on these clocks cannot fail with a valid pointer.
+        // SAFETY: `ts` is a live timespec for the kernel to fill; on these
+        // clocks clock_gettime cannot fail with a valid pointer.
         unsafe { libc::clock_gettime(clock, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
@@ -46,6 +47,8 @@ mod imp {
             tv_nsec: (deadline % 1_000_000_000) as libc::c_long,
         };
         loop {
+            // SAFETY: `ts` is a live timespec read by the kernel; no
+            // remainder is asked for (null), which TIMER_ABSTIME does not use.
             let r = unsafe {
                 libc::clock_nanosleep(
                     libc::CLOCK_MONOTONIC,
@@ -63,6 +66,7 @@ mod imp {
     /// Makes timer wake-ups of the calling thread as precise as the kernel
     /// allows (the default 50 µs slack would be added to every sleep).
     pub fn tighten_timer_slack() {
+        // SAFETY: PR_SET_TIMERSLACK takes an integer and touches no memory of ours.
         unsafe {
             libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
         }
@@ -72,6 +76,8 @@ mod imp {
     /// a busy host (compilers, other tests) preempts the pacer less often.
     /// Silently stays at the current priority without the privilege.
     pub fn raise_priority() {
+        // SAFETY: gettid and setpriority take and return integers only; a
+        // refused priority is an error return, not undefined behaviour.
         unsafe {
             let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
             libc::setpriority(libc::PRIO_PROCESS, tid, -10);

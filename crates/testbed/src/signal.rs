@@ -4,10 +4,11 @@
 //! [`crate::Testbed::keep`]) is removed when such a signal arrives, and the
 //! process exits with 128 + signal number.
 //!
-//! The handler itself only writes the signal number to a pipe (the one thing
-//! a signal handler may safely do); a watcher thread does the teardown. To
-//! avoid racing a half-done build step, `up` runs each step under
-//! [`step`], which the watcher takes (and never gives back) before it cleans.
+//! signal-hook's iterator receives the signals (its handler only writes to
+//! a pipe, the one thing a signal handler may safely do); a watcher thread
+//! does the teardown. To avoid racing a half-done build step, `up` runs each
+//! step under [`step`], which the watcher takes (and never gives back)
+//! before it cleans.
 //!
 //! Test-beds exist only on Linux; elsewhere there is nothing to clean up and
 //! [`cleanup_on_signal`] installs nothing.
@@ -19,21 +20,7 @@ use std::sync::{Mutex, MutexGuard, Once};
 static OWNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static STEP: Mutex<()> = Mutex::new(());
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-#[cfg(target_os = "linux")]
-static PIPE_WR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 static INSTALL: Once = Once::new();
-
-#[cfg(target_os = "linux")]
-extern "C" fn on_signal(sig: libc::c_int) {
-    let fd = PIPE_WR.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let b = sig as u8;
-        // SAFETY: write(2) is async-signal-safe; the buffer is a local byte.
-        unsafe {
-            libc::write(fd, &b as *const u8 as *const libc::c_void, 1);
-        }
-    }
-}
 
 /// Installs the SIGINT/SIGTERM cleanup (idempotent). Call it early in any
 /// process that builds test-beds: the CLI's `testbed up`, a campaign run.
@@ -43,60 +30,30 @@ pub fn cleanup_on_signal() -> Result<(), TestbedError> {
     result
 }
 
+#[cfg(target_os = "linux")]
+fn install() -> Result<(), TestbedError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| TestbedError::io("installing the signal handler", e))?;
+    std::thread::Builder::new()
+        .name("wb-testbed-signal".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                clean_up_and_exit(sig);
+            }
+        })
+        .map_err(|e| TestbedError::io("starting the signal watcher", e))?;
+    Ok(())
+}
+
 #[cfg(not(target_os = "linux"))]
 fn install() -> Result<(), TestbedError> {
     Ok(())
 }
 
+/// Removes every owned test-bed and exits with 128 + `sig`.
 #[cfg(target_os = "linux")]
-fn install() -> Result<(), TestbedError> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two fds into the array we own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(TestbedError::io(
-            "creating the signal pipe",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    PIPE_WR.store(fds[1], Ordering::Relaxed);
-    let rd = fds[0];
-    std::thread::Builder::new()
-        .name("wb-testbed-signal".into())
-        .spawn(move || watch(rd))
-        .map_err(|e| TestbedError::io("starting the signal watcher", e))?;
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: a zeroed sigaction with a plain handler is valid; the
-        // handler only calls write(2).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-                return Err(TestbedError::io(
-                    "installing the signal handler",
-                    std::io::Error::last_os_error(),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(target_os = "linux")]
-fn watch(rd: libc::c_int) {
-    let mut b = 0u8;
-    loop {
-        // SAFETY: reading one byte into a local from our own pipe.
-        let n = unsafe { libc::read(rd, &mut b as *mut u8 as *mut libc::c_void, 1) };
-        if n == 1 {
-            break;
-        }
-        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-            continue;
-        }
-        return;
-    }
+fn clean_up_and_exit(sig: i32) -> ! {
     INTERRUPTED.store(true, Ordering::SeqCst);
     // Wait for a running build step to finish, then hold the lock for good.
     let _held = STEP.lock().unwrap_or_else(|p| p.into_inner());
@@ -107,7 +64,7 @@ fn watch(rd: libc::c_int) {
             Err(e) => eprintln!("wirebench: interrupted; removing test-bed `{n}` failed: {e}"),
         }
     }
-    std::process::exit(128 + b as i32);
+    std::process::exit(128 + sig);
 }
 
 /// Marks a test-bed as owned by this process (removed on a signal).

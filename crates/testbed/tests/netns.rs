@@ -309,7 +309,7 @@ fn udp_pair(tb: &Testbed, idle: Duration) -> (UdpSocket, UdpSocket) {
         })
         .unwrap();
     let port = rx.local_addr().unwrap().port();
-    let _ = socket_opt(&rx, libc::SO_RCVBUFFORCE, 8 << 20);
+    let _ = socket_opt(&rx, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 8 << 20);
     rx.set_read_timeout(Some(idle)).unwrap();
     let tx: UdpSocket = tb
         .in_node("a", || {
@@ -331,21 +331,12 @@ fn saturate(
     sndbuf: i32,
 ) -> (f64, u64, u64) {
     let (rx, tx) = udp_pair(tb, Duration::from_millis(500));
-    socket_opt(&tx, libc::SO_SNDBUFFORCE, sndbuf).unwrap();
+    socket_opt(&tx, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, sndbuf).unwrap();
     if gso_segs > 1 {
         // UDP GSO: one send carries gso_segs datagrams as one skb through
         // the qdisc; the shaper must still charge each frame its overhead.
-        let rc = unsafe {
-            let v = payload as i32;
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&tx),
-                libc::SOL_UDP,
-                103, // UDP_SEGMENT
-                &v as *const i32 as *const libc::c_void,
-                4,
-            )
-        };
-        assert_eq!(rc, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+        // 103 = UDP_SEGMENT
+        socket_opt(&tx, libc::SOL_UDP, 103, payload as i32).expect("UDP_SEGMENT");
     }
     let sender = std::thread::spawn(move || {
         let buf = vec![0x42u8; payload * gso_segs];
@@ -361,7 +352,7 @@ fn saturate(
     });
     // Kernel receive timestamps: the measurement does not depend on when
     // this (possibly descheduled) thread gets to read the socket.
-    socket_opt(&rx, libc::SO_TIMESTAMPNS, 1).unwrap();
+    socket_opt(&rx, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).unwrap();
     let warm_ns = 500_000_000u64;
     let mut buf = vec![0u8; 65536];
     let mut first: Option<u64> = None;
@@ -396,16 +387,21 @@ fn recv_ts(s: &UdpSocket, buf: &mut [u8]) -> Option<(usize, u64)> {
         iov_len: buf.len(),
     };
     let mut cbuf = [0u64; 16];
+    // SAFETY: msghdr is integers and pointers; all zeros is an empty header.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
     msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: `msg` points at the live `iov` (over `buf`) and `cbuf`, with
+    // their lengths; the kernel writes no more.
     let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, 0) };
     if n < 0 {
         return None;
     }
     let mut ts = None;
+    // SAFETY: the CMSG macros walk `cbuf` within the length the kernel
+    // wrote to msg_controllen; a timestamp's data is a timespec, read unaligned.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
@@ -423,12 +419,13 @@ fn recv_ts(s: &UdpSocket, buf: &mut [u8]) -> Option<(usize, u64)> {
     ))
 }
 
-fn socket_opt(s: &UdpSocket, opt: i32, val: i32) -> std::io::Result<()> {
+fn socket_opt(s: &UdpSocket, level: i32, opt: i32, val: i32) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
+    // SAFETY: the value is a live i32 and the length passed is its size.
     let rc = unsafe {
         libc::setsockopt(
             s.as_raw_fd(),
-            libc::SOL_SOCKET,
+            level,
             opt,
             &val as *const i32 as *const libc::c_void,
             4,
@@ -800,6 +797,7 @@ fn sigterm_during_up_removes_what_was_built() {
     let mut child = spawn_child(name, true);
     wait_for_state(name);
     std::thread::sleep(Duration::from_millis(30));
+    // SAFETY: kill takes integers only; the pid is our own unreaped child.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }

@@ -2,33 +2,26 @@
 //! child-process waits poll, so the run in flight is abandoned (not stored)
 //! and the receiver and test-bed are stopped in order.
 
+use super::RunError;
+use signal_hook::consts::{SIGINT, SIGTERM};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_sig: libc::c_int) {
-    if STOP.swap(true, Ordering::SeqCst) {
-        // A second Ctrl-C: the user wants out now. The test-bed is left
-        // behind and removed by the next `up` of the same name.
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(130) };
-    }
-}
+static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 /// SIGINT/SIGTERM set a flag the loop checks; the first one aborts the run
-/// in flight (not stored) and tears down cleanly.
-pub fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: a zeroed sigaction with a handler that only touches an
-        // atomic (and _exit) is valid and async-signal-safe.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+/// in flight (not stored) and tears down cleanly. A second one means the
+/// user wants out now: the process exits with 130 at once, and a test-bed
+/// left behind is removed by the next `up` of the same name.
+pub fn install_signal_handlers() -> Result<(), RunError> {
+    for sig in [SIGINT, SIGTERM] {
+        // The shutdown is registered first, so it sees the flag as the
+        // previous signal left it.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&STOP))
+            .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&STOP)))
+            .map_err(|e| RunError::io("installing the Ctrl-C handler", e))?;
     }
+    Ok(())
 }
 
 /// True once SIGINT/SIGTERM arrived.

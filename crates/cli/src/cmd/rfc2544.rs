@@ -259,7 +259,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     wirebench_campaign::rfc2544::Rfc2544Config::from_campaign(&c).map_err(flag_error)?;
     let binary = binary_path(a.binary.clone())?;
     let store = Store::open(&a.db).map_err(anyhow::Error::new)?;
-    install_signal_handlers();
+    install_signal_handlers().map_err(anyhow::Error::new)?;
     let opts = RunOptions {
         binary,
         resume: false,

@@ -69,7 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let c = load_campaign(&args.campaign, args.quick)?;
     let binary = binary_path(args.binary.clone())?;
     let store = Store::open(&args.db).map_err(anyhow::Error::new)?;
-    install_signal_handlers();
+    install_signal_handlers().map_err(anyhow::Error::new)?;
     let opts = RunOptions {
         binary,
         resume: args.resume,

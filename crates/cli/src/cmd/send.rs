@@ -3,9 +3,12 @@
 //! ITGDec-like summary or the `wirebench.result/1` JSON document.
 
 use crate::exit::bad_input;
+use anyhow::Context;
+use signal_hook::consts::SIGINT;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, LazyLock};
 use wirebench_engine::plan::{Family, FlowPlan, SessionPlan, Stop};
 use wirebench_engine::result::{FlowResult, ResultDoc};
 use wirebench_engine::EngineError;
@@ -221,26 +224,17 @@ fn rand_seed() -> u64 {
 }
 
 /// Set by the first Ctrl-C: flows stop, the receiver's report is still
-/// collected and printed as a partial result. A second Ctrl-C kills.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-    // Async-signal-safe: restore the default so a second Ctrl-C ends the process.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
-    }
-}
+/// collected and printed as a partial result. A second Ctrl-C exits (130).
+static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut plan = build_plan(&args)?;
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-    }
-    plan.cancel = Some(&INTERRUPTED);
+    // The shutdown is registered first, so it sees the flag as the previous
+    // Ctrl-C left it.
+    signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&INTERRUPTED))
+        .and_then(|_| signal_hook::flag::register(SIGINT, Arc::clone(&INTERRUPTED)))
+        .context("installing the Ctrl-C handler")?;
+    plan.cancel = Some(&**INTERRUPTED);
     // Resolve up front: an unresolvable name is the user's input.
     plan.resolve().map_err(bad_input)?;
     // Open the JSON file before measuring, so a bad path costs no run.

@@ -20,7 +20,12 @@ pub const RX_TIMESTAMPS: &str = "kernel";
 /// batches without adding the nap to the measured delay.
 pub const KERNEL_RX_TIMESTAMPS: bool = true;
 
+/// The one place the engine sets a socket option that the standard library
+/// and socket2 do not offer; true when the kernel took it.
 fn setsockopt_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, val: libc::c_int) -> bool {
+    // SAFETY: the option value is a live c_int and the length passed is its
+    // size; a bad fd or option makes the call fail (EBADF, ENOPROTOOPT), it
+    // cannot write anywhere.
     unsafe {
         libc::setsockopt(
             fd,
@@ -75,14 +80,19 @@ impl RecvBatch {
             slot,
             bufs: vec![0u8; slot * BATCH],
             iovs: Vec::with_capacity(BATCH),
+            // SAFETY: sockaddr_storage is plain integers; all zeros is valid.
             addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
             cmsgs: vec![0u64; CMSG_WORDS * BATCH],
             hdrs: Vec::with_capacity(BATCH),
             out_iovs: Vec::with_capacity(BATCH),
             out_hdrs: Vec::with_capacity(BATCH),
         });
+        // The Vecs are never resized after this, so the pointers taken into
+        // them below stay valid for the batch's life (it is boxed, so moving
+        // the box does not move them either).
         for i in 0..BATCH {
-            let base = unsafe { b.bufs.as_mut_ptr().add(i * slot) };
+            // In bounds (i < BATCH) and no reference made: `wrapping_add` is enough.
+            let base = b.bufs.as_mut_ptr().wrapping_add(i * slot);
             b.iovs.push(libc::iovec {
                 iov_base: base as *mut libc::c_void,
                 iov_len: slot,
@@ -93,15 +103,18 @@ impl RecvBatch {
             });
         }
         for i in 0..BATCH {
+            // SAFETY: mmsghdr is a C struct of integers and pointers; all
+            // zeros (null pointers, zero lengths) is a valid empty header.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
             h.msg_hdr.msg_name = &mut b.addrs[i] as *mut _ as *mut libc::c_void;
             h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
             h.msg_hdr.msg_iov = &mut b.iovs[i] as *mut libc::iovec;
             h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_control =
-                unsafe { b.cmsgs.as_mut_ptr().add(i * CMSG_WORDS) } as *mut libc::c_void;
+                b.cmsgs.as_mut_ptr().wrapping_add(i * CMSG_WORDS) as *mut libc::c_void;
             h.msg_hdr.msg_controllen = CMSG_WORDS * 8;
             b.hdrs.push(h);
+            // SAFETY: as above, a valid empty header.
             let mut o: libc::mmsghdr = unsafe { std::mem::zeroed() };
             o.msg_hdr.msg_iov = &mut b.out_iovs[i] as *mut libc::iovec;
             o.msg_hdr.msg_iovlen = 1;
@@ -120,6 +133,10 @@ impl RecvBatch {
             h.msg_flags = 0;
             self.hdrs[i].msg_len = 0;
         }
+        // SAFETY: `hdrs` holds BATCH headers, each pointing at its own
+        // iovec, address and control slot inside buffers this batch owns,
+        // with the lengths of those slots (reset above); the kernel writes
+        // no more than those lengths.
         let n = unsafe {
             libc::recvmmsg(
                 fd,
@@ -163,6 +180,10 @@ impl RecvBatch {
     /// Kernel receive time of datagram `i` (CLOCK_REALTIME ns), if delivered.
     pub fn kernel_ts(&self, i: usize) -> Option<u64> {
         let h = &self.hdrs[i].msg_hdr;
+        // SAFETY: `h` describes control slot `i`, which the kernel filled in
+        // the last `recv` and whose used length it wrote to msg_controllen;
+        // CMSG_FIRSTHDR/CMSG_NXTHDR never step past that length, and an
+        // SCM_TIMESTAMPNS message carries a timespec, read unaligned.
         unsafe {
             let mut c = libc::CMSG_FIRSTHDR(h);
             while !c.is_null() {
@@ -179,19 +200,27 @@ impl RecvBatch {
     /// Queues datagram `i` (as it now is in its slot, `len` bytes) to go back
     /// to where it came from, as reply number `k` of the next [`flush_replies`].
     pub fn queue_reply(&mut self, k: usize, i: usize, len: usize) {
+        // Indexing first checks i < BATCH, so slot `i` lies inside `bufs`.
+        let name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
+        let namelen = self.hdrs[i].msg_hdr.msg_namelen;
         self.out_iovs[k].iov_base =
-            unsafe { self.bufs.as_mut_ptr().add(i * self.slot) } as *mut libc::c_void;
+            self.bufs.as_mut_ptr().wrapping_add(i * self.slot) as *mut libc::c_void;
         self.out_iovs[k].iov_len = len.min(self.slot);
         let o = &mut self.out_hdrs[k].msg_hdr;
-        o.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
-        o.msg_namelen = self.hdrs[i].msg_hdr.msg_namelen;
+        o.msg_name = name;
+        o.msg_namelen = namelen;
         o.msg_iov = &mut self.out_iovs[k] as *mut libc::iovec;
     }
 
     /// Sends the first `n` queued replies; returns how many went out.
     pub fn flush_replies(&mut self, fd: RawFd, n: usize) -> usize {
+        // The unsafe call below relies on it: never past the last header.
+        assert!(n <= BATCH, "{n} replies queued in a batch of {BATCH}");
         let mut done = 0;
         while done < n {
+            // SAFETY: done < n <= BATCH, so the n - done headers from `done`
+            // are inside `out_hdrs`; each points at an iovec and address of
+            // this batch, set by `queue_reply` to lengths within its slots.
             let r = unsafe {
                 libc::sendmmsg(
                     fd,
@@ -239,14 +268,17 @@ impl SendBatch {
         for (i, x) in b.bufs.iter_mut().enumerate() {
             *x = (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0];
         }
+        // As in RecvBatch::new: the Vecs are never resized after this.
         for i in 0..BATCH {
-            let base = unsafe { b.bufs.as_mut_ptr().add(i * slot) };
+            let base = b.bufs.as_mut_ptr().wrapping_add(i * slot);
             b.iovs.push(libc::iovec {
                 iov_base: base as *mut libc::c_void,
                 iov_len: 0,
             });
         }
         for i in 0..BATCH {
+            // SAFETY: mmsghdr is a C struct of integers and pointers; all
+            // zeros (null pointers, zero lengths) is a valid empty header.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
             h.msg_hdr.msg_iov = &mut b.iovs[i] as *mut libc::iovec;
             h.msg_hdr.msg_iovlen = 1;
@@ -265,7 +297,12 @@ impl SendBatch {
     /// Sends slots `from..n`; returns how many the kernel took (at least 1
     /// unless an error is returned for slot `from`).
     pub fn send(&mut self, fd: RawFd, from: usize, n: usize) -> io::Result<usize> {
+        // The unsafe call below relies on it: a non-empty range of headers.
+        assert!(from < n && n <= BATCH, "slots {from}..{n} of {BATCH}");
         loop {
+            // SAFETY: from < n <= BATCH, so the n - from headers from `from`
+            // are inside `hdrs`; each points at its iovec, whose length
+            // `slot()` keeps within the slot.
             let r = unsafe {
                 libc::sendmmsg(
                     fd,

@@ -79,8 +79,10 @@ pub fn process_cpu() -> CpuTime {
 }
 
 pub fn tcp_info(sock: &impl AsRawFd) -> Option<TcpInfo> {
+    // SAFETY: tcp_info is plain integers; all zeros is valid.
     let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes, the size of `ti`.
     let r = unsafe {
         libc::getsockopt(
             sock.as_raw_fd(),
@@ -110,6 +112,7 @@ pub fn path_mtu(sock: &impl AsRawFd, v6: bool) -> Option<u32> {
     } else {
         (libc::IPPROTO_IP, libc::IP_MTU)
     };
+    // SAFETY: the kernel writes at most `len` bytes, the size of `mtu`.
     let r = unsafe {
         libc::getsockopt(
             sock.as_raw_fd(),

@@ -58,8 +58,9 @@ mod unknown {
 /// getrusage as CPU seconds (`who`: RUSAGE_SELF / RUSAGE_THREAD).
 #[cfg(unix)]
 fn from_rusage(who: libc::c_int) -> CpuTime {
-    // SAFETY: getrusage writes into the struct we own.
+    // SAFETY: rusage is plain integers; all zeros is valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into the struct we own.
     if unsafe { libc::getrusage(who, &mut ru) } != 0 {
         return CpuTime::default();
     }
