@@ -112,6 +112,18 @@ pub fn metric_catalogue() -> Vec<MetricInfo> {
             "CPU, host softirq (incl. router forwarding)",
             "share of one core",
         ),
+        m(
+            "cpu_router_busy",
+            Cpu,
+            "CPU, busiest real router (1 − idle)",
+            "share of all its cores",
+        ),
+        m(
+            "cpu_router_softirq",
+            Cpu,
+            "CPU, busiest real router, softirq (forwarding)",
+            "share of all its cores",
+        ),
         m("tcp_retransmits", Tcp, "TCP retransmits", "packets"),
         m("tcp_rtt_s", Tcp, "TCP smoothed RTT", "s"),
         m("tcp_cwnd_bytes", Tcp, "TCP congestion window", "bytes"),
@@ -216,6 +228,25 @@ fn counter_drops(c: &Value) -> Option<f64> {
     found.then_some(acc)
 }
 
+/// Real nodes (`[[hosts.node]]`): the highest host-wide CPU share among the
+/// router nodes over the run — `busy` (1 − idle) or one of the per-state
+/// shares the agent's CPU delta holds.
+fn router_cpu(c: &Value, what: &str) -> Option<f64> {
+    let roles = c.get("roles")?.as_object()?;
+    roles
+        .iter()
+        .filter(|(_, r)| r.as_str() == Some("router"))
+        .filter_map(|(n, _)| {
+            let h = c.get("cpu")?.get(n)?.get("host")?;
+            if what == "busy" {
+                Some(1.0 - num(h, &["idle"])?)
+            } else {
+                num(h, &[what])
+            }
+        })
+        .reduce(f64::max)
+}
+
 /// One value per metric key for one run's result document.
 pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
@@ -292,6 +323,14 @@ pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<Str
     put("cpu_host_user", num(result, &["cpu", "host", "user"]));
     put("cpu_host_system", num(result, &["cpu", "host", "system"]));
     put("cpu_host_softirq", num(result, &["cpu", "host", "softirq"]));
+    put(
+        "cpu_router_busy",
+        counters.and_then(|c| router_cpu(c, "busy")),
+    );
+    put(
+        "cpu_router_softirq",
+        counters.and_then(|c| router_cpu(c, "softirq")),
+    );
     put("tcp_retransmits", sum_flows(flows, &["tcp", "retransmits"]));
     put("tcp_rtt_s", plain_mean(flows, &["tcp", "rtt_s"]));
     put("tcp_cwnd_bytes", plain_mean(flows, &["tcp", "cwnd_bytes"]));
@@ -779,5 +818,22 @@ app = ["dns"]
             note.contains("no counterpart for 1 of 5 scenarios") && note.contains("app=dns"),
             "{note}"
         );
+    }
+
+    #[test]
+    fn router_cpu_is_the_busiest_real_router() {
+        let c = json!({
+            "roles": {"a": "sender", "r1": "router", "r2": "router"},
+            "cpu": {
+                "a": {"host": {"idle": 0.1, "softirq": 0.0}},
+                "r1": {"host": {"idle": 0.75, "softirq": 0.2}},
+                "r2": {"host": {"idle": 0.5, "softirq": 0.4}}
+            }
+        });
+        let m = extract_metrics(&json!({"flows": []}), Some(&c));
+        assert_eq!(m["cpu_router_busy"], 0.5);
+        assert_eq!(m["cpu_router_softirq"], 0.4);
+        let none = extract_metrics(&json!({"flows": []}), Some(&json!({"nodes": {}})));
+        assert!(!none.contains_key("cpu_router_busy"));
     }
 }
