@@ -182,3 +182,86 @@ fn testbed_100mbit_found_at_the_ethernet_bound() {
         "test-bed removed"
     );
 }
+
+/// A router capped at 7 000 packets/s (`forward_pps`, a 100-packet queue)
+/// behind 10 Mbit/s links: the throughput search finds the cap for 64 B
+/// frames within the stated resolution (0.5 % of the 13 889 fps line rate,
+/// plus the 100 packets its queue absorbs over a 4 s trial), and the
+/// frame-loss curve follows 1 − cap/offered within 1 point. (A 20-packet
+/// queue is shorter than the pacer's bursts: it lost 0.2-2 % below the cap.)
+#[test]
+fn capped_router_found_and_frame_loss_follows_the_cap() {
+    if !wirebench_testbed::sys::is_root() {
+        eprintln!("SKIP: capped_router_found_and_frame_loss_follows_the_cap needs root (network namespaces)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("capped.toml");
+    std::fs::write(
+        &topo,
+        "[[node]]\nname = \"a\"\nkind = \"host\"\n\
+         [[node]]\nname = \"r1\"\nkind = \"router\"\nforward_pps = 7000\ntxqueuelen = 100\n\
+         [[node]]\nname = \"b\"\nkind = \"host\"\n\
+         [[link]]\nendpoints = [\"a\", \"r1\"]\n[[link]]\nendpoints = [\"r1\", \"b\"]\n",
+    )
+    .unwrap();
+    let db = dir.path().join("c.db");
+    let json = dir.path().join("c.json");
+    let (code, out, err) = run(&[
+        "rfc2544",
+        "--topology",
+        topo.to_str().unwrap(),
+        "--rate",
+        "10mbit",
+        "--tb-name",
+        "rfccap",
+        "-4",
+        "--frames",
+        "64",
+        "--tests",
+        "throughput,frame-loss",
+        "--trial-s",
+        "4",
+        "--learning-s",
+        "0.1",
+        "--linger-ms",
+        "500",
+        "--retries",
+        "1",
+        "--db",
+        db.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    eprintln!("{out}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let z = &s["sizes"][0];
+    let line = z["line_fps"].as_f64().unwrap();
+    assert!(
+        (line - 10e6 / (8.0 * 90.0)).abs() < 1e-6,
+        "70 B frames on the wire: {line}"
+    );
+    let cap = 7000.0;
+    let fps = z["throughput"]["fps"].as_f64().unwrap();
+    let res = 0.005 * line;
+    assert!(
+        fps >= cap - res && fps <= cap + 100.0 / 4.0 + 1.0,
+        "found {fps:.1} fps for a {cap} pps cap (resolution {res:.1})\n{out}\n{err}"
+    );
+    let points = z["frame_loss"].as_array().unwrap();
+    assert!(points.len() >= 3, "{z}");
+    for p in points {
+        let offered = p["offered_fps"].as_f64().unwrap();
+        let loss = p["loss_percent"].as_f64().unwrap();
+        let model = 100.0 * (1.0 - cap / offered).max(0.0);
+        assert!(
+            (loss - model).abs() <= 1.0,
+            "at {offered:.0} fps lost {loss:.2} %, model {model:.2} %\n{out}"
+        );
+    }
+    // It stopped after two clean loads.
+    let n = points.len();
+    assert_eq!(points[n - 1]["loss_percent"], 0.0);
+    assert_eq!(points[n - 2]["loss_percent"], 0.0);
+}

@@ -42,6 +42,9 @@ pub struct Args {
     /// line rate per frame size (without it the first trial is unpaced and the tester's maximum is the ceiling).
     #[arg(long, value_name = "RATE")]
     pub rate: Option<String>,
+    /// Test-bed: every router forwards at most N packets/s out of each interface (docs/testbed.md).
+    #[arg(long, value_name = "N")]
+    pub forward_pps: Option<i64>,
     /// Link MTU (test-bed: applied; hosts: what the path has). Frames above MTU + 18 are refused.
     #[arg(long, value_name = "N")]
     pub mtu: Option<u32>,
@@ -128,6 +131,7 @@ fn flag_of(key: &str) -> &'static str {
         "file" => "--topology",
         "link_rate" => "--rate",
         "mtu" => "--mtu",
+        "forward_pps" => "--forward-pps",
         "receiver" | "receiver6" => "--hosts",
         "linger_s" => "--linger-ms",
         "name" => "--name / --tb-name",
@@ -167,10 +171,9 @@ fn campaign_text(a: &Args) -> anyhow::Result<String> {
                 let f = std::fs::canonicalize(f)
                     .map_err(|e| bad_input(format!("--topology: {}: {e}", f.display())))?;
                 target.insert("file".into(), V::String(f.display().to_string()));
-                for (k, v) in [("sender", &a.sender), ("receiver", &a.receiver)] {
-                    if let Some(v) = v {
-                        target.insert(k.into(), V::String(v.clone()));
-                    }
+                for (k, v, d) in [("sender", &a.sender, "a"), ("receiver", &a.receiver, "b")] {
+                    let v = v.clone().unwrap_or_else(|| d.to_string());
+                    target.insert(k.into(), V::String(v));
                 }
             }
             None => {
@@ -188,6 +191,12 @@ fn campaign_text(a: &Args) -> anyhow::Result<String> {
         if let Some(m) = a.mtu {
             target.insert("mtu".into(), V::Integer(i64::from(m)));
         }
+    }
+    if let Some(f) = a.forward_pps {
+        if target_name != "testbed" {
+            crate::bail_input!("--forward-pps: only an emulated test-bed has routers to cap");
+        }
+        target.insert("forward_pps".into(), V::Integer(f));
     }
     top.insert(target_name.into(), V::Table(target));
     let mut b = toml::Table::new();
