@@ -240,3 +240,34 @@ fn live_document_has_the_stored_documents_keys() {
         "keys the stored document has: {missing:?}"
     );
 }
+
+/// A hundred flows in one session: every flow keeps its own schedule,
+/// sequence numbers, sizes and stop condition, and is received exactly.
+#[test]
+fn many_flows_are_received_exactly() {
+    let port = 15415;
+    let (stop, h) = daemon(port);
+    let flows: Vec<FlowPlan> = (0..100)
+        .map(|i| udp(50.0, 64 + i, Stop::DurationMs(400), i as u64))
+        .collect();
+    let t = std::time::Instant::now();
+    let doc = wirebench_engine::run(plan("127.0.0.1", port, flows)).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    assert!(!doc.partial);
+    assert_eq!(doc.flows.len(), 100);
+    for (i, f) in doc.flows.iter().enumerate() {
+        assert_eq!(f.id as usize, i + 1);
+        assert_eq!(f.requested.payload_bytes, 64.0 + i as f64);
+        assert_eq!(f.sent.packets, 20, "flow {}", f.id);
+        assert_eq!(f.received.counts.unique, 20, "flow {}", f.id);
+        assert_eq!(f.received.counts.lost, 0, "flow {}", f.id);
+        assert_eq!(
+            f.received.counts.bytes,
+            20 * (64 + i as u64),
+            "flow {}",
+            f.id
+        );
+    }
+    assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
+}
