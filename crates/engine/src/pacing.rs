@@ -20,6 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use wirebench_model::MIN_PAYLOAD;
+use wirebench_pktlog::format::FLAG_NOT_SENT;
+use wirebench_pktlog::stream::{LogProducer, LogSink};
+use wirebench_pktlog::{FlowMeta, LogFooter, LogMeta, Record, Side};
 use wirebench_stats::{FlowConfig, IpVersion, RecvSummary, SendAccumulator, SendSummary};
 use wirebench_wire::{MeterMode, ProbeHeader, Transport, FLAG_RTT, PROBE_HEADER_LEN};
 
@@ -79,6 +82,64 @@ struct FlowJob {
     spin_ns: u64,
     /// Paced (not max-rate) flows in the session.
     paced: usize,
+    /// `-l`: this flow's end of the session's per-packet log.
+    log: Option<LogProducer>,
+}
+
+/// A flow's send statistics and, with `-l`, its per-packet log: every sent
+/// and not-sent packet goes into both.
+struct SendRec {
+    acc: SendAccumulator,
+    log: Option<LogProducer>,
+    flow: u16,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC at the start, to log a not-sent
+    /// packet's scheduled time on the wall clock like the sent ones.
+    wall_minus_mono: i128,
+}
+
+impl SendRec {
+    #[inline]
+    fn record_sent(&mut self, sched: u64, actual: u64, size: u32, seq: u32, tx_wall: u64) {
+        self.acc.record_sent(sched, actual, size);
+        if let Some(l) = self.log.as_mut() {
+            l.push(Record {
+                flow: self.flow,
+                flags: 0,
+                size,
+                seq: u64::from(seq),
+                tx_ns: tx_wall,
+                rx_ns: 0,
+            });
+        }
+    }
+
+    /// `n` packets scheduled at `at` (monotonic) not sent; `seq` is the
+    /// number the next sent packet gets (not-sent packets use none).
+    #[inline]
+    fn record_not_sent(&mut self, n: u64, at: u64, seq: u32, size: u32) {
+        self.acc.record_not_sent(n);
+        if let Some(l) = self.log.as_mut() {
+            let wall = (i128::from(at) + self.wall_minus_mono).max(0) as u64;
+            for _ in 0..n {
+                l.push(Record {
+                    flow: self.flow,
+                    flags: FLAG_NOT_SENT,
+                    size,
+                    seq: u64::from(seq),
+                    tx_ns: wall,
+                    rx_ns: 0,
+                });
+            }
+        }
+    }
+
+    fn packets(&self) -> u64 {
+        self.acc.packets()
+    }
+
+    fn summary(&self) -> SendSummary {
+        self.acc.summary()
+    }
 }
 
 impl FlowJob {
@@ -208,7 +269,7 @@ impl Schedule {
     }
 }
 
-fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
+fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
     tighten_timer_slack();
     // A max-rate flow stays at normal priority beside paced flows, whose
     // pacers must not wait for it; alone, it competes on equal terms.
@@ -219,7 +280,12 @@ fn run_flow(job: FlowJob, sock: DataSock) -> FlowSent {
         Ok(s) => s,
         Err(e) => return FlowSent::failed(&e),
     };
-    let mut acc = SendAccumulator::new(job.cfg);
+    let mut acc = SendRec {
+        acc: SendAccumulator::new(job.cfg),
+        log: job.log.take(),
+        flow: job.flow_id,
+        wall_minus_mono: i128::from(realtime_ns()) - i128::from(mono_ns()),
+    };
     match sock {
         DataSock::Udp(s) => {
             let reflector = if job.rtt {
@@ -315,9 +381,10 @@ fn gather(
     sched: &mut Schedule,
     pending: &mut Option<(u64, u32)>,
     now: u64,
-    acc: &mut SendAccumulator,
+    acc: &mut SendRec,
     meta: &mut [(u64, u32)],
     room: usize,
+    seq: u32,
 ) -> usize {
     let room = room.min(meta.len());
     let mut n = 0;
@@ -327,7 +394,7 @@ fn gather(
             break;
         }
         if !sched.max && now - at > LATE_LIMIT_NS {
-            acc.record_not_sent(1);
+            acc.record_not_sent(1, at, seq.wrapping_add(n as u32), size);
         } else {
             meta[n] = (at, size);
             n += 1;
@@ -341,7 +408,7 @@ fn udp_send(
     job: &FlowJob,
     s: &UdpSocket,
     sched: &mut Schedule,
-    acc: &mut SendAccumulator,
+    acc: &mut SendRec,
     first_tx: &mut u64,
 ) -> FlowEnd {
     let fd = s.as_raw_fd();
@@ -365,7 +432,7 @@ fn udp_send(
                 Err(h) => return Ok(Some(h)),
             }
         };
-        let n = gather(sched, &mut pending, now, acc, &mut meta, BATCH);
+        let n = gather(sched, &mut pending, now, acc, &mut meta, BATCH, seq);
         if n == 0 {
             continue;
         }
@@ -386,8 +453,9 @@ fn udp_send(
         while i < n {
             match batch.send(fd, i, n) {
                 Ok(k) => {
-                    for &(at, size) in &meta[i..i + k] {
-                        acc.record_sent(if sched.max { actual } else { at }, actual, size);
+                    for (j, &(at, size)) in meta[i..i + k].iter().enumerate() {
+                        let sq = seq.wrapping_add(j as u32);
+                        acc.record_sent(if sched.max { actual } else { at }, actual, size, sq, tx);
                     }
                     seq = seq.wrapping_add(k as u32);
                     i += k;
@@ -395,7 +463,8 @@ fn udp_send(
                 Err(e) => {
                     // This packet did not leave; renumber the rest so the
                     // receiver sees no gap for it.
-                    acc.record_not_sent(1);
+                    let (at, size) = meta[i];
+                    acc.record_not_sent(1, at, seq, size);
                     if e.kind() == ErrorKind::ConnectionRefused {
                         refused += 1;
                     }
@@ -427,7 +496,7 @@ fn tcp_send(
     job: &FlowJob,
     s: &TcpStream,
     sched: &mut Schedule,
-    acc: &mut SendAccumulator,
+    acc: &mut SendRec,
     first_tx: &mut u64,
 ) -> FlowEnd {
     let mut out = s;
@@ -457,7 +526,7 @@ fn tcp_send(
             }
         };
         let room = meta.len();
-        let n = gather(sched, &mut pending, now, acc, &mut meta, room);
+        let n = gather(sched, &mut pending, now, acc, &mut meta, room, seq);
         if n == 0 {
             continue;
         }
@@ -475,11 +544,14 @@ fn tcp_send(
         }
         let actual = mono_ns();
         if let Err(e) = out.write_all(&buf[..off]) {
-            acc.record_not_sent(n as u64);
+            for &(at, size) in &meta[..n] {
+                acc.record_not_sent(1, at, seq, size);
+            }
             return Err(format!("TCP data connection failed: {e}"));
         }
-        for &(at, size) in &meta[..n] {
-            acc.record_sent(if sched.max { actual } else { at }, actual, size);
+        for (j, &(at, size)) in meta[..n].iter().enumerate() {
+            let sq = seq.wrapping_add(j as u32);
+            acc.record_sent(if sched.max { actual } else { at }, actual, size, sq, tx);
         }
         seq = seq.wrapping_add(n as u32);
     }
@@ -522,6 +594,15 @@ pub(crate) fn run_flows(
     } else {
         0
     };
+    let sink = match &plan.log {
+        None => None,
+        Some(path) => {
+            let sink = LogSink::create(path)
+                .map_err(|e| EngineError::BadPlan(format!("-l {}: {e}", path.display())))?;
+            sink.start(send_log_meta(plan, session, ip, mtu));
+            Some(sink)
+        }
+    };
     let mut handles = Vec::new();
     for (i, (f, sock)) in plan.flows.iter().cloned().zip(socks).enumerate() {
         let cfg = FlowConfig {
@@ -541,6 +622,7 @@ pub(crate) fn run_flows(
             cancel: plan.cancel,
             spin_ns,
             paced,
+            log: sink.as_ref().map(|k| k.producer()),
         };
         match std::thread::Builder::new()
             .name(format!("wb-tx-{}", i + 1))
@@ -564,7 +646,66 @@ pub(crate) fn run_flows(
                 .unwrap_or_else(|_| FlowSent::failed("flow thread panicked")),
         );
     }
+    if let Some(sink) = sink {
+        // Every producer went with its flow thread: the log is complete.
+        let footer = LogFooter {
+            flows: outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| wirebench_pktlog::FlowEnd {
+                    id: (i + 1) as u16,
+                    sent: Some(o.send.packets),
+                    not_sent: o.send.not_sent,
+                })
+                .collect(),
+            partial: outcomes.iter().any(|o| o.cancelled || o.error.is_some()),
+            ..Default::default()
+        };
+        if let Err(e) = sink.finish(footer) {
+            return Err(EngineError::BadPlan(format!(
+                "-l {}: {e}",
+                plan.log
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display()
+            )));
+        }
+    }
     Ok(outcomes)
+}
+
+/// The header of a sender log: the flows' framing, so `wirebench decode`
+/// recomputes what was sent.
+fn send_log_meta(plan: &SessionPlan, session: u32, ip: IpVersion, mtu: u32) -> LogMeta {
+    LogMeta {
+        side: Side::Send,
+        meter: match plan.meter {
+            MeterMode::Rtt => "rtt".into(),
+            MeterMode::Owd => "owd".into(),
+        },
+        session,
+        started_at: Some(
+            humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
+        ),
+        tool: format!("wirebench {}", env!("CARGO_PKG_VERSION")),
+        delay_offset_ns: 0,
+        flows: plan
+            .flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| FlowMeta {
+                id: (i + 1) as u16,
+                transport: match f.transport {
+                    Transport::Udp => "udp".into(),
+                    Transport::Tcp => "tcp".into(),
+                },
+                ip_version: if ip == IpVersion::V4 { 4 } else { 6 },
+                mtu,
+                src: None,
+                dst: Some(plan.dest.clone()),
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]
@@ -618,7 +759,12 @@ mod tests {
         let t0 = 10_000_000_000;
         // 1 µs gaps: far below a syscall, so many are due at once.
         let mut s = Schedule::new(&flow(1e6, 100, Stop::Packets(10_000)), t0).unwrap();
-        let mut acc = SendAccumulator::new(cfg());
+        let mut acc = SendRec {
+            acc: SendAccumulator::new(cfg()),
+            log: None,
+            flow: 1,
+            wall_minus_mono: 0,
+        };
         let mut meta = [(0u64, 0u32); BATCH];
         let mut pending = s.next(t0);
         let n = gather(
@@ -628,6 +774,7 @@ mod tests {
             &mut acc,
             &mut meta,
             BATCH,
+            0,
         );
         assert_eq!(n, 11, "packets due at t0..=t0+10us");
         assert_eq!(meta[10].0, t0 + 10_000);
@@ -639,19 +786,25 @@ mod tests {
                 t0 + 10_500,
                 &mut acc,
                 &mut meta,
-                BATCH
+                BATCH,
+                0
             ),
             0
         );
         // A 1000 pps flow whose pacer wakes 1.5 s late: packets due more
         // than 1 s ago are not sent, the rest go out in full batches.
         let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(2000)), t0).unwrap();
-        let mut acc = SendAccumulator::new(cfg());
+        let mut acc = SendRec {
+            acc: SendAccumulator::new(cfg()),
+            log: None,
+            flow: 1,
+            wall_minus_mono: 0,
+        };
         let mut pending = s.next(t0);
         let late = t0 + 1_500_000_000;
         let mut gathered = 0;
         loop {
-            let n = gather(&mut s, &mut pending, late, &mut acc, &mut meta, BATCH);
+            let n = gather(&mut s, &mut pending, late, &mut acc, &mut meta, BATCH, 0);
             if n == 0 {
                 break;
             }

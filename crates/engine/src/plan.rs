@@ -61,6 +61,8 @@ pub struct SessionPlan {
     /// packets later than the fastest one plus this count as lost in the
     /// E-model.
     pub jitter_buffer_ms: u32,
+    /// Write a per-packet log of what was sent here (`-l`, docs/logs.md).
+    pub log: Option<std::path::PathBuf>,
 }
 
 /// A common fixed playout delay for 20 ms voice packets.
@@ -87,6 +89,7 @@ impl SessionPlan {
             command: None,
             cancel: None,
             jitter_buffer_ms: DEFAULT_JITTER_BUFFER_MS,
+            log: None,
         }
     }
 

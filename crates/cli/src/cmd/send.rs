@@ -105,6 +105,11 @@ pub struct Args {
     /// this count as lost; the mouth-to-ear delay includes it.
     #[arg(long = "jitter-buffer", value_name = "MS", default_value_t = wirebench_engine::plan::DEFAULT_JITTER_BUFFER_MS)]
     pub jitter_buffer_ms: u32,
+    /// Per-packet log of what this sender sent and could not send (D-ITG's
+    /// -l); read it with `wirebench decode FILE`. The receiver's side:
+    /// `wirebench recv --log-dir DIR`.
+    #[arg(short = 'l', long = "log", value_name = "FILE")]
+    pub log: Option<PathBuf>,
 }
 
 fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
@@ -209,6 +214,10 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     plan.linger_ms = args.linger_ms;
     plan.jitter_buffer_ms = args.jitter_buffer_ms;
     plan.interval_ms = args.interval_ms;
+    if let Some(p) = &args.log {
+        super::report::check_parent("-l", p)?;
+        plan.log = Some(p.clone());
+    }
     plan.command = Some(std::env::args().collect::<Vec<_>>().join(" "));
     plan.validate().map_err(bad_input)?;
     Ok(plan)
