@@ -32,6 +32,7 @@ th{background:#f2f5f8;text-align:center}
 td.axis{text-align:left;background:#fbfbfb}
 tr.baseline td{background:#eef6ee}
 td.cvw,tr.baseline td.cvw{background:#fff1cc}
+td.above,tr.baseline td.above{background:#ffd6d6;font-weight:bold}
 .cvflag{color:#9a5b00;font-weight:bold;font-size:11px;margin-left:4px}
 .pos{color:#176b2c}.neg{color:#a02020}
 .incomplete{color:#a02020;font-weight:bold}
@@ -344,18 +345,27 @@ fn family_table(out: &mut String, s: &CampaignSummary, varying: &[String], ms: &
             let bsc = bound_scale.as_ref();
             match (scn.upper_bound_bps, bsc) {
                 (Some(b), Some(bsc)) if b > 0.0 => {
-                    let measured = bound_metric
+                    let st = bound_metric
                         .and_then(|i| scn.metrics.get(&ms[i].key))
-                        .filter(|st| st.n > 0)
-                        .map(|st| st.mean / b * 100.0);
-                    let _ = write!(
-                        out,
-                        "<td>{}</td><td>{}</td>",
-                        num(bsc.apply(b), 4),
-                        measured
-                            .map(|p| format!("{:.1} %", p))
-                            .unwrap_or_else(|| "–".into())
-                    );
+                        .filter(|st| st.n > 0);
+                    let _ = write!(out, "<td>{}</td>", num(bsc.apply(b), 4));
+                    match st {
+                        // Above the physical limit by more than the
+                        // uncertainty: an error, said so in the cell.
+                        Some(st)
+                            if wirebench_campaign::analysis::above_bound(st.mean, st.ci95, b) =>
+                        {
+                            let _ = write!(
+                                out,
+                                "<td class=\"above\" title=\"above the physical bound by more than the 95 % CI: a measurement or emulation error\">{:.1} % (above bound)</td>",
+                                st.mean / b * 100.0
+                            );
+                        }
+                        Some(st) => {
+                            let _ = write!(out, "<td>{:.1} %</td>", st.mean / b * 100.0);
+                        }
+                        None => out.push_str("<td>–</td>"),
+                    }
                 }
                 _ => out.push_str("<td>–</td><td>–</td>"),
             }

@@ -312,3 +312,21 @@ fn degenerate_inputs_render() {
     assert!(render_html(&empty).contains("No campaign"));
     let _ = BTreeMap::<u8, u8>::new();
 }
+
+/// A throughput above its physical bound by more than its CI is marked in
+/// the table, not printed silently; one within its uncertainty is not.
+#[test]
+fn above_bound_is_marked() {
+    let mut s = common::s5_like("x");
+    let html = render_html(&s);
+    assert!(!html.contains("(above bound)"));
+    let sc = &mut s.scenarios[0];
+    let b = sc.upper_bound_bps.unwrap();
+    sc.metrics.insert(
+        "throughput_payload_bps".into(),
+        common::stats(1.05 * b, 0.001, 15),
+    );
+    let html = render_html(&s);
+    assert_eq!(html.matches("(above bound)").count(), 1, "one cell");
+    assert!(html.contains("<td class=\"above\""));
+}

@@ -160,7 +160,16 @@ pub struct RecvSummary {
     pub counts: RecvCounts,
     pub first_arrival_ns: u64,
     pub last_arrival_ns: u64,
-    /// Span-corrected: (last − first) × N/(N−1); 0 with fewer than 2 packets.
+    /// Earliest departure of a received packet on the measuring host's
+    /// clock: arrival − one-way delay (the delay already has the clock
+    /// offset taken out). 0 when nothing arrived.
+    #[serde(default)]
+    pub first_departure_ns: i64,
+    /// The span the rates rest on. UDP: arrivals, span-corrected
+    /// (last − first) × N/(N−1), kernel receive times per datagram. TCP:
+    /// the records' send-to-receive window, last arrival − first departure,
+    /// because records arrive in whatever batches the reader happened to
+    /// read, so their arrival span can collapse. 0 with fewer than 2 packets.
     pub duration_s: f64,
     pub throughput_bps: Throughput,
     pub frames: Frames,
@@ -214,6 +223,8 @@ pub struct RecvAccumulator {
     origin_ns: u64,
     first_ns: u64,
     last_ns: u64,
+    /// min(arrival − delay): the earliest departure, receiver clock.
+    first_dep_ns: i64,
     delay_min: i64,
     delay_max: i64,
     delay_sum: i128,
@@ -256,6 +267,7 @@ impl RecvAccumulator {
             origin_ns: 0,
             first_ns: 0,
             last_ns: 0,
+            first_dep_ns: 0,
             delay_min: 0,
             delay_max: 0,
             delay_sum: 0,
@@ -386,10 +398,13 @@ impl RecvAccumulator {
         }
 
         // Delay.
+        let dep = (arrival_ns as i64).saturating_sub(delay_ns);
         if self.unique == 1 {
             self.delay_min = delay_ns;
             self.delay_max = delay_ns;
+            self.first_dep_ns = dep;
         } else {
+            self.first_dep_ns = self.first_dep_ns.min(dep);
             self.delay_min = self.delay_min.min(delay_ns);
             self.delay_max = self.delay_max.max(delay_ns);
         }
@@ -513,10 +528,13 @@ impl RecvAccumulator {
         };
 
         let n = self.unique;
-        let duration_s = if n >= 2 {
-            span_corrected_s(self.last_ns - self.first_ns, n)
-        } else {
-            0.0
+        let duration_s = match (n >= 2, self.cfg.transport) {
+            (false, _) => 0.0,
+            (true, Transport::Udp) => span_corrected_s(self.last_ns - self.first_ns, n),
+            (true, Transport::Tcp) => {
+                let window = (self.last_ns as i64).saturating_sub(self.first_dep_ns);
+                (window.max(0) as f64 / NS).max(span_corrected_s(self.last_ns - self.first_ns, n))
+            }
         };
 
         let layer = match self.cfg.transport {
@@ -616,6 +634,7 @@ impl RecvAccumulator {
             },
             first_arrival_ns: self.first_ns,
             last_arrival_ns: self.last_ns,
+            first_departure_ns: self.first_dep_ns,
             duration_s,
             throughput_bps: Throughput::from_bytes(&layer, duration_s),
             frames,
@@ -977,6 +996,36 @@ mod tests {
             (3, 1, 3)
         );
         assert_eq!(s.counts.loss_ratio, 1.0);
+    }
+
+    /// 6.3 MB of TCP records sent over 1 s but read by the receiver in two
+    /// batches 1 ms apart: the rate rests on the records' send-to-receive
+    /// window (about 1 s, about 50 Mbit/s), not on the 2 ms in which the
+    /// reader happened to see them (which read as 25 Gbit/s).
+    #[test]
+    fn tcp_rate_rests_on_the_send_to_receive_window() {
+        let cfg = FlowConfig {
+            transport: Transport::Tcp,
+            ..udp4(None)
+        };
+        let mut r = RecvAccumulator::new(cfg);
+        let n = 1000u64;
+        let t0 = 7_000_000_000u64;
+        let read_at = t0 + 1_000_000_000;
+        for k in 0..n {
+            let sent = t0 + k * 1_000_000;
+            let arrival = if k < n / 2 {
+                read_at
+            } else {
+                read_at + MS as u64
+            };
+            r.record(k as u32, (arrival - sent) as i64, arrival, 6300);
+        }
+        let s = r.summary(Some(n));
+        assert_eq!(s.first_departure_ns, t0 as i64);
+        assert!(close(s.duration_s, 1.001, 1e-9), "{}", s.duration_s);
+        let bps = s.throughput_bps.payload;
+        assert!(close(bps, 6300.0 * 8.0 * n as f64 / 1.001, 1.0), "{bps}");
     }
 
     #[test]
