@@ -6,12 +6,14 @@
 //! - [`runner`]: the run loop (test-bed reuse, subprocess send/recv, counters,
 //!   progress, Ctrl-C, resume).
 //! - [`rfc2544`]: RFC 2544 / RFC 5180 searches run as a campaign (`[rfc2544]`).
+//! - [`estimate`]: runs and wall-clock time before a campaign starts.
 //! - [`analysis`]: result documents → per-scenario statistics
 //!   ([`summary::CampaignSummary`], the contract with the report layer).
 
 pub mod analysis;
 pub mod campaign;
 pub mod env;
+pub mod estimate;
 pub mod rfc2544;
 pub mod runner;
 pub mod store;

@@ -30,6 +30,9 @@ pub struct Args {
     /// No progress bar and no per-run lines.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Print how many runs the campaign has and how long it will take, then exit.
+    #[arg(long)]
+    pub estimate: bool,
 }
 
 /// Loads, validates and (with `quick`) shortens a campaign file.
@@ -67,6 +70,18 @@ pub fn map_run_error(e: RunError) -> anyhow::Error {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let c = load_campaign(&args.campaign, args.quick)?;
+    let est = wirebench_campaign::estimate::estimate(&c);
+    if args.estimate {
+        println!(
+            "campaign {:?}{}: {} scenarios, {} ({} test-bed builds)",
+            c.name,
+            if c.quick { " (quick)" } else { "" },
+            est.scenarios,
+            est.describe(),
+            est.builds
+        );
+        return Ok(());
+    }
     let binary = binary_path(args.binary.clone())?;
     let store = Store::open(&args.db).map_err(anyhow::Error::new)?;
     install_signal_handlers().map_err(anyhow::Error::new)?;
@@ -84,12 +99,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let planned = c.planned_runs();
     if !args.quiet {
         eprintln!(
-            "campaign {:?}: {} scenarios × {} repetitions = {planned} runs on {}{}",
+            "campaign {:?}: {} scenarios × {} repetitions = {planned} runs on {}{}; estimate: {}",
             c.name,
             c.expand().len(),
             c.repetitions,
             c.target.describe(),
-            if c.quick { " (quick)" } else { "" }
+            if c.quick { " (quick)" } else { "" },
+            est.describe()
         );
     }
     let out = run_campaign(&c, &store, &opts).map_err(map_run_error)?;

@@ -1,0 +1,184 @@
+//! How long a campaign will take, before it starts: the run count and the
+//! wall-clock time ("1 050 runs, about 18 h 40 min"), so that a researcher
+//! can size a study (and the examples can state their full-run time).
+//!
+//! The model is the run loop's own sequence: per run the warm-up, the run
+//! itself, the receiver's linger and a fixed per-run cost (starting the
+//! sender, the control handshake and clock exchange, reading counters,
+//! storing the result), a pause between runs, and a test-bed build for
+//! every change of link settings. The fixed costs were measured on the
+//! quick campaigns (docs/campaigns.md).
+
+use crate::campaign::{Campaign, RunLength, Scenario, Target};
+use std::collections::BTreeSet;
+
+/// Per-run cost besides the traffic and the linger, and the cost of one
+/// test-bed build (namespaces, links, qdiscs, receiver start, removal),
+/// fitted to quick campaigns timed on a busy 2-core machine: S5 (28 runs
+/// of 2 s + 0.5 s linger, 1 build) 87 s, S4 (6 transfers of 5 MB at
+/// 1 Gbit/s + 0.5 s linger, 3 builds) 7.5 s, S3 (8 unpaced runs of 100 000
+/// datagrams, 1 build) 24.3 s.
+pub const RUN_OVERHEAD_S: f64 = 0.6;
+pub const TESTBED_BUILD_S: f64 = 0.3;
+/// Packets per second an unpaced sender reaches when the CPU, not the
+/// link, is the limit (small datagrams on the same busy machine).
+const CPU_PPS: f64 = 50_000.0;
+/// The engine's linger when the campaign sets none (RFC 2544's 2 s).
+pub const DEFAULT_LINGER_S: f64 = 2.0;
+/// Share of the link rate a bulk transfer is assumed to reach when its
+/// length is in bytes (TCP over Ethernet carries about 94 % as payload).
+const BULK_SHARE: f64 = 0.94;
+/// Rate assumed for a bulk transfer where the campaign knows no link rate.
+const UNKNOWN_LINK_BPS: f64 = 1e9;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub runs: usize,
+    pub scenarios: usize,
+    /// Test-bed builds (link setting changes); 0 off a test-bed.
+    pub builds: usize,
+    pub seconds: f64,
+}
+
+impl Estimate {
+    /// "1 050 runs, about 18 h 40 min".
+    pub fn describe(&self) -> String {
+        format!(
+            "{} runs, about {}",
+            group_thousands(self.runs),
+            human_duration(self.seconds)
+        )
+    }
+}
+
+/// Seconds one run of `s` sends for.
+fn run_length_s(c: &Campaign, s: &Scenario) -> f64 {
+    match c.length {
+        RunLength::Duration { seconds } => seconds,
+        RunLength::Packets { count } => match s.settings.pps {
+            Some(p) if !s.settings.max_rate && p > 0.0 => count as f64 / p,
+            // Unpaced packets: as fast as the link carries them, or the
+            // CPU sends them, whichever is slower.
+            _ => {
+                let bytes = count as f64 * f64::from(s.settings.payload.unwrap_or(1000) + 66);
+                let link = bytes * 8.0 / s.settings.link_bps.unwrap_or(UNKNOWN_LINK_BPS);
+                link.max(count as f64 / CPU_PPS) * f64::from(s.settings.flows.max(1))
+            }
+        },
+        // Every flow sends `count` KB, all through the same link.
+        RunLength::KBytes { count } => {
+            count as f64 * 1024.0 * 8.0 * f64::from(s.settings.flows.max(1))
+                / (s.settings.link_bps.unwrap_or(UNKNOWN_LINK_BPS) * BULK_SHARE)
+        }
+    }
+}
+
+/// The estimate of a parsed campaign (after `apply_quick` for --quick).
+pub fn estimate(c: &Campaign) -> Estimate {
+    let scenarios = c.expand();
+    let reps = c.repetitions as usize;
+    let runs = scenarios.len() * reps;
+    let linger = c.linger_s.unwrap_or(DEFAULT_LINGER_S);
+    let warm = if c.warmup_s > 0.0 {
+        c.warmup_s + linger + RUN_OVERHEAD_S
+    } else {
+        0.0
+    };
+    let per_scenario: f64 = scenarios
+        .iter()
+        .map(|s| (warm + run_length_s(c, s) + linger + RUN_OVERHEAD_S) * reps as f64)
+        .sum();
+    // The run order groups scenarios by link settings, so each distinct
+    // setting is built once.
+    let builds = match c.target {
+        Target::Testbed(_) => scenarios
+            .iter()
+            .map(|s| format!("{:?}", s.link_key()))
+            .collect::<BTreeSet<_>>()
+            .len(),
+        _ => 0,
+    };
+    let seconds =
+        per_scenario + runs.saturating_sub(1) as f64 * c.pause_s + builds as f64 * TESTBED_BUILD_S;
+    Estimate {
+        runs,
+        scenarios: scenarios.len(),
+        builds,
+        seconds,
+    }
+}
+
+fn group_thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push('\u{a0}');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// "45 s", "12 min", "18 h 40 min", "3 d 4 h": two units at most, rounded
+/// to what an estimate can promise.
+pub fn human_duration(s: f64) -> String {
+    let s = s.max(0.0);
+    if s < 90.0 {
+        return format!("{:.0} s", s.round());
+    }
+    let min = (s / 60.0).round() as u64;
+    if min < 60 {
+        return format!("{min} min");
+    }
+    let (h, m) = (min / 60, min % 60);
+    if h < 48 {
+        // Ten-minute steps beyond a few hours.
+        let m = if h >= 3 { (m + 5) / 10 * 10 } else { m };
+        let (h, m) = if m == 60 { (h + 1, 0) } else { (h, m) };
+        return if m == 0 {
+            format!("{h} h")
+        } else {
+            format!("{h} h {m} min")
+        };
+    }
+    let (d, h) = (h / 24, h % 24);
+    if h == 0 {
+        format!("{d} d")
+    } else {
+        format!("{d} d {h} h")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_an_estimate() {
+        assert_eq!(human_duration(45.2), "45 s");
+        assert_eq!(human_duration(600.0), "10 min");
+        assert_eq!(human_duration(67_200.0), "18 h 40 min");
+        assert_eq!(human_duration(7_500.0), "2 h 5 min");
+        assert_eq!(human_duration(3.0 * 86_400.0 + 4.0 * 3600.0), "3 d 4 h");
+        assert_eq!(group_thousands(1050), "1\u{a0}050");
+    }
+
+    /// S5 --quick: 14 scenarios × 2 runs of 2 s + 0.5 s linger + 0.6 s, one
+    /// build: 28 × 3.1 + 0.3 = 87.1 s (a measured quick run took 87 s).
+    #[test]
+    fn s5_quick_estimate() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/s5-ipv4-vs-ipv6.toml"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut c = Campaign::parse(&text, "s5.toml").unwrap();
+        let full = estimate(&c);
+        c.apply_quick().unwrap();
+        let e = estimate(&c);
+        assert_eq!((e.scenarios, e.runs, e.builds), (14, 28, 1));
+        assert!((e.seconds - 87.1).abs() < 1e-6, "{}", e.seconds);
+        assert!(full.runs > 10 * e.runs, "{}", full.describe());
+    }
+}
