@@ -1,6 +1,7 @@
 //! Command-line side of the security suite (issue #9): input the user
-//! names must not be able to hang or exhaust the program. None of these
-//! tests opens a socket or builds a test-bed.
+//! names must not be able to hang or exhaust the program, and a result is
+//! never lost or misreported. Tests that start a receiver use ports 157xx
+//! (run them under the network lock).
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -53,4 +54,61 @@ fn endless_or_huge_input_files_exit_2() {
         "big.ditg | 16 MiB",
     );
     exits_2_naming(&["run", big], "big.ditg | 16 MiB");
+}
+
+/// Item 10: `--json FILE` was left at 0 bytes when the connection was
+/// refused, and `--json /dev/full` exited 1 without printing the summary.
+/// The document goes through a temporary file renamed at the end, and the
+/// summary is printed whatever happens to the file.
+#[test]
+fn json_file_is_never_left_empty_and_summary_always_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let out = run(&[
+        "send",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15708",
+        "-z",
+        "5",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!json.exists(), "a refused run left {}", json.display());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "stray temporary file"
+    );
+
+    let mut rx = Command::new(BIN)
+        .args(["recv", "-B", "127.0.0.1", "-p", "15707", "-q"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let send_20 = |json: &str| {
+        let args = "send -a 127.0.0.1 -p 15707 -C 1000 -z 20 --linger 100 --json";
+        let mut v: Vec<&str> = args.split(' ').collect();
+        v.push(json);
+        run(&v)
+    };
+    let out = send_20(json.to_str().unwrap());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["flows"][0]["received"]["unique"], 20);
+    let out = send_20("/dev/full");
+    let _ = rx.kill();
+    let _ = rx.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.contains("Packets received"), "no summary: {stdout}");
+    assert!(stderr.contains("/dev/full"), "{stderr}");
 }

@@ -19,8 +19,31 @@ pub struct Ctl {
 
 /// Line limit the sender accepts for the receiver's `Report`: a long run
 /// with a fine `--interval` carries a long series (60 000 intervals are
-/// about 7 MB of JSON), and the sender chose this receiver.
-pub const REPORT_LINE_LIMIT: usize = 512 << 20;
+/// about 7 MB of JSON; a session's whole budget of 2^18 about 32 MB), but
+/// a hostile receiver must not make the sender buffer without bound.
+pub const REPORT_LINE_LIMIT: usize = 64 << 20;
+
+/// Longest error text from the peer that is passed on: a hostile receiver
+/// once sent 3 MB to be printed verbatim.
+pub const MAX_REMOTE_ERROR: usize = 512;
+
+/// The peer's error text made safe to print: at most [`MAX_REMOTE_ERROR`]
+/// bytes (cut at a character boundary, marked), control characters
+/// (terminal escapes, newlines) replaced.
+pub fn sanitize_remote(msg: &str) -> String {
+    let mut end = msg.len().min(MAX_REMOTE_ERROR);
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out: String = msg[..end]
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if end < msg.len() {
+        out.push_str(&format!(" [… {} more bytes]", msg.len() - end));
+    }
+    out
+}
 
 /// What a read with a deadline produced.
 pub enum Recv {
@@ -127,7 +150,9 @@ impl Ctl {
     /// what was awaited.
     pub fn expect(&mut self, what: &str, timeout: Duration) -> Result<ControlMsg, EngineError> {
         match self.recv(timeout)? {
-            Recv::Msg(ControlMsg::Error { message }) => Err(EngineError::Remote(message)),
+            Recv::Msg(ControlMsg::Error { message }) => {
+                Err(EngineError::Remote(sanitize_remote(&message)))
+            }
             Recv::Msg(m) => Ok(m),
             Recv::Timeout => Err(EngineError::PeerGone(format!(
                 "no {what} from the peer within {:.1} s",

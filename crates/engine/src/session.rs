@@ -86,6 +86,14 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
     };
 
     let clock = measure_offset(&mut ctl)?;
+    // A receiver whose clock is a day or more away (a reported hostile one
+    // claimed 235 years) is not measuring one-way delay; refuse rather
+    // than subtract it from every delay.
+    wirebench_wire::limits::check_clock(clock.offset_ns, clock.error_ns).map_err(|e| {
+        EngineError::Protocol(format!(
+            "receiver's clock is unusable ({e}); synchronise the clocks"
+        ))
+    })?;
     ctl.send(&ControlMsg::ClockOffset {
         offset_ns: clock.applied_ns(),
         error_ns: clock.error_ns,
@@ -109,6 +117,7 @@ pub(crate) fn collect_report(
     linger_ms: u64,
     sent: Vec<u64>,
 ) -> Result<(Vec<FlowReport>, ReportExtra), EngineError> {
+    let sent_counts = sent.clone();
     ctl.send(&ControlMsg::Stop { linger_ms, sent })?;
     ctl.set_limit(crate::ctl::REPORT_LINE_LIMIT);
     let deadline = std::time::Instant::now() + Duration::from_millis(linger_ms) + REPORT_SLACK;
@@ -116,7 +125,10 @@ pub(crate) fn collect_report(
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match ctl.expect("Report", left)? {
             ControlMsg::TimeResp { .. } => continue,
-            ControlMsg::Report { flows, extra } => return Ok((flows, extra)),
+            ControlMsg::Report { flows, extra } => {
+                check_report(&flows, &sent_counts)?;
+                return Ok((flows, extra));
+            }
             other => {
                 return Err(EngineError::Protocol(format!(
                     "expected Report, got {other:?}"
@@ -124,6 +136,38 @@ pub(crate) fn collect_report(
             }
         }
     }
+}
+
+/// A report must cover every flow exactly once (ids 1..=n) and cannot
+/// claim more distinct packets than were sent: a receiver answering with no
+/// flows once made a run read "30 sent, 0 received, lost 0", exit 0.
+fn check_report(reports: &[FlowReport], sent: &[u64]) -> Result<(), EngineError> {
+    let bad = |m: String| {
+        Err(EngineError::Protocol(format!(
+            "receiver's report refused: {m}"
+        )))
+    };
+    if reports.len() != sent.len() {
+        return bad(format!(
+            "{} flow reports for {} flows",
+            reports.len(),
+            sent.len()
+        ));
+    }
+    for (i, &n) in sent.iter().enumerate() {
+        let id = i + 1;
+        let mut of_id = reports.iter().filter(|r| usize::from(r.flow_id) == id);
+        let (Some(r), None) = (of_id.next(), of_id.next()) else {
+            return bad(format!("flow {id} is missing or reported twice"));
+        };
+        if r.summary.counts.unique > n {
+            return bad(format!(
+                "flow {id}: {} distinct packets received of {n} sent",
+                r.summary.counts.unique
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Path MTU towards the receiver from a connected UDP socket; the largest
@@ -194,7 +238,9 @@ fn measure_offset(ctl: &mut Ctl) -> Result<Offset, EngineError> {
         let rtt = rtt.max(0) as u64;
         let offset = ((t2 as i128 - t1 as i128) + (t3 as i128 - t4 as i128)) / 2;
         if best.is_none_or(|(r, _)| rtt < r) {
-            best = Some((rtt, offset as i64));
+            // A hostile receiver's timestamps may not fit: saturate, and
+            // the range check refuses it.
+            best = Some((rtt, i64::try_from(offset).unwrap_or(i64::MAX)));
         }
     }
     let (rtt, offset) = best.unwrap_or((0, 0));

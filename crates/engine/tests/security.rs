@@ -304,3 +304,114 @@ fn forged_probes_do_not_bend_the_figures() {
     assert!(sum["delay_s"]["max"].as_f64().unwrap() < 1.0, "{f}");
     assert!(sum["delay_s"]["min"].as_f64().unwrap() > -1.0, "{f}");
 }
+
+/// A hostile receiver: answers the handshake, then whatever `on` says to
+/// each message (raw JSON lines, so it can say what no honest one would).
+fn hostile_receiver(port: u16, on: fn(&ControlMsg) -> Option<String>) -> JoinHandle<()> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let data = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+            let Ok(m) = ControlMsg::from_line(&line) else {
+                break;
+            };
+            line.clear();
+            let reply = match &m {
+                ControlMsg::Hello { .. } => Some(
+                    ControlMsg::Ready {
+                        ports: vec![data.local_addr().unwrap().port()],
+                    }
+                    .to_line(),
+                ),
+                _ => on(&m),
+            };
+            if let Some(reply) = reply {
+                if w.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    })
+}
+
+fn honest_time(m: &ControlMsg) -> Option<String> {
+    match m {
+        ControlMsg::TimeReq { t1_ns } => Some(
+            ControlMsg::TimeResp {
+                t1_ns: *t1_ns,
+                t2_ns: now_ns(),
+                t3_ns: now_ns(),
+            }
+            .to_line(),
+        ),
+        _ => None,
+    }
+}
+
+fn run_against(port: u16) -> Result<wirebench_engine::ResultDoc, wirebench_engine::EngineError> {
+    let mut p = wirebench_engine::SessionPlan::new(
+        "127.0.0.1",
+        vec![wirebench_engine::FlowPlan {
+            spec: wirebench_model::FlowSpec::constant(100.0, 100).unwrap(),
+            transport: Transport::Udp,
+            stop: wirebench_engine::Stop::Packets(30),
+            seed: 1,
+        }],
+    );
+    p.port = port;
+    p.linger_ms = 100;
+    wirebench_engine::run(p)
+}
+
+/// Issue #9 item 7: a Report with zero flows was accepted (exit 0, "30
+/// sent, 0 received, lost 0"), a 235-year clock offset was applied, and a
+/// 3 MB error text was printed verbatim.
+#[test]
+fn a_hostile_receiver_cannot_mislead_the_sender() {
+    // Zero flows in the report: the run is incomplete, not a clean 0 % loss.
+    let h = hostile_receiver(15704, |m| match m {
+        ControlMsg::Stop { .. } => Some("{\"type\":\"report\",\"flows\":[],\"extra\":{}}\n".into()),
+        _ => honest_time(m),
+    });
+    match run_against(15704) {
+        Err(wirebench_engine::EngineError::Partial { reason, doc }) => {
+            assert!(reason.contains("report"), "{reason}");
+            assert!(doc.partial);
+        }
+        other => panic!("zero-flow report accepted: {:?}", other.map(|d| d.partial)),
+    }
+    h.join().unwrap();
+    // A clock 235 years away is refused before the run.
+    let h = hostile_receiver(15705, |m| match m {
+        ControlMsg::TimeReq { t1_ns } => Some(
+            ControlMsg::TimeResp {
+                t1_ns: *t1_ns,
+                t2_ns: now_ns() + 235 * 365 * 86_400 * 1_000_000_000,
+                t3_ns: now_ns() + 235 * 365 * 86_400 * 1_000_000_000,
+            }
+            .to_line(),
+        ),
+        _ => None,
+    });
+    let e = run_against(15705).unwrap_err().to_string();
+    assert!(e.contains("clock"), "{e}");
+    h.join().unwrap();
+    // A 3 MB error text comes out short and without control characters.
+    let h = hostile_receiver(15706, |m| match m {
+        ControlMsg::TimeReq { .. } => Some(
+            ControlMsg::Error {
+                message: format!("\u{1b}[2J{}", "x".repeat(3 << 20)),
+            }
+            .to_line(),
+        ),
+        _ => None,
+    });
+    let e = run_against(15706).unwrap_err().to_string();
+    assert!(e.len() < 1000 && !e.contains('\u{1b}'), "{} bytes", e.len());
+    assert!(e.contains("more bytes"), "{e}");
+    h.join().unwrap();
+}

@@ -246,13 +246,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     plan.cancel = Some(&**INTERRUPTED);
     // Resolve up front: an unresolvable name is the user's input.
     plan.resolve().map_err(bad_input)?;
-    // Open the JSON file before measuring, so a bad path costs no run.
-    let mut json_file = match args.json.as_deref() {
+    // Prepare the JSON file before measuring, so a bad path costs no run;
+    // the document goes to a temporary file renamed over FILE at the end,
+    // so FILE is never left empty or half-written (refused connection,
+    // kill, full disk).
+    let mut json_out = match args.json.as_deref() {
         Some("-") | None => None,
-        Some(path) => Some(
-            std::fs::File::create(path)
-                .map_err(|e| bad_input(format!("--json {path}: cannot create: {e}")))?,
-        ),
+        Some(path) => Some(JsonOut::prepare(path).map_err(bad_input)?),
     };
     let (doc, failure) = match wirebench_engine::run(plan) {
         Ok(doc) => (doc, None),
@@ -260,20 +260,73 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Err(e) if e.is_bad_input() => return Err(bad_input(e)),
         Err(e) => return Err(e.into()),
     };
-    output(&args, &doc, json_file.as_mut())?;
+    // The summary is printed whatever then happens to the file.
+    let written = output(&args, &doc, json_out.take());
     if let Some(reason) = failure {
+        if let Err(e) = written {
+            eprintln!("wirebench: {e:#}");
+        }
         anyhow::bail!("measurement incomplete, partial result: {reason}");
     }
-    Ok(())
+    written
 }
 
-fn output(args: &Args, doc: &ResultDoc, file: Option<&mut std::fs::File>) -> anyhow::Result<()> {
+/// Where `--json FILE` goes: a temporary file beside FILE, renamed over it
+/// once complete; or, when FILE exists and is not a regular file (a FIFO,
+/// `/dev/stdout`, `/dev/full`), FILE itself.
+enum JsonOut {
+    Temp(tempfile::NamedTempFile, String),
+    Direct(std::fs::File, String),
+}
+
+impl JsonOut {
+    fn prepare(path: &str) -> Result<JsonOut, String> {
+        let p = std::path::Path::new(path);
+        let cannot = |e: std::io::Error| format!("--json {path}: cannot create: {e}");
+        if std::fs::metadata(p).is_ok_and(|m| !m.is_file()) {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .map_err(cannot)?;
+            return Ok(JsonOut::Direct(f, path.to_string()));
+        }
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        let t = tempfile::Builder::new()
+            .prefix(".wirebench-json-")
+            .tempfile_in(dir)
+            .map_err(cannot)?;
+        Ok(JsonOut::Temp(t, path.to_string()))
+    }
+
+    fn write(self, json: &str) -> anyhow::Result<()> {
+        let fail = |path: &str, e: &dyn std::fmt::Display| {
+            anyhow::anyhow!("--json {path}: cannot write: {e}")
+        };
+        match self {
+            JsonOut::Direct(mut f, path) => {
+                writeln!(f, "{json}").map_err(|e| fail(&path, &e))?;
+                f.flush().map_err(|e| fail(&path, &e))
+            }
+            JsonOut::Temp(mut t, path) => {
+                writeln!(t, "{json}").map_err(|e| fail(&path, &e))?;
+                t.as_file().sync_all().map_err(|e| fail(&path, &e))?;
+                t.persist(&path).map_err(|e| fail(&path, &e.error))?;
+                Ok(())
+            }
+        }
+    }
+}
+
+fn output(args: &Args, doc: &ResultDoc, file: Option<JsonOut>) -> anyhow::Result<()> {
     let json = doc.to_json_pretty();
     match (args.json.as_deref(), file) {
-        (Some(path), Some(f)) => {
-            writeln!(f, "{json}")
-                .map_err(|e| anyhow::anyhow!("--json {path}: cannot write: {e}"))?;
+        (Some(_), Some(f)) => {
             print!("{}", human(doc, args.interval_ms.is_some()));
+            let _ = std::io::stdout().flush();
+            f.write(&json)?;
         }
         (Some(_), None) => {
             let mut out = std::io::stdout().lock();
