@@ -9,8 +9,9 @@
 //! worst flow.
 
 use crate::campaign::{parse_selector, Campaign, Scenario};
+use crate::metrics::{Metric, Source, METRICS};
 use crate::store::{RunRow, RunStatus, Store, StoreError};
-use crate::summary::{CampaignSummary, MetricFamily, MetricInfo, MetricStats, ScenarioSummary};
+use crate::summary::{CampaignSummary, Combine, MetricInfo, MetricStats, ScenarioSummary};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use thiserror::Error;
@@ -22,121 +23,9 @@ pub enum AnalysisError {
     Store(#[from] StoreError),
 }
 
-/// Every metric a summary may carry, in display order.
+/// Every metric a summary may carry, in display order (the metric table).
 pub fn metric_catalogue() -> Vec<MetricInfo> {
-    use MetricFamily::*;
-    let m = |key: &str, family, label: &str, unit: &str| MetricInfo {
-        key: key.into(),
-        family,
-        label: label.into(),
-        unit: unit.into(),
-    };
-    vec![
-        m(
-            "throughput_payload_bps",
-            Throughput,
-            "Payload throughput",
-            "bit/s",
-        ),
-        m("throughput_ip_bps", Throughput, "IP throughput", "bit/s"),
-        m(
-            "throughput_ethernet_bps",
-            Throughput,
-            "Ethernet throughput",
-            "bit/s",
-        ),
-        m(
-            "throughput_wire_bps",
-            Throughput,
-            "On-wire throughput",
-            "bit/s",
-        ),
-        m("delay_mean_s", Delay, "One-way delay, mean", "s"),
-        m("delay_min_s", Delay, "One-way delay, min", "s"),
-        m("delay_p50_s", Delay, "One-way delay, median", "s"),
-        m("delay_p99_s", Delay, "One-way delay, 99th percentile", "s"),
-        m("delay_max_s", Delay, "One-way delay, max", "s"),
-        m("rtt_mean_s", Rtt, "Round-trip time, mean", "s"),
-        m("rtt_min_s", Rtt, "Round-trip time, min", "s"),
-        m("rtt_p99_s", Rtt, "Round-trip time, 99th percentile", "s"),
-        m(
-            "jitter_mean_abs_ipdv_s",
-            Jitter,
-            "Jitter, mean |IPDV| (D-ITG)",
-            "s",
-        ),
-        m("jitter_rfc3550_s", Jitter, "Jitter, RFC 3550", "s"),
-        m("pdv_s", Jitter, "PDV, p99.9 - min (RFC 5481)", "s"),
-        m("loss_ratio", Loss, "Loss ratio", "ratio"),
-        m("lost_packets", Loss, "Packets lost", "packets"),
-        m("not_sent", Loss, "Packets not sent", "packets"),
-        m(
-            "loss_receiver_host",
-            Loss,
-            "Dropped in the receiving host",
-            "packets",
-        ),
-        m("loss_network", Loss, "Lost in the network", "packets"),
-        m("packets_sent", Loss, "Packets sent", "packets"),
-        m("packets_received", Loss, "Packets received", "packets"),
-        m("reordered", Loss, "Packets reordered", "packets"),
-        m("duplicates", Loss, "Duplicate packets", "packets"),
-        m(
-            "testbed_drops",
-            Loss,
-            "Drops counted on test-bed interfaces and qdiscs",
-            "packets",
-        ),
-        m(
-            "cpu_sender",
-            Cpu,
-            "CPU, sender process",
-            "share of one core",
-        ),
-        m(
-            "cpu_receiver",
-            Cpu,
-            "CPU, receiver process",
-            "share of one core",
-        ),
-        m("cpu_host_user", Cpu, "CPU, host user", "share of one core"),
-        m(
-            "cpu_host_system",
-            Cpu,
-            "CPU, host system",
-            "share of one core",
-        ),
-        m(
-            "cpu_host_softirq",
-            Cpu,
-            "CPU, host softirq (incl. router forwarding)",
-            "share of one core",
-        ),
-        m(
-            "cpu_router_busy",
-            Cpu,
-            "CPU, busiest real router (1 − idle)",
-            "share of all its cores",
-        ),
-        m(
-            "cpu_router_softirq",
-            Cpu,
-            "CPU, busiest real router, softirq (forwarding)",
-            "share of all its cores",
-        ),
-        m("tcp_retransmits", Tcp, "TCP retransmits", "packets"),
-        m("tcp_rtt_s", Tcp, "TCP smoothed RTT", "s"),
-        m("tcp_cwnd_bytes", Tcp, "TCP congestion window", "bytes"),
-        m("r_factor", Voip, "E-model R factor", ""),
-        m("mos", Voip, "MOS (E-model)", ""),
-        m("completion_s", Completion, "Completion time", "s"),
-        m(
-            "fragmented_datagrams",
-            Loss,
-            "Datagrams sent as IP fragments",
-            "packets",
-        ),
-    ]
+    METRICS.iter().map(Metric::info).collect()
 }
 
 fn num(v: &Value, path: &[&str]) -> Option<f64> {
@@ -207,6 +96,17 @@ fn weighted_mean(flows: &[Value], path: &[&str]) -> Option<f64> {
         Some(s / sw)
     } else {
         plain_mean(flows, path)
+    }
+}
+
+/// One number from every flow at `path`, combined by the table's rule.
+fn combine_flows(flows: &[Value], path: &[&str], c: Combine) -> Option<f64> {
+    match c {
+        Combine::Sum => sum_flows(flows, path),
+        Combine::WeightedMean => weighted_mean(flows, path),
+        Combine::Mean => plain_mean(flows, path),
+        Combine::Max => max_flows(flows, path),
+        Combine::Min => min_flows(flows, path),
     }
 }
 
@@ -282,6 +182,11 @@ pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<Str
             out.insert(k.to_string(), x);
         }
     };
+    for m in METRICS {
+        if let Source::Flow(path) = m.source {
+            put(m.key, combine_flows(flows, path, m.combine));
+        }
+    }
     put(
         "throughput_payload_bps",
         run_throughput(result, flows, "payload"),
@@ -292,26 +197,8 @@ pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<Str
         run_throughput(result, flows, "ethernet"),
     );
     put("throughput_wire_bps", run_throughput(result, flows, "wire"));
-    put("delay_mean_s", weighted_mean(flows, &["delay_s", "mean"]));
-    put("delay_min_s", min_flows(flows, &["delay_s", "min"]));
-    put("delay_p50_s", max_flows(flows, &["delay_s", "p50"]));
-    put("delay_p99_s", max_flows(flows, &["delay_s", "p99"]));
-    put("delay_max_s", max_flows(flows, &["delay_s", "max"]));
-    put("rtt_mean_s", weighted_mean(flows, &["rtt_s", "mean"]));
-    put("rtt_min_s", min_flows(flows, &["rtt_s", "min"]));
-    put("rtt_p99_s", max_flows(flows, &["rtt_s", "p99"]));
-    put(
-        "jitter_mean_abs_ipdv_s",
-        weighted_mean(flows, &["jitter_s", "mean_abs_ipdv"]),
-    );
-    put(
-        "jitter_rfc3550_s",
-        plain_mean(flows, &["jitter_s", "rfc3550"]),
-    );
-    put("pdv_s", max_flows(flows, &["jitter_s", "pdv_p999"]));
     let sent = sum_flows(flows, &["sent", "packets"]);
     let lost = sum_flows(flows, &["received", "lost"]);
-    put("lost_packets", lost);
     put(
         "loss_ratio",
         match (lost, sent) {
@@ -320,19 +207,6 @@ pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<Str
             _ => None,
         },
     );
-    put("not_sent", sum_flows(flows, &["sent", "not_sent"]));
-    put(
-        "loss_receiver_host",
-        sum_flows(flows, &["loss_split", "receiver_host"]),
-    );
-    put("loss_network", sum_flows(flows, &["loss_split", "network"]));
-    put("packets_sent", sent);
-    put(
-        "packets_received",
-        sum_flows(flows, &["received", "packets"]),
-    );
-    put("reordered", sum_flows(flows, &["received", "reordered"]));
-    put("duplicates", sum_flows(flows, &["received", "duplicates"]));
     put("testbed_drops", counters.and_then(counter_drops));
     put("cpu_sender", cpu_share(result, "sender"));
     put("cpu_receiver", cpu_share(result, "receiver"));
@@ -347,18 +221,9 @@ pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<Str
         "cpu_router_softirq",
         counters.and_then(|c| router_cpu(c, "softirq")),
     );
-    put("tcp_retransmits", sum_flows(flows, &["tcp", "retransmits"]));
-    put("tcp_rtt_s", plain_mean(flows, &["tcp", "rtt_s"]));
-    put("tcp_cwnd_bytes", plain_mean(flows, &["tcp", "cwnd_bytes"]));
-    put("r_factor", plain_mean(flows, &["voip", "r_factor"]));
-    put("mos", plain_mean(flows, &["voip", "mos"]));
     put(
         "completion_s",
         max_flows(flows, &["completion_s"]).or_else(|| max_flows(flows, &["sent", "duration_s"])),
-    );
-    put(
-        "fragmented_datagrams",
-        sum_flows(flows, &["frames", "fragmented"]),
     );
     out
 }

@@ -7,6 +7,7 @@
 //!   progress, Ctrl-C, resume).
 //! - [`rfc2544`]: RFC 2544 / RFC 5180 searches run as a campaign (`[rfc2544]`).
 //! - [`estimate`]: runs and wall-clock time before a campaign starts.
+//! - [`metrics`]: the metric table (family, unit, combine rule, direction).
 //! - [`analysis`]: result documents → per-scenario statistics
 //!   ([`summary::CampaignSummary`], the contract with the report layer).
 
@@ -14,6 +15,7 @@ pub mod analysis;
 pub mod campaign;
 pub mod env;
 pub mod estimate;
+pub mod metrics;
 pub mod rfc2544;
 pub mod runner;
 pub mod store;

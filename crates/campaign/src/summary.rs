@@ -41,7 +41,36 @@ pub enum MetricFamily {
     Completion,
 }
 
-/// Static description of a metric key.
+/// How the flows of one run combine into the run's number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Combine {
+    /// Totals: throughput, packet counts.
+    Sum,
+    /// Means weighted by each flow's received packets.
+    WeightedMean,
+    /// Plain mean over the flows that have the number.
+    #[default]
+    Mean,
+    /// The worst (largest) flow: tails, completion.
+    Max,
+    /// The smallest flow value: minimum delays.
+    Min,
+}
+
+/// Which direction of change is an improvement (report colouring).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    Higher,
+    Lower,
+    /// Neither: a change is neither good nor bad news (a window size).
+    #[default]
+    Neither,
+}
+
+/// Static description of a metric key (a row of
+/// [`crate::metrics::METRICS`], in serialisable form).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetricInfo {
     /// Stable key, e.g. `throughput_payload_bps`.
@@ -51,6 +80,12 @@ pub struct MetricInfo {
     pub label: String,
     /// SI unit as stored: "bit/s", "s", "ratio", "share of one core", "packets", "".
     pub unit: String,
+    /// How flows combine (summaries stored before the table carry none).
+    #[serde(default)]
+    pub combine: Combine,
+    /// Which direction is better (absent in older summaries: neither).
+    #[serde(default)]
+    pub better: Better,
 }
 
 /// One point of the matrix: all repetitions with the same axis values.

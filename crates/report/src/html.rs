@@ -10,7 +10,7 @@ use crate::fmt::{esc, mean_ci, num, pct, scale_for};
 use crate::plan::{self, bound_applies, family_title, ChartKind};
 use crate::svg;
 use std::fmt::Write as _;
-use wirebench_campaign::summary::{CampaignSummary, MetricInfo, ScenarioSummary};
+use wirebench_campaign::summary::{Better, CampaignSummary, MetricInfo, ScenarioSummary};
 
 const CSS: &str = r#"
 :root{color-scheme:light}
@@ -213,13 +213,14 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
 }
 
 /// Whether a rise of this metric is an improvement, so Δ can be coloured
-/// green for better and red for worse; None when it is neither.
+/// green for better and red for worse; None when it is neither. The
+/// direction is the metric table's (`wirebench_campaign::metrics`), carried
+/// in the summary.
 fn higher_is_better(m: &MetricInfo) -> Option<bool> {
-    use wirebench_campaign::summary::MetricFamily as F;
-    match m.family {
-        F::Throughput | F::Voip => Some(true),
-        F::Delay | F::Rtt | F::Jitter | F::Loss | F::Cpu | F::Completion => Some(false),
-        F::Tcp => m.key.contains("retrans").then_some(false),
+    match m.better {
+        Better::Higher => Some(true),
+        Better::Lower => Some(false),
+        Better::Neither => None,
     }
 }
 

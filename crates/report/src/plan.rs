@@ -423,6 +423,8 @@ mod tests {
                 family: MetricFamily::Throughput,
                 label: "M".into(),
                 unit: "bit/s".into(),
+                combine: Default::default(),
+                better: Default::default(),
             }],
             scenarios: scs,
             notes: vec![],
@@ -503,6 +505,8 @@ mod tests {
             family: MetricFamily::Throughput,
             label: k.into(),
             unit: "bit/s".into(),
+            combine: Default::default(),
+            better: Default::default(),
         };
         let (a, b) = (t("throughput_ip_bps"), t("throughput_payload_bps"));
         assert_eq!(

@@ -943,6 +943,8 @@ mod tests {
             family: MetricFamily::Delay,
             label: "One-way delay, mean".into(),
             unit: "s".into(),
+            combine: Default::default(),
+            better: Default::default(),
         };
         let pt = |x: f64, mean: f64| Point {
             x,

@@ -330,3 +330,46 @@ fn above_bound_is_marked() {
     assert_eq!(html.matches("(above bound)").count(), 1, "one cell");
     assert!(html.contains("<td class=\"above\""));
 }
+
+/// Δ colours follow each metric's direction in the metric table, not its
+/// family: more packets received is better, more packets lost is worse
+/// (both are in the loss family; the report once coloured both red).
+#[test]
+fn change_colour_follows_the_metric_table() {
+    use wirebench_campaign::summary::{MetricStats, ScenarioSummary};
+    let render_one = |key: &str| {
+        let sc = |name: &str, mean: f64, pct: f64| ScenarioSummary {
+            key: format!("ip={name}"),
+            axes: BTreeMap::from([("ip".to_string(), name.to_string())]),
+            runs_ok: 5,
+            runs_planned: 5,
+            metrics: BTreeMap::from([(
+                key.to_string(),
+                MetricStats {
+                    pct_vs_baseline: Some(pct),
+                    ..common::stats(mean, 0.01, 5)
+                },
+            )]),
+            upper_bound_bps: None,
+        };
+        let mut s = common::apps_like();
+        s.axes = vec!["ip".into()];
+        s.x_axis = None;
+        s.baseline = Some("ip=4".into());
+        s.metrics = wirebench_campaign::analysis::metric_catalogue()
+            .into_iter()
+            .filter(|m| m.key == key)
+            .collect();
+        s.scenarios = vec![sc("4", 1000.0, 0.0), sc("6", 1100.0, 10.0)];
+        render_html(&s)
+    };
+    let received = render_one("packets_received");
+    assert!(
+        received.contains("<td class=\"pos\">+10.0 %</td>"),
+        "{received}"
+    );
+    assert!(!received.contains("class=\"neg\""));
+    let lost = render_one("lost_packets");
+    assert!(lost.contains("<td class=\"neg\">+10.0 %</td>"), "{lost}");
+    assert!(!lost.contains("class=\"pos\""));
+}

@@ -23,6 +23,13 @@ pub fn info(key: &str, family: MetricFamily, label: &str, unit: &str) -> MetricI
         family,
         label: label.into(),
         unit: unit.into(),
+        // The table's direction and combine rule, as a real summary has them.
+        combine: wirebench_campaign::metrics::metric(key)
+            .map(|m| m.combine)
+            .unwrap_or_default(),
+        better: wirebench_campaign::metrics::metric(key)
+            .map(|m| m.better)
+            .unwrap_or_default(),
     }
 }
 
