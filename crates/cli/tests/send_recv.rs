@@ -387,6 +387,16 @@ fn json_document_holds_the_documented_keys() {
     assert!(human.contains("Average delay"), "{human}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(doc["schema"], "wirebench.result/1");
+    // The document is written through a temporary file, but it must end up
+    // with the permissions an ordinary create gives (umask applied), not 0600.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let plain = file.with_extension("plain");
+        std::fs::File::create(&plain).unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&file), mode(&plain), "--json file mode");
+        let _ = std::fs::remove_file(&plain);
+    }
     let has = |v: &Value, keys: &[&str], ctx: &str| {
         for k in keys {
             assert!(v.get(k).is_some(), "missing {ctx}.{k} in {v}");

@@ -294,10 +294,16 @@ impl JsonOut {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => std::path::Path::new("."),
         };
-        let t = tempfile::Builder::new()
-            .prefix(".wirebench-json-")
-            .tempfile_in(dir)
-            .map_err(cannot)?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".wirebench-json-");
+        // A result is an ordinary output file: 0666 less the umask, as a
+        // plain create gives, not the temporary file's private 0600.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            builder.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let t = builder.tempfile_in(dir).map_err(cannot)?;
         Ok(JsonOut::Temp(t, path.to_string()))
     }
 
