@@ -225,8 +225,22 @@ pub(crate) fn teardown(name: &str) -> Result<(), TestbedError> {
             }
         }
     }
+    // An `ip` child of a killed `up` can still be adding a namespace while
+    // we delete: sweep again for a short while before reporting what is left.
+    let mut left = sys::netns_with_prefix(&prefix);
+    for _ in 0..20 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let batch: String = left.iter().map(|n| format!("netns del {n}\n")).collect();
+        let _ = run_input(
+            Command::new(&ip).args(["-force", "-batch", "-"]),
+            Some(&batch),
+        );
+        left = sys::netns_with_prefix(&prefix);
+    }
     // Whatever `netns del` could not remove must be reported.
-    let left = sys::netns_with_prefix(&prefix);
     if !left.is_empty() {
         first_err.get_or_insert(TestbedError::Command {
             cmd: "ip netns del".into(),
