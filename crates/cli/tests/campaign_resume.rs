@@ -246,6 +246,8 @@ fn bad_campaign_files_fail_before_anything_runs() {
     );
 }
 
+// Signals a child with SIGINT: Unix only.
+#[cfg(unix)]
 #[test]
 fn sigint_stops_after_storing_finished_runs_only() {
     let dir = tempfile::tempdir().unwrap();

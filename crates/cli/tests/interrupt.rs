@@ -1,6 +1,8 @@
 //! Ctrl-C during `wirebench send`: the first stops the flows and still
 //! collects and writes the receiver's report as a partial result; a second
 //! one exits at once. Runs the built binary on loopback (port 15690).
+//! Unix only: it sends SIGINT.
+#![cfg(unix)]
 
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};

@@ -389,6 +389,7 @@ fn json_document_holds_the_documented_keys() {
     assert_eq!(doc["schema"], "wirebench.result/1");
     // The document is written through a temporary file, but it must end up
     // with the permissions an ordinary create gives (umask applied), not 0600.
+    #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         let plain = file.with_extension("plain");
