@@ -17,14 +17,20 @@ use crate::{
 /// D-ITG's VoIP codec presets (`VoIP -x CODEC`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DitgCodec {
+    /// G.711, one 80-byte frame per packet, 100 packets/s.
     G711_1,
+    /// G.711, two 80-byte frames per packet, 50 packets/s.
     G711_2,
+    /// G.723.1, one 30-byte frame per packet, 26 packets/s.
     G723_1,
+    /// G.729, two 10-byte frames per packet, 50 packets/s.
     G729_2,
+    /// G.729, three 10-byte frames per packet, 33 packets/s.
     G729_3,
 }
 
 impl DitgCodec {
+    /// Every preset, in D-ITG's order.
     pub const ALL: [DitgCodec; 5] = [
         DitgCodec::G711_1,
         DitgCodec::G711_2,
@@ -33,6 +39,7 @@ impl DitgCodec {
         DitgCodec::G729_3,
     ];
 
+    /// Reads a D-ITG codec name (`G.711.1`, `G711.1`, any case).
     pub fn parse(s: &str) -> Result<DitgCodec, ModelError> {
         Ok(match s.to_ascii_uppercase().as_str() {
             "G.711.1" | "G711.1" => DitgCodec::G711_1,
@@ -51,6 +58,7 @@ impl DitgCodec {
         })
     }
 
+    /// The codec's D-ITG name, e.g. "G.711.1".
     pub fn name(self) -> &'static str {
         match self {
             DitgCodec::G711_1 => "G.711.1",
@@ -93,10 +101,14 @@ pub enum RealCodec {
     /// 6.3 kbit/s, 30 ms frames of 24 bytes.
     G723_1,
     /// Opus (RFC 6716) at a constant bitrate.
-    Opus { bitrate_bps: u32 },
+    Opus {
+        /// Constant bitrate, bits per second.
+        bitrate_bps: u32,
+    },
 }
 
 impl RealCodec {
+    /// Reads a codec name for `--app voip-real` (`G.711`, `G.729`, `G.723.1`, `opus`).
     pub fn parse(s: &str) -> Result<RealCodec, ModelError> {
         Ok(match s.to_ascii_uppercase().replace('.', "").as_str() {
             "G711" => RealCodec::G711,
@@ -116,6 +128,7 @@ impl RealCodec {
         })
     }
 
+    /// The codec's name for labels, e.g. "G.729" or "Opus 24 kbit/s".
     pub fn name(self) -> String {
         match self {
             RealCodec::G711 => "G.711".into(),
@@ -137,6 +150,7 @@ impl RealCodec {
         }
     }
 
+    /// Packet time used when none is given: 30 ms for G.723.1, else 20 ms.
     pub fn default_ptime_ms(self) -> u32 {
         match self {
             RealCodec::G723_1 => 30,
@@ -169,8 +183,11 @@ impl RealCodec {
 pub enum App {
     /// D-ITG's VoIP: constant rate, constant size, VAD only shrinks packets.
     Voip {
+        /// The D-ITG codec preset.
         codec: DitgCodec,
+        /// Compressed RTP headers (RFC 2508): 2-byte instead of 40-byte RTP/UDP/IP header.
         crtp: bool,
+        /// Voice activity detection: silent periods send smaller packets.
         vad: bool,
     },
     /// D-ITG's DNS.
@@ -186,21 +203,34 @@ pub enum App {
     /// wirebench: true codec framing with RTP (or CRTP) header; with `vad`
     /// an ON/OFF talkspurt process after ITU-T P.59.
     VoipReal {
+        /// The codec.
         codec: RealCodec,
+        /// Audio per packet, ms.
         ptime_ms: u32,
+        /// Compressed RTP headers (RFC 2508).
         crtp: bool,
+        /// Voice activity detection: ON/OFF talkspurts.
         vad: bool,
     },
     /// wirebench: video frames at `fps`, log-normal frame sizes (mean, sd in
     /// bytes), split into packets of at most `packet_max` bytes sent back to back.
     Video {
+        /// Frames per second.
         fps: f64,
+        /// Mean frame size, bytes.
         frame_mean: f64,
+        /// Standard deviation of the frame size, bytes.
         frame_sd: f64,
+        /// Largest packet a frame is split into, bytes.
         packet_max: u32,
     },
     /// wirebench: transfer `bytes` over TCP in records of `record` bytes.
-    File { bytes: u64, record: u32 },
+    File {
+        /// Bytes to transfer.
+        bytes: u64,
+        /// Bytes per TCP record (write).
+        record: u32,
+    },
 }
 
 /// Telnet's size offsets 0..=14 above 21 bytes (D-ITG 2.8.1).
@@ -220,6 +250,7 @@ const CSI_SIZES: [(f64, f64); 8] = [
 ];
 
 impl App {
+    /// The transport the model runs on: TCP for Telnet and file transfers, UDP otherwise.
     pub fn transport(&self) -> Transport {
         match self {
             App::Telnet | App::File { .. } => Transport::Tcp,
@@ -227,6 +258,7 @@ impl App {
         }
     }
 
+    /// The codec for the E-model, for VoIP models; None for the others.
     pub fn voip_codec(&self) -> Option<Codec> {
         match *self {
             App::Voip { codec, .. } => {
@@ -245,6 +277,7 @@ impl App {
         }
     }
 
+    /// The model in words, for results and reports.
     pub fn describe(&self) -> String {
         match self {
             App::Voip { codec, crtp, vad } => format!(
@@ -482,16 +515,27 @@ impl App {
 pub struct AppOptions {
     /// voip | dns | telnet | quake3 | csa | csi | voip-real | opus | video | file
     pub app: String,
+    /// Codec name (D-ITG preset for `voip`, real codec for `voip-real`).
     pub codec: Option<String>,
+    /// Compressed RTP headers.
     pub crtp: bool,
+    /// Voice activity detection.
     pub vad: bool,
+    /// Packet time, ms (`voip-real`, `opus`).
     pub ptime_ms: Option<u32>,
+    /// Opus bitrate, kbit/s.
     pub bitrate_kbps: Option<f64>,
+    /// Video frames per second.
     pub fps: Option<f64>,
+    /// Video mean frame size, bytes.
     pub frame_bytes: Option<f64>,
+    /// Video frame-size standard deviation, bytes.
     pub frame_sd: Option<f64>,
+    /// Video largest packet, bytes.
     pub packet_max: Option<u32>,
+    /// File transfer size, bytes.
     pub bytes: Option<u64>,
+    /// File transfer record size, bytes.
     pub record: Option<u32>,
 }
 
@@ -503,6 +547,7 @@ pub const APP_NAMES: &str = "voip dns telnet quake3 csa csi voip-real opus video
 pub const DITG_APPS: [&str; 6] = ["voip", "dns", "telnet", "quake3", "csa", "csi"];
 
 impl AppOptions {
+    /// The application model with defaults filled in; errors name the CLI flag.
     pub fn build(&self) -> Result<App, ModelError> {
         let name = self.app.to_ascii_lowercase();
         let voice = matches!(name.as_str(), "voip" | "voip-real" | "opus");

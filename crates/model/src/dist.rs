@@ -16,74 +16,105 @@ use crate::ModelError;
 /// A distribution of values in the unit of its use (ms or bytes).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Dist {
+    /// Always the same value.
     Constant {
+        /// The value.
         value: f64,
     },
     /// Uniform on [min, max).
     Uniform {
+        /// Lower bound (included).
         min: f64,
+        /// Upper bound (excluded).
         max: f64,
     },
+    /// Exponential with the given mean.
     Exponential {
+        /// Mean (1/rate).
         mean: f64,
     },
+    /// Normal (Gaussian).
     Normal {
+        /// Mean.
         mean: f64,
+        /// Standard deviation.
         sd: f64,
     },
     /// A Poisson count with mean `lambda`.
     Poisson {
+        /// Mean count.
         lambda: f64,
     },
     /// `numerator / Poisson(lambda)`: D-ITG's `-O` inter-departure time. A
     /// zero count would be an infinite gap; it is drawn again (see docs).
     ReciprocalPoisson {
+        /// The value divided by the count.
         numerator: f64,
+        /// Mean of the Poisson count.
         lambda: f64,
     },
     /// `min · U^(−1/shape)`.
     Pareto {
+        /// Shape α.
         shape: f64,
+        /// Scale: the smallest value.
         min: f64,
     },
+    /// Cauchy (Lorentz).
     Cauchy {
+        /// Location (median).
         location: f64,
+        /// Scale (half width at half maximum).
         scale: f64,
     },
     /// `scale · Gamma(shape)`.
     Gamma {
+        /// Shape k.
         shape: f64,
+        /// Scale θ.
         scale: f64,
     },
     /// `scale · (−ln U)^(1/shape)` (D-ITG's `-W scale shape`).
     Weibull {
+        /// Scale λ.
         scale: f64,
+        /// Shape k.
         shape: f64,
     },
     /// D-ITG's Student-t: `location + scale · Z · sqrt(dof / (2G))`,
     /// Z ~ N(0,1), G ~ Gamma(dof/2).
     StudentT {
+        /// Location.
         location: f64,
+        /// Scale.
         scale: f64,
+        /// Degrees of freedom.
         dof: f64,
     },
     /// Log-normal given by its own mean and standard deviation.
     LogNormal {
+        /// Mean of the values (not of their logarithm).
         mean: f64,
+        /// Standard deviation of the values.
         sd: f64,
     },
     /// `values[i]` with probability `weights[i] / Σ weights`.
     Discrete {
+        /// The values.
         values: Vec<f64>,
+        /// Their weights (any positive scale).
         weights: Vec<f64>,
     },
     /// Component `i` chosen with probability `weight / Σ weights`.
     Mixture {
+        /// (weight, distribution) pairs.
         parts: Vec<(f64, Dist)>,
     },
     /// Values read from a file, used in order and cycled (D-ITG `-Ft`/`-Fs`).
     File {
+        /// The file the values came from, for messages and labels.
         path: String,
+        /// The values, shared between flows that use the same file.
         values: Arc<[f64]>,
     },
 }

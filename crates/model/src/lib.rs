@@ -17,6 +17,8 @@
 //! docs/models.md documents every model, its sources and where wirebench
 //! deliberately differs from D-ITG.
 
+#![warn(missing_docs)]
+
 use thiserror::Error;
 
 pub mod app;
@@ -36,11 +38,17 @@ pub const MAX_PAYLOAD: u32 = 64000;
 /// Pareto with shape ≤ 1 can draw astronomically long gaps).
 pub const MAX_GAP_NS: u64 = 3_600_000_000_000;
 
+/// Why a model's parameters were refused.
 #[derive(Debug, Error, PartialEq)]
 pub enum ModelError {
     /// `flag` names the option (e.g. `-C`, `--codec`) so the CLI can say which one is wrong.
     #[error("{flag}: {reason}")]
-    BadParam { flag: String, reason: String },
+    BadParam {
+        /// The option at fault.
+        flag: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
 }
 
 pub(crate) fn bad(flag: &str, reason: impl Into<String>) -> ModelError {
@@ -59,12 +67,15 @@ pub(crate) fn bad(flag: &str, reason: impl Into<String>) -> ModelError {
 /// one, and the last packet of an ON period carries the OFF period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Departure {
+    /// Gap to the next departure, ns.
     pub gap_ns: u64,
+    /// Transport payload bytes, probe header included.
     pub size: u32,
 }
 
 /// A running model. One per flow; `Send` so each flow can run on its own thread.
 pub trait Generator: Send {
+    /// The next departure.
     fn next(&mut self) -> Departure;
     /// How many draws were negative and clamped to zero so far.
     fn clamps(&self) -> u64 {
@@ -78,7 +89,10 @@ pub enum IdtModel {
     /// As fast as the path allows: no pacing.
     Max,
     /// Constant rate in packets per second (D-ITG `-C`).
-    Constant { pps: f64 },
+    Constant {
+        /// Packets per second.
+        pps: f64,
+    },
     /// Gaps drawn in **milliseconds** from a distribution. D-ITG's
     /// rate-based flags are converted by [`IdtModel::from_ditg`].
     Random(Dist),
@@ -88,7 +102,10 @@ pub enum IdtModel {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SizeModel {
     /// Constant size in bytes (D-ITG `-c`).
-    Constant { bytes: u32 },
+    Constant {
+        /// Bytes per packet.
+        bytes: u32,
+    },
     /// Sizes drawn in bytes, truncated to integers and clamped to
     /// [`MIN_PAYLOAD`, `MAX_PAYLOAD`] (unless the flow packetizes frames).
     Random(Dist),
@@ -291,7 +308,9 @@ impl SizeModel {
 /// model; then nothing is sent for an OFF period. Durations in ms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Burst {
+    /// ON period durations, ms.
     pub on_ms: Dist,
+    /// OFF period durations, ms.
     pub off_ms: Dist,
 }
 
@@ -359,9 +378,12 @@ impl Burst {
     }
 }
 
+/// One flow's traffic model: when packets leave and how big they are.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowSpec {
+    /// Inter-departure times.
     pub idt: IdtModel,
+    /// Payload sizes.
     pub size: SizeModel,
     /// Start this long after the session's start (D-ITG `-d`).
     pub start_delay_ms: u64,
@@ -395,14 +417,17 @@ impl FlowSpec {
         Ok(s)
     }
 
+    /// Constant rate (`pps`) and constant size (`bytes`).
     pub fn constant(pps: f64, bytes: u32) -> Result<Self, ModelError> {
         Self::new(IdtModel::Constant { pps }, SizeModel::Constant { bytes })
     }
 
+    /// As fast as the path allows, constant size.
     pub fn max_rate(bytes: u32) -> Result<Self, ModelError> {
         Self::new(IdtModel::Max, SizeModel::Constant { bytes })
     }
 
+    /// Checks every parameter; errors name the D-ITG option at fault.
     pub fn validate(&self) -> Result<(), ModelError> {
         self.idt.validate()?;
         self.size.validate()?;

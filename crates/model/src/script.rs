@@ -18,23 +18,34 @@ use crate::{Burst, Dist, FlowSpec, IdtModel, ModelError, SizeModel};
 pub struct ScriptFlow {
     /// 1-based line in the file (for TOML: the `[[flow]]` header).
     pub line: usize,
+    /// The flow's traffic model.
     pub spec: FlowSpec,
+    /// `-T`: UDP or TCP.
     pub transport: Option<Transport>,
+    /// `-a`: destination address.
     pub dest: Option<String>,
+    /// `-rp`: destination port.
     pub port: Option<u16>,
+    /// `-t`: duration, ms.
     pub duration_ms: Option<u64>,
+    /// `-z`: packet count.
     pub packets: Option<u64>,
+    /// `-k`: kilobytes to send.
     pub kbytes: Option<u64>,
+    /// `-m`: owd or rtt.
     pub meter: Option<MeterMode>,
 }
 
 /// A script error: `FILE:LINE: OPTION: reason`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScriptError {
+    /// The script's name (file path) for messages.
     pub origin: String,
+    /// 1-based line of the fault.
     pub line: usize,
     /// The D-ITG option (`-E`) or TOML key (`idt`) at fault.
     pub option: String,
+    /// What is wrong, in words.
     pub reason: String,
 }
 

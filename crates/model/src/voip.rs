@@ -31,12 +31,14 @@ pub enum CodecKind {
 /// A codec as sent: its kind and the audio carried per packet.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Codec {
+    /// The codec.
     pub kind: CodecKind,
     /// Audio per packet in ms (the packetization delay).
     pub packet_ms: f64,
 }
 
 impl Codec {
+    /// A codec of `kind` carrying `packet_ms` of audio per packet.
     pub fn new(kind: CodecKind, packet_ms: f64) -> Codec {
         Codec { kind, packet_ms }
     }
@@ -80,7 +82,9 @@ impl Codec {
 /// E-model output.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Quality {
+    /// Transmission rating factor R (0–100), ITU-T G.107.
     pub r_factor: f64,
+    /// Mean opinion score estimated from R (1–4.5).
     pub mos: f64,
 }
 
@@ -175,6 +179,7 @@ pub fn emodel_burst(codec: &Codec, one_way_delay_s: f64, loss_ratio: f64, burst_
 /// lost.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct JitterBuffer {
+    /// Playout delay, seconds.
     pub depth_s: f64,
 }
 
@@ -186,6 +191,7 @@ impl Default for JitterBuffer {
 }
 
 impl JitterBuffer {
+    /// A buffer of `depth_s` seconds.
     pub fn new(depth_s: f64) -> Self {
         JitterBuffer {
             depth_s: depth_s.max(0.0),

@@ -9,11 +9,15 @@ use serde::{Deserialize, Serialize};
 pub struct Agg {
     /// Number of finite values used.
     pub n: usize,
+    /// Arithmetic mean.
     pub mean: f64,
     /// Sample standard deviation (n − 1); 0 when n = 1.
     pub sd: f64,
+    /// Median (mean of the middle two for even n).
     pub median: f64,
+    /// Smallest value.
     pub min: f64,
+    /// Largest value.
     pub max: f64,
     /// Half-width of the 95 % confidence interval of the mean:
     /// t_{0.975, n−1} · sd / √n; 0 when n = 1 (undefined, see docs).

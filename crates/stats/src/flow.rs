@@ -35,7 +35,9 @@ fn span_corrected_s(span_ns: u64, n: u64) -> f64 {
 /// What the statistics need to know about a flow.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FlowConfig {
+    /// UDP or TCP: decides the framing model.
     pub transport: Transport,
+    /// IPv4 or IPv6: decides the IP header size.
     pub ip: IpVersion,
     /// MTU of the path (the framing model's M).
     pub mtu: u32,
@@ -46,17 +48,24 @@ pub struct FlowConfig {
 /// Maximal runs of consecutive lost sequence numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct LossBursts {
+    /// Number of loss bursts.
     pub count: u64,
+    /// Mean burst length, packets.
     pub mean_len: f64,
+    /// Longest burst, packets.
     pub max_len: u64,
 }
 
 /// Bits per second at each layer (see [`LayerBytes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Throughput {
+    /// Payload (application) bits per second.
     pub payload: f64,
+    /// IP packets, headers included.
     pub ip: f64,
+    /// Ethernet frames, header and FCS included.
     pub ethernet: f64,
+    /// On the wire: preamble, start delimiter and inter-frame gap included.
     pub wire: f64,
 }
 
@@ -88,14 +97,21 @@ pub struct Frames {
 /// Delay statistics in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct DelayStats {
+    /// Smallest delay.
     pub min: f64,
+    /// Mean delay.
     pub mean: f64,
+    /// Largest delay.
     pub max: f64,
     /// Population standard deviation of the delays.
     pub stddev: f64,
+    /// Median.
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
     pub p999: f64,
 }
 
@@ -115,9 +131,11 @@ pub struct Jitter {
 pub struct Interval {
     /// Start of the interval, seconds after the first arrival.
     pub t_s: f64,
+    /// Packets that arrived in this interval.
     pub packets: u64,
     /// Payload bits per second over the nominal interval length.
     pub throughput_bps: f64,
+    /// Mean one-way delay of those packets.
     pub delay_mean_s: f64,
     /// Mean |D_i − D_{i−1}| of the packets that arrived in this interval.
     pub jitter_s: f64,
@@ -125,7 +143,6 @@ pub struct Interval {
     pub lost: u64,
 }
 
-/// Everything the measuring end knows about one flow.
 /// How many packets of a flow arrived, and how many did not: the counts
 /// the measuring end reports (`received` in the result document).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -138,7 +155,9 @@ pub struct RecvCounts {
     pub bytes: u64,
     /// Sent but not received within the linger time.
     pub lost: u64,
+    /// `lost` over the packets sent.
     pub loss_ratio: f64,
+    /// Packets received more than once (counted beyond the first).
     pub duplicates: u64,
     /// RFC 4737 reordered packets.
     pub reordered: u64,
@@ -148,17 +167,21 @@ pub struct RecvCounts {
     /// flow with `forged > 0` has suspect delay figures).
     #[serde(default)]
     pub forged: u64,
+    /// Runs of consecutive lost sequence numbers.
     pub loss_bursts: LossBursts,
     /// Packets whose delay was below zero (clock offset larger than the delay).
     pub negative_delays: u64,
 }
 
+/// Everything the measuring end knows about one flow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RecvSummary {
     /// Packet counts (flattened: the JSON keys are the counts' own).
     #[serde(flatten)]
     pub counts: RecvCounts,
+    /// Arrival time of the first packet, measuring host's clock, ns since the epoch.
     pub first_arrival_ns: u64,
+    /// Arrival time of the last packet, same clock.
     pub last_arrival_ns: u64,
     /// Earliest departure of a received packet on the measuring host's
     /// clock: arrival − one-way delay (the delay already has the clock
@@ -171,15 +194,20 @@ pub struct RecvSummary {
     /// because records arrive in whatever batches the reader happened to
     /// read, so their arrival span can collapse. 0 with fewer than 2 packets.
     pub duration_s: f64,
+    /// Received bits per second at each layer over `duration_s`.
     pub throughput_bps: Throughput,
+    /// Frames per datagram / record and fragmentation.
     pub frames: Frames,
+    /// One-way delay statistics (offset-corrected).
     pub delay_s: DelayStats,
+    /// Jitter by the three definitions.
     pub jitter_s: Jitter,
     /// Share of the received packets a fixed playout (jitter) buffer would
     /// have played too late; filled by the measuring end when the sender
     /// asks for it (VoIP flows), see [`RecvAccumulator::late_share`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_share: Option<f64>,
+    /// Per-interval series when the flow asked for intervals.
     pub intervals: Vec<Interval>,
 }
 
@@ -253,6 +281,7 @@ impl RecvAccumulator {
         }
     }
 
+    /// An empty accumulator for a flow of this configuration.
     pub fn new(cfg: FlowConfig) -> Self {
         Self {
             cfg,
@@ -665,23 +694,30 @@ impl RecvAccumulator {
 /// p50, p99 and max of a quantity, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Quantiles {
+    /// Median.
     pub p50: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// Largest value.
     pub max: f64,
 }
 
 /// What the sender knows about its own flow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct SendSummary {
+    /// Packets sent.
     pub packets: u64,
+    /// Payload bytes sent.
     pub bytes: u64,
     /// Span-corrected over the actual send times.
     pub duration_s: f64,
+    /// Packets per second over `duration_s`.
     pub rate_pps: f64,
     /// Packets the schedule wanted that could not be sent.
     pub not_sent: u64,
     /// Lateness against the absolute schedule (early counts as 0).
     pub schedule_error_s: Quantiles,
+    /// Sent bits per second at each layer.
     pub throughput_bps: Throughput,
 }
 
@@ -699,6 +735,7 @@ pub struct SendAccumulator {
 }
 
 impl SendAccumulator {
+    /// An empty accumulator for a flow of this configuration.
     pub fn new(cfg: FlowConfig) -> Self {
         Self {
             cfg,
@@ -742,10 +779,12 @@ impl SendAccumulator {
         self.not_sent = self.not_sent.saturating_add(count);
     }
 
+    /// Packets recorded as sent so far.
     pub fn packets(&self) -> u64 {
         self.packets
     }
 
+    /// The flow's send-side figures so far.
     pub fn summary(&self) -> SendSummary {
         let n = self.packets;
         let duration_s = if n >= 2 {

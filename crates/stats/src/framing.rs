@@ -19,6 +19,7 @@ pub const ETH_MIN_FRAME: u64 = 64;
 pub const PREAMBLE: u64 = 8;
 /// Minimum inter-frame gap, in byte times.
 pub const IFG: u64 = 12;
+/// UDP header.
 pub const UDP_HEADER: u64 = 8;
 /// TCP header without options.
 pub const TCP_HEADER: u64 = 20;

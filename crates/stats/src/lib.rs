@@ -10,6 +10,8 @@
 //! it, and lets every formula be unit-tested with hand-computed numbers.
 //! Definitions and sources: `docs/metrics.md`.
 
+#![warn(missing_docs)]
+
 use serde::{Deserialize, Serialize};
 
 pub mod aggregate;
@@ -34,7 +36,9 @@ pub use seq::SeqUnwrapper;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IpVersion {
+    /// IPv4 (20-byte header).
     V4,
+    /// IPv6 (40-byte header).
     V6,
 }
 
@@ -61,7 +65,9 @@ impl IpVersion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
+    /// User Datagram Protocol.
     Udp,
+    /// Transmission Control Protocol.
     Tcp,
 }
 
@@ -105,6 +111,7 @@ pub enum MeterMode {
 }
 
 impl MeterMode {
+    /// "owd" or "rtt", as in the control protocol and the result document.
     pub fn as_str(self) -> &'static str {
         match self {
             MeterMode::Owd => "owd",

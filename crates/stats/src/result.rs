@@ -15,11 +15,15 @@ use crate::{
 };
 use serde::{Deserialize, Serialize};
 
+/// Schema name and version every result document carries in `schema`.
 pub const SCHEMA: &str = "wirebench.result/1";
 
+/// One run's result document (`wirebench.result/1`), as `send --json` writes it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ResultDoc {
+    /// Always [`SCHEMA`]; readers refuse other values.
     pub schema: String,
+    /// The program that wrote the document.
     pub tool: Tool,
     /// RFC 3339 UTC time the traffic started.
     pub started_at: String,
@@ -27,24 +31,36 @@ pub struct ResultDoc {
     pub meter: MeterMode,
     /// True when the run ended early (peer gone); numbers cover what was seen.
     pub partial: bool,
+    /// Why the run is partial, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial_reason: Option<String>,
+    /// The command line that produced the run, when the writer knew it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// The sending host.
     pub host: HostInfo,
+    /// How the receiver's clock was related to the sender's.
     pub clock: ClockInfo,
+    /// Every flow of the session, in flow-id order.
     pub flows: Vec<FlowResult>,
+    /// All flows together.
     pub total: Total,
+    /// The receiving host and its session-wide counters.
     pub receiver: ReceiverInfo,
+    /// CPU use of both ends and the sending host.
     pub cpu: Cpu,
 }
 
+/// Name and version of the writing program.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Tool {
+    /// Always "wirebench" for documents this project writes.
     pub name: String,
+    /// The writer's package version.
     pub version: String,
 }
 
+/// The clock-offset measurement between sender and receiver.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct ClockInfo {
     /// Receiver clock minus sender clock as measured.
@@ -54,18 +70,25 @@ pub struct ClockInfo {
     /// Whether `offset_s` was subtracted from the delays: only when it is
     /// larger than its error bound (else it cannot be told from zero).
     pub applied: bool,
+    /// How the offset was measured, in words (an NTP-style exchange on the
+    /// control connection, smallest round trip of the samples).
     pub method: String,
+    /// Number of exchanges the offset was chosen from.
     pub samples: u32,
 }
 
+/// What the flow was asked to do.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Requested {
     /// Mean packets per second asked for; null for `--max`.
     pub rate_pps: Option<f64>,
+    /// Mean payload bytes per packet the model asked for.
     pub payload_bytes: f64,
+    /// The traffic model in words (D-ITG style).
     pub model: String,
     /// "duration 2000 ms", "packets 100", "kbytes 10".
     pub stop: String,
+    /// Seed of the flow's random stream, so the schedule can be repeated.
     pub seed: u64,
 }
 
@@ -73,6 +96,7 @@ pub struct Requested {
 /// measuring end's [`RecvCounts`] and what only the receiver daemon sees.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Received {
+    /// Counts and statistics the measuring end computed.
     #[serde(flatten)]
     pub counts: RecvCounts,
     /// Datagrams / connections on this flow's data port that were not ours.
@@ -88,39 +112,56 @@ pub struct Received {
     pub implausible_delays: u64,
 }
 
+/// Where lost packets went: not sent, dropped at the receiving host, or lost in the network.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
 pub struct LossSplit {
+    /// Packets the schedule wanted but the sender could not put on the wire.
     pub not_sent: u64,
+    /// Packets dropped in the receiving host (socket buffer overflow).
     pub receiver_host: u64,
+    /// The rest of the loss: dropped somewhere on the path.
     pub network: u64,
 }
 
+/// One flow's result: what was asked, sent, received and measured.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FlowResult {
+    /// Flow id, unique within the session.
     pub id: u16,
     /// Serialised "udp" or "tcp".
     pub transport: Transport,
     /// Serialised as the number 4 or 6.
     #[serde(with = "ip_number")]
     pub ip_version: IpVersion,
+    /// Sender's IP address.
     pub src: String,
+    /// Receiver's (destination) IP address.
     pub dst: String,
     /// Path MTU used for the framing model.
     pub mtu: u32,
+    /// What the flow asked for.
     pub requested: Requested,
+    /// The sender's counts and schedule accuracy.
     pub sent: SendSummary,
+    /// The receiver's counts.
     pub received: Received,
+    /// Where the lost packets went.
     pub loss_split: LossSplit,
     /// Received throughput (goodput at the payload layer).
     pub throughput_bps: Throughput,
+    /// Frame counts after IP fragmentation by the framing model.
     pub frames: Frames,
+    /// One-way (owd) delay statistics, seconds.
     pub delay_s: DelayStats,
+    /// Jitter (RFC 3550 and mean absolute delay variation), seconds.
     pub jitter_s: Jitter,
+    /// Round-trip time statistics (rtt meter only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_s: Option<DelayStats>,
     /// Probes reflected back to the sender (rtt meter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_received: Option<u64>,
+    /// TCP_INFO at the end of a TCP flow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpInfo>,
     /// E-model for VoIP application models.
@@ -129,12 +170,16 @@ pub struct FlowResult {
     /// Transfer models: first byte sent to last byte received, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_s: Option<f64>,
+    /// Per-interval figures when `--interval` was given.
     pub intervals: Vec<Interval>,
 }
 
+/// ITU-T G.107 E-model figures for a VoIP flow.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub struct Voip {
+    /// Transmission rating factor R (0–100).
     pub r_factor: f64,
+    /// Mean opinion score from R (1–4.5).
     pub mos: f64,
     /// Mouth-to-ear delay fed to the E-model: coding delay + the fastest
     /// packet's network delay + the playout buffer.
@@ -149,19 +194,28 @@ pub struct Voip {
 /// All flows together, for the summary line.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Total {
+    /// Packets sent, all flows.
     pub sent_packets: u64,
+    /// Packets the schedules wanted but could not send, all flows.
     pub not_sent: u64,
+    /// Packets received, all flows.
     pub received_packets: u64,
+    /// Packets lost, all flows.
     pub lost: u64,
+    /// `lost` over `sent_packets`.
     pub loss_ratio: f64,
+    /// Throughput of all flows together at each layer.
     pub throughput_bps: Throughput,
     /// Packet-weighted mean of the flows' mean delays.
     pub delay_mean_s: f64,
+    /// Largest one-way delay of any flow.
     pub delay_max_s: f64,
 }
 
+/// The receiving end.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct ReceiverInfo {
+    /// The receiving host.
     pub host: HostInfo,
     /// UDP receive-buffer drops in the receiver's network namespace during
     /// the run (all sockets, /proc/net/snmp + snmp6).
@@ -171,19 +225,25 @@ pub struct ReceiverInfo {
     pub foreign_control: u64,
 }
 
+/// CPU use over the run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Cpu {
     /// Shares of one core over the run.
     pub sender: CpuTime,
+    /// The receiver's session threads.
     pub receiver: CpuTime,
+    /// The sending host as a whole.
     pub host: HostCpuShare,
 }
 
 /// The receiver's per-flow report, sent in `ControlMsg::Report.flows`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct FlowReport {
+    /// Flow id the report is for.
     pub flow_id: u16,
+    /// The receiver's accumulated counts and statistics.
     pub summary: RecvSummary,
+    /// Datagrams / connections on the flow's data port that were not ours.
     pub foreign: u64,
     /// Delays below −(offset error bound): the clocks disagree by more than
     /// the offset measurement can explain.
@@ -204,8 +264,11 @@ pub struct FlowReport {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default)]
 pub struct ReportExtra {
+    /// The receiving host.
     pub host: HostInfo,
+    /// UDP receive-buffer drops in the receiver's namespace during the session.
     pub rcvbuf_errors: u64,
+    /// Connections to the control port that were not a wirebench session.
     pub foreign_control: u64,
     /// CPU seconds of the session's threads.
     pub cpu_s: CpuTime,
@@ -214,11 +277,14 @@ pub struct ReportExtra {
 /// CPU seconds, or (after [`CpuTime::share`]) shares of one core.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct CpuTime {
+    /// User-mode CPU.
     pub user: f64,
+    /// Kernel-mode CPU.
     pub system: f64,
 }
 
 impl CpuTime {
+    /// The time spent since `start` (never negative).
     pub fn since(self, start: CpuTime) -> CpuTime {
         CpuTime {
             user: (self.user - start.user).max(0.0),
@@ -226,6 +292,7 @@ impl CpuTime {
         }
     }
 
+    /// The sum of two CPU times.
     pub fn plus(self, o: CpuTime) -> CpuTime {
         CpuTime {
             user: self.user + o.user,
@@ -248,18 +315,26 @@ impl CpuTime {
 /// Host CPU over a run as a share of one core (2.0 = two cores busy).
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct HostCpuShare {
+    /// User-mode share.
     pub user: f64,
+    /// Kernel-mode share.
     pub system: f64,
+    /// Soft-interrupt share (where the kernel does most packet work).
     pub softirq: f64,
+    /// Idle share.
     pub idle: f64,
 }
 
 /// The TCP_INFO fields the result document carries.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
 pub struct TcpInfo {
+    /// Retransmitted segments over the connection's life.
     pub retransmits: u64,
+    /// Smoothed round-trip time the kernel estimated.
     pub rtt_s: f64,
+    /// Congestion window in bytes (segments × MSS).
     pub cwnd_bytes: u64,
+    /// Maximum segment size the connection used.
     pub mss: u64,
 }
 
@@ -271,6 +346,7 @@ pub struct TcpInfo {
 pub struct HostInfo {
     /// Kernel release (Linux, macOS, FreeBSD) or Windows version and build.
     pub kernel: String,
+    /// Number of online CPUs.
     pub cpus: u32,
     /// "linux", "windows", "macos", "freebsd" (Rust's `std::env::consts::OS`).
     #[serde(default)]
@@ -284,6 +360,7 @@ pub struct HostInfo {
 }
 
 impl ResultDoc {
+    /// The document as indented JSON, as `--json` writes it.
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }

@@ -13,6 +13,7 @@ pub struct SeqUnwrapper {
 }
 
 impl SeqUnwrapper {
+    /// An unwrapper that has seen nothing yet.
     pub fn new() -> Self {
         Self { highest: None }
     }

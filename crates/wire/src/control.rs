@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+/// Version of the control protocol; `Hello.version` must equal it.
 pub const CONTROL_VERSION: u32 = 1;
 /// A control line longer than this is refused: a foreign client must not be
 /// able to make the daemon buffer without bound.
@@ -21,7 +22,9 @@ pub use wirebench_stats::{MeterMode, Transport};
 /// What the receiver must prepare for one flow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlowSetup {
+    /// Flow id, unique within the session; probes carry it.
     pub flow_id: u16,
+    /// UDP or TCP: decides what kind of data port the receiver opens.
     pub transport: Transport,
     /// Length of the per-interval series the receiver keeps, if any.
     #[serde(default)]
@@ -40,34 +43,47 @@ pub struct FlowSetup {
     pub playout_buffer_ms: Option<u32>,
 }
 
+/// One control message; serialised with a `type` tag in snake_case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ControlMsg {
     /// Sender → receiver: open a session.
     Hello {
+        /// Must be [`CONTROL_VERSION`].
         version: u32,
+        /// Session id the sender chose; every probe of the session carries it.
         session: u32,
+        /// One-way delay at the receiver, or round trip via reflection.
         meter: MeterMode,
+        /// The flows to prepare, in flow-id order.
         flows: Vec<FlowSetup>,
     },
     /// Receiver → sender: data port per flow, in the order of `Hello.flows`.
     Ready {
+        /// One data port per flow, in the order of `Hello.flows`.
         ports: Vec<u16>,
     },
     /// Clock-offset exchange (NTP-style four timestamps).
     TimeReq {
+        /// Sender's clock when it sent the request.
         t1_ns: u64,
     },
+    /// Receiver → sender: answer to `TimeReq` with the receiver's clock on receipt and reply.
     TimeResp {
+        /// The request's `t1_ns`, echoed.
         t1_ns: u64,
+        /// Receiver's clock when the request arrived.
         t2_ns: u64,
+        /// Receiver's clock when the reply left.
         t3_ns: u64,
     },
     /// Sender → receiver: the measured clock offset (receiver clock minus
     /// sender clock) and its error bound, sent before `Start` so that the
     /// receiver's one-way delays are corrected as they are recorded.
     ClockOffset {
+        /// Receiver clock minus sender clock, nanoseconds.
         offset_ns: i64,
+        /// Half the round trip of the exchange the offset came from: the offset is within ± this.
         error_ns: u64,
     },
     /// Sender → receiver: traffic starts now.
@@ -75,7 +91,9 @@ pub enum ControlMsg {
     /// Sender → receiver: all flows finished sending; the receiver waits
     /// `linger_ms` for stragglers and then reports.
     Stop {
+        /// How long the receiver waits for late packets before it reports.
         linger_ms: u64,
+        /// Packets sent per flow, in `Hello.flows` order, so the receiver can tell loss from not-sent.
         #[serde(default)]
         sent: Vec<u64>,
     },
@@ -83,20 +101,28 @@ pub enum ControlMsg {
     /// own types (wirebench-stats), so the sender reads it without an
     /// untyped detour.
     Report {
+        /// One report per flow, in `Hello.flows` order.
         flows: Vec<FlowReport>,
+        /// Session-wide figures (host, receive-buffer drops, CPU).
         #[serde(default)]
         extra: ReportExtra,
     },
+    /// Either side: the session cannot go on, with the reason in words.
     Error {
+        /// The reason, for the other side's user.
         message: String,
     },
+    /// Either side: the session ends normally.
     Bye,
 }
 
+/// Why a control line could not be read.
 #[derive(Debug, Error)]
 pub enum ControlError {
+    /// The line is longer than [`MAX_CONTROL_LINE`]; carries its length.
     #[error("control line of {0} bytes is longer than the {MAX_CONTROL_LINE}-byte limit")]
     TooLong(usize),
+    /// The line is not a control message this version knows.
     #[error("malformed control message: {0}")]
     Malformed(#[from] serde_json::Error),
 }
@@ -113,6 +139,7 @@ impl ControlMsg {
         s
     }
 
+    /// Parses one line (with or without its newline); refuses overlong lines before parsing.
     pub fn from_line(line: &str) -> Result<Self, ControlError> {
         if line.len() > MAX_CONTROL_LINE {
             return Err(ControlError::TooLong(line.len()));

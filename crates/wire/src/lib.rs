@@ -6,6 +6,8 @@
 //! control connection. This crate knows nothing of sockets or clocks, so that
 //! every decoding rule can be tested on plain byte slices.
 
+#![warn(missing_docs)]
+
 pub mod control;
 pub mod limits;
 pub mod probe;

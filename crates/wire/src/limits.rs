@@ -27,6 +27,7 @@ pub const MAX_FLOWS: usize = 256;
 pub const MAX_PROBE_LEN: u32 = u16::MAX as u32;
 /// Path MTU range: IPv4's minimum (RFC 791) to loopback's 64 KiB.
 pub const MIN_MTU: u32 = 68;
+/// Largest path MTU accepted.
 pub const MAX_MTU: u32 = 65_536;
 /// Deepest playout buffer a flow may ask to be judged against.
 pub const MAX_PLAYOUT_BUFFER_MS: u32 = 10_000;
@@ -55,15 +56,22 @@ pub const MAX_FLOW_PPS: u64 = 100_000_000;
 /// packets, timer granularity between `Start` and the first probe).
 pub const SEQ_SLACK: u64 = 1 << 20;
 
+/// A control-message field outside what the receiver accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum LimitError {
+    /// A number outside its range.
     #[error("{field}: {value} is out of range {min}..={max}")]
     Range {
+        /// The field's name, as in the control message.
         field: &'static str,
+        /// The value received.
         value: u64,
+        /// Smallest value accepted.
         min: u64,
+        /// Largest value accepted.
         max: u64,
     },
+    /// Any other refusal, in words.
     #[error("{0}")]
     Invalid(String),
 }

@@ -20,10 +20,13 @@ use thiserror::Error;
 
 /// "WB" — chosen so that a stray ASCII text or zero-filled buffer never matches.
 pub const MAGIC: u16 = 0x5742;
+/// Version of the probe header layout; probes of another version are refused.
 pub const PROBE_VERSION: u8 = 1;
+/// Bytes of the fixed header at the start of every datagram / record.
 pub const PROBE_HEADER_LEN: usize = 24;
 /// Receive and transmit times the reflector appends in RTT mode.
 pub const REFLECTION_LEN: usize = 16;
+/// Smallest reflected probe: header plus the reflector's two times.
 pub const RTT_MIN_LEN: usize = PROBE_HEADER_LEN + REFLECTION_LEN;
 
 /// The sender asks the receiver to reflect this probe (RTT meter).
@@ -34,13 +37,18 @@ pub const FLAG_REFLECTED: u8 = 0x02;
 pub const FLAG_LAST: u8 = 0x04;
 const KNOWN_FLAGS: u8 = FLAG_RTT | FLAG_REFLECTED | FLAG_LAST;
 
+/// The fixed header of every probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProbeHeader {
+    /// FLAG_* bits.
     pub flags: u8,
+    /// Session id from the control `Hello`; probes of other sessions are foreign.
     pub session: u32,
+    /// Flow id within the session.
     pub flow: u16,
     /// Whole datagram / record length in bytes, header included.
     pub len: u16,
+    /// Sequence number within the flow (low 32 bits; the receiver unwraps it to 64).
     pub seq: u32,
     /// Sender's transmit time, nanoseconds since the Unix epoch (CLOCK_REALTIME).
     pub tx_ns: u64,
@@ -49,22 +57,40 @@ pub struct ProbeHeader {
 /// Times added by the reflector in RTT mode, nanoseconds on its own clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Reflection {
+    /// Reflector's receive time.
     pub rx_ns: u64,
+    /// Reflector's transmit time.
     pub tx_ns: u64,
 }
 
+/// Why bytes are not a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum ProbeError {
+    /// Fewer bytes than the header needs.
     #[error("probe too short: {got} bytes, header needs {need}")]
-    Short { got: usize, need: usize },
+    Short {
+        /// Bytes received.
+        got: usize,
+        /// Bytes the header (or reflection) needs.
+        need: usize,
+    },
+    /// The first two bytes are not [`MAGIC`].
     #[error("wrong magic 0x{0:04x}")]
     Magic(u16),
+    /// A header version this build does not read.
     #[error("unsupported probe version {0}")]
     Version(u8),
+    /// Flag bits this version does not define.
     #[error("unknown flag bits 0x{0:02x}")]
     Flags(u8),
+    /// The header's length field disagrees with the bytes received.
     #[error("bad length field {field} (have {have} bytes)")]
-    Length { field: u16, have: usize },
+    Length {
+        /// The header's length field.
+        field: u16,
+        /// Bytes actually there.
+        have: usize,
+    },
 }
 
 impl ProbeHeader {
@@ -169,10 +195,12 @@ impl ProbeHeader {
         }
     }
 
+    /// The sender asked for this probe to be reflected.
     pub fn is_rtt(&self) -> bool {
         self.flags & FLAG_RTT != 0
     }
 
+    /// This probe is a reflection on its way back.
     pub fn is_reflected(&self) -> bool {
         self.flags & FLAG_REFLECTED != 0
     }
@@ -192,6 +220,7 @@ impl Reflection {
         Ok(())
     }
 
+    /// Reads the reflector's times from right after the header.
     pub fn decode(buf: &[u8]) -> Result<Self, ProbeError> {
         if buf.len() < RTT_MIN_LEN {
             return Err(ProbeError::Short {
