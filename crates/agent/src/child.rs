@@ -2,14 +2,14 @@
 //! group so a terminal's Ctrl-C reaches only the parent, which stops them in
 //! order; killed with the parent (Linux: PR_SET_PDEATHSIG); SIGTERM then
 //! SIGKILL; the tail of their log for error messages; "listens yet?" from
-//! the process's own view of /proc/net. Shared by the agent and any other
-//! runner of children.
+//! the process's own view of /proc/net. Shared by the agent and the
+//! campaign runner (one copy of the process-group rules). On Windows
+//! children get their own process group and are terminated outright:
+//! Windows has no SIGTERM to send to a console program's group.
 
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
-#[cfg(unix)]
-use std::time::Instant;
 
 #[cfg(unix)]
 pub fn detach(cmd: &mut Command) {
@@ -34,16 +34,25 @@ pub fn detach(cmd: &mut Command) {
     }
 }
 
-#[cfg(not(unix))]
+/// Own process group, so a Ctrl-C in our console is not delivered to it.
+#[cfg(windows)]
+pub fn detach(cmd: &mut Command) {
+    use std::os::windows::process::CommandExt;
+    const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+    cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
+}
+
+#[cfg(not(any(unix, windows)))]
 pub fn detach(_cmd: &mut Command) {}
 
+/// SIGTERM to the child's group, SIGKILL after `grace` (elsewhere: kill).
 pub fn stop_child(child: &mut Child, grace: Duration) {
     #[cfg(unix)]
     {
         let pid = child.id() as libc::pid_t;
         // SAFETY: signalling our own child's process group.
         unsafe { libc::kill(-pid, libc::SIGTERM) };
-        let t0 = Instant::now();
+        let t0 = std::time::Instant::now();
         while t0.elapsed() < grace {
             if let Ok(Some(_)) = child.try_wait() {
                 return;
@@ -59,6 +68,7 @@ pub fn stop_child(child: &mut Child, grace: Duration) {
     let _ = child.wait();
 }
 
+/// The last `max` bytes of a log file, trimmed (empty when unreadable).
 pub fn tail(path: &Path, max: usize) -> String {
     let s = std::fs::read(path).unwrap_or_default();
     let s = String::from_utf8_lossy(&s);
