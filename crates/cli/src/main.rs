@@ -4,6 +4,7 @@
 
 mod cmd;
 mod exit;
+mod key;
 
 use clap::{Parser, Subcommand};
 

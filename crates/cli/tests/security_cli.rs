@@ -112,3 +112,80 @@ fn json_file_is_never_left_empty_and_summary_always_prints() {
     assert!(stdout.contains("Packets received"), "no summary: {stdout}");
     assert!(stderr.contains("/dev/full"), "{stderr}");
 }
+
+/// Item 3 on the command line: the key comes from a private file or the
+/// environment; a key file others can read, a short key, or a bad
+/// `--allow` block are refused (exit 2); a sender without the key is told
+/// why it is refused, one with it runs.
+#[test]
+fn key_file_environment_and_allow_flags() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let keyf = dir.path().join("key");
+    std::fs::write(&keyf, "correct horse battery staple\n").unwrap();
+    let k = keyf.to_str().unwrap();
+    std::fs::set_permissions(&keyf, std::fs::Permissions::from_mode(0o644)).unwrap();
+    exits_2_naming(
+        &["recv", "-p", "15709", "--key-file", k],
+        "--key-file | readable by others",
+    );
+    std::fs::set_permissions(&keyf, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let short = dir.path().join("short");
+    std::fs::write(&short, "abc").unwrap();
+    std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
+    exits_2_naming(
+        &[
+            "send",
+            "-a",
+            "127.0.0.1",
+            "--key-file",
+            short.to_str().unwrap(),
+        ],
+        "--key-file | at least 16",
+    );
+    exits_2_naming(&["recv", "--allow", "10.0.0.0/33"], "--allow | 10.0.0.0/33");
+
+    let mut rx = Command::new(BIN)
+        .args([
+            "recv",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            "15709",
+            "-q",
+            "--key-file",
+            k,
+        ])
+        .args(["--allow", "127.0.0.0/8,::1"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let send = "send -a 127.0.0.1 -p 15709 -C 1000 -z 20 --linger 100 --json";
+    let send: Vec<&str> = send.split(' ').collect();
+    let keyless = Command::new(BIN)
+        .args(&send)
+        .env_remove("WIREBENCH_KEY")
+        .output()
+        .unwrap();
+    let with_env = Command::new(BIN)
+        .args(&send)
+        .env("WIREBENCH_KEY", "correct horse battery staple")
+        .output()
+        .unwrap();
+    let with_file = Command::new(BIN)
+        .args(&send)
+        .args(["--key-file", k])
+        .output()
+        .unwrap();
+    let _ = rx.kill();
+    let _ = rx.wait();
+    let err = String::from_utf8_lossy(&keyless.stderr);
+    assert_eq!(keyless.status.code(), Some(1), "{err}");
+    assert!(err.contains("authentication required"), "{err}");
+    for out in [with_env, with_file] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["flows"][0]["received"]["unique"], 20);
+    }
+}

@@ -10,8 +10,10 @@
 //! assembles the `wirebench.result/1` document ([`result::ResultDoc`]).
 //! Protocol and design notes: `docs/engine.md`.
 
+mod auth;
 pub mod clock;
 pub mod ctl;
+pub mod gate;
 mod net;
 mod pacing;
 pub mod plan;
@@ -27,6 +29,7 @@ pub use plan::{FlowPlan, SessionPlan, Stop};
 pub use recv::{Daemon, DaemonConfig, DaemonStats};
 pub use result::ResultDoc;
 pub use send::run;
+pub use wirebench_wire::auth::{Cidr, Key};
 
 use thiserror::Error;
 

@@ -63,6 +63,9 @@ pub struct SessionPlan {
     pub jitter_buffer_ms: u32,
     /// Write a per-packet log of what was sent here (`-l`, docs/logs.md).
     pub log: Option<std::path::PathBuf>,
+    /// Pre-shared key: authenticate to the receiver, and require it to
+    /// prove the same key (docs/security.md).
+    pub key: Option<wirebench_wire::auth::Key>,
 }
 
 /// A common fixed playout delay for 20 ms voice packets.
@@ -90,6 +93,7 @@ impl SessionPlan {
             cancel: None,
             jitter_buffer_ms: DEFAULT_JITTER_BUFFER_MS,
             log: None,
+            key: None,
         }
     }
 

@@ -12,8 +12,12 @@
 //! dropped. A sender that goes silent for [`SESSION_IDLE`] is given up on;
 //! the daemon itself keeps serving.
 
+use crate::auth::receiver_handshake;
 use crate::clock::{mono_ns, realtime_ns, sleep_until, tighten_timer_slack};
 use crate::ctl::{Ctl, Recv};
+use crate::gate::{
+    Gate, GateLimits, Refusal, Slot, MAX_PENDING, PENDING_PER_PEER, SESSIONS_PER_PEER,
+};
 use crate::net::{self, enable_rx_timestamps, set_rcvbuf, AsRawFd, RecvBatch, BATCH};
 use crate::records::{Fill, RecordReader};
 use crate::result::{FlowReport, ReportExtra};
@@ -30,6 +34,7 @@ use wirebench_pktlog::format::{FLAG_LAST as LOG_LAST, FLAG_RX as LOG_RX};
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
 use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator};
+use wirebench_wire::auth::{Cidr, Key};
 use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
 use wirebench_wire::{
     ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
@@ -45,6 +50,9 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 pub const UDP_RCVBUF: usize = 8 << 20;
 /// Most concurrent sessions; more are refused with an error message.
 pub const MAX_SESSIONS: usize = 64;
+/// Default longest session (`--max-session`): a day, so that no peer can
+/// hold a slot indefinitely by keeping its session alive.
+pub const MAX_SESSION: Duration = Duration::from_secs(86_400);
 /// How often receive threads look at their stop flag.
 const POLL_MS: u64 = 50;
 
@@ -60,6 +68,14 @@ pub struct DaemonConfig {
     /// Write a per-packet log of every session into this directory
     /// (`session-<id>.wblog`, docs/logs.md).
     pub log_dir: Option<std::path::PathBuf>,
+    /// Serve only senders that prove this key (docs/security.md).
+    pub key: Option<Key>,
+    /// Only these address blocks may connect (empty: any).
+    pub allow: Vec<Cidr>,
+    /// Sessions one sender address may run at once.
+    pub sessions_per_peer: usize,
+    /// Longest a session may last, handshake to report; then it is ended.
+    pub max_session: Duration,
 }
 
 impl Default for DaemonConfig {
@@ -70,6 +86,10 @@ impl Default for DaemonConfig {
             verbose: false,
             idle_timeout: SESSION_IDLE,
             log_dir: None,
+            key: None,
+            allow: Vec::new(),
+            sessions_per_peer: SESSIONS_PER_PEER,
+            max_session: MAX_SESSION,
         }
     }
 }
@@ -82,13 +102,18 @@ pub struct DaemonStats {
     pub sessions_failed: AtomicU64,
     /// Control connections that were not a wirebench session.
     pub foreign_control: AtomicU64,
+    /// Connections closed at once: address not allowed, or no slot left.
+    pub refused: AtomicU64,
+    /// Sessions that did not authenticate (no key, wrong key, replay).
+    pub auth_failed: AtomicU64,
     pub active: AtomicUsize,
 }
 
 pub struct Daemon {
     listener: TcpListener,
-    cfg: DaemonConfig,
+    cfg: Arc<DaemonConfig>,
     stats: Arc<DaemonStats>,
+    gate: Arc<Gate>,
 }
 
 impl Daemon {
@@ -110,10 +135,18 @@ impl Daemon {
                 Err(e) => return Err(e),
             },
         };
+        let gate = Gate::new(GateLimits {
+            max_sessions: MAX_SESSIONS,
+            sessions_per_peer: cfg.sessions_per_peer,
+            max_pending: MAX_PENDING,
+            pending_per_peer: PENDING_PER_PEER,
+            allow: cfg.allow.clone(),
+        });
         Ok(Daemon {
             listener,
-            cfg,
+            cfg: Arc::new(cfg),
             stats: Arc::new(DaemonStats::default()),
+            gate,
         })
     }
 
@@ -145,22 +178,17 @@ impl Daemon {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nonblocking(false);
                     let stats = self.stats.clone();
-                    let verbose = self.cfg.verbose;
-                    let idle = self.cfg.idle_timeout;
-                    let log_dir = self.cfg.log_dir.clone();
-                    if stats.active.load(Ordering::Relaxed) >= MAX_SESSIONS {
-                        let mut ctl = Ctl::new(stream);
-                        let _ = ctl.send(&ControlMsg::Error {
-                            message: format!("receiver busy: {MAX_SESSIONS} sessions running"),
-                        });
+                    let cfg = self.cfg.clone();
+                    let verbose = cfg.verbose;
+                    let Some(slot) = self.admit(&stream, peer) else {
                         continue;
-                    }
+                    };
                     stats.active.fetch_add(1, Ordering::Relaxed);
                     let spawned =
                         std::thread::Builder::new()
                             .name("wb-session".into())
                             .spawn(move || {
-                                let r = session(stream, peer, &stats, verbose, idle, log_dir);
+                                let r = session(stream, peer, &stats, &cfg, slot);
                                 stats.active.fetch_sub(1, Ordering::Relaxed);
                                 if verbose {
                                     if let Err(e) = &r {
@@ -179,6 +207,35 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// A pending slot for a new connection, or it is closed at once: an
+    /// address outside `--allow` gets no answer at all, one over a limit a
+    /// one-line error.
+    fn admit(&self, stream: &TcpStream, peer: SocketAddr) -> Option<Slot> {
+        match self.gate.admit(unmap(peer.ip())) {
+            Ok(slot) => Some(slot),
+            Err(refusal) => {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                if refusal != Refusal::NotAllowed {
+                    // The line fits any fresh socket buffer; never wait on a
+                    // peer that does not read.
+                    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+                    let mut w = stream;
+                    let _ = w.write_all(
+                        ControlMsg::Error {
+                            message: refusal.to_string(),
+                        }
+                        .to_line()
+                        .as_bytes(),
+                    );
+                }
+                if self.cfg.verbose {
+                    eprintln!("wirebench recv: connection from {peer} refused: {refusal}");
+                }
+                None
+            }
+        }
     }
 }
 
@@ -293,10 +350,15 @@ fn session(
     stream: TcpStream,
     peer: SocketAddr,
     stats: &DaemonStats,
-    verbose: bool,
-    idle: Duration,
-    log_dir: Option<std::path::PathBuf>,
+    cfg: &DaemonConfig,
+    mut slot: Slot,
 ) -> Result<(), EngineError> {
+    let (verbose, idle, log_dir) = (cfg.verbose, cfg.idle_timeout, &cfg.log_dir);
+    // The whole handshake (Hello, and the challenge with a key) must be
+    // done by this time; the session must end by `ends`.
+    let accepted = std::time::Instant::now();
+    let handshake_by = accepted + HELLO_TIMEOUT;
+    let ends = accepted + cfg.max_session;
     let local = stream
         .local_addr()
         .map_err(|e| EngineError::io("control socket", e))?;
@@ -318,6 +380,7 @@ fn session(
         session: sid,
         meter,
         flows: setups,
+        auth,
     } = hello
     else {
         stats.foreign_control.fetch_add(1, Ordering::Relaxed);
@@ -335,6 +398,23 @@ fn session(
             &mut ctl,
             format!("control protocol version {version} not supported (this receiver speaks {CONTROL_VERSION})"),
         );
+    }
+    if let Err(m) = receiver_handshake(
+        &mut ctl,
+        cfg.key.as_ref(),
+        sid,
+        auth.as_deref(),
+        handshake_by,
+    ) {
+        stats.auth_failed.fetch_add(1, Ordering::Relaxed);
+        if verbose {
+            eprintln!("wirebench recv: session {sid:08x} from {peer}: {m}");
+        }
+        return refuse(&mut ctl, m);
+    }
+    if let Err(busy) = slot.promote() {
+        stats.refused.fetch_add(1, Ordering::Relaxed);
+        return refuse(&mut ctl, busy.to_string());
     }
     // Every number is range-checked before anything is allocated for it.
     if let Err(e) = limits::check_flows(&setups) {
@@ -366,7 +446,7 @@ fn session(
     };
     // Declared before `flows`, so that on every way out the flows' threads
     // (and with them the log producers) are gone before the sink is dropped.
-    let mut sink = match &log_dir {
+    let mut sink = match log_dir {
         None => None,
         Some(dir) => {
             let path = dir.join(format!("session-{sid:08x}.wblog"));
@@ -412,8 +492,19 @@ fn session(
     let mut snmp0 = sys::udp_rcvbuf_errors();
     let mut foreign0 = stats.foreign_control.load(Ordering::Relaxed);
     loop {
-        let msg = match ctl.recv(idle) {
+        let left = ends.saturating_duration_since(std::time::Instant::now());
+        let msg = match ctl.recv(idle.min(left)) {
             Ok(Recv::Msg(m)) => m,
+            Ok(Recv::Timeout) if left <= idle => {
+                stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                return refuse(
+                    &mut ctl,
+                    format!(
+                        "session ended: the receiver's lifetime limit of {} s per session was reached",
+                        cfg.max_session.as_secs()
+                    ),
+                );
+            }
             Ok(Recv::Timeout) => {
                 stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
                 return Err(EngineError::PeerGone(format!(

@@ -69,13 +69,18 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
             playout_buffer_ms: f.spec.voip_codec().map(|_| plan.jitter_buffer_ms),
         })
         .collect();
+    let key = plan.key.as_ref();
+    let nonce = crate::auth::sender_nonce(key);
     ctl.send(&ControlMsg::Hello {
         version: CONTROL_VERSION,
         session,
         meter: plan.meter,
         flows: setups,
+        auth: nonce.map(|n| wirebench_wire::auth::to_hex(&n)),
     })?;
-    let ports = match ctl.expect("Ready", REPLY_TIMEOUT)? {
+    let reply = ctl.expect("Ready", REPLY_TIMEOUT)?;
+    let reply = crate::auth::sender_handshake(&mut ctl, key, nonce, session, reply, REPLY_TIMEOUT)?;
+    let ports = match reply {
         ControlMsg::Ready { ports } if ports.len() == plan.flows.len() => ports,
         other => {
             return Err(EngineError::Protocol(format!(

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use wirebench_engine::{Daemon, DaemonConfig, DaemonStats};
+use wirebench_engine::{Daemon, DaemonConfig, DaemonStats, Key};
+use wirebench_wire::auth::{self, MAC_LEN, NONCE_LEN};
 use wirebench_wire::{
     ControlMsg, FlowSetup, MeterMode, ProbeHeader, Transport, CONTROL_VERSION, FLAG_RTT,
     RTT_MIN_LEN,
@@ -23,10 +24,18 @@ struct Rx {
 
 impl Rx {
     fn start(port: u16) -> Rx {
-        let d = Daemon::bind(DaemonConfig {
+        Rx::start_with(DaemonConfig {
             port,
-            bind: Some("127.0.0.1".parse().unwrap()),
             ..DaemonConfig::default()
+        })
+    }
+
+    /// A receiver on 127.0.0.1 with this configuration.
+    fn start_with(cfg: DaemonConfig) -> Rx {
+        let port = cfg.port;
+        let d = Daemon::bind(DaemonConfig {
+            bind: Some("127.0.0.1".parse().unwrap()),
+            ..cfg
         })
         .unwrap();
         let stats = d.stats();
@@ -59,7 +68,12 @@ struct Client {
 
 impl Client {
     fn connect(port: u16) -> Client {
-        let w = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        Client::connect_from(port, "127.0.0.1")
+    }
+
+    /// Connects to the receiver on 127.0.0.1 from another loopback address.
+    fn connect_from(port: u16, src: &str) -> Client {
+        let w = connect_raw(port, src);
         w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let r = BufReader::new(w.try_clone().unwrap());
         Client { w, r }
@@ -82,6 +96,7 @@ impl Client {
             session: sid,
             meter,
             flows,
+            auth: None,
         });
         self.recv()
     }
@@ -100,6 +115,15 @@ impl Client {
             other => panic!("expected Report, got {other:?}"),
         }
     }
+}
+
+fn connect_raw(port: u16, src: &str) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::new(src.parse().unwrap(), 0).into())
+        .unwrap();
+    s.connect(&SocketAddr::from(([127, 0, 0, 1], port)).into())
+        .unwrap();
+    s.into()
 }
 
 fn udp_flow(interval_ms: Option<u64>) -> FlowSetup {
@@ -353,6 +377,14 @@ fn honest_time(m: &ControlMsg) -> Option<String> {
 }
 
 fn run_against(port: u16) -> Result<wirebench_engine::ResultDoc, wirebench_engine::EngineError> {
+    run_keyed(port, None)
+}
+
+/// 30 packets at 100/s to 127.0.0.1:`port`, authenticating with `key`.
+fn run_keyed(
+    port: u16,
+    key: Option<&str>,
+) -> Result<wirebench_engine::ResultDoc, wirebench_engine::EngineError> {
     let mut p = wirebench_engine::SessionPlan::new(
         "127.0.0.1",
         vec![wirebench_engine::FlowPlan {
@@ -364,6 +396,7 @@ fn run_against(port: u16) -> Result<wirebench_engine::ResultDoc, wirebench_engin
     );
     p.port = port;
     p.linger_ms = 100;
+    p.key = key.map(self::key);
     wirebench_engine::run(p)
 }
 
@@ -414,4 +447,204 @@ fn a_hostile_receiver_cannot_mislead_the_sender() {
     assert!(e.len() < 1000 && !e.contains('\u{1b}'), "{} bytes", e.len());
     assert!(e.contains("more bytes"), "{e}");
     h.join().unwrap();
+}
+
+const KEY: &str = "correct horse battery staple";
+
+fn key(text: &str) -> Key {
+    Key::from_text(text.as_bytes()).unwrap()
+}
+
+fn keyed_rx(port: u16) -> Rx {
+    Rx::start_with(DaemonConfig {
+        port,
+        key: Some(key(KEY)),
+        ..DaemonConfig::default()
+    })
+}
+
+/// Sends an authenticating Hello with nonce `cn`; returns the receiver's
+/// Challenge nonce (checking its proof with [`KEY`]) or what it sent.
+fn challenge(c: &mut Client, sid: u32, cn: &[u8; NONCE_LEN]) -> Result<[u8; NONCE_LEN], String> {
+    c.send(&ControlMsg::Hello {
+        version: CONTROL_VERSION,
+        session: sid,
+        meter: MeterMode::Owd,
+        flows: vec![udp_flow(None)],
+        auth: Some(auth::to_hex(cn)),
+    });
+    match c.recv() {
+        ControlMsg::Challenge { nonce, proof } => {
+            let sn = auth::from_hex("nonce", &nonce).unwrap();
+            let proof = auth::from_hex::<MAC_LEN>("proof", &proof).unwrap();
+            assert!(key(KEY).verify_receiver(cn, &sn, sid, &proof));
+            Ok(sn)
+        }
+        other => Err(format!("{other:?}")),
+    }
+}
+
+fn error_text(m: ControlMsg) -> String {
+    match m {
+        ControlMsg::Error { message } => message,
+        other => panic!("expected Error, got {other:?}"),
+    }
+}
+
+/// Issue #9 item 3: anyone could start sessions. With a key, a Hello
+/// without one, a wrong answer, and a replayed answer are all refused,
+/// and nothing is opened for them.
+#[test]
+fn unauthenticated_wrong_key_and_replayed_sessions_are_refused() {
+    let rx = keyed_rx(15710);
+    // No key: told that one is needed, nothing more.
+    let mut c = Client::connect(rx.port);
+    let m = c.hello(1, MeterMode::Owd, vec![udp_flow(None)]);
+    assert!(error_text(m).contains("authentication required"));
+    // A malformed nonce.
+    let mut c = Client::connect(rx.port);
+    c.send(&ControlMsg::Hello {
+        version: CONTROL_VERSION,
+        session: 2,
+        meter: MeterMode::Owd,
+        flows: vec![udp_flow(None)],
+        auth: Some("zz".into()),
+    });
+    assert!(error_text(c.recv()).contains("auth"));
+    // A wrong key: the answer does not check out.
+    let cn = [7u8; NONCE_LEN];
+    let mut c = Client::connect(rx.port);
+    let sn = challenge(&mut c, 3, &cn).unwrap();
+    let wrong = key("correct horse battery stapler").sender_mac(&cn, &sn, 3);
+    c.send(&ControlMsg::Auth {
+        mac: auth::to_hex(&wrong),
+    });
+    assert_eq!(error_text(c.recv()), "authentication failed");
+    // The right key: Ready. Its exchange is recorded...
+    let mut c = Client::connect(rx.port);
+    let sn = challenge(&mut c, 4, &cn).unwrap();
+    let recorded = auth::to_hex(&key(KEY).sender_mac(&cn, &sn, 4));
+    c.send(&ControlMsg::Auth {
+        mac: recorded.clone(),
+    });
+    assert!(matches!(c.recv(), ControlMsg::Ready { .. }));
+    drop(c);
+    // ...and replayed word for word on a new connection: the receiver's
+    // fresh nonce makes the recorded answer worthless.
+    let mut c = Client::connect(rx.port);
+    let sn2 = challenge(&mut c, 4, &cn).unwrap();
+    assert_ne!(sn, sn2);
+    c.send(&ControlMsg::Auth { mac: recorded });
+    assert_eq!(error_text(c.recv()), "authentication failed");
+    assert_eq!(rx.stats.auth_failed.load(Ordering::Relaxed), 4);
+    assert_eq!(rx.stats.sessions_started.load(Ordering::Relaxed), 1);
+}
+
+/// The sender's side of item 3: both must hold the same key, and a sender
+/// with a key refuses a receiver that cannot prove it.
+#[test]
+fn sender_and_receiver_must_share_the_key() {
+    let rx = keyed_rx(15711);
+    let doc = run_keyed(rx.port, Some(KEY)).unwrap();
+    assert!(!doc.partial);
+    assert_eq!(doc.flows[0].received.counts.unique, 30);
+    let e = run_keyed(rx.port, None).unwrap_err().to_string();
+    assert!(e.contains("authentication required"), "{e}");
+    let e = run_keyed(rx.port, Some("another key of the right length"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("receiver failed authentication"), "{e}");
+    let open = Rx::start(15712);
+    let e = run_keyed(open.port, Some(KEY)).unwrap_err().to_string();
+    assert!(e.contains("did not authenticate"), "{e}");
+    assert_eq!(open.stats.sessions_started.load(Ordering::Relaxed), 1);
+}
+
+/// Item 3: 200 idle connections (or 64 kept-alive Hellos) from one address
+/// locked every legitimate sender out for as long as they lasted. Now an
+/// address holds at most a few handshake slots, and those are not the
+/// slots sessions use.
+#[test]
+fn idle_connections_cannot_lock_out_an_authenticated_sender() {
+    let rx = keyed_rx(15713);
+    let idle: Vec<TcpStream> = (0..200)
+        .map(|_| connect_raw(rx.port, "127.0.0.2"))
+        .collect();
+    // Unauthenticated Hellos from another address get no session either.
+    let mut hellos = Vec::new();
+    for sid in 0..8 {
+        let mut c = Client::connect_from(rx.port, "127.0.0.3");
+        let m = c.hello(100 + sid, MeterMode::Owd, vec![udp_flow(None)]);
+        assert!(error_text(m).contains("authentication required"));
+        hellos.push(c);
+    }
+    let t0 = std::time::Instant::now();
+    let doc = run_keyed(rx.port, Some(KEY)).unwrap();
+    assert_eq!(doc.flows[0].received.counts.unique, 30);
+    // Served at once, not after the idle connections' 5 s handshake time.
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+    let refused = rx.stats.refused.load(Ordering::Relaxed);
+    assert!(refused >= 192, "refused {refused}");
+    drop(idle);
+}
+
+/// Item 3: per-peer session limits and `--allow`.
+#[test]
+fn per_peer_limit_and_allow_list() {
+    let rx = Rx::start_with(DaemonConfig {
+        port: 15714,
+        sessions_per_peer: 4,
+        allow: vec![
+            "127.0.0.1".parse().unwrap(),
+            "127.0.0.2/32".parse().unwrap(),
+        ],
+        ..DaemonConfig::default()
+    });
+    let mut held = Vec::new();
+    for sid in 0..6 {
+        let mut c = Client::connect_from(rx.port, "127.0.0.2");
+        match c.hello(200 + sid, MeterMode::Owd, vec![udp_flow(None)]) {
+            ControlMsg::Ready { .. } => held.push(c),
+            m => assert!(error_text(m).contains("4 sessions"), "session {sid}"),
+        }
+    }
+    assert_eq!(held.len(), 4);
+    // Another allowed address is not affected.
+    let doc = run_against(rx.port).unwrap();
+    assert_eq!(doc.flows[0].received.counts.unique, 30);
+    // An address outside the list is closed without a word.
+    let mut s = connect_raw(rx.port, "127.0.0.3");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    let n = std::io::Read::read_to_end(&mut s, &mut buf);
+    assert!(matches!(n, Ok(0)) || n.is_err(), "{buf:?}");
+    assert!(rx.stats.refused.load(Ordering::Relaxed) >= 3);
+}
+
+/// Item 3: a session cannot be kept alive for ever.
+#[test]
+fn session_lifetime_is_bounded() {
+    let rx = Rx::start_with(DaemonConfig {
+        port: 15715,
+        max_session: Duration::from_millis(800),
+        ..DaemonConfig::default()
+    });
+    let mut c = Client::connect(rx.port);
+    assert!(matches!(
+        c.hello(300, MeterMode::Owd, vec![udp_flow(None)]),
+        ControlMsg::Ready { .. }
+    ));
+    let t0 = std::time::Instant::now();
+    loop {
+        c.send(&ControlMsg::TimeReq { t1_ns: 1 });
+        match c.recv() {
+            ControlMsg::TimeResp { .. } => std::thread::sleep(Duration::from_millis(100)),
+            m => {
+                assert!(error_text(m).contains("lifetime"));
+                break;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "still alive");
+    }
+    assert!(t0.elapsed() >= Duration::from_millis(600));
 }

@@ -113,6 +113,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
             mtu: 1500,
             playout_buffer_ms: None,
         }],
+        auth: None,
     };
     c2.write_all(hello.to_line().as_bytes()).unwrap();
     let mut line = String::new();
@@ -127,6 +128,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         session: 7,
         meter: MeterMode::Owd,
         flows: vec![],
+        auth: None,
     };
     c3.write_all(hello99.to_line().as_bytes()).unwrap();
     let mut line = String::new();

@@ -57,6 +57,24 @@ pub enum ControlMsg {
         meter: MeterMode,
         /// The flows to prepare, in flow-id order.
         flows: Vec<FlowSetup>,
+        /// The sender's nonce (hex) when it authenticates with a key
+        /// ([`crate::auth`]); absent otherwise, so unauthenticated Hellos
+        /// read as before.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auth: Option<String>,
+    },
+    /// Receiver → sender, after an authenticating `Hello`: the receiver's
+    /// nonce and its proof that it holds the key (hex).
+    Challenge {
+        /// The receiver's nonce, fresh for this connection.
+        nonce: String,
+        /// HMAC over both nonces and the session id, receiver's label.
+        proof: String,
+    },
+    /// Sender → receiver: the answer to `Challenge` (hex HMAC).
+    Auth {
+        /// HMAC over both nonces and the session id, sender's label.
+        mac: String,
     },
     /// Receiver → sender: data port per flow, in the order of `Hello.flows`.
     Ready {
@@ -167,7 +185,13 @@ mod tests {
                     mtu: 1500,
                     playout_buffer_ms: Some(60),
                 }],
+                auth: Some("00ff".into()),
             },
+            ControlMsg::Challenge {
+                nonce: "01".into(),
+                proof: "02".into(),
+            },
+            ControlMsg::Auth { mac: "03".into() },
             ControlMsg::Ready { ports: vec![40000] },
             ControlMsg::TimeReq { t1_ns: 1 },
             ControlMsg::TimeResp {
@@ -202,6 +226,14 @@ mod tests {
             assert!(line.ends_with('\n'));
             assert_eq!(ControlMsg::from_line(&line).unwrap(), m);
         }
+    }
+
+    #[test]
+    fn hello_without_auth_reads_and_writes_as_before() {
+        let line = r#"{"type":"hello","version":1,"session":3,"meter":"owd","flows":[]}"#;
+        let m = ControlMsg::from_line(line).unwrap();
+        assert!(matches!(m, ControlMsg::Hello { auth: None, .. }));
+        assert!(!m.to_line().contains("auth"));
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //! of every UDP datagram and every TCP record, and the JSON-lines control
 //! messages exchanged between `wirebench send` and `wirebench recv` on the
 //! control connection. This crate knows nothing of sockets or clocks, so that
-//! every decoding rule can be tested on plain byte slices.
+//! every decoding rule can be tested on plain byte slices. The HMAC rules
+//! of authenticated sessions (`auth`) live here for the same reason.
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod control;
 pub mod limits;
 pub mod probe;

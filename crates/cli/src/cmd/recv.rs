@@ -4,7 +4,8 @@
 
 use crate::exit::bad_input;
 use std::net::IpAddr;
-use wirebench_engine::{Daemon, DaemonConfig};
+use std::time::Duration;
+use wirebench_engine::{Cidr, Daemon, DaemonConfig};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -16,11 +17,18 @@ allows related traffic. Sessions run one after another and several at once;
 a sender that goes silent for 10 s is given up on. Traffic that is not a
 wirebench session is counted as foreign and ignored.
 
+On a shared network, give the receiver and its senders a key (--key-file, or
+WIREBENCH_KEY) and restrict who may connect (--allow); see docs/security.md.
+A connection has 5 s to complete its handshake; at most 8 per address and 64
+in all may be in their handshake at once, and they never take the slots of
+the (at most 64) running sessions.
+
 Examples:
   wirebench recv                 # [::]:5400, dual-stack
   wirebench recv -B 192.0.2.7    # one address only
   wirebench recv -p 6000 -q
-  wirebench recv --log-dir logs/ # per-packet log of every session")]
+  wirebench recv --log-dir logs/ # per-packet log of every session
+  WIREBENCH_KEY=$(cat key) wirebench recv --allow 192.0.2.0/24")]
 pub struct Args {
     /// Address to bind (default: all IPv4 and IPv6 addresses).
     #[arg(short = 'B', value_name = "ADDR")]
@@ -35,6 +43,23 @@ pub struct Args {
     /// the receiver side like D-ITG's -x; read it with `wirebench decode`).
     #[arg(short = 'x', long = "log-dir", value_name = "DIR")]
     pub log_dir: Option<std::path::PathBuf>,
+    /// Serve only senders that prove the pre-shared key in FILE (mode 600;
+    /// HMAC challenge-response, the key never crosses the network). The key
+    /// may instead be in the WIREBENCH_KEY environment variable.
+    #[arg(long = "key-file", value_name = "FILE")]
+    pub key_file: Option<std::path::PathBuf>,
+    /// Accept control connections only from these address blocks
+    /// (repeatable or comma-separated, e.g. 192.0.2.0/24,2001:db8::/32);
+    /// others are closed without an answer.
+    #[arg(long = "allow", value_name = "CIDR", value_delimiter = ',')]
+    pub allow: Vec<String>,
+    /// Sessions one sender address may run at once.
+    #[arg(long = "max-per-peer", value_name = "N", default_value_t = wirebench_engine::gate::SESSIONS_PER_PEER)]
+    pub max_per_peer: usize,
+    /// Longest a session may last, in seconds; it is then ended with an
+    /// error to its sender.
+    #[arg(long = "max-session", value_name = "SECS", default_value_t = wirebench_engine::recv::MAX_SESSION.as_secs())]
+    pub max_session: u64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -54,11 +79,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )));
         }
     }
+    let mut allow = Vec::new();
+    for c in &args.allow {
+        allow.push(
+            c.trim()
+                .parse::<Cidr>()
+                .map_err(|e| bad_input(format!("--allow: {e}")))?,
+        );
+    }
+    if args.max_per_peer == 0 {
+        return Err(bad_input("--max-per-peer: must be at least 1"));
+    }
+    if args.max_session == 0 {
+        return Err(bad_input("--max-session: must be at least 1 s"));
+    }
+    let key = crate::key::load(args.key_file.as_deref())?;
+    let authenticated = key.is_some();
     let daemon = Daemon::bind(DaemonConfig {
         bind,
         port: args.port,
         verbose: !args.quiet,
         log_dir: args.log_dir.clone(),
+        key,
+        allow,
+        sessions_per_peer: args.max_per_peer,
+        max_session: Duration::from_secs(args.max_session),
         ..DaemonConfig::default()
     })
     .map_err(|e| {
@@ -70,7 +115,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })?;
     if !args.quiet {
         if let Some(a) = daemon.local_addr() {
-            eprintln!("wirebench recv: listening on {a} (control, TCP)");
+            eprintln!(
+                "wirebench recv: listening on {a} (control, TCP){}",
+                if authenticated {
+                    ", senders must authenticate"
+                } else {
+                    ", no authentication (see --key-file)"
+                }
+            );
         }
     }
     daemon.serve()?;

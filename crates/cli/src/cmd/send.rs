@@ -110,6 +110,11 @@ pub struct Args {
     /// `wirebench recv --log-dir DIR`.
     #[arg(short = 'l', long = "log", value_name = "FILE")]
     pub log: Option<PathBuf>,
+    /// Authenticate with the pre-shared key in FILE (mode 600), and require
+    /// the receiver to prove the same key. The key may instead be in the
+    /// WIREBENCH_KEY environment variable; never give it on the command line.
+    #[arg(long = "key-file", value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
 }
 
 fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
@@ -218,6 +223,7 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
         super::report::check_parent("-l", p)?;
         plan.log = Some(p.clone());
     }
+    plan.key = crate::key::load(args.key_file.as_deref())?;
     plan.command = Some(std::env::args().collect::<Vec<_>>().join(" "));
     plan.validate().map_err(bad_input)?;
     Ok(plan)
