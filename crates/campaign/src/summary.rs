@@ -103,6 +103,24 @@ pub struct ScenarioSummary {
     /// The Ethernet upper bound of payload throughput for this scenario
     /// (bit/s), where the link rate is known.
     pub upper_bound_bps: Option<f64>,
+    /// Per node of runs through agents (real hosts, the emulated
+    /// test-bed): its CPU and drops over the repetitions — the R1/R2 CPU
+    /// figures of a lab. Empty for other runs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nodes: BTreeMap<String, NodeFigures>,
+}
+
+/// One node's figures in one scenario, each over the ok repetitions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NodeFigures {
+    /// sender, receiver or router.
+    pub role: String,
+    /// Host-wide busy share of all its cores (1 − idle).
+    pub cpu_busy: Option<MetricStats>,
+    /// Host-wide softirq share (where forwarding is accounted).
+    pub cpu_softirq: Option<MetricStats>,
+    /// Packets dropped on the node per run (every interface and qdisc).
+    pub drops: Option<MetricStats>,
 }
 
 /// Environment a campaign ran in, as recorded with its runs.

@@ -203,6 +203,7 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
         let _ = writeln!(out, "<h4>{}</h4>", esc(family_title(family)));
         family_table(out, s, &varying, &ms);
     }
+    crate::nodes::nodes_table(out, s);
 
     environment(out, s);
     let _ = write!(

@@ -10,6 +10,7 @@
 mod export;
 mod fmt;
 mod html;
+mod nodes;
 pub mod plan;
 mod svg;
 

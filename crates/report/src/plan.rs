@@ -406,6 +406,7 @@ mod tests {
             runs_planned: 3,
             metrics,
             upper_bound_bps: None,
+            nodes: Default::default(),
         }
     }
 

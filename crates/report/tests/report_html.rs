@@ -351,6 +351,7 @@ fn change_colour_follows_the_metric_table() {
                 },
             )]),
             upper_bound_bps: None,
+            nodes: Default::default(),
         };
         let mut s = common::apps_like();
         s.axes = vec!["ip".into()];
@@ -372,4 +373,48 @@ fn change_colour_follows_the_metric_table() {
     let lost = render_one("lost_packets");
     assert!(lost.contains("<td class=\"neg\">+10.0 %</td>"), "{lost}");
     assert!(!lost.contains("class=\"pos\""));
+}
+
+#[test]
+fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
+    use wirebench_campaign::summary::{MetricStats, NodeFigures};
+    let stats = |mean: f64, ci95: f64| MetricStats {
+        n: 2,
+        mean,
+        sd: 0.0,
+        median: mean,
+        min: mean,
+        max: mean,
+        ci95,
+        cv: 0.0,
+        cv_warning: false,
+        pct_vs_baseline: None,
+    };
+    let fig = |role: &str, busy: f64, drops: f64| NodeFigures {
+        role: role.into(),
+        cpu_busy: Some(stats(busy, 0.01)),
+        cpu_softirq: Some(stats(busy / 2.0, 0.0)),
+        drops: Some(stats(drops, 0.0)),
+    };
+    let mut s = common::apps_like();
+    let sc = &mut s.scenarios[0];
+    sc.nodes = [
+        ("b".to_string(), fig("receiver", 0.3, 0.0)),
+        ("r2".to_string(), fig("router", 0.7, 200.0)),
+        ("a".to_string(), fig("sender", 0.5, 0.0)),
+        ("r1".to_string(), fig("router", 0.15, 0.0)),
+    ]
+    .into();
+    let html = render_html(&s);
+    let at = |k: &str| html.find(&format!("data-node=\"{k}\"")).unwrap();
+    assert!(html.contains("Nodes: CPU and drops per hop"));
+    assert!(at("a") < at("r1") && at("r1") < at("r2") && at("r2") < at("b"));
+    let r2 = &html[at("r2")..];
+    let r2 = &r2[..r2.find("</tr>").unwrap()];
+    assert!(
+        r2.contains("70.0 ± 1.0 %") && r2.contains("35.0 %") && r2.contains(">200<"),
+        "{r2}"
+    );
+    // Campaigns without agents have no such table.
+    assert!(!render_html(&common::apps_like()).contains("Nodes: CPU"));
 }

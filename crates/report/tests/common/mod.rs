@@ -215,6 +215,7 @@ pub fn s5_like(campaign_file: &str) -> CampaignSummary {
                     runs_planned: 15,
                     metrics: m,
                     upper_bound_bps: Some(bound),
+                    nodes: Default::default(),
                 });
             }
         }
@@ -323,6 +324,7 @@ pub fn apps_like() -> CampaignSummary {
                 runs_planned: 20,
                 metrics: m,
                 upper_bound_bps: None,
+                nodes: Default::default(),
             });
         }
     }
