@@ -456,6 +456,14 @@ impl AgentConn {
         })
     }
 
+    /// Shapes `iface` to `rate_bps` on the wire; None removes the shaping.
+    pub fn set_rate(&mut self, iface: &str, rate_bps: Option<u64>) -> Result<(), AgentError> {
+        self.done(Op::SetRate {
+            iface: iface.into(),
+            rate_bps,
+        })
+    }
+
     fn done(&mut self, op: Op) -> Result<(), AgentError> {
         match self.call(op, CALL_TIMEOUT)? {
             Reply::Done => Ok(()),

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use wirebench_testbed::IfaceCounters;
 
 /// Version of this protocol; bumped on any incompatible change.
-pub const AGENT_PROTOCOL_VERSION: u32 = 1;
+pub const AGENT_PROTOCOL_VERSION: u32 = 2;
 /// A line longer than this is refused (a stray binary on the stream must
 /// not make either side buffer without bound).
 pub const MAX_LINE: usize = 8 << 20;
@@ -30,6 +30,9 @@ pub struct Allow {
     /// Interfaces whose offloads may be switched.
     #[serde(default)]
     pub offloads: Vec<String>,
+    /// Interfaces that may be shaped to a link rate (a tbf root qdisc).
+    #[serde(default)]
+    pub rate: Vec<String>,
 }
 
 /// Which wirebench subcommand a child runs.
@@ -69,6 +72,12 @@ pub enum Op {
     SetOffloads {
         iface: String,
         on: bool,
+    },
+    /// Shapes the interface to `rate_bps` on the wire (a tbf root qdisc
+    /// like the test-bed's links); None puts its own qdisc back.
+    SetRate {
+        iface: String,
+        rate_bps: Option<u64>,
     },
     /// Puts back everything this session changed.
     Restore,

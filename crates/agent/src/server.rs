@@ -1,7 +1,7 @@
 //! The agent itself: reads [`Request`] lines, runs them, writes one
 //! [`Response`] line each. It owns the children it started (receivers and
 //! senders of the same binary) and a journal of what it changed on the host
-//! (MTUs, offloads), and [`Shared::cleanup`] undoes both: on `bye`, on
+//! (MTUs, offloads, link-rate qdiscs), and [`Shared::cleanup`] undoes both: on `bye`, on
 //! end of input (the controller or its SSH link went away), on a write
 //! error, and — wired by the CLI — on SIGHUP/SIGINT/SIGTERM. Nothing the
 //! campaign changed outlives the session.
@@ -48,6 +48,11 @@ enum Change {
     Offloads {
         iface: String,
         old: Vec<(String, bool)>,
+    },
+    /// A tbf root qdisc put where the kernel's default root was (handle
+    /// `0:`); deleting ours brings the default back.
+    Rate {
+        iface: String,
     },
 }
 
@@ -101,6 +106,8 @@ impl Shared {
                 Change::Mtu { iface, old } => {
                     set_mtu_now(iface, *old).map(|_| format!("{iface} mtu {old}"))
                 }
+                Change::Rate { iface } => run_tool("tc", &["qdisc", "del", "dev", iface, "root"])
+                    .map(|_| format!("{iface} default root qdisc")),
                 Change::Offloads { iface, old } => set_features(iface, old).map(|_| {
                     let v: Vec<String> = old
                         .iter()
@@ -179,6 +186,27 @@ fn set_mtu_now(iface: &str, mtu: u32) -> Result<(), String> {
         "ip",
         &["link", "set", "dev", iface, "mtu", &mtu.to_string()],
     )
+}
+
+/// The root qdisc of `iface`: (kind, handle), from `tc qdisc show`.
+fn root_qdisc(iface: &str) -> Result<(String, String), String> {
+    let tc = host::tool("tc").ok_or("`tc` not found on this host (install iproute2)")?;
+    let text = host::output(Command::new(tc).args(["qdisc", "show", "dev", iface, "root"]))
+        .ok_or_else(|| format!("`tc qdisc show dev {iface} root` failed"))?;
+    let mut w = text.split_whitespace();
+    match (w.next(), w.next(), w.next()) {
+        (Some("qdisc"), Some(kind), Some(handle)) => Ok((kind.to_string(), handle.to_string())),
+        _ => Err(format!("no root qdisc on {iface}: {}", text.trim())),
+    }
+}
+
+/// The interface's transmit queue length (packets), 1000 when unknown.
+fn tx_queue_len(iface: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/tx_queue_len"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .filter(|&n: &u32| n > 0)
+        .unwrap_or(1000)
 }
 
 /// The offloads a campaign switches, as `ethtool -K` names them, with the
@@ -383,6 +411,10 @@ impl Agent {
                 Ok(()) => (Reply::Done, Step::Go),
                 Err(e) => err(e),
             },
+            Op::SetRate { iface, rate_bps } => match self.set_rate(&iface, rate_bps) {
+                Ok(()) => (Reply::Done, Step::Go),
+                Err(e) => err(e),
+            },
             Op::Restore => (
                 Reply::Restored {
                     actions: self.shared.restore(),
@@ -482,6 +514,59 @@ impl Agent {
             iface: iface.to_string(),
             old,
         });
+        Ok(())
+    }
+
+    /// Shapes `iface` to `rate` bit/s on the wire (None: back to the
+    /// kernel's default root qdisc). Only over a default root: a qdisc
+    /// someone else configured could not be put back exactly, so it is
+    /// refused rather than replaced.
+    fn set_rate(&mut self, iface: &str, rate: Option<u64>) -> Result<(), String> {
+        if !self.allow.rate.iter().any(|i| i == iface || i == "*") {
+            return Err(format!(
+                "shaping {iface} is not allowed by the campaign (allowed: {})",
+                list_or_none(&self.allow.rate)
+            ));
+        }
+        let ours = self
+            .shared
+            .lock()
+            .changes
+            .iter()
+            .any(|c| matches!(c, Change::Rate { iface: i } if i == iface));
+        if rate == Some(0) {
+            return Err("link rate 0 bit/s".into());
+        }
+        if rate.is_none() && !ours {
+            return Ok(());
+        }
+        if !ours {
+            let (kind, handle) = root_qdisc(iface)?;
+            if handle != "0:" {
+                return Err(format!(
+                    "{iface} has a configured root qdisc ({kind} {handle}); remove it or leave link_rate to that interface's owner"
+                ));
+            }
+        }
+        if ours {
+            run_tool("tc", &["qdisc", "del", "dev", iface, "root"])?;
+            self.shared
+                .lock()
+                .changes
+                .retain(|c| !matches!(c, Change::Rate { iface: i } if i == iface));
+        }
+        let Some(rate) = rate else {
+            return Ok(());
+        };
+        let mtu = host::iface_mtu(iface).ok_or_else(|| format!("no interface {iface}"))?;
+        // Journalled before the first command: a half-made tbf is removed too.
+        self.shared.lock().changes.push(Change::Rate {
+            iface: iface.to_string(),
+        });
+        for line in wirebench_testbed::rate_qdisc_lines(iface, rate, mtu, tx_queue_len(iface)) {
+            let args: Vec<&str> = line.split_whitespace().collect();
+            run_tool("tc", &args)?;
+        }
         Ok(())
     }
 

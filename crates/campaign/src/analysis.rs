@@ -11,7 +11,9 @@
 use crate::campaign::{parse_selector, Campaign, Scenario};
 use crate::metrics::{Metric, Source, METRICS};
 use crate::store::{RunRow, RunStatus, Store, StoreError};
-use crate::summary::{CampaignSummary, Combine, MetricInfo, MetricStats, ScenarioSummary};
+use crate::summary::{
+    CampaignSummary, Combine, MetricInfo, MetricStats, NodeFigures, ScenarioSummary,
+};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use thiserror::Error;
@@ -167,6 +169,67 @@ fn router_cpu(c: &Value, what: &str) -> Option<f64> {
             }
         })
         .reduce(f64::max)
+}
+
+/// Per node of runs through agents (their counters hold `roles`): CPU
+/// busy and softirq shares and the packets dropped on the node, each
+/// aggregated over the runs.
+fn node_figures<'a>(counters: impl Iterator<Item = &'a Value>) -> BTreeMap<String, NodeFigures> {
+    #[derive(Default)]
+    struct Acc {
+        role: String,
+        busy: Vec<f64>,
+        softirq: Vec<f64>,
+        drops: Vec<f64>,
+    }
+    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
+    for c in counters {
+        let Some(roles) = c.get("roles").and_then(Value::as_object) else {
+            continue;
+        };
+        for (node, role) in roles {
+            let a = acc.entry(node.clone()).or_default();
+            a.role = role.as_str().unwrap_or("").to_string();
+            if let Some(h) = c
+                .get("cpu")
+                .and_then(|x| x.get(node))
+                .and_then(|x| x.get("host"))
+            {
+                if let Some(idle) = num(h, &["idle"]) {
+                    a.busy.push(1.0 - idle);
+                }
+                if let Some(s) = num(h, &["softirq"]) {
+                    a.softirq.push(s);
+                }
+            }
+            // Only runs whose counters reached this node say how many it dropped.
+            if c.get("nodes").and_then(|n| n.get(node)).is_some() {
+                let d = c
+                    .get("drop_sites")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| s.get("node").and_then(Value::as_str) == Some(node))
+                    .filter_map(|s| num(s, &["count"]))
+                    .sum();
+                a.drops.push(d);
+            }
+        }
+    }
+    let stats = |v: &[f64]| aggregate(v).map(MetricStats::from);
+    acc.into_iter()
+        .map(|(n, a)| {
+            (
+                n,
+                NodeFigures {
+                    role: a.role,
+                    cpu_busy: stats(&a.busy),
+                    cpu_softirq: stats(&a.softirq),
+                    drops: stats(&a.drops),
+                },
+            )
+        })
+        .collect()
 }
 
 /// One value per metric key for one run's result document.
@@ -363,6 +426,11 @@ pub fn summarize_runs(
             .into_iter()
             .filter_map(|(k, v)| aggregate(&v).map(|a| (k, MetricStats::from(a))))
             .collect();
+        let nodes = node_figures(
+            runs.iter()
+                .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
+                .filter_map(|r| r.counters.as_ref()),
+        );
         scenarios.push(ScenarioSummary {
             key: key.clone(),
             axes: axes.clone(),
@@ -374,6 +442,7 @@ pub fn summarize_runs(
             },
             metrics,
             upper_bound_bps: *ub,
+            nodes,
         });
     }
     if let Some(sel) = campaign
@@ -536,11 +605,13 @@ pub fn summarize(
         .into_iter()
         .filter(|m| present.contains(&m.key))
         .collect();
+    let mut environment = row.environment.clone();
+    environment.extra.extend(node_environment(&runs));
     Ok(CampaignSummary {
         name: row.name.clone(),
         campaign_file: row.file_text.clone(),
         started_at: row.started_at.clone(),
-        environment: row.environment.clone(),
+        environment,
         axes,
         x_axis: campaign.as_ref().and_then(|c| c.x_axis()),
         baseline: campaign.as_ref().and_then(|c| c.baseline.clone()),
@@ -548,6 +619,114 @@ pub fn summarize(
         scenarios,
         notes,
     })
+}
+
+/// Every agent node's metadata as environment lines (`node r1` → "host
+/// r1, Debian 12, kernel 6.1.0, Xeon E5 × 8; eth1 ixgbe fw 0x8000 mtu
+/// 9000 speed 10000 offloads tso,gro; net.core.rmem_max=…; clock chrony
+/// …"), from the latest run that stored them: what a reader of the report
+/// needs to know the lab ran as described.
+fn node_environment(runs: &[RunRow]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(meta) = runs
+        .iter()
+        .rev()
+        .filter_map(|r| r.counters.as_ref()?.get("metadata")?.as_object())
+        .find(|m| !m.is_empty())
+    else {
+        return out;
+    };
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    for (node, m) in meta {
+        let mut parts = vec![format!(
+            "host {}, {}, kernel {}, {} × {}",
+            s(m, "hostname"),
+            s(m, "os"),
+            s(m, "kernel"),
+            s(m, "cpu_model"),
+            m.get("cpus").and_then(Value::as_u64).unwrap_or(0)
+        )];
+        for i in m
+            .get("interfaces")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|i| i.get("name").and_then(Value::as_str) != Some("lo"))
+        {
+            let mut t = s(i, "name");
+            for (k, label) in [("driver", ""), ("firmware", "fw ")] {
+                let v = s(i, k);
+                if !v.is_empty() {
+                    t.push_str(&format!(" {label}{v}"));
+                }
+            }
+            if let Some(mtu) = i.get("mtu").and_then(Value::as_u64) {
+                t.push_str(&format!(" mtu {mtu}"));
+            }
+            if let Some(sp) = i.get("speed_mbit").and_then(Value::as_u64) {
+                t.push_str(&format!(" {sp} Mbit/s"));
+            }
+            let on: Vec<&str> = i
+                .get("offloads")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter(|(_, v)| v.as_bool() == Some(true))
+                .map(|(k, _)| k.as_str())
+                .collect();
+            t.push_str(&format!(
+                " offloads {}",
+                if on.is_empty() {
+                    "none".into()
+                } else {
+                    on.join(",")
+                }
+            ));
+            parts.push(t);
+        }
+        if let Some(sys) = m.get("sysctls").and_then(Value::as_object) {
+            let v: Vec<String> = sys
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect();
+            if !v.is_empty() {
+                parts.push(v.join(" "));
+            }
+        }
+        if let Some(c) = m.get("clock") {
+            let mut clock = Vec::new();
+            if let Some(ch) = c.get("chrony").and_then(Value::as_str) {
+                clock.push(format!("chrony {ch}"));
+            }
+            match c.get("timesyncd").and_then(Value::as_bool) {
+                Some(true) => clock.push("timesyncd synchronised".into()),
+                Some(false) => clock.push("timesyncd not synchronised".into()),
+                None => {}
+            }
+            for k in ["ptp_devices", "ptp_daemons"] {
+                let v: Vec<&str> = c
+                    .get(k)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                if !v.is_empty() {
+                    clock.push(v.join(","));
+                }
+            }
+            parts.push(format!(
+                "clock {}",
+                if clock.is_empty() {
+                    "no sync service seen".into()
+                } else {
+                    clock.join(", ")
+                }
+            ));
+        }
+        out.insert(format!("node {node}"), parts.join("; "));
+    }
+    out
 }
 
 /// The metrics of one stored run (empty when it has no result document).
@@ -806,5 +985,71 @@ app = ["dns"]
         assert_eq!(m["cpu_router_softirq"], 0.4);
         let none = extract_metrics(&json!({"flows": []}), Some(&json!({"nodes": {}})));
         assert!(!none.contains_key("cpu_router_busy"));
+    }
+
+    #[test]
+    fn each_router_gets_its_own_cpu_and_drop_figures_and_metadata_line() {
+        // Two repetitions through a — r1 — r2 — b: r1 idles, r2 is the
+        // bottleneck and drops at its qdisc.
+        let counters = |r1_idle: f64, r2_idle: f64, r2_drops: u64| {
+            json!({
+                "roles": {"a": "sender", "r1": "router", "r2": "router", "b": "receiver"},
+                "cpu": {
+                    "a": {"host": {"idle": 0.5, "softirq": 0.01}},
+                    "r1": {"host": {"idle": r1_idle, "softirq": 0.05}},
+                    "r2": {"host": {"idle": r2_idle, "softirq": 0.6}},
+                    "b": {"host": {"idle": 0.7, "softirq": 0.02}}
+                },
+                "nodes": {"a": {}, "r1": {}, "r2": {}, "b": {}},
+                "drop_sites": [{"node": "r2", "iface": "eth1", "kind": "qdisc", "count": r2_drops}],
+                "metadata": {"r2": {
+                    "hostname": "r2", "os": "Debian 12", "kernel": "6.1.0", "cpu_model": "Xeon",
+                    "cpus": 8,
+                    "interfaces": [{"name": "lo", "mtu": 65536}, {"name": "eth1", "driver": "ixgbe",
+                        "firmware": "0x800", "mtu": 9000, "speed_mbit": 10000,
+                        "offloads": {"tcp-segmentation-offload": true, "generic-receive-offload": false}}],
+                    "sysctls": {"net.ipv4.ip_forward": "1"},
+                    "clock": {"chrony": "synchronised, offset 12 us", "timesyncd": null,
+                        "ptp_devices": [], "ptp_daemons": []}
+                }}
+            })
+        };
+        let row = |rep: u32, c: Value| RunRow {
+            id: rep as i64,
+            campaign_id: 1,
+            scenario_key: "ip=4".into(),
+            axes: [("ip".to_string(), "4".to_string())].into(),
+            repetition: rep,
+            status: RunStatus::Ok,
+            result: Some(json!({"flows": []})),
+            counters: Some(c),
+            command: String::new(),
+            error: None,
+            started_at: String::new(),
+            ended_at: String::new(),
+        };
+        let runs = [
+            row(0, counters(0.9, 0.2, 100)),
+            row(1, counters(0.8, 0.4, 300)),
+        ];
+        let (sc, _) = summarize_runs(None, &runs);
+        let n = &sc[0].nodes;
+        assert_eq!(n.len(), 4);
+        assert_eq!(n["r1"].role, "router");
+        let busy = |k: &str| n[k].cpu_busy.as_ref().unwrap().mean;
+        assert!((busy("r1") - 0.15).abs() < 1e-9, "{}", busy("r1"));
+        assert!((busy("r2") - 0.7).abs() < 1e-9, "{}", busy("r2"));
+        assert!((n["r2"].cpu_softirq.as_ref().unwrap().mean - 0.6).abs() < 1e-9);
+        assert_eq!(n["r2"].drops.as_ref().unwrap().mean, 200.0);
+        assert_eq!(n["r1"].drops.as_ref().unwrap().mean, 0.0);
+        // Runs without agents have no node figures.
+        let mut plain = row(0, json!({"nodes": {}}));
+        plain.counters = None;
+        assert!(summarize_runs(None, &[plain]).0[0].nodes.is_empty());
+        let env = node_environment(&runs);
+        assert_eq!(
+            env["node r2"],
+            "host r2, Debian 12, kernel 6.1.0, Xeon × 8; eth1 ixgbe fw 0x800 mtu 9000 10000 Mbit/s offloads tcp-segmentation-offload; net.ipv4.ip_forward=1; clock chrony synchronised, offset 12 us"
+        );
     }
 }

@@ -242,6 +242,8 @@ pub struct HostNode {
     pub ipv6: Option<std::net::IpAddr>,
     pub apply_mtu: bool,
     pub apply_offloads: bool,
+    /// The `link_rate` axis (or `[hosts] link_rate`) shapes its interfaces.
+    pub apply_link_rate: bool,
     /// Interfaces `apply_*` act on; empty: those holding the node's data
     /// addresses (routers: every interface that is up).
     pub interfaces: Vec<String>,
@@ -517,6 +519,8 @@ struct RawNode {
     apply_mtu: bool,
     #[serde(default)]
     apply_offloads: bool,
+    #[serde(default)]
+    apply_link_rate: bool,
     #[serde(default)]
     interfaces: Vec<String>,
 }
@@ -869,6 +873,7 @@ fn check_matrix(
             Target::Hosts(h) => match a {
                 Axis::Mtu => h.nodes.iter().any(|n| n.apply_mtu),
                 Axis::Offloads => h.nodes.iter().any(|n| n.apply_offloads),
+                Axis::LinkRate => h.nodes.iter().any(|n| n.apply_link_rate),
                 _ => false,
             },
             _ => false,
@@ -877,7 +882,7 @@ fn check_matrix(
             return Err(ctx.err(
                 span_of(a),
                 a.name(),
-                "link settings can only be varied on an emulated [testbed] (mtu and offloads also on [[hosts.node]]s with apply_mtu / apply_offloads)",
+                "link settings can only be varied on an emulated [testbed] (mtu, offloads and link_rate also on [[hosts.node]]s with apply_mtu / apply_offloads / apply_link_rate)",
             ));
         }
     }
@@ -1037,6 +1042,7 @@ fn check_nodes(
             ipv6,
             apply_mtu: n.apply_mtu,
             apply_offloads: n.apply_offloads,
+            apply_link_rate: n.apply_link_rate,
             interfaces: n.interfaces.clone(),
         });
     }

@@ -3,7 +3,8 @@
 //! transports: hello and the version check, metadata, CPU and counters,
 //! receivers and senders with the sender's result document, MTU changes
 //! refused unless allowed and restored on bye, end of input and SIGTERM,
-//! and the path-MTU probe between two agents.
+//! link-rate shaping (tbf) set, replaced and removed likewise, and the
+//! path-MTU probe between two agents.
 
 use std::process::Command;
 use std::time::Duration;
@@ -100,7 +101,7 @@ fn an_agent_of_another_protocol_version_is_named_and_refused() {
             e,
             AgentError::Version {
                 theirs: 99,
-                ours: 1,
+                ours: wirebench_agent::AGENT_PROTOCOL_VERSION,
                 ..
             }
         ),
@@ -108,7 +109,12 @@ fn an_agent_of_another_protocol_version_is_named_and_refused() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("r9") && msg.contains("99") && msg.contains("protocol 1"),
+        msg.contains("r9")
+            && msg.contains("99")
+            && msg.contains(&format!(
+                "protocol {}",
+                wirebench_agent::AGENT_PROTOCOL_VERSION
+            )),
         "{msg}"
     );
 }
@@ -195,6 +201,7 @@ impl Pair {
             allow: Allow {
                 mtu: if allow_mtu { vec![dev.into()] } else { vec![] },
                 offloads: vec![],
+                rate: if allow_mtu { vec![dev.into()] } else { vec![] },
             },
             extra: vec![],
         }
@@ -302,5 +309,93 @@ fn netns_agents_change_mtu_and_restore_it_on_bye_eof_and_sigterm_and_probe_the_p
         e.is_lost() && e.to_string().contains("signal") || e.to_string().contains("143"),
         "{e}"
     );
+    drop(b);
+}
+
+/// The root qdisc of `dev` in `ns`: (kind, handle, rate in bit/s if any).
+fn root_qdisc(ns: &str, dev: &str) -> (String, String, Option<u64>) {
+    let out = Command::new("tc")
+        .args(["-n", ns, "-j", "qdisc", "show", "dev", dev, "root"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let q = &v[0];
+    (
+        q["kind"].as_str().unwrap_or("").to_string(),
+        q["handle"].as_str().unwrap_or("").to_string(),
+        q["options"]["rate"]
+            .as_u64()
+            .map(|bytes_per_s| bytes_per_s * 8),
+    )
+}
+
+#[test]
+fn netns_agent_shapes_a_link_rate_and_puts_the_default_qdisc_back() {
+    if !is_root() {
+        eprintln!("SKIP: netns_agent_shapes_a_link_rate... needs root (network namespaces)");
+        return;
+    }
+    let p = Pair::new("r");
+    let default = root_qdisc(&p.a, "v0");
+    assert_eq!(default.1, "0:", "{default:?}");
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    let mut b = AgentConn::connect(&p.spec(&p.b, "b", false)).unwrap();
+    assert!(b
+        .set_rate("v1", Some(10_000_000))
+        .unwrap_err()
+        .to_string()
+        .contains("not allowed"));
+    a.set_rate("v0", Some(10_000_000)).unwrap();
+    assert_eq!(
+        root_qdisc(&p.a, "v0"),
+        ("tbf".into(), "1:".into(), Some(10_000_000))
+    );
+    // A new rate replaces ours; a new MTU then a rate re-sizes it.
+    a.set_mtu("v0", 1300).unwrap();
+    a.set_rate("v0", Some(20_000_000)).unwrap();
+    assert_eq!(root_qdisc(&p.a, "v0").2, Some(20_000_000));
+    // Traffic still crosses the shaped link at the new MTU.
+    let port = b.pmtu_listen("10.99.0.2".parse().unwrap()).unwrap();
+    assert_eq!(
+        a.pmtu_probe("10.99.0.2".parse().unwrap(), port).unwrap(),
+        Some(1300)
+    );
+    let done = a.bye().unwrap();
+    assert!(
+        done.contains(&"restored v0 default root qdisc".to_string())
+            && done.contains(&"restored v0 mtu 1400".to_string()),
+        "{done:?}"
+    );
+    assert_eq!(root_qdisc(&p.a, "v0"), default);
+
+    // End of input removes it too; None removes it at once.
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    a.set_rate("v0", Some(5_000_000)).unwrap();
+    a.set_rate("v0", None).unwrap();
+    assert_eq!(root_qdisc(&p.a, "v0"), default);
+    a.set_rate("v0", Some(5_000_000)).unwrap();
+    drop(a);
+    let t0 = std::time::Instant::now();
+    while root_qdisc(&p.a, "v0") != default {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "tbf outlived its agent"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Somebody's own root qdisc is never replaced.
+    let st = Command::new("tc")
+        .args([
+            "-n", &p.a, "qdisc", "add", "dev", "v0", "root", "handle", "5:", "pfifo",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    let e = a.set_rate("v0", Some(5_000_000)).unwrap_err().to_string();
+    assert!(e.contains("configured root qdisc (pfifo 5:)"), "{e}");
+    assert_eq!(root_qdisc(&p.a, "v0").0, "pfifo");
+    a.bye().unwrap();
     drop(b);
 }

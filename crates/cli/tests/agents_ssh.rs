@@ -405,7 +405,11 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("agent protocol 7") && err.contains("speaks agent protocol 1"),
+        err.contains("agent protocol 7")
+            && err.contains(&format!(
+                "speaks agent protocol {}",
+                wirebench_agent::AGENT_PROTOCOL_VERSION
+            )),
         "{err}"
     );
     let st = lab.store();

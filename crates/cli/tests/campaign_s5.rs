@@ -79,6 +79,39 @@ fn s5_quick_udp_1408_ipv4_reaches_the_upper_bound() {
     let runs = store.runs(store.latest().unwrap().unwrap().id).unwrap();
     let planned: usize = s.scenarios.iter().map(|x| x.runs_planned).sum();
     assert_eq!(runs.len(), planned, "{stdout}\n{stderr}");
+    // The test-bed's runs went through an agent in every node's namespace:
+    // each stored run carries every node's role, CPU, counters and
+    // metadata, and the path MTU checked before it.
+    let ok = runs
+        .iter()
+        .find(|r| r.scenario_key == key && r.status.as_str() == "ok")
+        .expect("a stored ok run");
+    let c = ok.counters.as_ref().expect("counters of a test-bed run");
+    assert_eq!(
+        c["roles"],
+        serde_json::json!({"a": "sender", "r1": "router", "b": "receiver"}),
+        "{c}"
+    );
+    assert_eq!(c["path_mtu"]["a->b"], 1500, "{c}");
+    for n in ["a", "r1", "b"] {
+        assert!(c["cpu"][n]["host"].is_object(), "cpu of {n}: {c}");
+        assert!(c["nodes"][n].is_object(), "counters of {n}: {c}");
+        assert!(
+            c["metadata"][n]["kernel"].is_string(),
+            "metadata of {n}: {c}"
+        );
+    }
+    // r1 forwarded what left a (the excess over the link rate is dropped
+    // at a's own queue, the only drop site).
+    let tx = |n: &str, i: &str| c["nodes"][n][i]["tx_packets"].as_u64().unwrap();
+    let (left_a, fwd) = (tx("a", "eth0"), tx("r1", "eth1"));
+    assert!(
+        left_a > 1000 && left_a.abs_diff(fwd) <= 10,
+        "{left_a} {fwd}: {c}"
+    );
+    for site in c["drop_sites"].as_array().unwrap() {
+        assert_eq!(site["node"], "a", "{c}");
+    }
     assert!(out.status.success(), "wirebench run failed: {stderr}");
     // The test-bed is gone.
     assert!(!wirebench_testbed::exists("wbc"), "test-bed left behind");

@@ -38,8 +38,8 @@ pub use spec::{
     LinkOpts, LinkSpec, NodeKind, NodeSpec, TopologySpec, DEFAULT_TXQUEUELEN, PRESETS,
 };
 pub use testbed::{
-    exists, list, remove, state_path, LiveIface, PairCheck, Testbed, STATE_DIR, WIRE_MIN_FRAME,
-    WIRE_OVERHEAD,
+    exists, list, rate_qdisc_lines, remove, state_path, LiveIface, PairCheck, Testbed, STATE_DIR,
+    WIRE_MIN_FRAME, WIRE_OVERHEAD,
 };
 
 /// Default test-bed name.

@@ -385,6 +385,23 @@ fn qdisc_lines(dev: &str, sh: &Shaping) -> Vec<String> {
     v
 }
 
+/// The `tc` batch lines that shape one real interface like a test-bed link
+/// of `rate_bps` (wire overhead and minimum frame charged, a packet FIFO of
+/// `queue_len` behind it). The agent uses them for the `link_rate` axis on
+/// real nodes, so a real link and an emulated one are shaped alike.
+pub fn rate_qdisc_lines(dev: &str, rate_bps: u64, mtu: u32, queue_len: u32) -> Vec<String> {
+    qdisc_lines(
+        dev,
+        &Shaping {
+            rate: Some(rate_bps),
+            mtu,
+            queue_len,
+            forward_pps: None,
+            imp: None,
+        },
+    )
+}
+
 fn hosts_file(name: &str, plan: &Plan) -> String {
     let mut s = String::from("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
     let _ = writeln!(

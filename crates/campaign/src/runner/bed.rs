@@ -4,8 +4,8 @@
 use super::child::free_port;
 use super::nodes::{Nodes, NODE_PORT};
 use super::RunError;
-use crate::campaign::{Campaign, Scenario, Target, TestbedTarget};
-use serde_json::Value;
+use crate::campaign::{Campaign, HostNode, NodeReach, NodeRole, Scenario, Target, TestbedTarget};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,24 +18,12 @@ pub(super) trait Bed {
     fn ensure(&mut self, _s: &Scenario) -> Result<(), RunError> {
         Ok(())
     }
-    /// The command that runs `program` as the sender.
-    fn sender(&self, program: &Path) -> Result<Command, RunError> {
-        Ok(Command::new(program))
-    }
     /// None when the receiver is not ours to start (real hosts).
     fn receiver(&self, program: &Path) -> Result<Option<Command>, RunError>;
     /// The receiver's address for this IP version.
     fn dest(&self, v6: bool) -> Result<IpAddr, RunError>;
     /// The receiver's control port.
     fn port(&self) -> u16;
-    /// A counter snapshot, where the bed has counters.
-    fn counters(&self) -> Option<Value> {
-        None
-    }
-    /// What changed between two snapshots of [`Bed::counters`].
-    fn delta(&self, _before: &Value, _after: &Value) -> Option<Value> {
-        None
-    }
     /// True when `ensure` rebuilt since the last call (the receiver must restart).
     fn take_rebuilt(&mut self) -> bool;
     /// True when `invalidate` + `ensure` builds the bed anew.
@@ -48,7 +36,8 @@ pub(super) trait Bed {
     fn teardown(&mut self) -> Result<(), RunError> {
         Ok(())
     }
-    /// Real nodes driven through agents run each run themselves.
+    /// Nodes driven through agents (real hosts, the emulated test-bed's
+    /// namespaces) run each run themselves.
     fn nodes(&mut self) -> Option<&mut Nodes> {
         None
     }
@@ -75,15 +64,7 @@ impl Bed for RealNodes {
         false
     }
     fn teardown(&mut self) -> Result<(), RunError> {
-        let problems = self.nodes.teardown();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(RunError::Agent(format!(
-                "ending the agent sessions: {}",
-                problems.join("; ")
-            )))
-        }
+        self.nodes.teardown()
     }
     fn nodes(&mut self) -> Option<&mut Nodes> {
         Some(&mut self.nodes)
@@ -143,11 +124,18 @@ impl Bed for Hosts {
     }
 }
 
+/// The emulated test-bed: built (and rebuilt when a scenario changes its
+/// links) here; every run goes through an agent in each node's namespace
+/// (`ip netns exec NS wirebench agent --stdio`), so test-bed and real
+/// campaigns share everything above the transport: receivers, senders,
+/// warm-up, path-MTU check, CPU and counters of every node.
 struct Emulated {
     target: TestbedTarget,
     /// Directory of the campaign file (topology files are relative to it).
     base: PathBuf,
+    program: PathBuf,
     tb: Option<wirebench_testbed::Testbed>,
+    nodes: Option<Nodes>,
     current: Option<crate::campaign::LinkKey>,
     rebuilt: bool,
 }
@@ -161,10 +149,48 @@ fn tb_err(e: wirebench_testbed::TestbedError) -> RunError {
 }
 
 impl Emulated {
-    fn tb(&self) -> Result<&wirebench_testbed::Testbed, RunError> {
-        self.tb
-            .as_ref()
-            .ok_or_else(|| RunError::Testbed("not up".into()))
+    /// The test-bed's nodes as agent nodes: its sender and receiver, every
+    /// other node (routers, switches, other hosts) observed like a router.
+    fn agent_nodes(&self, tb: &wirebench_testbed::Testbed) -> Result<Nodes, RunError> {
+        let (snd, rcv) = (&self.target.sender, &self.target.receiver);
+        let mut list = Vec::new();
+        for n in &tb.plan().nodes {
+            let role = if &n.name == snd {
+                NodeRole::Sender
+            } else if &n.name == rcv {
+                NodeRole::Receiver
+            } else {
+                NodeRole::Router
+            };
+            list.push(HostNode {
+                name: n.name.clone(),
+                reach: NodeReach::Netns(n.netns.clone()),
+                agent: None,
+                role,
+                to: (role == NodeRole::Sender).then(|| rcv.clone()),
+                ipv4: tb.addr(&n.name, false).ok(),
+                ipv6: tb.addr(&n.name, true).ok(),
+                apply_mtu: false,
+                apply_offloads: false,
+                apply_link_rate: false,
+                interfaces: Vec::new(),
+            });
+        }
+        for who in [snd, rcv] {
+            if !list.iter().any(|n| &n.name == who) {
+                // Names the node like the old direct path did.
+                tb.netns(who).map_err(tb_err)?;
+            }
+        }
+        let mut nodes = Nodes::new(list, self.program.clone());
+        let mut planned = BTreeMap::new();
+        for v6 in [false, true] {
+            if let Some(m) = tb.plan().expected_path_mtu(snd, rcv, v6) {
+                planned.insert((snd.clone(), rcv.clone(), v6), m);
+            }
+        }
+        nodes.plan_path_mtu(planned);
+        Ok(nodes)
     }
 }
 
@@ -197,38 +223,30 @@ impl Bed for Emulated {
             }
         };
         let tb = wirebench_testbed::Testbed::up(&self.target.name, &spec).map_err(tb_err)?;
+        let nodes = match self.agent_nodes(&tb) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = tb.down();
+                return Err(e);
+            }
+        };
         self.tb = Some(tb);
+        self.nodes = Some(nodes);
         self.current = Some(want);
         self.rebuilt = true;
         Ok(())
     }
-    fn sender(&self, program: &Path) -> Result<Command, RunError> {
-        self.tb()?
-            .command(&self.target.sender, &program.to_string_lossy())
-            .map_err(tb_err)
+    fn receiver(&self, _program: &Path) -> Result<Option<Command>, RunError> {
+        // The receiver node's agent runs it.
+        Ok(None)
     }
-    fn receiver(&self, program: &Path) -> Result<Option<Command>, RunError> {
-        self.tb()?
-            .command(&self.target.receiver, &program.to_string_lossy())
-            .map(Some)
-            .map_err(tb_err)
-    }
-    fn dest(&self, v6: bool) -> Result<IpAddr, RunError> {
-        self.tb()?.addr(&self.target.receiver, v6).map_err(tb_err)
+    fn dest(&self, _v6: bool) -> Result<IpAddr, RunError> {
+        Err(RunError::Agent(
+            "the test-bed's agents choose the destination".into(),
+        ))
     }
     fn port(&self) -> u16 {
-        5400
-    }
-    fn counters(&self) -> Option<Value> {
-        let c = self.tb.as_ref()?.counters().ok()?;
-        serde_json::to_value(c).ok()
-    }
-    fn delta(&self, before: &Value, after: &Value) -> Option<Value> {
-        let b: wirebench_testbed::Counters = serde_json::from_value(before.clone()).ok()?;
-        let a: wirebench_testbed::Counters = serde_json::from_value(after.clone()).ok()?;
-        let d = a.delta(&b);
-        let sites = d.drop_sites();
-        Some(serde_json::json!({ "nodes": d.nodes, "drop_sites": sites }))
+        NODE_PORT
     }
     fn take_rebuilt(&mut self) -> bool {
         std::mem::replace(&mut self.rebuilt, false)
@@ -241,10 +259,15 @@ impl Bed for Emulated {
     }
     fn teardown(&mut self) -> Result<(), RunError> {
         self.current = None;
-        match self.tb.take() {
-            Some(tb) => tb.down().map_err(tb_err),
-            None => Ok(()),
+        // Agents first: they stop their receivers before the namespaces go.
+        let agents = self.nodes.take().map_or(Ok(()), |mut n| n.teardown());
+        if let Some(tb) = self.tb.take() {
+            tb.down().map_err(tb_err)?;
         }
+        agents
+    }
+    fn nodes(&mut self) -> Option<&mut Nodes> {
+        self.nodes.as_mut()
     }
 }
 
@@ -275,7 +298,9 @@ pub(super) fn make_bed(c: &Campaign, binary: &Path) -> Result<Box<dyn Bed>, RunE
             Box::new(Emulated {
                 target: t.clone(),
                 base,
+                program: binary.to_path_buf(),
                 tb: None,
+                nodes: None,
                 current: None,
                 rebuilt: false,
             })

@@ -3,8 +3,10 @@
 //! the moment it ends.
 //!
 //! Traffic runs in child processes (the same binary, or `--binary`), so a
-//! crash of the engine costs one run, not the campaign, and the sender runs
-//! inside the sender node's namespace exactly as a user would run it. The
+//! crash of the engine costs one run, not the campaign. On the emulated
+//! test-bed and on real hosts the children are started by a `wirebench
+//! agent` on each node (`nodes`), so both share everything above the
+//! transport; on loopback and plain `[hosts]` this process starts them. The
 //! children get their own process group (a terminal Ctrl-C reaches only
 //! us, and we stop them in order) and die with us (`PR_SET_PDEATHSIG`), so
 //! even a SIGKILLed campaign leaves no stray receiver holding a port.
@@ -12,6 +14,7 @@
 //! - [`signals`]: Ctrl-C sets a flag everything below polls.
 //! - `child`: starting, watching and stopping child processes.
 //! - `bed`: loopback, emulated test-bed or real hosts behind one interface.
+//! - `nodes`: runs through agents (the test-bed's namespaces, real hosts).
 //! - [`order`]: which run comes when.
 //! - `args`: the sender's command line, seed and time limit for one run.
 //! - `one_run`: receiver upkeep, warm-up, sender, classification, storing.

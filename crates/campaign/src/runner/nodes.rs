@@ -12,7 +12,7 @@
 use super::args::send_args;
 use super::signals::stop_requested;
 use super::RunError;
-use crate::campaign::{Campaign, HostNode, NodeReach, NodeRole, Scenario};
+use crate::campaign::{Campaign, HostNode, NodeReach, NodeRole, RunLength, Scenario};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -31,12 +31,28 @@ pub(super) struct Nodes {
     meta: Vec<Option<HostMeta>>,
     /// Interfaces `apply_*` act on, resolved from the metadata.
     ifaces: Vec<Vec<String>>,
-    /// (mtu, offloads) applied on each node since it connected.
-    applied: Vec<Option<(Option<u32>, Option<bool>)>>,
+    /// (mtu, offloads, link rate) applied on each node since it connected.
+    applied: Vec<Option<Applied>>,
     /// Receiver node → handle of its `wirebench recv`.
     receivers: BTreeMap<usize, u32>,
     /// Extra agent arguments (tests).
     extra: Vec<String>,
+    /// (sender, receiver, v6) → the path MTU the bed was built with (the
+    /// emulated test-bed knows it from its plan; real nodes: the
+    /// scenario's `mtu` is the expectation).
+    planned_pmtu: BTreeMap<(String, String, bool), u32>,
+}
+
+/// MTU, offloads and link rate (bit/s) a node's interfaces were set to.
+type Applied = (Option<u32>, Option<bool>, Option<u64>);
+
+/// What the senders of one run (or its warm-up) gave.
+struct Sent {
+    docs: Vec<Value>,
+    errors: Vec<String>,
+    commands: Vec<String>,
+    refused: bool,
+    interrupted: bool,
 }
 
 /// What one run through the agents gave.
@@ -105,7 +121,14 @@ impl Nodes {
             applied: vec![None; n],
             receivers: BTreeMap::new(),
             extra,
+            planned_pmtu: BTreeMap::new(),
         }
+    }
+
+    /// The path MTU each pair was built with, checked before every run
+    /// instead of the scenario's `mtu`.
+    pub(super) fn plan_path_mtu(&mut self, planned: BTreeMap<(String, String, bool), u32>) {
+        self.planned_pmtu = planned;
     }
 
     /// Connects every agent not connected (all at once) and reads its
@@ -140,6 +163,7 @@ impl Nodes {
                     allow: Allow {
                         mtu: all(n.apply_mtu),
                         offloads: all(n.apply_offloads),
+                        rate: all(n.apply_link_rate),
                     },
                     extra: self.extra.clone(),
                 }
@@ -178,9 +202,11 @@ impl Nodes {
                     } else {
                         n.interfaces.clone()
                     };
-                    if (n.apply_mtu || n.apply_offloads) && self.ifaces[i].is_empty() {
+                    if (n.apply_mtu || n.apply_offloads || n.apply_link_rate)
+                        && self.ifaces[i].is_empty()
+                    {
                         return Err(RunError::BadInput(format!(
-                            "node {}: apply_mtu/apply_offloads but no interface holds its data address; name them with `interfaces`",
+                            "node {}: apply_mtu/apply_offloads/apply_link_rate but no interface holds its data address; name them with `interfaces`",
                             n.name
                         )));
                     }
@@ -204,7 +230,14 @@ impl Nodes {
     /// and the reason returned (the run is then stored as failed).
     fn ensure(&mut self, s: &Scenario) -> Result<Option<String>, RunError> {
         self.connect()?;
-        let want = (s.settings.mtu, s.settings.offloads);
+        let rate = match &s.settings.link_rate {
+            Some(r) => Some(
+                wirebench_testbed::parse_rate(r)
+                    .map_err(|e| RunError::BadInput(format!("link_rate: {e}")))?,
+            ),
+            None => None,
+        };
+        let want = (s.settings.mtu, s.settings.offloads, rate);
         for i in 0..self.nodes.len() {
             let n = self.nodes[i].clone();
             if self.applied[i] == Some(want) {
@@ -221,6 +254,10 @@ impl Nodes {
                 }
                 if let (true, Some(o)) = (n.apply_offloads, want.1) {
                     r = r.and_then(|_| c.set_offloads(f, o));
+                }
+                // After the MTU: the shaper is sized for the frames it takes.
+                if n.apply_link_rate {
+                    r = r.and_then(|_| c.set_rate(f, want.2));
                 }
             }
             match r {
@@ -314,12 +351,13 @@ impl Nodes {
         })
     }
 
-    /// One run: ensure, path-MTU check, samples, senders, samples.
+    /// One run: ensure, path-MTU check, warm-up, samples, senders, samples.
     pub(super) fn run(
         &mut self,
         c: &Campaign,
         s: &Scenario,
         seed: u64,
+        length: RunLength,
         timeout: Duration,
     ) -> Result<NodeRun, RunError> {
         let mut out = NodeRun {
@@ -347,10 +385,16 @@ impl Nodes {
         // The path must be what the scenario says before anything is sent.
         let mut pmtu = BTreeMap::new();
         for &(si, ri, dest) in &pairs {
-            let key = format!("{}->{}", self.nodes[si].name, self.nodes[ri].name);
+            let (sn, rn) = (self.nodes[si].name.clone(), self.nodes[ri].name.clone());
+            let key = format!("{sn}->{rn}");
+            let want = self
+                .planned_pmtu
+                .get(&(sn, rn, v6))
+                .copied()
+                .or(s.settings.mtu);
             match self.path_mtu(si, ri, dest) {
                 Ok(m) => {
-                    if let (Some(want), Some(got)) = (s.settings.mtu, m) {
+                    if let (Some(want), Some(got)) = (want, m) {
                         if want != got {
                             out.error = Some(format!(
                                 "refused, not measured: path MTU {key} is {got}, the scenario says {want}"
@@ -372,89 +416,34 @@ impl Nodes {
                 }
             }
         }
-        let before = self.sample();
-        let mut started = Vec::new();
-        let mut commands = Vec::new();
-        for &(si, _, dest) in &pairs {
-            let mut args = send_args(c, s, dest, NODE_PORT, seed, c.length);
-            // The agent adds the subcommand itself.
-            args.remove(0);
-            commands.push(format!(
-                "{}: wirebench send {} --json=FILE",
-                self.nodes[si].name,
-                args.join(" ")
-            ));
-            let Some(conn) = self.conns[si].as_mut() else {
-                out.error = Some(format!("node {}: agent not connected", self.nodes[si].name));
-                return Ok(out);
+        if c.warmup_s > 0.0 {
+            // Same senders, not measured: queues, ARP/ND caches and CPU
+            // frequency settle before the counters are read.
+            let warm = RunLength::Duration {
+                seconds: c.warmup_s,
             };
-            match conn.start(Role::Sender, &args, None) {
-                Ok((h, _)) => started.push((si, h)),
-                Err(e) => {
-                    if lost(&e) {
-                        self.drop_node(si);
-                    }
-                    out.error = Some(e.to_string());
-                    return Ok(out);
-                }
+            let t = Duration::from_secs_f64(c.warmup_s * 1.5 + 30.0);
+            let w = self.senders(c, s, &pairs, seed ^ 0x5eed, warm, t);
+            if w.interrupted {
+                out.interrupted = true;
+                return Ok(out);
+            }
+            if !w.errors.is_empty() {
+                out.refused = w.refused;
+                out.error = Some(format!("warm-up: {}", w.errors.join("; ")));
+                return Ok(out);
             }
         }
-        out.command = commands.join("\n");
-        let t0 = Instant::now();
-        let mut docs = Vec::new();
-        let mut errors = Vec::new();
-        for (si, h) in started {
-            while let Some(conn) = self.conns[si].as_mut() {
-                if stop_requested() {
-                    let _ = conn.stop(h);
-                    out.interrupted = true;
-                    return Ok(out);
-                }
-                let over = t0.elapsed() > timeout;
-                let r = if over {
-                    conn.stop(h)
-                } else {
-                    conn.wait(h, Duration::from_millis(200))
-                };
-                match r {
-                    Ok(p) if p.running => continue,
-                    Ok(p) => {
-                        let name = &self.nodes[si].name;
-                        if over {
-                            errors.push(format!(
-                                "{name}: killed after {:.0} s (run_timeout_s): {}",
-                                timeout.as_secs_f64(),
-                                p.stderr
-                            ));
-                        } else if p.code != Some(0) {
-                            out.refused |= p.code == Some(2);
-                            errors.push(format!(
-                                "{name}: sender exited with {}: {}",
-                                p.code
-                                    .map(|c| format!("status {c}"))
-                                    .unwrap_or_else(|| format!("signal {:?}", p.signal)),
-                                p.stderr
-                            ));
-                        }
-                        match p.result {
-                            Some(d) => docs.push(d),
-                            None if p.code == Some(0) => {
-                                errors.push(format!("{name}: the sender wrote no result document"))
-                            }
-                            None => {}
-                        }
-                        break;
-                    }
-                    Err(e) => {
-                        if lost(&e) {
-                            self.drop_node(si);
-                        }
-                        errors.push(e.to_string());
-                        break;
-                    }
-                }
-            }
+        let before = self.sample();
+        let sent = self.senders(c, s, &pairs, seed, length, timeout);
+        out.command = sent.commands.join("\n");
+        out.refused = sent.refused;
+        if sent.interrupted {
+            out.interrupted = true;
+            return Ok(out);
         }
+        let docs = sent.docs;
+        let mut errors = sent.errors;
         let after = self.sample();
         let mut nodes_delta = wirebench_testbed::Counters::default();
         let mut cpu = serde_json::Map::new();
@@ -508,6 +497,114 @@ impl Nodes {
         Ok(out)
     }
 
+    /// Starts every pair's sender at once and waits for all of them.
+    fn senders(
+        &mut self,
+        c: &Campaign,
+        s: &Scenario,
+        pairs: &[(usize, usize, IpAddr)],
+        seed: u64,
+        length: RunLength,
+        timeout: Duration,
+    ) -> Sent {
+        let mut out = Sent {
+            docs: Vec::new(),
+            errors: Vec::new(),
+            commands: Vec::new(),
+            refused: false,
+            interrupted: false,
+        };
+        let mut started = Vec::new();
+        for &(si, _, dest) in pairs {
+            let mut args = send_args(c, s, dest, NODE_PORT, seed, length);
+            // The agent adds the subcommand itself.
+            args.remove(0);
+            out.commands.push(format!(
+                "{}: wirebench send {} --json=FILE",
+                self.nodes[si].name,
+                args.join(" ")
+            ));
+            let Some(conn) = self.conns[si].as_mut() else {
+                out.errors
+                    .push(format!("node {}: agent not connected", self.nodes[si].name));
+                break;
+            };
+            match conn.start(Role::Sender, &args, None) {
+                Ok((h, _)) => started.push((si, h)),
+                Err(e) => {
+                    if lost(&e) {
+                        self.drop_node(si);
+                    }
+                    out.errors.push(e.to_string());
+                    break;
+                }
+            }
+        }
+        if !out.errors.is_empty() {
+            // One sender could not start: the others are not the run either.
+            for (si, h) in started {
+                if let Some(conn) = self.conns[si].as_mut() {
+                    let _ = conn.stop(h);
+                }
+            }
+            return out;
+        }
+        let t0 = Instant::now();
+        for (si, h) in started {
+            while let Some(conn) = self.conns[si].as_mut() {
+                if stop_requested() {
+                    let _ = conn.stop(h);
+                    out.interrupted = true;
+                    break;
+                }
+                let over = t0.elapsed() > timeout;
+                let r = if over {
+                    conn.stop(h)
+                } else {
+                    conn.wait(h, Duration::from_millis(200))
+                };
+                match r {
+                    Ok(p) if p.running => continue,
+                    Ok(p) => {
+                        let name = &self.nodes[si].name;
+                        if over {
+                            out.errors.push(format!(
+                                "{name}: killed after {:.0} s (run_timeout_s): {}",
+                                timeout.as_secs_f64(),
+                                p.stderr
+                            ));
+                        } else if p.code != Some(0) {
+                            out.refused |= p.code == Some(2);
+                            out.errors.push(format!(
+                                "{name}: sender exited with {}: {}",
+                                p.code
+                                    .map(|c| format!("status {c}"))
+                                    .unwrap_or_else(|| format!("signal {:?}", p.signal)),
+                                p.stderr
+                            ));
+                        }
+                        match p.result {
+                            Some(d) => out.docs.push(d),
+                            None if p.code == Some(0) => out
+                                .errors
+                                .push(format!("{name}: the sender wrote no result document")),
+                            None => {}
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        if lost(&e) {
+                            self.drop_node(si);
+                        }
+                        out.errors.push(e.to_string());
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Path MTU from sender `si` to receiver `ri` at `dest`, measured by the
     /// two agents. Err: the reason the run fails (an agent lost).
     fn path_mtu(&mut self, si: usize, ri: usize, dest: IpAddr) -> Result<Option<u32>, String> {
@@ -541,8 +638,8 @@ impl Nodes {
     }
 
     /// Stops the receivers and ends every session (each agent restores
-    /// what it changed), all at once.
-    pub(super) fn teardown(&mut self) -> Vec<String> {
+    /// what it changed), all at once. Err names what could not be restored.
+    pub(super) fn teardown(&mut self) -> Result<(), RunError> {
         for (i, h) in std::mem::take(&mut self.receivers) {
             if let Some(c) = self.conns[i].as_mut() {
                 let _ = c.stop(h);
@@ -567,7 +664,14 @@ impl Nodes {
             }
         }
         self.applied.iter_mut().for_each(|a| *a = None);
-        problems
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(RunError::Agent(format!(
+                "ending the agent sessions: {}",
+                problems.join("; ")
+            )))
+        }
     }
 }
 

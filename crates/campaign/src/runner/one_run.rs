@@ -1,11 +1,11 @@
-//! One run: keep the receiver alive (restarting it, or rebuilding the
-//! test-bed once, when it died), run the optional warm-up and the sender,
-//! classify the outcome and store it the moment it ends.
+//! One run: keep the receiver alive (restarting it when it died), run the
+//! optional warm-up and the sender, classify the outcome and store it the
+//! moment it ends. Beds with agent nodes run through them instead
+//! (rebuilding the test-bed once when it vanished under us).
 
 use super::args::{cmd_text, run_seed, run_timeout, send_args};
 use super::bed::Bed;
 use super::child::{detach, listening, read_tail, stop_child};
-use super::nodes::Nodes;
 use super::order::PlannedRun;
 use super::signals::stop_requested;
 use super::{RunError, RunOptions};
@@ -14,7 +14,7 @@ use crate::env;
 use crate::store::{NewRun, RunStatus, Store};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 struct Receiver {
@@ -127,12 +127,11 @@ impl<'a> Ctx<'a> {
     /// Runs `wirebench send` and waits for it. Ok(None) = interrupted.
     fn send(
         &self,
-        bed: &dyn Bed,
         args: &[String],
         json: &Path,
         timeout: Duration,
     ) -> Result<Option<(std::process::ExitStatus, String, bool)>, RunError> {
-        let mut cmd = bed.sender(&self.opts.binary)?;
+        let mut cmd = Command::new(&self.opts.binary);
         let err_path = self.work.join("send.err");
         let errf = std::fs::File::create(&err_path)
             .map_err(|e| RunError::io("creating the sender log", e))?;
@@ -175,28 +174,17 @@ impl<'a> Ctx<'a> {
         pr: &PlannedRun,
         length: RunLength,
     ) -> Result<RunEnd, RunError> {
-        if let Some(n) = bed.nodes() {
-            return self.nodes_run(n, cid, pr);
-        }
         let s = &pr.scenario;
         bed.ensure(s)?;
+        if bed.nodes().is_some() {
+            return self.nodes_run(bed, cid, pr, length);
+        }
         let receiver_dead = self
             .receiver
             .as_mut()
             .is_some_and(|r| !matches!(r.child.try_wait(), Ok(None)));
         if bed.take_rebuilt() || receiver_dead || self.receiver.is_none() {
-            if let Err(first) = self.start_receiver(bed) {
-                if !bed.can_rebuild() {
-                    return Err(first);
-                }
-                // Something removed the test-bed under us (a stray `testbed
-                // down`, a crashed run's cleanup): build it again, once.
-                eprintln!("wirebench: {first}; rebuilding the test-bed and retrying once");
-                bed.invalidate();
-                bed.ensure(s)?;
-                bed.take_rebuilt();
-                self.start_receiver(bed)?;
-            }
+            self.start_receiver(bed)?;
         }
         if stop_requested() {
             return Ok(RunEnd::Interrupted);
@@ -217,7 +205,7 @@ impl<'a> Ctx<'a> {
             );
             let warm = self.work.join("warmup.json");
             let t = Duration::from_secs_f64(self.c.warmup_s * 1.5 + 30.0);
-            if self.send(bed, &args, &warm, t)?.is_none() {
+            if self.send(&args, &warm, t)?.is_none() {
                 return Ok(RunEnd::Interrupted);
             }
         }
@@ -228,17 +216,11 @@ impl<'a> Ctx<'a> {
         if let Some(r) = &self.receiver {
             command = format!("receiver: {}\nsender: {command}", r.command);
         }
-        let before = bed.counters();
         let started = env::now_rfc3339();
-        let Some((status, stderr, timed_out)) = self.send(bed, &args, &json, timeout)? else {
+        let Some((status, stderr, timed_out)) = self.send(&args, &json, timeout)? else {
             return Ok(RunEnd::Interrupted);
         };
         let ended = env::now_rfc3339();
-        let after = bed.counters();
-        let counters = match (&before, &after) {
-            (Some(b), Some(a)) => bed.delta(b, a),
-            _ => None,
-        };
         let doc: Option<Value> = std::fs::read_to_string(&json)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
@@ -288,7 +270,7 @@ impl<'a> Ctx<'a> {
             repetition: pr.repetition,
             status: st,
             result: doc.as_ref(),
-            counters: counters.as_ref(),
+            counters: None,
             command: &command,
             error: error.as_deref(),
             started_at: &started,
@@ -303,17 +285,49 @@ impl<'a> Ctx<'a> {
         Ok(RunEnd::Stored(st))
     }
 
-    /// One run on real nodes: the agents do the work, we store it.
-    fn nodes_run(&mut self, n: &mut Nodes, cid: i64, pr: &PlannedRun) -> Result<RunEnd, RunError> {
+    /// One run through agents (real nodes, the emulated test-bed's
+    /// namespaces): the agents do the work, we store it.
+    fn nodes_run(
+        &mut self,
+        bed: &mut dyn Bed,
+        cid: i64,
+        pr: &PlannedRun,
+        length: RunLength,
+    ) -> Result<RunEnd, RunError> {
         let s = &pr.scenario;
         let seed = run_seed(self.c, &s.key, pr.repetition);
-        let timeout = run_timeout(self.c, s, self.c.length);
+        let timeout = run_timeout(self.c, s, length);
         let started = env::now_rfc3339();
-        let r = n.run(self.c, s, seed, timeout)?;
+        let no_nodes = || RunError::Agent("the bed has no agent nodes".into());
+        let first = bed
+            .nodes()
+            .ok_or_else(no_nodes)?
+            .run(self.c, s, seed, length, timeout);
+        let r = match first {
+            Err(e @ (RunError::Agent(_) | RunError::Receiver(_))) if bed.can_rebuild() => {
+                // Something removed the test-bed under us (a stray `testbed
+                // down`, a crashed run's cleanup): build it again, once.
+                eprintln!("wirebench: {e}; rebuilding the test-bed and retrying once");
+                bed.invalidate();
+                bed.ensure(s)?;
+                bed.take_rebuilt();
+                bed.nodes()
+                    .ok_or_else(no_nodes)?
+                    .run(self.c, s, seed, length, timeout)?
+            }
+            r => r?,
+        };
         if r.interrupted {
             return Ok(RunEnd::Interrupted);
         }
         let ended = env::now_rfc3339();
+        // Callers that read the run back (RFC 2544 sessions) find it where
+        // a local sender would have written it.
+        let json = self.work.join("result.json");
+        let _ = std::fs::remove_file(&json);
+        if let Some(d) = &r.doc {
+            let _ = std::fs::write(&json, d.to_string());
+        }
         let mut error = r.error.clone();
         if error.is_none() {
             match &r.doc {
