@@ -69,6 +69,28 @@ pub(crate) fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, Engine
     }
 }
 
+/// Names the session and flow on a fresh TCP data connection
+/// ([`wirebench_wire::FLAG_HELLO`]): the receiver closes connections that
+/// have not identified within 2 s, and a flow's first probe may come
+/// later than that (`-d` start delay, slow rates).
+pub(crate) fn identify(sock: &mut DataSock, session: u32, flow: u16) -> Result<(), EngineError> {
+    let DataSock::Tcp(s) = sock else {
+        return Ok(());
+    };
+    let mut rec = [0u8; PROBE_HEADER_LEN];
+    ProbeHeader {
+        flags: wirebench_wire::FLAG_HELLO,
+        session,
+        flow,
+        len: PROBE_HEADER_LEN as u16,
+        seq: 0,
+        tx_ns: 0,
+    }
+    .encode(&mut rec)
+    .map_err(|e| EngineError::Protocol(format!("hello record: {e}")))?;
+    std::io::Write::write_all(s, &rec).map_err(|e| EngineError::io("TCP data connection", e))
+}
+
 struct FlowJob {
     plan: FlowPlan,
     flow_id: u16,

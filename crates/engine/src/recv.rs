@@ -906,7 +906,14 @@ fn udp_rx(sock: UdpSocket, mut acc: Recorder, sh: Arc<FlowShared>, rx: UdpRx) ->
                 .map(|a| SocketAddr::new(unmap(a.ip()), a.port()));
             let d = batch.data(i);
             let h = match ProbeHeader::decode_datagram(d) {
-                Ok(h) if h.session == sid && h.flow == flow_id && !h.is_reflected() => h,
+                Ok(h)
+                    if h.session == sid
+                        && h.flow == flow_id
+                        && !h.is_reflected()
+                        && !h.is_hello() =>
+                {
+                    h
+                }
                 _ => {
                     sh.foreign.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -1006,6 +1013,10 @@ fn nap_ns(n: usize, prev_ts: u64, last_ts: u64) -> Option<u64> {
 
 /// Most simultaneous connections on one TCP data port; more are foreign.
 const MAX_TCP_CONNS: usize = 8;
+/// Time a TCP data connection has to send its first record of this
+/// session and flow: eight connections that never sent a byte once held
+/// every slot of a data port, and the real stream got 0 records in.
+pub const TCP_IDENTIFY: Duration = Duration::from_secs(2);
 const TCP_BUF: usize = 256 << 10;
 
 /// Reflections queued beyond this (the sender does not read them) are
@@ -1019,6 +1030,10 @@ struct TcpConn {
     out: Vec<u8>,
     /// Bytes of `out` already written.
     out_head: usize,
+    /// When it was accepted (monotonic ns), and whether a record of this
+    /// session and flow has arrived on it since.
+    accepted_ns: u64,
+    identified: bool,
 }
 
 impl TcpConn {
@@ -1068,6 +1083,7 @@ fn tcp_rx(
     let mut conns: Vec<TcpConn> = Vec::new();
     let mut pfds: Vec<net::PollFd> = Vec::with_capacity(MAX_TCP_CONNS + 1);
     while !sh.stop.load(Ordering::Relaxed) {
+        drop_unidentified(&mut conns, &sh);
         pfds.clear();
         pfds.push(net::pollfd(listener.as_raw_fd(), net::POLLIN));
         for c in &conns {
@@ -1084,7 +1100,9 @@ fn tcp_rx(
             while let Ok((s, from)) = listener.accept() {
                 // Only the session's sender may connect: anyone else would
                 // hold one of the few connection slots (and get reflections).
-                if conns.len() >= MAX_TCP_CONNS || unmap(from.ip()) != peer_ip {
+                // Up to twice the limit for a moment: `drop_unidentified`
+                // makes room by closing a silent one, not the newcomer.
+                if conns.len() >= 2 * MAX_TCP_CONNS || unmap(from.ip()) != peer_ip {
                     sh.foreign.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
@@ -1095,6 +1113,8 @@ fn tcp_rx(
                     rd: RecordReader::new(TCP_BUF),
                     out: Vec::with_capacity(if reflect { 64 << 10 } else { 0 }),
                     out_head: 0,
+                    accepted_ns: mono_ns(),
+                    identified: false,
                 });
             }
         }
@@ -1117,6 +1137,30 @@ fn tcp_rx(
     }
 }
 
+/// Closes data connections that have not sent a record of their session
+/// within [`TCP_IDENTIFY`], and, while more than [`MAX_TCP_CONNS`] are
+/// open, the oldest silent one (the newest if all have identified). Each
+/// one closed counts as foreign.
+fn drop_unidentified(conns: &mut Vec<TcpConn>, sh: &FlowShared) {
+    let now = mono_ns();
+    let limit = TCP_IDENTIFY.as_nanos() as u64;
+    let before = conns.len();
+    conns.retain(|c| c.identified || now.saturating_sub(c.accepted_ns) < limit);
+    while conns.len() > MAX_TCP_CONNS {
+        let victim = conns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.identified)
+            .min_by_key(|(_, c)| c.accepted_ns)
+            .map_or(conns.len() - 1, |(i, _)| i);
+        conns.swap_remove(victim);
+    }
+    let dropped = before - conns.len();
+    if dropped > 0 {
+        sh.foreign.fetch_add(dropped as u64, Ordering::Relaxed);
+    }
+}
+
 /// Reads what is available and records every complete record. Returns false
 /// when the connection is to be dropped (closed, or not ours).
 fn read_records(
@@ -1135,9 +1179,14 @@ fn read_records(
         };
         let offset = sh.offset_ns.load(Ordering::Relaxed);
         let out = &mut c.out;
+        let identified = &mut c.identified;
         let framed = c.rd.drain(
             |h| h.session == sid && h.flow == flow_id,
             |h, rec| {
+                *identified = true;
+                if h.is_hello() {
+                    return;
+                }
                 let len = rec.len();
                 let Some(delay) = sh.admit(&acc.acc, h, ts, offset) else {
                     return;

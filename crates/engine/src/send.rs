@@ -6,7 +6,7 @@
 //! only sequences them and decides when a run is partial.
 
 use crate::clock::{mono_ns, realtime_ns};
-use crate::pacing::{open_data, run_flows, Launch};
+use crate::pacing::{identify, open_data, run_flows, Launch};
 use crate::plan::SessionPlan;
 use crate::result::{build_doc, DocParts, FlowReport, ReportExtra, ResultDoc};
 use crate::session::{collect_report, Watcher};
@@ -51,7 +51,9 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let mut socks = Vec::new();
     for (i, f) in plan.flows.iter().enumerate() {
         let to = SocketAddr::new(dst_ip, ports[i]);
-        socks.push(open_data(f, to)?);
+        let mut sock = open_data(f, to)?;
+        identify(&mut sock, session, (i + 1) as u16)?;
+        socks.push(sock);
     }
 
     // Go.

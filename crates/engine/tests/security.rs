@@ -11,8 +11,8 @@ use std::time::Duration;
 use wirebench_engine::{Daemon, DaemonConfig, DaemonStats, Key};
 use wirebench_wire::auth::{self, MAC_LEN, NONCE_LEN};
 use wirebench_wire::{
-    ControlMsg, FlowSetup, MeterMode, ProbeHeader, Transport, CONTROL_VERSION, FLAG_RTT,
-    RTT_MIN_LEN,
+    ControlMsg, FlowSetup, MeterMode, ProbeHeader, Transport, CONTROL_VERSION, FLAG_HELLO,
+    FLAG_RTT, PROBE_HEADER_LEN, RTT_MIN_LEN,
 };
 
 struct Rx {
@@ -647,4 +647,82 @@ fn session_lifetime_is_bounded() {
         assert!(t0.elapsed() < Duration::from_secs(5), "still alive");
     }
     assert!(t0.elapsed() >= Duration::from_millis(600));
+}
+
+/// Issue #9 item 6: eight idle connections to a TCP data port, never
+/// sending a byte, held every slot and the real stream got 0 records in.
+/// Now a newcomer displaces a silent connection, and a connection that
+/// has not identified itself (a `FLAG_HELLO` record or a probe of the
+/// session) within 2 s is closed. ~2.5 s.
+#[test]
+fn tcp_data_port_squatting() {
+    let rx = Rx::start(15716);
+    let mut c = Client::connect(rx.port);
+    let sid = 0x5ec0_0006;
+    let mut flow = udp_flow(None);
+    flow.transport = Transport::Tcp;
+    let port = match c.hello(sid, MeterMode::Owd, vec![flow]) {
+        ControlMsg::Ready { ports } => ports[0],
+        other => panic!("{other:?}"),
+    };
+    c.send(&ControlMsg::Start);
+    let t0 = std::time::Instant::now();
+    let squatters: Vec<TcpStream> = (0..8)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The real stream identifies at once (its first probe may be seconds
+    // away: a start delay), then sends only after the 2 s are up.
+    let mut real = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    real.write_all(&probe_full(sid, 0, FLAG_HELLO, PROBE_HEADER_LEN, 0))
+        .unwrap();
+    // The silent ones are closed once their 2 s are up (one was already
+    // closed to make room for the real stream).
+    let mut closed_after = Vec::new();
+    for mut s in squatters {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        let r = std::io::Read::read(&mut s, &mut b);
+        assert!(matches!(r, Ok(0)) || r.is_err(), "{r:?}");
+        closed_after.push(t0.elapsed());
+    }
+    let last = closed_after.iter().max().unwrap();
+    assert!(
+        *last >= Duration::from_millis(1800) && *last < Duration::from_millis(3500),
+        "{closed_after:?}"
+    );
+    for seq in 0..50 {
+        real.write_all(&probe_full(sid, seq, 0, 100, now_ns()))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let f = c.stop(50);
+    assert_eq!(f["summary"]["unique"], 50, "{f}");
+    assert_eq!(f["foreign"], 8, "{f}");
+    drop(real);
+}
+
+/// The sender's side of item 6: a TCP flow whose first probe comes after
+/// the 2 s (a `-d` start delay) identifies its connection at once and is
+/// received whole. ~2.5 s.
+#[test]
+fn delayed_tcp_flow_is_not_taken_for_a_squatter() {
+    let rx = Rx::start(15717);
+    let mut spec = wirebench_model::FlowSpec::constant(100.0, 100).unwrap();
+    spec.start_delay_ms = 2_300;
+    let mut p = wirebench_engine::SessionPlan::new(
+        "127.0.0.1",
+        vec![wirebench_engine::FlowPlan {
+            spec,
+            transport: Transport::Tcp,
+            stop: wirebench_engine::Stop::Packets(5),
+            seed: 1,
+        }],
+    );
+    p.port = rx.port;
+    p.linger_ms = 100;
+    let doc = wirebench_engine::run(p).unwrap();
+    assert!(!doc.partial);
+    assert_eq!(doc.flows[0].received.counts.unique, 5);
+    assert_eq!(doc.flows[0].received.foreign, 0);
 }

@@ -35,7 +35,12 @@ pub const FLAG_RTT: u8 = 0x01;
 pub const FLAG_REFLECTED: u8 = 0x02;
 /// The last probe of a flow (informational; loss never depends on it).
 pub const FLAG_LAST: u8 = 0x04;
-const KNOWN_FLAGS: u8 = FLAG_RTT | FLAG_REFLECTED | FLAG_LAST;
+/// The first record of a TCP data connection: a bare header naming the
+/// session and flow, sent as soon as the connection is up, so that the
+/// receiver knows it from a squatter before the first (possibly delayed)
+/// probe. It is no probe: never recorded, never counted. Not valid on UDP.
+pub const FLAG_HELLO: u8 = 0x08;
+const KNOWN_FLAGS: u8 = FLAG_RTT | FLAG_REFLECTED | FLAG_LAST | FLAG_HELLO;
 
 /// The fixed header of every probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -203,6 +208,11 @@ impl ProbeHeader {
     /// This probe is a reflection on its way back.
     pub fn is_reflected(&self) -> bool {
         self.flags & FLAG_REFLECTED != 0
+    }
+
+    /// This is a TCP data connection's identifying record, not a probe.
+    pub fn is_hello(&self) -> bool {
+        self.flags & FLAG_HELLO != 0
     }
 }
 
