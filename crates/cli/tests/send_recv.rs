@@ -700,3 +700,97 @@ fn script_and_flows_run_several_flows() {
     assert_eq!(u(&flows[1], "received.unique"), 90);
     assert_eq!(u(&flows[1], "received.bytes"), 90 * 700);
 }
+
+/// Issue #11 item 2: every bad marking value exits 2 naming the option.
+#[test]
+fn bad_marking_values_exit_2_naming_the_option() {
+    bad(&["-a", "127.0.0.1", "--dscp", "af44"], "--dscp");
+    bad(&["-a", "127.0.0.1", "--dscp", "64"], "--dscp");
+    bad(&["-a", "127.0.0.1", "-b", "256"], "-b");
+    bad(&["-a", "127.0.0.1", "-b", "0x10", "--dscp", "ef"], "--dscp");
+    bad(&["-a", "127.0.0.1", "-f", "0"], "-f");
+    bad(
+        &["-a", "127.0.0.1", "--flow-label", "0x100000"],
+        "--flow-label",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("bad.toml");
+    std::fs::write(&script, "[[flow]]\nidt = \"C 10\"\ndscp = \"nope\"\n").unwrap();
+    bad(
+        &["-a", "127.0.0.1", "--script", script.to_str().unwrap()],
+        "bad.toml:3: dscp",
+    );
+    let script = dir.path().join("bad.ditg");
+    std::fs::write(&script, "-a 127.0.0.1 -C 10 -f 300\n").unwrap();
+    bad(&["--script", script.to_str().unwrap()], "bad.ditg:1: -f");
+}
+
+/// Issue #11 item 2: marking per flow from the command line and from both
+/// script forms, checked by what the receiver's kernel saw.
+#[test]
+fn marking_per_flow_is_what_the_receiver_sees() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let _r = Recv::start(15612);
+    let dir = tempfile::tempdir().unwrap();
+    // Line 1 keeps the command line's --dscp af41; line 2 has its own.
+    let ditg = dir.path().join("flows.ditg");
+    std::fs::write(
+        &ditg,
+        "-a 127.0.0.1 -C 500 -c 100 -z 40\n-a 127.0.0.1 -C 500 -c 100 -z 40 -b 0xb8 -f 5\n",
+    )
+    .unwrap();
+    let toml = dir.path().join("flows.toml");
+    std::fs::write(
+        &toml,
+        "[[flow]]\ndest = \"127.0.0.1\"\nidt = \"C 500\"\npackets = 40\ndscp = \"cs6\"\nttl = 33\n",
+    )
+    .unwrap();
+    for (script, want) in [
+        (&ditg, vec![(34, None), (46, Some(5))]),
+        (&toml, vec![(48, Some(33))]),
+    ] {
+        let doc = send_json(&[
+            "-p",
+            "15612",
+            "--linger",
+            "200",
+            "--dscp",
+            "af41",
+            "--script",
+            script.to_str().unwrap(),
+        ]);
+        let flows = doc["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), want.len());
+        for (fl, (dscp, ttl)) in flows.iter().zip(want) {
+            let m = &fl["received"]["marks"];
+            assert_eq!(m["dscp"][0]["dscp"], dscp, "{m}");
+            assert_eq!(m["dscp"][0]["packets"], 40, "{m}");
+            assert_eq!(m["dscp"].as_array().unwrap().len(), 1, "{m}");
+            if let Some(t) = ttl {
+                assert_eq!(m["ttl_min"], t, "{m}");
+                assert_eq!(fl["socket"]["ttl"], t);
+            }
+            assert_eq!(fl["socket"]["tos"], dscp << 2);
+        }
+    }
+    // The human summary names what was asked and what was seen.
+    let out = send(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15612",
+        "--linger",
+        "200",
+        "-z",
+        "20",
+        "--dscp",
+        "ef",
+        "-f",
+        "9",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("IP marking seen           = DSCP ef x20; TTL 9 (asked: DSCP ef, TTL 9)"),
+        "{text}"
+    );
+}

@@ -23,6 +23,7 @@ pub mod result;
 mod rtt;
 pub mod send;
 mod session;
+mod sockopt;
 pub mod sys;
 
 pub use plan::{FlowPlan, SessionPlan, Stop};

@@ -14,8 +14,9 @@ use crate::rtt::RttRx;
 use crate::session::CONNECT_TIMEOUT;
 use crate::sys::{self, TcpInfo};
 use crate::EngineError;
+use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,29 +39,29 @@ pub(crate) enum DataSock {
 }
 
 pub(crate) fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, EngineError> {
+    let (ty, proto) = match f.transport {
+        Transport::Udp => (Type::DGRAM, Protocol::UDP),
+        Transport::Tcp => (Type::STREAM, Protocol::TCP),
+    };
+    let sock = Socket::new(Domain::for_address(to), ty, Some(proto))
+        .map_err(|e| EngineError::io("data socket", e))?;
+    // Marking and the other per-flow options, before connecting.
+    let peer = crate::sockopt::apply(&sock, to, &f.opts)?;
+    let connect_err = |e| EngineError::Connect {
+        addr: to.to_string(),
+        source: e,
+    };
     match f.transport {
         Transport::Udp => {
-            let any: IpAddr = if to.is_ipv4() {
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-            } else {
-                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-            };
-            let s = UdpSocket::bind(SocketAddr::new(any, 0))
-                .map_err(|e| EngineError::io("UDP data socket", e))?;
-            s.connect(to).map_err(|e| EngineError::Connect {
-                addr: to.to_string(),
-                source: e,
-            })?;
+            sock.connect(&peer.into()).map_err(connect_err)?;
+            let s: UdpSocket = sock.into();
             set_sndbuf(s.as_raw_fd(), 4 << 20);
             Ok(DataSock::Udp(s))
         }
         Transport::Tcp => {
-            let s = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(|e| {
-                EngineError::Connect {
-                    addr: to.to_string(),
-                    source: e,
-                }
-            })?;
+            sock.connect_timeout(&peer.into(), CONNECT_TIMEOUT)
+                .map_err(connect_err)?;
+            let s: TcpStream = sock.into();
             // Paced records must leave when written; bulk can batch.
             let _ = s.set_nodelay(!f.spec.is_max());
             let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
@@ -741,6 +742,7 @@ mod tests {
             transport: Transport::Udp,
             stop,
             seed: 1,
+            opts: Default::default(),
         }
     }
 

@@ -7,6 +7,7 @@ use crate::EngineError;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
 use wirebench_model::FlowSpec;
+use wirebench_stats::SockOpts;
 use wirebench_wire::{MeterMode, Transport};
 
 /// When a flow stops generating.
@@ -36,6 +37,8 @@ pub struct FlowPlan {
     pub transport: Transport,
     pub stop: Stop,
     pub seed: u64,
+    /// Socket options of this flow (marking); the default changes nothing.
+    pub opts: SockOpts,
 }
 
 #[derive(Debug, Clone)]
@@ -246,6 +249,7 @@ mod tests {
                 transport: Transport::Udp,
                 stop: Stop::Packets(0),
                 seed: 1,
+                opts: SockOpts::default(),
             }],
         );
         assert!(p.validate().unwrap_err().to_string().contains("-z"));

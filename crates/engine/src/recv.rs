@@ -33,7 +33,7 @@ use std::time::Duration;
 use wirebench_pktlog::format::{FLAG_LAST as LOG_LAST, FLAG_RX as LOG_RX};
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
-use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator};
+use wirebench_stats::{FlowConfig, IpVersion, MarksSeen, MarksTally, RecvAccumulator};
 use wirebench_wire::auth::{Cidr, Key};
 use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
 use wirebench_wire::{
@@ -320,6 +320,8 @@ impl FlowShared {
 struct FlowOutcome {
     acc: RecvAccumulator,
     cpu: CpuTime,
+    /// IP marking seen on the data packets (UDP; None when untold).
+    marks: Option<MarksSeen>,
 }
 
 struct SessionFlow {
@@ -600,6 +602,7 @@ fn session(
                             .load(Ordering::Relaxed),
                         forged: f.shared.forged.load(Ordering::Relaxed),
                         implausible_delays: f.shared.implausible.load(Ordering::Relaxed),
+                        marks: out.marks,
                     };
                     reports.push(r);
                 }
@@ -732,6 +735,8 @@ fn log_meta(
 struct Recorder {
     acc: RecvAccumulator,
     log: Option<LogProducer>,
+    /// DSCP / TTL / flow label of the admitted datagrams.
+    marks: MarksTally,
 }
 
 impl Recorder {
@@ -785,6 +790,7 @@ fn open_flow(
                 .port();
             set_rcvbuf(sock.as_raw_fd(), UDP_RCVBUF);
             enable_rx_timestamps(sock.as_raw_fd());
+            net::enable_rx_marks(sock.as_raw_fd(), local_ip.is_ipv6());
             sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
                 .map_err(|e| EngineError::io("data socket", e))?;
             let reflect = meter == MeterMode::Rtt;
@@ -794,6 +800,7 @@ fn open_flow(
                     let acc = Recorder {
                         acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
                         log,
+                        marks: MarksTally::default(),
                     };
                     let rx = UdpRx {
                         sid,
@@ -822,6 +829,7 @@ fn open_flow(
                     let acc = Recorder {
                         acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
                         log,
+                        marks: MarksTally::default(),
                     };
                     tcp_rx(l, acc, sh, sid, flow_id, reflect, peer_ip)
                 })
@@ -936,6 +944,8 @@ fn udp_rx(sock: UdpSocket, mut acc: Recorder, sh: Arc<FlowShared>, rx: UdpRx) ->
                 continue;
             };
             acc.record(&h, delay, ts, len);
+            let m = batch.marks(i);
+            acc.marks.see(m.tos, m.ttl, m.flow_label);
             if reflect && h.is_rtt() {
                 let out_len = len.max(RTT_MIN_LEN);
                 let mut rh = h;
@@ -972,6 +982,7 @@ fn udp_rx(sock: UdpSocket, mut acc: Recorder, sh: Arc<FlowShared>, rx: UdpRx) ->
         }
     }
     FlowOutcome {
+        marks: acc.marks.seen(),
         acc: acc.acc,
         cpu: CpuTime::thread().since(cpu0),
     }
@@ -1132,6 +1143,7 @@ fn tcp_rx(
         }
     }
     FlowOutcome {
+        marks: acc.marks.seen(),
         acc: acc.acc,
         cpu: CpuTime::thread().since(cpu0),
     }

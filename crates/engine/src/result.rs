@@ -64,6 +64,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
             foreign: rep.map(|r| r.foreign).unwrap_or(0),
             negative_delays_beyond_error: rep.map(|r| r.negative_beyond_error).unwrap_or(0),
             implausible_delays: rep.map(|r| r.implausible_delays).unwrap_or(0),
+            marks: rep.and_then(|r| r.marks.clone()),
         };
         total.sent_packets += o.send.packets;
         total.not_sent += o.send.not_sent;
@@ -97,6 +98,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
                 },
                 seed: f.seed,
             },
+            socket: (!f.opts.is_default()).then(|| f.opts.clone()),
             sent: o.send.clone(),
             received,
             loss_split: LossSplit {

@@ -392,6 +392,7 @@ fn run_keyed(
             transport: Transport::Udp,
             stop: wirebench_engine::Stop::Packets(30),
             seed: 1,
+            opts: Default::default(),
         }],
     );
     p.port = port;
@@ -717,6 +718,7 @@ fn delayed_tcp_flow_is_not_taken_for_a_squatter() {
             transport: Transport::Tcp,
             stop: wirebench_engine::Stop::Packets(5),
             seed: 1,
+            opts: Default::default(),
         }],
     );
     p.port = rx.port;

@@ -34,6 +34,7 @@ fn udp(pps: f64, size: u32, stop: Stop, seed: u64) -> FlowPlan {
         transport: Transport::Udp,
         stop,
         seed,
+        opts: Default::default(),
     }
 }
 
@@ -272,4 +273,93 @@ fn many_flows_are_received_exactly() {
         );
     }
     assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
+}
+
+/// Issue #11 item 2: marking is set per flow and checked where the kernel
+/// shows it — the receiver reads each datagram's TOS / traffic class, TTL
+/// / hop limit and flow label (IP_RECVTOS, IPV6_RECVTCLASS, ...).
+#[test]
+fn marking_is_set_per_flow_and_seen_by_the_receiver() {
+    use wirebench_stats::result::{DscpCount, MarksSeen};
+    use wirebench_stats::SockOpts;
+    let port = 15416;
+    let (stop, h) = daemon(port);
+    let marked = |opts: SockOpts| FlowPlan {
+        opts,
+        ..udp(500.0, 200, Stop::Packets(50), 1)
+    };
+    let ef = SockOpts {
+        tos: Some(46 << 2),
+        ttl: Some(7),
+        flow_label: None,
+    };
+    // Two flows in one session: the marked one and one left alone.
+    let doc = wirebench_engine::run(plan(
+        "127.0.0.1",
+        port,
+        vec![marked(ef.clone()), marked(SockOpts::default())],
+    ))
+    .unwrap();
+    let seen = |i: usize| doc.flows[i].received.marks.clone().unwrap();
+    assert_eq!(doc.flows[0].received.counts.unique, 50);
+    assert_eq!(
+        seen(0),
+        MarksSeen {
+            dscp: vec![DscpCount {
+                dscp: 46,
+                packets: 50
+            }],
+            ecn_marked: 0,
+            ttl_min: Some(7),
+            ttl_max: Some(7),
+            flow_label: None,
+            flow_label_other: 0,
+        }
+    );
+    assert_eq!(doc.flows[0].socket.as_ref(), Some(&ef));
+    // The unmarked flow: best effort and the system's default TTL.
+    let s1 = seen(1);
+    assert_eq!(
+        s1.dscp,
+        vec![DscpCount {
+            dscp: 0,
+            packets: 50
+        }]
+    );
+    assert!(s1.ttl_min.is_some_and(|t| t > 7), "{s1:?}");
+    assert_eq!(doc.flows[1].socket, None);
+
+    // IPv6: traffic class (AF41 + ECT(1)), hop limit, a leased flow label.
+    let v6 = SockOpts {
+        tos: Some((34 << 2) | 1),
+        ttl: Some(9),
+        flow_label: Some(0x12345),
+    };
+    let doc = wirebench_engine::run(plan("::1", port, vec![marked(v6)])).unwrap();
+    let s = doc.flows[0].received.marks.clone().unwrap();
+    assert_eq!(
+        s.dscp,
+        vec![DscpCount {
+            dscp: 34,
+            packets: 50
+        }]
+    );
+    assert_eq!(s.ecn_marked, 50);
+    assert_eq!((s.ttl_min, s.ttl_max), (Some(9), Some(9)));
+    assert_eq!((s.flow_label, s.flow_label_other), (Some(0x12345), 0));
+
+    // A flow label towards an IPv4 receiver is the user's mistake.
+    let e = wirebench_engine::run(plan(
+        "127.0.0.1",
+        port,
+        vec![marked(SockOpts {
+            flow_label: Some(5),
+            ..Default::default()
+        })],
+    ))
+    .unwrap_err();
+    assert!(e.is_bad_input(), "{e}");
+    assert!(e.to_string().starts_with("--flow-label:"), "{e}");
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
 }

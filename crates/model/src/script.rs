@@ -7,6 +7,7 @@
 use std::fmt;
 use std::path::Path;
 
+use wirebench_wire::sockopts::{self, SockOpts};
 use wirebench_wire::{MeterMode, Transport};
 
 use crate::app::AppOptions;
@@ -34,6 +35,9 @@ pub struct ScriptFlow {
     pub kbytes: Option<u64>,
     /// `-m`: owd or rtt.
     pub meter: Option<MeterMode>,
+    /// Socket options of this line (marking); unset ones come from the
+    /// command line.
+    pub opts: SockOpts,
 }
 
 /// A script error: `FILE:LINE: OPTION: reason`.
@@ -207,6 +211,7 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
         packets: None,
         kbytes: None,
         meter: None,
+        opts: SockOpts::default(),
     };
     let mut i = 0;
     while i < tokens.len() {
@@ -249,6 +254,16 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
             }
             "-d" => {
                 parts.start_delay_ms = num(opt, tokens.get(i), "start delay in ms")?;
+                i += 1;
+            }
+            "-b" => {
+                let v = tokens.get(i).ok_or_else(|| err(opt, "missing TOS byte"))?;
+                flow.opts.tos = Some(sockopts::parse_tos(v).map_err(|e| err(opt, e))?);
+                i += 1;
+            }
+            "-f" => {
+                let v = tokens.get(i).ok_or_else(|| err(opt, "missing TTL"))?;
+                flow.opts.ttl = Some(sockopts::parse_ttl(v).map_err(|e| err(opt, e))?);
                 i += 1;
             }
             "-x" if voip => {
@@ -343,8 +358,8 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
                 };
                 let Some(letter) = letter else {
                     let reason = match opt {
-                        "-sp" | "-s" | "-j" | "-poll" | "-f" | "-b" | "-i" | "-p" | "-P"
-                        | "-Sda" | "-Ssp" | "-Sdp" | "-rk" | "-H" => {
+                        "-sp" | "-s" | "-j" | "-poll" | "-i" | "-p" | "-P" | "-Sda" | "-Ssp"
+                        | "-Sdp" | "-rk" | "-H" => {
                             "this ITGSend option is not supported by wirebench".to_string()
                         }
                         "ICMP" | "SCTP" | "DCCP" => {
@@ -484,6 +499,10 @@ const TOML_KEYS: &[&str] = &[
     "bytes",
     "record_bytes",
     "max",
+    "tos",
+    "dscp",
+    "ttl",
+    "flow_label",
 ];
 
 fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
@@ -641,6 +660,33 @@ fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
         packets: int("packets")?,
         kbytes: int("kbytes")?,
         meter: s("meter")?.map(|v| parse_meter("meter", &v)).transpose()?,
+        opts: toml_opts(t)?,
+    })
+}
+
+/// `tos`, `dscp` (name or number), `ttl`, `flow_label` of a `[[flow]]`.
+fn toml_opts(t: &toml::Table) -> Result<SockOpts, ScriptError> {
+    // Numbers or strings ("ef", "0xb8") alike, through the CLI's parsers.
+    let text = |k: &str| -> Result<Option<String>, ScriptError> {
+        match t.get(k) {
+            None => Ok(None),
+            Some(toml::Value::String(v)) => Ok(Some(v.clone())),
+            Some(toml::Value::Integer(v)) => Ok(Some(v.to_string())),
+            Some(_) => Err(err(k, "must be a number or a string")),
+        }
+    };
+    let get = |k: &str, p: fn(&str) -> Result<u32, String>| -> Result<Option<u32>, ScriptError> {
+        text(k)?.map(|v| p(&v).map_err(|e| err(k, e))).transpose()
+    };
+    if t.contains_key("tos") && t.contains_key("dscp") {
+        return Err(err("dscp", "give tos or dscp, not both"));
+    }
+    let tos = get("tos", |v| sockopts::parse_tos(v).map(u32::from))?;
+    let dscp = get("dscp", |v| sockopts::parse_dscp(v).map(u32::from))?;
+    Ok(SockOpts {
+        tos: tos.or(dscp.map(|d| d << 2)).map(|v| v as u8),
+        ttl: get("ttl", |v| sockopts::parse_ttl(v).map(u32::from))?.map(|v| v as u8),
+        flow_label: get("flow_label", sockopts::parse_flow_label)?,
     })
 }
 

@@ -18,6 +18,7 @@ pub mod aggregate;
 pub mod flow;
 pub mod framing;
 mod hist;
+pub mod opts;
 pub mod result;
 pub mod seq;
 mod tdist;
@@ -30,6 +31,7 @@ pub use flow::{
 pub use framing::{
     tcp_mss, tcp_stream, udp_datagram, upper_bound_tcp_bps, upper_bound_udp_bps, LayerBytes,
 };
+pub use opts::{MarksSeen, MarksTally, SockOpts};
 pub use seq::SeqUnwrapper;
 
 /// IP version of a flow; decides the IP header size in the framing model.

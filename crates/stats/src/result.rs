@@ -9,6 +9,7 @@
 //! so every key is checked against stored documents in
 //! `tests/result_doc.rs`.
 
+pub use crate::opts::{DscpCount, MarksSeen, SockOpts};
 use crate::{
     DelayStats, Frames, Interval, IpVersion, Jitter, MeterMode, RecvCounts, RecvSummary,
     SendSummary, Throughput, Transport,
@@ -110,6 +111,10 @@ pub struct Received {
     /// receiver refused at once.)
     #[serde(default)]
     pub implausible_delays: u64,
+    /// The DSCP / TTL / flow label the receiver saw in the data packets'
+    /// IP headers (UDP flows; absent where the kernel does not tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<MarksSeen>,
 }
 
 /// Where lost packets went: not sent, dropped at the receiving host, or lost in the network.
@@ -141,6 +146,9 @@ pub struct FlowResult {
     pub mtu: u32,
     /// What the flow asked for.
     pub requested: Requested,
+    /// Socket options the flow asked for (marking); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<SockOpts>,
     /// The sender's counts and schedule accuracy.
     pub sent: SendSummary,
     /// The receiver's counts.
@@ -257,6 +265,9 @@ pub struct FlowReport {
     /// timestamp, or a clock that jumped).
     #[serde(default)]
     pub implausible_delays: u64,
+    /// What the receiver saw in the data packets' IP headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marks: Option<MarksSeen>,
 }
 
 /// The receiver's session-wide report, `ControlMsg::Report.extra`; a

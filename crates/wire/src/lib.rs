@@ -14,6 +14,9 @@ pub mod control;
 pub mod limits;
 pub mod probe;
 
+/// Per-flow socket options and their parsers (shared with scripts and the CLI).
+pub use wirebench_stats::opts as sockopts;
+
 pub use control::{ControlMsg, FlowSetup, MeterMode, Transport, CONTROL_VERSION};
 pub use probe::{
     ProbeError, ProbeHeader, Reflection, FLAG_HELLO, FLAG_LAST, FLAG_REFLECTED, FLAG_RTT, MAGIC,

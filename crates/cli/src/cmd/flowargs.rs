@@ -7,6 +7,8 @@
 
 use wirebench_model::app::{AppOptions, APP_NAMES};
 use wirebench_model::{Burst, Dist, FlowSpec, IdtModel, SizeModel};
+use wirebench_stats::SockOpts;
+use wirebench_wire::sockopts;
 
 const IDT: &str = "Inter-departure time (D-ITG letters; one of)";
 const SIZE: &str = "Payload size (D-ITG letters; one of; bytes incl. the 24-byte probe header)";
@@ -118,6 +120,36 @@ pub struct FlowArgs {
     /// File transfer size, e.g. 5000000, 5M (10^6) or 5Mi (2^20); the flow stops when it is sent and reports the completion time. Record size: -c (default 16384).
     #[arg(long = "bytes", value_name = "N", value_parser = parse_bytes, help_heading = APP)]
     pub bytes: Option<u64>,
+}
+
+const SOCK: &str = "Marking and socket options (per flow; a script line's own value wins)";
+
+/// Socket options of every flow (D-ITG's -b and -f, iperf3's --dscp and
+/// --flowlabel), turned into a `SockOpts`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SockArgs {
+    /// IPv4 TOS byte / IPv6 traffic class, 0..255 or 0x00..0xff: DSCP in the upper six bits, ECN in the lower two (D-ITG -b).
+    #[arg(short = 'b', value_name = "TOS", value_parser = sockopts::parse_tos, conflicts_with = "dscp", help_heading = SOCK)]
+    pub tos: Option<u8>,
+    /// DSCP code point: a name (ef, af11..af43, cs0..cs7, va, le, be) or 0..63 (iperf3 --dscp); ECN bits 0.
+    #[arg(long = "dscp", value_name = "NAME|NUMBER", value_parser = sockopts::parse_dscp, help_heading = SOCK)]
+    pub dscp: Option<u8>,
+    /// IPv4 TTL / IPv6 hop limit of the data packets, 1..255 (D-ITG -f).
+    #[arg(short = 'f', value_name = "TTL", value_parser = sockopts::parse_ttl, help_heading = SOCK)]
+    pub ttl: Option<u8>,
+    /// IPv6 flow label, 0..0xfffff (iperf3 -L/--flowlabel); Linux only.
+    #[arg(long = "flow-label", alias = "flowlabel", value_name = "LABEL", value_parser = sockopts::parse_flow_label, help_heading = SOCK)]
+    pub flow_label: Option<u32>,
+}
+
+impl SockArgs {
+    pub fn to_opts(&self) -> SockOpts {
+        SockOpts {
+            tos: self.tos.or(self.dscp.map(|d| d << 2)),
+            ttl: self.ttl,
+            flow_label: self.flow_label,
+        }
+    }
 }
 
 /// `5000000`, `5M`, `5Mi`, `64k`: decimal SI or binary suffixes.

@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
 use wirebench_engine::plan::{Family, FlowPlan, SessionPlan, Stop};
-use wirebench_engine::result::{FlowResult, ResultDoc};
+use wirebench_engine::result::{FlowResult, MarksSeen, ResultDoc, SockOpts};
 use wirebench_engine::EngineError;
 use wirebench_wire::{MeterMode, Transport};
 
-use super::flowargs::FlowArgs;
+use super::flowargs::{FlowArgs, SockArgs};
 
 /// `-T`: the workspace's one transport type, parsed by its own `FromStr`
 /// (any case: D-ITG scripts write `-T UDP`).
@@ -69,6 +69,8 @@ pub struct Args {
     pub meter: MeterMode,
     #[command(flatten)]
     pub flow: FlowArgs,
+    #[command(flatten)]
+    pub sock: SockArgs,
     /// Generate for MS milliseconds (default 10000).
     #[arg(short = 't', value_name = "MS", group = "stop")]
     pub duration_ms: Option<u64>,
@@ -131,6 +133,7 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
         _ => Stop::DurationMs(10_000),
     };
     let cli_transport = args.transport;
+    let cli_opts = args.sock.to_opts();
     let seed = args.seed.unwrap_or_else(rand_seed);
     let mut meter = args.meter;
     let mut dest = args.dest.clone();
@@ -187,6 +190,7 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
                 transport,
                 stop,
                 seed: seed.wrapping_add(i as u64),
+                opts: sf.opts.over(&cli_opts),
             });
         }
     } else {
@@ -200,6 +204,7 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
                 transport,
                 stop,
                 seed: seed.wrapping_add(i as u64),
+                opts: cli_opts.clone(),
             });
         }
     }
@@ -497,6 +502,9 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
             f.frames.per_datagram, f.frames.fragmented
         ),
     );
+    if let Some(m) = &f.received.marks {
+        line(&mut s, "IP marking seen", marks_text(f.socket.as_ref(), m));
+    }
     if let Some(r) = &f.rtt_s {
         line(
             &mut s,
@@ -552,6 +560,55 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
                 secs(iv.jitter_s),
                 iv.lost
             ));
+        }
+    }
+    s
+}
+
+/// `DSCP ef x500; TTL 64; flow label 0x12345 (asked: DSCP ef, TTL 7)`.
+fn marks_text(asked: Option<&SockOpts>, m: &MarksSeen) -> String {
+    use wirebench_wire::sockopts::dscp_name;
+    let dscp = |d: u8| match dscp_name(d) {
+        Some(n) => n.to_string(),
+        None => d.to_string(),
+    };
+    let mut parts: Vec<String> = Vec::new();
+    if !m.dscp.is_empty() {
+        let v: Vec<String> = m
+            .dscp
+            .iter()
+            .map(|c| format!("{} x{}", dscp(c.dscp), c.packets))
+            .collect();
+        parts.push(format!("DSCP {}", v.join(", ")));
+    }
+    if m.ecn_marked > 0 {
+        parts.push(format!("ECN set on {}", m.ecn_marked));
+    }
+    match (m.ttl_min, m.ttl_max) {
+        (Some(a), Some(b)) if a == b => parts.push(format!("TTL {a}")),
+        (Some(a), Some(b)) => parts.push(format!("TTL {a}..{b}")),
+        _ => {}
+    }
+    if let Some(l) = m.flow_label {
+        parts.push(format!("flow label {l:#x}"));
+        if m.flow_label_other > 0 {
+            parts.push(format!("{} with another label", m.flow_label_other));
+        }
+    }
+    let mut s = parts.join("; ");
+    if let Some(o) = asked {
+        let mut a = Vec::new();
+        if let Some(d) = o.dscp() {
+            a.push(format!("DSCP {}", dscp(d)));
+        }
+        if let Some(t) = o.ttl {
+            a.push(format!("TTL {t}"));
+        }
+        if let Some(l) = o.flow_label {
+            a.push(format!("flow label {l:#x}"));
+        }
+        if !a.is_empty() {
+            s.push_str(&format!(" (asked: {})", a.join(", ")));
         }
     }
     s

@@ -58,8 +58,88 @@ pub fn enable_rx_timestamps(fd: RawFd) -> bool {
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
 }
 
-/// Control-message space for one timestamp, in u64 units for alignment.
-const CMSG_WORDS: usize = 8;
+/// Asks the kernel to hand each received datagram's IP marking over as
+/// control messages: TOS and TTL (IPv4), or traffic class, hop limit and
+/// flow information (IPv6). Read back with [`RecvBatch::marks`].
+pub fn enable_rx_marks(fd: RawFd, v6: bool) -> bool {
+    if v6 {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+            & setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)
+            & setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO, 1)
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+            & setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)
+    }
+}
+
+/// `struct in6_flowlabel_req` of <linux/in6.h> (libc does not have it).
+#[repr(C)]
+struct In6FlowlabelReq {
+    dst: libc::in6_addr,
+    /// Network byte order.
+    label: u32,
+    action: u8,
+    share: u8,
+    flags: u16,
+    expires: u16,
+    linger: u16,
+    pad: u32,
+}
+const IPV6_FL_A_GET: u8 = 0;
+/// Shared by the sockets of one user (repeated runs reuse the label while
+/// the kernel still lingers on the previous run's lease).
+const IPV6_FL_S_USER: u8 = 3;
+const IPV6_FL_F_CREATE: u16 = 1;
+
+/// Leases IPv6 flow label `label` towards `dst` for this socket and lets
+/// it send flow information: Linux sends a chosen label only when the
+/// socket holds a lease and the connect address carries the label
+/// (`sin6_flowinfo`, see [`crate::sockopt`]).
+pub fn set_flow_label(fd: RawFd, dst: std::net::Ipv6Addr, label: u32) -> io::Result<()> {
+    let req = In6FlowlabelReq {
+        dst: libc::in6_addr {
+            s6_addr: dst.octets(),
+        },
+        label: label.to_be(),
+        action: IPV6_FL_A_GET,
+        share: IPV6_FL_S_USER,
+        flags: IPV6_FL_F_CREATE,
+        expires: 0,
+        linger: 0,
+        pad: 0,
+    };
+    // SAFETY: `req` is a live, fully initialised struct laid out as the
+    // kernel's in6_flowlabel_req and the length passed is its size; the
+    // kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_FLOWLABEL_MGR,
+            &req as *const _ as *const libc::c_void,
+            std::mem::size_of::<In6FlowlabelReq>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if !setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO_SEND, 1) {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What one datagram's IP header carried, as far as the kernel told.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IpMarks {
+    pub tos: Option<u8>,
+    pub ttl: Option<u8>,
+    pub flow_label: Option<u32>,
+}
+
+/// Control-message space per datagram, in u64 units for alignment: a
+/// timestamp (32 bytes) and up to three 24-byte marking messages.
+const CMSG_WORDS: usize = 16;
 
 /// A set of receive slots for `recvmmsg`, reused for every call.
 pub struct RecvBatch {
@@ -195,6 +275,42 @@ impl RecvBatch {
             }
         }
         None
+    }
+
+    /// The IP marking of datagram `i` of the last batch (after
+    /// [`enable_rx_marks`]; all `None` without it).
+    pub fn marks(&self, i: usize) -> IpMarks {
+        let h = &self.hdrs[i].msg_hdr;
+        let mut m = IpMarks::default();
+        // SAFETY: as in `kernel_ts`: the walk stays inside control slot `i`
+        // as the kernel filled it; each message's payload is read unaligned
+        // with the size the kernel gives it (IP_TOS one byte, the others an
+        // int or a 32-bit word).
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                let d = libc::CMSG_DATA(c);
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::IPPROTO_IP, libc::IP_TOS) => m.tos = Some(*d),
+                    (libc::IPPROTO_IP, libc::IP_TTL) => {
+                        m.ttl = Some(std::ptr::read_unaligned(d as *const libc::c_int) as u8)
+                    }
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                        m.tos = Some(std::ptr::read_unaligned(d as *const libc::c_int) as u8)
+                    }
+                    (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                        m.ttl = Some(std::ptr::read_unaligned(d as *const libc::c_int) as u8)
+                    }
+                    (libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO) => {
+                        let v = u32::from_be(std::ptr::read_unaligned(d as *const u32));
+                        m.flow_label = Some(v & libc::IPV6_FLOWINFO_FLOWLABEL as u32);
+                    }
+                    _ => {}
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        m
     }
 
     /// Queues datagram `i` (as it now is in its slot, `len` bytes) to go back

@@ -66,6 +66,28 @@ pub fn enable_rx_timestamps(_fd: RawFd) -> bool {
     false
 }
 
+/// No per-datagram IP marking on this path: the standard library's reads
+/// carry no control messages.
+pub fn enable_rx_marks(_fd: RawFd, _v6: bool) -> bool {
+    false
+}
+
+/// Flow labels are chosen through a Linux-only interface.
+pub fn set_flow_label(_fd: RawFd, _dst: std::net::Ipv6Addr, _label: u32) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "choosing an IPv6 flow label is supported on Linux only",
+    ))
+}
+
+/// What one datagram's IP header carried: never known on this path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IpMarks {
+    pub tos: Option<u8>,
+    pub ttl: Option<u8>,
+    pub flow_label: Option<u32>,
+}
+
 /// Receive slots, reused for every call.
 pub struct RecvBatch {
     slot: usize,
@@ -132,6 +154,11 @@ impl RecvBatch {
     /// Never available on this path.
     pub fn kernel_ts(&self, _i: usize) -> Option<u64> {
         None
+    }
+
+    /// Never available on this path.
+    pub fn marks(&self, _i: usize) -> IpMarks {
+        IpMarks::default()
     }
 
     pub fn queue_reply(&mut self, k: usize, i: usize, len: usize) {
