@@ -1,14 +1,17 @@
 //! Child processes of wirebench (receivers and senders): their own process
 //! group so a terminal's Ctrl-C reaches only the parent, which stops them in
-//! order; killed with the parent (Linux: PR_SET_PDEATHSIG); SIGTERM then
-//! SIGKILL; the tail of their log for error messages; "listens yet?" from
-//! the process's own view of /proc/net. Shared by the agent and the
-//! campaign runner (one copy of the process-group rules). On Windows
-//! children get their own process group and are terminated outright:
-//! Windows has no SIGTERM to send to a console program's group.
+//! order; killed with the parent (Linux: PR_SET_PDEATHSIG; Windows: a
+//! kill-on-close job object, for the agent's children); SIGTERM then
+//! SIGKILL (Windows: TerminateProcess, as a console process group cannot
+//! be sent Ctrl-Break without a shared console); the tail of their log for
+//! error messages; "listens yet?" from the process's own view of /proc/net
+//! (Windows: the TCP listener table). Shared by the agent and the campaign
+//! runner (one copy of the process-group rules).
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Child;
+#[cfg(not(windows))]
+use std::process::Command;
 use std::time::Duration;
 
 #[cfg(unix)]
@@ -34,16 +37,18 @@ pub fn detach(cmd: &mut Command) {
     }
 }
 
-/// Own process group, so a Ctrl-C in our console is not delivered to it.
 #[cfg(windows)]
-pub fn detach(cmd: &mut Command) {
-    use std::os::windows::process::CommandExt;
-    const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
-    cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
-}
+pub use crate::win::detach;
 
 #[cfg(not(any(unix, windows)))]
 pub fn detach(_cmd: &mut Command) {}
+
+/// Ties a just-started child to this process's lifetime where that is done
+/// after the start (Windows: the job object); elsewhere [`detach`] did it.
+pub fn adopt(_child: &Child) {
+    #[cfg(windows)]
+    crate::win::adopt(_child);
+}
 
 /// SIGTERM to the child's group, SIGKILL after `grace` (elsewhere: kill).
 pub fn stop_child(child: &mut Child, grace: Duration) {
@@ -85,6 +90,13 @@ pub fn tail(path: &Path, max: usize) -> String {
 }
 
 /// True when process `pid` listens on TCP `port` (its namespace's table).
+#[cfg(windows)]
+pub fn listening(pid: u32, port: u16) -> bool {
+    crate::win::listening(pid, port)
+}
+
+/// True when process `pid` listens on TCP `port` (its namespace's table).
+#[cfg(not(windows))]
 pub fn listening(pid: u32, port: u16) -> bool {
     let want = format!(":{port:04X}");
     ["tcp", "tcp6"].iter().any(|f| {

@@ -6,7 +6,8 @@
 //! that change results, clock synchronisation.
 //!
 //! Every reader degrades to "unknown" instead of failing: a host without
-//! ethtool or chrony is still measured. /proc readers are Linux only; other
+//! ethtool or chrony is still measured. /proc readers are Linux only;
+//! Windows reads the same things through its own APIs (`win.rs`); other
 //! systems report what the standard library knows.
 
 use crate::proto::{ClockSync, CoreTicks, CpuSample, HostMeta, IfaceMeta};
@@ -100,6 +101,9 @@ pub fn parse_pid_stat(text: &str) -> Option<(u64, u64)> {
 
 /// Host CPU now; the children's ticks are filled in by the agent.
 pub fn cpu_sample() -> CpuSample {
+    #[cfg(windows)]
+    let (total, cores) = crate::win::cpu();
+    #[cfg(not(windows))]
     let (total, cores) = std::fs::read_to_string("/proc/stat")
         .map(|t| parse_proc_stat(&t))
         .unwrap_or_default();
@@ -113,37 +117,62 @@ pub fn cpu_sample() -> CpuSample {
 }
 
 fn clock_ticks() -> u64 {
-    #[cfg(unix)]
+    #[cfg(windows)]
     {
-        // SAFETY: sysconf has no preconditions.
-        let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        if v > 0 {
-            return v as u64;
-        }
+        crate::win::CPU_HZ
     }
-    100
+    #[cfg(not(windows))]
+    {
+        #[cfg(unix)]
+        {
+            // SAFETY: sysconf has no preconditions.
+            let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+            if v > 0 {
+                return v as u64;
+            }
+        }
+        100
+    }
 }
 
 /// A process's (user, system) ticks, if it still exists.
 pub fn pid_ticks(pid: u32) -> Option<(u64, u64)> {
-    parse_pid_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    #[cfg(windows)]
+    {
+        crate::win::pid_ticks(pid)
+    }
+    #[cfg(not(windows))]
+    {
+        parse_pid_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
 }
 
 /// Every interface's counters and qdisc statistics in this network
 /// namespace (loopback left out).
 pub fn counters() -> Result<BTreeMap<String, wirebench_testbed::IfaceCounters>, String> {
-    let ip = tool("ip").ok_or("`ip` not found (apt-get install iproute2)")?;
-    let links = output(Command::new(&ip).args(["-s", "-j", "link", "show"]))
-        .ok_or("`ip -s -j link show` failed")?;
-    // Without tc the interface counters still say a lot.
-    let qd = tool("tc")
-        .and_then(|tc| output(Command::new(tc).args(["-s", "-j", "qdisc", "show"])))
-        .unwrap_or_else(|| "[]".into());
-    wirebench_testbed::counters::parse_node(&links, &qd)
+    #[cfg(windows)]
+    {
+        crate::win::counters()
+    }
+    #[cfg(not(windows))]
+    {
+        let ip = tool("ip").ok_or("`ip` not found (apt-get install iproute2)")?;
+        let links = output(Command::new(&ip).args(["-s", "-j", "link", "show"]))
+            .ok_or("`ip -s -j link show` failed")?;
+        // Without tc the interface counters still say a lot.
+        let qd = tool("tc")
+            .and_then(|tc| output(Command::new(tc).args(["-s", "-j", "qdisc", "show"])))
+            .unwrap_or_else(|| "[]".into());
+        wirebench_testbed::counters::parse_node(&links, &qd)
+    }
 }
 
 /// Root, or CAP_NET_ADMIN in the effective set.
 pub fn net_admin() -> bool {
+    // The Windows agent changes no links (docs/platforms.md).
+    if cfg!(windows) {
+        return false;
+    }
     #[cfg(unix)]
     {
         // SAFETY: geteuid has no preconditions.
@@ -156,6 +185,10 @@ pub fn net_admin() -> bool {
 }
 
 pub fn hostname() -> String {
+    #[cfg(windows)]
+    if let Ok(n) = std::env::var("COMPUTERNAME") {
+        return n;
+    }
     read_trim("/proc/sys/kernel/hostname")
         .or_else(|| output(&mut Command::new("hostname")).map(|s| s.trim().to_string()))
         .unwrap_or_default()
@@ -275,11 +308,19 @@ pub fn parse_ip_addr(text: &str) -> Vec<IfaceMeta> {
 
 /// Current MTU of an interface.
 pub fn iface_mtu(iface: &str) -> Option<u32> {
-    read_trim(format!("/sys/class/net/{iface}/mtu"))?
-        .parse()
-        .ok()
+    #[cfg(windows)]
+    {
+        crate::win::iface_mtu(iface)
+    }
+    #[cfg(not(windows))]
+    {
+        read_trim(format!("/sys/class/net/{iface}/mtu"))?
+            .parse()
+            .ok()
+    }
 }
 
+#[cfg(not(windows))]
 fn clock_sync() -> ClockSync {
     let chrony = tool("chronyc")
         .and_then(|c| output(Command::new(c).args(["-n", "tracking"])))
@@ -333,6 +374,9 @@ fn clock_sync() -> ClockSync {
 }
 
 fn os_name() -> String {
+    #[cfg(windows)]
+    return crate::win::os_name();
+    #[cfg(not(windows))]
     std::fs::read_to_string("/etc/os-release")
         .ok()
         .and_then(|t| {
@@ -343,6 +387,7 @@ fn os_name() -> String {
         .unwrap_or_else(|| std::env::consts::OS.to_string())
 }
 
+#[cfg(not(windows))]
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -357,6 +402,9 @@ fn cpu_model() -> String {
 
 /// Everything about this host a result should carry.
 pub fn metadata(tool_version: &str) -> HostMeta {
+    #[cfg(windows)]
+    let mut interfaces = crate::win::interfaces();
+    #[cfg(not(windows))]
     let mut interfaces = tool("ip")
         .and_then(|ip| output(Command::new(ip).args(["-j", "addr", "show"])))
         .map(|t| parse_ip_addr(&t))
@@ -371,11 +419,28 @@ pub fn metadata(tool_version: &str) -> HostMeta {
                 i.offloads = parse_ethtool_k(&t);
             }
         }
-        i.speed_mbit = read_trim(format!("/sys/class/net/{}/speed", i.name))
-            .and_then(|s| s.parse::<i64>().ok())
-            .filter(|&s| s > 0)
-            .map(|s| s as u64);
+        if i.speed_mbit.is_none() {
+            i.speed_mbit = read_trim(format!("/sys/class/net/{}/speed", i.name))
+                .and_then(|s| s.parse::<i64>().ok())
+                .filter(|&s| s > 0)
+                .map(|s| s as u64);
+        }
     }
+    // Windows has no sysctls, /proc or chrony; its facts come from win.rs.
+    #[cfg(windows)]
+    let (sysctls, clock, kernel, cpu_model) = (
+        BTreeMap::new(),
+        ClockSync::default(),
+        crate::win::os_version(),
+        crate::win::cpu_model(),
+    );
+    #[cfg(not(windows))]
+    let (clock, kernel, cpu_model) = (
+        clock_sync(),
+        read_trim("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        cpu_model(),
+    );
+    #[cfg(not(windows))]
     let sysctls = SYSCTLS
         .iter()
         .filter_map(|k| {
@@ -389,16 +454,16 @@ pub fn metadata(tool_version: &str) -> HostMeta {
     HostMeta {
         hostname: hostname(),
         os: os_name(),
-        kernel: read_trim("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        kernel,
         arch: std::env::consts::ARCH.to_string(),
-        cpu_model: cpu_model(),
+        cpu_model,
         cpus: std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1),
         tool_version: tool_version.to_string(),
         interfaces,
         sysctls,
-        clock: clock_sync(),
+        clock,
         net_admin: net_admin(),
     }
 }

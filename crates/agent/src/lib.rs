@@ -9,7 +9,9 @@
 //!   the path-MTU probe;
 //! - [`client`]: the controller's connection, over a local child, `ip netns
 //!   exec` or OpenSSH, with one code path above the transport;
-//! - [`host`]: the host readers the agent uses.
+//! - [`host`]: the host readers the agent uses;
+//! - `win`: the same on Windows, and its way of tying children to the
+//!   agent and of cleaning up on console events.
 //!
 //! Design notes: the Agents section of DESIGN.md and `docs/agents.md`.
 
@@ -18,6 +20,8 @@ pub mod client;
 pub mod host;
 pub mod proto;
 pub mod server;
+#[cfg(windows)]
+mod win;
 
 pub use client::{connect_all, for_each, AgentConn, AgentSpec, Transport, CALL_TIMEOUT};
 pub use proto::{Allow, CpuDelta, CpuSample, HostMeta, Role, AGENT_PROTOCOL_VERSION};

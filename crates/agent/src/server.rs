@@ -10,7 +10,7 @@
 //! short slices, so that end of input is noticed within 100 ms even while
 //! a sender runs.
 
-use crate::child::{detach, listening, stop_child, tail};
+use crate::child::{adopt, detach, listening, stop_child, tail};
 use crate::host;
 use crate::proto::{
     Allow, HelloInfo, Op, ProcTicks, ProcessState, Reply, Request, Response, Role, MAX_LINE,
@@ -157,8 +157,16 @@ pub fn cleanup_on_signal(shared: Shared) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Windows: the console events that stand for those signals (Ctrl-C,
+/// Ctrl-Break, the console closing, log-off, shutdown) do the same, exit
+/// 130 or 143.
+#[cfg(windows)]
+pub fn cleanup_on_signal(shared: Shared) -> std::io::Result<()> {
+    crate::win::cleanup_on_console_event(shared)
+}
+
 /// Elsewhere only end of input and `bye` clean up.
-#[cfg(not(unix))]
+#[cfg(not(any(unix, windows)))]
 pub fn cleanup_on_signal(_shared: Shared) -> std::io::Result<()> {
     Ok(())
 }
@@ -612,14 +620,18 @@ impl Agent {
                 args.join(" ")
             )
         })?;
+        adopt(&child);
         let pid = child.id();
+        // Linux and Windows can tell when the receiver listens; elsewhere
+        // give it half a second.
+        let can_tell = cfg!(any(target_os = "linux", windows));
         if let (Role::Receiver, Some(port)) = (role, port) {
             let t0 = Instant::now();
             loop {
-                if cfg!(target_os = "linux") && listening(pid, port) {
+                if can_tell && listening(pid, port) {
                     break;
                 }
-                if !cfg!(target_os = "linux") && t0.elapsed() > Duration::from_millis(500) {
+                if !can_tell && t0.elapsed() > Duration::from_millis(500) {
                     break;
                 }
                 if let Ok(Some(st)) = child.try_wait() {

@@ -213,3 +213,186 @@ fn windows_bad_input_exits_2() {
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
     assert!(err.contains("needs Linux"), "{err}");
 }
+
+/// A `local` agent transport pointing at Wine: a two-line script that runs
+/// the .exe under the loader, as a Windows node's `agent` would be.
+#[cfg(unix)]
+fn wine_agent(w: &(String, String), dir: &std::path::Path) -> wirebench_agent::AgentSpec {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("wirebench-wine");
+    std::fs::write(&script, format!("#!/bin/sh\nexec {} {} \"$@\"\n", w.0, w.1)).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wirebench_agent::AgentSpec {
+        node: "win".into(),
+        transport: wirebench_agent::Transport::Local { program: script },
+        allow: wirebench_agent::Allow::default(),
+        extra: vec![],
+    }
+}
+
+/// Nothing accepts TCP connections on `port` of 127.0.0.1 any more.
+fn closed(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_err()
+}
+
+#[cfg(unix)]
+#[test]
+#[ignore = "needs the Windows build under Wine: run by scripts/wine-test"]
+fn windows_agent_drives_a_windows_receiver_and_sender() {
+    use wirebench_agent::{AgentConn, Role};
+    let Some(w) = wine("windows_agent_drives_a_windows_receiver_and_sender") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = AgentConn::connect(&wine_agent(&w, dir.path())).unwrap();
+    // What the agent reads from the system's own APIs.
+    let m = a.metadata().unwrap();
+    assert!(m.os.starts_with("Windows "), "{m:?}");
+    assert!(!m.kernel.is_empty() && m.cpus >= 1, "{m:?}");
+    assert!(!m.hostname.is_empty(), "{m:?}");
+    assert!(
+        m.interfaces.iter().any(|i| i.mtu > 0),
+        "GetIfTable2 interfaces: {:?}",
+        m.interfaces
+    );
+    a.counters().expect("GetIfTable2 counters");
+    let c0 = a.cpu().unwrap();
+    assert_eq!(c0.hz, 10_000_000, "100 ns ticks");
+    assert!(
+        !c0.cores.is_empty() && c0.total.total() > 0,
+        "per-processor times: {c0:?}"
+    );
+
+    // A Windows receiver started by the agent (it waits until the
+    // receiver listens, from the TCP listener table), a Linux sender.
+    let port = 5495u16;
+    let p = port.to_string();
+    let (rh, rpid) = a
+        .start(
+            Role::Receiver,
+            &["-B".into(), "127.0.0.1".into(), "-p".into(), p.clone()],
+            Some(port),
+        )
+        .unwrap();
+    assert!(!closed(port), "the agent said the receiver listens");
+    for t in ["udp", "tcp"] {
+        let n = PACKETS.to_string();
+        let out = cmd(
+            None,
+            &[
+                "send",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-T",
+                t,
+                "-C",
+                "200",
+                "-c",
+                "256",
+                "-z",
+                &n,
+                "--linger",
+                "500",
+                "--json",
+            ],
+        )
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let f = &doc["flows"][0];
+        assert_eq!(
+            u(f, "received.packets"),
+            PACKETS,
+            "{t} to the agent's receiver"
+        );
+        assert_eq!(u(f, "received.lost"), 0);
+        assert_eq!(s(&doc, "receiver.host.os"), "windows");
+    }
+    let c1 = a.cpu().unwrap();
+    let d = c1.delta(&c0);
+    assert!(
+        d.procs
+            .iter()
+            .any(|x| x.pid == rpid && x.user + x.system > 0.0),
+        "the receiver's CPU from GetProcessTimes: {d:?}"
+    );
+
+    // A Windows sender started by the agent, a Linux receiver; its result
+    // document comes back through the agent.
+    let lport = 5496u16;
+    let _r = Recv::start(None, lport);
+    let args: Vec<String> = [
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &lport.to_string(),
+        "-C",
+        "200",
+        "-c",
+        "256",
+        "-z",
+        &PACKETS.to_string(),
+        "--linger",
+        "500",
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    let (sh, _) = a.start(Role::Sender, &args, None).unwrap();
+    let mut st = a.wait(sh, Duration::from_secs(1)).unwrap();
+    let t0 = Instant::now();
+    while st.running {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "sender still running"
+        );
+        st = a.wait(sh, Duration::from_secs(1)).unwrap();
+    }
+    assert_eq!(st.code, Some(0), "{}", st.stderr);
+    let doc = st.result.expect("the sender's result document");
+    assert_eq!(s(&doc, "host.os"), "windows");
+    assert_eq!(s(&doc, "receiver.host.os"), "linux");
+    let f = &doc["flows"][0];
+    assert_eq!(u(f, "sent.packets"), PACKETS);
+    assert_eq!(u(f, "received.packets"), PACKETS);
+
+    // Stop and bye: the receiver is gone.
+    let ps = a.stop(rh).unwrap();
+    assert!(!ps.running);
+    assert!(closed(port), "the stopped receiver still listens");
+    a.bye().unwrap();
+
+    // Killed outright, the agent still takes its children with it (the
+    // job object closes with its last handle).
+    let mut a = AgentConn::connect(&wine_agent(&w, dir.path())).unwrap();
+    a.start(
+        Role::Receiver,
+        &["-B".into(), "127.0.0.1".into(), "-p".into(), p.clone()],
+        Some(port),
+    )
+    .unwrap();
+    assert!(!closed(port));
+    let agent_pid = a.transport_pid();
+    // SAFETY: signalling the agent process this test started.
+    unsafe { libc::kill(agent_pid as i32, libc::SIGKILL) };
+    let t0 = Instant::now();
+    while !closed(port) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the receiver outlived its killed agent"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(a);
+}

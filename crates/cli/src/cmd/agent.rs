@@ -12,8 +12,9 @@ versioned agent protocol (JSON lines) on stdin/stdout. It starts receivers
 and senders, samples CPU and interface counters, reports metadata, and sets
 MTU/offloads only on the interfaces the campaign allows; everything it
 changed is restored when the session ends, its input closes, or it gets
-SIGHUP/SIGINT/SIGTERM. Changing links needs CAP_NET_ADMIN; without it the
-agent only observes. See docs/agents.md.")]
+SIGHUP/SIGINT/SIGTERM (Windows: a console Ctrl-C, Ctrl-Break or close
+event). Changing links needs CAP_NET_ADMIN; without it, and on Windows, the
+agent only observes. See docs/agents.md and docs/platforms.md.")]
 pub struct Args {
     /// Speak the agent protocol on stdin/stdout (the only mode).
     #[arg(long)]

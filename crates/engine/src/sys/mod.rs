@@ -3,7 +3,7 @@
 //! release, CPU count. The types are shared; the readers are per system,
 //! chosen at compile time: `linux.rs` (/proc, getrusage, TCP_INFO, IP_MTU),
 //! `windows.rs` (GetSystemTimes, GetThreadTimes/GetProcessTimes,
-//! RtlGetVersion), `unix.rs` (macOS and FreeBSD: getrusage and uname).
+//! GetUdpStatisticsEx, GetIfTable2, RtlGetVersion), `unix.rs` (macOS and FreeBSD: getrusage and uname).
 //!
 //! Every reader degrades to "unknown" (None or zero) instead of failing:
 //! a missing counter must not abort a measurement. What a system cannot
@@ -17,7 +17,7 @@ mod linux;
 use linux as imp;
 
 #[cfg(windows)]
-mod windows;
+pub mod windows;
 #[cfg(windows)]
 use windows as imp;
 
@@ -28,16 +28,22 @@ use unix as imp;
 
 #[cfg(target_os = "linux")]
 pub use imp::{interface_mtu, path_mtu, tcp_info, udp_rcvbuf_errors};
+#[cfg(windows)]
+pub use imp::{interface_mtu, udp_rcvbuf_errors};
+#[cfg(all(unix, not(target_os = "linux")))]
+pub use unknown::{interface_mtu, udp_rcvbuf_errors};
 #[cfg(not(target_os = "linux"))]
-pub use unknown::{interface_mtu, path_mtu, tcp_info, udp_rcvbuf_errors};
+pub use unknown::{path_mtu, tcp_info};
 
-/// What only the Linux readers know yet; elsewhere it stays unknown.
+/// What only the Linux (and partly the Windows) readers know yet;
+/// elsewhere it stays unknown.
 #[cfg(not(target_os = "linux"))]
 mod unknown {
     use super::TcpInfo;
     use crate::net::AsRawFd;
 
     /// No per-host UDP buffer-drop counter is read here.
+    #[cfg(unix)]
     pub fn udp_rcvbuf_errors() -> u64 {
         0
     }
@@ -50,6 +56,7 @@ mod unknown {
         None
     }
 
+    #[cfg(unix)]
     pub fn interface_mtu() -> Option<u32> {
         None
     }
