@@ -116,7 +116,8 @@ fn json_file_is_never_left_empty_and_summary_always_prints() {
 /// Item 3 on the command line: the key comes from a private file or the
 /// environment; a key file others can read, a short key, or a bad
 /// `--allow` block are refused (exit 2); a sender without the key is told
-/// why it is refused, one with it runs.
+/// why it is refused, one with it runs. Unix only: it sets file modes.
+#[cfg(unix)]
 #[test]
 fn key_file_environment_and_allow_flags() {
     use std::os::unix::fs::PermissionsExt;

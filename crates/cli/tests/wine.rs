@@ -231,6 +231,7 @@ fn wine_agent(w: &(String, String), dir: &std::path::Path) -> wirebench_agent::A
 }
 
 /// Nothing accepts TCP connections on `port` of 127.0.0.1 any more.
+#[cfg(unix)]
 fn closed(port: u16) -> bool {
     std::net::TcpStream::connect_timeout(
         &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
