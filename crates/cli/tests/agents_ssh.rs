@@ -182,19 +182,19 @@ impl Lab {
         c
     }
 
-    fn campaign(&self, name: &str, extra: &str, mtus: &str) -> PathBuf {
+    fn campaign(&self, name: &str, extra: &str, matrix: &str) -> PathBuf {
         let cfg = self.dir.path().join("ssh_config");
         let mut t =
             format!("name = \"{name}\"\nlinger_s = 0.2\nrepetitions = 2\n{extra}\n[hosts]\n");
         for (n, role) in [("a", "sender"), ("r1", "router"), ("b", "receiver")] {
             t.push_str(&format!(
-                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{addr}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\n",
+                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{addr}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\napply_link_rate = true\n",
                 addr = self.addr(n),
                 cfg = cfg.display()
             ));
         }
         t.push_str(&format!(
-            "[matrix]\nip = [4]\npayload = [1000]\npps = [3000]\nmtu = [{mtus}]\n"
+            "[matrix]\nip = [4]\npayload = [1000]\npps = [3000]\n{matrix}\n"
         ));
         let f = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&f, t).unwrap();
@@ -236,6 +236,22 @@ impl Lab {
             .collect()
     }
 
+    /// Every interface of every node has the kernel's default root qdisc.
+    fn default_qdiscs(&self) -> bool {
+        NODES.iter().all(|n| {
+            let out = Command::new("tc")
+                .args(["-n", &self.ns(n), "-j", "qdisc", "show"])
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            v.as_array()
+                .unwrap()
+                .iter()
+                .filter(|q| q["root"] == true)
+                .all(|q| q["handle"] == "0:")
+        })
+    }
+
     fn all_1500(&self) -> bool {
         NODES
             .iter()
@@ -272,7 +288,12 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     let lab = Lab::up();
 
     // 1. End to end through SSH, MTU 1500 and 9000 set on all three nodes.
-    let f = lab.campaign("ssh", "packets = 300", "1500, 9000");
+    // (with a warm-up before every run, sent through the same agents)
+    let f = lab.campaign(
+        "ssh",
+        "packets = 300\nwarmup_s = 0.2",
+        "mtu = [1500, 9000]\nlink_rate = [\"50mbit\"]",
+    );
     let out = lab.run(&f, &[], None);
     assert!(
         out.status.success(),
@@ -280,6 +301,7 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(lab.all_1500(), "MTUs not restored");
+    assert!(lab.default_qdiscs(), "link-rate shapers left behind");
     let st = lab.store();
     let c = st.latest_by_name("ssh").unwrap().unwrap();
     let runs = st.runs(c.id).unwrap();
@@ -305,11 +327,20 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
             o["metadata"]["r1"]["interfaces"].as_array().unwrap().len(),
             3
         );
+        assert!(
+            r.command.starts_with("warm-up a: wirebench send") && r.command.contains("\na: "),
+            "{}",
+            r.command
+        );
+        // The link_rate axis shaped every allowed interface during the run.
+        for (n, i) in [("a", "eth0"), ("r1", "eth0"), ("r1", "eth1"), ("b", "eth0")] {
+            assert_eq!(o["nodes"][n][i]["qdisc"]["kind"], "tbf", "{n}/{i}: {o}");
+        }
     }
 
     // 2. A lost agent mid-campaign: kill r1's sshd session processes while
     // the second run is going.
-    let f = lab.campaign("lost", "duration_s = 3", "9000");
+    let f = lab.campaign("lost", "duration_s = 3", "mtu = [9000]");
     let db = lab.dir.path().join("c.db");
     let mut c = Command::new(BIN);
     c.arg("run").arg(&f).arg("--db").arg(&db).arg("-q");
@@ -396,7 +427,7 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     assert!(lab.all_1500());
 
     // 3. Agents of another protocol version: named, nothing run.
-    let f = lab.campaign("ver", "packets = 300", "1500");
+    let f = lab.campaign("ver", "packets = 300", "mtu = [1500]");
     let out = lab.run(
         &f,
         &[],

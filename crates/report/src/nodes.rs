@@ -18,9 +18,11 @@ fn rank(n: &NodeFigures) -> u8 {
     }
 }
 
-fn share(m: &Option<MetricStats>) -> String {
+/// `mean ± ci` of `m` scaled by `k` (adding 0.0 turns an aggregate's
+/// -0.0 into 0, which prints without a sign).
+fn figure(m: &Option<MetricStats>, k: f64, unit: &str) -> String {
     match m {
-        Some(m) => format!("{} %", mean_ci(m.mean * 100.0, m.ci95 * 100.0)),
+        Some(m) => format!("{}{unit}", mean_ci(m.mean * k + 0.0, m.ci95 * k + 0.0)),
         None => "–".into(),
     }
 }
@@ -37,10 +39,6 @@ pub fn nodes_table(out: &mut String, s: &CampaignSummary) {
         let mut nodes: Vec<(&String, &NodeFigures)> = sc.nodes.iter().collect();
         nodes.sort_by_key(|(name, n)| (rank(n), name.as_str()));
         for (name, n) in nodes {
-            let drops = match &n.drops {
-                Some(m) => mean_ci(m.mean, m.ci95),
-                None => "–".into(),
-            };
             let _ = writeln!(
                 out,
                 "<tr data-node=\"{}\"><td class=\"axis\">{}</td><td class=\"axis\">{}</td><td class=\"axis\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -48,9 +46,9 @@ pub fn nodes_table(out: &mut String, s: &CampaignSummary) {
                 esc(&sc.key),
                 esc(name),
                 esc(&n.role),
-                share(&n.cpu_busy),
-                share(&n.cpu_softirq),
-                drops
+                figure(&n.cpu_busy, 100.0, " %"),
+                figure(&n.cpu_softirq, 100.0, " %"),
+                figure(&n.drops, 1.0, "")
             );
         }
     }

@@ -399,7 +399,7 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
     let mut s = common::apps_like();
     let sc = &mut s.scenarios[0];
     sc.nodes = [
-        ("b".to_string(), fig("receiver", 0.3, 0.0)),
+        ("b".to_string(), fig("receiver", 0.3, -0.0)),
         ("r2".to_string(), fig("router", 0.7, 200.0)),
         ("a".to_string(), fig("sender", 0.5, 0.0)),
         ("r1".to_string(), fig("router", 0.15, 0.0)),
@@ -415,6 +415,8 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
         r2.contains("70.0 ± 1.0 %") && r2.contains("35.0 %") && r2.contains(">200<"),
         "{r2}"
     );
+    let b = &html[at("b")..];
+    assert!(b[..b.find("</tr>").unwrap()].ends_with("<td>0</td>"), "{b}");
     // Campaigns without agents have no such table.
     assert!(!render_html(&common::apps_like()).contains("Nodes: CPU"));
 }

@@ -416,6 +416,7 @@ impl Nodes {
                 }
             }
         }
+        let mut warmup: Vec<String> = Vec::new();
         if c.warmup_s > 0.0 {
             // Same senders, not measured: queues, ARP/ND caches and CPU
             // frequency settle before the counters are read.
@@ -433,10 +434,19 @@ impl Nodes {
                 out.error = Some(format!("warm-up: {}", w.errors.join("; ")));
                 return Ok(out);
             }
+            warmup = w
+                .commands
+                .into_iter()
+                .map(|c| format!("warm-up {c}"))
+                .collect();
         }
         let before = self.sample();
         let sent = self.senders(c, s, &pairs, seed, length, timeout);
-        out.command = sent.commands.join("\n");
+        out.command = warmup
+            .into_iter()
+            .chain(sent.commands)
+            .collect::<Vec<_>>()
+            .join("\n");
         out.refused = sent.refused;
         if sent.interrupted {
             out.interrupted = true;
