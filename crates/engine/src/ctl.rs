@@ -74,12 +74,6 @@ impl Ctl {
         &self.stream
     }
 
-    pub fn try_clone_stream(&self) -> Result<TcpStream, EngineError> {
-        self.stream
-            .try_clone()
-            .map_err(|e| EngineError::io("control socket", e))
-    }
-
     pub fn send(&mut self, msg: &ControlMsg) -> Result<(), EngineError> {
         self.stream
             .write_all(msg.to_line().as_bytes())

@@ -8,13 +8,15 @@
 //! `not_sent`, as is a packet the kernel refused; neither is network loss.
 
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
-use crate::net::{set_sndbuf, AsRawFd, SendBatch, BATCH};
-use crate::plan::{clip_to_budget, FlowPlan, SessionPlan, Stop};
+use crate::net::{set_sndbuf, AsRawFd, RawFd, SendBatch, BATCH};
+use crate::plan::{clip_to_budget, FlowPlan, Pacing, SessionPlan, Stop};
 use crate::rtt::RttRx;
 use crate::session::CONNECT_TIMEOUT;
 use crate::sys::{self, TcpInfo};
 use crate::EngineError;
 use socket2::{Domain, Protocol, Socket, Type};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -160,8 +162,13 @@ impl SendRec {
         self.acc.packets()
     }
 
-    fn summary(&self) -> SendSummary {
-        self.acc.summary()
+    /// The flow's send summary, with the negative model draws `sched`
+    /// clamped to zero.
+    fn summary(&self, sched: &Schedule) -> SendSummary {
+        SendSummary {
+            clamped_draws: sched.gen.clamps(),
+            ..self.acc.summary()
+        }
     }
 }
 
@@ -178,13 +185,7 @@ impl FlowJob {
 
     /// Why the flow must stop now, if it must.
     fn halted(&self) -> Option<Halt> {
-        if self.abort.load(Ordering::Relaxed) {
-            Some(Halt::PeerGone)
-        } else if self.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-            Some(Halt::Cancelled)
-        } else {
-            None
-        }
+        stop_reason(&self.abort, self.cancel)
     }
 }
 
@@ -324,7 +325,7 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
             let (error, cancelled) = split_outcome(r);
             FlowSent {
                 first_tx,
-                send: acc.summary(),
+                send: acc.summary(&sched),
                 rtt: None,
                 rtt_rx: reflector,
                 cancelled,
@@ -347,7 +348,7 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
             let tcp = sys::tcp_info(&s);
             FlowSent {
                 first_tx,
-                send: acc.summary(),
+                send: acc.summary(&sched),
                 rtt: None,
                 rtt_rx: reflector,
                 cancelled,
@@ -362,14 +363,34 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
 /// 50 ms while it is far away, so that a long gap (an OFF period, a slow
 /// rate) does not delay reacting to Ctrl-C or a vanished receiver.
 fn wait_or_halt(job: &FlowJob, at: u64) -> Result<u64, Halt> {
+    wait_or_stop(&job.abort, job.cancel, at, job.spin_ns)
+}
+
+/// Why flows must stop now, if they must.
+fn stop_reason(abort: &AtomicBool, cancel: Option<&AtomicBool>) -> Option<Halt> {
+    if abort.load(Ordering::Relaxed) {
+        Some(Halt::PeerGone)
+    } else if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+        Some(Halt::Cancelled)
+    } else {
+        None
+    }
+}
+
+fn wait_or_stop(
+    abort: &AtomicBool,
+    cancel: Option<&AtomicBool>,
+    at: u64,
+    spin_ns: u64,
+) -> Result<u64, Halt> {
     const SLICE: u64 = 50_000_000;
     loop {
-        if let Some(h) = job.halted() {
+        if let Some(h) = stop_reason(abort, cancel) {
             return Err(h);
         }
         let now = mono_ns();
         if at <= now + 2 * SLICE {
-            return Ok(crate::clock::wait_until_spin(at, job.spin_ns));
+            return Ok(crate::clock::wait_until_spin(at, spin_ns));
         }
         crate::clock::sleep_until(now + SLICE);
     }
@@ -427,6 +448,69 @@ fn gather(
     n
 }
 
+/// One UDP flow's send state between batches: the socket, the header
+/// template, the next sequence number and the refusal count.
+struct UdpOut<'a> {
+    fd: RawFd,
+    h: &'a mut ProbeHeader,
+    seq: &'a mut u32,
+    first_tx: &'a mut u64,
+    refused: &'a mut u64,
+}
+
+impl UdpOut<'_> {
+    /// Sends the gathered packets `meta` (scheduled time, size) with
+    /// `sendmmsg`, stamping the transmit time immediately before the call.
+    /// A packet the kernel refuses is `not_sent` and the rest of the batch
+    /// is renumbered, so the receiver sees no gap for it.
+    fn send(&mut self, batch: &mut SendBatch, meta: &[(u64, u32)], acc: &mut SendRec, max: bool) {
+        let n = meta.len();
+        let mut seq = *self.seq;
+        for (i, &(_, size)) in meta.iter().enumerate() {
+            self.h.len = size as u16;
+            self.h.seq = seq.wrapping_add(i as u32);
+            let _ = self.h.encode(batch.slot(i, size as usize));
+        }
+        let tx = realtime_ns();
+        if *self.first_tx == 0 {
+            *self.first_tx = tx;
+        }
+        for (i, &(_, size)) in meta.iter().enumerate() {
+            ProbeHeader::stamp_tx(batch.slot(i, size as usize), tx);
+        }
+        let actual = mono_ns();
+        let mut i = 0;
+        while i < n {
+            match batch.send(self.fd, i, n) {
+                Ok(k) => {
+                    for (j, &(at, size)) in meta[i..i + k].iter().enumerate() {
+                        let sq = seq.wrapping_add(j as u32);
+                        acc.record_sent(if max { actual } else { at }, actual, size, sq, tx);
+                    }
+                    seq = seq.wrapping_add(k as u32);
+                    i += k;
+                }
+                Err(e) => {
+                    let (at, size) = meta[i];
+                    acc.record_not_sent(1, at, seq, size);
+                    if e.kind() == ErrorKind::ConnectionRefused {
+                        *self.refused += 1;
+                    }
+                    for (j, &(_, size)) in meta.iter().enumerate().skip(i + 1) {
+                        let cur = seq.wrapping_add((j - i) as u32 - 1);
+                        ProbeHeader::stamp_seq(batch.slot(j, size as usize), cur);
+                    }
+                    i += 1;
+                    if e.kind() == ErrorKind::WouldBlock {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        *self.seq = seq;
+    }
+}
+
 fn udp_send(
     job: &FlowJob,
     s: &UdpSocket,
@@ -459,49 +543,14 @@ fn udp_send(
         if n == 0 {
             continue;
         }
-        for (i, &(_, size)) in meta[..n].iter().enumerate() {
-            h.len = size as u16;
-            h.seq = seq.wrapping_add(i as u32);
-            let _ = h.encode(batch.slot(i, size as usize));
-        }
-        let tx = realtime_ns();
-        if *first_tx == 0 {
-            *first_tx = tx;
-        }
-        for (i, &(_, size)) in meta[..n].iter().enumerate() {
-            ProbeHeader::stamp_tx(batch.slot(i, size as usize), tx);
-        }
-        let actual = mono_ns();
-        let mut i = 0;
-        while i < n {
-            match batch.send(fd, i, n) {
-                Ok(k) => {
-                    for (j, &(at, size)) in meta[i..i + k].iter().enumerate() {
-                        let sq = seq.wrapping_add(j as u32);
-                        acc.record_sent(if sched.max { actual } else { at }, actual, size, sq, tx);
-                    }
-                    seq = seq.wrapping_add(k as u32);
-                    i += k;
-                }
-                Err(e) => {
-                    // This packet did not leave; renumber the rest so the
-                    // receiver sees no gap for it.
-                    let (at, size) = meta[i];
-                    acc.record_not_sent(1, at, seq, size);
-                    if e.kind() == ErrorKind::ConnectionRefused {
-                        refused += 1;
-                    }
-                    for (j, &(_, size)) in meta.iter().enumerate().take(n).skip(i + 1) {
-                        let cur = seq.wrapping_add((j - i) as u32 - 1);
-                        ProbeHeader::stamp_seq(batch.slot(j, size as usize), cur);
-                    }
-                    i += 1;
-                    if e.kind() == ErrorKind::WouldBlock {
-                        std::thread::yield_now();
-                    }
-                }
-            }
-        }
+        let mut out = UdpOut {
+            fd,
+            h: &mut h,
+            seq: &mut seq,
+            first_tx,
+            refused: &mut refused,
+        };
+        out.send(&mut batch, &meta[..n], acc, sched.max);
         // Every send refused for a long stretch: the receiver's port is gone.
         if refused > 1000 && acc.packets() == 0 {
             return Err("receiver refuses the data port".into());
@@ -582,6 +631,139 @@ fn tcp_send(
     Ok(None)
 }
 
+/// One paced UDP flow on a shared pacer thread ([`run_shared`]).
+struct SharedFlow {
+    /// Position in the plan.
+    idx: usize,
+    sock: UdpSocket,
+    sched: Schedule,
+    acc: SendRec,
+    h: ProbeHeader,
+    seq: u32,
+    /// The next packet (scheduled time, size); None when the flow is done.
+    pending: Option<(u64, u32)>,
+    first_tx: u64,
+    refused: u64,
+    error: Option<String>,
+}
+
+/// Paces many UDP flows on one thread: a heap of next-departure times
+/// picks the flow due first; the pacer sleeps (then spins `spin_ns`) until
+/// that deadline, gathers every packet of that flow already due and sends
+/// them in one `sendmmsg`, exactly as a flow's own thread would. A thread
+/// per flow stops scaling once the flows outnumber the cores (the threads
+/// take turns waking each other late, and each costs a stack); a pacer
+/// keeps every flow's absolute schedule with one wake-up per deadline.
+/// Per flow it keeps only the socket, the schedule and the accumulators;
+/// the send buffers are the pacer's.
+fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usize, FlowSent)> {
+    tighten_timer_slack();
+    raise_priority();
+    let mut done = Vec::new();
+    let mut flows = Vec::with_capacity(jobs.len());
+    let mut ctl = None;
+    let mut max_len = MIN_PAYLOAD;
+    let wall_minus_mono = i128::from(realtime_ns()) - i128::from(mono_ns());
+    for (idx, mut job, sock) in jobs {
+        match Schedule::new(&job.plan, job.t0) {
+            Ok(sched) => {
+                max_len = max_len.max(sched.max_len);
+                ctl.get_or_insert((job.abort.clone(), job.cancel, job.t0));
+                flows.push(SharedFlow {
+                    idx,
+                    sock,
+                    sched,
+                    acc: SendRec {
+                        acc: SendAccumulator::new(job.cfg),
+                        log: job.log.take(),
+                        flow: job.flow_id,
+                        wall_minus_mono,
+                    },
+                    h: header(&job),
+                    seq: 0,
+                    pending: None,
+                    first_tx: 0,
+                    refused: 0,
+                    error: None,
+                });
+            }
+            Err(e) => done.push((idx, FlowSent::failed(&e))),
+        }
+    }
+    let Some((abort, cancel, t0)) = ctl else {
+        return done;
+    };
+    let mut batch = SendBatch::new(max_len as usize);
+    let mut meta = [(0u64, 0u32); BATCH];
+    let mut heap = BinaryHeap::with_capacity(flows.len());
+    for (k, f) in flows.iter_mut().enumerate() {
+        f.pending = f.sched.next(t0);
+        if let Some((at, _)) = f.pending {
+            heap.push(Reverse((at, k)));
+        }
+    }
+    let mut halt = None;
+    while let Some(&Reverse((at, k))) = heap.peek() {
+        let now = match wait_or_stop(&abort, cancel, at, spin_ns) {
+            Ok(t) => t,
+            Err(h) => {
+                halt = Some(h);
+                break;
+            }
+        };
+        heap.pop();
+        let f = &mut flows[k];
+        let n = gather(
+            &mut f.sched,
+            &mut f.pending,
+            now,
+            &mut f.acc,
+            &mut meta,
+            BATCH,
+            f.seq,
+        );
+        if n > 0 {
+            let mut out = UdpOut {
+                fd: f.sock.as_raw_fd(),
+                h: &mut f.h,
+                seq: &mut f.seq,
+                first_tx: &mut f.first_tx,
+                refused: &mut f.refused,
+            };
+            out.send(&mut batch, &meta[..n], &mut f.acc, false);
+            // Every send refused for a long stretch: the receiver's port is gone.
+            if f.refused > 1000 && f.acc.packets() == 0 {
+                f.error = Some("receiver refuses the data port".into());
+                f.pending = None;
+            }
+        }
+        if let Some((at, _)) = f.pending {
+            heap.push(Reverse((at, k)));
+        }
+    }
+    for f in flows {
+        // Flows that had finished before a halt are complete.
+        let end = match (f.error, halt.filter(|_| f.pending.is_some())) {
+            (Some(e), _) => Err(e),
+            (None, h) => Ok(h),
+        };
+        let (error, cancelled) = split_outcome(end);
+        done.push((
+            f.idx,
+            FlowSent {
+                first_tx: f.first_tx,
+                send: f.acc.summary(&f.sched),
+                rtt: None,
+                rtt_rx: None,
+                cancelled,
+                tcp: None,
+                error,
+            },
+        ));
+    }
+    done
+}
+
 /// What every flow of a session shares.
 pub(crate) struct Launch {
     pub session: u32,
@@ -612,7 +794,17 @@ pub(crate) fn run_flows(
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let spin_ns = if paced < cores {
+    // Paced one-way UDP flows can share pacer threads; TCP (blocking
+    // writes), --max (never waits) and RTT flows (reflection readers) keep
+    // a thread each.
+    let candidate = |f: &FlowPlan| {
+        f.transport == Transport::Udp && !f.spec.is_max() && plan.meter == MeterMode::Owd
+    };
+    let candidates = plan.flows.iter().filter(|f| candidate(f)).count();
+    let pacers = pacer_threads(plan.pacing, candidates, cores);
+    let shared = if pacers > 0 { candidates } else { 0 };
+    // Spin before deadlines only while every pacing thread can have a core.
+    let spin_ns = if pacers + (paced - shared) < cores {
         crate::clock::SPIN_NS
     } else {
         0
@@ -626,6 +818,8 @@ pub(crate) fn run_flows(
             Some(sink)
         }
     };
+    let mut groups: Vec<Vec<(usize, FlowJob, UdpSocket)>> =
+        (0..pacers).map(|_| Vec::new()).collect();
     let mut handles = Vec::new();
     for (i, (f, sock)) in plan.flows.iter().cloned().zip(socks).enumerate() {
         let cfg = FlowConfig {
@@ -647,28 +841,73 @@ pub(crate) fn run_flows(
             paced,
             log: sink.as_ref().map(|k| k.producer()),
         };
+        let sock = match sock {
+            DataSock::Udp(s) if pacers > 0 && candidate(&job.plan) => {
+                groups[i % pacers].push((i, job, s));
+                continue;
+            }
+            other => other,
+        };
         match std::thread::Builder::new()
             .name(format!("wb-tx-{}", i + 1))
             .spawn(move || run_flow(job, sock))
         {
-            Ok(h) => handles.push(h),
+            Ok(h) => handles.push((i, h)),
             Err(e) => {
                 // Stop what already runs before giving up.
                 abort.store(true, Ordering::Relaxed);
-                for h in handles {
+                for (_, h) in handles {
                     let _ = h.join();
                 }
                 return Err(EngineError::io("flow thread", e));
             }
         }
     }
-    let mut outcomes: Vec<FlowSent> = Vec::new();
-    for h in handles {
-        outcomes.push(
+    let mut pacer_handles = Vec::new();
+    for (g, group) in groups.into_iter().enumerate() {
+        let ids: Vec<usize> = group.iter().map(|(i, _, _)| *i).collect();
+        match std::thread::Builder::new()
+            .name(format!("wb-pacer-{g}"))
+            .spawn(move || run_shared(group, spin_ns))
+        {
+            Ok(h) => pacer_handles.push((ids, h)),
+            Err(e) => {
+                abort.store(true, Ordering::Relaxed);
+                for (_, h) in handles {
+                    let _ = h.join();
+                }
+                for (_, h) in pacer_handles {
+                    let _ = h.join();
+                }
+                return Err(EngineError::io("pacer thread", e));
+            }
+        }
+    }
+    let mut slots: Vec<Option<FlowSent>> = (0..plan.flows.len()).map(|_| None).collect();
+    for (i, h) in handles {
+        slots[i] = Some(
             h.join()
                 .unwrap_or_else(|_| FlowSent::failed("flow thread panicked")),
         );
     }
+    for (ids, h) in pacer_handles {
+        match h.join() {
+            Ok(sent) => {
+                for (i, o) in sent {
+                    slots[i] = Some(o);
+                }
+            }
+            Err(_) => {
+                for i in ids {
+                    slots[i] = Some(FlowSent::failed("pacer thread panicked"));
+                }
+            }
+        }
+    }
+    let outcomes: Vec<FlowSent> = slots
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| FlowSent::failed("flow never ran")))
+        .collect();
     if let Some(sink) = sink {
         // Every producer went with its flow thread: the log is complete.
         let footer = LogFooter {
@@ -697,15 +936,26 @@ pub(crate) fn run_flows(
     Ok(outcomes)
 }
 
+/// Shared pacer threads for `candidates` paced one-way UDP flows on
+/// `cores` CPUs (0: a thread per flow). Automatically, flows share from as
+/// many as the CPUs on, leaving a core to the rest of the host (on
+/// loopback: the receiver).
+fn pacer_threads(pacing: Pacing, candidates: usize, cores: usize) -> usize {
+    match pacing {
+        _ if candidates == 0 => 0,
+        Pacing::PerFlow => 0,
+        Pacing::Shared(n) => n.clamp(1, candidates),
+        Pacing::Auto if candidates < cores => 0,
+        Pacing::Auto => cores.saturating_sub(1).clamp(1, candidates),
+    }
+}
+
 /// The header of a sender log: the flows' framing, so `wirebench decode`
 /// recomputes what was sent.
 fn send_log_meta(plan: &SessionPlan, session: u32, ip: IpVersion, mtu: u32) -> LogMeta {
     LogMeta {
         side: Side::Send,
-        meter: match plan.meter {
-            MeterMode::Rtt => "rtt".into(),
-            MeterMode::Owd => "owd".into(),
-        },
+        meter: plan.meter.as_str().into(),
         session,
         started_at: Some(
             humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
@@ -718,10 +968,7 @@ fn send_log_meta(plan: &SessionPlan, session: u32, ip: IpVersion, mtu: u32) -> L
             .enumerate()
             .map(|(i, f)| FlowMeta {
                 id: (i + 1) as u16,
-                transport: match f.transport {
-                    Transport::Udp => "udp".into(),
-                    Transport::Tcp => "tcp".into(),
-                },
+                transport: f.transport.as_str().into(),
                 ip_version: if ip == IpVersion::V4 { 4 } else { 6 },
                 mtu,
                 src: None,
@@ -756,6 +1003,22 @@ mod tests {
     }
 
     #[test]
+    fn paced_udp_flows_share_pacers_from_as_many_as_the_cores() {
+        use Pacing::*;
+        assert_eq!(pacer_threads(Auto, 1, 2), 0);
+        assert_eq!(pacer_threads(Auto, 2, 2), 1);
+        assert_eq!(pacer_threads(Auto, 10_000, 2), 1);
+        assert_eq!(pacer_threads(Auto, 60, 8), 7);
+        assert_eq!(pacer_threads(Auto, 8, 8), 7);
+        assert_eq!(pacer_threads(Auto, 0, 8), 0);
+        assert_eq!(pacer_threads(PerFlow, 1000, 2), 0);
+        assert_eq!(pacer_threads(Shared(4), 2, 8), 2);
+        assert_eq!(pacer_threads(Shared(4), 100, 1), 4);
+        assert_eq!(pacer_threads(Shared(0), 100, 1), 1);
+        assert_eq!(pacer_threads(Shared(4), 0, 8), 0);
+    }
+
+    #[test]
     fn schedule_is_absolute_and_stops_exactly() {
         let t0 = 1_000_000_000;
         let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(5)), t0).unwrap();
@@ -776,6 +1039,38 @@ mod tests {
         let sizes: Vec<u32> = std::iter::from_fn(|| s.next(0).map(|x| x.1)).collect();
         assert_eq!(sizes.iter().map(|&x| x as u64).sum::<u64>(), 3 * 1024);
         assert!(sizes.iter().all(|&x| x >= MIN_PAYLOAD));
+    }
+
+    #[test]
+    fn clamped_model_draws_are_reported() {
+        use wirebench_model::{Dist, IdtModel, SizeModel};
+        // Normal IDT mean 0.5 ms, sd 1 ms: about 31 % of the gaps are negative.
+        let spec = FlowSpec::new(
+            IdtModel::Random(Dist::Normal { mean: 0.5, sd: 1.0 }),
+            SizeModel::Constant { bytes: 100 },
+        )
+        .unwrap();
+        let plan = FlowPlan {
+            spec,
+            transport: Transport::Udp,
+            stop: Stop::Packets(1000),
+            seed: 7,
+            opts: Default::default(),
+        };
+        let mut s = Schedule::new(&plan, 0).unwrap();
+        while s.next(0).is_some() {}
+        let acc = SendRec {
+            acc: SendAccumulator::new(cfg()),
+            log: None,
+            flow: 1,
+            wall_minus_mono: 0,
+        };
+        let n = acc.summary(&s).clamped_draws;
+        assert!((200..400).contains(&n), "{n}");
+        assert_eq!(n, s.gen.clamps());
+        let mut c = Schedule::new(&flow(1000.0, 100, Stop::Packets(10)), 0).unwrap();
+        while c.next(0).is_some() {}
+        assert_eq!(acc.summary(&c).clamped_draws, 0);
     }
 
     #[test]
@@ -836,7 +1131,7 @@ mod tests {
             assert!(meta[..n].iter().all(|m| late - m.0 <= LATE_LIMIT_NS));
             gathered += n;
         }
-        assert_eq!(acc.summary().not_sent, 500);
+        assert_eq!(acc.acc.summary().not_sent, 500);
         assert_eq!(gathered, 1001);
     }
 }

@@ -69,6 +69,22 @@ pub struct SessionPlan {
     /// Pre-shared key: authenticate to the receiver, and require it to
     /// prove the same key (docs/security.md).
     pub key: Option<wirebench_wire::auth::Key>,
+    /// Which threads pace the paced one-way UDP flows.
+    pub pacing: Pacing,
+}
+
+/// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
+/// RTT-meter flows always have a thread each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pacing {
+    /// A thread per flow while they are fewer than the CPUs, else
+    /// CPUs − 1 shared pacer threads (at least one).
+    #[default]
+    Auto,
+    /// A thread per flow however many there are (to compare with).
+    PerFlow,
+    /// This many shared pacer threads (at least one, at most one per flow).
+    Shared(usize),
 }
 
 /// A common fixed playout delay for 20 ms voice packets.
@@ -79,8 +95,8 @@ pub const MAX_JITTER_BUFFER_MS: u32 = 10_000;
 
 /// Longest linger accepted: the receiver holds sockets that long.
 pub const MAX_LINGER_MS: u64 = 60_000;
-/// Most flows per session (flow ids are 16 bits; threads are per flow).
-pub const MAX_FLOWS: usize = 256;
+/// Most flows per session: the receiver's limit.
+pub use wirebench_wire::limits::MAX_FLOWS;
 
 impl SessionPlan {
     pub fn new(dest: impl Into<String>, flows: Vec<FlowPlan>) -> Self {
@@ -97,6 +113,7 @@ impl SessionPlan {
             jitter_buffer_ms: DEFAULT_JITTER_BUFFER_MS,
             log: None,
             key: None,
+            pacing: Pacing::Auto,
         }
     }
 

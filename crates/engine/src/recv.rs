@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use wirebench_pktlog::format::{FLAG_LAST as LOG_LAST, FLAG_RX as LOG_RX};
+use wirebench_pktlog::format::FLAG_RX as LOG_RX;
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
 use wirebench_stats::{FlowConfig, IpVersion, MarksSeen, MarksTally, RecvAccumulator};
@@ -38,7 +38,7 @@ use wirebench_wire::auth::{Cidr, Key};
 use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
 use wirebench_wire::{
     ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
-    FLAG_LAST, FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN,
+    FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN,
 };
 
 /// A session whose sender says nothing on the control connection for this
@@ -118,6 +118,9 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn bind(cfg: DaemonConfig) -> Result<Daemon, EngineError> {
+        // A socket per flow: sessions of thousands of flows pass the
+        // default limit of 1024 open files.
+        sys::raise_open_files_limit();
         let listener = match cfg.bind {
             Some(ip) => listen(SocketAddr::new(ip, cfg.port), false)?,
             None => match listen(
@@ -317,34 +320,64 @@ impl FlowShared {
     }
 }
 
-struct FlowOutcome {
-    acc: RecvAccumulator,
+/// What a receive thread hands back: for each flow it served (in the
+/// order of [`Worker::flows`]) its accumulator and the IP marking seen on
+/// its data packets (UDP; None when untold), and its CPU time.
+struct WorkerOutcome {
+    accs: Vec<FlowRecv>,
     cpu: CpuTime,
-    /// IP marking seen on the data packets (UDP; None when untold).
-    marks: Option<MarksSeen>,
 }
+
+/// A flow's statistics and the IP marking its packets carried.
+type FlowRecv = (RecvAccumulator, Option<MarksSeen>);
 
 struct SessionFlow {
     flow_id: u16,
     shared: Arc<FlowShared>,
-    handle: Option<JoinHandle<FlowOutcome>>,
 }
 
-impl SessionFlow {
-    fn finish(&mut self) -> Option<FlowOutcome> {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        self.handle.take().and_then(|h| h.join().ok())
+/// A receive thread and the flows (positions in the session) it serves.
+struct Worker {
+    flows: Vec<usize>,
+    handle: Option<JoinHandle<WorkerOutcome>>,
+}
+
+/// A session's flows and the receive threads serving them: one per TCP
+/// flow; UDP flows get one each while they are no more than the CPUs, and
+/// beyond that share one receive worker per CPU ([`udp_rx_many`]).
+struct Flows(Vec<SessionFlow>, Vec<Worker>);
+
+/// Flow accumulators in session order (None: its thread failed) and the
+/// receive threads' CPU time.
+type Finished = (Vec<Option<FlowRecv>>, CpuTime);
+
+impl Flows {
+    /// Stops every receive thread and collects what the flows received.
+    fn finish(&mut self) -> Finished {
+        for f in &self.0 {
+            f.shared.stop.store(true, Ordering::Relaxed);
+        }
+        let mut accs: Vec<Option<FlowRecv>> = (0..self.0.len()).map(|_| None).collect();
+        let mut cpu = CpuTime::default();
+        for w in &mut self.1 {
+            let Some(out) = w.handle.take().and_then(|h| h.join().ok()) else {
+                continue;
+            };
+            cpu = cpu.plus(out.cpu);
+            for (&i, acc) in w.flows.iter().zip(out.accs) {
+                if let Some(slot) = accs.get_mut(i) {
+                    *slot = Some(acc);
+                }
+            }
+        }
+        (accs, cpu)
     }
 }
-
-struct Flows(Vec<SessionFlow>);
 
 impl Drop for Flows {
     fn drop(&mut self) {
         // Whatever happened, receive threads end and sockets close.
-        for f in &mut self.0 {
-            f.finish();
-        }
+        self.finish();
     }
 }
 
@@ -461,14 +494,22 @@ fn session(
             }
         }
     };
-    let mut flows = Flows(Vec::new());
+    let mut flows = Flows(Vec::new(), Vec::new());
     let mut ports = Vec::new();
-    for s in &setups {
+    let mut udp = Vec::new();
+    for (i, s) in setups.iter().enumerate() {
         let log = sink.as_ref().map(|(k, _)| k.producer());
         match open_flow(s, &at, log) {
-            Ok((port, f)) => {
+            Ok((port, f, rx)) => {
                 ports.push(port);
                 flows.0.push(f);
+                match rx {
+                    FlowRx::Udp(u) => udp.push((i, u)),
+                    FlowRx::Thread(h) => flows.1.push(Worker {
+                        flows: vec![i],
+                        handle: Some(h),
+                    }),
+                }
             }
             Err(e) => {
                 stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
@@ -476,15 +517,15 @@ fn session(
             }
         }
     }
+    if let Err(e) = start_udp_workers(udp, &mut flows.1) {
+        stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+        return refuse(&mut ctl, format!("receiver: {e}"));
+    }
     if verbose {
         for (s, p) in setups.iter().zip(&ports) {
-            let t = match s.transport {
-                Transport::Udp => "udp",
-                Transport::Tcp => "tcp",
-            };
             eprintln!(
-                "wirebench recv: session {sid:08x} flow {}: {t} port {p}",
-                s.flow_id
+                "wirebench recv: session {sid:08x} flow {}: {} port {p}",
+                s.flow_id, s.transport
             );
         }
     }
@@ -578,19 +619,19 @@ fn session(
                 let snmp1 = sys::udp_rcvbuf_errors();
                 let foreign1 = stats.foreign_control.load(Ordering::Relaxed);
                 let mut reports = Vec::new();
-                let mut cpu = CpuTime::thread().since(cpu0);
-                for (i, f) in flows.0.iter_mut().enumerate() {
-                    let Some(out) = f.finish() else {
+                let (accs, rx_cpu) = flows.finish();
+                let cpu = CpuTime::thread().since(cpu0).plus(rx_cpu);
+                for (i, (f, acc)) in flows.0.iter().zip(accs).enumerate() {
+                    let Some((acc, marks)) = acc else {
                         stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
                         return refuse(
                             &mut ctl,
                             format!("flow {} receive thread failed", f.flow_id),
                         );
                     };
-                    cpu = cpu.plus(out.cpu);
-                    let mut summary = out.acc.summary(sent.get(i).copied());
+                    let mut summary = acc.summary(sent.get(i).copied());
                     if let Some(ms) = setups.get(i).and_then(|s| s.playout_buffer_ms) {
-                        summary.late_share = Some(out.acc.late_share(u64::from(ms) * 1_000_000));
+                        summary.late_share = Some(acc.late_share(u64::from(ms) * 1_000_000));
                     }
                     let r = FlowReport {
                         flow_id: f.flow_id,
@@ -602,7 +643,7 @@ fn session(
                             .load(Ordering::Relaxed),
                         forged: f.shared.forged.load(Ordering::Relaxed),
                         implausible_delays: f.shared.implausible.load(Ordering::Relaxed),
-                        marks: out.marks,
+                        marks,
                     };
                     reports.push(r);
                 }
@@ -703,10 +744,7 @@ fn log_meta(
         .map_or(0, |f| f.shared.offset_ns.load(Ordering::Relaxed));
     LogMeta {
         side: Side::Recv,
-        meter: match meter {
-            MeterMode::Rtt => "rtt".into(),
-            MeterMode::Owd => "owd".into(),
-        },
+        meter: meter.as_str().into(),
         session: sid,
         started_at: Some(
             humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string(),
@@ -717,10 +755,7 @@ fn log_meta(
             .iter()
             .map(|s| FlowMeta {
                 id: s.flow_id,
-                transport: match s.transport {
-                    Transport::Udp => "udp".into(),
-                    Transport::Tcp => "tcp".into(),
-                },
+                transport: s.transport.as_str().into(),
                 ip_version: if local_ip.is_ipv4() { 4 } else { 6 },
                 mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
                 src: Some(peer_ip.to_string()),
@@ -745,12 +780,7 @@ impl Recorder {
         if let Some(log) = self.log.as_mut() {
             log.push(wirebench_pktlog::Record {
                 flow: h.flow,
-                flags: LOG_RX
-                    | if h.flags & FLAG_LAST != 0 {
-                        LOG_LAST
-                    } else {
-                        0
-                    },
+                flags: LOG_RX,
                 size: len as u32,
                 seq: self.acc.peek_seq(h.seq),
                 tx_ns: h.tx_ns,
@@ -761,11 +791,20 @@ impl Recorder {
     }
 }
 
+/// How a flow is received: a UDP flow's state waiting for its receive
+/// worker ([`start_udp_workers`]), or the thread already serving a TCP flow.
+enum FlowRx {
+    Udp(Box<UdpFlow>),
+    Thread(JoinHandle<WorkerOutcome>),
+}
+
+/// Opens a flow's data socket (the per-socket setup lives here and in the
+/// functions it calls) and its receive state.
 fn open_flow(
     s: &FlowSetup,
     at: &FlowAt,
     log: Option<LogProducer>,
-) -> Result<(u16, SessionFlow), EngineError> {
+) -> Result<(u16, SessionFlow, FlowRx), EngineError> {
     let (local_ip, peer_ip, sid, meter, max_intervals) =
         (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
     let cfg = FlowConfig {
@@ -781,7 +820,13 @@ fn open_flow(
     let max_len = (s.max_len as usize).clamp(PROBE_HEADER_LEN, u16::MAX as usize);
     let flow_id = s.flow_id;
     let sh = shared.clone();
-    let (port, handle) = match s.transport {
+    let acc = Recorder {
+        acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
+        log,
+        marks: MarksTally::default(),
+    };
+    let reflect = meter == MeterMode::Rtt;
+    let (port, rx) = match s.transport {
         Transport::Udp => {
             let sock = UdpSocket::bind(bind).map_err(|e| EngineError::io("data socket", e))?;
             let port = sock
@@ -793,26 +838,21 @@ fn open_flow(
             net::enable_rx_marks(sock.as_raw_fd(), local_ip.is_ipv6());
             sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
                 .map_err(|e| EngineError::io("data socket", e))?;
-            let reflect = meter == MeterMode::Rtt;
-            let h = std::thread::Builder::new()
-                .name(format!("wb-rx-{flow_id}"))
-                .spawn(move || {
-                    let acc = Recorder {
-                        acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
-                        log,
-                        marks: MarksTally::default(),
-                    };
-                    let rx = UdpRx {
-                        sid,
-                        flow_id,
-                        max_len,
-                        reflect,
-                        peer_ip,
-                    };
-                    udp_rx(sock, acc, sh, rx)
-                })
-                .map_err(|e| EngineError::io("receive thread", e))?;
-            (port, h)
+            let rx = UdpRx {
+                sid,
+                flow_id,
+                max_len,
+                reflect,
+                peer_ip,
+            };
+            let flow = UdpFlow {
+                sock,
+                acc,
+                sh,
+                rx,
+                registered: None,
+            };
+            (port, FlowRx::Udp(Box::new(flow)))
         }
         Transport::Tcp => {
             let l = TcpListener::bind(bind).map_err(|e| EngineError::io("data listener", e))?;
@@ -822,29 +862,72 @@ fn open_flow(
                 .port();
             l.set_nonblocking(true)
                 .map_err(|e| EngineError::io("data listener", e))?;
-            let reflect = meter == MeterMode::Rtt;
             let h = std::thread::Builder::new()
                 .name(format!("wb-rx-{flow_id}"))
-                .spawn(move || {
-                    let acc = Recorder {
-                        acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
-                        log,
-                        marks: MarksTally::default(),
-                    };
-                    tcp_rx(l, acc, sh, sid, flow_id, reflect, peer_ip)
-                })
+                .spawn(move || tcp_rx(l, acc, sh, sid, flow_id, reflect, peer_ip))
                 .map_err(|e| EngineError::io("receive thread", e))?;
-            (port, h)
+            (port, FlowRx::Thread(h))
         }
     };
-    Ok((
-        port,
-        SessionFlow {
-            flow_id,
-            shared,
-            handle: Some(handle),
-        },
-    ))
+    Ok((port, SessionFlow { flow_id, shared }, rx))
+}
+
+/// Starts the receive threads of a session's UDP flows (`udp`: position in
+/// the session, state). While the flows are no more than the CPUs each has
+/// its own thread blocking in `recvmmsg`; more share one worker per CPU,
+/// each waiting on all its sockets at once ([`udp_rx_many`]): a thread per
+/// flow costs a stack and a wake-up per datagram, and thousands of them
+/// only take turns on the same cores.
+fn start_udp_workers(
+    udp: Vec<(usize, Box<UdpFlow>)>,
+    workers: &mut Vec<Worker>,
+) -> Result<(), EngineError> {
+    if udp.is_empty() {
+        return Ok(());
+    }
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let n = udp.len().min(cores);
+    let mut groups: Vec<Vec<(usize, Box<UdpFlow>)>> = (0..n).map(|_| Vec::new()).collect();
+    for (k, f) in udp.into_iter().enumerate() {
+        groups[k % n].push(f);
+    }
+    for (g, group) in groups.into_iter().enumerate() {
+        let ids: Vec<usize> = group.iter().map(|(i, _)| *i).collect();
+        let flows: Vec<UdpFlow> = group.into_iter().map(|(_, f)| *f).collect();
+        let h = match flows.as_slice() {
+            [one] => {
+                let name = format!("wb-rx-{}", one.rx.flow_id);
+                let mut flows = flows;
+                let Some(f) = flows.pop() else { continue };
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || udp_rx(f))
+            }
+            _ => {
+                let mut poller =
+                    net::Poller::new(1024).map_err(|e| EngineError::io("receive poller", e))?;
+                for (t, f) in flows.iter().enumerate() {
+                    f.sock
+                        .set_nonblocking(true)
+                        .map_err(|e| EngineError::io("data socket", e))?;
+                    poller
+                        .add(f.sock.as_raw_fd(), t)
+                        .map_err(|e| EngineError::io("receive poller", e))?;
+                }
+                std::thread::Builder::new()
+                    .name(format!("wb-rxw-{g}"))
+                    .spawn(move || udp_rx_many(flows, poller))
+            }
+        }
+        .map_err(|e| EngineError::io("receive thread", e))?;
+        workers.push(Worker {
+            flows: ids,
+            handle: Some(h),
+        });
+    }
+    Ok(())
 }
 
 /// Who a UDP flow's receive thread accepts probes from and reflects to.
@@ -857,56 +940,39 @@ struct UdpRx {
     peer_ip: IpAddr,
 }
 
-fn udp_rx(sock: UdpSocket, mut acc: Recorder, sh: Arc<FlowShared>, rx: UdpRx) -> FlowOutcome {
-    let UdpRx {
-        sid,
-        flow_id,
-        max_len,
-        reflect,
-        peer_ip,
-    } = rx;
-    // The sender's data address: its address as seen on the control
-    // connection, and the port of the first probe of this session from it.
-    // Everything else is foreign and never reflected, so a session cannot
-    // be used to send packets to a third party (spoofed source addresses).
-    let mut registered: Option<SocketAddr> = None;
-    crate::clock::raise_priority();
-    // Naps between batches are tens of microseconds; the default 50 µs
-    // timer slack would double them.
-    tighten_timer_slack();
-    let cpu0 = CpuTime::thread();
-    // One byte more than the largest probe, so an oversize foreign datagram
-    // shows up as truncated instead of fitting by accident.
-    let slot = max_len.max(RTT_MIN_LEN) + 1;
-    let mut batch = RecvBatch::new(slot);
-    let fd = sock.as_raw_fd();
-    let mut queued = [0usize; BATCH];
-    // Kernel time of the last datagram read (0: none yet).
-    let mut last_ts = 0;
-    while !sh.stop.load(Ordering::Relaxed) {
-        let n = match batch.recv(fd) {
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) =>
-            {
-                continue
-            }
-            // E.g. ECONNREFUSED queued by an ICMP error after a reflection:
-            // not fatal for a receiving socket.
-            Err(_) => continue,
-        };
+/// One UDP flow as its receive thread holds it.
+struct UdpFlow {
+    sock: UdpSocket,
+    acc: Recorder,
+    sh: Arc<FlowShared>,
+    rx: UdpRx,
+    /// The sender's data address: its address as seen on the control
+    /// connection, and the port of the first probe of this session from it.
+    /// Everything else is foreign and never reflected, so a session cannot
+    /// be used to send packets to a third party (spoofed source addresses).
+    registered: Option<SocketAddr>,
+}
+
+impl UdpFlow {
+    /// Reads one batch from the flow's socket and records it; reflections
+    /// (RTT meter) go back at once. Returns the datagrams read and the
+    /// kernel time of the last one.
+    fn read_batch(&mut self, batch: &mut RecvBatch) -> std::io::Result<(usize, u64)> {
+        let n = batch.recv(self.sock.as_raw_fd())?;
         let fallback_ts = realtime_ns();
-        let offset = sh.offset_ns.load(Ordering::Relaxed);
+        let offset = self.sh.offset_ns.load(Ordering::Relaxed);
+        let (sid, flow_id, peer_ip) = (self.rx.sid, self.rx.flow_id, self.rx.peer_ip);
+        // A worker's batch slots fit its largest flow: longer than this
+        // flow's largest probe is foreign, as a truncated datagram is.
+        let longest = self.rx.max_len.max(RTT_MIN_LEN);
+        let mut queued = [0usize; BATCH];
         let mut k = 0;
-        let prev_ts = last_ts;
+        let mut last_ts = 0;
         for i in 0..n {
             let ts = batch.kernel_ts(i).unwrap_or(fallback_ts);
             last_ts = ts;
             if batch.truncated(i) {
-                sh.foreign.fetch_add(1, Ordering::Relaxed);
+                self.sh.foreign.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let from = batch
@@ -918,35 +984,36 @@ fn udp_rx(sock: UdpSocket, mut acc: Recorder, sh: Arc<FlowShared>, rx: UdpRx) ->
                     if h.session == sid
                         && h.flow == flow_id
                         && !h.is_reflected()
-                        && !h.is_hello() =>
+                        && !h.is_hello()
+                        && d.len() <= longest =>
                 {
                     h
                 }
                 _ => {
-                    sh.foreign.fetch_add(1, Ordering::Relaxed);
+                    self.sh.foreign.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
             };
-            let ours = match (registered, from) {
+            let ours = match (self.registered, from) {
                 (Some(r), Some(f)) => r == f,
                 (None, Some(f)) if f.ip() == peer_ip => {
-                    registered = Some(f);
+                    self.registered = Some(f);
                     true
                 }
                 _ => false,
             };
             if !ours {
-                sh.foreign.fetch_add(1, Ordering::Relaxed);
+                self.sh.foreign.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             let len = d.len();
-            let Some(delay) = sh.admit(&acc.acc, &h, ts, offset) else {
+            let Some(delay) = self.sh.admit(&self.acc.acc, &h, ts, offset) else {
                 continue;
             };
-            acc.record(&h, delay, ts, len);
+            self.acc.record(&h, delay, ts, len);
             let m = batch.marks(i);
-            acc.marks.see(m.tos, m.ttl, m.flow_label);
-            if reflect && h.is_rtt() {
+            self.acc.marks.see(m.tos, m.ttl, m.flow_label);
+            if self.rx.reflect && h.is_rtt() {
                 let out_len = len.max(RTT_MIN_LEN);
                 let mut rh = h;
                 rh.flags |= FLAG_REFLECTED;
@@ -970,20 +1037,98 @@ fn udp_rx(sock: UdpSocket, mut acc: Recorder, sh: Arc<FlowShared>, rx: UdpRx) ->
                 let buf = batch.slot_mut(i);
                 buf[32..40].copy_from_slice(&tx.to_be_bytes());
             }
-            batch.flush_replies(fd, k);
+            batch.flush_replies(self.sock.as_raw_fd(), k);
+        }
+        Ok((n, last_ts))
+    }
+}
+
+/// Serves several UDP flows on one thread until the session stops them:
+/// `poller` watches all their (non-blocking) sockets, and each ready socket
+/// is read until it is empty.
+fn udp_rx_many(mut flows: Vec<UdpFlow>, mut poller: net::Poller) -> WorkerOutcome {
+    crate::clock::raise_priority();
+    tighten_timer_slack();
+    let cpu0 = CpuTime::thread();
+    let slot = flows
+        .iter()
+        .map(|f| f.rx.max_len.max(RTT_MIN_LEN) + 1)
+        .max()
+        .unwrap_or(RTT_MIN_LEN + 1);
+    let mut batch = RecvBatch::new(slot);
+    let reflect = flows.iter().any(|f| f.rx.reflect);
+    // The session stops all its flows at once.
+    let stop = match flows.first() {
+        Some(f) => f.sh.clone(),
+        None => Arc::new(FlowShared::default()),
+    };
+    while !stop.stop.load(Ordering::Relaxed) {
+        let mut read = 0;
+        poller.wait(POLL_MS as i32, |t| {
+            let Some(f) = flows.get_mut(t) else { return };
+            // Read until the socket is empty (a short batch where batches
+            // are real, else an error), but at most a few batches, so one
+            // fast flow cannot hold up the others' rounds.
+            let mut here = 0;
+            while let Ok((n, _)) = f.read_batch(&mut batch) {
+                here += n;
+                if n == 0 || (net::KERNEL_RX_TIMESTAMPS && n < BATCH) || here >= 4 * BATCH {
+                    break;
+                }
+            }
+            read += here;
+        });
+        // One-way flows with kernel timestamps may let datagrams gather
+        // between rounds: the nap costs no accuracy and saves wake-ups.
+        if read > 0 && !reflect && net::KERNEL_RX_TIMESTAMPS {
+            sleep_until(mono_ns() + NAP_MAX_NS);
+        }
+    }
+    WorkerOutcome {
+        accs: flows
+            .into_iter()
+            .map(|f| (f.acc.acc, f.acc.marks.seen()))
+            .collect(),
+        cpu: CpuTime::thread().since(cpu0),
+    }
+}
+
+/// One UDP flow on its own thread: blocks in `recvmmsg` (up to the
+/// socket's read timeout, to look at the stop flag) and naps between
+/// batches while datagrams arrive fast ([`nap_ns`]).
+fn udp_rx(mut f: UdpFlow) -> WorkerOutcome {
+    crate::clock::raise_priority();
+    // Naps between batches are tens of microseconds; the default 50 µs
+    // timer slack would double them.
+    tighten_timer_slack();
+    let cpu0 = CpuTime::thread();
+    // One byte more than the largest probe, so an oversize foreign datagram
+    // shows up as truncated instead of fitting by accident.
+    let slot = f.rx.max_len.max(RTT_MIN_LEN) + 1;
+    let mut batch = RecvBatch::new(slot);
+    // Kernel time of the last datagram read (0: none yet).
+    let mut last_ts = 0;
+    while !f.sh.stop.load(Ordering::Relaxed) {
+        // E.g. ECONNREFUSED queued by an ICMP error after a reflection is
+        // not fatal for a receiving socket, nor is a timeout.
+        let Ok((n, ts)) = f.read_batch(&mut batch) else {
+            continue;
+        };
+        let prev_ts = last_ts;
+        if n > 0 {
+            last_ts = ts;
         }
         // Reflections go back at once; a one-way flow may let the batch fill,
         // but only where the kernel stamps arrivals (a nap before a
         // user-space timestamp would be measured as delay).
-        if !reflect && net::KERNEL_RX_TIMESTAMPS {
+        if !f.rx.reflect && net::KERNEL_RX_TIMESTAMPS {
             if let Some(nap) = nap_ns(n, prev_ts, last_ts) {
                 sleep_until(mono_ns() + nap);
             }
         }
     }
-    FlowOutcome {
-        marks: acc.marks.seen(),
-        acc: acc.acc,
+    WorkerOutcome {
+        accs: vec![(f.acc.acc, f.acc.marks.seen())],
         cpu: CpuTime::thread().since(cpu0),
     }
 }
@@ -1089,7 +1234,7 @@ fn tcp_rx(
     flow_id: u16,
     reflect: bool,
     peer_ip: IpAddr,
-) -> FlowOutcome {
+) -> WorkerOutcome {
     let cpu0 = CpuTime::thread();
     let mut conns: Vec<TcpConn> = Vec::new();
     let mut pfds: Vec<net::PollFd> = Vec::with_capacity(MAX_TCP_CONNS + 1);
@@ -1142,9 +1287,8 @@ fn tcp_rx(
             }
         }
     }
-    FlowOutcome {
-        marks: acc.marks.seen(),
-        acc: acc.acc,
+    WorkerOutcome {
+        accs: vec![(acc.acc, acc.marks.seen())],
         cpu: CpuTime::thread().since(cpu0),
     }
 }

@@ -189,7 +189,10 @@ fn memory_bomb_hello_is_refused() {
     ));
     // A Hello line longer than any real one is cut off, not buffered.
     let mut c = Client::connect(rx.port);
-    let _ = c.w.write_all(&vec![b'x'; 256 << 10]);
+    let _ = c.w.write_all(&vec![
+        b'x';
+        wirebench_wire::limits::MAX_HELLO_LINE + (256 << 10)
+    ]);
     let mut line = String::new();
     let _ = c.r.read_line(&mut line);
     assert!(!line.contains("ready"));

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use wirebench_engine::plan::{Family, FlowPlan, SessionPlan, Stop};
+use wirebench_engine::plan::{Family, FlowPlan, Pacing, SessionPlan, Stop};
 use wirebench_engine::{Daemon, DaemonConfig};
 use wirebench_model::FlowSpec;
 use wirebench_wire::{MeterMode, Transport};
@@ -245,34 +245,78 @@ fn live_document_has_the_stored_documents_keys() {
 }
 
 /// A hundred flows in one session: every flow keeps its own schedule,
-/// sequence numbers, sizes and stop condition, and is received exactly.
+/// sequence numbers, sizes and stop condition, and is received exactly,
+/// whether the UDP flows share pacer threads (a TCP flow among them keeps
+/// its own thread and its place in the results) or have one each.
 #[test]
 fn many_flows_are_received_exactly() {
     let port = 15415;
     let (stop, h) = daemon(port);
-    let flows: Vec<FlowPlan> = (0..100)
-        .map(|i| udp(50.0, 64 + i, Stop::DurationMs(400), i as u64))
+    for pacing in [Pacing::Auto, Pacing::Shared(3), Pacing::PerFlow] {
+        let flows: Vec<FlowPlan> = (0..100)
+            .map(|i| {
+                let mut f = udp(50.0, 64 + i, Stop::DurationMs(400), i as u64);
+                if i == 50 {
+                    f.transport = Transport::Tcp;
+                }
+                f
+            })
+            .collect();
+        let mut p = plan("127.0.0.1", port, flows);
+        p.pacing = pacing;
+        let t = std::time::Instant::now();
+        let doc = wirebench_engine::run(p).unwrap();
+        assert!(!doc.partial, "{pacing:?}");
+        assert_eq!(doc.flows.len(), 100);
+        for (i, f) in doc.flows.iter().enumerate() {
+            assert_eq!(f.id as usize, i + 1);
+            assert_eq!(f.requested.payload_bytes, 64.0 + i as f64);
+            assert_eq!(f.sent.packets, 20, "{pacing:?} flow {}", f.id);
+            assert_eq!(f.received.counts.unique, 20, "{pacing:?} flow {}", f.id);
+            assert_eq!(f.received.counts.lost, 0, "{pacing:?} flow {}", f.id);
+            assert_eq!(
+                f.received.counts.bytes,
+                20 * (64 + i as u64),
+                "{pacing:?} flow {}",
+                f.id
+            );
+        }
+        assert_eq!(doc.flows[50].transport, Transport::Tcp);
+        assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
+    }
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}
+
+/// A thousand UDP flows in one session (shared pacers on the sender,
+/// shared receive workers on the receiver once the flows outnumber the
+/// CPUs): every flow's every packet is received, counted to its own flow.
+#[test]
+fn thousand_flows_in_one_session_are_received_exactly() {
+    let port = 15416;
+    let (stop, h) = daemon(port);
+    let flows: Vec<FlowPlan> = (0..1000)
+        .map(|i| udp(20.0, 64 + (i % 100), Stop::Packets(10), i as u64))
         .collect();
-    let t = std::time::Instant::now();
     let doc = wirebench_engine::run(plan("127.0.0.1", port, flows)).unwrap();
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
     assert!(!doc.partial);
-    assert_eq!(doc.flows.len(), 100);
+    assert_eq!(doc.flows.len(), 1000);
     for (i, f) in doc.flows.iter().enumerate() {
         assert_eq!(f.id as usize, i + 1);
-        assert_eq!(f.requested.payload_bytes, 64.0 + i as f64);
-        assert_eq!(f.sent.packets, 20, "flow {}", f.id);
-        assert_eq!(f.received.counts.unique, 20, "flow {}", f.id);
+        assert_eq!(f.sent.packets, 10, "flow {}", f.id);
+        assert_eq!(f.received.counts.unique, 10, "flow {}", f.id);
         assert_eq!(f.received.counts.lost, 0, "flow {}", f.id);
+        assert_eq!(f.received.counts.duplicates, 0, "flow {}", f.id);
         assert_eq!(
             f.received.counts.bytes,
-            20 * (64 + i as u64),
+            10 * (64 + (i as u64 % 100)),
             "flow {}",
             f.id
         );
+        assert_eq!(f.received.foreign, 0, "flow {}", f.id);
     }
-    assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
 }
 
 /// Issue #11 item 2: marking is set per flow and checked where the kernel

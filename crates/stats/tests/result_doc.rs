@@ -40,6 +40,7 @@ const ADDED_SINCE_STORED: &[&str] = &[
     "os",
     "send_path",
     "rx_timestamps",
+    "clamped_draws",
 ];
 
 /// Removes the keys of `ADDED_SINCE_STORED` that hold their default value.

@@ -19,6 +19,6 @@ pub use wirebench_stats::opts as sockopts;
 
 pub use control::{ControlMsg, FlowSetup, MeterMode, Transport, CONTROL_VERSION};
 pub use probe::{
-    ProbeError, ProbeHeader, Reflection, FLAG_HELLO, FLAG_LAST, FLAG_REFLECTED, FLAG_RTT, MAGIC,
+    ProbeError, ProbeHeader, Reflection, FLAG_HELLO, FLAG_REFLECTED, FLAG_RTT, MAGIC,
     PROBE_HEADER_LEN, PROBE_VERSION, REFLECTION_LEN, RTT_MIN_LEN,
 };

@@ -21,8 +21,9 @@ pub const MAX_INTERVAL_MS: u64 = 3_600_000;
 /// about 50 bytes in memory and about 120 bytes of report JSON, so this
 /// bounds a session's series at ~13 MB in memory and ~32 MB on the wire.
 pub const MAX_SESSION_INTERVALS: usize = 1 << 18;
-/// Most flows per session (flow ids are 16 bits; each flow costs a socket).
-pub const MAX_FLOWS: usize = 256;
+/// Most flows per session (flow ids are 16 bits; each flow costs a socket
+/// on both ends, and a few KiB of statistics).
+pub const MAX_FLOWS: usize = 10_000;
 /// Largest probe: the header's `len` field is 16 bits.
 pub const MAX_PROBE_LEN: u32 = u16::MAX as u32;
 /// Path MTU range: IPv4's minimum (RFC 791) to loopback's 64 KiB.
@@ -41,8 +42,8 @@ pub const MAX_CLOCK_OFFSET_NS: u64 = 86_400 * 1_000_000_000;
 /// control connection took less than a minute, or something is wrong.
 pub const MAX_CLOCK_ERROR_NS: u64 = 60 * 1_000_000_000;
 /// Longest `Hello` line a receiver reads from an unauthenticated peer
-/// (256 flows need about 40 KiB).
-pub const MAX_HELLO_LINE: usize = 64 << 10;
+/// ([`MAX_FLOWS`] flows need about 1.5 MiB, some 150 bytes each).
+pub const MAX_HELLO_LINE: usize = 2 << 20;
 /// A one-way delay beyond this either way is not a delay: a forged or
 /// corrupted timestamp, or clocks that jumped. Such probes are counted as
 /// implausible and kept out of every statistic. It matches the longest

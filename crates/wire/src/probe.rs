@@ -33,14 +33,12 @@ pub const RTT_MIN_LEN: usize = PROBE_HEADER_LEN + REFLECTION_LEN;
 pub const FLAG_RTT: u8 = 0x01;
 /// This probe is a reflection travelling back to the sender.
 pub const FLAG_REFLECTED: u8 = 0x02;
-/// The last probe of a flow (informational; loss never depends on it).
-pub const FLAG_LAST: u8 = 0x04;
 /// The first record of a TCP data connection: a bare header naming the
 /// session and flow, sent as soon as the connection is up, so that the
 /// receiver knows it from a squatter before the first (possibly delayed)
 /// probe. It is no probe: never recorded, never counted. Not valid on UDP.
 pub const FLAG_HELLO: u8 = 0x08;
-const KNOWN_FLAGS: u8 = FLAG_RTT | FLAG_REFLECTED | FLAG_LAST | FLAG_HELLO;
+const KNOWN_FLAGS: u8 = FLAG_RTT | FLAG_REFLECTED | FLAG_HELLO;
 
 /// The fixed header of every probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -369,7 +367,7 @@ mod tests {
         }
 
         #[test]
-        fn valid_headers_round_trip(flags in 0u8..8, session: u32, flow: u16, extra in 0usize..100, seq: u32, tx_ns: u64) {
+        fn valid_headers_round_trip(flags in 0u8..4, session: u32, flow: u16, extra in 0usize..100, seq: u32, tx_ns: u64) {
             let len = PROBE_HEADER_LEN + extra;
             let h = ProbeHeader { flags, session, flow, len: len as u16, seq, tx_ns };
             let mut buf = vec![0u8; len];

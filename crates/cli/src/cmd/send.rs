@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
-use wirebench_engine::plan::{Family, FlowPlan, SessionPlan, Stop};
+use wirebench_engine::plan::{Family, FlowPlan, Pacing, SessionPlan, Stop};
 use wirebench_engine::result::{FlowResult, MarksSeen, ResultDoc, SockOpts};
 use wirebench_engine::EngineError;
 use wirebench_wire::{MeterMode, Transport};
@@ -117,6 +117,25 @@ pub struct Args {
     /// WIREBENCH_KEY environment variable; never give it on the command line.
     #[arg(long = "key-file", value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+    /// Threads that pace the paced one-way UDP flows: `auto` (a thread per
+    /// flow while they are fewer than the CPUs, else CPUs − 1 shared pacers
+    /// with a timer heap each), `flow` (a thread per flow, however many),
+    /// or a number of shared pacer threads.
+    #[arg(long = "pacers", value_name = "auto|flow|N", default_value = "auto", value_parser = parse_pacing)]
+    pub pacing: Pacing,
+}
+
+fn parse_pacing(s: &str) -> Result<Pacing, String> {
+    match s {
+        "auto" => Ok(Pacing::Auto),
+        "flow" => Ok(Pacing::PerFlow),
+        n => match n.parse::<usize>() {
+            Ok(k) if k >= 1 => Ok(Pacing::Shared(k)),
+            _ => Err(format!(
+                "--pacers: expected auto, flow or a number >= 1, got {s:?}"
+            )),
+        },
+    }
 }
 
 fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
@@ -224,6 +243,7 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     plan.linger_ms = args.linger_ms;
     plan.jitter_buffer_ms = args.jitter_buffer_ms;
     plan.interval_ms = args.interval_ms;
+    plan.pacing = args.pacing;
     if let Some(p) = &args.log {
         super::report::check_parent("-l", p)?;
         plan.log = Some(p.clone());

@@ -439,6 +439,70 @@ impl SendBatch {
     }
 }
 
+/// Readiness of many sockets at once (`epoll`, level-triggered): a receive
+/// worker serving thousands of flows wakes for the sockets that have
+/// datagrams, at a cost that does not grow with the sockets it watches.
+pub struct Poller {
+    epfd: std::os::fd::OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+impl Poller {
+    /// A poller that reports up to `max_events` ready sockets per wait.
+    pub fn new(max_events: usize) -> io::Result<Poller> {
+        // SAFETY: epoll_create1 takes a flag and returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by epoll_create1 and is owned by
+        // nothing else.
+        let epfd = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
+        Ok(Poller {
+            epfd,
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; max_events.max(1)],
+        })
+    }
+
+    /// Watches `fd` for readability; `token` comes back from [`Poller::wait`].
+    pub fn add(&mut self, fd: RawFd, token: usize) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token as u64,
+        };
+        // SAFETY: both descriptors are open (the caller's socket outlives
+        // its registration) and `ev` is a live epoll_event the kernel only
+        // reads.
+        let r = unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout_ms` and calls `f` with the token of every
+    /// readable socket; returns how many there were.
+    pub fn wait(&mut self, timeout_ms: i32, mut f: impl FnMut(usize)) -> usize {
+        use std::os::fd::AsRawFd;
+        // SAFETY: `events` holds `len` writable epoll_event slots; the
+        // kernel writes at most that many.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epfd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as libc::c_int,
+                timeout_ms,
+            )
+        };
+        let n = n.max(0) as usize;
+        for e in &self.events[..n] {
+            f(e.u64 as usize);
+        }
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

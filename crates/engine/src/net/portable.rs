@@ -227,6 +227,47 @@ impl SendBatch {
     }
 }
 
+/// Readiness of many sockets at once: `poll`/`WSAPoll` over every socket
+/// (the Linux build uses epoll; here the cost grows with the sockets).
+pub struct Poller {
+    fds: Vec<super::PollFd>,
+    tokens: Vec<usize>,
+}
+
+impl Poller {
+    /// A poller; `max_events` is a hint the poll set does not need.
+    pub fn new(_max_events: usize) -> io::Result<Poller> {
+        Ok(Poller {
+            fds: Vec::new(),
+            tokens: Vec::new(),
+        })
+    }
+
+    /// Watches `fd` for readability; `token` comes back from [`Poller::wait`].
+    pub fn add(&mut self, fd: RawFd, token: usize) -> io::Result<()> {
+        self.fds.push(super::pollfd(fd, super::POLLIN));
+        self.tokens.push(token);
+        Ok(())
+    }
+
+    /// Waits up to `timeout_ms` and calls `f` with the token of every
+    /// readable socket; returns how many there were.
+    pub fn wait(&mut self, timeout_ms: i32, mut f: impl FnMut(usize)) -> usize {
+        if super::poll(&mut self.fds, timeout_ms) <= 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for (p, &t) in self.fds.iter_mut().zip(&self.tokens) {
+            if p.revents != 0 {
+                p.revents = 0;
+                f(t);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::AsRawFd;

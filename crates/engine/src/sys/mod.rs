@@ -145,6 +145,38 @@ pub fn host_info() -> HostInfo {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit (Unix), so that a
+/// session of thousands of flows (a socket each, on both ends) is not
+/// refused at the default 1024. Returns the soft limit now in force (None
+/// where there is no such limit).
+pub fn raise_open_files_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one rlimit into the live struct passed.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+            return None;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            // SAFETY: setrlimit only reads the live struct passed.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+        #[allow(clippy::unnecessary_cast)] // rlim_t is i64 on FreeBSD
+        Some(r.rlim_cur as u64)
+    }
+    #[cfg(not(unix))]
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
