@@ -618,6 +618,10 @@ pub fn summarize(
         metrics,
         scenarios,
         notes,
+        report: campaign
+            .as_ref()
+            .map(|c| c.report.clone())
+            .unwrap_or_default(),
     })
 }
 

@@ -6,6 +6,7 @@
 //! the same file always yields the same scenarios with the same keys, which
 //! is what lets an interrupted campaign resume without repeating a run.
 
+use crate::summary::{ReportOptions, ThroughputUnits};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -301,6 +302,8 @@ pub struct Campaign {
     /// The `[rfc2544]` table and its line, when the campaign is an RFC 2544
     /// search (then `matrices` is empty; `crate::rfc2544` reads the table).
     pub rfc2544: Option<(toml::Value, usize)>,
+    /// How the report presents the campaign (`[report]`).
+    pub report: ReportOptions,
 }
 
 /// The typed settings of one scenario.
@@ -529,6 +532,15 @@ struct RawNode {
 #[serde(deny_unknown_fields)]
 struct RawLoopback {}
 
+/// The `[report]` table as written.
+#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+struct RawReport {
+    columns: Option<Spanned<String>>,
+    units: Option<Spanned<String>>,
+    zoom: Option<bool>,
+}
+
 #[derive(Debug, Deserialize, Clone, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 struct Quick {
@@ -599,6 +611,7 @@ struct RawCampaign {
     quick: Option<Spanned<Quick>>,
     /// An RFC 2544 search instead of a matrix (read by `crate::rfc2544`).
     rfc2544: Option<Spanned<toml::Value>>,
+    report: Option<RawReport>,
 }
 
 // ---------------------------------------------------------------- parsing
@@ -1474,7 +1487,11 @@ impl Campaign {
                 .rfc2544
                 .as_ref()
                 .map(|r| (r.get_ref().clone(), ctx.line_of(r.span().start))),
+            report: ReportOptions::default(),
         };
+        if let Some(r) = &raw.report {
+            c.report = c.check_report(&ctx, r)?;
+        }
         // Overridden matrices must still be valid (e.g. quick sizes with apps).
         if c.quick_overrides.is_some() {
             let mut q = c.clone();
@@ -1485,6 +1502,46 @@ impl Campaign {
             c.baseline = Some(b.get_ref().clone());
         }
         Ok(c)
+    }
+
+    fn check_report(&self, ctx: &Ctx, r: &RawReport) -> Result<ReportOptions, CampaignError> {
+        let mut o = ReportOptions::default();
+        if let Some(c) = &r.columns {
+            let axis = c.get_ref().trim();
+            if Axis::from_name(axis).is_none() {
+                return Err(ctx.at(c, "columns", format!("unknown axis {axis:?}")));
+            }
+            let values: std::collections::BTreeSet<String> = self
+                .expand()
+                .into_iter()
+                .filter_map(|s| s.axes.get(axis).cloned())
+                .collect();
+            if values.len() < 2 {
+                return Err(ctx.at(
+                    c,
+                    "columns",
+                    format!("no [[matrix]] block varies {axis:?}: nothing to put side by side"),
+                ));
+            }
+            o.columns = Some(axis.to_string());
+        }
+        if let Some(u) = &r.units {
+            o.units = match u.get_ref().trim() {
+                "si" => ThroughputUnits::Si,
+                "ditg" => ThroughputUnits::Ditg,
+                other => {
+                    return Err(ctx.at(
+                        u,
+                        "units",
+                        format!("units must be \"si\" or \"ditg\", got {other:?}"),
+                    ))
+                }
+            };
+        }
+        if let Some(z) = r.zoom {
+            o.zoom = z;
+        }
+        Ok(o)
     }
 
     fn check_baseline(&self, ctx: &Ctx, b: &Spanned<String>) -> Result<(), CampaignError> {

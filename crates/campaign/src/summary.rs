@@ -135,6 +135,44 @@ pub struct Environment {
     pub extra: BTreeMap<String, String>,
 }
 
+/// How throughput is shown in reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThroughputUnits {
+    /// SI: bit/s, kbit/s, Mbit/s, Gbit/s (powers of 1000).
+    #[default]
+    Si,
+    /// The studies' D-ITG figure: ITGDec's kbit/s divided by 1024, called
+    /// "Mbps" (S5), i.e. bit/s ÷ 1 024 000.
+    Ditg,
+}
+
+/// How the report presents a campaign: the campaign file's `[report]`
+/// table, which `wirebench report` flags may override. Stored summaries
+/// without it read as the defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReportOptions {
+    /// An axis whose values become table columns side by side (S3's
+    /// "IPv4 | IPv6"), with a mean row and the % difference between them.
+    pub columns: Option<String>,
+    /// Throughput units in charts and tables.
+    pub units: ThroughputUnits,
+    /// Let a chart's y axis start above zero when every value lies close to
+    /// the largest (S2's 5 % effects); the caption says so.
+    pub zoom: bool,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            columns: None,
+            units: ThroughputUnits::Si,
+            zoom: true,
+        }
+    }
+}
+
 /// Everything a report needs about one campaign.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CampaignSummary {
@@ -153,4 +191,7 @@ pub struct CampaignSummary {
     pub scenarios: Vec<ScenarioSummary>,
     /// Notes the report must show (e.g. "router forwarding appears as host softirq").
     pub notes: Vec<String>,
+    /// Presentation choices from the campaign file's `[report]` table.
+    #[serde(default)]
+    pub report: ReportOptions,
 }

@@ -179,3 +179,29 @@ forward_pps = [10000, 20000]
     let hosts = "name = \"h\"\n[loopback]\n[matrix]\nforward_pps = [1000]\n";
     assert_names(&err(hosts), 4, "forward_pps");
 }
+
+#[test]
+fn report_table_read_and_checked() {
+    use wirebench_campaign::summary::ThroughputUnits;
+    let c = Campaign::parse(
+        &format!("{GOOD}\n[report]\ncolumns = \"ip\"\nunits = \"ditg\"\nzoom = false\n"),
+        "c.toml",
+    )
+    .unwrap();
+    assert_eq!(c.report.columns.as_deref(), Some("ip"));
+    assert_eq!(c.report.units, ThroughputUnits::Ditg);
+    assert!(!c.report.zoom);
+    // Defaults: no columns, SI units, zoom on.
+    let d = Campaign::parse(GOOD, "c.toml").unwrap();
+    assert_eq!(d.report, Default::default());
+    assert!(d.report.zoom);
+    let head = "[loopback]\n[matrix]\nip = [4, 6]\ntransport = [\"udp\"]\n[report]\n";
+    assert_names(&err(&format!("{head}columns = \"colour\"\n")), 6, "columns");
+    assert_names(
+        &err(&format!("{head}columns = \"transport\"\n")),
+        6,
+        "columns",
+    );
+    assert_names(&err(&format!("{head}units = \"imperial\"\n")), 6, "units");
+    assert_names(&err(&format!("{head}zoom = true\nwidth = 3\n")), 7, "width");
+}

@@ -4,6 +4,8 @@
 //! Everything here is a pure function of its input so that the same campaign
 //! always renders to the same bytes (no locale, no clock, no hash order).
 
+use wirebench_campaign::summary::ThroughputUnits;
+
 /// Escapes text for HTML/SVG element content and double- or single-quoted
 /// attribute values.
 pub fn esc(s: &str) -> String {
@@ -89,6 +91,22 @@ pub fn scale_for(unit: &str, max_abs: f64) -> Scale {
         other => s(1.0, other),
     }
 }
+
+/// [`scale_for`] with the campaign's throughput units: `Ditg` shows bit/s
+/// as the studies' D-ITG "Mbps", ITGDec's kbit/s divided by 1024 (bit/s ÷
+/// 1 024 000, S5); every other unit is unchanged.
+pub fn scale_in(unit: &str, max_abs: f64, units: ThroughputUnits) -> Scale {
+    match (units, unit) {
+        (ThroughputUnits::Ditg, "bit/s" | "bps" | "b/s") => Scale {
+            factor: 1.0 / 1_024_000.0,
+            unit: DITG_MBPS.to_string(),
+        },
+        _ => scale_for(unit, max_abs),
+    }
+}
+
+/// The unit label of D-ITG's "Mbps" (kbit/s ÷ 1024).
+pub const DITG_MBPS: &str = "Mbps, D-ITG: kbit/s ÷ 1024";
 
 /// Decimals needed to show `v` with `sig` significant digits.
 pub fn decimals_for(v: f64, sig: i32) -> usize {

@@ -6,11 +6,14 @@
 //! images from elsewhere) so it opens offline and can be archived with the
 //! results; every piece of text from the store is escaped.
 
-use crate::fmt::{esc, mean_ci, num, pct, scale_for};
+use crate::fmt::{esc, mean_ci, num, pct, scale_in, Scale};
 use crate::plan::{self, bound_applies, family_title, ChartKind};
 use crate::svg;
+use crate::wide;
 use std::fmt::Write as _;
-use wirebench_campaign::summary::{Better, CampaignSummary, MetricInfo, ScenarioSummary};
+use wirebench_campaign::summary::{
+    Better, CampaignSummary, MetricInfo, ScenarioSummary, ThroughputUnits,
+};
 
 const CSS: &str = r#"
 :root{color-scheme:light}
@@ -28,7 +31,8 @@ figcaption{font-size:13px;color:#444;margin-top:6px}
 .tablewrap{overflow-x:auto;margin:6px 0 14px}
 table{border-collapse:collapse;font-size:13px}
 th,td{border:1px solid #d4d4d4;padding:3px 7px;text-align:right;white-space:nowrap}
-th{background:#f2f5f8;text-align:center}
+th{background:#f2f5f8;text-align:center;white-space:normal;max-width:140px}
+tr.meanrow td{border-top:2px solid #888;font-weight:bold}
 td.axis{text-align:left;background:#fbfbfb}
 tr.baseline td{background:#eef6ee}
 td.cvw,tr.baseline td.cvw{background:#fff1cc}
@@ -156,9 +160,31 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
         out.push_str("</ul>\n");
     }
 
+    let parts = plan::parts(s);
+    let several = parts.len() > 1;
+    for (pi, part) in parts.iter().enumerate() {
+        if let Some(t) = &part.title {
+            let _ = writeln!(out, "<h3 class=\"part\">{}</h3>", esc(t));
+        }
+        part_body(out, &part.summary, idx * 256 + pi * 16, several);
+    }
+    crate::nodes::nodes_table(out, s);
+
+    environment(out, s);
+    let _ = write!(
+        out,
+        "<h3>Campaign file</h3>\n<pre class=\"campaign-file\">{}</pre>\n</section>\n",
+        esc(&s.campaign_file)
+    );
+}
+
+/// The charts and tables of one part of a campaign (the whole campaign when
+/// it has one part); `nested` puts their headings one level down.
+fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: bool) {
+    let h = if nested { "h4" } else { "h3" };
     let charts = plan::charts(s);
     if !charts.is_empty() {
-        out.push_str("<h3>Charts</h3>\n");
+        let _ = writeln!(out, "<{h}>Charts</{h}>");
     }
     let lay = plan::layout(s);
     let series_note = if lay.series_axes.is_empty() {
@@ -170,7 +196,7 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
         )
     };
     for (ci, chart) in charts.iter().enumerate() {
-        let fig = svg::render(chart, idx * 64 + ci);
+        let fig = svg::render(chart, fig_base + ci);
         let n_series = chart
             .series_labels
             .iter()
@@ -189,35 +215,112 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
         );
     }
 
-    out.push_str("<h3>Tables</h3>\n");
+    let _ = writeln!(out, "<{h}>Tables</{h}>");
+    let varying = plan::varying_axes(s);
+    let columns = s
+        .report
+        .columns
+        .as_deref()
+        .filter(|c| varying.iter().any(|v| v == c));
     let _ = writeln!(
         out,
-        "<p class=\"legendnote\">Mean ± half-width of the 95 % confidence interval (Student t) over the repetitions. <span class=\"cvflag\">cv</span> marks a coefficient of variation above 10 %: the runs disagree and the mean deserves doubt.{}</p>",
-        if s.baseline.is_some() {
-            " Δ: change of the mean against the baseline scenario (green rows); green Δ is better, red worse."
+        "<p class=\"legendnote\">Mean ± half-width of the 95 % confidence interval (Student t) over the repetitions. <span class=\"cvflag\">cv</span> marks a coefficient of variation above 10 %: the runs disagree and the mean deserves doubt.{}{}</p>",
+        match columns {
+            Some(c) => format!(
+                " The values of {} stand side by side; Δ: change of the mean against the first of them (green is better, red worse); a mean row closes each sweep over {}.",
+                esc(c),
+                esc(lay.x_axis.as_deref().unwrap_or("the rows"))
+            ),
+            None if s.baseline.is_some() => " Δ: change of the mean against the baseline scenario (green rows); green Δ is better, red worse.".to_string(),
+            None => String::new(),
+        },
+        if s.report.units == ThroughputUnits::Ditg {
+            " Throughput in D-ITG's Mbps: ITGDec's kbit/s divided by 1024, as the studies printed it."
         } else {
             ""
         }
     );
     for (family, ms) in plan::metrics_by_family(s) {
         let _ = writeln!(out, "<h4>{}</h4>", esc(family_title(family)));
-        family_table(out, s, &varying, &ms);
+        match columns {
+            Some(c) => wide::table(out, s, &varying, c, lay.x_axis.as_deref(), &ms),
+            None => {
+                for chunk in fit_columns(s, &varying, &ms) {
+                    family_table(out, s, &varying, &chunk, &ms);
+                }
+            }
+        }
     }
-    crate::nodes::nodes_table(out, s);
+}
 
-    environment(out, s);
-    let _ = write!(
-        out,
-        "<h3>Campaign file</h3>\n<pre class=\"campaign-file\">{}</pre>\n</section>\n",
-        esc(&s.campaign_file)
-    );
+/// Width the page gives a table, px (the body's 1180 px less its padding).
+pub(crate) const PAGE_W: f64 = 1140.0;
+/// Mean width of a character of the table font, px.
+const TABLE_CHAR_W: f64 = 7.2;
+
+/// Estimated width of a table column holding `chars` characters.
+pub(crate) fn col_w(chars: usize) -> f64 {
+    16.0 + TABLE_CHAR_W * chars as f64
+}
+
+/// Estimated width of a metric's column: its header wraps (at most 140
+/// px), its cells do not, and "95.54 ± 0.12" with a cv flag takes about 20
+/// characters, which is the wider of the two.
+pub(crate) fn metric_w(_m: &MetricInfo) -> f64 {
+    col_w(20)
+}
+
+/// Estimated width of the axis columns of a table.
+pub(crate) fn axes_w(s: &CampaignSummary, axes: &[String]) -> f64 {
+    axes.iter()
+        .map(|a| {
+            let longest = s
+                .scenarios
+                .iter()
+                .map(|sc| sc.axes.get(a).map(|v| v.chars().count()).unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            col_w(longest.max(a.chars().count()))
+        })
+        .sum()
+}
+
+/// Splits a family's metrics into tables narrow enough for the page (no
+/// column behind a scroll bar): each table repeats the axis columns.
+fn fit_columns<'a>(
+    s: &CampaignSummary,
+    varying: &[String],
+    ms: &[&'a MetricInfo],
+) -> Vec<Vec<&'a MetricInfo>> {
+    let fixed = axes_w(s, varying).max(col_w(8)) + col_w(5);
+    let delta = if s.baseline.is_some() { col_w(7) } else { 0.0 };
+    let bound_w = col_w(12) + col_w(10);
+    let mut out: Vec<Vec<&MetricInfo>> = Vec::new();
+    let mut cur: Vec<&MetricInfo> = Vec::new();
+    let mut w = fixed;
+    for m in ms {
+        let mut add = metric_w(m) + delta;
+        if bound_applies(m, ms) && s.scenarios.iter().any(|sc| sc.upper_bound_bps.is_some()) {
+            add += bound_w;
+        }
+        if !cur.is_empty() && w + add > PAGE_W {
+            out.push(std::mem::take(&mut cur));
+            w = fixed;
+        }
+        w += add;
+        cur.push(m);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }
 
 /// Whether a rise of this metric is an improvement, so Δ can be coloured
 /// green for better and red for worse; None when it is neither. The
 /// direction is the metric table's (`wirebench_campaign::metrics`), carried
 /// in the summary.
-fn higher_is_better(m: &MetricInfo) -> Option<bool> {
+pub(crate) fn higher_is_better(m: &MetricInfo) -> Option<bool> {
     match m.better {
         Better::Higher => Some(true),
         Better::Lower => Some(false),
@@ -225,11 +328,10 @@ fn higher_is_better(m: &MetricInfo) -> Option<bool> {
     }
 }
 
-fn family_table(out: &mut String, s: &CampaignSummary, varying: &[String], ms: &[&MetricInfo]) {
-    let has_baseline = s.baseline.is_some();
-    // One unit per column so values compare at a glance.
-    let scales: Vec<_> = ms
-        .iter()
+/// One display unit per metric over every scenario, so a column's values
+/// compare at a glance.
+pub(crate) fn column_scales(s: &CampaignSummary, ms: &[&MetricInfo]) -> Vec<Scale> {
+    ms.iter()
         .map(|m| {
             let max = s
                 .scenarios
@@ -238,10 +340,23 @@ fn family_table(out: &mut String, s: &CampaignSummary, varying: &[String], ms: &
                 .filter(|st| st.mean.is_finite())
                 .map(|st| st.mean.abs())
                 .fold(0.0, f64::max);
-            scale_for(&m.unit, max)
+            scale_in(&m.unit, max, s.report.units)
         })
-        .collect();
-    let bound_metric = ms.iter().position(|m| bound_applies(m, ms));
+        .collect()
+}
+
+/// One table of a family's metrics `ms` (all of `family`, or the part of
+/// them that fits the page).
+fn family_table(
+    out: &mut String,
+    s: &CampaignSummary,
+    varying: &[String],
+    ms: &[&MetricInfo],
+    family: &[&MetricInfo],
+) {
+    let has_baseline = s.baseline.is_some();
+    let scales = column_scales(s, ms);
+    let bound_metric = ms.iter().position(|m| bound_applies(m, family));
     let any_bound =
         bound_metric.is_some() && s.scenarios.iter().any(|sc| sc.upper_bound_bps.is_some());
     let bound_scale = bound_metric.map(|i| scales[i].clone());

@@ -13,6 +13,7 @@ mod html;
 mod nodes;
 pub mod plan;
 mod svg;
+mod wide;
 
 use std::path::{Path, PathBuf};
 pub use wirebench_campaign::summary::CampaignSummary;

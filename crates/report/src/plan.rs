@@ -8,7 +8,9 @@
 //! information and stay out of series labels.
 
 use std::collections::BTreeMap;
-use wirebench_campaign::summary::{CampaignSummary, MetricFamily, MetricInfo, ScenarioSummary};
+use wirebench_campaign::summary::{
+    CampaignSummary, MetricFamily, MetricInfo, ScenarioSummary, ThroughputUnits,
+};
 
 /// Line chart over a numeric x axis, or grouped bars over categories.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +57,10 @@ pub struct Chart<'a> {
     pub series_labels: Vec<String>,
     pub panels: Vec<Panel<'a>>,
     pub draws_bound: bool,
+    /// Throughput units (the campaign's `[report] units`).
+    pub units: ThroughputUnits,
+    /// Whether a line chart's y axis may start above zero (`[report] zoom`).
+    pub zoom: bool,
 }
 
 /// How the scenarios of one campaign split into x values and series.
@@ -118,16 +124,239 @@ fn distinct_in_order<'s>(s: &'s CampaignSummary, axis: &str) -> Vec<&'s str> {
     v
 }
 
-/// Label of a series from its axis values, e.g. `ip=6, transport=udp`.
+/// One axis value as a reader says it: `IPv6`, `UDP`, `MTU 9000`,
+/// `1408 B payload`, `CSa`; an axis this function does not know reads
+/// `axis value`. Empty when the scenario has no value for the axis (an axis
+/// of another `[[matrix]]` block).
+pub fn axis_text(axis: &str, value: &str) -> String {
+    let v = value.trim();
+    if v.is_empty() {
+        return String::new();
+    }
+    match axis {
+        "ip" => match v {
+            "4" => "IPv4".into(),
+            "6" => "IPv6".into(),
+            _ => format!("IP {v}"),
+        },
+        "transport" => v.to_ascii_uppercase(),
+        "meter" => match v {
+            "rtt" => "round trip".into(),
+            "owd" => "one-way".into(),
+            _ => format!("meter {v}"),
+        },
+        "payload" => format!("{v} B payload"),
+        "frame" => format!("{v} B frames"),
+        "mtu" => format!("MTU {v}"),
+        "pps" => format!("{v} pkt/s"),
+        "flows" => format!("{v} flows"),
+        "link_rate" => format!("{v} link"),
+        "forward_pps" => format!("router cap {v} pkt/s"),
+        "offloads" => match v {
+            "true" | "on" => "offloads on".into(),
+            "false" | "off" => "offloads off".into(),
+            _ => format!("offloads {v}"),
+        },
+        "app" => app_name(v).to_string(),
+        "codec" => v.to_string(),
+        _ => format!("{axis} {v}"),
+    }
+}
+
+/// The studies' names of D-ITG's application models.
+fn app_name(v: &str) -> &str {
+    match v {
+        "csa" => "CSa",
+        "csi" => "CSi",
+        "quake3" => "Quake3",
+        "voip" => "VoIP",
+        "dns" => "DNS",
+        "telnet" => "Telnet",
+        "voip-real" => "VoIP (real codec)",
+        "opus" => "Opus",
+        "video" => "video",
+        "file" => "file transfer",
+        other => other,
+    }
+}
+
+/// Label of a series from its axis values, e.g. `IPv6, UDP`. Axes the
+/// scenario has no value for are left out.
 pub fn series_label(sc: &ScenarioSummary, series_axes: &[String]) -> String {
-    if series_axes.is_empty() {
+    let parts: Vec<String> = series_axes
+        .iter()
+        .map(|a| axis_text(a, axis_value(sc, a)))
+        .filter(|t| !t.is_empty())
+        .collect();
+    if parts.is_empty() {
         return "all scenarios".to_string();
     }
-    series_axes
-        .iter()
-        .map(|a| format!("{a}={}", axis_value(sc, a)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    parts.join(", ")
+}
+
+/// A group of scenarios drawn and tabled together, with its own x axis.
+#[derive(Debug, Clone)]
+pub struct Part {
+    /// Heading when a campaign has several parts (None: the only part).
+    pub title: Option<String>,
+    /// The campaign restricted to this part's scenarios.
+    pub summary: CampaignSummary,
+}
+
+fn numeric(v: &str) -> bool {
+    v.trim().parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+fn sub_summary(s: &CampaignSummary, idx: &[usize], x_axis: Option<String>) -> CampaignSummary {
+    CampaignSummary {
+        scenarios: idx.iter().map(|&i| s.scenarios[i].clone()).collect(),
+        x_axis,
+        ..s.clone()
+    }
+}
+
+/// Splits a campaign into the parts a reader expects to see apart: the
+/// scenarios of `[[matrix]]` blocks with different axes (a size sweep and an
+/// application block) and, inside a sweep, scenarios that sweep another
+/// numeric axis at one x value (S5's calibration: 64 B at 10 000–50 000
+/// pkt/s beside the size sweep at 30 000 pkt/s). Numeric sweeps then become
+/// line charts and categorical axes bar charts, each in its own figure.
+pub fn parts(s: &CampaignSummary) -> Vec<Part> {
+    // Scenarios grouped by which axes they have values for, in order of
+    // first appearance: one group per kind of [[matrix]] block.
+    let mut groups: Vec<(Vec<&String>, Vec<usize>)> = Vec::new();
+    for (i, sc) in s.scenarios.iter().enumerate() {
+        let sig: Vec<&String> = sc
+            .axes
+            .iter()
+            .filter(|(_, v)| !v.trim().is_empty())
+            .map(|(k, _)| k)
+            .collect();
+        match groups.iter_mut().find(|(g, _)| *g == sig) {
+            Some((_, v)) => v.push(i),
+            None => groups.push((sig, vec![i])),
+        }
+    }
+    let mut out: Vec<(Vec<usize>, Option<String>)> = Vec::new();
+    for (_, idx) in groups {
+        let sub = sub_summary(s, &idx, s.x_axis.clone());
+        let lay = layout(&sub);
+        let xs = lay
+            .x_axis
+            .as_ref()
+            .map(|x| distinct_in_order(&sub, x).len());
+        if lay.kind != ChartKind::Line || xs.unwrap_or(0) < 3 {
+            out.push((idx, lay.x_axis));
+            continue;
+        }
+        // Series with a single x value in a sweep of three or more: they
+        // sweep something else.
+        let mut count = vec![0usize; lay.series_labels.len()];
+        for &(si, _) in &lay.place {
+            count[si] += 1;
+        }
+        let (mut lone, mut sweep) = (Vec::new(), Vec::new());
+        for (&i, &(si, _)) in idx.iter().zip(&lay.place) {
+            if count[si] == 1 {
+                lone.push(i);
+            } else {
+                sweep.push(i);
+            }
+        }
+        if lone.len() < 2 || sweep.is_empty() {
+            out.push((idx, lay.x_axis));
+            continue;
+        }
+        let lone_sub = sub_summary(s, &lone, None);
+        let x2 = varying_axes(&lone_sub)
+            .into_iter()
+            .filter(|a| Some(a) != lay.x_axis.as_ref())
+            .filter(|a| {
+                lone_sub
+                    .scenarios
+                    .iter()
+                    .all(|sc| numeric(axis_value(sc, a)))
+            })
+            .max_by_key(|a| distinct_in_order(&lone_sub, a).len());
+        let Some(x2) = x2 else {
+            out.push((idx, lay.x_axis));
+            continue;
+        };
+        // The sweep's scenario that sits on the other sweep (same values on
+        // every other axis) belongs to both figures.
+        let fixed: Vec<(String, String)> = all_axes(&lone_sub)
+            .into_iter()
+            .filter(|a| *a != x2 && !varying_axes(&lone_sub).contains(a))
+            .map(|a| {
+                let v = axis_value(&lone_sub.scenarios[0], &a).to_string();
+                (a, v)
+            })
+            .collect();
+        let mut second: Vec<usize> = sweep
+            .iter()
+            .copied()
+            .filter(|&i| {
+                fixed
+                    .iter()
+                    .all(|(a, v)| axis_value(&s.scenarios[i], a) == v.as_str())
+            })
+            .chain(lone.iter().copied())
+            .collect();
+        second.sort_unstable();
+        out.push((sweep, lay.x_axis.clone()));
+        out.push((second, Some(x2)));
+    }
+    if out.len() == 1 {
+        return vec![Part {
+            title: None,
+            summary: s.clone(),
+        }];
+    }
+    // Axes with two or more values somewhere (not merely absent from some
+    // blocks): what tells the parts apart.
+    let campaign_varying: Vec<String> = all_axes(s)
+        .into_iter()
+        .filter(|a| {
+            let mut vals: Vec<&str> = s
+                .scenarios
+                .iter()
+                .map(|sc| axis_value(sc, a).trim())
+                .filter(|v| !v.is_empty())
+                .collect();
+            vals.sort_unstable();
+            vals.dedup();
+            vals.len() > 1
+        })
+        .collect();
+    out.into_iter()
+        .map(|(idx, x)| {
+            let sub = sub_summary(s, &idx, x.clone());
+            let lay = layout(&sub);
+            let inner = varying_axes(&sub);
+            // What holds this part together: axes that vary in the campaign
+            // but not here.
+            let held: Vec<String> = campaign_varying
+                .iter()
+                .filter(|a| !inner.contains(a))
+                .map(|a| axis_text(a, axis_value(&sub.scenarios[0], a)))
+                .filter(|t| !t.is_empty())
+                .collect();
+            let head = match (&lay.x_axis, lay.kind) {
+                (Some(x), ChartKind::Line) => format!("Against {x}"),
+                (Some(x), ChartKind::Bars) => format!("By {x}"),
+                (None, _) => "Scenarios".to_string(),
+            };
+            let title = if held.is_empty() {
+                head
+            } else {
+                format!("{head} ({})", held.join(", "))
+            };
+            Part {
+                title: Some(title),
+                summary: sub,
+            }
+        })
+        .collect()
 }
 
 /// Decides x axis, chart kind and series for a campaign.
@@ -335,6 +564,8 @@ pub fn charts(s: &CampaignSummary) -> Vec<Chart<'_>> {
             series_labels: lay.series_labels.clone(),
             panels,
             draws_bound,
+            units: s.report.units,
+            zoom: s.report.zoom,
         });
     }
     out
@@ -429,6 +660,7 @@ mod tests {
             }],
             scenarios: scs,
             notes: vec![],
+            report: Default::default(),
         }
     }
 
@@ -448,7 +680,7 @@ mod tests {
         assert_eq!(l.series_axes, vec!["ip".to_string()]);
         assert_eq!(
             l.series_labels,
-            vec!["ip=6".to_string(), "ip=4".to_string()]
+            vec!["IPv6".to_string(), "IPv4".to_string()]
         );
         let c = charts(&s);
         // Points sorted by x within a series.

@@ -7,7 +7,7 @@
 //! figures: white background, light grid, colour-blind-safe colours (Okabe &
 //! Ito) paired with distinct marker shapes so series survive greyscale print.
 
-use crate::fmt::{axis_title, decimals_for, esc, num, px, scale_for, Scale};
+use crate::fmt::{axis_title, decimals_for, esc, num, px, scale_in, Scale};
 use crate::plan::{family_key, family_title, Chart, ChartKind, Panel};
 use std::fmt::Write as _;
 
@@ -184,6 +184,21 @@ impl YAxis {
         }
     }
 
+    /// A linear axis that starts at `lo` (a zoomed axis, see [`zoom_from`])
+    /// instead of at zero.
+    fn linear_from(lo: f64, max: f64) -> YAxis {
+        let mut y = YAxis::linear(0.0, (max - lo).max(f64::MIN_POSITIVE));
+        let step = y.ticks.get(1).map(|t| t.0).unwrap_or(1.0);
+        let d = step_decimals(step);
+        for t in &mut y.ticks {
+            t.0 += lo;
+            t.1 = format!("{:.*}", d, t.0);
+        }
+        y.lo += lo;
+        y.hi += lo;
+        y
+    }
+
     fn log(min_pos: f64, max: f64) -> YAxis {
         let lo_e = min_pos.log10().floor() as i32;
         let hi_e = (max.log10().ceil() as i32).max(lo_e + 1);
@@ -243,6 +258,33 @@ fn extent(p: &Panel, sc: &Scale) -> (f64, f64, f64) {
         }
     }
     (min, max, min_pos)
+}
+
+/// Where a zoomed y axis starts, in display units, or None to start at 0.
+///
+/// A line chart whose values (CI ends and bounds included) all lie in the
+/// top fifth of their range from zero would show its differences — S2's
+/// few per cent between MTUs — as flat lines; its axis starts instead at a
+/// round number below the lowest value, and the caption says so. Bars always
+/// start at zero (a bar's length is its value), and so does any chart whose
+/// campaign says `zoom = false`.
+pub(crate) fn zoom_from(chart: &Chart, p: &Panel, sc: &Scale) -> Option<f64> {
+    if !chart.zoom || chart.kind != ChartKind::Line {
+        return None;
+    }
+    let (min, max, _) = extent(p, sc);
+    if !(min.is_finite() && max.is_finite()) || min <= 0.0 || max <= 0.0 {
+        return None;
+    }
+    if min < 0.8 * max {
+        return None;
+    }
+    // Leave a margin of half the data's span below the lowest value, on a
+    // round step of the zoomed range.
+    let span = (max - min).max(max * 1e-3);
+    let step = nice_step(span * 1.5, 5.0);
+    let lo = ((min - span * 0.5) / step).floor() * step;
+    (lo > 0.0).then_some(lo)
 }
 
 /// Log scale only for delay-like families (delay, RTT, jitter, completion
@@ -429,6 +471,31 @@ pub fn render(chart: &Chart, fig_index: usize) -> Figure {
             " Dashed: the Ethernet upper bound of payload throughput for the same scenario.",
         );
     }
+    let zoomed: Vec<String> = chart
+        .panels
+        .iter()
+        .filter_map(|p| {
+            let (lo, hi, _) = extent(
+                p,
+                &Scale {
+                    factor: 1.0,
+                    unit: String::new(),
+                },
+            );
+            let sc = scale_in(&p.metric.unit, lo.abs().max(hi.abs()), chart.units);
+            if wants_log(chart, p) {
+                return None;
+            }
+            zoom_from(chart, p, &sc).map(|z| format!("{} {}", num(z, 4), sc.unit))
+        })
+        .collect();
+    if !zoomed.is_empty() {
+        let _ = write!(
+            caption,
+            " The y axis starts at {}, not at zero, so that differences of a few per cent show.",
+            esc(&zoomed.join(" / "))
+        );
+    }
     Figure { svg: out, caption }
 }
 
@@ -459,7 +526,11 @@ fn draw_panel(
         },
     );
     // One unit per panel, chosen by the largest magnitude drawn.
-    let sc = scale_for(&p.metric.unit, raw_min.abs().max(raw_max.abs()));
+    let sc = scale_in(
+        &p.metric.unit,
+        raw_min.abs().max(raw_max.abs()),
+        chart.units,
+    );
     let (mut min, max, min_pos) = extent(p, &sc);
     // When no mean is negative the quantity is non-negative (throughput,
     // ratios, counts): a CI reaching below zero is cut at the axis rather
@@ -472,10 +543,13 @@ fn draw_panel(
         min = min.max(0.0);
     }
     let log = wants_log(chart, p);
+    let zoomed = !log && zoom_from(chart, p, &sc).is_some();
     let ya = if !min.is_finite() {
         YAxis::linear(0.0, 1.0)
     } else if log {
         YAxis::log(min_pos, max)
+    } else if let Some(lo) = zoom_from(chart, p, &sc) {
+        YAxis::linear_from(lo, max)
     } else {
         YAxis::linear(min, max)
     };
@@ -508,9 +582,10 @@ fn draw_panel(
 
     let _ = write!(
         out,
-        r#"<g class="panel" data-metric="{}" data-scale="{}">"#,
+        r#"<g class="panel" data-metric="{}" data-scale="{}"{}>"#,
         esc(&p.metric.key),
-        if log { "log" } else { "linear" }
+        if log { "log" } else { "linear" },
+        if zoomed { r#" data-zoomed="true""# } else { "" }
     );
     if multi {
         let _ = write!(
@@ -538,17 +613,23 @@ fn draw_panel(
     }
     // Panels of a multi-panel figure carry the metric in their title, so the
     // y label is only the unit (long labels would overrun a short panel).
-    let ylabel = if multi {
-        format!("{}{}", sc.unit, if log { ", log scale" } else { "" })
-    } else if sc.unit.is_empty() {
-        p.metric.label.clone()
+    let how = if log {
+        ", log scale"
+    } else if zoomed {
+        ", zoomed"
     } else {
+        ""
+    };
+    let ylabel = if multi {
+        format!("{}{how}", sc.unit)
+    } else if sc.unit.is_empty() {
         format!(
-            "{} ({}{})",
+            "{}{}",
             p.metric.label,
-            sc.unit,
-            if log { ", log scale" } else { "" }
+            if zoomed { " (zoomed)" } else { "" }
         )
+    } else {
+        format!("{} ({}{how})", p.metric.label, sc.unit)
     };
     let _ = write!(
         out,
@@ -968,6 +1049,8 @@ mod tests {
             series_labels: vec!["s".into()],
             panels: Vec::new(),
             draws_bound: false,
+            units: Default::default(),
+            zoom: true,
         };
         assert!(wants_log(&chart, &panel(0.403)));
         assert!(!wants_log(&chart, &panel(3.5e-5)));
@@ -975,5 +1058,30 @@ mod tests {
         assert!(wants_log(&chart, &panel(0.403)));
         chart.family = MetricFamily::Throughput;
         assert!(!wants_log(&chart, &panel(0.403)));
+
+        // Zoom: S2's few per cent between MTUs on a line chart start the
+        // axis above zero, below the lowest value; a wide spread, bars or
+        // zoom = false keep zero.
+        let one = Scale {
+            factor: 1.0,
+            unit: String::new(),
+        };
+        let close = Panel {
+            metric: &info,
+            series: vec![Series {
+                label: "s".into(),
+                points: vec![pt(0.0, 0.95), pt(1.0, 1.0)],
+            }],
+        };
+        let lo = zoom_from(&chart, &close, &one).expect("zoomed");
+        assert!(lo > 0.5 && lo < 0.95, "starts below the lowest value: {lo}");
+        let y = YAxis::linear_from(lo, 1.0);
+        assert!(y.lo <= 0.95 && y.hi >= 1.0 && y.ticks.len() >= 3);
+        assert!(zoom_from(&chart, &panel(0.403), &one).is_none());
+        chart.zoom = false;
+        assert!(zoom_from(&chart, &close, &one).is_none());
+        chart.zoom = true;
+        chart.kind = ChartKind::Bars;
+        assert!(zoom_from(&chart, &close, &one).is_none());
     }
 }

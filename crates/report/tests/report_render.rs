@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -15,7 +15,7 @@ fn screenshot(html: &Path, png: &Path, profile: &Path) {
         Path::new(CHROMIUM).exists(),
         "{CHROMIUM} not found: install chromium (apt-get install chromium)"
     );
-    let mut child = Command::new(CHROMIUM)
+    let child = Command::new(CHROMIUM)
         .args([
             "--headless",
             "--no-sandbox",
@@ -36,19 +36,7 @@ fn screenshot(html: &Path, png: &Path, profile: &Path) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start chromium: install chromium (apt-get install chromium)");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            assert!(st.success(), "chromium exited with {st}");
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish the screenshot within 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_chromium(child);
 }
 
 #[test]

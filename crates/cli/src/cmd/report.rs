@@ -7,7 +7,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use wirebench_campaign::analysis::extract_metrics;
 use wirebench_campaign::store::{CampaignRow, Store, StoreError};
-use wirebench_campaign::summary::CampaignSummary;
+use wirebench_campaign::summary::{CampaignSummary, ThroughputUnits};
 use wirebench_report::RunRecord;
 
 #[derive(clap::Args)]
@@ -33,6 +33,28 @@ pub struct Args {
     /// Also write every aggregate and run as one JSON document.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Put the values of this axis side by side in the tables, with the
+    /// change against the first and a mean row per sweep (S3's "IPv4 |
+    /// IPv6"); overrides the campaign's `[report] columns`.
+    #[arg(long, value_name = "AXIS")]
+    pub columns: Option<String>,
+    /// Throughput units: si (bit/s, kbit/s, Mbit/s, Gbit/s) or ditg (the
+    /// studies' D-ITG "Mbps": kbit/s ÷ 1024); overrides `[report] units`.
+    #[arg(long, value_enum, value_name = "UNITS")]
+    pub units: Option<Units>,
+    /// Every y axis starts at zero, even where the values differ by a few
+    /// per cent (by default such line charts are zoomed, and say so).
+    #[arg(long)]
+    pub no_zoom: bool,
+}
+
+/// `--units`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Units {
+    /// bit/s, kbit/s, Mbit/s, Gbit/s (powers of 1000).
+    Si,
+    /// D-ITG's kbit/s ÷ 1024, called Mbps in the studies.
+    Ditg,
 }
 
 /// The parent directory of an output file must exist: a typo there is the
@@ -166,6 +188,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let s = wirebench_campaign::summarize(&store, &r.id.to_string())
             .with_context(|| format!("summarising campaign {} (id {})", r.name, r.id))?;
         summaries.push(s);
+    }
+
+    for s in &mut summaries {
+        if let Some(c) = &args.columns {
+            if !wirebench_report::plan::varying_axes(s).contains(c) {
+                return Err(bad_input(format!(
+                    "--columns {c:?}: campaign {} does not vary that axis (it varies: {})",
+                    s.name,
+                    wirebench_report::plan::varying_axes(s).join(", ")
+                )));
+            }
+            s.report.columns = Some(c.clone());
+        }
+        if let Some(u) = args.units {
+            s.report.units = match u {
+                Units::Si => ThroughputUnits::Si,
+                Units::Ditg => ThroughputUnits::Ditg,
+            };
+        }
+        if args.no_zoom {
+            s.report.zoom = false;
+        }
     }
 
     wirebench_report::write_html(&summaries, &args.output)?;

@@ -260,6 +260,7 @@ pub fn s5_like(campaign_file: &str) -> CampaignSummary {
         metrics,
         scenarios,
         notes: vec!["In an emulated test-bed every node shares one kernel: router forwarding appears as host softirq.".into()],
+        report: Default::default(),
     }
 }
 
@@ -339,7 +340,26 @@ pub fn apps_like() -> CampaignSummary {
         metrics,
         scenarios,
         notes: vec![],
+        report: Default::default(),
     }
 }
 
 pub const S5_FILE: &str = "# S5: IPv4 versus IPv6, client-server through one router\nname = \"s5-ipv4-vs-ipv6\"\ntestbed = \"router\"\nrepetitions = 15\nduration = \"60s\"\n[matrix]\nip = [4, 6]\ntransport = [\"udp\", \"tcp\"]\npayload = [64, 128, 256, 384, 512, 640, 768, 896, 1024, 1152, 1280, 1408, 1536]\nrate = [\"100mbit\"]\n";
+
+/// Waits for a headless Chromium child to finish within 30 s, killing it
+/// (and failing) if it does not.
+pub fn wait_chromium(mut child: std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "chromium exited with {st}");
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium did not finish within 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
