@@ -1,7 +1,7 @@
 //! Campaign files: bad input fails before anything runs, naming line and key;
 //! good files expand to the expected scenarios.
 
-use wirebench_campaign::campaign::{Campaign, CampaignError, RunLength};
+use wirebench_campaign::campaign::{Campaign, CampaignError, RunLength, Target};
 
 const GOOD: &str = r#"
 name = "t"
@@ -204,4 +204,32 @@ fn report_table_read_and_checked() {
     );
     assert_names(&err(&format!("{head}units = \"imperial\"\n")), 6, "units");
     assert_names(&err(&format!("{head}zoom = true\nwidth = 3\n")), 7, "width");
+}
+
+#[test]
+fn link_rate_axis_on_real_nodes_needs_apply_link_rate() {
+    let nodes = |apply: &str| {
+        format!(
+            "[hosts]\n[[hosts.node]]\nname = \"a\"\nlocal = true\nrole = \"sender\"\n{apply}\n\
+             [[hosts.node]]\nname = \"b\"\nlocal = true\nrole = \"receiver\"\nipv4 = \"127.0.0.1\"\n\
+             [matrix]\nlink_rate = [\"10mbit\", \"100mbit\"]\n"
+        )
+    };
+    let e = err(&nodes(""));
+    assert_names(&e, 13, "link_rate");
+    assert!(e.to_string().contains("apply_link_rate"), "{e}");
+    let c = Campaign::parse(&nodes("apply_link_rate = true"), "c.toml").unwrap();
+    let Target::Hosts(h) = &c.target else {
+        panic!("hosts")
+    };
+    assert!(h.nodes[0].apply_link_rate && !h.nodes[1].apply_link_rate);
+    let rates: Vec<Option<String>> = c
+        .expand()
+        .into_iter()
+        .map(|s| s.settings.link_rate)
+        .collect();
+    assert_eq!(
+        rates,
+        vec![Some("10mbit".to_string()), Some("100mbit".to_string())]
+    );
 }
