@@ -98,6 +98,7 @@ pub const METRICS: &[Metric] = &[
     m("loss_ratio", Loss, "Loss ratio", "ratio", Sum, Lower, Derived),
     m("lost_packets", Loss, "Packets lost", PKTS, Sum, Lower, Flow(&["received", "lost"])),
     m("not_sent", Loss, "Packets not sent", PKTS, Sum, Lower, Flow(&["sent", "not_sent"])),
+    m("loss_sender_host", Loss, "Dropped in the sending host", PKTS, Sum, Lower, Flow(&["loss_split", "sender_host"])),
     m("loss_receiver_host", Loss, "Dropped in the receiving host", PKTS, Sum, Lower, Flow(&["loss_split", "receiver_host"])),
     m("loss_network", Loss, "Lost in the network", PKTS, Sum, Lower, Flow(&["loss_split", "network"])),
     m("packets_sent", Loss, "Packets sent", PKTS, Sum, Higher, Flow(&["sent", "packets"])),

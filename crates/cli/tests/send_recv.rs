@@ -493,7 +493,7 @@ fn json_document_holds_the_documented_keys() {
     );
     has(
         &fl["loss_split"],
-        &["not_sent", "receiver_host", "network"],
+        &["not_sent", "sender_host", "receiver_host", "network"],
         "loss_split",
     );
     has(

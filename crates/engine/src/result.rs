@@ -9,7 +9,7 @@ use crate::session::Offset;
 use crate::sys;
 use std::net::{IpAddr, SocketAddr};
 use wirebench_model::voip::JitterBuffer;
-use wirebench_stats::IpVersion;
+use wirebench_stats::{IpVersion, Throughput};
 use wirebench_wire::Transport;
 
 pub use wirebench_stats::result::*;
@@ -32,6 +32,8 @@ pub(crate) struct DocParts<'a> {
     pub extra: ReportExtra,
     pub run_s: f64,
     pub cpu_sender: CpuTime,
+    /// The sending namespace's UDP send drops during the run.
+    pub sndbuf_errors: u64,
     pub host: sys::HostCpuShare,
     pub partial: Option<String>,
 }
@@ -40,21 +42,31 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
     let mut flows = Vec::new();
     let total_lost: u64 = p.reports.iter().map(|r| r.summary.counts.lost).sum();
     let host_drops = p.extra.rcvbuf_errors;
-    let mut total = Total::default();
+    let mut total = Total {
+        sender_host_drops: p.sndbuf_errors,
+        ..Total::default()
+    };
     let mut delay_weighted = 0.0;
+    let mut span = UnionSpan::default();
     for (i, (f, o)) in p.plan.flows.iter().zip(&p.outcomes).enumerate() {
         let id = (i + 1) as u16;
         let rep = p.reports.iter().find(|r| r.flow_id == id);
         let s = rep.map(|r| r.summary.clone()).unwrap_or_default();
-        // Namespace-wide buffer drops are shared out in proportion to each
-        // flow's losses, and never exceed them.
-        let receiver_host = if total_lost > 0 && f.transport == Transport::Udp {
-            ((host_drops.min(total_lost) as f64) * s.counts.lost as f64 / total_lost as f64).round()
-                as u64
-        } else {
-            0
-        }
-        .min(s.counts.lost);
+        // Namespace-wide drops are shared out in proportion to each flow's
+        // losses, and never exceed them: the sender's own first (a packet
+        // its host dropped never reached the receiver), then the
+        // receiver's buffers, the rest is the network's.
+        let share = |drops: u64, cap: u64| {
+            if total_lost > 0 && f.transport == Transport::Udp {
+                (((drops.min(total_lost) as f64) * s.counts.lost as f64 / total_lost as f64).round()
+                    as u64)
+                    .min(cap)
+            } else {
+                0
+            }
+        };
+        let sender_host = share(p.sndbuf_errors, s.counts.lost);
+        let receiver_host = share(host_drops, s.counts.lost - sender_host);
         // Probes the receiver refused at once never reached the accumulator;
         // they are forged all the same.
         let mut counts = s.counts.clone();
@@ -70,10 +82,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
         total.not_sent += o.send.not_sent;
         total.received_packets += s.counts.unique;
         total.lost += s.counts.lost;
-        total.throughput_bps.payload += s.throughput_bps.payload;
-        total.throughput_bps.ip += s.throughput_bps.ip;
-        total.throughput_bps.ethernet += s.throughput_bps.ethernet;
-        total.throughput_bps.wire += s.throughput_bps.wire;
+        span.add(&s);
         delay_weighted += s.delay_s.mean * s.counts.packets as f64;
         total.delay_max_s = total.delay_max_s.max(s.delay_s.max);
         flows.push(FlowResult {
@@ -103,8 +112,9 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
             received,
             loss_split: LossSplit {
                 not_sent: o.send.not_sent,
+                sender_host,
                 receiver_host,
-                network: s.counts.lost - receiver_host,
+                network: s.counts.lost - sender_host - receiver_host,
             },
             throughput_bps: s.throughput_bps,
             frames: s.frames,
@@ -130,16 +140,13 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
                     late_share: late,
                 }
             }),
-            completion_s: (f.spec.transfer_bytes.is_some()
-                && s.counts.unique > 0
-                && o.first_tx > 0)
-                .then(|| {
-                    (s.last_arrival_ns as i64 - p.clock.applied_ns() - o.first_tx as i64) as f64
-                        / 1e9
-                }),
+            completion_s: (finite(f) && s.counts.unique > 0 && o.first_tx > 0).then(|| {
+                (s.last_arrival_ns as i64 - p.clock.applied_ns() - o.first_tx as i64) as f64 / 1e9
+            }),
             intervals: s.intervals,
         });
     }
+    total.throughput_bps = span.throughput();
     if total.received_packets > 0 {
         total.delay_mean_s = delay_weighted
             / p.reports
@@ -185,9 +192,102 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
     }
 }
 
+/// A flow with an end of its own: `-k`, `-z` or a transfer model (the
+/// file model); its completion time is reported.
+fn finite(f: &crate::plan::FlowPlan) -> bool {
+    f.spec.transfer_bytes.is_some() || !matches!(f.stop, Stop::DurationMs(_))
+}
+
+/// The session's throughput: every flow's bytes per layer over the union
+/// of the flows' spans. Each flow's span is the one its own rate rests on
+/// (`RecvSummary::duration_s`, ending at its last arrival), so one flow
+/// alone gives exactly its own rate, and flows that ran one after the
+/// other are not counted as if they had run side by side.
+#[derive(Default)]
+struct UnionSpan {
+    start_ns: f64,
+    end_ns: f64,
+    bits: [f64; 4],
+    any: bool,
+}
+
+impl UnionSpan {
+    fn add(&mut self, s: &wirebench_stats::RecvSummary) {
+        if s.duration_s <= 0.0 || s.last_arrival_ns == 0 {
+            return;
+        }
+        let end = s.last_arrival_ns as f64;
+        let start = end - s.duration_s * 1e9;
+        if self.any {
+            self.start_ns = self.start_ns.min(start);
+            self.end_ns = self.end_ns.max(end);
+        } else {
+            (self.start_ns, self.end_ns, self.any) = (start, end, true);
+        }
+        let t = &s.throughput_bps;
+        for (b, r) in self
+            .bits
+            .iter_mut()
+            .zip([t.payload, t.ip, t.ethernet, t.wire])
+        {
+            *b += r * s.duration_s;
+        }
+    }
+
+    fn throughput(&self) -> Throughput {
+        let secs = (self.end_ns - self.start_ns) / 1e9;
+        if !self.any || secs <= 0.0 {
+            return Throughput::default();
+        }
+        let [payload, ip, ethernet, wire] = self.bits.map(|b| b / secs);
+        Throughput {
+            payload,
+            ip,
+            ethernet,
+            wire,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn flow(last_s: f64, duration_s: f64, payload_bps: f64) -> wirebench_stats::RecvSummary {
+        wirebench_stats::RecvSummary {
+            last_arrival_ns: (last_s * 1e9) as u64,
+            duration_s,
+            throughput_bps: Throughput {
+                payload: payload_bps,
+                ip: payload_bps * 2.0,
+                ethernet: payload_bps * 3.0,
+                wire: payload_bps * 4.0,
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn total_is_bytes_over_the_union_span() {
+        // One flow alone: its own rate.
+        let mut u = UnionSpan::default();
+        u.add(&flow(10.0, 2.0, 1e6));
+        assert_eq!(u.throughput().payload, 1e6);
+        assert_eq!(u.throughput().wire, 4e6);
+        // Two flows one after the other (8-10 s, then 10-12 s), 1 Mbit/s
+        // each: 1 Mbit/s over 4 s, not 2.
+        u.add(&flow(12.0, 2.0, 1e6));
+        assert!((u.throughput().payload - 1e6).abs() < 1e-3);
+        // Side by side (both 8-10 s): 2 Mbit/s.
+        let mut v = UnionSpan::default();
+        v.add(&flow(10.0, 2.0, 1e6));
+        v.add(&flow(10.0, 2.0, 1e6));
+        assert!((v.throughput().payload - 2e6).abs() < 1e-3);
+        // Nothing received, or a single packet (no span): nothing to divide.
+        let mut w = UnionSpan::default();
+        w.add(&flow(10.0, 0.0, 0.0));
+        assert_eq!(w.throughput(), Throughput::default());
+    }
 
     #[test]
     fn rfc3339_known_dates() {

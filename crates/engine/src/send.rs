@@ -70,6 +70,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let t0 = mono_ns() + START_LEAD_NS + START_LEAD_PER_FLOW_NS * plan.flows.len() as u64;
     let cpu0 = CpuTime::process();
     let host0 = HostCpu::read();
+    let snd0 = sys::udp_sndbuf_errors();
     let abort = Arc::new(AtomicBool::new(false));
     let watcher = Watcher::start(ctl, abort.clone())?;
     let launch = Launch {
@@ -91,6 +92,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let run_s = (stopped_mono.saturating_sub(t0)) as f64 / 1e9;
     let cpu_sender = CpuTime::process().since(cpu0);
     let host1 = HostCpu::read();
+    let sndbuf_errors = sys::udp_sndbuf_errors().saturating_sub(snd0);
     let (ctl, peer_gone) = watcher.finish();
 
     let mut partial: Option<String> = peer_gone;
@@ -143,6 +145,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         extra,
         run_s,
         cpu_sender,
+        sndbuf_errors,
         host: sys::host_cpu_share(host0, host1, run_s),
         partial: partial.clone(),
     });

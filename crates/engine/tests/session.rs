@@ -64,6 +64,31 @@ fn two_udp_flows_v4_and_a_v6_session_after() {
     );
     assert_eq!(doc.flows[1].sent.packets, 123);
     assert_eq!(doc.flows[1].received.counts.unique, 123);
+    // A timed flow has no completion time; a -z flow has one: its 123
+    // packets at 500/s span about 122 intervals of 2 ms (less when the
+    // first packet left late: the schedule does not move), and completion
+    // is the sender's first-to-last span plus the last packet's delay.
+    assert_eq!(f.completion_s, None);
+    let g = &doc.flows[1];
+    let c = g.completion_s.expect("completion_s of a -z flow");
+    let first_to_last = g.sent.duration_s * 122.0 / 123.0;
+    assert!(
+        (0.2..0.3).contains(&c)
+            && c >= first_to_last - 1e-4
+            && c <= first_to_last + g.delay_s.max + 2e-3,
+        "completion {c}, sender span {first_to_last}, {:?}",
+        g.delay_s
+    );
+    // The total is both flows' bytes over the 0.5 s they span together
+    // (200 000 + 123 000 B: 5.17 Mbit/s), not the sum of the flows' rates
+    // (3.2 + 4.0 Mbit/s, the second over its own 0.244 s).
+    let sum: f64 = doc.flows.iter().map(|f| f.throughput_bps.payload).sum();
+    let t = doc.total.throughput_bps.payload;
+    assert!(
+        (t / 5.168e6 - 1.0).abs() < 0.03,
+        "total {t}, flows sum {sum}"
+    );
+    assert_eq!(doc.total.sender_host_drops, 0);
 
     let mut p = plan("::1", port, vec![udp(1000.0, 64, Stop::KBytes(10), 3)]);
     p.family = Family::V6;
@@ -73,6 +98,9 @@ fn two_udp_flows_v4_and_a_v6_session_after() {
     assert_eq!(f.ip_version, wirebench_stats::IpVersion::V6);
     assert_eq!(f.sent.bytes, 10 * 1024);
     assert_eq!(f.received.counts.bytes, 10 * 1024);
+    // 160 packets of 64 B at 1000/s: about 159 ms from first to last.
+    let c = f.completion_s.expect("completion_s of a -k flow");
+    assert!((0.12..0.25).contains(&c), "completion {c}");
     let rtt = f.rtt_s.unwrap();
     assert!(rtt.min > 0.0 && rtt.max < 0.01, "{rtt:?}");
     assert_eq!(f.rtt_received, Some(f.sent.packets));

@@ -117,11 +117,16 @@ pub struct Received {
     pub marks: Option<MarksSeen>,
 }
 
-/// Where lost packets went: not sent, dropped at the receiving host, or lost in the network.
+/// Where lost packets went: not sent, dropped at the sending or the receiving host, or lost in the network.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
 pub struct LossSplit {
     /// Packets the schedule wanted but the sender could not put on the wire.
     pub not_sent: u64,
+    /// Sent (the socket took them) but dropped by the sending host itself:
+    /// its interface queue or socket buffer was full (UDP only; the
+    /// namespace's SndbufErrors shared out like `receiver_host`).
+    #[serde(default)]
+    pub sender_host: u64,
     /// Packets dropped in the receiving host (socket buffer overflow).
     pub receiver_host: u64,
     /// The rest of the loss: dropped somewhere on the path.
@@ -175,7 +180,8 @@ pub struct FlowResult {
     /// E-model for VoIP application models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub voip: Option<Voip>,
-    /// Transfer models: first byte sent to last byte received, seconds.
+    /// Finite transfers (`-k`, `-z`, the file model): first byte sent to
+    /// last byte received, clock-corrected, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_s: Option<f64>,
     /// Per-interval figures when `--interval` was given.
@@ -212,8 +218,14 @@ pub struct Total {
     pub lost: u64,
     /// `lost` over `sent_packets`.
     pub loss_ratio: f64,
-    /// Throughput of all flows together at each layer.
+    /// All flows' bytes over the union of their spans (earliest start to
+    /// latest last arrival on the receiver's clock), not the sum of the
+    /// flows' rates: flows that do not overlap share one span.
     pub throughput_bps: Throughput,
+    /// UDP datagrams the sending host's namespace dropped during the run
+    /// (interface queue or socket buffer full; /proc/net/snmp + snmp6).
+    #[serde(default)]
+    pub sender_host_drops: u64,
     /// Packet-weighted mean of the flows' mean delays.
     pub delay_mean_s: f64,
     /// Largest one-way delay of any flow.

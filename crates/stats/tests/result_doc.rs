@@ -41,6 +41,8 @@ const ADDED_SINCE_STORED: &[&str] = &[
     "send_path",
     "rx_timestamps",
     "clamped_draws",
+    "sender_host",
+    "sender_host_drops",
 ];
 
 /// Removes the keys of `ADDED_SINCE_STORED` that hold their default value.

@@ -444,10 +444,11 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
         &mut s,
         "Packets lost",
         format!(
-            "{} ({:.3} %): network {}, receiver host {}; bursts {} (max {})",
+            "{} ({:.3} %): network {}, sender host {}, receiver host {}; bursts {} (max {})",
             f.received.counts.lost,
             f.received.counts.loss_ratio * 100.0,
             f.loss_split.network,
+            f.loss_split.sender_host,
             f.loss_split.receiver_host,
             f.received.counts.loss_bursts.count,
             f.received.counts.loss_bursts.max_len

@@ -7,29 +7,45 @@ use std::os::fd::AsRawFd;
 /// UDP datagrams dropped because a socket's receive buffer was full, summed
 /// over IPv4 and IPv6, for the whole network namespace.
 pub fn udp_rcvbuf_errors() -> u64 {
+    udp_snmp_counter("RcvbufErrors")
+}
+
+/// UDP datagrams the sending host dropped: the socket's send buffer or the
+/// interface queue (a full qdisc) refused them after `send()` succeeded
+/// (Linux counts a qdisc drop as SndbufErrors unless IP_RECVERR is set).
+/// Summed over IPv4 and IPv6, whole network namespace.
+pub fn udp_sndbuf_errors() -> u64 {
+    udp_snmp_counter("SndbufErrors")
+}
+
+/// One `Udp:` counter of /proc/net/snmp plus its `Udp6` twin in snmp6.
+fn udp_snmp_counter(name: &str) -> u64 {
     let mut total = 0;
     if let Ok(s) = std::fs::read_to_string("/proc/net/snmp") {
-        total += parse_snmp_udp_rcvbuf(&s).unwrap_or(0);
+        total += parse_snmp_udp(&s, name).unwrap_or(0);
     }
     if let Ok(s) = std::fs::read_to_string("/proc/net/snmp6") {
-        for line in s.lines() {
-            let mut it = line.split_whitespace();
-            if it.next() == Some("Udp6RcvbufErrors") {
-                total += it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            }
-        }
+        total += parse_snmp6(&s, &format!("Udp6{name}")).unwrap_or(0);
     }
     total
 }
 
 /// /proc/net/snmp has a header line "Udp: name name ..." followed by a value
 /// line "Udp: v v ...".
-fn parse_snmp_udp_rcvbuf(s: &str) -> Option<u64> {
+fn parse_snmp_udp(s: &str, name: &str) -> Option<u64> {
     let mut lines = s.lines().filter(|l| l.starts_with("Udp:"));
     let names = lines.next()?;
     let values = lines.next()?;
-    let idx = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    let idx = names.split_whitespace().position(|n| n == name)?;
     values.split_whitespace().nth(idx)?.parse().ok()
+}
+
+/// /proc/net/snmp6 has one "Name value" pair per line.
+fn parse_snmp6(s: &str, name: &str) -> Option<u64> {
+    s.lines().find_map(|line| {
+        let mut it = line.split_whitespace();
+        (it.next() == Some(name)).then(|| it.next()?.parse().ok())?
+    })
 }
 
 /// Cumulative host CPU time in clock ticks from the first line of /proc/stat.
@@ -148,7 +164,11 @@ mod tests {
     #[test]
     fn snmp_parse() {
         let s = "Ip: a b\nIp: 1 2\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 10 0 3 9 7 0\nUdpLite: x\n";
-        assert_eq!(parse_snmp_udp_rcvbuf(s), Some(7));
+        assert_eq!(parse_snmp_udp(s, "RcvbufErrors"), Some(7));
+        assert_eq!(parse_snmp_udp(s, "SndbufErrors"), Some(0));
+        let s6 = "Udp6InDatagrams 5\nUdp6RcvbufErrors 2\nUdp6SndbufErrors 31\n";
+        assert_eq!(parse_snmp6(s6, "Udp6SndbufErrors"), Some(31));
+        assert_eq!(parse_snmp6(s6, "Udp6Nope"), None);
     }
 
     #[test]

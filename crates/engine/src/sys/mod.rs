@@ -27,13 +27,13 @@ mod unix;
 use unix as imp;
 
 #[cfg(target_os = "linux")]
-pub use imp::{interface_mtu, path_mtu, tcp_info, udp_rcvbuf_errors};
+pub use imp::{interface_mtu, path_mtu, tcp_info, udp_rcvbuf_errors, udp_sndbuf_errors};
 #[cfg(windows)]
 pub use imp::{interface_mtu, udp_rcvbuf_errors};
 #[cfg(all(unix, not(target_os = "linux")))]
 pub use unknown::{interface_mtu, udp_rcvbuf_errors};
 #[cfg(not(target_os = "linux"))]
-pub use unknown::{path_mtu, tcp_info};
+pub use unknown::{path_mtu, tcp_info, udp_sndbuf_errors};
 
 /// What only the Linux (and partly the Windows) readers know yet;
 /// elsewhere it stays unknown.
@@ -45,6 +45,11 @@ mod unknown {
     /// No per-host UDP buffer-drop counter is read here.
     #[cfg(unix)]
     pub fn udp_rcvbuf_errors() -> u64 {
+        0
+    }
+
+    /// No per-host UDP send-drop counter is read here.
+    pub fn udp_sndbuf_errors() -> u64 {
         0
     }
 
@@ -184,6 +189,7 @@ mod tests {
     #[test]
     fn live_readers_do_not_fail() {
         let _ = udp_rcvbuf_errors();
+        let _ = udp_sndbuf_errors();
         let _ = HostCpu::read();
         let h = host_info();
         assert!(h.cpus >= 1);
