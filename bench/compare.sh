@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # wirebench vs D-ITG vs iperf3 on loopback, one table of ratios.
+# (Sessions of many flows: bench/many_flows.py, docs/performance.md.)
 #
 #   bench/compare.sh [--quick] [--no-build] [compare.py options...]
 #

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Many flows in one session on loopback: wirebench's shared pacers and
+receive workers against a thread per flow, in the same run.
+
+Each case runs `wirebench send --flows N -C PPS -c 64` against a
+`wirebench recv` started here (own process group, killed at the end), once
+per pacing mode, interleaved over --reps repetitions, and reads the result
+documents:
+
+  - rate error: every flow's sent and received rate against the requested
+    one (worst flow, as a fraction);
+  - loss: lost + not_sent over all flows (must be 0);
+  - schedule error p99: each flow's `sent.schedule_error_s.p99`; the median
+    and the worst flow;
+  - start: wall time from launching `send` until the document's `started`
+    instant (handshake, N sockets each side, Ready);
+  - memory: peak RSS of the sender process and the receiver's growth,
+    divided by N.
+
+With --rt the sender runs under `chrt -f 50` (root): the pacer then is not
+preempted by ordinary load, which is the only way to read its own timing on
+a shared host. All traffic goes to 127.0.0.1.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import tcp_listening  # noqa: E402
+
+CASES = {
+    "60x2000": (60, 2000.0),
+    "1000x100": (1000, 100.0),
+    "10000x10": (10000, 10.0),
+}
+
+
+def rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def one(args, wb, port, n, pps, pacers, workdir, rx):
+    out = os.path.join(workdir, f"doc-{n}-{pacers}.json")
+    argv = [wb, "send", "-a", "127.0.0.1", "-p", str(port), "--flows", str(n),
+            "-C", str(pps), "-c", "64", "-t", str(int(args.secs * 1000)),
+            "--linger", "2000", "--pacers", pacers, "--json", out]
+    if args.rt:
+        argv = ["chrt", "-f", "50"] + argv
+    rx_before = rss_kib(rx.pid)
+    launched = time.time()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    peak_rx = rx_before
+    peak_tx = 0
+    while p.poll() is None:
+        peak_rx = max(peak_rx, rss_kib(rx.pid))
+        peak_tx = max(peak_tx, rss_kib(p.pid))
+        time.sleep(0.05)
+    err = p.stderr.read().decode(errors="replace")
+    if p.returncode not in (0, 1) or not os.path.exists(out):
+        raise RuntimeError(f"send failed ({p.returncode}): {err[-500:]}")
+    with open(out) as f:
+        doc = json.load(f)
+    os.unlink(out)
+    flows = doc["flows"]
+    worst_rate = 0.0
+    p99s = []
+    lost = 0
+    for fl in flows:
+        for r in (fl["sent"]["rate_pps"], fl["received"].get("packets", 0)
+                  / max(fl["sent"]["duration_s"], 1e-9)):
+            worst_rate = max(worst_rate, abs(r / pps - 1.0))
+        p99s.append(fl["sent"]["schedule_error_s"]["p99"])
+        lost += fl["received"]["lost"] + fl["sent"]["not_sent"]
+    start_s = None
+    try:
+        started = datetime.datetime.fromisoformat(
+            doc["started_at"].replace("Z", "+00:00")).timestamp()
+        start_s = started - launched
+    except (KeyError, ValueError):
+        pass
+    return {
+        "pacers": pacers,
+        "flows": len(flows),
+        "rate_err_worst": worst_rate,
+        "lost": lost,
+        "p99_median_us": statistics.median(p99s) * 1e6,
+        "p99_worst_us": max(p99s) * 1e6,
+        "start_s": start_s,
+        "rx_rss_kib_per_flow": (peak_rx - rx_before) / n,
+        "tx_rss_kib_per_flow": peak_tx / n,
+        "partial": doc.get("partial", False),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--wirebench", required=True)
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--modes", default="auto,flow")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--secs", type=float, default=5.0)
+    ap.add_argument("--port", type=int, default=15470)
+    ap.add_argument("--rt", action="store_true",
+                    help="run the sender under chrt -f 50 (root)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    if args.rt and not shutil.which("chrt"):
+        sys.exit("many_flows: chrt not found")
+    workdir = tempfile.mkdtemp(prefix="wb-many-")
+    rx = subprocess.Popen([args.wirebench, "recv", "-p", str(args.port)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    results = []
+    try:
+        deadline = time.monotonic() + 5
+        while not tcp_listening(args.port):
+            if rx.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("receiver did not start")
+            time.sleep(0.05)
+        for case in args.cases.split(","):
+            n, pps = CASES[case]
+            for rep in range(args.reps):
+                for mode in args.modes.split(","):
+                    r = one(args, args.wirebench, args.port, n, pps, mode,
+                            workdir, rx)
+                    r.update(case=case, rep=rep)
+                    results.append(r)
+                    print(json.dumps(r), flush=True)
+    finally:
+        try:
+            os.killpg(rx.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        rx.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\nhost {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after; sender "
+          f"{'under chrt -f 50' if args.rt else 'at normal priority'}")
+    print("case       pacers  rate err worst  lost  sched p99 median / worst (us)"
+          "  start (s)  KiB/flow tx rx")
+    for case in args.cases.split(","):
+        for mode in args.modes.split(","):
+            rs = [r for r in results if r["case"] == case and r["pacers"] == mode]
+            if not rs:
+                continue
+            med = lambda k: statistics.median(r[k] for r in rs)
+            starts = [r["start_s"] for r in rs if r["start_s"] is not None]
+            print(f"{case:10} {mode:6} {max(r['rate_err_worst'] for r in rs):14.5%}"
+                  f" {sum(r['lost'] for r in rs):5d}"
+                  f" {med('p99_median_us'):10.1f} / {med('p99_worst_us'):9.1f}"
+                  f" {statistics.median(starts) if starts else float('nan'):10.3f}"
+                  f" {med('tx_rss_kib_per_flow'):7.1f} {med('rx_rss_kib_per_flow'):5.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
