@@ -14,6 +14,7 @@ mod auth;
 pub mod clock;
 pub mod ctl;
 pub mod gate;
+pub mod live;
 mod net;
 mod pacing;
 pub mod plan;

@@ -71,6 +71,9 @@ pub struct SessionPlan {
     pub key: Option<wirebench_wire::auth::Key>,
     /// Which threads pace the paced one-way UDP flows.
     pub pacing: Pacing,
+    /// With `interval_ms`: where the intervals the receiver streams during
+    /// the run go (`--interval` lines, `--json-stream`).
+    pub live: Option<crate::live::Live>,
 }
 
 /// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
@@ -114,6 +117,7 @@ impl SessionPlan {
             log: None,
             key: None,
             pacing: Pacing::Auto,
+            live: None,
         }
     }
 

@@ -18,6 +18,7 @@ use crate::ctl::{Ctl, Recv};
 use crate::gate::{
     Gate, GateLimits, Refusal, Slot, MAX_PENDING, PENDING_PER_PEER, SESSIONS_PER_PEER,
 };
+use crate::live::{self, LiveQueue, LiveTap};
 use crate::net::{self, enable_rx_timestamps, set_rcvbuf, AsRawFd, RecvBatch, BATCH};
 use crate::records::{Fill, RecordReader};
 use crate::result::{FlowReport, ReportExtra};
@@ -286,6 +287,8 @@ struct FlowShared {
     forged: AtomicU64,
     /// Probes whose delay is outside [`limits::plausible_delay`].
     implausible: AtomicU64,
+    /// Finished live intervals on their way to the session thread.
+    live: Arc<LiveQueue>,
 }
 
 impl FlowShared {
@@ -416,6 +419,7 @@ fn session(
         meter,
         flows: setups,
         auth,
+        live: live_asked,
     } = hello
     else {
         stats.foreign_control.fetch_add(1, Ordering::Relaxed);
@@ -471,6 +475,7 @@ fn session(
     } else {
         IpVersion::V6
     };
+    let live_ms = setups.iter().filter_map(|s| s.interval_ms).min();
     let at = FlowAt {
         local_ip,
         peer_ip,
@@ -478,6 +483,7 @@ fn session(
         sid,
         meter,
         max_intervals,
+        live: live_asked && live_ms.is_some(),
     };
     // Declared before `flows`, so that on every way out the flows' threads
     // (and with them the log producers) are gone before the sink is dropped.
@@ -529,14 +535,23 @@ fn session(
             );
         }
     }
-    ctl.send(&ControlMsg::Ready { ports })?;
+    ctl.send(&ControlMsg::Ready {
+        ports,
+        live: at.live,
+    })?;
+    let live_queues: Vec<Arc<LiveQueue>> = if at.live {
+        flows.0.iter().map(|f| f.shared.live.clone()).collect()
+    } else {
+        Vec::new()
+    };
+    let live_every = live::stream_every(live_ms.unwrap_or(1000));
 
     let cpu0 = CpuTime::thread();
     let mut snmp0 = sys::udp_rcvbuf_errors();
     let mut foreign0 = stats.foreign_control.load(Ordering::Relaxed);
     loop {
         let left = ends.saturating_duration_since(std::time::Instant::now());
-        let msg = match ctl.recv(idle.min(left)) {
+        let msg = match live::recv_streaming(&mut ctl, idle.min(left), live_every, &live_queues) {
             Ok(Recv::Msg(m)) => m,
             Ok(Recv::Timeout) if left <= idle => {
                 stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
@@ -598,6 +613,7 @@ fn session(
                 let now = realtime_ns();
                 for f in &flows.0 {
                     f.shared.start_ns.store(now, Ordering::Relaxed);
+                    f.shared.live.start_ns.store(now, Ordering::Relaxed);
                 }
                 snmp0 = sys::udp_rcvbuf_errors();
                 foreign0 = stats.foreign_control.load(Ordering::Relaxed);
@@ -685,6 +701,9 @@ fn session(
                     foreign_control: foreign1.saturating_sub(foreign0),
                     cpu_s: cpu,
                 };
+                // The last intervals (the receive threads closed theirs
+                // when they ended) go before the report.
+                live::send_pending(&mut ctl, &live_queues)?;
                 // Counted before the send so that a sender holding the
                 // report always sees the session counted.
                 stats.sessions_completed.fetch_add(1, Ordering::Relaxed);
@@ -726,6 +745,8 @@ struct FlowAt {
     meter: MeterMode,
     /// This flow's share of the session's interval-bucket budget.
     max_intervals: usize,
+    /// Stream live intervals to the sender.
+    live: bool,
 }
 
 /// The log header of a session: what `wirebench decode` needs to recompute
@@ -772,11 +793,30 @@ struct Recorder {
     log: Option<LogProducer>,
     /// DSCP / TTL / flow label of the admitted datagrams.
     marks: MarksTally,
+    /// Cuts live intervals (sessions that stream them).
+    live: Option<LiveTap>,
 }
 
 impl Recorder {
+    /// The socket was quiet: close the live intervals that have ended.
+    fn tick(&mut self) {
+        if let Some(t) = self.live.as_mut() {
+            t.tick(realtime_ns(), &self.acc);
+        }
+    }
+
+    /// The flow ended: close the last live intervals.
+    fn finish_live(&mut self) {
+        if let Some(t) = self.live.as_mut() {
+            t.finish(&self.acc);
+        }
+    }
+
     #[inline]
     fn record(&mut self, h: &ProbeHeader, delay: i64, ts: u64, len: usize) {
+        if let Some(t) = self.live.as_mut() {
+            t.before(ts, &self.acc);
+        }
         if let Some(log) = self.log.as_mut() {
             log.push(wirebench_pktlog::Record {
                 flow: h.flow,
@@ -816,6 +856,10 @@ fn open_flow(
         interval_ns: s.interval_ms.and_then(|m| limits::interval_ns(m).ok()),
     };
     let shared = Arc::new(FlowShared::default());
+    let tap = match (at.live, cfg.interval_ns) {
+        (true, Some(len)) => Some(LiveTap::new(shared.live.clone(), s.flow_id, len)),
+        _ => None,
+    };
     let bind = SocketAddr::new(local_ip, 0);
     let max_len = (s.max_len as usize).clamp(PROBE_HEADER_LEN, u16::MAX as usize);
     let flow_id = s.flow_id;
@@ -824,6 +868,7 @@ fn open_flow(
         acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
         log,
         marks: MarksTally::default(),
+        live: tap,
     };
     let reflect = meter == MeterMode::Rtt;
     let (port, rx) = match s.transport {
@@ -1062,7 +1107,14 @@ fn udp_rx_many(mut flows: Vec<UdpFlow>, mut poller: net::Poller) -> WorkerOutcom
         Some(f) => f.sh.clone(),
         None => Arc::new(FlowShared::default()),
     };
+    // Live intervals of quiet flows are closed every 10 ms at most.
+    let live = flows.iter().any(|f| f.acc.live.is_some());
+    let mut next_tick = 0;
     while !stop.stop.load(Ordering::Relaxed) {
+        if live && mono_ns() >= next_tick {
+            flows.iter_mut().for_each(|f| f.acc.tick());
+            next_tick = mono_ns() + 10_000_000;
+        }
         let mut read = 0;
         poller.wait(POLL_MS as i32, |t| {
             let Some(f) = flows.get_mut(t) else { return };
@@ -1087,7 +1139,10 @@ fn udp_rx_many(mut flows: Vec<UdpFlow>, mut poller: net::Poller) -> WorkerOutcom
     WorkerOutcome {
         accs: flows
             .into_iter()
-            .map(|f| (f.acc.acc, f.acc.marks.seen()))
+            .map(|mut f| {
+                f.acc.finish_live();
+                (f.acc.acc, f.acc.marks.seen())
+            })
             .collect(),
         cpu: CpuTime::thread().since(cpu0),
     }
@@ -1112,6 +1167,7 @@ fn udp_rx(mut f: UdpFlow) -> WorkerOutcome {
         // E.g. ECONNREFUSED queued by an ICMP error after a reflection is
         // not fatal for a receiving socket, nor is a timeout.
         let Ok((n, ts)) = f.read_batch(&mut batch) else {
+            f.acc.tick();
             continue;
         };
         let prev_ts = last_ts;
@@ -1127,6 +1183,7 @@ fn udp_rx(mut f: UdpFlow) -> WorkerOutcome {
             }
         }
     }
+    f.acc.finish_live();
     WorkerOutcome {
         accs: vec![(f.acc.acc, f.acc.marks.seen())],
         cpu: CpuTime::thread().since(cpu0),
@@ -1249,6 +1306,7 @@ fn tcp_rx(
         }
         let r = net::poll(&mut pfds, POLL_MS as i32);
         if r <= 0 {
+            acc.tick();
             continue;
         }
         let polled = pfds.len() - 1;
@@ -1287,6 +1345,7 @@ fn tcp_rx(
             }
         }
     }
+    acc.finish_live();
     WorkerOutcome {
         accs: vec![(acc.acc, acc.marks.seen())],
         cpu: CpuTime::thread().since(cpu0),

@@ -6,7 +6,8 @@
 //! only sequences them and decides when a run is partial.
 
 use crate::clock::{mono_ns, realtime_ns};
-use crate::pacing::{identify, open_data, run_flows, Launch};
+use crate::live::Forward;
+use crate::pacing::{identify, open_data, run_flows, DataSock, Launch};
 use crate::plan::SessionPlan;
 use crate::result::{build_doc, DocParts, FlowReport, ReportExtra, ResultDoc};
 use crate::session::{collect_report, Watcher};
@@ -47,6 +48,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         session,
         ports,
         clock,
+        live,
     } = crate::session::open(&plan, addr)?;
     let mut ctl = ctl;
     let ip = if dst_ip.is_ipv4() {
@@ -64,6 +66,30 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         socks.push(sock);
     }
 
+    let forward = match (&plan.live, live) {
+        (Some(sink), true) => Some(Arc::new(Forward {
+            sink: sink.clone(),
+            flows: plan.flows.len(),
+        })),
+        (Some(sink), false) if plan.interval_ms.is_some() => {
+            sink.0.unsupported();
+            None
+        }
+        _ => None,
+    };
+    // TCP_INFO for the live lines is read from a clone of each TCP socket,
+    // dropped with the watcher when the flows end.
+    let watch_live = forward.as_ref().map(|f| {
+        let tcp = socks
+            .iter()
+            .map(|s| match s {
+                DataSock::Tcp(t) => t.try_clone().ok(),
+                DataSock::Udp(_) => None,
+            })
+            .collect();
+        (f.clone(), tcp)
+    });
+
     // Go.
     ctl.send(&ControlMsg::Start)?;
     let started_real = realtime_ns();
@@ -72,7 +98,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let host0 = HostCpu::read();
     let snd0 = sys::udp_sndbuf_errors();
     let abort = Arc::new(AtomicBool::new(false));
-    let watcher = Watcher::start(ctl, abort.clone())?;
+    let watcher = Watcher::start(ctl, abort.clone(), watch_live)?;
     let launch = Launch {
         session,
         ip,
@@ -103,7 +129,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let mut extra = ReportExtra::default();
     if let (None, Some(mut ctl)) = (&partial, ctl) {
         let sent: Vec<u64> = outcomes.iter().map(|o| o.send.packets).collect();
-        match collect_report(&mut ctl, plan.linger_ms, sent) {
+        match collect_report(&mut ctl, plan.linger_ms, sent, forward.as_deref()) {
             Ok((r, x)) => {
                 reports = r;
                 extra = x;

@@ -5,6 +5,7 @@
 
 use crate::clock::{mono_ns, realtime_ns};
 use crate::ctl::{Ctl, Recv};
+use crate::live::Forward;
 use crate::plan::SessionPlan;
 use crate::recv::unmap;
 use crate::result::{FlowReport, ReportExtra};
@@ -37,6 +38,9 @@ pub(crate) struct Opened {
     /// The receiver's data port for each flow, in plan order.
     pub ports: Vec<u16>,
     pub clock: Offset,
+    /// The receiver streams live intervals (`Hello.live` was asked and
+    /// `Ready.live` confirmed it).
+    pub live: bool,
 }
 
 /// Connects to the receiver and runs the session up to (not including)
@@ -56,6 +60,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
     let mtu = measure_mtu(dst_ip, plan.port);
     let session: u32 = rand::random::<u32>() | 1;
 
+    let live_asked = plan.live.is_some() && plan.interval_ms.is_some();
     let setups: Vec<FlowSetup> = plan
         .flows
         .iter()
@@ -77,11 +82,14 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
         meter: plan.meter,
         flows: setups,
         auth: nonce.map(|n| wirebench_wire::auth::to_hex(&n)),
+        live: live_asked,
     })?;
     let reply = ctl.expect("Ready", REPLY_TIMEOUT)?;
     let reply = crate::auth::sender_handshake(&mut ctl, key, nonce, session, reply, REPLY_TIMEOUT)?;
-    let ports = match reply {
-        ControlMsg::Ready { ports } if ports.len() == plan.flows.len() => ports,
+    let (ports, live) = match reply {
+        ControlMsg::Ready { ports, live } if ports.len() == plan.flows.len() => {
+            (ports, live && live_asked)
+        }
         other => {
             return Err(EngineError::Protocol(format!(
                 "expected Ready with {} ports, got {other:?}",
@@ -112,6 +120,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
         session,
         ports,
         clock,
+        live,
     })
 }
 
@@ -121,6 +130,7 @@ pub(crate) fn collect_report(
     ctl: &mut Ctl,
     linger_ms: u64,
     sent: Vec<u64>,
+    live: Option<&Forward>,
 ) -> Result<(Vec<FlowReport>, ReportExtra), EngineError> {
     let sent_counts = sent.clone();
     ctl.send(&ControlMsg::Stop { linger_ms, sent })?;
@@ -130,6 +140,11 @@ pub(crate) fn collect_report(
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match ctl.expect("Report", left)? {
             ControlMsg::TimeResp { .. } => continue,
+            ControlMsg::Intervals { items } => {
+                if let Some(f) = live {
+                    f.deliver(items, &[]);
+                }
+            }
             ControlMsg::Report { flows, extra } => {
                 check_report(&flows, &sent_counts)?;
                 return Ok((flows, extra));
@@ -264,7 +279,13 @@ pub(crate) struct Watcher {
 }
 
 impl Watcher {
-    pub fn start(mut ctl: Ctl, abort: Arc<AtomicBool>) -> Result<Watcher, EngineError> {
+    /// `live`: where streamed intervals go, with a clone of each TCP flow's
+    /// socket (`tcp[i]`: flow i + 1) to read its `TCP_INFO` from.
+    pub fn start(
+        mut ctl: Ctl,
+        abort: Arc<AtomicBool>,
+        live: Option<(Arc<Forward>, Vec<Option<TcpStream>>)>,
+    ) -> Result<Watcher, EngineError> {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let handle = std::thread::Builder::new()
@@ -290,6 +311,12 @@ impl Watcher {
                         Ok(Recv::Msg(ControlMsg::Error { message })) => {
                             abort.store(true, Ordering::Relaxed);
                             return (ctl, Some(format!("receiver error: {message}")));
+                        }
+                        Ok(Recv::Msg(ControlMsg::Intervals { items })) => {
+                            last_heard = mono_ns();
+                            if let Some((f, tcp)) = &live {
+                                f.deliver(items, tcp);
+                            }
                         }
                         Ok(Recv::Msg(_)) => last_heard = mono_ns(),
                         Ok(Recv::Timeout) => {}

@@ -97,6 +97,7 @@ impl Client {
             meter,
             flows,
             auth: None,
+            live: false,
         });
         self.recv()
     }
@@ -233,7 +234,7 @@ fn no_reflection_to_a_third_party() {
     let mut c = Client::connect(rx.port);
     let sid = 0x5ec0_0002;
     let port = match c.hello(sid, MeterMode::Rtt, vec![udp_flow(None)]) {
-        ControlMsg::Ready { ports } => ports[0],
+        ControlMsg::Ready { ports, .. } => ports[0],
         other => panic!("{other:?}"),
     };
     c.send(&ControlMsg::Start);
@@ -288,7 +289,7 @@ fn forged_probes_do_not_bend_the_figures() {
     let mut c = Client::connect(rx.port);
     let sid = 0x5ec0_0004;
     let port = match c.hello(sid, MeterMode::Owd, vec![udp_flow(Some(1000))]) {
-        ControlMsg::Ready { ports } => ports[0],
+        ControlMsg::Ready { ports, .. } => ports[0],
         other => panic!("{other:?}"),
     };
     c.send(&ControlMsg::Start);
@@ -351,6 +352,7 @@ fn hostile_receiver(port: u16, on: fn(&ControlMsg) -> Option<String>) -> JoinHan
                 ControlMsg::Hello { .. } => Some(
                     ControlMsg::Ready {
                         ports: vec![data.local_addr().unwrap().port()],
+                        live: false,
                     }
                     .to_line(),
                 ),
@@ -476,6 +478,7 @@ fn challenge(c: &mut Client, sid: u32, cn: &[u8; NONCE_LEN]) -> Result<[u8; NONC
         meter: MeterMode::Owd,
         flows: vec![udp_flow(None)],
         auth: Some(auth::to_hex(cn)),
+        live: false,
     });
     match c.recv() {
         ControlMsg::Challenge { nonce, proof } => {
@@ -513,6 +516,7 @@ fn unauthenticated_wrong_key_and_replayed_sessions_are_refused() {
         meter: MeterMode::Owd,
         flows: vec![udp_flow(None)],
         auth: Some("zz".into()),
+        live: false,
     });
     assert!(error_text(c.recv()).contains("auth"));
     // A wrong key: the answer does not check out.
@@ -666,7 +670,7 @@ fn tcp_data_port_squatting() {
     let mut flow = udp_flow(None);
     flow.transport = Transport::Tcp;
     let port = match c.hello(sid, MeterMode::Owd, vec![flow]) {
-        ControlMsg::Ready { ports } => ports[0],
+        ControlMsg::Ready { ports, .. } => ports[0],
         other => panic!("{other:?}"),
     };
     c.send(&ControlMsg::Start);

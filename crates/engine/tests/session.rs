@@ -143,6 +143,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
             playout_buffer_ms: None,
         }],
         auth: None,
+        live: false,
     };
     c2.write_all(hello.to_line().as_bytes()).unwrap();
     let mut line = String::new();
@@ -158,6 +159,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         meter: MeterMode::Owd,
         flows: vec![],
         auth: None,
+        live: false,
     };
     c3.write_all(hello99.to_line().as_bytes()).unwrap();
     let mut line = String::new();

@@ -471,6 +471,24 @@ impl RecvAccumulator {
         }
     }
 
+    /// Running totals for live intervals ([`crate::live`]): O(1), no
+    /// allocation, so a receive thread can read them once per interval.
+    pub fn live_totals(&self) -> crate::live::LiveTotals {
+        crate::live::LiveTotals {
+            unique: self.unique,
+            bytes: self.layer.payload,
+            delay_sum_ns: self.delay_sum,
+            ipdv_sum_ns: self.ipdv_sum,
+            ipdv_n: self.ipdv_n,
+            expected: self.ranges.last().map_or(0, |r| r.end.saturating_add(1)),
+        }
+    }
+
+    /// Latest arrival recorded (measuring host's clock; 0 before the first).
+    pub fn last_arrival_ns(&self) -> u64 {
+        self.last_ns
+    }
+
     /// Number of distinct sequence numbers seen so far.
     pub fn unique(&self) -> u64 {
         self.unique

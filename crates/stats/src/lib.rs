@@ -18,6 +18,7 @@ pub mod aggregate;
 pub mod flow;
 pub mod framing;
 mod hist;
+pub mod live;
 pub mod opts;
 pub mod result;
 pub mod seq;
@@ -31,6 +32,7 @@ pub use flow::{
 pub use framing::{
     tcp_mss, tcp_stream, udp_datagram, upper_bound_tcp_bps, upper_bound_udp_bps, LayerBytes,
 };
+pub use live::{LiveCutter, LiveInterval, LiveTotals};
 pub use opts::{MarksSeen, MarksTally, SockOpts};
 pub use seq::SeqUnwrapper;
 

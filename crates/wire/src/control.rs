@@ -17,6 +17,10 @@ pub const CONTROL_VERSION: u32 = 1;
 pub const MAX_CONTROL_LINE: usize = 4 << 20;
 
 use wirebench_stats::result::{FlowReport, ReportExtra};
+use wirebench_stats::LiveInterval;
+
+/// Most intervals in one `Intervals` message (about 250 bytes of JSON each).
+pub const MAX_LIVE_ITEMS: usize = 1024;
 pub use wirebench_stats::{MeterMode, Transport};
 
 /// What the receiver must prepare for one flow.
@@ -62,6 +66,11 @@ pub enum ControlMsg {
         /// read as before.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         auth: Option<String>,
+        /// Stream interval figures during the run (`Intervals`) for the
+        /// flows with an `interval_ms`. Older receivers ignore it and say
+        /// nothing in `Ready.live`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        live: bool,
     },
     /// Receiver → sender, after an authenticating `Hello`: the receiver's
     /// nonce and its proof that it holds the key (hex).
@@ -80,6 +89,17 @@ pub enum ControlMsg {
     Ready {
         /// One data port per flow, in the order of `Hello.flows`.
         ports: Vec<u16>,
+        /// The receiver will send `Intervals` during the run (it was asked
+        /// and knows how).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        live: bool,
+    },
+    /// Receiver → sender, during the run and before `Report`: finished
+    /// intervals of the flows, oldest first (only when `Hello.live` asked for
+    /// them). At most [`MAX_LIVE_ITEMS`] per message.
+    Intervals {
+        /// The intervals, any flows, each flow's in order.
+        items: Vec<LiveInterval>,
     },
     /// Clock-offset exchange (NTP-style four timestamps).
     TimeReq {
@@ -186,13 +206,32 @@ mod tests {
                     playout_buffer_ms: Some(60),
                 }],
                 auth: Some("00ff".into()),
+                live: true,
             },
             ControlMsg::Challenge {
                 nonce: "01".into(),
                 proof: "02".into(),
             },
             ControlMsg::Auth { mac: "03".into() },
-            ControlMsg::Ready { ports: vec![40000] },
+            ControlMsg::Ready {
+                ports: vec![40000],
+                live: true,
+            },
+            ControlMsg::Intervals {
+                items: vec![LiveInterval {
+                    flow_id: 1,
+                    index: 2,
+                    t_s: 0.2,
+                    len_s: 0.1,
+                    packets: 3,
+                    bytes: 300,
+                    throughput_bps: 24_000.0,
+                    delay_mean_s: Some(0.001),
+                    jitter_s: None,
+                    lost: 1,
+                    tcp: None,
+                }],
+            },
             ControlMsg::TimeReq { t1_ns: 1 },
             ControlMsg::TimeResp {
                 t1_ns: 1,
@@ -234,6 +273,30 @@ mod tests {
         let m = ControlMsg::from_line(line).unwrap();
         assert!(matches!(m, ControlMsg::Hello { auth: None, .. }));
         assert!(!m.to_line().contains("auth"));
+    }
+
+    #[test]
+    fn live_fields_are_optional_both_ways() {
+        // An older sender's Hello and an older receiver's Ready parse, and
+        // a session without live intervals writes the same lines as before.
+        let old = r#"{"type":"hello","version":1,"session":5,"meter":"owd","flows":[]}"#;
+        assert!(matches!(
+            ControlMsg::from_line(old).unwrap(),
+            ControlMsg::Hello { live: false, .. }
+        ));
+        assert_eq!(
+            ControlMsg::from_line(r#"{"type":"ready","ports":[1]}"#).unwrap(),
+            ControlMsg::Ready {
+                ports: vec![1],
+                live: false
+            }
+        );
+        let line = ControlMsg::Ready {
+            ports: vec![1],
+            live: false,
+        }
+        .to_line();
+        assert_eq!(line, "{\"type\":\"ready\",\"ports\":[1]}\n");
     }
 
     #[test]

@@ -3,6 +3,7 @@ pub mod agent;
 pub mod decode;
 pub mod demo;
 pub mod flowargs;
+pub mod live;
 pub mod recv;
 pub mod report;
 pub mod results;

@@ -15,6 +15,8 @@ use wirebench_engine::EngineError;
 use wirebench_wire::{MeterMode, Transport};
 
 use super::flowargs::{FlowArgs, SockArgs};
+use super::live::{LivePrinter, Mode};
+use wirebench_engine::live::Live;
 
 /// `-T`: the workspace's one transport type, parsed by its own `FromStr`
 /// (any case: D-ITG scripts write `-T UDP`).
@@ -88,9 +90,18 @@ pub struct Args {
     /// out come from the command line.
     #[arg(long = "script", value_name = "FILE", conflicts_with = "flows")]
     pub script: Option<PathBuf>,
-    /// Also report per-interval series of MS milliseconds (throughput, delay, jitter, loss).
+    /// Per-interval figures every MS milliseconds (throughput, delay, jitter,
+    /// loss; TCP: the sender's cwnd, rtt, retransmits), printed while the run
+    /// goes on as the receiver streams them, and kept as a series in the
+    /// result document.
     #[arg(long = "interval", value_name = "MS")]
     pub interval_ms: Option<u64>,
+    /// Write newline-delimited JSON to stdout while the run goes on (like
+    /// iperf3 3.17): {"event":"start"}, one {"event":"interval"} per flow and
+    /// interval (every --interval MS, default 1000), and {"event":"end"}
+    /// with the whole result document.
+    #[arg(long = "json-stream")]
+    pub json_stream: bool,
     /// Write the JSON result document to FILE; `-` or no value: to stdout
     /// (instead of the human summary).
     #[arg(long = "json", value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
@@ -242,8 +253,14 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     plan.meter = meter;
     plan.linger_ms = args.linger_ms;
     plan.jitter_buffer_ms = args.jitter_buffer_ms;
-    plan.interval_ms = args.interval_ms;
+    plan.interval_ms = match (args.interval_ms, args.json_stream) {
+        (None, true) => Some(1000),
+        (ms, _) => ms,
+    };
     plan.pacing = args.pacing;
+    if args.json_stream && args.json.as_deref() == Some("-") {
+        crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");
+    }
     if let Some(p) = &args.log {
         super::report::check_parent("-l", p)?;
         plan.log = Some(p.clone());
@@ -285,14 +302,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some("-") | None => None,
         Some(path) => Some(JsonOut::prepare(path).map_err(bad_input)?),
     };
+    let printer = live_printer(&args, &mut plan);
     let (doc, failure) = match wirebench_engine::run(plan) {
         Ok(doc) => (doc, None),
         Err(EngineError::Partial { reason, doc }) => (*doc, Some(reason)),
-        Err(e) if e.is_bad_input() => return Err(bad_input(e)),
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            if let Some(p) = printer.as_ref().filter(|_| args.json_stream) {
+                p.error_event(&e.to_string());
+            }
+            return Err(if e.is_bad_input() {
+                bad_input(e)
+            } else {
+                e.into()
+            });
+        }
     };
     // The summary is printed whatever then happens to the file.
-    let written = output(&args, &doc, json_out.take());
+    let live_printed = printer
+        .as_ref()
+        .is_some_and(|p| p.printed.load(std::sync::atomic::Ordering::Relaxed));
+    let written = match printer.as_ref().filter(|_| args.json_stream) {
+        Some(p) => {
+            p.end_event(&doc);
+            json_out
+                .take()
+                .map_or(Ok(()), |f| f.write(&doc.to_json_pretty()))
+        }
+        None => output(&args, &doc, json_out.take(), live_printed),
+    };
     if let Some(reason) = failure {
         if let Err(e) = written {
             eprintln!("wirebench: {e:#}");
@@ -357,11 +394,44 @@ impl JsonOut {
     }
 }
 
-fn output(args: &Args, doc: &ResultDoc, file: Option<JsonOut>) -> anyhow::Result<()> {
+/// The live output of `--interval` / `--json-stream`, registered in the
+/// plan (not when stdout carries the JSON document).
+fn live_printer(args: &Args, plan: &mut SessionPlan) -> Option<Arc<LivePrinter>> {
+    let mode = if args.json_stream {
+        Mode::JsonStream
+    } else if args.interval_ms.is_some() && args.json.as_deref() != Some("-") {
+        Mode::Human
+    } else {
+        return None;
+    };
+    let p = Arc::new(LivePrinter::new(mode, plan.flows.len()));
+    if mode == Mode::JsonStream {
+        p.start_event(serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "dest": plan.dest,
+            "port": plan.port,
+            "meter": plan.meter,
+            "flows": plan.flows.len(),
+            "interval_ms": plan.interval_ms,
+            "command": plan.command,
+        }));
+    }
+    plan.live = Some(Live(p.clone()));
+    Some(p)
+}
+
+fn output(
+    args: &Args,
+    doc: &ResultDoc,
+    file: Option<JsonOut>,
+    live_printed: bool,
+) -> anyhow::Result<()> {
     let json = doc.to_json_pretty();
+    // Interval tables at the end only when they were not printed live.
+    let tables = args.interval_ms.is_some() && !live_printed;
     match (args.json.as_deref(), file) {
         (Some(_), Some(f)) => {
-            print!("{}", human(doc, args.interval_ms.is_some()));
+            print!("{}", human(doc, tables));
             let _ = std::io::stdout().flush();
             f.write(&json)?;
         }
@@ -369,12 +439,12 @@ fn output(args: &Args, doc: &ResultDoc, file: Option<JsonOut>) -> anyhow::Result
             let mut out = std::io::stdout().lock();
             writeln!(out, "{json}")?;
         }
-        (None, _) => print!("{}", human(doc, args.interval_ms.is_some())),
+        (None, _) => print!("{}", human(doc, tables)),
     }
     Ok(())
 }
 
-fn secs(s: f64) -> String {
+pub(crate) fn secs(s: f64) -> String {
     let a = s.abs();
     if a >= 1.0 {
         format!("{s:.6} s")
@@ -385,7 +455,7 @@ fn secs(s: f64) -> String {
     }
 }
 
-fn bps(b: f64) -> String {
+pub(crate) fn bps(b: f64) -> String {
     if b >= 1e9 {
         format!("{:.3} Gbit/s", b / 1e9)
     } else if b >= 1e6 {

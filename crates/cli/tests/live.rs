@@ -1,0 +1,173 @@
+//! Live intervals: `wirebench send --interval` / `--json-stream` print
+//! while the run goes on (the receiver streams its interval figures over
+//! the control connection), and the streamed intervals add up to the
+//! result's totals. Runs the built binary on loopback (ports 15821-15822).
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+
+struct Recv(Child);
+
+impl Recv {
+    fn start(port: u16) -> Recv {
+        let child = Command::new(BIN)
+            .args(["recv", "-B", "127.0.0.1", "-p", &port.to_string(), "-q"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < end, "recv did not start listening");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Recv(child)
+    }
+}
+
+impl Drop for Recv {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `wirebench send ARGS` and returns its stdout lines, each with the
+/// time it was read, and the time the process ended.
+fn send_lines(args: &[&str]) -> (Vec<(Instant, String)>, Instant) {
+    let mut child = Command::new(BIN)
+        .arg("send")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let lines: Vec<(Instant, String)> = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| (Instant::now(), l))
+        .collect();
+    let status = child.wait().unwrap();
+    let ended = Instant::now();
+    assert!(status.success(), "send {args:?}: {status}");
+    (lines, ended)
+}
+
+#[test]
+fn json_stream_arrives_during_the_run_and_adds_up() {
+    let _r = Recv::start(15821);
+    // 2 UDP flows of 500 pps for 1.5 s, 200 ms intervals.
+    let (lines, ended) = send_lines(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15821",
+        "--flows",
+        "2",
+        "-C",
+        "500",
+        "-c",
+        "200",
+        "-t",
+        "1500",
+        "--interval",
+        "200",
+        "--linger",
+        "300",
+        "--json-stream",
+    ]);
+    let events: Vec<(Instant, Value)> = lines
+        .iter()
+        .map(|(t, l)| {
+            (
+                *t,
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")),
+            )
+        })
+        .collect();
+    assert_eq!(events[0].1["event"], "start", "{:?}", events[0].1);
+    let (_, end) = events.last().unwrap();
+    assert_eq!(end["event"], "end");
+    let doc = &end["data"];
+    assert_eq!(doc["schema"], "wirebench.result/1");
+    let intervals: Vec<&(Instant, Value)> = events
+        .iter()
+        .filter(|(_, e)| e["event"] == "interval")
+        .collect();
+    // The first interval is read at least a second before the sender ends
+    // (the run lasts 1.5 s plus the linger): it was streamed, not printed
+    // from the final report.
+    let first = intervals.first().expect("no interval events").0;
+    assert!(
+        ended.duration_since(first) > Duration::from_millis(1000),
+        "first interval only {:?} before the end",
+        ended.duration_since(first)
+    );
+    for (i, f) in doc["flows"].as_array().unwrap().iter().enumerate() {
+        let id = i as u64 + 1;
+        let mine: Vec<&Value> = intervals
+            .iter()
+            .map(|(_, e)| &e["data"])
+            .filter(|d| d["flow_id"] == id)
+            .collect();
+        assert!(mine.len() >= 7, "flow {id}: {} intervals", mine.len());
+        let sum = |k: &str| mine.iter().map(|d| d[k].as_u64().unwrap()).sum::<u64>();
+        assert_eq!(
+            sum("bytes"),
+            f["received"]["bytes"].as_u64().unwrap(),
+            "flow {id}"
+        );
+        assert_eq!(
+            sum("packets"),
+            f["received"]["unique"].as_u64().unwrap(),
+            "flow {id}"
+        );
+        assert_eq!(f["received"]["unique"], 750, "flow {id}");
+        // Consecutive interval numbers, 200 ms apart.
+        for (k, d) in mine.iter().enumerate() {
+            assert_eq!(d["index"], k as u64);
+            assert!((d["t_s"].as_f64().unwrap() - 0.2 * k as f64).abs() < 1e-9);
+        }
+    }
+}
+
+#[test]
+fn tcp_interval_lines_show_tcp_state_while_running() {
+    let _r = Recv::start(15822);
+    let (lines, ended) = send_lines(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15822",
+        "-T",
+        "tcp",
+        "-C",
+        "500",
+        "-c",
+        "500",
+        "-t",
+        "1500",
+        "--interval",
+        "250",
+        "--linger",
+        "300",
+    ]);
+    let live: Vec<&(Instant, String)> = lines
+        .iter()
+        .filter(|(_, l)| l.starts_with("[  1]"))
+        .collect();
+    assert!(live.len() >= 5, "{lines:?}");
+    assert!(
+        ended.duration_since(live[0].0) > Duration::from_millis(900),
+        "{lines:?}"
+    );
+    assert!(live[0].1.contains("cwnd"), "{}", live[0].1);
+    // The final summary follows, without a second interval table.
+    assert!(lines.iter().any(|(_, l)| l.starts_with("TOTAL")));
+    assert!(!lines.iter().any(|(_, l)| l.contains("t_s       packets")));
+}
