@@ -631,15 +631,17 @@ pub fn summarize(
 /// …"), from the latest run that stored them: what a reader of the report
 /// needs to know the lab ran as described.
 fn node_environment(runs: &[RunRow]) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let Some(meta) = runs
-        .iter()
+    runs.iter()
         .rev()
         .filter_map(|r| r.counters.as_ref()?.get("metadata")?.as_object())
         .find(|m| !m.is_empty())
-    else {
-        return out;
-    };
+        .map(node_lines)
+        .unwrap_or_default()
+}
+
+/// One `node NAME` environment line per node of a run's `metadata`.
+pub(crate) fn node_lines(meta: &serde_json::Map<String, Value>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     for (node, m) in meta {
         let mut parts = vec![format!(

@@ -256,6 +256,19 @@ impl Store {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Replaces the campaign's environment record (agent campaigns add
+    /// every node's metadata once their agents answered).
+    pub fn set_environment(&self, id: i64, env: &Environment) -> Result<(), StoreError> {
+        let text = serde_json::to_string(env).unwrap_or_else(|_| "{}".into());
+        self.conn
+            .execute(
+                "UPDATE campaigns SET environment = ?1 WHERE id = ?2",
+                params![text, id],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
     pub fn set_campaign_status(&self, id: i64, status: &str) -> Result<(), StoreError> {
         self.conn
             .execute(

@@ -42,6 +42,14 @@ fn local_nodes_run_and_store_every_nodes_cpu_counters_and_metadata() {
     let c = store.campaigns().unwrap().pop().unwrap();
     let runs = store.runs(c.id).unwrap();
     assert_eq!(runs.len(), 2);
+    // The campaign's environment record names every node's system.
+    for n in ["a", "b", "r1"] {
+        let line = &c.environment.extra[&format!("node {n}")];
+        assert!(
+            line.contains("kernel ") && line.contains("clock "),
+            "{line}"
+        );
+    }
     for r in &runs {
         assert_eq!(r.status, RunStatus::Ok, "{:?}", r.error);
         let o = r.counters.as_ref().expect("observations");

@@ -29,6 +29,8 @@ pub(super) struct Ctx<'a> {
     opts: &'a RunOptions,
     work: PathBuf,
     receiver: Option<Receiver>,
+    /// The nodes' metadata is in the campaign's environment record.
+    env_has_nodes: bool,
 }
 
 pub(super) enum RunEnd {
@@ -51,6 +53,7 @@ impl<'a> Ctx<'a> {
             opts,
             work,
             receiver: None,
+            env_has_nodes: false,
         }
     }
 
@@ -285,6 +288,24 @@ impl<'a> Ctx<'a> {
         Ok(RunEnd::Stored(st))
     }
 
+    /// Adds a `node NAME` line per node (OS, kernel, CPU, NICs, offloads,
+    /// sysctls, clock sync) to the campaign's environment record, once.
+    fn record_node_environment(&mut self, cid: i64, observed: &Value) -> Result<(), RunError> {
+        let Some(meta) = observed.get("metadata").and_then(Value::as_object) else {
+            return Ok(());
+        };
+        if meta.is_empty() {
+            return Ok(());
+        }
+        if let Some(row) = self.store.campaign(cid)? {
+            let mut env = row.environment;
+            env.extra.extend(crate::analysis::node_lines(meta));
+            self.store.set_environment(cid, &env)?;
+        }
+        self.env_has_nodes = true;
+        Ok(())
+    }
+
     /// One run through agents (real nodes, the emulated test-bed's
     /// namespaces): the agents do the work, we store it.
     fn nodes_run(
@@ -360,6 +381,9 @@ impl<'a> Ctx<'a> {
             started_at: &started,
             ended_at: &ended,
         })?;
+        if !self.env_has_nodes {
+            self.record_node_environment(cid, &r.observed)?;
+        }
         if r.refused {
             return Err(RunError::BadInput(format!(
                 "scenario {}: a sender refused its arguments, so the campaign stopped: {}",
