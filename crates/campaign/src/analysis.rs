@@ -556,7 +556,89 @@ pub fn summarize_runs(
             fragmented.join("; ")
         ));
     }
+    add_systems(&mut scenarios, runs);
     (scenarios, notes)
+}
+
+/// How a report names an operating system (`host.os` of a result).
+pub fn os_label(os: &str) -> String {
+    match os {
+        "linux" => "Linux".into(),
+        "windows" => "Windows".into(),
+        "macos" => "macOS".into(),
+        "freebsd" => "FreeBSD".into(),
+        other => other.to_string(),
+    }
+}
+
+/// "Windows → Linux": the systems at the sending and the receiving end of
+/// a run, from its result document (`host.os`, `receiver.host.os`); None
+/// for documents written before they carried it.
+pub fn systems(doc: &Value) -> Option<String> {
+    let os = |p: &str| {
+        doc.pointer(p)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(os_label)
+    };
+    Some(format!(
+        "{} → {}",
+        os("/host/os")?,
+        os("/receiver/host/os")?
+    ))
+}
+
+/// The derived axis `systems` ("Windows → Linux"), so that a report draws
+/// one series per pair of systems, as the studies did. Added to every
+/// scenario whose runs agree on it, and only when some run involved a
+/// system other than Linux (an all-Linux campaign keeps its axes as they
+/// were). A `sender` axis that only names the node behind each pair of
+/// systems (one node per pair and back) is then left out of the axes: the
+/// systems say the same in the words of the comparison.
+fn add_systems(scenarios: &mut [ScenarioSummary], runs: &[RunRow]) {
+    let mut found: Vec<Option<String>> = Vec::with_capacity(scenarios.len());
+    for sc in scenarios.iter() {
+        let mut v: Vec<String> = runs
+            .iter()
+            .filter(|r| r.scenario_key == sc.key && r.status == RunStatus::Ok)
+            .filter_map(|r| r.result.as_ref().and_then(systems))
+            .collect();
+        v.sort();
+        v.dedup();
+        found.push(if v.len() == 1 { v.pop() } else { None });
+    }
+    if !found.iter().flatten().any(|s| s != "Linux → Linux") {
+        return;
+    }
+    for (sc, s) in scenarios.iter_mut().zip(&found) {
+        if let Some(s) = s {
+            sc.axes.insert("systems".into(), s.clone());
+        }
+    }
+    let mut pairs: Vec<(String, String)> = scenarios
+        .iter()
+        .filter_map(|sc| {
+            Some((
+                sc.axes.get("sender")?.clone(),
+                sc.axes.get("systems")?.clone(),
+            ))
+        })
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    let one_to_one = !pairs.is_empty()
+        && pairs.iter().all(|(n, s)| {
+            pairs.iter().filter(|(n2, _)| n2 == n).count() == 1
+                && pairs.iter().filter(|(_, s2)| s2 == s).count() == 1
+        });
+    let all_known = scenarios
+        .iter()
+        .all(|sc| !sc.axes.contains_key("sender") || sc.axes.contains_key("systems"));
+    if one_to_one && all_known {
+        for sc in scenarios.iter_mut() {
+            sc.axes.remove("sender");
+        }
+    }
 }
 
 /// Summarises one campaign (by id or by name, the latest of that name).

@@ -66,10 +66,14 @@ pub enum Axis {
     LinkRate,
     Offloads,
     ForwardPps,
+    /// Which sender node(s) of `[[hosts.node]]` send in the scenario: one
+    /// node name per value (comparing systems: a Windows and a Linux
+    /// sender to the same receiver).
+    Sender,
 }
 
 impl Axis {
-    pub const ALL: [Axis; 13] = [
+    pub const ALL: [Axis; 14] = [
         Axis::Ip,
         Axis::Transport,
         Axis::Meter,
@@ -83,6 +87,7 @@ impl Axis {
         Axis::LinkRate,
         Axis::Offloads,
         Axis::ForwardPps,
+        Axis::Sender,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +105,7 @@ impl Axis {
             Axis::LinkRate => "link_rate",
             Axis::Offloads => "offloads",
             Axis::ForwardPps => "forward_pps",
+            Axis::Sender => "sender",
         }
     }
 
@@ -328,6 +334,8 @@ pub struct Settings {
     pub offloads: Option<bool>,
     /// Packet-rate cap of every router of the test-bed (packets/s).
     pub forward_pps: Option<u64>,
+    /// `[[hosts.node]]`: the one sender node that sends (None: all).
+    pub sender: Option<String>,
 }
 
 /// What the test-bed is built from: MTU, link rate, offloads, router cap.
@@ -419,6 +427,7 @@ struct RawMatrix {
     link_rate: AxisField,
     offloads: AxisField,
     forward_pps: AxisField,
+    sender: AxisField,
 }
 
 impl RawMatrix {
@@ -437,6 +446,7 @@ impl RawMatrix {
             (Axis::LinkRate, &self.link_rate),
             (Axis::Offloads, &self.offloads),
             (Axis::ForwardPps, &self.forward_pps),
+            (Axis::Sender, &self.sender),
         ];
         all.into_iter()
             .filter_map(|(a, f)| f.as_ref().map(|f| (a, f)))
@@ -566,6 +576,7 @@ struct Quick {
     link_rate: AxisField,
     offloads: AxisField,
     forward_pps: AxisField,
+    sender: AxisField,
 }
 
 impl Quick {
@@ -584,6 +595,7 @@ impl Quick {
             link_rate: self.link_rate.clone(),
             offloads: self.offloads.clone(),
             forward_pps: self.forward_pps.clone(),
+            sender: self.sender.clone(),
         }
     }
 }
@@ -788,6 +800,11 @@ fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<Strin
             Scalar::Str(s) if s == "on" || s == "off" => Ok((s == "on").to_string()),
             _ => bad(format!("offloads must be true/false (or \"on\"/\"off\"), got {}", v.text())),
         },
+        // Checked against the nodes once the matrix is known.
+        Axis::Sender => match v {
+            Scalar::Str(s) if !s.is_empty() => Ok(s.clone()),
+            _ => bad(format!("sender must be a sender node's name, got {}", v.text())),
+        },
     }
 }
 
@@ -896,6 +913,34 @@ fn check_matrix(
                 span_of(a),
                 a.name(),
                 "link settings can only be varied on an emulated [testbed] (mtu, offloads and link_rate also on [[hosts.node]]s with apply_mtu / apply_offloads / apply_link_rate)",
+            ));
+        }
+    }
+    if let Some(senders) = m.axes.get(&Axis::Sender) {
+        let names: Vec<&str> = match target {
+            Target::Hosts(h) => h
+                .nodes
+                .iter()
+                .filter(|n| n.role == NodeRole::Sender)
+                .map(|n| n.name.as_str())
+                .collect(),
+            _ => Vec::new(),
+        };
+        if names.is_empty() {
+            return Err(ctx.err(
+                span_of(Axis::Sender),
+                "sender",
+                "the sender axis picks among [[hosts.node]] senders; this campaign has none",
+            ));
+        }
+        if let Some(s) = senders.iter().find(|s| !names.contains(&s.as_str())) {
+            return Err(ctx.err(
+                span_of(Axis::Sender),
+                "sender",
+                format!(
+                    "no sender node named {s:?} (sender nodes: {})",
+                    names.join(", ")
+                ),
             ));
         }
     }
@@ -1691,6 +1736,7 @@ impl Campaign {
             forward_pps: get(Axis::ForwardPps)
                 .and_then(|v| v.parse().ok())
                 .or(tb_fwd),
+            sender: get(Axis::Sender),
         };
         let axes = pick
             .into_iter()

@@ -233,3 +233,32 @@ fn link_rate_axis_on_real_nodes_needs_apply_link_rate() {
         vec![Some("10mbit".to_string()), Some("100mbit".to_string())]
     );
 }
+
+const NODES: &str = "[hosts]\n\
+[[hosts.node]]\nname = \"win\"\nlocal = true\nrole = \"sender\"\nto = \"rx\"\n\
+[[hosts.node]]\nname = \"lin\"\nlocal = true\nrole = \"sender\"\nto = \"rx\"\n\
+[[hosts.node]]\nname = \"rx\"\nlocal = true\nrole = \"receiver\"\nipv4 = \"127.0.0.1\"\n";
+
+#[test]
+fn sender_axis_picks_one_sender_node_per_scenario() {
+    let c = Campaign::parse(
+        &format!("{NODES}[matrix]\nsender = [\"win\", \"lin\"]\npayload = [64, 512]\n"),
+        "c.toml",
+    )
+    .unwrap();
+    let s = c.expand();
+    assert_eq!(s.len(), 4);
+    let picked: Vec<_> = s.iter().map(|x| x.settings.sender.clone()).collect();
+    assert!(picked.contains(&Some("win".into())) && picked.contains(&Some("lin".into())));
+    assert!(s.iter().all(|x| x.axes.contains_key("sender")));
+    // A name that is not a sender node, and the axis without nodes, are
+    // refused naming the axis and its line.
+    let e = err(&format!("{NODES}[matrix]\nsender = [\"win\", \"rx\"]\n"));
+    assert_names(&e, 18, "sender");
+    assert!(
+        e.to_string().contains("\"rx\"") && e.to_string().contains("win, lin"),
+        "{e}"
+    );
+    let e = err("[loopback]\n[matrix]\nsender = [\"a\"]\n");
+    assert_names(&e, 3, "sender");
+}

@@ -159,6 +159,8 @@ pub fn axis_text(axis: &str, value: &str) -> String {
         },
         "app" => app_name(v).to_string(),
         "codec" => v.to_string(),
+        // Derived from the result documents: "Windows → Linux".
+        "systems" => v.to_string(),
         _ => format!("{axis} {v}"),
     }
 }

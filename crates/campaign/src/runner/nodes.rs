@@ -296,10 +296,15 @@ impl Nodes {
     }
 
     /// Sender index → receiver index and destination address.
-    fn pairs(&self, v6: bool) -> Result<Vec<(usize, usize, IpAddr)>, RunError> {
+    fn pairs(&self, s: &Scenario) -> Result<Vec<(usize, usize, IpAddr)>, RunError> {
+        let v6 = s.settings.ip == 6;
         let mut v = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if n.role != NodeRole::Sender {
+                continue;
+            }
+            // A `sender` axis picks one sender node per scenario.
+            if s.settings.sender.as_ref().is_some_and(|p| *p != n.name) {
                 continue;
             }
             let to =
@@ -381,7 +386,7 @@ impl Nodes {
             return Ok(out);
         }
         let v6 = s.settings.ip == 6;
-        let pairs = self.pairs(v6)?;
+        let pairs = self.pairs(s)?;
         // The path must be what the scenario says before anything is sent.
         let mut pmtu = BTreeMap::new();
         for &(si, ri, dest) in &pairs {
