@@ -720,6 +720,12 @@ fn bad_marking_values_exit_2_naming_the_option() {
         &["-a", "127.0.0.1", "--script", script.to_str().unwrap()],
         "bad.toml:3: dscp",
     );
+    let script = dir.path().join("bad-cc.toml");
+    std::fs::write(&script, "[[flow]]\ntransport = \"tcp\"\nnagle = 1\n").unwrap();
+    bad(
+        &["-a", "127.0.0.1", "--script", script.to_str().unwrap()],
+        "bad-cc.toml:3: nagle",
+    );
     let script = dir.path().join("bad.ditg");
     std::fs::write(&script, "-a 127.0.0.1 -C 10 -f 300\n").unwrap();
     bad(&["--script", script.to_str().unwrap()], "bad.ditg:1: -f");

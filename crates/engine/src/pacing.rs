@@ -57,15 +57,16 @@ pub(crate) fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, Engine
         Transport::Udp => {
             sock.connect(&peer.into()).map_err(connect_err)?;
             let s: UdpSocket = sock.into();
-            set_sndbuf(s.as_raw_fd(), 4 << 20);
+            if f.opts.window.is_none() {
+                set_sndbuf(s.as_raw_fd(), 4 << 20);
+            }
             Ok(DataSock::Udp(s))
         }
         Transport::Tcp => {
             sock.connect_timeout(&peer.into(), CONNECT_TIMEOUT)
                 .map_err(connect_err)?;
             let s: TcpStream = sock.into();
-            // Paced records must leave when written; bulk can batch.
-            let _ = s.set_nodelay(!f.spec.is_max());
+            let _ = s.set_nodelay(crate::sockopt::nodelay(&f.opts, &f.spec));
             let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
             Ok(DataSock::Tcp(s))
         }
@@ -205,6 +206,8 @@ pub(crate) struct FlowSent {
     /// Stopped early by the caller's cancel flag (the session still reports).
     pub cancelled: bool,
     pub tcp: Option<TcpInfo>,
+    /// TCP: the congestion control the kernel used (read back).
+    pub tcp_cc: Option<String>,
     pub error: Option<String>,
 }
 
@@ -217,6 +220,7 @@ impl FlowSent {
             rtt_rx: None,
             cancelled: false,
             tcp: None,
+            tcp_cc: None,
             error: Some(msg.to_string()),
         }
     }
@@ -330,6 +334,7 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
                 rtt_rx: reflector,
                 cancelled,
                 tcp: None,
+                tcp_cc: None,
                 error,
             }
         }
@@ -353,6 +358,7 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
                 rtt_rx: reflector,
                 cancelled,
                 tcp: Some(tcp.unwrap_or_default()),
+                tcp_cc: crate::sockopt::tcp_cc(&s),
                 error,
             }
         }
@@ -757,6 +763,7 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
                 rtt_rx: None,
                 cancelled,
                 tcp: None,
+                tcp_cc: None,
                 error,
             },
         ));

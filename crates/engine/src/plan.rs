@@ -178,6 +178,14 @@ impl SessionPlan {
                     u16::MAX
                 )));
             }
+            if f.transport == Transport::Udp {
+                if let Some(opt) = f.opts.tcp_only() {
+                    return Err(EngineError::BadPlan(format!(
+                        "{opt}: flow {} is UDP; the option applies to TCP flows (-T tcp)",
+                        i + 1
+                    )));
+                }
+            }
             match f.stop {
                 Stop::DurationMs(0) => {
                     return Err(EngineError::BadPlan("-t: duration must be > 0 ms".into()))

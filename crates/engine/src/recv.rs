@@ -289,6 +289,8 @@ struct FlowShared {
     implausible: AtomicU64,
     /// Finished live intervals on their way to the session thread.
     live: Arc<LiveQueue>,
+    /// Receive buffer the sender asked for (`--window`); 0: the default.
+    rcvbuf: usize,
 }
 
 impl FlowShared {
@@ -855,7 +857,10 @@ fn open_flow(
         // rather than wrap.
         interval_ns: s.interval_ms.and_then(|m| limits::interval_ns(m).ok()),
     };
-    let shared = Arc::new(FlowShared::default());
+    let shared = Arc::new(FlowShared {
+        rcvbuf: s.rcvbuf.map_or(0, |w| w as usize),
+        ..FlowShared::default()
+    });
     let tap = match (at.live, cfg.interval_ns) {
         (true, Some(len)) => Some(LiveTap::new(shared.live.clone(), s.flow_id, len)),
         _ => None,
@@ -878,7 +883,10 @@ fn open_flow(
                 .local_addr()
                 .map_err(|e| EngineError::io("data socket", e))?
                 .port();
-            set_rcvbuf(sock.as_raw_fd(), UDP_RCVBUF);
+            set_rcvbuf(
+                sock.as_raw_fd(),
+                s.rcvbuf.map_or(UDP_RCVBUF, |w| w as usize),
+            );
             enable_rx_timestamps(sock.as_raw_fd());
             net::enable_rx_marks(sock.as_raw_fd(), local_ip.is_ipv6());
             sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
@@ -1321,7 +1329,10 @@ fn tcp_rx(
                     continue;
                 }
                 let _ = s.set_nonblocking(true);
-                set_rcvbuf(s.as_raw_fd(), 4 << 20);
+                set_rcvbuf(
+                    s.as_raw_fd(),
+                    if sh.rcvbuf > 0 { sh.rcvbuf } else { 4 << 20 },
+                );
                 conns.push(TcpConn {
                     stream: s,
                     rd: RecordReader::new(TCP_BUF),

@@ -123,6 +123,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
             rtt_s: o.rtt.as_ref().map(|r| r.delay_s),
             rtt_received: o.rtt.as_ref().map(|r| r.counts.unique),
             tcp: o.tcp,
+            tcp_cc: o.tcp_cc.clone(),
             voip: f.spec.voip_codec().map(|c| {
                 // A fixed playout buffer anchored at the fastest packet: the
                 // mouth-to-ear delay is coding + fastest network delay +

@@ -72,6 +72,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
             max_len: f.spec.max_payload(),
             mtu,
             playout_buffer_ms: f.spec.voip_codec().map(|_| plan.jitter_buffer_ms),
+            rcvbuf: f.opts.window,
         })
         .collect();
     let key = plan.key.as_ref();

@@ -1,12 +1,14 @@
 //! The one per-socket setup function: a flow's [`SockOpts`] (marking:
-//! TOS/DSCP, TTL / hop limit, IPv6 flow label) applied to a new data
-//! socket before it connects, because some options only take effect then
-//! (a flow label must be leased before `connect`). Every data socket that
+//! TOS/DSCP, TTL / hop limit, IPv6 flow label; TCP: congestion control,
+//! MSS; the socket buffer) applied to a new data socket before it
+//! connects, because some options only take effect then (a flow label must
+//! be leased, an MSS set, before `connect`). Every data socket that
 //! sends a flow's probes goes through [`apply`], so an option means the
 //! same wherever it is set.
 //!
 //! A value the kernel refuses is the user's input: the error names the
-//! option (`-b/--dscp`, `-f`, `--flow-label`) and the CLI exits 2.
+//! option (`-b/--dscp`, `-f`, `--flow-label`, `--cc`, `-M`) and the CLI
+//! exits 2.
 
 use crate::net::{self, AsRawFd};
 use crate::EngineError;
@@ -33,6 +35,24 @@ pub(crate) fn apply(
                 format!("the system refuses TOS {tos:#04x}: {e}"),
             )
         })?;
+    }
+    if let Some(w) = o.window {
+        net::set_sndbuf(sock.as_raw_fd(), w as usize);
+    }
+    if let Some(cc) = &o.cc {
+        set_cc(sock, cc).map_err(|e| {
+            refused(
+                "--cc",
+                format!(
+                    "the kernel refuses {cc:?} ({e}); it allows: {}",
+                    allowed_cc()
+                ),
+            )
+        })?;
+    }
+    if let Some(mss) = o.mss {
+        set_mss(sock, mss)
+            .map_err(|e| refused("-M", format!("the system refuses MSS {mss}: {e}")))?;
     }
     if let Some(ttl) = o.ttl {
         let r = if to.is_ipv4() {
@@ -90,5 +110,94 @@ fn set_tos(sock: &Socket, to: SocketAddr, tos: u8) -> std::io::Result<()> {
             std::io::ErrorKind::Unsupported,
             "the IPv6 traffic class cannot be set on this system",
         ))
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "freebsd"))]
+fn set_cc(sock: &Socket, cc: &str) -> std::io::Result<()> {
+    sock.set_tcp_congestion(cc.as_bytes())
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
+fn set_cc(_sock: &Socket, _cc: &str) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "choosing TCP congestion control is supported on Linux and FreeBSD only",
+    ))
+}
+
+/// What an unprivileged process may choose, as the kernel lists it (root
+/// may load any available module; the list is still the useful answer).
+fn allowed_cc() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "(the system does not say)".into())
+}
+
+/// The congestion control a connected TCP socket really uses.
+#[cfg(any(target_os = "linux", target_os = "freebsd"))]
+pub(crate) fn tcp_cc(sock: &std::net::TcpStream) -> Option<String> {
+    let b = socket2::SockRef::from(sock).tcp_congestion().ok()?;
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8(b[..end].to_vec()).ok()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
+pub(crate) fn tcp_cc(_sock: &std::net::TcpStream) -> Option<String> {
+    None
+}
+
+#[cfg(unix)]
+fn set_mss(sock: &Socket, mss: u32) -> std::io::Result<()> {
+    sock.set_mss(mss)
+}
+
+#[cfg(not(unix))]
+fn set_mss(_sock: &Socket, _mss: u32) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "setting the TCP MSS is not supported on this system",
+    ))
+}
+
+/// Whether a TCP flow's socket sets TCP_NODELAY: as asked, else off for
+/// paced flows (a record must leave when written), on for bulk flows and
+/// for Telnet, whose model is keystrokes coalesced by Nagle (D-ITG too).
+pub(crate) fn nodelay(o: &SockOpts, spec: &wirebench_model::FlowSpec) -> bool {
+    match o.nagle {
+        Some(nagle) => !nagle,
+        None => !(spec.is_max() || matches!(spec.app, Some(wirebench_model::app::App::Telnet))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirebench_model::app::AppOptions;
+    use wirebench_model::FlowSpec;
+
+    #[test]
+    fn nagle_defaults_follow_the_model() {
+        let paced = FlowSpec::constant(100.0, 100).unwrap();
+        let telnet = AppOptions {
+            app: "telnet".into(),
+            ..Default::default()
+        }
+        .build()
+        .and_then(|a| a.spec())
+        .unwrap();
+        let none = SockOpts::default();
+        assert!(nodelay(&none, &paced));
+        assert!(!nodelay(&none, &telnet));
+        let on = SockOpts {
+            nagle: Some(true),
+            ..Default::default()
+        };
+        assert!(!nodelay(&on, &paced));
+        let off = SockOpts {
+            nagle: Some(false),
+            ..Default::default()
+        };
+        assert!(nodelay(&off, &telnet));
     }
 }

@@ -135,6 +135,7 @@ fn udp_flow(interval_ms: Option<u64>) -> FlowSetup {
         max_len: 100,
         mtu: 1500,
         playout_buffer_ms: None,
+        rcvbuf: None,
     }
 }
 

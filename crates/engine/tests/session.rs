@@ -141,6 +141,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
             max_len: 100,
             mtu: 1500,
             playout_buffer_ms: None,
+            rcvbuf: None,
         }],
         auth: None,
         live: false,
@@ -370,6 +371,7 @@ fn marking_is_set_per_flow_and_seen_by_the_receiver() {
         tos: Some(46 << 2),
         ttl: Some(7),
         flow_label: None,
+        ..Default::default()
     };
     // Two flows in one session: the marked one and one left alone.
     let doc = wirebench_engine::run(plan(
@@ -412,6 +414,7 @@ fn marking_is_set_per_flow_and_seen_by_the_receiver() {
         tos: Some((34 << 2) | 1),
         ttl: Some(9),
         flow_label: Some(0x12345),
+        ..Default::default()
     };
     let doc = wirebench_engine::run(plan("::1", port, vec![marked(v6)])).unwrap();
     let s = doc.flows[0].received.marks.clone().unwrap();
@@ -438,6 +441,76 @@ fn marking_is_set_per_flow_and_seen_by_the_receiver() {
     .unwrap_err();
     assert!(e.is_bad_input(), "{e}");
     assert!(e.to_string().starts_with("--flow-label:"), "{e}");
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}
+
+/// Issue #11 item 3: TCP options per flow, checked where the kernel shows
+/// them (TCP_CONGESTION read back, TCP_INFO's MSS), and refused with the
+/// kernel's list or the option's name.
+#[test]
+fn tcp_options_are_applied_per_flow() {
+    use wirebench_stats::SockOpts;
+    let port = 15417;
+    let (stop, h) = daemon(port);
+    let tcp = |opts: SockOpts| FlowPlan {
+        transport: Transport::Tcp,
+        opts,
+        ..udp(1000.0, 1400, Stop::Packets(100), 1)
+    };
+    let reno = SockOpts {
+        cc: Some("reno".into()),
+        mss: Some(1000),
+        window: Some(256 << 10),
+        nagle: Some(true),
+        ..Default::default()
+    };
+    let doc = wirebench_engine::run(plan(
+        "127.0.0.1",
+        port,
+        vec![tcp(reno), tcp(SockOpts::default())],
+    ))
+    .unwrap();
+    let (a, b) = (&doc.flows[0], &doc.flows[1]);
+    assert_eq!(a.received.counts.unique, 100);
+    assert_eq!(a.tcp_cc.as_deref(), Some("reno"));
+    let mss = a.tcp.unwrap().mss;
+    assert!(mss > 0 && mss <= 1000, "MSS {mss}");
+    // The other flow keeps the system's defaults.
+    let default_cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+    assert_eq!(b.tcp_cc.as_deref(), Some(default_cc.trim()));
+    assert!(b.tcp.unwrap().mss > 1000, "{:?}", b.tcp);
+
+    // An algorithm the kernel does not have: refused, listing what it allows.
+    let e = wirebench_engine::run(plan(
+        "127.0.0.1",
+        port,
+        vec![tcp(SockOpts {
+            cc: Some("nosuchcc".into()),
+            ..Default::default()
+        })],
+    ))
+    .unwrap_err();
+    assert!(e.is_bad_input(), "{e}");
+    let m = e.to_string();
+    assert!(
+        m.starts_with("--cc:") && m.contains("allows: ") && m.contains("reno"),
+        "{m}"
+    );
+    // TCP options on a UDP flow name the option.
+    let e = wirebench_engine::run(plan(
+        "127.0.0.1",
+        port,
+        vec![FlowPlan {
+            opts: SockOpts {
+                mss: Some(500),
+                ..Default::default()
+            },
+            ..udp(100.0, 100, Stop::Packets(5), 1)
+        }],
+    ))
+    .unwrap_err();
+    assert!(e.to_string().starts_with("-M:"), "{e}");
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
 }

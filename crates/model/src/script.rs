@@ -261,6 +261,7 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
                 flow.opts.tos = Some(sockopts::parse_tos(v).map_err(|e| err(opt, e))?);
                 i += 1;
             }
+            "-D" => flow.opts.nagle = Some(false),
             "-f" => {
                 let v = tokens.get(i).ok_or_else(|| err(opt, "missing TTL"))?;
                 flow.opts.ttl = Some(sockopts::parse_ttl(v).map_err(|e| err(opt, e))?);
@@ -503,6 +504,10 @@ const TOML_KEYS: &[&str] = &[
     "dscp",
     "ttl",
     "flow_label",
+    "cc",
+    "window",
+    "mss",
+    "nagle",
 ];
 
 fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
@@ -687,6 +692,16 @@ fn toml_opts(t: &toml::Table) -> Result<SockOpts, ScriptError> {
         tos: tos.or(dscp.map(|d| d << 2)).map(|v| v as u8),
         ttl: get("ttl", |v| sockopts::parse_ttl(v).map(u32::from))?.map(|v| v as u8),
         flow_label: get("flow_label", sockopts::parse_flow_label)?,
+        cc: text("cc")?
+            .map(|v| sockopts::parse_cc(&v).map_err(|e| err("cc", e)))
+            .transpose()?,
+        window: get("window", sockopts::parse_window)?,
+        mss: get("mss", sockopts::parse_mss)?,
+        nagle: match t.get("nagle") {
+            None => None,
+            Some(toml::Value::Boolean(b)) => Some(*b),
+            Some(_) => return Err(err("nagle", "must be true or false")),
+        },
     })
 }
 

@@ -23,6 +23,20 @@ pub struct SockOpts {
     /// IPv6 flow label (20 bits).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flow_label: Option<u32>,
+    /// TCP congestion control algorithm (TCP_CONGESTION; Linux, FreeBSD).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cc: Option<String>,
+    /// Socket buffer in bytes: the send buffer at the sender, the receive
+    /// buffer at the receiver (iperf3 -w).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<u32>,
+    /// TCP maximum segment size (TCP_MAXSEG, set before connecting).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mss: Option<u32>,
+    /// Nagle's algorithm on (true) or off (false, TCP_NODELAY); unset:
+    /// off for paced flows, on for `--max` and Telnet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nagle: Option<bool>,
 }
 
 impl SockOpts {
@@ -38,6 +52,23 @@ impl SockOpts {
             tos: self.tos.or(base.tos),
             ttl: self.ttl.or(base.ttl),
             flow_label: self.flow_label.or(base.flow_label),
+            cc: self.cc.clone().or_else(|| base.cc.clone()),
+            window: self.window.or(base.window),
+            mss: self.mss.or(base.mss),
+            nagle: self.nagle.or(base.nagle),
+        }
+    }
+
+    /// The first TCP-only option set, by its command-line name.
+    pub fn tcp_only(&self) -> Option<&'static str> {
+        if self.cc.is_some() {
+            Some("--cc")
+        } else if self.mss.is_some() {
+            Some("-M")
+        } else if self.nagle.is_some() {
+            Some("-D/--nagle")
+        } else {
+            None
         }
     }
 
@@ -124,6 +155,53 @@ pub fn parse_flow_label(s: &str) -> Result<u32, String> {
     match int(s) {
         Some(v) if v <= u64::from(MAX_FLOW_LABEL) => Ok(v as u32),
         _ => Err(format!("not a flow label (0..0xfffff): {s:?}")),
+    }
+}
+
+/// `--cc`: a congestion-control name as the kernel spells them (`cubic`,
+/// `bbr`, `reno`): lower-case letters, digits, `_`, at most 15 characters.
+/// Whether the kernel has it is its own answer.
+pub fn parse_cc(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 15
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "not a congestion-control name (e.g. cubic, bbr, reno): {s:?}"
+        ))
+    }
+}
+
+/// `--window`: bytes, with K/M/G suffixes of 1024 as iperf3 takes them
+/// (`256K`), 1 KiB ..= 1 GiB.
+pub fn parse_window(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("unknown suffix in {s:?} (K, M or G)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    match num.parse::<u64>().ok().map(|n| n.saturating_mul(mult)) {
+        Some(b) if (1024..=1 << 30).contains(&b) => Ok(b as u32),
+        _ => Err(format!("not a buffer size of 1K..1G bytes: {s:?}")),
+    }
+}
+
+/// `-M`: TCP maximum segment size, 88..=65535 bytes (Linux's floor is 88).
+pub fn parse_mss(s: &str) -> Result<u32, String> {
+    match int(s) {
+        Some(v) if (88..=65535).contains(&v) => Ok(v as u32),
+        _ => Err(format!("not an MSS (88..65535 bytes): {s:?}")),
     }
 }
 
@@ -267,6 +345,15 @@ mod tests {
         assert_eq!(parse_flow_label("0xfffff"), Ok(0xFFFFF));
         assert!(parse_flow_label("0x100000").is_err());
         assert_eq!(dscp_name(46), Some("ef"));
+        assert_eq!(parse_cc("bbr"), Ok("bbr".into()));
+        assert!(parse_cc("BBR;rm").is_err());
+        assert_eq!(parse_window("256K"), Ok(256 * 1024));
+        assert_eq!(parse_window("4M"), Ok(4 << 20));
+        assert_eq!(parse_window("65536"), Ok(65536));
+        assert!(parse_window("2G").is_err());
+        assert!(parse_window("10").is_err());
+        assert!(parse_mss("87").is_err());
+        assert_eq!(parse_mss("1000"), Ok(1000));
         assert_eq!(dscp_name(0), Some("be"));
         assert_eq!(dscp_name(7), None);
         assert_eq!(

@@ -177,6 +177,10 @@ pub struct FlowResult {
     /// TCP_INFO at the end of a TCP flow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpInfo>,
+    /// TCP: the congestion control algorithm the kernel used, read back
+    /// from the socket (`--cc`, or the system default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_cc: Option<String>,
     /// E-model for VoIP application models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub voip: Option<Voip>,

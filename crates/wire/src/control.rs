@@ -45,6 +45,10 @@ pub struct FlowSetup {
     /// arrive too late for it.
     #[serde(default)]
     pub playout_buffer_ms: Option<u32>,
+    /// Receive buffer in bytes for this flow's data socket (`--window`);
+    /// absent: the receiver's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcvbuf: Option<u32>,
 }
 
 /// One control message; serialised with a `type` tag in snake_case.
@@ -204,6 +208,7 @@ mod tests {
                     max_len: 1400,
                     mtu: 1500,
                     playout_buffer_ms: Some(60),
+                    rcvbuf: Some(1 << 20),
                 }],
                 auth: Some("00ff".into()),
                 live: true,

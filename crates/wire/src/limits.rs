@@ -116,6 +116,9 @@ impl FlowSetup {
         if self.mtu != 0 {
             in_range("mtu", self.mtu.into(), MIN_MTU.into(), MAX_MTU.into())?;
         }
+        if let Some(b) = self.rcvbuf {
+            in_range("rcvbuf", b.into(), 1024, 1 << 30)?;
+        }
         if let Some(ms) = self.playout_buffer_ms {
             in_range(
                 "playout_buffer_ms",
@@ -190,6 +193,7 @@ mod tests {
             max_len: 1400,
             mtu: 1500,
             playout_buffer_ms: None,
+            rcvbuf: None,
         }
     }
 
@@ -252,7 +256,7 @@ mod tests {
         fn checked_setups_are_safe(interval in any::<Option<u64>>(), max_len in any::<u32>(),
                                    mtu in any::<u32>(), pb in any::<Option<u32>>(), n in 0usize..1000) {
             let s = FlowSetup { flow_id: 0, transport: Transport::Tcp, interval_ms: interval,
-                                max_len, mtu, playout_buffer_ms: pb };
+                                max_len, mtu, playout_buffer_ms: pb, rcvbuf: None };
             if s.check().is_ok() {
                 if let Some(ms) = interval {
                     let ns = interval_ns(ms).unwrap();

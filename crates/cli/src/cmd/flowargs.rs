@@ -140,6 +140,21 @@ pub struct SockArgs {
     /// IPv6 flow label, 0..0xfffff (iperf3 -L/--flowlabel); Linux only.
     #[arg(long = "flow-label", alias = "flowlabel", value_name = "LABEL", value_parser = sockopts::parse_flow_label, help_heading = SOCK)]
     pub flow_label: Option<u32>,
+    /// TCP congestion control (iperf3 -C/--congestion): cubic, bbr, reno, ...; one the kernel does not allow is refused with its list. Linux, FreeBSD.
+    #[arg(long = "cc", alias = "congestion", value_name = "NAME", value_parser = sockopts::parse_cc, help_heading = SOCK)]
+    pub cc: Option<String>,
+    /// Socket buffer: the sender's send buffer and the receiver's receive buffer, bytes with K/M/G (x1024) suffixes, e.g. 256K (iperf3 -w; wirebench's -w is D-ITG's Weibull size).
+    #[arg(long = "window", value_name = "BYTES", value_parser = sockopts::parse_window, help_heading = SOCK)]
+    pub window: Option<u32>,
+    /// TCP maximum segment size in bytes, 88..65535 (iperf3 -M/--set-mss).
+    #[arg(short = 'M', long = "set-mss", value_name = "BYTES", value_parser = sockopts::parse_mss, help_heading = SOCK)]
+    pub mss: Option<u32>,
+    /// TCP: turn Nagle's algorithm off (TCP_NODELAY; D-ITG -D, iperf3 -N/--no-delay). Default: off for paced flows, on for --max and --app telnet.
+    #[arg(short = 'D', long = "no-delay", conflicts_with = "nagle", help_heading = SOCK)]
+    pub no_delay: bool,
+    /// TCP: keep Nagle's algorithm on (coalesce small writes), also for paced flows.
+    #[arg(long = "nagle", help_heading = SOCK)]
+    pub nagle: bool,
 }
 
 impl SockArgs {
@@ -148,6 +163,16 @@ impl SockArgs {
             tos: self.tos.or(self.dscp.map(|d| d << 2)),
             ttl: self.ttl,
             flow_label: self.flow_label,
+            cc: self.cc.clone(),
+            window: self.window,
+            mss: self.mss,
+            nagle: if self.nagle {
+                Some(true)
+            } else if self.no_delay {
+                Some(false)
+            } else {
+                None
+            },
         }
     }
 }

@@ -614,11 +614,15 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
             &mut s,
             "TCP",
             format!(
-                "retransmits {}, srtt {}, cwnd {} B, mss {} B",
+                "retransmits {}, srtt {}, cwnd {} B, mss {} B{}",
                 t.retransmits,
                 secs(t.rtt_s),
                 t.cwnd_bytes,
-                t.mss
+                t.mss,
+                f.tcp_cc
+                    .as_deref()
+                    .map(|c| format!(", cc {c}"))
+                    .unwrap_or_default()
             ),
         );
     }
