@@ -190,3 +190,17 @@ fn key_file_environment_and_allow_flags() {
         assert_eq!(doc["flows"][0]["received"]["unique"], 20);
     }
 }
+
+/// Item 8: rates no pacer can follow are refused before anything starts:
+/// `-C 1e12` ran 40 s on a 3 s run, `-N 0 0 -t 200` took 9.8 s.
+#[test]
+fn unpaceable_rates_exit_2() {
+    exits_2_naming(
+        &["send", "-a", "127.0.0.1", "-C", "1e12", "-t", "3000"],
+        "rate | 10000000 packets/s",
+    );
+    exits_2_naming(
+        &["send", "-a", "127.0.0.1", "-N", "0", "0", "-t", "200"],
+        "inter-departure time | above 0",
+    );
+}

@@ -240,7 +240,7 @@ impl IdtModel {
     }
 
     /// Mean gap in ms, where it is defined (see [`Dist::typical`]).
-    fn typical_ms(&self) -> Option<f64> {
+    pub fn typical_ms(&self) -> Option<f64> {
         match self {
             IdtModel::Max => None,
             IdtModel::Constant { pps } => Some(1000.0 / pps),
