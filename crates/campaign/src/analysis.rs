@@ -23,6 +23,8 @@ use wirebench_stats::{aggregate, pct_change, upper_bound_tcp_bps, upper_bound_ud
 pub enum AnalysisError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Rfc2544(#[from] crate::rfc2544::SummaryError),
 }
 
 /// Every metric a summary may carry, in display order (the metric table).
@@ -528,7 +530,9 @@ pub fn summarize_runs(
         })
         .map(|s| s.key.as_str())
         .collect();
-    if !noisy.is_empty() {
+    // RFC 2544 trials of one scenario run at different rates on purpose.
+    let searches = campaign.is_some_and(|c| c.rfc2544.is_some());
+    if !noisy.is_empty() && !searches {
         notes.push(format!(
             "{} scenario(s) have a payload-throughput coefficient of variation over 10 %: {}",
             noisy.len(),
@@ -689,6 +693,10 @@ pub fn summarize(
         .collect();
     let mut environment = row.environment.clone();
     environment.extra.extend(node_environment(&runs));
+    let rfc2544 = match campaign.as_ref().is_some_and(|c| c.rfc2544.is_some()) {
+        true => crate::rfc2544::summarize(store, &row)?,
+        false => None,
+    };
     Ok(CampaignSummary {
         name: row.name.clone(),
         campaign_file: row.file_text.clone(),
@@ -704,6 +712,7 @@ pub fn summarize(
             .as_ref()
             .map(|c| c.report.clone())
             .unwrap_or_default(),
+        rfc2544,
     })
 }
 

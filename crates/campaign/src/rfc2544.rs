@@ -16,9 +16,11 @@ use std::collections::BTreeMap;
 use wirebench_model::MIN_PAYLOAD;
 use wirebench_rfc2544::search::{SearchError, TrialKind, TrialRecord};
 use wirebench_rfc2544::{
-    BackToBack, BackToBackResult, FrameLoss, FrameLossPoint, FrameSpec, Latency, LayerRates, Step,
-    Throughput, ThroughputConfig, ThroughputResult, TrialOutcome, RFC2544_SIZES,
+    BackToBack, BackToBackResult, FrameLoss, FrameLossPoint, Latency, LayerRates, Throughput,
+    ThroughputConfig, ThroughputResult, RFC2544_SIZES,
 };
+/// The search types a [`Model`] for [`simulate`] speaks.
+pub use wirebench_rfc2544::{FrameSpec, Step, TrialOutcome};
 use wirebench_stats::IpVersion;
 
 /// The four benchmarks of RFC 2544 §26 wirebench runs.
@@ -294,7 +296,7 @@ fn ip_version(ip: u8) -> IpVersion {
 }
 
 /// Everything measured for one IP version and frame size.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SizeResult {
     pub ip: u8,
     pub spec: FrameSpec,
@@ -316,7 +318,7 @@ pub struct SizeResult {
 }
 
 /// An RFC 2544 campaign's results, recomputed from its stored trials.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rfc2544Summary {
     pub campaign_id: i64,
     pub name: String,
@@ -499,6 +501,50 @@ fn search_err(e: SearchError) -> RunError {
     RunError::BadInput(e.to_string())
 }
 
+/// The three searches as the driver sees them: the next step, and what a
+/// trial measured.
+trait Search {
+    fn step(&self) -> Step;
+    fn record_outcome(&mut self, o: TrialOutcome);
+}
+
+macro_rules! search_impl {
+    ($($t:ty),*) => {$(
+        impl Search for $t {
+            fn step(&self) -> Step {
+                self.next()
+            }
+            fn record_outcome(&mut self, o: TrialOutcome) {
+                self.record(o)
+            }
+        }
+    )*};
+}
+search_impl!(Throughput, FrameLoss, BackToBack);
+
+/// Runs (or replays) one search to its end, numbering its trials from 0 (the
+/// stored repetition). `seen` gets each trial's kind and result document.
+/// Some(trials run), or None when interrupted / a stored trial is missing.
+fn drive(
+    s: &mut dyn Search,
+    test: Test,
+    ip: u8,
+    spec: &FrameSpec,
+    t: &mut dyn Trials,
+    mut seen: impl FnMut(TrialKind, Value),
+) -> Result<Option<u32>, RunError> {
+    let mut rep = 0;
+    while let step @ Step::Trial { kind, .. } = s.step() {
+        let Some((o, doc)) = t.trial(test, ip, spec, step, rep)? else {
+            return Ok(None);
+        };
+        seen(kind, doc);
+        s.record_outcome(o);
+        rep += 1;
+    }
+    Ok(Some(rep))
+}
+
 /// Runs (or replays) every test of one size. None = interrupted / trials missing.
 fn one_size(
     cfg: &Rfc2544Config,
@@ -525,19 +571,16 @@ fn one_size(
     let mut ceiling = line_fps;
     if cfg.has(Test::Throughput) {
         let mut s = Throughput::new(cfg.throughput_config(line_fps)).map_err(search_err)?;
-        let mut rep = 0;
         let mut verify_doc = None;
-        while let step @ Step::Trial { kind, .. } = s.next() {
-            let Some((o, doc)) = t.trial(Test::Throughput, ip, &spec, step, rep)? else {
-                return Ok(None);
-            };
+        let Some(n) = drive(&mut s, Test::Throughput, ip, &spec, t, |kind, doc| {
             if kind == TrialKind::Verify {
                 verify_doc = Some(doc);
             }
-            s.record(o);
-            rep += 1;
-        }
-        out.trials += rep;
+        })?
+        else {
+            return Ok(None);
+        };
+        out.trials += n;
         out.throughput_trials = s.trials().to_vec();
         if let Some(r) = s.result() {
             ceiling = Some(r.ceiling_fps);
@@ -554,30 +597,20 @@ fn one_size(
     };
     if cfg.has(Test::FrameLoss) {
         let mut fl = FrameLoss::new(ceiling, cfg.step_pct).map_err(search_err)?;
-        let mut rep = 0;
-        while let step @ Step::Trial { .. } = fl.next() {
-            let Some((o, _)) = t.trial(Test::FrameLoss, ip, &spec, step, rep)? else {
-                return Ok(None);
-            };
-            fl.record(o);
-            rep += 1;
-        }
-        out.trials += rep;
+        let Some(n) = drive(&mut fl, Test::FrameLoss, ip, &spec, t, |_, _| {})? else {
+            return Ok(None);
+        };
+        out.trials += n;
         out.frame_loss = fl.points().to_vec();
     }
     if cfg.has(Test::BackToBack) {
         let longest = (ceiling * cfg.b2b_longest_s).round().max(2.0) as u64;
         let mut b = BackToBack::new(ceiling, longest, cfg.resolution, cfg.b2b_repeats)
             .map_err(search_err)?;
-        let mut rep = 0;
-        while let step @ Step::Trial { .. } = b.next() {
-            let Some((o, _)) = t.trial(Test::BackToBack, ip, &spec, step, rep)? else {
-                return Ok(None);
-            };
-            b.record(o);
-            rep += 1;
-        }
-        out.trials += rep;
+        let Some(n) = drive(&mut b, Test::BackToBack, ip, &spec, t, |_, _| {})? else {
+            return Ok(None);
+        };
+        out.trials += n;
         out.back_to_back = b.result();
     }
     Ok(Some(out))
@@ -640,6 +673,101 @@ pub fn run(
         campaign_id,
         interrupted,
     })
+}
+
+/// A device model for [`simulate`]: what one trial measures (the test, the
+/// frame and the step the search asked for).
+pub type Model<'m> = dyn FnMut(Test, &FrameSpec, Step) -> TrialOutcome + 'm;
+
+/// Delay every simulated frame has (one-way, seconds).
+pub const SIMULATED_DELAY_S: f64 = 100e-6;
+
+/// Trials answered by a [`Model`], stored like real ones.
+struct Simulated<'s, 'm> {
+    store: &'s Store,
+    campaign_id: i64,
+    model: &'s mut Model<'m>,
+}
+
+impl Trials for Simulated<'_, '_> {
+    fn trial(
+        &mut self,
+        test: Test,
+        ip: u8,
+        spec: &FrameSpec,
+        step: Step,
+        rep: u32,
+    ) -> Result<Option<(TrialOutcome, Value)>, RunError> {
+        let Step::Trial { kind, .. } = step else {
+            return Ok(None);
+        };
+        let o = (self.model)(test, spec, step);
+        let d = SIMULATED_DELAY_S;
+        let doc = serde_json::json!({"flows": [{
+            "sent": {"packets": o.sent, "not_sent": o.offered.saturating_sub(o.sent), "duration_s": o.duration_s},
+            "received": {"unique": o.received},
+            "delay_s": {"min": d, "mean": d, "max": d, "stddev": 0.0, "p50": d, "p90": d, "p99": d, "p999": d}
+        }]});
+        let axes = BTreeMap::from([
+            ("test".to_string(), test.name().to_string()),
+            ("ip".to_string(), ip.to_string()),
+            ("frame".to_string(), spec.nominal.to_string()),
+            ("kind".to_string(), kind.as_str().to_string()),
+        ]);
+        let now = crate::env::now_rfc3339();
+        self.store.record_run(&crate::store::NewRun {
+            campaign_id: self.campaign_id,
+            scenario_key: &scenario_key(test, ip, spec.nominal),
+            axes: &axes,
+            repetition: rep,
+            status: RunStatus::Ok,
+            result: Some(&doc),
+            counters: None,
+            command: "simulated",
+            error: None,
+            started_at: &now,
+            ended_at: &now,
+        })?;
+        Ok(Some((o, doc)))
+    }
+}
+
+/// Runs the campaign's `[rfc2544]` searches against a device model instead
+/// of a network, storing every trial as [`run`] does (with a constant
+/// [`SIMULATED_DELAY_S`] delay): the store, the replay and the reports can
+/// then be checked against a device whose limits are known exactly, without
+/// root or sockets. Returns the campaign id.
+pub fn simulate(c: &Campaign, store: &Store, model: &mut Model<'_>) -> Result<i64, RunError> {
+    let cfg = Rfc2544Config::from_campaign(c)
+        .map_err(|e| RunError::BadInput(e.to_string()))?
+        .ok_or_else(|| RunError::BadInput("the campaign has no [rfc2544] block".into()))?;
+    let env = crate::summary::Environment {
+        topology: c.target.describe(),
+        tool_version: "simulated".into(),
+        ..Default::default()
+    };
+    let started = crate::env::now_rfc3339();
+    let campaign_id = store.create_campaign(&crate::store::NewCampaign {
+        name: &c.name,
+        origin: &c.origin,
+        file_text: &c.text,
+        started_at: &started,
+        environment: &env,
+        planned_runs: 0,
+        quick: c.quick,
+    })?;
+    let mut sim = Simulated {
+        store,
+        campaign_id,
+        model,
+    };
+    for &ip in &cfg.ips {
+        for &f in &cfg.frames {
+            one_size(&cfg, ip, f, &mut sim)?;
+        }
+    }
+    store.set_campaign_status(campaign_id, "done")?;
+    Ok(campaign_id)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -711,34 +839,76 @@ pub fn summarize(store: &Store, row: &CampaignRow) -> Result<Option<Rfc2544Summa
     }))
 }
 
-// ------------------------------------------------------------ text report
+// ------------------------------------------------------------ tables
 
 fn us(s: f64) -> String {
     format!("{:.1}", s * 1e6)
 }
 
-/// RFC 2544 §26-style tables for a terminal: throughput (fps, bit/s at each
-/// layer, % of line rate), latency, frame-loss rate and back-to-back.
-pub fn text_tables(s: &Rfc2544Summary) -> String {
-    use crate::analysis::{render_rows, si};
-    let mut out = String::new();
-    let size = |r: &SizeResult| {
-        if r.spec.frame == r.spec.nominal {
-            format!("{}", r.spec.nominal)
-        } else {
-            format!("{} (sent {})", r.spec.nominal, r.spec.frame)
-        }
-    };
+/// One RFC 2544 §26-style results table as text cells, shared by the
+/// terminal summary and the HTML report so the two always agree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RfcTable {
+    /// Which table: `throughput`, `latency`, `frame_loss`, `back_to_back`.
+    pub test: Test,
+    pub title: String,
+    /// Column names; the first two are always "IP" and "frame B".
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// The frame size column: the nominal size, and the size sent when the
+/// probe header made it grow.
+pub fn size_label(r: &SizeResult) -> String {
+    if r.spec.frame == r.spec.nominal {
+        format!("{}", r.spec.nominal)
+    } else {
+        format!("{} (sent {})", r.spec.nominal, r.spec.frame)
+    }
+}
+
+/// A table of one row per size that has a result, led by IP and frame size.
+fn per_size(
+    s: &Rfc2544Summary,
+    test: Test,
+    title: String,
+    columns: &[&str],
+    cells: impl Fn(&SizeResult) -> Option<Vec<String>>,
+) -> RfcTable {
+    let mut header = vec!["IP".to_string(), "frame B".to_string()];
+    header.extend(columns.iter().map(|c| c.to_string()));
+    let rows = s
+        .sizes
+        .iter()
+        .filter_map(|r| {
+            let mut row = vec![format!("IPv{}", r.ip), size_label(r)];
+            row.extend(cells(r)?);
+            Some(row)
+        })
+        .collect();
+    RfcTable {
+        test,
+        title,
+        header,
+        rows,
+    }
+}
+
+/// The RFC 2544 §26 tables of the tests the campaign ran: throughput (fps,
+/// % of line rate, bit/s at each layer), latency at that rate, frame-loss
+/// rate per offered load and back-to-back.
+pub fn tables(s: &Rfc2544Summary) -> Vec<RfcTable> {
+    use crate::analysis::si;
+    let mut out = Vec::new();
+    let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map(f).unwrap_or_else(|| "-".into());
     if s.tests.contains(&Test::Throughput) {
-        out.push_str(&format!(
-            "Throughput (RFC 2544 §26.1, loss ≤ {} %, resolution {} % of the line rate, {} s trials)\n",
+        let title = format!(
+            "Throughput (RFC 2544 §26.1, loss ≤ {} %, resolution {} % of the line rate, {} s trials)",
             s.loss_threshold * 100.0,
             s.resolution * 100.0,
             s.trial_s
-        ));
-        let mut rows = vec![[
-            "IP",
-            "frame B",
+        );
+        let columns = [
             "frames/s",
             "% of line",
             "line rate fps",
@@ -748,48 +918,34 @@ pub fn text_tables(s: &Rfc2544Summary) -> String {
             "wire",
             "trials",
             "note",
-        ]
-        .map(String::from)
-        .to_vec()];
-        for r in &s.sizes {
-            let Some(t) = &r.throughput else { continue };
+        ];
+        out.push(per_size(s, Test::Throughput, title, &columns, |r| {
+            let t = r.throughput.as_ref()?;
             let rates = r.rates.unwrap_or(r.spec.rates(t.fps));
-            let mut note = Vec::new();
-            if !t.verified {
-                note.push("not verified");
-            }
-            if !t.converged {
-                note.push("max trials reached");
-            }
-            if t.tester_limited {
-                note.push("tester-bound");
-            }
-            rows.push(vec![
-                format!("IPv{}", r.ip),
-                size(r),
+            let note: Vec<&str> = [
+                (!t.verified, "not verified"),
+                (!t.converged, "max trials reached"),
+                (t.tester_limited, "tester-bound"),
+            ]
+            .into_iter()
+            .filter_map(|(on, n)| on.then_some(n))
+            .collect();
+            Some(vec![
                 format!("{:.0}", t.fps),
-                r.pct_of_line
-                    .map(|p| format!("{p:.2}"))
-                    .unwrap_or_else(|| "-".into()),
-                r.line_fps
-                    .map(|l| format!("{l:.0}"))
-                    .unwrap_or_else(|| "-".into()),
+                opt(r.pct_of_line, &|p| format!("{p:.2}")),
+                opt(r.line_fps, &|l| format!("{l:.0}")),
                 si(rates.payload_bps, "bit/s"),
                 si(rates.ip_bps, "bit/s"),
                 si(rates.ethernet_bps, "bit/s"),
                 si(rates.wire_bps, "bit/s"),
                 t.trials.to_string(),
                 note.join(", "),
-            ]);
-        }
-        out.push_str(&render_rows(&rows));
-        out.push('\n');
+            ])
+        }));
     }
     if s.tests.contains(&Test::Latency) {
-        out.push_str("Latency at the throughput rate (RFC 2544 §26.2; every frame of the verification trial, one-way, µs)\n");
-        let mut rows = vec![[
-            "IP",
-            "frame B",
+        let title = "Latency at the throughput rate (RFC 2544 §26.2; every frame of the verification trial, one-way, µs)".to_string();
+        let columns = [
             "frames",
             "RFC 2544 (mean)",
             "min",
@@ -799,32 +955,30 @@ pub fn text_tables(s: &Rfc2544Summary) -> String {
             "p99.9",
             "max",
             "PDV",
-        ]
-        .map(String::from)
-        .to_vec()];
-        for r in &s.sizes {
-            let Some(l) = &r.latency else { continue };
-            rows.push(vec![
-                format!("IPv{}", r.ip),
-                size(r),
-                l.packets.to_string(),
-                us(l.rfc2544_s),
-                us(l.min_s),
-                us(l.p50_s),
-                us(l.p90_s),
-                us(l.p99_s),
-                us(l.p999_s),
-                us(l.max_s),
-                us(l.pdv_s),
-            ]);
-        }
-        out.push_str(&render_rows(&rows));
-        out.push('\n');
+        ];
+        out.push(per_size(s, Test::Latency, title, &columns, |r| {
+            let l = r.latency.as_ref()?;
+            let mut row = vec![l.packets.to_string()];
+            row.extend(
+                [
+                    l.rfc2544_s,
+                    l.min_s,
+                    l.p50_s,
+                    l.p90_s,
+                    l.p99_s,
+                    l.p999_s,
+                    l.max_s,
+                    l.pdv_s,
+                ]
+                .map(us),
+            );
+            Some(row)
+        }));
     }
     if s.tests.contains(&Test::FrameLoss) {
-        out.push_str(
-            "Frame-loss rate (RFC 2544 §26.3; loss % at each offered load, % of the line rate)\n",
-        );
+        let title =
+            "Frame-loss rate (RFC 2544 §26.3; loss % at each offered load, % of the line rate)"
+                .to_string();
         let mut loads: Vec<u32> = s
             .sizes
             .iter()
@@ -832,66 +986,74 @@ pub fn text_tables(s: &Rfc2544Summary) -> String {
             .collect();
         loads.sort_unstable_by(|a, b| b.cmp(a));
         loads.dedup();
-        let mut header = vec!["IP".to_string(), "frame B".to_string()];
-        header.extend(loads.iter().map(|l| format!("{l} %")));
-        let mut rows = vec![header];
-        for r in &s.sizes {
+        let columns: Vec<String> = loads.iter().map(|l| format!("{l} %")).collect();
+        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        out.push(per_size(s, Test::FrameLoss, title, &columns, |r| {
             if r.frame_loss.is_empty() {
-                continue;
+                return None;
             }
-            let mut row = vec![format!("IPv{}", r.ip), size(r)];
-            for l in &loads {
-                row.push(
-                    r.frame_loss
-                        .iter()
-                        .find(|p| p.percent == *l)
-                        .map(|p| format!("{:.2}", p.loss_percent))
-                        .unwrap_or_else(|| "-".into()),
-                );
-            }
-            rows.push(row);
-        }
-        out.push_str(&render_rows(&rows));
-        out.push('\n');
+            Some(
+                loads
+                    .iter()
+                    .map(|l| {
+                        let p = r.frame_loss.iter().find(|p| p.percent == *l);
+                        opt(p.map(|p| p.loss_percent), &|v| format!("{v:.2}"))
+                    })
+                    .collect(),
+            )
+        }));
     }
     if s.tests.contains(&Test::BackToBack) {
-        out.push_str(
-            "Back-to-back (RFC 2544 §26.4; longest burst at the line rate with no loss)\n",
-        );
-        let mut rows = vec![[
-            "IP",
-            "frame B",
+        let title = "Back-to-back (RFC 2544 §26.4; longest burst at the line rate with no loss)"
+            .to_string();
+        let columns = [
             "mean frames",
             "min",
             "max",
             "repeats",
             "longest tried",
             "buffer ms",
-        ]
-        .map(String::from)
-        .to_vec()];
-        for r in &s.sizes {
-            let Some(b) = &r.back_to_back else { continue };
-            rows.push(vec![
-                format!("IPv{}", r.ip),
-                size(r),
+        ];
+        out.push(per_size(s, Test::BackToBack, title, &columns, |r| {
+            let b = r.back_to_back.as_ref()?;
+            Some(vec![
                 format!("{:.1}", b.mean_frames),
                 b.min_frames.to_string(),
                 b.max_frames.to_string(),
                 b.bursts.len().to_string(),
                 b.longest_tried.to_string(),
                 format!("{:.3}", b.implied_buffer_s * 1e3),
-            ]);
-        }
-        out.push_str(&render_rows(&rows));
-        out.push('\n');
+            ])
+        }));
     }
-    if let Some(e) = s.elapsed_s {
-        out.push_str(&format!(
-            "{} trials in {:.0} s\n",
+    out
+}
+
+/// Total trials of the campaign and the line that says how long they took.
+pub fn elapsed_line(s: &Rfc2544Summary) -> Option<String> {
+    s.elapsed_s.map(|e| {
+        format!(
+            "{} trials in {:.0} s",
             s.sizes.iter().map(|r| r.trials).sum::<u32>(),
             e
-        ));
+        )
+    })
+}
+
+/// The [`tables`] for a terminal.
+pub fn text_tables(s: &Rfc2544Summary) -> String {
+    let mut out = String::new();
+    for t in tables(s) {
+        out.push_str(&t.title);
+        out.push('\n');
+        let mut rows = vec![t.header];
+        rows.extend(t.rows);
+        out.push_str(&crate::analysis::render_rows(&rows));
+        out.push('\n');
+    }
+    if let Some(l) = elapsed_line(s) {
+        out.push_str(&l);
+        out.push('\n');
     }
     out
 }
@@ -933,6 +1095,27 @@ mod tests {
         assert!(e.to_string().contains("throughput"), "{e}");
         let e = cfg("[loopback]\n[matrix]\npayload = [100]\n[rfc2544]\n").unwrap_err();
         assert!(e.to_string().contains("not both"), "{e}");
+    }
+
+    #[test]
+    fn s5_calibration_example_searches_s5s_datagram() {
+        let text = include_str!("../../../examples/s5-calibration-search.toml");
+        let c = Campaign::parse(text, "s5-calibration-search.toml").unwrap();
+        let Target::Testbed(t) = &c.target else {
+            panic!("a test-bed campaign")
+        };
+        assert_eq!(t.forward_pps, Some(29_000));
+        let cfg = Rfc2544Config::from_campaign(&c).unwrap().unwrap();
+        assert_eq!(
+            (cfg.ips.as_slice(), cfg.frames.as_slice()),
+            (&[4u8][..], &[110u32][..])
+        );
+        // The frame carries S5's 64 B payload, and 10 % steps of its line
+        // rate are about S5's 10 000 packets/s steps.
+        let spec = FrameSpec::new(110, IpVersion::V4, cfg.mtu, MIN_PAYLOAD).unwrap();
+        assert_eq!((spec.frame, spec.payload), (110, 64));
+        let line = spec.line_rate_fps(cfg.link_bps.unwrap());
+        assert!((line / 10.0 - 9615.4).abs() < 0.1, "{line}");
     }
 
     #[test]

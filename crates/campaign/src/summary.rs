@@ -194,4 +194,10 @@ pub struct CampaignSummary {
     /// Presentation choices from the campaign file's `[report]` table.
     #[serde(default)]
     pub report: ReportOptions,
+    /// An RFC 2544 campaign's results (`[rfc2544]` block), recomputed from
+    /// its trials: the report shows the RFC tables and the loss-vs-load
+    /// chart instead of per-scenario means, which mean nothing over search
+    /// trials at different rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rfc2544: Option<crate::rfc2544::Rfc2544Summary>,
 }

@@ -187,7 +187,8 @@ fn testbed_100mbit_found_at_the_ethernet_bound() {
 /// behind 10 Mbit/s links: the throughput search finds the cap for 64 B
 /// frames within the stated resolution (0.5 % of the 13 889 fps line rate,
 /// plus the 100 packets its queue absorbs over a 4 s trial), and the
-/// frame-loss curve follows 1 − cap/offered within 1 point. (A 20-packet
+/// frame-loss curve follows 1 − cap/offered within 1 point, and the longest
+/// clean back-to-back burst is what the queue absorbs. (A 20-packet
 /// queue is shorter than the pacer's bursts: it lost 0.2-2 % below the cap.)
 #[test]
 fn capped_router_found_and_frame_loss_follows_the_cap() {
@@ -219,7 +220,11 @@ fn capped_router_found_and_frame_loss_follows_the_cap() {
         "--frames",
         "64",
         "--tests",
-        "throughput,frame-loss",
+        "throughput,frame-loss,back-to-back",
+        "--b2b-repeats",
+        "1",
+        "--b2b-longest-s",
+        "0.1",
         "--trial-s",
         "4",
         "--learning-s",
@@ -227,7 +232,7 @@ fn capped_router_found_and_frame_loss_follows_the_cap() {
         "--linger-ms",
         "500",
         "--retries",
-        "1",
+        "2",
         "--db",
         db.to_str().unwrap(),
         "--json",
@@ -264,4 +269,21 @@ fn capped_router_found_and_frame_loss_follows_the_cap() {
     let n = points.len();
     assert_eq!(points[n - 1]["loss_percent"], 0.0);
     assert_eq!(points[n - 2]["loss_percent"], 0.0);
+    // Back-to-back at the line rate: the router's queue (100-packet pfifo
+    // plus the cap's 7-packet bucket) fills at line − cap frames/s, so
+    // 107 / (1 − cap/line) = 216 frames arrive whole when the burst reaches
+    // r1 at the line rate. The sender's link bucket (4 × 1538 B: 68 frames)
+    // lets a burstier sender put up to k = 68 frames there at once, which
+    // leaves k + (107 − k) / (1 − cap/line) = 147; a sender that falls
+    // behind spreads the burst out and lets a few more through (measured
+    // 156, 167, 183, 221).
+    let b = &z["back_to_back"];
+    let rho = cap / line;
+    let (lo, hi) = (68.0 + (107.0 - 68.0) / (1.0 - rho), 107.0 / (1.0 - rho));
+    let mean = b["mean_frames"].as_f64().unwrap();
+    assert_eq!(b["longest_tried"], (line * 0.1).round() as u64, "{b}");
+    assert!(
+        mean >= 0.95 * lo && mean <= 1.1 * hi,
+        "longest clean burst {mean} frames, model {lo:.0}..{hi:.0}\n{out}"
+    );
 }

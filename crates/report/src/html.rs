@@ -160,6 +160,14 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
         out.push_str("</ul>\n");
     }
 
+    if let Some(r) = &s.rfc2544 {
+        // Search trials at different rates: the RFC tables replace the
+        // per-scenario means.
+        crate::rfc2544::section(out, r, idx);
+        section_tail(out, s);
+        return;
+    }
+
     let parts = plan::parts(s);
     let several = parts.len() > 1;
     for (pi, part) in parts.iter().enumerate() {
@@ -170,12 +178,7 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
     }
     crate::nodes::nodes_table(out, s);
 
-    environment(out, s);
-    let _ = write!(
-        out,
-        "<h3>Campaign file</h3>\n<pre class=\"campaign-file\">{}</pre>\n</section>\n",
-        esc(&s.campaign_file)
-    );
+    section_tail(out, s);
 }
 
 /// The charts and tables of one part of a campaign (the whole campaign when
@@ -314,6 +317,16 @@ fn fit_columns<'a>(
         out.push(cur);
     }
     out
+}
+
+/// The environment, the campaign file and the end of the section.
+fn section_tail(out: &mut String, s: &CampaignSummary) {
+    environment(out, s);
+    let _ = write!(
+        out,
+        "<h3>Campaign file</h3>\n<pre class=\"campaign-file\">{}</pre>\n</section>\n",
+        esc(&s.campaign_file)
+    );
 }
 
 /// Whether a rise of this metric is an improvement, so Δ can be coloured

@@ -12,6 +12,7 @@ mod fmt;
 mod html;
 mod nodes;
 pub mod plan;
+mod rfc2544;
 mod svg;
 mod wide;
 

@@ -663,6 +663,7 @@ mod tests {
             scenarios: scs,
             notes: vec![],
             report: Default::default(),
+            rfc2544: None,
         }
     }
 

@@ -261,6 +261,7 @@ pub fn s5_like(campaign_file: &str) -> CampaignSummary {
         scenarios,
         notes: vec!["In an emulated test-bed every node shares one kernel: router forwarding appears as host softirq.".into()],
         report: Default::default(),
+        rfc2544: None,
     }
 }
 
@@ -341,6 +342,7 @@ pub fn apps_like() -> CampaignSummary {
         scenarios,
         notes: vec![],
         report: Default::default(),
+        rfc2544: None,
     }
 }
 
