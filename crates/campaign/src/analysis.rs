@@ -445,6 +445,11 @@ pub fn summarize_runs(
             metrics,
             upper_bound_bps: *ub,
             nodes,
+            series: crate::series::scenario_series(
+                runs.iter()
+                    .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
+                    .filter_map(|r| r.result.as_ref()),
+            ),
         });
     }
     if let Some(sel) = campaign

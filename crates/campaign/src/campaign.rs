@@ -295,6 +295,9 @@ pub struct Campaign {
     /// How long the receiver waits for late packets after the sender stops
     /// (`send --linger`); None = the engine's default (2 s, RFC 2544).
     pub linger_s: Option<f64>,
+    /// Per-interval series of every run (`send --interval`), stored with
+    /// the run and drawn over time in the report.
+    pub interval_ms: Option<u64>,
     pub order: Order,
     /// Base of every run's `--seed`.
     pub seed: u64,
@@ -612,6 +615,7 @@ struct RawCampaign {
     warmup_s: Option<Spanned<f64>>,
     pause_s: Option<Spanned<f64>>,
     linger_s: Option<Spanned<f64>>,
+    interval_ms: Option<Spanned<i64>>,
     order: Option<Spanned<String>>,
     seed: Option<Spanned<i64>>,
     baseline: Option<Spanned<String>>,
@@ -1443,6 +1447,17 @@ impl Campaign {
             Some(l) => Some(seconds(&ctx, l, "linger_s", true)?),
             None => None,
         };
+        let interval_ms = match &raw.interval_ms {
+            Some(i) if (10..=3_600_000).contains(i.get_ref()) => Some(*i.get_ref() as u64),
+            Some(i) => {
+                return Err(ctx.at(
+                    i,
+                    "interval_ms",
+                    format!("must be 10..=3600000 ms, got {}", i.get_ref()),
+                ))
+            }
+            None => None,
+        };
         let seed = match &raw.seed {
             Some(s) if *s.get_ref() >= 0 => *s.get_ref() as u64,
             Some(s) => return Err(ctx.at(s, "seed", "seed must not be negative")),
@@ -1522,6 +1537,7 @@ impl Campaign {
             warmup_s,
             pause_s,
             linger_s,
+            interval_ms,
             order,
             seed,
             baseline: None,

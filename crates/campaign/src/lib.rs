@@ -18,6 +18,7 @@ pub mod estimate;
 pub mod metrics;
 pub mod rfc2544;
 pub mod runner;
+pub mod series;
 pub mod store;
 pub mod summary;
 

@@ -108,6 +108,10 @@ pub struct ScenarioSummary {
     /// figures of a lab. Empty for other runs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub nodes: BTreeMap<String, NodeFigures>,
+    /// Throughput, delay, jitter and loss over time (campaigns with
+    /// `interval_ms`): mean and min–max band over the repetitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<crate::series::ScenarioSeries>,
 }
 
 /// One node's figures in one scenario, each over the ok repetitions.

@@ -14,6 +14,7 @@ mod nodes;
 pub mod plan;
 mod rfc2544;
 mod svg;
+mod timeseries;
 mod wide;
 
 use std::path::{Path, PathBuf};

@@ -640,6 +640,7 @@ mod tests {
             metrics,
             upper_bound_bps: None,
             nodes: Default::default(),
+            series: None,
         }
     }
 

@@ -352,6 +352,7 @@ fn change_colour_follows_the_metric_table() {
             )]),
             upper_bound_bps: None,
             nodes: Default::default(),
+            series: None,
         };
         let mut s = common::apps_like();
         s.axes = vec!["ip".into()];

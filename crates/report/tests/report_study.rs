@@ -62,6 +62,7 @@ fn mixed() -> CampaignSummary {
             metrics: m,
             upper_bound_bps: None,
             nodes: Default::default(),
+            series: None,
         });
     }
     let apps = common::apps_like();

@@ -69,6 +69,9 @@ pub fn send_args(
     if let Some(l) = c.linger_s {
         a.extend(["--linger".into(), ((l * 1000.0).round() as u64).to_string()]);
     }
+    if let Some(ms) = c.interval_ms {
+        a.extend(["--interval".into(), ms.to_string()]);
+    }
     a.extend(["--seed".into(), seed.to_string()]);
     a
 }
@@ -117,5 +120,26 @@ mod tests {
         let b = send_args(&c, &s[1], "127.0.0.1".parse().unwrap(), 5401, 9, c.length).join(" ");
         assert_eq!(b, "send -a 127.0.0.1 -p 5401 -4 -T udp -m rtt --app voip --codec G.729.2 -z 100 --linger 500 --seed 9");
         assert_ne!(run_seed(&c, &s[0].key, 0), run_seed(&c, &s[0].key, 1));
+    }
+
+    #[test]
+    fn interval_ms_goes_to_every_run_and_is_checked() {
+        let text = |ms: &str| {
+            format!("interval_ms = {ms}\npackets = 10\n[loopback]\n[matrix]\nip = [4]\n")
+        };
+        let c = Campaign::parse(&text("250"), "t.toml").unwrap();
+        assert_eq!(c.interval_ms, Some(250));
+        let s = c.expand();
+        let a = send_args(&c, &s[0], "127.0.0.1".parse().unwrap(), 5401, 9, c.length).join(" ");
+        assert!(a.ends_with("-z 10 --interval 250 --seed 9"), "{a}");
+        for bad in ["0", "5", "3600001", "-1"] {
+            let e = Campaign::parse(&text(bad), "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("interval_ms") && e.contains("t.toml:1"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -216,6 +216,7 @@ pub fn s5_like(campaign_file: &str) -> CampaignSummary {
                     metrics: m,
                     upper_bound_bps: Some(bound),
                     nodes: Default::default(),
+                    series: None,
                 });
             }
         }
@@ -327,6 +328,7 @@ pub fn apps_like() -> CampaignSummary {
                 metrics: m,
                 upper_bound_bps: None,
                 nodes: Default::default(),
+                series: None,
             });
         }
     }

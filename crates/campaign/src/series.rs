@@ -1,0 +1,192 @@
+//! Time series of a scenario (campaigns with `interval_ms`): each run's
+//! per-interval figures (`flows[].intervals` of its stored result),
+//! combined over the run's flows, then summarised over the repetitions as
+//! a mean with a min–max band — what the report draws as throughput,
+//! delay, jitter and loss over time.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Longest series kept per scenario; later intervals are left out of the
+/// summary (they stay in the stored results).
+pub const MAX_POINTS: usize = 3600;
+
+/// One figure over time: per interval, the mean over the repetitions that
+/// have a value there and the smallest and largest of them (None: no
+/// repetition has one, e.g. no packet arrived so there is no delay).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Band {
+    /// Mean over the repetitions.
+    pub mean: Vec<Option<f64>>,
+    /// Smallest repetition.
+    pub min: Vec<Option<f64>>,
+    /// Largest repetition.
+    pub max: Vec<Option<f64>>,
+}
+
+/// A scenario's figures over time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ScenarioSeries {
+    /// Length of one interval, seconds.
+    pub interval_s: f64,
+    /// Runs the series is made of.
+    pub runs: usize,
+    /// Payload throughput, all flows together, bit/s.
+    pub throughput_bps: Band,
+    /// Mean one-way delay (or RTT) of the packets of the interval, s.
+    pub delay_s: Band,
+    /// Mean |IPDV| of the packets of the interval, s.
+    pub jitter_s: Band,
+    /// Packets lost charged to the interval, all flows together.
+    pub lost: Band,
+}
+
+/// One run's series, combined over its flows: per interval (throughput,
+/// delay, jitter, lost); delay and jitter are packet-weighted means.
+type RunSeries = Vec<(f64, Option<f64>, Option<f64>, f64)>;
+
+fn run_series(doc: &Value) -> Option<(f64, RunSeries)> {
+    let flows = doc.get("flows")?.as_array()?;
+    let mut len_s = 0.0f64;
+    // Per interval: throughput, delay·packets, jitter·packets, packets, lost.
+    let mut acc: Vec<[f64; 5]> = Vec::new();
+    for f in flows {
+        let Some(ivs) = f.get("intervals").and_then(Value::as_array) else {
+            continue;
+        };
+        if ivs.len() >= 2 {
+            let t = |i: usize| ivs[i].get("t_s").and_then(Value::as_f64).unwrap_or(0.0);
+            let d = t(1) - t(0);
+            if d.is_finite() && d > 0.0 {
+                len_s = d;
+            }
+        }
+        for (k, iv) in ivs.iter().take(MAX_POINTS).enumerate() {
+            let n = |key: &str| iv.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+            if acc.len() <= k {
+                acc.resize(k + 1, [0.0; 5]);
+            }
+            let p = n("packets");
+            let a = &mut acc[k];
+            a[0] += n("throughput_bps");
+            a[1] += n("delay_mean_s") * p;
+            a[2] += n("jitter_s") * p;
+            a[3] += p;
+            a[4] += n("lost");
+        }
+    }
+    if acc.is_empty() {
+        return None;
+    }
+    let series = acc
+        .into_iter()
+        .map(|[tp, d, j, p, lost]| {
+            let per = |x: f64| (p > 0.0).then(|| x / p);
+            (tp, per(d), per(j), lost)
+        })
+        .collect();
+    Some((len_s, series))
+}
+
+fn band(
+    runs: &[RunSeries],
+    pick: impl Fn(&(f64, Option<f64>, Option<f64>, f64)) -> Option<f64>,
+) -> Band {
+    let len = runs.iter().map(Vec::len).max().unwrap_or(0);
+    let mut b = Band::default();
+    for k in 0..len {
+        let vals: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r.get(k).and_then(&pick))
+            .filter(|v| v.is_finite())
+            .collect();
+        if vals.is_empty() {
+            b.mean.push(None);
+            b.min.push(None);
+            b.max.push(None);
+        } else {
+            b.mean
+                .push(Some(vals.iter().sum::<f64>() / vals.len() as f64));
+            b.min.push(vals.iter().copied().reduce(f64::min));
+            b.max.push(vals.iter().copied().reduce(f64::max));
+        }
+    }
+    b
+}
+
+/// The series of a scenario from its runs' result documents; None when no
+/// run has intervals.
+pub fn scenario_series<'a>(docs: impl Iterator<Item = &'a Value>) -> Option<ScenarioSeries> {
+    let mut len_s = 0.0;
+    let mut runs = Vec::new();
+    for doc in docs {
+        if let Some((l, s)) = run_series(doc) {
+            if l > 0.0 {
+                len_s = l;
+            }
+            runs.push(s);
+        }
+    }
+    if runs.is_empty() {
+        return None;
+    }
+    Some(ScenarioSeries {
+        interval_s: len_s,
+        runs: runs.len(),
+        throughput_bps: band(&runs, |x| Some(x.0)),
+        delay_s: band(&runs, |x| x.1),
+        jitter_s: band(&runs, |x| x.2),
+        lost: band(&runs, |x| Some(x.3)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn iv(t: f64, packets: u64, tp: f64, delay: f64, lost: u64) -> Value {
+        json!({"t_s": t, "packets": packets, "throughput_bps": tp,
+               "delay_mean_s": delay, "jitter_s": delay / 10.0, "lost": lost})
+    }
+
+    #[test]
+    fn flows_add_and_repetitions_band() {
+        // Run 1: two flows, 0.5 s intervals.
+        let r1 = json!({"flows": [
+            {"intervals": [iv(0.0, 10, 1000.0, 0.002, 0), iv(0.5, 10, 1000.0, 0.004, 1)]},
+            {"intervals": [iv(0.0, 30, 3000.0, 0.006, 0), iv(0.5, 0, 0.0, 0.0, 2)]},
+        ]});
+        // Run 2: one flow, one interval longer.
+        let r2 = json!({"flows": [
+            {"intervals": [iv(0.0, 5, 2000.0, 0.001, 0), iv(0.5, 5, 6000.0, 0.001, 0),
+                           iv(1.0, 5, 500.0, 0.003, 4)]},
+        ]});
+        let no_series = json!({"flows": [{"intervals": []}]});
+        let s = scenario_series([&r1, &r2, &no_series].into_iter()).unwrap();
+        assert_eq!(s.runs, 2);
+        assert_eq!(s.interval_s, 0.5);
+        assert_eq!(
+            s.throughput_bps.mean,
+            [Some(3000.0), Some(3500.0), Some(500.0)]
+        );
+        assert_eq!(
+            s.throughput_bps.min,
+            [Some(2000.0), Some(1000.0), Some(500.0)]
+        );
+        assert_eq!(
+            s.throughput_bps.max,
+            [Some(4000.0), Some(6000.0), Some(500.0)]
+        );
+        // Run 1 interval 0: (10·2 + 30·6) / 40 ms = 5 ms; run 2: 1 ms.
+        let d0 = s.delay_s.mean[0].unwrap();
+        assert!((d0 - 0.003).abs() < 1e-12, "{d0}");
+        assert_eq!(s.delay_s.min[0], Some(0.001));
+        assert_eq!(s.lost.mean, [Some(0.0), Some(1.5), Some(4.0)]);
+        // A run without packets in an interval has no delay there.
+        let empty = json!({"flows": [{"intervals": [iv(0.0, 0, 0.0, 0.0, 3)]}]});
+        let e = scenario_series([&empty].into_iter()).unwrap();
+        assert_eq!(e.delay_s.mean, [None]);
+        assert!(scenario_series([&no_series].into_iter()).is_none());
+    }
+}
