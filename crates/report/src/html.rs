@@ -270,7 +270,7 @@ pub(crate) fn col_w(chars: usize) -> f64 {
 /// Estimated width of a metric's column: its header wraps (at most 140
 /// px), its cells do not, and "95.54 ± 0.12" with a cv flag takes about 20
 /// characters, which is the wider of the two.
-pub(crate) fn metric_w(_m: &MetricInfo) -> f64 {
+pub(crate) fn metric_w() -> f64 {
     col_w(20)
 }
 
@@ -303,7 +303,7 @@ fn fit_columns<'a>(
     let mut cur: Vec<&MetricInfo> = Vec::new();
     let mut w = fixed;
     for m in ms {
-        let mut add = metric_w(m) + delta;
+        let mut add = metric_w() + delta;
         if bound_applies(m, ms) && s.scenarios.iter().any(|sc| sc.upper_bound_bps.is_some()) {
             add += bound_w;
         }

@@ -93,17 +93,18 @@ pub(crate) fn table(
     // Rows of one sweep together, sweeps in order of first appearance.
     rows.sort_by_key(|r| r.group);
 
-    let per_metric =
-        |m: &MetricInfo| cols.len() as f64 * metric_w(m) + (cols.len() - 1) as f64 * col_w(9);
+    // Every metric takes the same width: a column per value and a Δ per
+    // value after the first.
+    let per_metric = cols.len() as f64 * metric_w() + (cols.len() - 1) as f64 * col_w(9);
     let fixed = axes_w(s, &row_axes).max(col_w(14));
     let mut chunks: Vec<Vec<&MetricInfo>> = Vec::new();
     let mut w = fixed;
     for m in ms {
-        if chunks.is_empty() || w + per_metric(m) > PAGE_W {
+        if chunks.is_empty() || w + per_metric > PAGE_W {
             chunks.push(Vec::new());
             w = fixed;
         }
-        w += per_metric(m);
+        w += per_metric;
         if let Some(c) = chunks.last_mut() {
             c.push(m);
         }
