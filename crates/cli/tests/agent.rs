@@ -10,7 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Role, Transport};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+mod common;
+use common::{free_port, BIN};
 
 fn local(node: &str) -> AgentSpec {
     AgentSpec {
@@ -21,11 +22,6 @@ fn local(node: &str) -> AgentSpec {
         allow: Allow::default(),
         extra: vec![],
     }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 #[test]

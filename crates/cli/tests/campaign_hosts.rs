@@ -1,43 +1,15 @@
 //! `[hosts]` mode: the campaign sends to a `wirebench recv` it did not start
 //! (a real host's; here one on loopback).
 
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 use wirebench_campaign::{RunStatus, Store};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
-
-struct Kill(std::process::Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod common;
+use common::{campaign, free_port, Recv};
 
 #[test]
 fn hosts_mode_uses_the_running_receiver() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let _recv = Kill(
-        Command::new(BIN)
-            .args(["recv", "-p", &port.to_string(), "-q"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t0 = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "receiver did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let port = free_port();
+    let _recv = Recv::start(port);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("h.toml");
     let db = dir.path().join("h.db");
@@ -48,16 +20,7 @@ fn hosts_mode_uses_the_running_receiver() {
         ),
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--db",
-            db.to_str().unwrap(),
-            "-q",
-        ])
-        .output()
-        .unwrap();
+    let out = campaign(&file, &db, &[]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -3,10 +3,10 @@
 //! the nodes are local agents on loopback (no root); the SSH and MTU
 //! paths are in `agents_ssh.rs`.
 
-use std::process::Command;
 use wirebench_campaign::{RunStatus, Store};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+mod common;
+use common::campaign;
 
 #[test]
 fn local_nodes_run_and_store_every_nodes_cpu_counters_and_metadata() {
@@ -23,16 +23,7 @@ fn local_nodes_run_and_store_every_nodes_cpu_counters_and_metadata() {
          [matrix]\nip = [4]\npayload = [500]\npps = [2000]\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--db",
-            db.to_str().unwrap(),
-            "-q",
-        ])
-        .output()
-        .unwrap();
+    let out = campaign(&file, &db, &[]).output().unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use wirebench_campaign::{RunStatus, Store};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+mod common;
+use common::{campaign, BIN};
 
 const CAMPAIGN: &str = r#"
 name = "resume-test"
@@ -40,14 +41,7 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
     let db = dir.path().join("w.db");
     std::fs::write(&file, CAMPAIGN).unwrap();
 
-    let mut child = Command::new(BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--db",
-            db.to_str().unwrap(),
-            "-q",
-        ])
+    let mut child = campaign(&file, &db, &[])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -82,17 +76,7 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
     );
     drop(store);
 
-    let out = Command::new(BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--db",
-            db.to_str().unwrap(),
-            "--resume",
-            "-q",
-        ])
-        .output()
-        .unwrap();
+    let out = campaign(&file, &db, &["--resume"]).output().unwrap();
     assert!(
         out.status.success(),
         "resume failed: {}",
@@ -143,17 +127,7 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
         assert_eq!(d["flows"][0]["sent"]["packets"], 40);
     }
     // A second resume has nothing left to do.
-    let again = Command::new(BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--db",
-            db.to_str().unwrap(),
-            "--resume",
-            "-q",
-        ])
-        .output()
-        .unwrap();
+    let again = campaign(&file, &db, &["--resume"]).output().unwrap();
     assert!(again.status.success());
     assert_eq!(
         Store::open_existing(&db).unwrap().runs(c.id).unwrap().len(),
@@ -199,16 +173,7 @@ fn bad(text: &str, line: usize, key: &str) {
     let file = dir.path().join("bad.toml");
     let db = dir.path().join("w.db");
     std::fs::write(&file, text).unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--db",
-            db.to_str().unwrap(),
-            "-q",
-        ])
-        .output()
-        .unwrap();
+    let out = campaign(&file, &db, &[]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -254,14 +219,7 @@ fn sigint_stops_after_storing_finished_runs_only() {
     let file = dir.path().join("c.toml");
     let db = dir.path().join("w.db");
     std::fs::write(&file, CAMPAIGN.replace("resume-test", "sigint-test")).unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--db",
-            db.to_str().unwrap(),
-            "-q",
-        ])
+    let mut child = campaign(&file, &db, &[])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -3,10 +3,10 @@
 //! bound within 1 % (the thesis saw ~0.1 %). Needs root (namespaces).
 
 use std::path::PathBuf;
-use std::process::Command;
 use wirebench_campaign::{summarize, Store};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+mod common;
+use common::campaign;
 
 #[test]
 fn s5_quick_udp_1408_ipv4_reaches_the_upper_bound() {
@@ -20,17 +20,7 @@ fn s5_quick_udp_1408_ipv4_reaches_the_upper_bound() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/s5-ipv4-vs-ipv6.toml");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s5.db");
-    let out = Command::new(BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--quick",
-            "--db",
-            db.to_str().unwrap(),
-            "-q",
-        ])
-        .output()
-        .unwrap();
+    let out = campaign(&file, &db, &["--quick"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let store = Store::open_existing(&db).unwrap_or_else(|e| panic!("{e}\n{stderr}"));

@@ -8,17 +8,9 @@ use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+mod common;
+use common::{Recv, BIN};
 const PORT: &str = "15690";
-
-struct Recv(Child);
-
-impl Drop for Recv {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn recv() -> Recv {
     recv_on(PORT)
@@ -26,23 +18,7 @@ fn recv() -> Recv {
 
 /// A receiver on `port` (each test its own: tests run in parallel).
 fn recv_on(port: &str) -> Recv {
-    let r = Recv(
-        Command::new(BIN)
-            .args(["recv", "-p", port])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "recv never listened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    r
+    Recv::args(&["-p", port])
 }
 
 fn sigint(child: &Child) {

@@ -5,35 +5,15 @@
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+mod common;
+use common::{Recv, BIN};
 
-struct Recv(Child);
-
-impl Recv {
-    fn start(port: u16) -> Recv {
-        let child = Command::new(BIN)
-            .args(["recv", "-B", "127.0.0.1", "-p", &port.to_string(), "-q"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let end = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < end, "recv did not start listening");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Recv(child)
-    }
-}
-
-impl Drop for Recv {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A receiver on 127.0.0.1:`port`.
+fn recv(port: u16) -> Recv {
+    Recv::args(&["-B", "127.0.0.1", "-p", &port.to_string()])
 }
 
 /// Runs `wirebench send ARGS` and returns its stdout lines, each with the
@@ -60,7 +40,7 @@ fn send_lines(args: &[&str]) -> (Vec<(Instant, String)>, Instant) {
 
 #[test]
 fn json_stream_arrives_during_the_run_and_adds_up() {
-    let _r = Recv::start(15821);
+    let _r = recv(15821);
     // 2 UDP flows of 500 pps for 1.5 s, 200 ms intervals.
     let (lines, ended) = send_lines(&[
         "-a",
@@ -138,7 +118,7 @@ fn json_stream_arrives_during_the_run_and_adds_up() {
 
 #[test]
 fn tcp_interval_lines_show_tcp_state_while_running() {
-    let _r = Recv::start(15822);
+    let _r = recv(15822);
     let (lines, ended) = send_lines(&[
         "-a",
         "127.0.0.1",

@@ -4,55 +4,16 @@
 //! its line named before anything is sent; VoIP quality uses the playout
 //! (jitter) buffer the user asks for.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+mod common;
+use common::{Recv, BIN};
 
-/// A receiver whose stderr (one line per session) is collected.
-struct Recv {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Recv {
-    fn start(port: u16) -> Recv {
-        let mut child = Command::new(BIN)
-            .args(["recv", "-B", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start wirebench recv");
-        let err = child.stderr.take().expect("stderr piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        // Wait until the control port accepts connections.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "receiver did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Recv { child, lines }
-    }
-
-    fn log(&self) -> Vec<String> {
-        self.lines.try_iter().collect()
-    }
-}
-
-impl Drop for Recv {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A receiver on 127.0.0.1:`port` whose stderr (one line per session) is
+/// collected.
+fn recv(port: u16) -> Recv {
+    Recv::args(&["-B", "127.0.0.1", "-p", &port.to_string()])
 }
 
 fn write_script(dir: &tempfile::TempDir, text: &str) -> String {
@@ -64,7 +25,7 @@ fn write_script(dir: &tempfile::TempDir, text: &str) -> String {
 #[test]
 fn three_line_ditg_script_yields_three_flows() {
     let port = 15690;
-    let _r = Recv::start(port);
+    let _r = recv(port);
     let dir = tempfile::tempdir().unwrap();
     // No final newline and a comment: both accepted (D-ITG rejects them).
     let script = write_script(
@@ -127,7 +88,7 @@ fn three_line_ditg_script_yields_three_flows() {
 #[test]
 fn malformed_script_names_the_line_and_sends_nothing() {
     let port = 15691;
-    let r = Recv::start(port);
+    let r = recv(port);
     let dir = tempfile::tempdir().unwrap();
     let script = write_script(
         &dir,
@@ -157,7 +118,7 @@ fn malformed_script_names_the_line_and_sends_nothing() {
 #[test]
 fn voip_quality_counts_packets_later_than_the_jitter_buffer() {
     let port = 15692;
-    let _r = Recv::start(port);
+    let _r = recv(port);
     let run = |buffer_ms: &str| -> serde_json::Value {
         let out = Command::new(BIN)
             .args(["send", "-a", "127.0.0.1", "-p", &port.to_string()])

@@ -3,103 +3,16 @@
 //! that check timing hold TRAFFIC so they do not compete for the CPU.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 static TRAFFIC: Mutex<()> = Mutex::new(());
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
-
-/// A running `wirebench recv`, killed when dropped.
-struct Recv {
-    child: Child,
-    lines: Receiver<String>,
-}
-
-impl Recv {
-    fn start(port: u16) -> Recv {
-        let mut child = Command::new(BIN)
-            .args(["recv", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let r = Recv { child, lines };
-        r.wait_for("listening on", Duration::from_secs(10));
-        r
-    }
-
-    /// Waits for a stderr line containing `pat` and returns it.
-    fn wait_for(&self, pat: &str, timeout: Duration) -> String {
-        let end = Instant::now() + timeout;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.contains(pat) => return l,
-                Ok(_) => {}
-                Err(_) => panic!("recv never printed {pat:?}"),
-            }
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-}
-
-impl Drop for Recv {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn send(args: &[&str]) -> Output {
-    Command::new(BIN).arg("send").args(args).output().unwrap()
-}
-
-fn send_json(args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.push("--json");
-    let out = send(&a);
-    assert!(
-        out.status.success(),
-        "send {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn u(v: &Value, path: &str) -> u64 {
-    let mut x = v;
-    for k in path.split('.') {
-        x = &x[k];
-    }
-    x.as_u64()
-        .unwrap_or_else(|| panic!("{path} is not an integer: {x}"))
-}
-
-fn f(v: &Value, path: &str) -> f64 {
-    let mut x = v;
-    for k in path.split('.') {
-        x = &x[k];
-    }
-    x.as_f64()
-        .unwrap_or_else(|| panic!("{path} is not a number: {x}"))
-}
+mod common;
+use common::{f, send, send_json, u, Recv, BIN};
 
 fn check_constant_rate(dest: &str, family: &str, port: u16) {
     let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
@@ -560,7 +473,7 @@ fn receiver_gone_mid_run_gives_partial_result_and_exit_1() {
         .unwrap();
     r.wait_for("flow 1: udp port", Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(700));
-    r.child.kill().unwrap();
+    r.kill();
     let t = Instant::now();
     let out = child.wait_with_output().unwrap();
     assert!(t.elapsed() < Duration::from_secs(8), "sender hung");

@@ -14,12 +14,12 @@
 //! sockets), so no rate or delay is asserted here (docs/platforms.md).
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+mod common;
+use common::{s, u, Recv, BIN};
+
 /// Packets per run: 300 at 200 pps, 1.5 s; loopback must lose none.
 const PACKETS: u64 = 300;
 
@@ -52,66 +52,13 @@ fn cmd(wine: Option<&(String, String)>, args: &[&str]) -> Command {
     }
 }
 
-/// A running receiver, killed when dropped.
-struct Recv {
-    child: Child,
-    lines: Receiver<String>,
-}
-
-impl Recv {
-    fn start(wine: Option<&(String, String)>, port: u16) -> Recv {
-        let mut child = cmd(wine, &["recv", "-B", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let r = Recv { child, lines };
-        // Wine's first start of a process takes seconds.
-        let end = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match r.lines.recv_timeout(left) {
-                Ok(l) if l.contains("listening on") => break,
-                Ok(_) => {}
-                Err(_) => panic!("recv never printed \"listening on\""),
-            }
-        }
-        r
-    }
-}
-
-impl Drop for Recv {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn u(v: &Value, path: &str) -> u64 {
-    let mut x = v;
-    for k in path.split('.') {
-        x = &x[k];
-    }
-    x.as_u64()
-        .unwrap_or_else(|| panic!("{path} is not an integer: {x}"))
-}
-
-fn s<'a>(v: &'a Value, path: &str) -> &'a str {
-    let mut x = v;
-    for k in path.split('.') {
-        x = &x[k];
-    }
-    x.as_str()
-        .unwrap_or_else(|| panic!("{path} is not a string: {x}"))
+/// A receiver on `port`, under Wine when `wine` is given (Wine's first
+/// start of a process takes seconds).
+fn recv(wine: Option<&(String, String)>, port: u16) -> Recv {
+    Recv::command(
+        cmd(wine, &["recv", "-B", "127.0.0.1", "-p", &port.to_string()]),
+        Duration::from_secs(60),
+    )
 }
 
 /// One run from `sender` to `receiver` (None = Linux); returns the document.
@@ -121,7 +68,7 @@ fn run(
     port: u16,
     transport: &str,
 ) -> Value {
-    let _r = Recv::start(receiver, port);
+    let _r = recv(receiver, port);
     let n = PACKETS.to_string();
     let p = port.to_string();
     let args = [
@@ -332,7 +279,7 @@ fn windows_agent_drives_a_windows_receiver_and_sender() {
     // A Windows sender started by the agent, a Linux receiver; its result
     // document comes back through the agent.
     let lport = 5496u16;
-    let _r = Recv::start(None, lport);
+    let _r = recv(None, lport);
     let args: Vec<String> = [
         "-a",
         "127.0.0.1",

@@ -1,0 +1,165 @@
+//! What the CLI's end-to-end tests share: the built binary, a receiver that
+//! is killed when dropped, readers for dotted paths in a result document, a
+//! free port and a campaign run. One copy, so a change to how a receiver is
+//! started or awaited is made once.
+// Each test binary compiles this module and uses a different part of it.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// The `wirebench` binary cargo built for these tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+
+/// A running `wirebench recv` (or any command that prints "listening on"
+/// when ready), its stderr collected line by line, killed when dropped.
+pub struct Recv {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl Recv {
+    /// `wirebench recv -p PORT`.
+    pub fn start(port: u16) -> Recv {
+        Recv::args(&["-p", &port.to_string()])
+    }
+
+    /// `wirebench recv ARGS`, ready within 10 s.
+    pub fn args(args: &[&str]) -> Recv {
+        let mut c = Command::new(BIN);
+        c.arg("recv").args(args);
+        Recv::command(c, Duration::from_secs(10))
+    }
+
+    /// Starts `cmd` and waits up to `timeout` for its "listening on" line
+    /// (a Windows binary under Wine takes seconds to start).
+    pub fn command(mut cmd: Command, timeout: Duration) -> Recv {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the receiver");
+        let err = child.stderr.take().expect("stderr is piped");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let r = Recv { child, lines };
+        r.wait_for("listening on", timeout);
+        r
+    }
+
+    /// Waits for a stderr line containing `pat` and returns it.
+    pub fn wait_for(&self, pat: &str, timeout: Duration) -> String {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(pat) => return l,
+                Ok(_) => {}
+                Err(_) => panic!("the receiver never printed {pat:?}"),
+            }
+        }
+    }
+
+    /// The stderr lines printed since the last look.
+    pub fn log(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// The process, e.g. to signal it.
+    pub fn child(&self) -> &Child {
+        &self.child
+    }
+
+    /// Kills the process now (SIGKILL on Unix), as a crash would.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill the receiver");
+    }
+}
+
+impl Drop for Recv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `wirebench send ARGS`.
+pub fn send(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("send")
+        .args(args)
+        .output()
+        .expect("run wirebench send")
+}
+
+/// `wirebench send ARGS --json`, which must succeed; its result document.
+pub fn send_json(args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = send(&a);
+    assert!(
+        out.status.success(),
+        "send {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON result document")
+}
+
+/// `wirebench run FILE --db DB EXTRA... -q`, to run or spawn.
+pub fn campaign(file: &Path, db: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("run")
+        .arg(file)
+        .arg("--db")
+        .arg(db)
+        .args(extra)
+        .arg("-q");
+    c
+}
+
+/// The value at a dotted path (`received.packets`).
+pub fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(v, |x, k| &x[k])
+}
+
+/// The integer at a dotted path; panics naming the path otherwise.
+pub fn u(v: &Value, path: &str) -> u64 {
+    let x = at(v, path);
+    x.as_u64()
+        .unwrap_or_else(|| panic!("{path} is not an integer: {x}"))
+}
+
+/// The number at a dotted path; panics naming the path otherwise.
+pub fn f(v: &Value, path: &str) -> f64 {
+    let x = at(v, path);
+    x.as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number: {x}"))
+}
+
+/// The string at a dotted path; panics naming the path otherwise.
+pub fn s<'a>(v: &'a Value, path: &str) -> &'a str {
+    let x = at(v, path);
+    x.as_str()
+        .unwrap_or_else(|| panic!("{path} is not a string: {x}"))
+}
+
+/// A TCP port free on 127.0.0.1 at the moment of asking.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local address").port()
+}
