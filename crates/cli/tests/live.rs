@@ -1,7 +1,7 @@
 //! Live intervals: `wirebench send --interval` / `--json-stream` print
 //! while the run goes on (the receiver streams its interval figures over
 //! the control connection), and the streamed intervals add up to the
-//! result's totals. Runs the built binary on loopback (ports 15821-15822).
+//! result's totals. Runs the built binary on loopback (ports 15821-15823).
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -116,14 +116,20 @@ fn json_stream_arrives_during_the_run_and_adds_up() {
     }
 }
 
-#[test]
-fn tcp_interval_lines_show_tcp_state_while_running() {
-    let _r = recv(15822);
-    let (lines, ended) = send_lines(&[
+/// A 500 pps TCP flow of 500-byte records on loopback with intervals of
+/// `interval` ms, plus `extra` arguments.
+fn tcp_run(
+    port: u16,
+    ms: &str,
+    interval: &str,
+    extra: &[&str],
+) -> (Vec<(Instant, String)>, Instant) {
+    let port = port.to_string();
+    let mut args = vec![
         "-a",
         "127.0.0.1",
         "-p",
-        "15822",
+        &port,
         "-T",
         "tcp",
         "-C",
@@ -131,12 +137,20 @@ fn tcp_interval_lines_show_tcp_state_while_running() {
         "-c",
         "500",
         "-t",
-        "1500",
+        ms,
         "--interval",
-        "250",
+        interval,
         "--linger",
         "300",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    send_lines(&args)
+}
+
+#[test]
+fn tcp_interval_lines_show_tcp_state_while_running() {
+    let _r = recv(15822);
+    let (lines, ended) = tcp_run(15822, "1500", "250", &[]);
     let live: Vec<&(Instant, String)> = lines
         .iter()
         .filter(|(_, l)| l.starts_with("[  1]"))
@@ -150,4 +164,25 @@ fn tcp_interval_lines_show_tcp_state_while_running() {
     // The final summary follows, without a second interval table.
     assert!(lines.iter().any(|(_, l)| l.starts_with("TOTAL")));
     assert!(!lines.iter().any(|(_, l)| l.contains("t_s       packets")));
+}
+
+#[test]
+fn tcp_intervals_in_the_result_carry_tcp_info() {
+    let _r = recv(15823);
+    // --json to stdout: no live printer, the TCP_INFO still reaches the
+    // result's intervals.
+    let (lines, _) = tcp_run(15823, "1200", "200", &["--json"]);
+    let text: String = lines.iter().map(|(_, l)| l.as_str()).collect();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let ivs = doc["flows"][0]["intervals"].as_array().unwrap();
+    assert!(ivs.len() >= 5, "{ivs:?}");
+    let with_tcp: Vec<&Value> = ivs.iter().filter(|i| i.get("tcp").is_some()).collect();
+    // Every interval but the last (or two, cut after Stop) was streamed
+    // while the connection was open.
+    assert!(with_tcp.len() + 2 >= ivs.len(), "{ivs:?}");
+    for t in with_tcp {
+        assert!(t["tcp"]["cwnd_bytes"].as_u64().unwrap() > 0, "{t}");
+        assert!(t["tcp"]["mss"].as_u64().unwrap() > 0, "{t}");
+        assert!(t["tcp"]["rtt_s"].as_f64().unwrap() > 0.0, "{t}");
+    }
 }

@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use wirebench_stats::result::{FlowResult, TcpInfo};
 use wirebench_stats::{LiveCutter, LiveInterval, RecvAccumulator};
 use wirebench_wire::control::MAX_LIVE_ITEMS;
 use wirebench_wire::ControlMsg;
@@ -216,14 +217,30 @@ pub(crate) fn send_pending(ctl: &mut Ctl, queues: &[Arc<LiveQueue>]) -> Result<(
     Ok(())
 }
 
-/// The sender's end: passes streamed intervals to the plan's sink.
+/// The sender's end: passes streamed intervals to the plan's sink, and
+/// keeps each TCP flow's `TCP_INFO` per interval for the result document.
 pub(crate) struct Forward {
-    pub sink: Live,
+    /// Where the intervals go (None: streamed only for the TCP figures).
+    pub sink: Option<Live>,
     /// Flows in the session (ids 1..=flows).
     pub flows: usize,
+    /// `TCP_INFO` read per interval: (flow index, interval index, info).
+    /// Locked once per interval, never per packet; bounded.
+    tcp_seen: Mutex<Vec<(usize, u64, TcpInfo)>>,
 }
 
+/// TCP_INFO samples kept for the result document, over all flows.
+const MAX_TCP_SAMPLES: usize = 1 << 18;
+
 impl Forward {
+    pub fn new(sink: Option<Live>, flows: usize) -> Self {
+        Forward {
+            sink,
+            flows,
+            tcp_seen: Mutex::new(Vec::new()),
+        }
+    }
+
     /// Hands over the plausible intervals of `items`, each TCP flow's with
     /// the sender's `TCP_INFO` of its socket now (`tcp[i]`: flow i + 1).
     pub fn deliver(&self, items: Vec<LiveInterval>, tcp: &[Option<std::net::TcpStream>]) {
@@ -231,10 +248,36 @@ impl Forward {
             if !plausible(&iv, self.flows) {
                 continue;
             }
-            if let Some(Some(s)) = tcp.get(usize::from(iv.flow_id) - 1) {
+            let i = usize::from(iv.flow_id) - 1;
+            if let Some(Some(s)) = tcp.get(i) {
                 iv.tcp = crate::sys::tcp_info(s);
+                if let Some(t) = iv.tcp {
+                    let mut seen = self.tcp_seen.lock().unwrap_or_else(|e| e.into_inner());
+                    if seen.len() < MAX_TCP_SAMPLES {
+                        seen.push((i, iv.index, t));
+                    }
+                }
             }
-            self.sink.0.interval(iv);
+            if let Some(sink) = &self.sink {
+                sink.0.interval(iv);
+            }
+        }
+    }
+
+    /// Puts the `TCP_INFO` read for each streamed interval into the
+    /// result's intervals of the same flow and index (both count from the
+    /// flow's first arrival).
+    pub fn fill_tcp(&self, flows: &mut [FlowResult]) {
+        let seen = self.tcp_seen.lock().unwrap_or_else(|e| e.into_inner());
+        for &(i, index, t) in seen.iter() {
+            let slot = flows.get_mut(i).and_then(|f| {
+                usize::try_from(index)
+                    .ok()
+                    .and_then(|k| f.intervals.get_mut(k))
+            });
+            if let Some(iv) = slot {
+                iv.tcp = Some(t);
+            }
         }
     }
 }

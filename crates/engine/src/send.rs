@@ -67,10 +67,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     }
 
     let forward = match (&plan.live, live) {
-        (Some(sink), true) => Some(Arc::new(Forward {
-            sink: sink.clone(),
-            flows: plan.flows.len(),
-        })),
+        (sink, true) => Some(Arc::new(Forward::new(sink.clone(), plan.flows.len()))),
         (Some(sink), false) if plan.interval_ms.is_some() => {
             sink.0.unsupported();
             None
@@ -159,7 +156,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         partial = Some("interrupted: flows stopped early".into());
     }
 
-    let doc = build_doc(DocParts {
+    let mut doc = build_doc(DocParts {
         plan: &plan,
         started_real,
         src: SocketAddr::new(src_ip, 0),
@@ -175,6 +172,9 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         host: sys::host_cpu_share(host0, host1, run_s),
         partial: partial.clone(),
     });
+    if let Some(f) = &forward {
+        f.fill_tcp(&mut doc.flows);
+    }
     match partial {
         None => Ok(doc),
         Some(reason) => Err(EngineError::Partial {

@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use wirebench_wire::{ControlMsg, FlowSetup, CONTROL_VERSION};
+use wirebench_wire::{ControlMsg, FlowSetup, Transport, CONTROL_VERSION};
 
 /// Clock-offset exchanges before the run; the one with the smallest round
 /// trip is used.
@@ -60,7 +60,10 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
     let mtu = measure_mtu(dst_ip, plan.port);
     let session: u32 = rand::random::<u32>() | 1;
 
-    let live_asked = plan.live.is_some() && plan.interval_ms.is_some();
+    // TCP flows with intervals also stream them without a live sink: the
+    // sender reads its TCP_INFO as each interval arrives, for the result.
+    let live_asked = plan.interval_ms.is_some()
+        && (plan.live.is_some() || plan.flows.iter().any(|f| f.transport == Transport::Tcp));
     let setups: Vec<FlowSetup> = plan
         .flows
         .iter()

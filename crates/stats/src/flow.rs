@@ -141,6 +141,10 @@ pub struct Interval {
     pub jitter_s: f64,
     /// Lost packets charged to this interval (see docs/metrics.md).
     pub lost: u64,
+    /// TCP flows run with live intervals: the sender's `TCP_INFO` (cwnd,
+    /// smoothed RTT, retransmits so far) when it got this interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<crate::result::TcpInfo>,
 }
 
 /// How many packets of a flow arrived, and how many did not: the counts
@@ -650,6 +654,7 @@ impl RecvAccumulator {
                     0.0
                 },
                 lost: a.lost,
+                tcp: None,
             })
             .collect();
 
