@@ -21,6 +21,7 @@ pub mod plan;
 mod records;
 pub mod recv;
 pub mod result;
+mod reverse;
 mod rtt;
 pub mod send;
 mod session;

@@ -212,7 +212,7 @@ pub(crate) struct FlowSent {
 }
 
 impl FlowSent {
-    fn failed(msg: &str) -> FlowSent {
+    pub(crate) fn failed(msg: &str) -> FlowSent {
         FlowSent {
             first_tx: 0,
             send: SendSummary::default(),
@@ -363,6 +363,37 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
             }
         }
     }
+}
+
+/// What [`pace_one`] needs besides the flow and its socket.
+pub(crate) struct PaceOne {
+    pub flow_id: u16,
+    pub session: u32,
+    /// CLOCK_MONOTONIC start of the schedule.
+    pub t0: u64,
+    pub cfg: FlowConfig,
+    /// Set when the flow must stop (the session ended early).
+    pub abort: Arc<AtomicBool>,
+    pub spin_ns: u64,
+}
+
+/// Paces one flow on the calling thread with the sender's own pacer and
+/// accounting: the receiver's end of a reverse flow (crate::reverse).
+pub(crate) fn pace_one(plan: FlowPlan, sock: DataSock, at: PaceOne) -> FlowSent {
+    let job = FlowJob {
+        plan,
+        flow_id: at.flow_id,
+        session: at.session,
+        rtt: false,
+        t0: at.t0,
+        cfg: at.cfg,
+        abort: at.abort,
+        cancel: None,
+        spin_ns: at.spin_ns,
+        paced: 1,
+        log: None,
+    };
+    run_flow(job, sock)
 }
 
 /// Waits for a deadline like [`wait_until`], but in slices of at most
@@ -792,10 +823,12 @@ pub(crate) struct Launch {
 }
 
 /// Runs every flow of the plan on its own socket (in plan order) and
-/// returns what each sent, once all have finished.
+/// returns what each sent, once all have finished. A flow without a socket
+/// (a reverse flow: the receiver sends it) is not run here; its slot says
+/// "flow never ran" for the caller to replace.
 pub(crate) fn run_flows(
     plan: &SessionPlan,
-    socks: Vec<DataSock>,
+    socks: Vec<Option<DataSock>>,
     launch: Launch,
 ) -> Result<Vec<FlowSent>, EngineError> {
     let Launch {
@@ -806,7 +839,12 @@ pub(crate) fn run_flows(
         abort,
     } = launch;
     // Spin before deadlines only while every paced flow can have a core.
-    let paced = plan.flows.iter().filter(|f| !f.spec.is_max()).count();
+    let forward = |f: &FlowPlan| f.direction == wirebench_wire::Direction::Forward;
+    let paced = plan
+        .flows
+        .iter()
+        .filter(|f| forward(f) && !f.spec.is_max())
+        .count();
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -814,7 +852,10 @@ pub(crate) fn run_flows(
     // writes), --max (never waits) and RTT flows (reflection readers) keep
     // a thread each.
     let candidate = |f: &FlowPlan| {
-        f.transport == Transport::Udp && !f.spec.is_max() && plan.meter == MeterMode::Owd
+        forward(f)
+            && f.transport == Transport::Udp
+            && !f.spec.is_max()
+            && plan.meter == MeterMode::Owd
     };
     let candidates = plan.flows.iter().filter(|f| candidate(f)).count();
     let pacers = pacer_threads(plan.pacing, candidates, cores);
@@ -838,6 +879,7 @@ pub(crate) fn run_flows(
         (0..pacers).map(|_| Vec::new()).collect();
     let mut handles = Vec::new();
     for (i, (f, sock)) in plan.flows.iter().cloned().zip(socks).enumerate() {
+        let Some(sock) = sock else { continue };
         let cfg = FlowConfig {
             transport: f.transport,
             ip,
@@ -1006,6 +1048,7 @@ mod tests {
             stop,
             seed: 1,
             opts: Default::default(),
+            direction: Default::default(),
         }
     }
 
@@ -1072,6 +1115,7 @@ mod tests {
             stop: Stop::Packets(1000),
             seed: 7,
             opts: Default::default(),
+            direction: Default::default(),
         };
         let mut s = Schedule::new(&plan, 0).unwrap();
         while s.next(0).is_some() {}

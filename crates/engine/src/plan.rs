@@ -8,10 +8,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;
 use wirebench_model::FlowSpec;
 use wirebench_stats::SockOpts;
-use wirebench_wire::{MeterMode, Transport};
+use wirebench_wire::{Direction, MeterMode, Transport};
 
 /// When a flow stops generating.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Stop {
     /// Packets scheduled before `ms` after the flow's start are generated.
     DurationMs(u64),
@@ -39,6 +40,9 @@ pub struct FlowPlan {
     pub seed: u64,
     /// Socket options of this flow (marking); the default changes nothing.
     pub opts: SockOpts,
+    /// Forward (we send) or reverse (`-R`: the receiver sends this model
+    /// to us and we measure it; crate::reverse).
+    pub direction: Direction,
 }
 
 #[derive(Debug, Clone)]
@@ -100,7 +104,7 @@ pub const MAX_PACED_PPS: u64 = 10_000_000;
 /// A paced flow's rate must be one a pacer can follow ([`MAX_PACED_PPS`]):
 /// `-C 1e12` once ran 40 s on a 3 s run, and `-N 0 0` (all gaps 0) drew
 /// 399 M packets in 200 ms.
-fn check_rate(flow: usize, spec: &FlowSpec) -> Result<(), EngineError> {
+pub(crate) fn check_rate(flow: usize, spec: &FlowSpec) -> Result<(), EngineError> {
     if spec.is_max() {
         return Ok(());
     }
@@ -210,6 +214,23 @@ impl SessionPlan {
                     u16::MAX
                 )));
             }
+            if f.direction == Direction::Reverse {
+                // The receiver paces a reverse flow on sockets of its own;
+                // our socket options and the round-trip meter (reflection
+                // by the receiver) do not reach it.
+                if self.meter == MeterMode::Rtt {
+                    return Err(EngineError::BadPlan(format!(
+                        "-R/--bidir: flow {} is reverse; the rtt meter (-m rtt) measures forward flows only",
+                        i + 1
+                    )));
+                }
+                if !f.opts.is_default() {
+                    return Err(EngineError::BadPlan(format!(
+                        "-R/--bidir: flow {} is reverse; socket options (-b/--dscp, -f, --cc, --window, ...) apply to forward flows only",
+                        i + 1
+                    )));
+                }
+            }
             if f.transport == Transport::Udp {
                 if let Some(opt) = f.opts.tcp_only() {
                     return Err(EngineError::BadPlan(format!(
@@ -311,6 +332,7 @@ mod tests {
                 stop: Stop::Packets(0),
                 seed: 1,
                 opts: SockOpts::default(),
+                direction: Direction::Forward,
             }],
         );
         assert!(p.validate().unwrap_err().to_string().contains("-z"));

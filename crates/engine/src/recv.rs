@@ -505,7 +505,25 @@ fn session(
     let mut flows = Flows(Vec::new(), Vec::new());
     let mut ports = Vec::new();
     let mut udp = Vec::new();
+    // Reverse flows (we send them): their sockets, and threads from Start.
+    let mut remote = crate::reverse::Remote::default();
     for (i, s) in setups.iter().enumerate() {
+        if let Some(model) = &s.reverse {
+            match remote.open(i, s, model, local_ip) {
+                Ok(port) => {
+                    ports.push(port);
+                    flows.0.push(SessionFlow {
+                        flow_id: s.flow_id,
+                        shared: Arc::default(),
+                    });
+                }
+                Err(e) => {
+                    stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                    return refuse(&mut ctl, format!("flow {} (reverse): {e}", s.flow_id));
+                }
+            }
+            continue;
+        }
         let log = sink.as_ref().map(|(k, _)| k.producer());
         match open_flow(s, &at, log) {
             Ok((port, f, rx)) => {
@@ -540,6 +558,7 @@ fn session(
     ctl.send(&ControlMsg::Ready {
         ports,
         live: at.live,
+        reverse: remote.any(),
     })?;
     let live_queues: Vec<Arc<LiveQueue>> = if at.live {
         flows.0.iter().map(|f| f.shared.live.clone()).collect()
@@ -551,10 +570,28 @@ fn session(
     let cpu0 = CpuTime::thread();
     let mut snmp0 = sys::udp_rcvbuf_errors();
     let mut foreign0 = stats.foreign_control.load(Ordering::Relaxed);
+    let mut last_heard = std::time::Instant::now();
     loop {
+        if remote.take_done() {
+            ctl.send(&ControlMsg::ReverseDone)?;
+        }
         let left = ends.saturating_duration_since(std::time::Instant::now());
-        let msg = match live::recv_streaming(&mut ctl, idle.min(left), live_every, &live_queues) {
-            Ok(Recv::Msg(m)) => m,
+        // While reverse flows run, look at them every few ms to say
+        // `ReverseDone` soon after the last one ends.
+        let watch = remote.running();
+        let wait = if watch {
+            crate::reverse::WATCH_EVERY.min(left)
+        } else {
+            idle.min(left)
+        };
+        let msg = match live::recv_streaming(&mut ctl, wait, live_every, &live_queues) {
+            Ok(Recv::Msg(m)) => {
+                last_heard = std::time::Instant::now();
+                m
+            }
+            Ok(Recv::Timeout) if watch && !left.is_zero() && last_heard.elapsed() < idle => {
+                continue
+            }
             Ok(Recv::Timeout) if left <= idle => {
                 stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
                 return refuse(
@@ -619,6 +656,10 @@ fn session(
                 }
                 snmp0 = sys::udp_rcvbuf_errors();
                 foreign0 = stats.foreign_control.load(Ordering::Relaxed);
+                if let Err(e) = remote.start(sid, peer_ip, ip) {
+                    stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                    return refuse(&mut ctl, format!("receiver: {e}"));
+                }
             }
             ControlMsg::Stop { linger_ms, sent } => {
                 let bad = limits::in_range("linger_ms", linger_ms, 0, MAX_LINGER_MS)
@@ -633,6 +674,15 @@ fn session(
                     stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
                     return refuse(&mut ctl, format!("bad Stop: {e}"));
                 }
+                // Reverse flows end (at once, if the sender stopped early)
+                // before the linger, which then covers their stragglers too.
+                let mut rev_sent = match remote.finish() {
+                    Ok(r) => r,
+                    Err(e) => {
+                        stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                        return refuse(&mut ctl, e);
+                    }
+                };
                 std::thread::sleep(Duration::from_millis(linger_ms));
                 let snmp1 = sys::udp_rcvbuf_errors();
                 let foreign1 = stats.foreign_control.load(Ordering::Relaxed);
@@ -640,6 +690,14 @@ fn session(
                 let (accs, rx_cpu) = flows.finish();
                 let cpu = CpuTime::thread().since(cpu0).plus(rx_cpu);
                 for (i, (f, acc)) in flows.0.iter().zip(accs).enumerate() {
+                    if let Some(sent) = rev_sent.get_mut(i).and_then(Option::take) {
+                        reports.push(FlowReport {
+                            flow_id: f.flow_id,
+                            sent: Some(sent),
+                            ..FlowReport::default()
+                        });
+                        continue;
+                    }
                     let Some((acc, marks)) = acc else {
                         stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
                         return refuse(
@@ -647,23 +705,14 @@ fn session(
                             format!("flow {} receive thread failed", f.flow_id),
                         );
                     };
-                    let mut summary = acc.summary(sent.get(i).copied());
-                    if let Some(ms) = setups.get(i).and_then(|s| s.playout_buffer_ms) {
-                        summary.late_share = Some(acc.late_share(u64::from(ms) * 1_000_000));
-                    }
-                    let r = FlowReport {
-                        flow_id: f.flow_id,
-                        summary,
-                        foreign: f.shared.foreign.load(Ordering::Relaxed),
-                        negative_beyond_error: f
-                            .shared
-                            .negative_beyond_error
-                            .load(Ordering::Relaxed),
-                        forged: f.shared.forged.load(Ordering::Relaxed),
-                        implausible_delays: f.shared.implausible.load(Ordering::Relaxed),
-                        marks,
-                    };
-                    reports.push(r);
+                    let playout = setups.get(i).and_then(|s| s.playout_buffer_ms);
+                    reports.push(flow_report(
+                        f.flow_id,
+                        &f.shared,
+                        (acc, marks),
+                        sent.get(i).copied(),
+                        playout,
+                    ));
                 }
                 if let Some((k, path)) = sink.take() {
                     let footer = LogFooter {
@@ -732,6 +781,196 @@ fn session(
             // Anything else is out of order here but harmless: ignore it.
             _ => {}
         }
+    }
+}
+
+/// How a flow's packets are counted (framing, series) from its setup.
+fn flow_config(s: &FlowSetup, ip: IpVersion) -> FlowConfig {
+    FlowConfig {
+        transport: s.transport,
+        ip,
+        mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
+        // Checked by `check_flows`; an unchecked value turns the series off
+        // rather than wrap.
+        interval_ns: s.interval_ms.and_then(|m| limits::interval_ns(m).ok()),
+    }
+}
+
+/// A flow's report from what its receive thread gathered (`sent`: the
+/// sender's count, for loss; `playout`: the VoIP buffer to judge against).
+fn flow_report(
+    flow_id: u16,
+    sh: &FlowShared,
+    (acc, marks): FlowRecv,
+    sent: Option<u64>,
+    playout: Option<u32>,
+) -> FlowReport {
+    let mut summary = acc.summary(sent);
+    if let Some(ms) = playout {
+        summary.late_share = Some(acc.late_share(u64::from(ms) * 1_000_000));
+    }
+    FlowReport {
+        flow_id,
+        summary,
+        foreign: sh.foreign.load(Ordering::Relaxed),
+        negative_beyond_error: sh.negative_beyond_error.load(Ordering::Relaxed),
+        forged: sh.forged.load(Ordering::Relaxed),
+        implausible_delays: sh.implausible.load(Ordering::Relaxed),
+        marks,
+        sent: None,
+    }
+}
+
+/// A flow's socket on the side that measures a reverse flow (the sender,
+/// crate::reverse): connected to the receiver by us.
+pub(crate) enum LocalSock {
+    Udp(UdpSocket),
+    Tcp(TcpStream),
+}
+
+/// The sender's end of a reverse flow: the daemon's own receive path
+/// ([`UdpFlow::read_batch`], [`read_records`], [`Recorder`]) on a socket
+/// the sender connected, so both directions are measured alike.
+pub(crate) struct LocalRx {
+    flow_id: u16,
+    playout: Option<u32>,
+    shared: Arc<FlowShared>,
+    handle: Option<JoinHandle<WorkerOutcome>>,
+}
+
+/// Where a [`LocalRx`] receives from and how its delays are corrected.
+pub(crate) struct LocalAt {
+    pub sid: u32,
+    /// The receiver daemon's address: only its datagrams are data.
+    pub peer_ip: IpAddr,
+    pub ip: IpVersion,
+    /// Flows in the session (for the interval budget).
+    pub flows: usize,
+    /// Our clock minus the sender's of these packets (the daemon's), ns.
+    pub offset_ns: i64,
+    pub error_ns: u64,
+}
+
+impl LocalRx {
+    /// Starts receiving flow `s` on `sock`.
+    pub(crate) fn start(
+        s: &FlowSetup,
+        sock: LocalSock,
+        at: &LocalAt,
+    ) -> Result<LocalRx, EngineError> {
+        let cfg = flow_config(s, at.ip);
+        let shared = Arc::new(FlowShared {
+            offset_ns: AtomicI64::new(at.offset_ns),
+            error_ns: AtomicI64::new(at.error_ns.min(i64::MAX as u64) as i64),
+            ..FlowShared::default()
+        });
+        let acc = Recorder {
+            acc: RecvAccumulator::with_max_intervals(cfg, limits::intervals_per_flow(at.flows)),
+            log: None,
+            marks: MarksTally::default(),
+            live: None,
+        };
+        let (sid, flow_id, sh) = (at.sid, s.flow_id, shared.clone());
+        let spawned = match sock {
+            LocalSock::Udp(sock) => {
+                set_rcvbuf(sock.as_raw_fd(), UDP_RCVBUF);
+                enable_rx_timestamps(sock.as_raw_fd());
+                net::enable_rx_marks(sock.as_raw_fd(), at.peer_ip.is_ipv6());
+                sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
+                    .map_err(|e| EngineError::io("data socket", e))?;
+                let f = UdpFlow {
+                    sock,
+                    acc,
+                    sh,
+                    rx: UdpRx {
+                        sid,
+                        flow_id,
+                        max_len: (s.max_len as usize).clamp(PROBE_HEADER_LEN, u16::MAX as usize),
+                        reflect: false,
+                        peer_ip: at.peer_ip,
+                    },
+                    registered: None,
+                };
+                std::thread::Builder::new()
+                    .name(format!("wb-rrx-{flow_id}"))
+                    .spawn(move || udp_rx(f))
+            }
+            LocalSock::Tcp(stream) => std::thread::Builder::new()
+                .name(format!("wb-rrx-{flow_id}"))
+                .spawn(move || tcp_rx_stream(stream, acc, sh, sid, flow_id)),
+        };
+        let handle = spawned.map_err(|e| EngineError::io("receive thread", e))?;
+        Ok(LocalRx {
+            flow_id,
+            playout: s.playout_buffer_ms,
+            shared,
+            handle: Some(handle),
+        })
+    }
+
+    /// The session started now: sequence numbers are judged from here.
+    pub(crate) fn started(&self) {
+        self.shared.start_ns.store(realtime_ns(), Ordering::Relaxed);
+    }
+
+    /// Stops receiving and reports, as the daemon would (`sent`: what the
+    /// daemon sent, for loss). None when the receive thread failed.
+    pub(crate) fn finish(mut self, sent: Option<u64>) -> Option<FlowReport> {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let out = self.handle.take()?.join().ok()?;
+        let acc = out.accs.into_iter().next()?;
+        Some(flow_report(
+            self.flow_id,
+            &self.shared,
+            acc,
+            sent,
+            self.playout,
+        ))
+    }
+}
+
+impl Drop for LocalRx {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One TCP connection we opened ourselves, read until the peer closes it or
+/// the flow is stopped (the sender's end of a reverse TCP flow).
+fn tcp_rx_stream(
+    stream: TcpStream,
+    mut acc: Recorder,
+    sh: Arc<FlowShared>,
+    sid: u32,
+    flow_id: u16,
+) -> WorkerOutcome {
+    let cpu0 = CpuTime::thread();
+    let _ = stream.set_nonblocking(true);
+    let mut conn = TcpConn {
+        stream,
+        rd: RecordReader::new(TCP_BUF),
+        out: Vec::new(),
+        out_head: 0,
+        accepted_ns: mono_ns(),
+        identified: false,
+    };
+    while !sh.stop.load(Ordering::Relaxed) {
+        let mut pfd = [net::pollfd(conn.stream.as_raw_fd(), net::POLLIN)];
+        if net::poll(&mut pfd, POLL_MS as i32) <= 0 {
+            acc.tick();
+            continue;
+        }
+        if !read_records(&mut conn, &mut acc, &sh, sid, flow_id, false) {
+            break;
+        }
+    }
+    acc.finish_live();
+    WorkerOutcome {
+        accs: vec![(acc.acc, acc.marks.seen())],
+        cpu: CpuTime::thread().since(cpu0),
     }
 }
 
@@ -849,14 +1088,7 @@ fn open_flow(
 ) -> Result<(u16, SessionFlow, FlowRx), EngineError> {
     let (local_ip, peer_ip, sid, meter, max_intervals) =
         (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
-    let cfg = FlowConfig {
-        transport: s.transport,
-        ip: at.ip,
-        mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
-        // Checked by `check_flows`; an unchecked value turns the series off
-        // rather than wrap.
-        interval_ns: s.interval_ms.and_then(|m| limits::interval_ns(m).ok()),
-    };
+    let cfg = flow_config(s, at.ip);
     let shared = Arc::new(FlowShared {
         rcvbuf: s.rcvbuf.map_or(0, |w| w as usize),
         ..FlowShared::default()

@@ -10,7 +10,7 @@ use crate::sys;
 use std::net::{IpAddr, SocketAddr};
 use wirebench_model::voip::JitterBuffer;
 use wirebench_stats::{IpVersion, Throughput};
-use wirebench_wire::Transport;
+use wirebench_wire::{Direction, Transport};
 
 pub use wirebench_stats::result::*;
 
@@ -57,7 +57,9 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
         // its host dropped never reached the receiver), then the
         // receiver's buffers, the rest is the network's.
         let share = |drops: u64, cap: u64| {
-            if total_lost > 0 && f.transport == Transport::Udp {
+            // A reverse flow's hosts swap roles; its losses stay unsplit.
+            if total_lost > 0 && f.transport == Transport::Udp && f.direction == Direction::Forward
+            {
                 (((drops.min(total_lost) as f64) * s.counts.lost as f64 / total_lost as f64).round()
                     as u64)
                     .min(cap)
@@ -85,16 +87,23 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
         span.add(&s);
         delay_weighted += s.delay_s.mean * s.counts.packets as f64;
         total.delay_max_s = total.delay_max_s.max(s.delay_s.max);
+        // Addresses follow the packets: a reverse flow goes from the
+        // receiver to us.
+        let (src, dst) = match f.direction {
+            Direction::Forward => (p.src.ip().to_string(), p.dst_ip.to_string()),
+            Direction::Reverse => (p.dst_ip.to_string(), p.src.ip().to_string()),
+        };
         flows.push(FlowResult {
             id,
+            direction: f.direction,
             transport: f.transport,
             ip_version: if p.dst_ip.is_ipv4() {
                 IpVersion::V4
             } else {
                 IpVersion::V6
             },
-            src: p.src.ip().to_string(),
-            dst: p.dst_ip.to_string(),
+            src,
+            dst,
             mtu: p.mtu,
             requested: Requested {
                 rate_pps: f.spec.nominal_rate_pps(),

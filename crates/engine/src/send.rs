@@ -10,6 +10,7 @@ use crate::live::Forward;
 use crate::pacing::{identify, open_data, run_flows, DataSock, Launch};
 use crate::plan::SessionPlan;
 use crate::result::{build_doc, DocParts, FlowReport, ReportExtra, ResultDoc};
+use crate::reverse::Local;
 use crate::session::{collect_report, Watcher};
 use crate::sys::{self, CpuClock, CpuTime, HostCpu};
 use crate::EngineError;
@@ -17,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use wirebench_stats::IpVersion;
-use wirebench_wire::ControlMsg;
+use wirebench_wire::{ControlMsg, Direction};
 
 pub use crate::pacing::LATE_LIMIT_NS;
 pub use crate::session::OFFSET_SAMPLES;
@@ -49,6 +50,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         ports,
         clock,
         live,
+        setups,
     } = crate::session::open(&plan, addr)?;
     let mut ctl = ctl;
     let ip = if dst_ip.is_ipv4() {
@@ -58,13 +60,27 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     };
 
     // Data sockets, all opened before Start so the schedule is not delayed.
+    // Reverse flows (the receiver sends them) get none: crate::reverse.
     let mut socks = Vec::new();
     for (i, f) in plan.flows.iter().enumerate() {
+        if f.direction == Direction::Reverse {
+            socks.push(None);
+            continue;
+        }
         let to = SocketAddr::new(dst_ip, ports[i]);
         let mut sock = open_data(f, to)?;
         identify(&mut sock, session, (i + 1) as u16)?;
-        socks.push(sock);
+        socks.push(Some(sock));
     }
+    let reverse = crate::reverse::any(&plan);
+    let local = Local::open(
+        &plan,
+        &setups,
+        dst_ip,
+        &ports,
+        session,
+        (clock.applied_ns(), clock.error_ns),
+    )?;
 
     let forward = match (&plan.live, live) {
         (sink, true) => Some(Arc::new(Forward::new(sink.clone(), plan.flows.len()))),
@@ -80,8 +96,8 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         let tcp = socks
             .iter()
             .map(|s| match s {
-                DataSock::Tcp(t) => t.try_clone().ok(),
-                DataSock::Udp(_) => None,
+                Some(DataSock::Tcp(t)) => t.try_clone().ok(),
+                _ => None,
             })
             .collect();
         (f.clone(), tcp)
@@ -95,6 +111,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let host0 = HostCpu::read();
     let snd0 = sys::udp_sndbuf_errors();
     let abort = Arc::new(AtomicBool::new(false));
+    local.started();
     let watcher = Watcher::start(ctl, abort.clone(), watch_live)?;
     let launch = Launch {
         session,
@@ -110,6 +127,16 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             return Err(e);
         }
     };
+    // Our flows are done; the receiver's (reverse) may still be sending.
+    while reverse
+        && !watcher.reverse_done()
+        && !abort.load(std::sync::atomic::Ordering::Relaxed)
+        && !plan
+            .cancel
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+    {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     let linger_ms = plan.linger_ms;
     let stopped_mono = mono_ns();
     let run_s = (stopped_mono.saturating_sub(t0)) as f64 / 1e9;
@@ -141,6 +168,43 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     for o in &mut outcomes {
         if let Some(rx) = o.rtt_rx.take() {
             o.rtt = Some(rx.finish(wait_ms, &abort));
+        }
+    }
+    if reverse {
+        // The receiver's side of a reverse flow is what it sent; ours is
+        // what arrived, in the place a receiver's report would be.
+        if partial.is_some() {
+            std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        }
+        let mut sent = Vec::with_capacity(plan.flows.len());
+        for (i, f) in plan.flows.iter().enumerate() {
+            let by_daemon = (f.direction == Direction::Reverse)
+                .then(|| {
+                    reports
+                        .iter_mut()
+                        .find(|r| usize::from(r.flow_id) == i + 1)
+                        .and_then(|r| r.sent.take())
+                })
+                .flatten();
+            sent.push(by_daemon.as_ref().map(|s| s.packets));
+            if f.direction == Direction::Reverse {
+                outcomes[i] = crate::reverse::sent_by_daemon(by_daemon);
+            }
+        }
+        for (i, r) in local.finish(&sent).into_iter().enumerate() {
+            let Some(r) = r else { continue };
+            match reports.iter_mut().find(|x| usize::from(x.flow_id) == i + 1) {
+                Some(slot) => *slot = r,
+                None => reports.push(r),
+            }
+        }
+        if partial.is_some() {
+            // Without the receiver's report nothing is known of what it sent.
+            for (i, f) in plan.flows.iter().enumerate() {
+                if f.direction == Direction::Reverse {
+                    outcomes[i].error = None;
+                }
+            }
         }
     }
     if partial.is_none() {

@@ -41,6 +41,8 @@ pub(crate) struct Opened {
     /// The receiver streams live intervals (`Hello.live` was asked and
     /// `Ready.live` confirmed it).
     pub live: bool,
+    /// What the receiver was told about each flow (`Hello.flows`).
+    pub setups: Vec<FlowSetup>,
 }
 
 /// Connects to the receiver and runs the session up to (not including)
@@ -76,6 +78,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
             mtu,
             playout_buffer_ms: f.spec.voip_codec().map(|_| plan.jitter_buffer_ms),
             rcvbuf: f.opts.window,
+            reverse: crate::reverse::model_for(f),
         })
         .collect();
     let key = plan.key.as_ref();
@@ -84,14 +87,19 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
         version: CONTROL_VERSION,
         session,
         meter: plan.meter,
-        flows: setups,
+        flows: setups.clone(),
         auth: nonce.map(|n| wirebench_wire::auth::to_hex(&n)),
         live: live_asked,
     })?;
     let reply = ctl.expect("Ready", REPLY_TIMEOUT)?;
     let reply = crate::auth::sender_handshake(&mut ctl, key, nonce, session, reply, REPLY_TIMEOUT)?;
     let (ports, live) = match reply {
-        ControlMsg::Ready { ports, live } if ports.len() == plan.flows.len() => {
+        ControlMsg::Ready { reverse, .. } if !reverse && crate::reverse::any(plan) => {
+            let m = "the receiver does not support -R/--bidir (reverse flows); upgrade it";
+            let _ = ctl.send(&ControlMsg::Error { message: m.into() });
+            return Err(EngineError::Remote(m.into()));
+        }
+        ControlMsg::Ready { ports, live, .. } if ports.len() == plan.flows.len() => {
             (ports, live && live_asked)
         }
         other => {
@@ -125,6 +133,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
         ports,
         clock,
         live,
+        setups,
     })
 }
 
@@ -279,6 +288,8 @@ fn measure_offset(ctl: &mut Ctl) -> Result<Offset, EngineError> {
 /// every second, and a closed or silent receiver aborts the flows.
 pub(crate) struct Watcher {
     stop: Arc<AtomicBool>,
+    /// The receiver said `ReverseDone`: its reverse flows have finished.
+    reverse_done: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<(Ctl, Option<String>)>,
 }
 
@@ -292,6 +303,8 @@ impl Watcher {
     ) -> Result<Watcher, EngineError> {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
+        let reverse_done = Arc::new(AtomicBool::new(false));
+        let rd = reverse_done.clone();
         let handle = std::thread::Builder::new()
             .name("wb-ctl".into())
             .spawn(move || {
@@ -322,6 +335,10 @@ impl Watcher {
                                 f.deliver(items, tcp);
                             }
                         }
+                        Ok(Recv::Msg(ControlMsg::ReverseDone)) => {
+                            last_heard = mono_ns();
+                            rd.store(true, Ordering::Relaxed);
+                        }
                         Ok(Recv::Msg(_)) => last_heard = mono_ns(),
                         Ok(Recv::Timeout) => {}
                         Ok(Recv::Closed) | Err(_) => {
@@ -340,7 +357,16 @@ impl Watcher {
                 (ctl, None)
             })
             .map_err(|e| EngineError::io("control thread", e))?;
-        Ok(Watcher { stop, handle })
+        Ok(Watcher {
+            stop,
+            reverse_done,
+            handle,
+        })
+    }
+
+    /// The receiver's reverse flows have all finished sending.
+    pub fn reverse_done(&self) -> bool {
+        self.reverse_done.load(Ordering::Relaxed)
     }
 
     pub fn finish(self) -> (Option<Ctl>, Option<String>) {

@@ -136,6 +136,7 @@ fn udp_flow(interval_ms: Option<u64>) -> FlowSetup {
         mtu: 1500,
         playout_buffer_ms: None,
         rcvbuf: None,
+        reverse: None,
     }
 }
 
@@ -354,6 +355,7 @@ fn hostile_receiver(port: u16, on: fn(&ControlMsg) -> Option<String>) -> JoinHan
                     ControlMsg::Ready {
                         ports: vec![data.local_addr().unwrap().port()],
                         live: false,
+                        reverse: false,
                     }
                     .to_line(),
                 ),
@@ -399,6 +401,7 @@ fn run_keyed(
             stop: wirebench_engine::Stop::Packets(30),
             seed: 1,
             opts: Default::default(),
+            direction: Default::default(),
         }],
     );
     p.port = port;
@@ -727,6 +730,7 @@ fn delayed_tcp_flow_is_not_taken_for_a_squatter() {
             stop: wirebench_engine::Stop::Packets(5),
             seed: 1,
             opts: Default::default(),
+            direction: Default::default(),
         }],
     );
     p.port = rx.port;

@@ -8,18 +8,8 @@ use wirebench_engine::{Daemon, DaemonConfig};
 use wirebench_model::FlowSpec;
 use wirebench_wire::{MeterMode, Transport};
 
-fn daemon(port: u16) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
-    let d = Daemon::bind(DaemonConfig {
-        port,
-        verbose: true,
-        ..DaemonConfig::default()
-    })
-    .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let h = std::thread::spawn(move || d.serve_until(&s).unwrap());
-    (stop, h)
-}
+mod common;
+use common::daemon;
 
 fn plan(dest: &str, port: u16, flows: Vec<FlowPlan>) -> SessionPlan {
     let mut p = SessionPlan::new(dest, flows);
@@ -35,6 +25,7 @@ fn udp(pps: f64, size: u32, stop: Stop, seed: u64) -> FlowPlan {
         stop,
         seed,
         opts: Default::default(),
+        direction: Default::default(),
     }
 }
 
@@ -142,6 +133,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
             mtu: 1500,
             playout_buffer_ms: None,
             rcvbuf: None,
+            reverse: None,
         }],
         auth: None,
         live: false,

@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// D-ITG's VoIP codec presets (`VoIP -x CODEC`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DitgCodec {
     /// G.711, one 80-byte frame per packet, 100 packets/s.
     G711_1,
@@ -92,7 +92,7 @@ impl DitgCodec {
 }
 
 /// Codecs of the realistic VoIP model (true codec framing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RealCodec {
     /// 64 kbit/s: 8 bytes per ms.
     G711,
@@ -179,7 +179,7 @@ impl RealCodec {
 }
 
 /// An application model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum App {
     /// D-ITG's VoIP: constant rate, constant size, VAD only shrinks packets.
     Voip {

@@ -14,7 +14,7 @@ use rand_distr::{Cauchy, Distribution, Exp1, Gamma, LogNormal, Normal, Pareto, P
 use crate::ModelError;
 
 /// A distribution of values in the unit of its use (ms or bytes).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Dist {
     /// Always the same value.
     Constant {
@@ -115,8 +115,24 @@ pub enum Dist {
         /// The file the values came from, for messages and labels.
         path: String,
         /// The values, shared between flows that use the same file.
+        #[serde(with = "shared_values")]
         values: Arc<[f64]>,
     },
+}
+
+/// A file's values travel as a plain list (a reverse flow's model is sent
+/// to the receiver, which draws from the same values).
+mod shared_values {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<S: Serializer>(v: &Arc<[f64]>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<[f64]>, D::Error> {
+        Ok(Vec::<f64>::deserialize(d)?.into())
+    }
 }
 
 fn bad(flag: &str, reason: impl Into<String>) -> ModelError {

@@ -84,7 +84,7 @@ pub trait Generator: Send {
 }
 
 /// Inter-departure-time model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum IdtModel {
     /// As fast as the path allows: no pacing.
     Max,
@@ -99,7 +99,7 @@ pub enum IdtModel {
 }
 
 /// Payload-size model (transport payload, probe header included).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum SizeModel {
     /// Constant size in bytes (D-ITG `-c`).
     Constant {
@@ -306,7 +306,7 @@ impl SizeModel {
 
 /// D-ITG `-B`: ON/OFF bursts. During an ON period packets follow the IDT
 /// model; then nothing is sent for an OFF period. Durations in ms.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Burst {
     /// ON period durations, ms.
     pub on_ms: Dist,
@@ -379,7 +379,7 @@ impl Burst {
 }
 
 /// One flow's traffic model: when packets leave and how big they are.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FlowSpec {
     /// Inter-departure times.
     pub idt: IdtModel,

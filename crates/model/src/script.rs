@@ -38,6 +38,32 @@ pub struct ScriptFlow {
     /// Socket options of this line (marking); unset ones come from the
     /// command line.
     pub opts: SockOpts,
+    /// TOML `direction`: forward, reverse (the receiver sends, as `-R`) or
+    /// bidir (one flow each way, as `--bidir`); None: the command line's.
+    pub direction: Option<FlowDirection>,
+}
+
+/// Which way a script's flow runs (TOML `direction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowDirection {
+    /// Sender to receiver (the default).
+    Forward,
+    /// Receiver to sender (`-R`).
+    Reverse,
+    /// Both at once, reported as two flows (`--bidir`).
+    Bidir,
+}
+
+fn parse_direction(opt: &str, v: &str) -> Result<FlowDirection, ScriptError> {
+    match v.to_ascii_lowercase().as_str() {
+        "forward" => Ok(FlowDirection::Forward),
+        "reverse" => Ok(FlowDirection::Reverse),
+        "bidir" => Ok(FlowDirection::Bidir),
+        _ => Err(err(
+            opt,
+            format!("unknown direction {v:?}; forward, reverse or bidir"),
+        )),
+    }
 }
 
 /// A script error: `FILE:LINE: OPTION: reason`.
@@ -212,6 +238,7 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
         kbytes: None,
         meter: None,
         opts: SockOpts::default(),
+        direction: None,
     };
     let mut i = 0;
     while i < tokens.len() {
@@ -480,6 +507,7 @@ const TOML_KEYS: &[&str] = &[
     "port",
     "transport",
     "meter",
+    "direction",
     "duration_ms",
     "packets",
     "kbytes",
@@ -666,6 +694,9 @@ fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
         kbytes: int("kbytes")?,
         meter: s("meter")?.map(|v| parse_meter("meter", &v)).transpose()?,
         opts: toml_opts(t)?,
+        direction: s("direction")?
+            .map(|v| parse_direction("direction", &v))
+            .transpose()?,
     })
 }
 

@@ -64,6 +64,30 @@ impl IpVersion {
     }
 }
 
+/// Which way a flow's packets travel: `forward` from the sender (the side
+/// that runs `wirebench send`) to the receiver daemon, `reverse` from the
+/// receiver daemon back to the sender (`-R`; `--bidir` is one of each).
+/// The sender always measures and writes the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Sender to receiver.
+    #[default]
+    Forward,
+    /// Receiver to sender (`-R`).
+    Reverse,
+}
+
+impl Direction {
+    /// "forward" or "reverse", as in the result document.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Forward => "forward",
+            Direction::Reverse => "reverse",
+        }
+    }
+}
+
 /// Transport of a flow: one type from the command line through the control
 /// protocol and the framing model to the result document ("udp"/"tcp").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

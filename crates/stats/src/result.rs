@@ -11,7 +11,7 @@
 
 pub use crate::opts::{DscpCount, MarksSeen, SockOpts};
 use crate::{
-    DelayStats, Frames, Interval, IpVersion, Jitter, MeterMode, RecvCounts, RecvSummary,
+    DelayStats, Direction, Frames, Interval, IpVersion, Jitter, MeterMode, RecvCounts, RecvSummary,
     SendSummary, Throughput, Transport,
 };
 use serde::{Deserialize, Serialize};
@@ -138,6 +138,10 @@ pub struct LossSplit {
 pub struct FlowResult {
     /// Flow id, unique within the session.
     pub id: u16,
+    /// "forward" (sender to receiver) or "reverse" (`-R`: the receiver
+    /// sent, the sender measured); `src`/`dst` follow the packets.
+    #[serde(default)]
+    pub direction: Direction,
     /// Serialised "udp" or "tcp".
     pub transport: Transport,
     /// Serialised as the number 4 or 6.
@@ -284,6 +288,10 @@ pub struct FlowReport {
     /// What the receiver saw in the data packets' IP headers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marks: Option<MarksSeen>,
+    /// A reverse flow (`-R`): what the receiver sent on it (the sender
+    /// received and measured it); absent for forward flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<SendSummary>,
 }
 
 /// The receiver's session-wide report, `ControlMsg::Report.extra`; a

@@ -43,6 +43,7 @@ const ADDED_SINCE_STORED: &[&str] = &[
     "clamped_draws",
     "sender_host",
     "sender_host_drops",
+    "direction",
 ];
 
 /// Removes the keys of `ADDED_SINCE_STORED` that hold their default value.
@@ -51,7 +52,9 @@ fn strip_added(v: &mut Value) {
         Value::Object(m) => {
             m.retain(|k, x| {
                 !(ADDED_SINCE_STORED.contains(&k.as_str())
-                    && (x == &Value::from(0) || x == &Value::from("")))
+                    && (x == &Value::from(0)
+                        || x == &Value::from("")
+                        || (k == "direction" && x == &Value::from("forward"))))
             });
             m.values_mut().for_each(strip_added);
         }

@@ -21,7 +21,7 @@ use wirebench_stats::LiveInterval;
 
 /// Most intervals in one `Intervals` message (about 250 bytes of JSON each).
 pub const MAX_LIVE_ITEMS: usize = 1024;
-pub use wirebench_stats::{MeterMode, Transport};
+pub use wirebench_stats::{Direction, MeterMode, Transport};
 
 /// What the receiver must prepare for one flow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,6 +49,13 @@ pub struct FlowSetup {
     /// absent: the receiver's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcvbuf: Option<u32>,
+    /// A reverse flow (`-R`): the receiver sends it, paced by this model
+    /// (the engine's own JSON of the flow's traffic model, stop condition
+    /// and seed), to the session's sender only. Absent: a forward flow.
+    /// An older receiver ignores it and answers `Ready` without `reverse`,
+    /// which the sender refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverse: Option<serde_json::Value>,
 }
 
 /// One control message; serialised with a `type` tag in snake_case.
@@ -97,7 +104,14 @@ pub enum ControlMsg {
         /// and knows how).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         live: bool,
+        /// The receiver will send the reverse flows of `Hello.flows` (it
+        /// knows how); absent from receivers that do not.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        reverse: bool,
     },
+    /// Receiver → sender, during the run: every reverse flow has finished
+    /// sending (the sender then sends `Stop`).
+    ReverseDone,
     /// Receiver → sender, during the run and before `Report`: finished
     /// intervals of the flows, oldest first (only when `Hello.live` asked for
     /// them). At most [`MAX_LIVE_ITEMS`] per message.
@@ -209,6 +223,7 @@ mod tests {
                     mtu: 1500,
                     playout_buffer_ms: Some(60),
                     rcvbuf: Some(1 << 20),
+                    reverse: Some(serde_json::json!({"seed": 3})),
                 }],
                 auth: Some("00ff".into()),
                 live: true,
@@ -221,7 +236,9 @@ mod tests {
             ControlMsg::Ready {
                 ports: vec![40000],
                 live: true,
+                reverse: true,
             },
+            ControlMsg::ReverseDone,
             ControlMsg::Intervals {
                 items: vec![LiveInterval {
                     flow_id: 1,
@@ -293,12 +310,14 @@ mod tests {
             ControlMsg::from_line(r#"{"type":"ready","ports":[1]}"#).unwrap(),
             ControlMsg::Ready {
                 ports: vec![1],
-                live: false
+                live: false,
+                reverse: false,
             }
         );
         let line = ControlMsg::Ready {
             ports: vec![1],
             live: false,
+            reverse: false,
         }
         .to_line();
         assert_eq!(line, "{\"type\":\"ready\",\"ports\":[1]}\n");

@@ -17,7 +17,7 @@ pub mod probe;
 /// Per-flow socket options and their parsers (shared with scripts and the CLI).
 pub use wirebench_stats::opts as sockopts;
 
-pub use control::{ControlMsg, FlowSetup, MeterMode, Transport, CONTROL_VERSION};
+pub use control::{ControlMsg, Direction, FlowSetup, MeterMode, Transport, CONTROL_VERSION};
 pub use probe::{
     ProbeError, ProbeHeader, Reflection, FLAG_HELLO, FLAG_REFLECTED, FLAG_RTT, MAGIC,
     PROBE_HEADER_LEN, PROBE_VERSION, REFLECTION_LEN, RTT_MIN_LEN,

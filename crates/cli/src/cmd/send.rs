@@ -12,7 +12,8 @@ use std::sync::{Arc, LazyLock};
 use wirebench_engine::plan::{Family, FlowPlan, Pacing, SessionPlan, Stop};
 use wirebench_engine::result::{FlowResult, MarksSeen, ResultDoc, SockOpts};
 use wirebench_engine::EngineError;
-use wirebench_wire::{MeterMode, Transport};
+use wirebench_model::script::FlowDirection;
+use wirebench_wire::{Direction, MeterMode, Transport};
 
 use super::flowargs::{FlowArgs, SockArgs};
 use super::live::{LivePrinter, Mode};
@@ -134,6 +135,15 @@ pub struct Args {
     /// or a number of shared pacer threads.
     #[arg(long = "pacers", value_name = "auto|flow|N", default_value = "auto", value_parser = parse_pacing)]
     pub pacing: Pacing,
+    /// Reverse (iperf3 -R): the receiver sends the flows and this side
+    /// receives and measures them. The receiver sends only to this host's
+    /// address on the control connection, to the ports it announces.
+    #[arg(short = 'R', long = "reverse", conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once (iperf3 --bidir): every flow runs forward and
+    /// reverse, reported as two flows ("direction" in the result).
+    #[arg(long = "bidir")]
+    pub bidir: bool,
 }
 
 fn parse_pacing(s: &str) -> Result<Pacing, String> {
@@ -171,6 +181,11 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     let mut port_noted = false;
     let mut script_meter: Option<MeterMode> = None;
     let mut flows = Vec::new();
+    let cli_direction = match (args.reverse, args.bidir) {
+        (true, _) => FlowDirection::Reverse,
+        (_, true) => FlowDirection::Bidir,
+        _ => FlowDirection::Forward,
+    };
     if let Some(path) = &args.script {
         let list = wirebench_model::script::load(path).map_err(bad_input)?;
         for (i, sf) in list.into_iter().enumerate() {
@@ -215,13 +230,17 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
                 .or(cli_transport)
                 .or(sf.spec.app_transport())
                 .unwrap_or(Transport::Udp);
-            flows.push(FlowPlan {
-                spec: sf.spec,
-                transport,
-                stop,
-                seed: seed.wrapping_add(i as u64),
-                opts: sf.opts.over(&cli_opts),
-            });
+            flows.push((
+                FlowPlan {
+                    spec: sf.spec,
+                    transport,
+                    stop,
+                    seed: seed.wrapping_add(i as u64),
+                    opts: sf.opts.over(&cli_opts),
+                    direction: Direction::Forward,
+                },
+                sf.direction.unwrap_or(cli_direction),
+            ));
         }
     } else {
         let spec = args.flow.to_spec()?;
@@ -229,15 +248,20 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
             .or(spec.app_transport())
             .unwrap_or(Transport::Udp);
         for i in 0..args.flows {
-            flows.push(FlowPlan {
-                spec: spec.clone(),
-                transport,
-                stop,
-                seed: seed.wrapping_add(i as u64),
-                opts: cli_opts.clone(),
-            });
+            flows.push((
+                FlowPlan {
+                    spec: spec.clone(),
+                    transport,
+                    stop,
+                    seed: seed.wrapping_add(u64::from(i)),
+                    opts: cli_opts.clone(),
+                    direction: Direction::Forward,
+                },
+                cli_direction,
+            ));
         }
     }
+    let flows = directed(flows);
     let Some(dest) = dest else {
         crate::bail_input!("-a: the receiver's address is required (e.g. -a 192.0.2.7)");
     };
@@ -269,6 +293,27 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     plan.command = Some(std::env::args().collect::<Vec<_>>().join(" "));
     plan.validate().map_err(bad_input)?;
     Ok(plan)
+}
+
+/// The flows with their directions applied: a bidir flow becomes two,
+/// forward then reverse, with the same model and seed.
+fn directed(flows: Vec<(FlowPlan, FlowDirection)>) -> Vec<FlowPlan> {
+    let mut out = Vec::with_capacity(flows.len());
+    for (f, d) in flows {
+        let reverse = FlowPlan {
+            direction: Direction::Reverse,
+            ..f.clone()
+        };
+        match d {
+            FlowDirection::Forward => out.push(f),
+            FlowDirection::Reverse => out.push(reverse),
+            FlowDirection::Bidir => {
+                out.push(f);
+                out.push(reverse);
+            }
+        }
+    }
+    out
 }
 
 fn rand_seed() -> u64 {
@@ -469,13 +514,17 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
     let mut s = String::new();
     let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26}= {v}\n"));
     s.push_str(&format!(
-        "----------------------------------------------------------\nFlow {}  {}/IPv{}  {} -> {}  (MTU {})\n  {}, {}\n",
+        "----------------------------------------------------------\nFlow {}  {}/IPv{}  {} -> {}  (MTU {}){}\n  {}, {}\n",
         f.id,
         f.transport,
         f.ip_version.number(),
         f.src,
         f.dst,
         f.mtu,
+        match f.direction {
+            Direction::Forward => "",
+            Direction::Reverse => "  reverse: sent by the receiver",
+        },
         f.requested.model,
         f.requested.stop
     ));

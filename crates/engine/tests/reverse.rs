@@ -1,0 +1,158 @@
+//! Reverse (`-R`) and bidirectional flows over loopback: the receiver
+//! daemon sends, the sender measures; exact counts both ways, UDP and TCP,
+//! IPv4 and IPv6, and a clear refusal from a receiver that cannot.
+
+use std::io::{BufRead, BufReader, Write};
+use std::sync::atomic::Ordering;
+use wirebench_engine::plan::{Family, FlowPlan, SessionPlan, Stop};
+use wirebench_engine::EngineError;
+use wirebench_model::FlowSpec;
+use wirebench_wire::{Direction, Transport};
+
+mod common;
+use common::daemon;
+
+fn flow(transport: Transport, n: u64, direction: Direction) -> FlowPlan {
+    FlowPlan {
+        spec: FlowSpec::constant(2000.0, 300).unwrap(),
+        transport,
+        stop: Stop::Packets(n),
+        seed: 1,
+        opts: Default::default(),
+        direction,
+    }
+}
+
+fn plan(dest: &str, port: u16, flows: Vec<FlowPlan>) -> SessionPlan {
+    let mut p = SessionPlan::new(dest, flows);
+    p.port = port;
+    p.linger_ms = 200;
+    p.family = if dest.contains(':') {
+        Family::V6
+    } else {
+        Family::V4
+    };
+    p
+}
+
+#[test]
+fn reverse_flows_are_sent_by_the_receiver_and_measured_here() {
+    let port = 15941;
+    let (stop, h) = daemon(port);
+    for (dest, here) in [("127.0.0.1", "127.0.0.1"), ("::1", "::1")] {
+        let t = std::time::Instant::now();
+        let doc = wirebench_engine::run(plan(
+            dest,
+            port,
+            vec![
+                flow(Transport::Udp, 400, Direction::Reverse),
+                flow(Transport::Tcp, 300, Direction::Reverse),
+            ],
+        ))
+        .unwrap();
+        assert!(!doc.partial, "{:?}", doc.partial_reason);
+        // 400 packets at 2000/s: 0.2 s; the run ends soon after the
+        // receiver's flows do (ReverseDone), not after a timeout.
+        assert!(t.elapsed().as_secs_f64() < 2.0, "{:?}", t.elapsed());
+        for (f, n) in doc.flows.iter().zip([400, 300]) {
+            assert_eq!(f.direction, Direction::Reverse);
+            // What the receiver's pacer sent, and what arrived here.
+            assert_eq!(f.sent.packets, n, "{dest} flow {}", f.id);
+            assert_eq!(f.sent.bytes, n * 300);
+            assert_eq!(f.received.counts.unique, n, "{dest} flow {}", f.id);
+            assert_eq!(f.received.counts.lost, 0);
+            assert_eq!(f.received.counts.bytes, n * 300);
+            // The packets went from the receiver to us.
+            assert_eq!(f.src, dest);
+            assert_eq!(f.dst, here);
+            assert!(
+                f.delay_s.min >= 0.0 && f.delay_s.max < 0.1,
+                "{:?}",
+                f.delay_s
+            );
+            assert!(f.sent.rate_pps > 1500.0, "{}", f.sent.rate_pps);
+        }
+        assert_eq!(doc.total.sent_packets, 700);
+        assert_eq!(doc.total.received_packets, 700);
+    }
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}
+
+#[test]
+fn bidir_reports_both_directions_separately() {
+    let port = 15942;
+    let (stop, h) = daemon(port);
+    for transport in [Transport::Udp, Transport::Tcp] {
+        let doc = wirebench_engine::run(plan(
+            "127.0.0.1",
+            port,
+            vec![
+                flow(transport, 250, Direction::Forward),
+                FlowPlan {
+                    spec: FlowSpec::constant(1000.0, 500).unwrap(),
+                    ..flow(transport, 150, Direction::Reverse)
+                },
+            ],
+        ))
+        .unwrap();
+        assert!(!doc.partial, "{:?}", doc.partial_reason);
+        let (fw, rv) = (&doc.flows[0], &doc.flows[1]);
+        assert_eq!(fw.direction, Direction::Forward);
+        assert_eq!(rv.direction, Direction::Reverse);
+        assert_eq!((fw.sent.packets, fw.received.counts.unique), (250, 250));
+        assert_eq!((rv.sent.packets, rv.received.counts.unique), (150, 150));
+        assert_eq!(fw.received.counts.bytes, 250 * 300);
+        assert_eq!(rv.received.counts.bytes, 150 * 500);
+        let json = serde_json::to_value(&doc).unwrap();
+        assert_eq!(json["flows"][0]["direction"], "forward");
+        assert_eq!(json["flows"][1]["direction"], "reverse");
+    }
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}
+
+#[test]
+fn a_receiver_without_reverse_support_is_refused_clearly() {
+    // A receiver of before -R: it answers Ready without "reverse".
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let old = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.contains("\"reverse\""), "{line}");
+        (&s).write_all(b"{\"type\":\"ready\",\"ports\":[9]}\n")
+            .unwrap();
+        line.clear();
+        let _ = r.read_line(&mut line);
+        line
+    });
+    let err = wirebench_engine::run(plan(
+        "127.0.0.1",
+        port,
+        vec![flow(Transport::Udp, 10, Direction::Reverse)],
+    ))
+    .unwrap_err();
+    assert!(matches!(err, EngineError::Remote(_)), "{err:?}");
+    assert!(err.to_string().contains("does not support -R"), "{err}");
+    // The receiver is told why, too.
+    assert!(old.join().unwrap().contains("does not support -R"));
+}
+
+#[test]
+fn reverse_flows_refuse_what_does_not_reach_the_receiver() {
+    let mut p = plan(
+        "127.0.0.1",
+        1,
+        vec![flow(Transport::Udp, 10, Direction::Reverse)],
+    );
+    p.meter = wirebench_wire::MeterMode::Rtt;
+    let e = wirebench_engine::run(p).unwrap_err();
+    assert!(e.is_bad_input() && e.to_string().contains("-R"), "{e}");
+    let mut f = flow(Transport::Udp, 10, Direction::Reverse);
+    f.opts.ttl = Some(3);
+    let e = wirebench_engine::run(plan("127.0.0.1", 1, vec![f])).unwrap_err();
+    assert!(e.is_bad_input() && e.to_string().contains("-R"), "{e}");
+}
