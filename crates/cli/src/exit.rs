@@ -31,11 +31,26 @@ pub fn bad_input<E: fmt::Display>(e: E) -> anyhow::Error {
     anyhow::Error::new(BadInput(e.to_string()))
 }
 
+/// The error and its causes on one line, each cause once: library errors
+/// often show their source in their own text as well (`cannot write F: No
+/// space left on device`), and `{:#}` then printed the OS error twice.
+pub fn message(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let t = cause.to_string();
+        if !line.contains(&t) {
+            line.push_str(": ");
+            line.push_str(&t);
+        }
+    }
+    line
+}
+
 pub fn code_for(result: anyhow::Result<()>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("wirebench: {e:#}");
+            eprintln!("wirebench: {}", message(&e));
             if e.chain().any(|c| c.downcast_ref::<BadInput>().is_some()) {
                 2
             } else {

@@ -221,3 +221,79 @@ fn output_in_missing_directory_is_bad_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("-o no/such/dir/r.html"));
 }
+
+/// Security suite, issue #9 item 10: `report` on a full disk left a 0-byte
+/// HTML where the previous report was. Every output now goes through a
+/// temporary file renamed over the old one only when complete: on a full
+/// file system (a 64 KiB tmpfs, filled) the old HTML and JSON stay as they
+/// were, no temporary file is left, and the error names the file and the
+/// cause once (exit 1). Linux, as root (it mounts the tmpfs).
+#[cfg(target_os = "linux")]
+#[test]
+fn full_disk_keeps_the_old_report() {
+    use std::io::Write;
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    make_store(&dir.path().join("w.db"));
+    let mnt = dir.path().join("small");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "wirebench-full"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mounting a tmpfs needs root");
+    let _guard = Unmount(mnt.clone());
+    let html = mnt.join("r.html");
+    let json = mnt.join("all.json");
+    std::fs::write(&html, "old report").unwrap();
+    std::fs::write(&json, "old json").unwrap();
+    let mut fill = std::fs::File::create(mnt.join("fill")).unwrap();
+    while fill.write_all(&[0u8; 4096]).is_ok() {}
+    drop(fill);
+
+    let out = wb(
+        &["report", "--db", "w.db", "-o", html.to_str().unwrap()],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("r.html") && err.contains("No space left"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("os error 28").count(),
+        1,
+        "cause printed once: {err}"
+    );
+    assert_eq!(std::fs::read_to_string(&html).unwrap(), "old report");
+
+    let out = wb(
+        &[
+            "report",
+            "--db",
+            "w.db",
+            "-o",
+            "fine.html",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("all.json"), "{err}");
+    assert_eq!(std::fs::read_to_string(&json).unwrap(), "old json");
+    let mut left: Vec<String> = std::fs::read_dir(&mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["all.json", "fill", "r.html"], "temporary files left");
+}

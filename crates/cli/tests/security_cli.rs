@@ -62,19 +62,23 @@ fn endless_or_huge_input_files_exit_2() {
 /// summary is printed whatever happens to the file.
 #[test]
 fn json_file_is_never_left_empty_and_summary_always_prints() {
+    // Nothing listens on 15708: the connection is refused.
+    let refused = |json: &std::path::Path| {
+        run(&[
+            "send",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            "15708",
+            "-z",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+    };
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
-    let out = run(&[
-        "send",
-        "-a",
-        "127.0.0.1",
-        "-p",
-        "15708",
-        "-z",
-        "5",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let out = refused(&json);
     assert_eq!(out.status.code(), Some(1));
     assert!(!json.exists(), "a refused run left {}", json.display());
     assert_eq!(
@@ -82,6 +86,12 @@ fn json_file_is_never_left_empty_and_summary_always_prints() {
         0,
         "stray temporary file"
     );
+    // An older result of that name survives a run that produced none.
+    std::fs::write(&json, "old").unwrap();
+    let out = refused(&json);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(std::fs::read_to_string(&json).unwrap(), "old");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 
     let mut rx = Command::new(BIN)
         .args(["recv", "-B", "127.0.0.1", "-p", "15707", "-q"])

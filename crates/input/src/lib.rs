@@ -8,6 +8,12 @@
 //! file of at most [`MAX_INPUT_BYTES`], checked before and while reading.
 //! It lives in its own crate because the model, test-bed and campaign
 //! crates all read such files and share no other dependency.
+//!
+//! The files wirebench writes go through [`output`] (temporary file, fsync,
+//! rename), so a full disk or a kill never leaves a truncated output.
+
+pub mod output;
+pub use output::{write_file, OutputError, OutputFile};
 
 use std::fs::File;
 use std::io::Read;

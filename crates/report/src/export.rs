@@ -212,10 +212,7 @@ pub fn runs_csv(runs: &[RunRecord]) -> String {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), ReportError> {
-    std::fs::write(path, text).map_err(|source| ReportError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    crate::write_output(path, text.as_bytes())
 }
 
 /// Writes `aggregates.csv` (always) and `runs.csv` (when runs are given) into

@@ -74,10 +74,16 @@ pub fn render_html<S: SummarySet + ?Sized>(summaries: &S) -> String {
     html::document(summaries.summaries())
 }
 
-/// Writes [`render_html`] to `path`.
+/// Writes [`render_html`] to `path` all or nothing (temporary file, fsync,
+/// rename): on a full disk the previous report stays as it was.
 pub fn write_html<S: SummarySet + ?Sized>(summaries: &S, path: &Path) -> Result<(), ReportError> {
-    std::fs::write(path, render_html(summaries)).map_err(|source| ReportError::Io {
-        path: path.to_path_buf(),
-        source,
+    write_output(path, render_html(summaries).as_bytes())
+}
+
+/// Every file the report crate writes goes through here.
+pub(crate) fn write_output(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    wirebench_input::write_file(path, bytes).map_err(|e| ReportError::Io {
+        path: e.path,
+        source: e.source,
     })
 }

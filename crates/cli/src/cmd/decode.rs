@@ -7,6 +7,7 @@ use crate::exit::bad_input;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use wirebench_input::OutputFile;
 use wirebench_pktlog::decode::{decode, DecodeOptions, Decoded, FlowFigures, Format, Source};
 use wirebench_pktlog::export::{series_csv, CsvRecords, ParquetRecords};
 use wirebench_pktlog::{LogError, Side};
@@ -81,8 +82,13 @@ impl RecordSink {
     }
 }
 
-fn create(flag: &str, p: &Path) -> anyhow::Result<File> {
-    File::create(p).map_err(|e| bad_input(format!("{flag} {}: {e}", p.display())))
+/// An output file, put in place only when everything was written (a
+/// failed decode leaves an older file of that name as it was).
+fn create(flag: &str, p: &Path) -> anyhow::Result<(OutputFile, File)> {
+    let named = |e: wirebench_input::OutputError| bad_input(format!("{flag} {e}"));
+    let o = OutputFile::create(p).map_err(named)?;
+    let f = o.handle().map_err(named)?;
+    Ok((o, f))
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -118,7 +124,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut src =
         Source::open(BufReader::with_capacity(1 << 20, file), format, a.mtu).map_err(named)?;
 
-    let mut created: Vec<PathBuf> = Vec::new();
+    let mut outputs: Vec<OutputFile> = Vec::new();
     let result = (|| -> anyhow::Result<Decoded> {
         let mut sink = match &a.records {
             None => None,
@@ -127,8 +133,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     .map_err(anyhow::Error::new)?,
             )),
             Some(p) => {
-                let f = create("--records", p)?;
-                created.push(p.clone());
+                let (o, f) = create("--records", p)?;
+                outputs.push(o);
                 Some(if ext(p) == "parquet" {
                     RecordSink::Parquet(Box::new(
                         ParquetRecords::new(BufWriter::new(f)).map_err(anyhow::Error::new)?,
@@ -164,31 +170,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             if is_stdout(p) {
                 series_csv(dec.series(), std::io::stdout().lock())?;
             } else {
-                let f = create("--series", p)?;
-                created.push(p.clone());
+                let (o, f) = create("--series", p)?;
+                outputs.push(o);
                 let mut w = BufWriter::new(f);
                 if ext(p) == "json" {
                     let v: Vec<_> = dec.series().collect();
                     serde_json::to_writer_pretty(&mut w, &v)?;
                     writeln!(w)?;
-                    w.flush()?;
                 } else {
-                    series_csv(dec.series(), w)?;
+                    series_csv(dec.series(), &mut w)?;
                 }
+                w.flush()?;
             }
         }
         Ok(dec)
     })();
-    let dec = match result {
-        Ok(d) => d,
-        Err(e) => {
-            // Nothing half-written stays behind.
-            for p in &created {
-                let _ = std::fs::remove_file(p);
-            }
-            return Err(e);
-        }
-    };
+    // On an error the outputs are dropped: nothing half-written stays
+    // behind, and files of those names from before are untouched.
+    let dec = result?;
+    for o in outputs {
+        o.commit()?;
+    }
 
     let to_stdout = [&a.series, &a.records]
         .iter()

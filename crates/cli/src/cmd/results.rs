@@ -162,8 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
             };
             match output {
-                Some(p) => std::fs::write(&p, text + "\n")
-                    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?,
+                Some(p) => wirebench_input::write_file(&p, (text + "\n").as_bytes())?,
                 None => writeln!(out, "{text}")?,
             }
         }

@@ -312,7 +312,7 @@ pub fn print_summary(
     print!("{}", text_tables(&s));
     if let Some(p) = json {
         let text = serde_json::to_string_pretty(&s)?;
-        std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
+        wirebench_input::write_file(p, text.as_bytes())?;
     }
     Ok(())
 }

@@ -377,65 +377,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     if let Some(reason) = failure {
         if let Err(e) = written {
-            eprintln!("wirebench: {e:#}");
+            eprintln!("wirebench: {}", crate::exit::message(&e));
         }
         anyhow::bail!("measurement incomplete, partial result: {reason}");
     }
     written
 }
 
-/// Where `--json FILE` goes: a temporary file beside FILE, renamed over it
-/// once complete; or, when FILE exists and is not a regular file (a FIFO,
-/// `/dev/stdout`, `/dev/full`), FILE itself.
-enum JsonOut {
-    Temp(tempfile::NamedTempFile, String),
-    Direct(std::fs::File, String),
-}
+/// Where `--json FILE` goes: created before the run (a bad path fails
+/// first), written all or nothing after it (wirebench_input::OutputFile).
+struct JsonOut(wirebench_input::OutputFile);
 
 impl JsonOut {
     fn prepare(path: &str) -> Result<JsonOut, String> {
-        let p = std::path::Path::new(path);
-        let cannot = |e: std::io::Error| format!("--json {path}: cannot create: {e}");
-        if std::fs::metadata(p).is_ok_and(|m| !m.is_file()) {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(p)
-                .map_err(cannot)?;
-            return Ok(JsonOut::Direct(f, path.to_string()));
-        }
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => std::path::Path::new("."),
-        };
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(".wirebench-json-");
-        // A result is an ordinary output file: 0666 less the umask, as a
-        // plain create gives, not the temporary file's private 0600.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            builder.permissions(std::fs::Permissions::from_mode(0o666));
-        }
-        let t = builder.tempfile_in(dir).map_err(cannot)?;
-        Ok(JsonOut::Temp(t, path.to_string()))
+        wirebench_input::OutputFile::create(std::path::Path::new(path))
+            .map(JsonOut)
+            .map_err(|e| format!("--json {e}"))
     }
 
     fn write(self, json: &str) -> anyhow::Result<()> {
-        let fail = |path: &str, e: &dyn std::fmt::Display| {
-            anyhow::anyhow!("--json {path}: cannot write: {e}")
-        };
-        match self {
-            JsonOut::Direct(mut f, path) => {
-                writeln!(f, "{json}").map_err(|e| fail(&path, &e))?;
-                f.flush().map_err(|e| fail(&path, &e))
-            }
-            JsonOut::Temp(mut t, path) => {
-                writeln!(t, "{json}").map_err(|e| fail(&path, &e))?;
-                t.as_file().sync_all().map_err(|e| fail(&path, &e))?;
-                t.persist(&path).map_err(|e| fail(&path, &e.error))?;
-                Ok(())
-            }
+        let mut o = self.0;
+        if let Err(e) = writeln!(o, "{json}") {
+            anyhow::bail!("--json {}: cannot write: {e}", o.path().display());
         }
+        o.commit().map_err(|e| anyhow::anyhow!("--json {e}"))
     }
 }
 
