@@ -326,6 +326,9 @@ pub struct Settings {
     /// Transport payload per packet (probe header included), when the
     /// model is the constant one.
     pub payload: Option<u32>,
+    /// A payload mix instead of one payload (`send --size-mix`, e.g. an
+    /// RFC 2544 IMIX trial); wins over `payload`.
+    pub size_mix: Option<String>,
     pub frame: Option<u32>,
     /// Packets per second, `None` = engine default; `max` = unpaced.
     pub pps: Option<f64>,
@@ -1741,6 +1744,7 @@ impl Campaign {
             app: get(Axis::App).unwrap_or_else(|| "constant".into()),
             codec: get(Axis::Codec),
             payload,
+            size_mix: None,
             frame,
             pps: pps_text.as_deref().and_then(|p| p.parse().ok()),
             max_rate: pps_text.as_deref() == Some("max"),

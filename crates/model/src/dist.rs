@@ -118,6 +118,16 @@ pub enum Dist {
         #[serde(with = "shared_values")]
         values: Arc<[f64]>,
     },
+    /// A mix of values in a fixed, evenly interleaved repeating order (a
+    /// size mix such as IMIX, see [`Dist::mix`]): exact proportions in
+    /// every cycle, no randomness.
+    Sequence {
+        /// The mix as given (`24:7,548:4,1472:1`), for messages and labels.
+        mix: String,
+        /// One cycle of the values.
+        #[serde(with = "shared_values")]
+        values: Arc<[f64]>,
+    },
 }
 
 /// A file's values travel as a plain list (a reverse flow's model is sent
@@ -134,6 +144,9 @@ mod shared_values {
         Ok(Vec::<f64>::deserialize(d)?.into())
     }
 }
+
+/// Largest sum of the weights of a [`Dist::mix`] (one cycle's length).
+pub const MAX_MIX_WEIGHT: u32 = 10_000;
 
 fn bad(flag: &str, reason: impl Into<String>) -> ModelError {
     ModelError::BadParam {
@@ -240,9 +253,9 @@ impl Dist {
                     d.validate(flag)?;
                 }
             }
-            Dist::File { path, values } => {
+            Dist::File { path: what, values } | Dist::Sequence { mix: what, values } => {
                 if values.is_empty() {
-                    return Err(bad(flag, format!("{path}: no values")));
+                    return Err(bad(flag, format!("{what}: no values")));
                 }
                 for v in values.iter() {
                     finite(flag, "value", *v)?;
@@ -275,6 +288,70 @@ impl Dist {
         }
         let d = Dist::File {
             path: path.to_string(),
+            values: values.into(),
+        };
+        d.validate(flag)?;
+        Ok(d)
+    }
+
+    /// A mix `VALUE:WEIGHT,...` (whole positive weights, e.g. IMIX's
+    /// `64:7,594:4,1518:1`) as a [`Dist::Sequence`]: one cycle holds each
+    /// value `weight` times, spread evenly by smooth weighted round-robin
+    /// (7:4:1 → a b a a b a c a b a b a, repeated), so any stretch of packets
+    /// has close to the mix's proportions and a whole cycle has them exactly.
+    pub fn mix(flag: &str, text: &str) -> Result<Dist, ModelError> {
+        let mut parts: Vec<(f64, u32)> = Vec::new();
+        for item in text.split(',').map(str::trim) {
+            let (v, w) = item.split_once(':').ok_or_else(|| {
+                bad(
+                    flag,
+                    format!("{item:?}: write VALUE:WEIGHT, e.g. 64:7,594:4,1518:1"),
+                )
+            })?;
+            let v: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| bad(flag, format!("{item:?}: {v:?} is not a value >= 0")))?;
+            let w: u32 = w
+                .trim()
+                .parse()
+                .ok()
+                .filter(|w| (1..=MAX_MIX_WEIGHT).contains(w))
+                .ok_or_else(|| {
+                    bad(
+                        flag,
+                        format!("{item:?}: the weight must be a whole number 1..={MAX_MIX_WEIGHT}"),
+                    )
+                })?;
+            parts.push((v, w));
+        }
+        let total: u32 = parts.iter().map(|p| p.1).sum();
+        if total > MAX_MIX_WEIGHT {
+            return Err(bad(
+                flag,
+                format!("weights add up to {total}, more than {MAX_MIX_WEIGHT}"),
+            ));
+        }
+        let mut credit = vec![0i64; parts.len()];
+        let mut values = Vec::with_capacity(total as usize);
+        for _ in 0..total {
+            for (c, p) in credit.iter_mut().zip(&parts) {
+                *c += i64::from(p.1);
+            }
+            // The first of the largest credits: ties go to the earlier part.
+            let mut best = 0;
+            for i in 1..credit.len() {
+                if credit[i] > credit[best] {
+                    best = i;
+                }
+            }
+            credit[best] -= i64::from(total);
+            values.push(parts[best].0);
+        }
+        let d = Dist::Sequence {
+            mix: text.trim().to_string(),
             values: values.into(),
         };
         d.validate(flag)?;
@@ -321,7 +398,9 @@ impl Dist {
                 }
                 m / w
             }
-            Dist::File { values, .. } => values.iter().sum::<f64>() / values.len() as f64,
+            Dist::File { values, .. } | Dist::Sequence { values, .. } => {
+                values.iter().sum::<f64>() / values.len() as f64
+            }
         })
     }
 
@@ -350,7 +429,9 @@ impl Dist {
             Dist::Constant { value } => Some(*value),
             Dist::Uniform { max, .. } => Some(*max),
             Dist::Discrete { values, .. } => values.iter().copied().reduce(f64::max),
-            Dist::File { values, .. } => values.iter().copied().reduce(f64::max),
+            Dist::File { values, .. } | Dist::Sequence { values, .. } => {
+                values.iter().copied().reduce(f64::max)
+            }
             Dist::ReciprocalPoisson { numerator, .. } => Some(*numerator),
             Dist::Mixture { parts } => {
                 let mut m = f64::MIN;
@@ -399,6 +480,7 @@ impl Dist {
                 format!("mixture [{}]", p.join(" + "))
             }
             Dist::File { path, values } => format!("file {path} ({} values, cycled)", values.len()),
+            Dist::Sequence { mix, .. } => format!("mix {mix} {unit}, interleaved"),
         }
     }
 
@@ -480,7 +562,7 @@ impl Dist {
                 cdf: cdf(parts.iter().map(|p| p.0)),
                 parts: parts.iter().map(|p| p.1.sampler()).collect(),
             },
-            Dist::File { values, .. } => Sampler::File {
+            Dist::File { values, .. } | Dist::Sequence { values, .. } => Sampler::File {
                 values: values.clone(),
                 next: 0,
             },
@@ -640,6 +722,27 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mix_interleaves_exact_proportions() {
+        let d = Dist::mix("--size-mix", "64:7, 594:4,1518:1").unwrap();
+        let Dist::Sequence { values, mix } = &d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(mix, "64:7, 594:4,1518:1");
+        let (a, b, c) = (64.0, 594.0, 1518.0);
+        assert_eq!(&values[..], &[a, b, a, a, b, a, c, a, b, a, b, a]);
+        assert!((d.mean().unwrap() - 4342.0 / 12.0).abs() < 1e-9);
+        assert_eq!(d.upper_bound(), Some(1518.0));
+        // Drawn in order and cycled, whatever the seed.
+        let draws = d.draws(7, 24);
+        assert_eq!(&draws[..12], &values[..]);
+        assert_eq!(&draws[12..], &values[..]);
+        for bad in ["", "64", "64:0", "64:x", "-1:2", "64:7,594", "64:10001"] {
+            let e = Dist::mix("--size-mix", bad).unwrap_err().to_string();
+            assert!(e.contains("--size-mix"), "{bad:?}: {e}");
+        }
+    }
 
     #[test]
     fn ln_gamma_known_values() {

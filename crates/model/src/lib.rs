@@ -509,7 +509,7 @@ impl FlowSpec {
                             .sum::<f64>()
                             / w
                     }
-                    Dist::File { values, .. } => {
+                    Dist::File { values, .. } | Dist::Sequence { values, .. } => {
                         values.iter().map(|v| v.trunc().clamp(lo, hi)).sum::<f64>()
                             / values.len() as f64
                     }

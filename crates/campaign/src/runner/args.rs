@@ -47,7 +47,9 @@ pub fn send_args(
         } else if let Some(p) = st.pps {
             a.extend(["-C".into(), p.to_string()]);
         }
-        if let Some(p) = st.payload {
+        if let Some(m) = &st.size_mix {
+            a.extend(["--size-mix".into(), m.clone()]);
+        } else if let Some(p) = st.payload {
             a.extend(["-c".into(), p.to_string()]);
         }
     } else {

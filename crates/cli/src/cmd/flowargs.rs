@@ -86,6 +86,9 @@ pub struct FlowArgs {
     /// Sizes in bytes read from FILE, one per line, cycled (D-ITG -Fs).
     #[arg(long = "size-file", value_name = "FILE", group = "size", help_heading = SIZE)]
     pub size_file: Option<String>,
+    /// Sizes in fixed proportions, SIZE:WEIGHT,... in bytes (e.g. `24:7,548:4,1472:1`, the simple IMIX's UDP payloads over IPv4), sent evenly interleaved in a repeating cycle (no randomness).
+    #[arg(long = "size-mix", value_name = "MIX", group = "size", help_heading = SIZE)]
+    pub size_mix: Option<String>,
 
     /// Application model: voip, dns, telnet, quake3, csa, csi (D-ITG 2.8.1's presets, exact parameters); voip-real (true codec framing, P.59 talkspurts with --vad), opus, video, file (TCP transfer of --bytes). It fixes IDT and size.
     #[arg(long = "app", value_name = "MODEL", help_heading = APP)]
@@ -276,6 +279,11 @@ impl FlowArgs {
                 "--size-file",
                 SizeModel::Random(Dist::from_file("--size-file", p).map_err(bad)?),
             )
+        } else if let Some(m) = &self.size_mix {
+            (
+                "--size-mix",
+                SizeModel::Random(Dist::mix("--size-mix", m).map_err(bad)?),
+            )
         } else {
             return Ok(None);
         }))
@@ -394,6 +402,18 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Top::command().debug_assert();
+    }
+
+    #[test]
+    fn size_mix_is_an_interleaved_cycle() {
+        let s = spec(&["--size-mix", "24:7,548:4,1472:1"]).unwrap();
+        let SizeModel::Random(Dist::Sequence { values, .. }) = &s.size else {
+            panic!("{:?}", s.size)
+        };
+        assert_eq!(values.len(), 12);
+        assert_eq!(values.iter().filter(|v| **v == 24.0).count(), 7);
+        assert!(err(&["--size-mix", "24:7,548"]).starts_with("--size-mix"));
+        assert!(err(&["--size-mix", "24:1", "-c", "100"]).contains("cannot be used with"));
     }
 
     #[test]
