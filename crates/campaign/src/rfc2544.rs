@@ -7,7 +7,7 @@
 //! are recomputed by replaying the stored trials through the same searches
 //! ([`summarize`]), so a report always agrees with the trials it shows.
 
-use crate::campaign::{Axis, Campaign, CampaignError, RunLength, Target};
+use crate::campaign::{Axis, Campaign, CampaignError, HostNode, NodeRole, RunLength, Target};
 use crate::runner::{PlannedRun, RunError, RunOptions, Session};
 use crate::store::{CampaignRow, RunStatus, Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -17,10 +17,10 @@ use wirebench_model::MIN_PAYLOAD;
 use wirebench_rfc2544::search::{SearchError, TrialKind, TrialRecord};
 use wirebench_rfc2544::{
     BackToBack, BackToBackResult, FrameLoss, FrameLossPoint, Latency, LayerRates, Throughput,
-    ThroughputConfig, ThroughputResult, RFC2544_SIZES,
+    ThroughputConfig, ThroughputResult, IMIX_NAME, RFC2544_SIZES,
 };
 /// The search types a [`Model`] for [`simulate`] speaks.
-pub use wirebench_rfc2544::{FrameSpec, Step, TrialOutcome};
+pub use wirebench_rfc2544::{FrameEntry, FrameSpec, Step, TestFrame, TrialOutcome};
 use wirebench_stats::IpVersion;
 
 /// The four benchmarks of RFC 2544 §26 wirebench runs.
@@ -59,7 +59,8 @@ impl Test {
 #[serde(deny_unknown_fields)]
 struct RawRfc {
     ip: Option<Vec<i64>>,
-    frames: Option<Vec<i64>>,
+    frames: Option<Vec<toml::Value>>,
+    imix: Option<String>,
     tests: Option<Vec<String>>,
     trial_s: Option<f64>,
     learning_s: Option<f64>,
@@ -76,8 +77,8 @@ struct RawRfc {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rfc2544Config {
     pub ips: Vec<u8>,
-    /// Nominal frame sizes (Ethernet, FCS included).
-    pub frames: Vec<u32>,
+    /// Nominal frame sizes (Ethernet, FCS included) and IMIX entries.
+    pub frames: Vec<FrameEntry>,
     /// Tests to run; latency needs throughput (it is measured at the found rate).
     pub tests: Vec<Test>,
     /// Length of one rate trial (RFC 2544 §24: 60 s).
@@ -132,10 +133,7 @@ impl Rfc2544Config {
         };
         if let Target::Hosts(h) = &c.target {
             if !h.nodes.is_empty() {
-                return Err(err(
-                    "",
-                    "[rfc2544] searches run with [hosts] receiver addresses, loopback or a test-bed; through [[hosts.node]] agents they are not supported yet".into(),
-                ));
+                nodes_fit(&h.nodes, &ips).map_err(|(key, reason)| err(key, reason))?;
             }
         }
         let (mtu, link_rate) = match &c.target {
@@ -146,20 +144,42 @@ impl Rfc2544Config {
         let link_bps = link_rate
             .as_deref()
             .and_then(crate::campaign::parse_link_rate);
+        let imix = match &raw.imix {
+            None => FrameEntry::simple_imix(),
+            Some(t) => FrameEntry::parse_mix(t).map_err(|e| err("imix", e.to_string()))?,
+        };
         let frames = match &raw.frames {
-            None => RFC2544_SIZES.to_vec(),
+            None => RFC2544_SIZES.iter().map(|&f| FrameEntry::Size(f)).collect(),
             Some(v) if v.is_empty() => return Err(err("frames", "empty list".into())),
             Some(v) => v
                 .iter()
-                .map(|&f| {
-                    u32::try_from(f).map_err(|_| err("frames", format!("bad frame size {f}")))
+                .map(|f| match f {
+                    toml::Value::Integer(i) => u32::try_from(*i)
+                        .map(FrameEntry::Size)
+                        .map_err(|_| err("frames", format!("bad frame size {i}"))),
+                    toml::Value::String(t) if t == IMIX_NAME => Ok(imix.clone()),
+                    other => Err(err(
+                        "frames",
+                        format!("{other} is neither a frame size in bytes nor \"{IMIX_NAME}\""),
+                    )),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
-        for &f in &frames {
+        if raw.imix.is_some() && !frames.iter().any(|f| matches!(f, FrameEntry::Mix(_))) {
+            return Err(err(
+                "imix",
+                format!("a custom IMIX needs \"{IMIX_NAME}\" in frames"),
+            ));
+        }
+        for f in &frames {
             for &ip in &ips {
-                FrameSpec::new(f, ip_version(ip), mtu, MIN_PAYLOAD)
-                    .map_err(|e| err("frames", format!("IPv{ip}: {e}")))?;
+                let key = if matches!(f, FrameEntry::Mix(_)) && raw.imix.is_some() {
+                    "imix"
+                } else {
+                    "frames"
+                };
+                TestFrame::new(f, ip_version(ip), mtu, MIN_PAYLOAD)
+                    .map_err(|e| err(key, format!("IPv{ip}: {e}")))?;
             }
         }
         let tests = match &raw.tests {
@@ -287,6 +307,45 @@ impl Rfc2544Config {
     }
 }
 
+/// A search through `[[hosts.node]]` agents measures one path: exactly one
+/// sender node, whose receiver has an address of every IP version searched.
+/// Err((key, reason)) otherwise.
+fn nodes_fit(nodes: &[HostNode], ips: &[u8]) -> Result<(), (&'static str, String)> {
+    let senders: Vec<&HostNode> = nodes
+        .iter()
+        .filter(|n| n.role == NodeRole::Sender)
+        .collect();
+    let [sender] = senders.as_slice() else {
+        return Err((
+            "",
+            format!(
+                "a search measures one path: [[hosts.node]] needs exactly one sender node, found {}",
+                senders.len()
+            ),
+        ));
+    };
+    let Some(recv) = sender
+        .to
+        .as_deref()
+        .and_then(|t| nodes.iter().find(|n| n.name == t))
+    else {
+        return Err(("", format!("sender node {} has no receiver", sender.name)));
+    };
+    for &ip in ips {
+        let addr = if ip == 6 { recv.ipv6 } else { recv.ipv4 };
+        if addr.is_none() {
+            return Err((
+                "ip",
+                format!(
+                    "IPv{ip} is searched but receiver node {} has no ipv{ip} address",
+                    recv.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn ip_version(ip: u8) -> IpVersion {
     if ip == 6 {
         IpVersion::V6
@@ -299,8 +358,10 @@ fn ip_version(ip: u8) -> IpVersion {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SizeResult {
     pub ip: u8,
-    pub spec: FrameSpec,
-    /// Line rate of the frame actually sent, when the link rate is known.
+    /// The frame size or IMIX tested.
+    pub spec: TestFrame,
+    /// Line rate of the frame actually sent (a mix: of its mean frame),
+    /// when the link rate is known.
     pub line_fps: Option<f64>,
     pub throughput: Option<ThroughputResult>,
     /// The throughput in bit/s at every layer.
@@ -334,8 +395,8 @@ pub struct Rfc2544Summary {
     pub elapsed_s: Option<f64>,
 }
 
-fn scenario_key(test: Test, ip: u8, nominal: u32) -> String {
-    format!("test={},ip={ip},frame={nominal}", test.name())
+fn scenario_key(test: Test, ip: u8, frame: &TestFrame) -> String {
+    format!("test={},ip={ip},frame={}", test.name(), frame.key())
 }
 
 /// What the search needs from a stored trial's result document.
@@ -369,7 +430,7 @@ trait Trials {
         &mut self,
         test: Test,
         ip: u8,
-        spec: &FrameSpec,
+        spec: &TestFrame,
         step: Step,
         rep: u32,
     ) -> Result<Option<(TrialOutcome, Value)>, RunError>;
@@ -392,7 +453,7 @@ impl Trials for Live<'_, '_> {
         &mut self,
         test: Test,
         ip: u8,
-        spec: &FrameSpec,
+        spec: &TestFrame,
         step: Step,
         rep: u32,
     ) -> Result<Option<(TrialOutcome, Value)>, RunError> {
@@ -401,18 +462,28 @@ impl Trials for Live<'_, '_> {
         };
         let mut pick = BTreeMap::new();
         pick.insert(Axis::Ip, ip.to_string());
-        pick.insert(Axis::Frame, spec.frame.to_string());
+        if let Some(single) = spec.single() {
+            pick.insert(Axis::Frame, single.frame.to_string());
+        }
         pick.insert(
             Axis::Pps,
             fps.map(fmt_rate).unwrap_or_else(|| "max".to_string()),
         );
         let mut s = self.c.scenario_from(pick);
-        s.key = scenario_key(test, ip, spec.nominal);
-        s.settings.payload = Some(spec.payload);
+        s.key = scenario_key(test, ip, spec);
+        s.settings.payload = spec.payload();
+        s.settings.size_mix = spec.payload_mix();
         s.axes.insert("test".into(), test.name().into());
-        s.axes.insert("frame".into(), spec.nominal.to_string());
-        s.axes.insert("frame_sent".into(), spec.frame.to_string());
-        s.axes.insert("payload".into(), spec.payload.to_string());
+        s.axes.insert("frame".into(), spec.key());
+        let (sent, payload) = match spec {
+            TestFrame::Size(f) => (f.frame.to_string(), f.payload.to_string()),
+            TestFrame::Mix(m) => (
+                format!("{:.1}", m.mean_frame),
+                spec.payload_mix().unwrap_or_default(),
+            ),
+        };
+        s.axes.insert("frame_sent".into(), sent);
+        s.axes.insert("payload".into(), payload);
         s.axes.insert("kind".into(), kind.as_str().into());
         if let Some(n) = frames {
             s.axes.insert("burst".into(), n.to_string());
@@ -442,7 +513,7 @@ impl Trials for Live<'_, '_> {
                 (self.say)(format!(
                     "{} IPv{ip} {} B {} {}: offered {} received {} loss {:.4} %",
                     test.name(),
-                    spec.nominal,
+                    spec.key(),
                     kind.as_str(),
                     match (fps, frames) {
                         (_, Some(n)) => format!("burst {n}"),
@@ -478,14 +549,14 @@ impl Trials for Replay<'_> {
         &mut self,
         test: Test,
         ip: u8,
-        spec: &FrameSpec,
+        spec: &TestFrame,
         step: Step,
         rep: u32,
     ) -> Result<Option<(TrialOutcome, Value)>, RunError> {
         let Step::Trial { fps, frames, .. } = step else {
             return Ok(None);
         };
-        let key = scenario_key(test, ip, spec.nominal);
+        let key = scenario_key(test, ip, spec);
         let got = self
             .runs
             .get(&(key, rep))
@@ -529,7 +600,7 @@ fn drive(
     s: &mut dyn Search,
     test: Test,
     ip: u8,
-    spec: &FrameSpec,
+    spec: &TestFrame,
     t: &mut dyn Trials,
     mut seen: impl FnMut(TrialKind, Value),
 ) -> Result<Option<u32>, RunError> {
@@ -549,15 +620,15 @@ fn drive(
 fn one_size(
     cfg: &Rfc2544Config,
     ip: u8,
-    nominal: u32,
+    entry: &FrameEntry,
     t: &mut dyn Trials,
 ) -> Result<Option<SizeResult>, RunError> {
-    let spec = FrameSpec::new(nominal, ip_version(ip), cfg.mtu, MIN_PAYLOAD)
+    let spec = TestFrame::new(entry, ip_version(ip), cfg.mtu, MIN_PAYLOAD)
         .map_err(|e| RunError::BadInput(e.to_string()))?;
     let line_fps = cfg.link_bps.map(|b| spec.line_rate_fps(b));
     let mut out = SizeResult {
         ip,
-        spec,
+        spec: spec.clone(),
         line_fps,
         throughput: None,
         rates: None,
@@ -645,7 +716,7 @@ pub fn run(
     let campaign_id = sess.campaign_id();
     let mut result = Ok(false);
     'outer: for &ip in &cfg.ips {
-        for &f in &cfg.frames {
+        for f in &cfg.frames {
             let mut live = Live {
                 sess: &mut sess,
                 c: &cc,
@@ -677,7 +748,7 @@ pub fn run(
 
 /// A device model for [`simulate`]: what one trial measures (the test, the
 /// frame and the step the search asked for).
-pub type Model<'m> = dyn FnMut(Test, &FrameSpec, Step) -> TrialOutcome + 'm;
+pub type Model<'m> = dyn FnMut(Test, &TestFrame, Step) -> TrialOutcome + 'm;
 
 /// Delay every simulated frame has (one-way, seconds).
 pub const SIMULATED_DELAY_S: f64 = 100e-6;
@@ -694,7 +765,7 @@ impl Trials for Simulated<'_, '_> {
         &mut self,
         test: Test,
         ip: u8,
-        spec: &FrameSpec,
+        spec: &TestFrame,
         step: Step,
         rep: u32,
     ) -> Result<Option<(TrialOutcome, Value)>, RunError> {
@@ -711,13 +782,13 @@ impl Trials for Simulated<'_, '_> {
         let axes = BTreeMap::from([
             ("test".to_string(), test.name().to_string()),
             ("ip".to_string(), ip.to_string()),
-            ("frame".to_string(), spec.nominal.to_string()),
+            ("frame".to_string(), spec.key()),
             ("kind".to_string(), kind.as_str().to_string()),
         ]);
         let now = crate::env::now_rfc3339();
         self.store.record_run(&crate::store::NewRun {
             campaign_id: self.campaign_id,
-            scenario_key: &scenario_key(test, ip, spec.nominal),
+            scenario_key: &scenario_key(test, ip, spec),
             axes: &axes,
             repetition: rep,
             status: RunStatus::Ok,
@@ -762,7 +833,7 @@ pub fn simulate(c: &Campaign, store: &Store, model: &mut Model<'_>) -> Result<i6
         model,
     };
     for &ip in &cfg.ips {
-        for &f in &cfg.frames {
+        for f in &cfg.frames {
             one_size(&cfg, ip, f, &mut sim)?;
         }
     }
@@ -809,7 +880,7 @@ pub fn summarize(store: &Store, row: &CampaignRow) -> Result<Option<Rfc2544Summa
     }
     let mut sizes = Vec::new();
     for &ip in &cfg.ips {
-        for &f in &cfg.frames {
+        for f in &cfg.frames {
             let mut rp = Replay {
                 runs: &docs,
                 missing: false,
@@ -849,22 +920,24 @@ fn us(s: f64) -> String {
 /// terminal summary and the HTML report so the two always agree.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RfcTable {
-    /// Which table: `throughput`, `latency`, `frame_loss`, `back_to_back`.
+    /// The test the table reports.
     pub test: Test,
+    /// Which table: `throughput`, `latency`, `frame_loss`, `back_to_back`,
+    /// or `ip_side_by_side` (RFC 5180 / RFC 8219: the two stacks' throughput
+    /// and latency per frame size in one row).
+    pub id: &'static str,
+    /// How many leading columns name the row (IP and frame size, or frame size).
+    pub lead: usize,
     pub title: String,
-    /// Column names; the first two are always "IP" and "frame B".
+    /// Column names; the first `lead` name the row.
     pub header: Vec<String>,
     pub rows: Vec<Vec<String>>,
 }
 
 /// The frame size column: the nominal size, and the size sent when the
-/// probe header made it grow.
+/// probe header made it grow; an IMIX with its mix and mean frame.
 pub fn size_label(r: &SizeResult) -> String {
-    if r.spec.frame == r.spec.nominal {
-        format!("{}", r.spec.nominal)
-    } else {
-        format!("{} (sent {})", r.spec.nominal, r.spec.frame)
-    }
+    r.spec.label()
 }
 
 /// A table of one row per size that has a result, led by IP and frame size.
@@ -888,10 +961,92 @@ fn per_size(
         .collect();
     RfcTable {
         test,
+        id: test.name(),
+        lead: 2,
         title,
         header,
         rows,
     }
+}
+
+/// IPv4 and IPv6 side by side (RFC 5180 §5 / RFC 8219 report the two stacks
+/// next to each other): per frame size, each stack's throughput, % of the
+/// line rate, latency (RFC figure) and IPv6's throughput as % of IPv4's.
+/// None unless both were searched.
+fn ip_side_by_side(s: &Rfc2544Summary) -> Option<RfcTable> {
+    let find = |ip: u8, key: &str| {
+        s.sizes
+            .iter()
+            .find(|r| r.ip == ip && r.spec.key() == key && r.throughput.is_some())
+    };
+    let mut keys: Vec<String> = Vec::new();
+    for r in &s.sizes {
+        let k = r.spec.key();
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let latency = s.tests.contains(&Test::Latency);
+    let mut header: Vec<String> = [
+        "frame B",
+        "IPv4 frames/s",
+        "IPv6 frames/s",
+        "IPv4 % of line",
+        "IPv6 % of line",
+        "IPv6 / IPv4 %",
+    ]
+    .map(String::from)
+    .to_vec();
+    if latency {
+        header.extend(["IPv4 latency µs", "IPv6 latency µs"].map(String::from));
+    }
+    let mut rows = Vec::new();
+    for k in keys {
+        let (Some(a), Some(b)) = (find(4, &k), find(6, &k)) else {
+            continue;
+        };
+        let (Some(ta), Some(tb)) = (&a.throughput, &b.throughput) else {
+            continue;
+        };
+        let pct = |r: &SizeResult| {
+            r.pct_of_line
+                .map(|p| format!("{p:.2}"))
+                .unwrap_or_else(|| "-".into())
+        };
+        let mut row = vec![
+            k.clone(),
+            format!("{:.0}", ta.fps),
+            format!("{:.0}", tb.fps),
+            pct(a),
+            pct(b),
+            if ta.fps > 0.0 {
+                format!("{:.1}", 100.0 * tb.fps / ta.fps)
+            } else {
+                "-".into()
+            },
+        ];
+        if latency {
+            let lat = |r: &SizeResult| {
+                r.latency
+                    .as_ref()
+                    .map(|l| us(l.rfc2544_s))
+                    .unwrap_or_else(|| "-".into())
+            };
+            row.extend([lat(a), lat(b)]);
+        }
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    Some(RfcTable {
+        test: Test::Throughput,
+        id: "ip_side_by_side",
+        lead: 1,
+        title: "IPv4 and IPv6 side by side (RFC 5180 §5, RFC 8219; a size is the nominal frame: IPv6's headers make 64 B frames 90 B, IPv4's 70 B)".into(),
+        header,
+        rows,
+    })
 }
 
 /// The RFC 2544 §26 tables of the tests the campaign ran: throughput (fps,
@@ -942,6 +1097,7 @@ pub fn tables(s: &Rfc2544Summary) -> Vec<RfcTable> {
                 note.join(", "),
             ])
         }));
+        out.extend(ip_side_by_side(s));
     }
     if s.tests.contains(&Test::Latency) {
         let title = "Latency at the throughput rate (RFC 2544 §26.2; every frame of the verification trial, one-way, µs)".to_string();
@@ -1071,7 +1227,8 @@ mod tests {
         let c = cfg("[testbed]\npreset = \"router\"\nlink_rate = \"100mbit\"\n[rfc2544]\n")
             .unwrap()
             .unwrap();
-        assert_eq!(c.frames, RFC2544_SIZES.to_vec());
+        let sizes: Vec<FrameEntry> = RFC2544_SIZES.iter().map(|&f| FrameEntry::Size(f)).collect();
+        assert_eq!(c.frames, sizes);
         assert_eq!(c.ips, vec![4, 6]);
         assert_eq!(c.tests, Test::ALL.to_vec());
         assert_eq!((c.trial_s, c.loss_threshold, c.step_pct), (60.0, 0.0, 10));
@@ -1098,6 +1255,59 @@ mod tests {
     }
 
     #[test]
+    fn imix_entries_and_custom_mixes() {
+        let c = cfg("[loopback]\n[rfc2544]\nframes = [64, \"imix\"]\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            c.frames,
+            vec![FrameEntry::Size(64), FrameEntry::simple_imix()]
+        );
+        let c = cfg("[loopback]\n[rfc2544]\nframes = [\"imix\"]\nimix = \"64:7,570:4,1518:1\"\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            c.frames,
+            vec![FrameEntry::Mix(vec![(64, 7), (570, 4), (1518, 1)])]
+        );
+        for (text, key) in [
+            ("frames = [\"jumbo\"]\n", "rfc2544.frames"),
+            ("frames = [64]\nimix = \"64:1\"\n", "rfc2544.imix"),
+            ("frames = [\"imix\"]\nimix = \"64:7,570\"\n", "rfc2544.imix"),
+        ] {
+            let e = cfg(&format!("[loopback]\n[rfc2544]\n{text}")).unwrap_err();
+            assert!(e.to_string().contains(key), "{text}: {e}");
+        }
+        // Every part must fit the test-bed's MTU.
+        let e = cfg("[testbed]\npreset = \"direct\"\n[rfc2544]\nframes = [\"imix\"]\nimix = \"64:7,9018:1\"\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("rfc2544.imix"), "{e}");
+    }
+
+    #[test]
+    fn agent_nodes_need_one_path_with_every_ip() {
+        let nodes = "[hosts]\nlink_rate = \"1gbit\"\n\
+            [[hosts.node]]\nname = \"a\"\nlocal = true\nrole = \"sender\"\n\
+            [[hosts.node]]\nname = \"b\"\nlocal = true\nrole = \"receiver\"\nipv4 = \"127.0.0.1\"\n";
+        let c = cfg(&format!("{nodes}[rfc2544]\nip = [4]\n"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.link_bps, Some(1e9));
+        // IPv6 (in the default [4, 6]) has no receiver address.
+        let e = cfg(&format!("{nodes}[rfc2544]\n")).unwrap_err();
+        assert!(e.to_string().contains("rfc2544.ip"), "{e}");
+        assert!(e.to_string().contains("no ipv6 address"), "{e}");
+        let two = format!(
+            "{nodes}[[hosts.node]]\nname = \"c\"\nlocal = true\nrole = \"sender\"\n[rfc2544]\nip = [4]\n"
+        );
+        let e = cfg(&two).unwrap_err();
+        assert!(
+            e.to_string().contains("exactly one sender node, found 2"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn s5_calibration_example_searches_s5s_datagram() {
         let text = include_str!("../../../examples/s5-calibration-search.toml");
         let c = Campaign::parse(text, "s5-calibration-search.toml").unwrap();
@@ -1108,7 +1318,7 @@ mod tests {
         let cfg = Rfc2544Config::from_campaign(&c).unwrap().unwrap();
         assert_eq!(
             (cfg.ips.as_slice(), cfg.frames.as_slice()),
-            (&[4u8][..], &[110u32][..])
+            (&[4u8][..], &[FrameEntry::Size(110)][..])
         );
         // The frame carries S5's 64 B payload, and 10 % steps of its line
         // rate are about S5's 10 000 packets/s steps.

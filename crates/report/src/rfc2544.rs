@@ -11,7 +11,7 @@ use crate::fmt::esc;
 use crate::plan::{Chart, ChartKind, Panel, Point, Series};
 use crate::svg;
 use std::fmt::Write as _;
-use wirebench_campaign::rfc2544::{elapsed_line, tables, Rfc2544Summary, SizeResult, Test};
+use wirebench_campaign::rfc2544::{elapsed_line, tables, Rfc2544Summary, SizeResult};
 use wirebench_campaign::summary::{Better, Combine, MetricFamily, MetricInfo};
 
 fn metric(key: &str, family: MetricFamily, label: &str, unit: &str, better: Better) -> MetricInfo {
@@ -68,7 +68,7 @@ pub fn section(out: &mut String, r: &Rfc2544Summary, idx: usize) {
         let _ = write!(
             out,
             "<div class=\"tablewrap\"><table class=\"rfc2544\" data-table=\"{}\">\n<thead><tr>",
-            t.test.name()
+            t.id
         );
         for h in &t.header {
             let _ = write!(out, "<th>{}</th>", esc(h));
@@ -77,7 +77,7 @@ pub fn section(out: &mut String, r: &Rfc2544Summary, idx: usize) {
         for row in &t.rows {
             out.push_str("<tr>");
             for (i, c) in row.iter().enumerate() {
-                let class = if i < 2 || (t.test == Test::Throughput && i + 1 == row.len()) {
+                let class = if i < t.lead || (t.id == "throughput" && i + 1 == row.len()) {
                     " class=\"axis\""
                 } else {
                     ""
@@ -87,10 +87,10 @@ pub fn section(out: &mut String, r: &Rfc2544Summary, idx: usize) {
             out.push_str("</tr>\n");
         }
         out.push_str("</tbody></table></div>\n");
-        if t.test == Test::Throughput {
+        if t.id == "throughput" {
             throughput_chart(out, r, idx * 64 + 40 + ti);
         }
-        if t.test == Test::FrameLoss {
+        if t.id == "frame_loss" {
             loss_chart(out, r, idx * 64 + 40 + ti);
         }
     }
@@ -129,6 +129,10 @@ fn throughput_chart(out: &mut String, r: &Rfc2544Summary, id: usize) {
     let mut series: Vec<Series> = Vec::new();
     for z in &r.sizes {
         let Some(t) = &z.throughput else { continue };
+        // An IMIX has no one frame size: it is in the tables only.
+        let Some(single) = z.spec.single() else {
+            continue;
+        };
         let label = format!("IPv{}", z.ip);
         let i = match labels.iter().position(|l| *l == label) {
             Some(i) => i,
@@ -143,7 +147,7 @@ fn throughput_chart(out: &mut String, r: &Rfc2544Summary, id: usize) {
         };
         series[i]
             .points
-            .push(point(f64::from(z.spec.nominal), t.fps, z.line_fps));
+            .push(point(f64::from(single.nominal), t.fps, z.line_fps));
     }
     for s in &mut series {
         s.points.sort_by(|a, b| a.x.total_cmp(&b.x));
@@ -162,9 +166,9 @@ fn throughput_chart(out: &mut String, r: &Rfc2544Summary, id: usize) {
         zoom: false,
     };
     let caption = if draws_bound {
-        "Throughput (RFC 2544 §26.1) against frame size (nominal; 64 B is sent as the smallest frame that carries the probe header). Dashed: the line rate of each size (RFC 2544 Appendix A's maximum frame rate)."
+        "Throughput (RFC 2544 §26.1) against frame size (nominal; 64 B is sent as the smallest frame that carries the probe header; an IMIX is in the table only). Dashed: the line rate of each size (RFC 2544 Appendix A's maximum frame rate)."
     } else {
-        "Throughput (RFC 2544 §26.1) against frame size (nominal; 64 B is sent as the smallest frame that carries the probe header). No link rate is known, so no line rate is drawn."
+        "Throughput (RFC 2544 §26.1) against frame size (nominal; 64 B is sent as the smallest frame that carries the probe header; an IMIX is in the table only). No link rate is known, so no line rate is drawn."
     };
     figure(out, &chart, id, "throughput", caption);
 }

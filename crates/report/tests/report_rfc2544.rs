@@ -7,7 +7,7 @@
 //! loss 1 − cap/offered, the burst the queue absorbs — and the loss-vs-load
 //! chart must draw one line per IP version and size through those points.
 
-use wirebench_campaign::rfc2544::{simulate, FrameSpec, Step, Test, TrialOutcome};
+use wirebench_campaign::rfc2544::{simulate, Step, Test, TestFrame, TrialOutcome};
 use wirebench_campaign::{Campaign, Store};
 use wirebench_report::render_html;
 
@@ -28,12 +28,12 @@ b2b_longest_s = 0.1
 
 /// The device: 64 B frames are forwarded at most CAP/s after a QUEUE-packet
 /// queue; larger frames only meet the link.
-fn device(_t: Test, spec: &FrameSpec, step: Step) -> TrialOutcome {
+fn device(_t: Test, spec: &TestFrame, step: Step) -> TrialOutcome {
     let Step::Trial { fps, frames, .. } = step else {
         panic!("no trial to run")
     };
     let fps = fps.expect("a link rate is known: every trial is paced");
-    let cap = if spec.nominal == 64 { CAP } else { f64::MAX };
+    let cap = if spec.key() == "64" { CAP } else { f64::MAX };
     let (offered, secs) = match frames {
         Some(n) => (n, n as f64 / fps),
         None => ((fps * TRIAL_S).round() as u64, TRIAL_S),
@@ -129,9 +129,82 @@ fn tables_show_the_device_limits() {
         b[2]
     );
     assert_eq!(b[5], "2", "repeats: {b:?}");
+    // IPv4 and IPv6 side by side (RFC 5180 / RFC 8219): one row per size,
+    // both stacks' throughput, % of line, IPv6 / IPv4 and latency.
+    let start = html
+        .find("<table class=\"rfc2544\" data-table=\"ip_side_by_side\">")
+        .expect("a side-by-side table");
+    let table = &html[start..start + html[start..].find("</table>").unwrap()];
+    assert!(
+        table.contains("<tr><td class=\"axis\">1518</td><td>813</td><td>813</td><td>100.00</td><td>100.00</td><td>100.0</td><td>100.0</td><td>100.0</td></tr>"),
+        "{table}"
+    );
+    // 64 B: both stacks meet the same packet cap.
+    assert!(table.contains("<tr><td class=\"axis\">64</td>"), "{table}");
     // The matrix tables of per-scenario means are not shown for search trials.
     assert!(!html.contains("<h3>Tables</h3>"));
     assert!(html.contains("<h3>RFC 2544 results</h3>"));
+}
+
+/// An IMIX search against a device that carries at most 5 Mbit/s of
+/// Ethernet frames (bytes, not packets): the throughput is found at 5 Mbit/s
+/// of the mix's mean frame, and the line rate is that of the mean frame.
+#[test]
+fn imix_found_at_the_devices_bit_rate() {
+    const IMIX_FILE: &str = "name = \"rfc-imix\"
+[testbed]
+preset = \"router\"
+link_rate = \"10mbit\"
+[rfc2544]
+ip = [4]
+frames = [\"imix\"]
+tests = [\"throughput\"]
+trial_s = 2
+";
+    const ETH_BPS: f64 = 5e6;
+    let mut bit_capped = |_t: Test, spec: &TestFrame, step: Step| {
+        let Step::Trial { fps, .. } = step else {
+            panic!("no trial to run")
+        };
+        let fps = fps.expect("paced");
+        let offered = (fps * TRIAL_S).round() as u64;
+        let carried = ETH_BPS * TRIAL_S / (8.0 * spec.mean_frame());
+        TrialOutcome {
+            offered,
+            sent: offered,
+            received: (offered as f64).min(carried.floor()) as u64,
+            duration_s: TRIAL_S,
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("r.db")).unwrap();
+    let c = Campaign::parse(IMIX_FILE, "imix.toml").unwrap();
+    let id = simulate(&c, &store, &mut bit_capped).unwrap();
+    let s = wirebench_campaign::summarize(&store, &id.to_string()).unwrap();
+    let html = render_html(&s);
+    // 7 × 70 (64 B grows to carry the probe header) + 4 × 594 + 1518, / 12.
+    let mean: f64 = (7.0 * 70.0 + 4.0 * 594.0 + 1518.0) / 12.0;
+    let t = row(
+        &html,
+        "throughput",
+        "IPv4",
+        "imix 64:7,594:4,1518:1 (mean 365.3)",
+    );
+    let line = 10e6 / (8.0 * (mean + 20.0));
+    assert_eq!(
+        num(&t[4]),
+        line.round(),
+        "line rate of the mean frame: {t:?}"
+    );
+    let fps = num(&t[2]);
+    let want = ETH_BPS / (8.0 * mean);
+    assert!(
+        fps <= want + 0.5 && fps >= want - 0.005 * line - 0.5,
+        "found {fps} fps, device {want:.1}: {t:?}"
+    );
+    // The Ethernet column is the device's bit rate (within the resolution).
+    let eth: f64 = num(t[7].trim_end_matches(" Mbit/s"));
+    assert!((4.95..=5.0).contains(&eth), "{t:?}");
 }
 
 #[test]

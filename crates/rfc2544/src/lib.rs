@@ -4,7 +4,7 @@
 //! the outcome back, so the searches are unit-tested against simulated
 //! devices and the trial runner stays a thin loop.
 //!
-//! - [`frame`]: RFC 2544 frame sizes, frame size ↔ UDP payload for IPv4 and
+//! - [`frame`]: RFC 2544 frame sizes and IMIX, frame size ↔ UDP payload for IPv4 and
 //!   IPv6, line rate and per-layer bit rates (on top of the Ethernet framing
 //!   model of `wirebench_stats`).
 //! - [`search`]: throughput (§26.1), frame-loss rate (§26.3) and
@@ -16,7 +16,10 @@ pub mod frame;
 pub mod latency;
 pub mod search;
 
-pub use frame::{FrameError, FrameSpec, LayerRates, RFC2544_SIZES};
+pub use frame::{
+    FrameEntry, FrameError, FrameSpec, LayerRates, MixPart, MixSpec, TestFrame, IMIX_NAME,
+    RFC2544_SIZES, SIMPLE_IMIX,
+};
 pub use latency::Latency;
 pub use search::{
     BackToBack, BackToBackResult, FrameLoss, FrameLossPoint, Step, Throughput, ThroughputConfig,

@@ -14,7 +14,7 @@ use wirebench_campaign::{Campaign, CampaignError, Store};
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   wirebench rfc2544 --testbed router --rate 100mbit --trial-s 5
-  wirebench rfc2544 --loopback -4 --frames 64,1518 --tests throughput,latency --trial-s 2
+  wirebench rfc2544 --loopback -4 --frames 64,1518,imix --tests throughput,latency --trial-s 2
   wirebench rfc2544 --hosts 192.0.2.7,2001:db8::7 --rate 1gbit --loss 0.1
 
 Every trial is stored in the results store; `wirebench report` draws the tables and the
@@ -54,10 +54,14 @@ pub struct Args {
     /// IPv6 only.
     #[arg(short = '6')]
     pub ipv6: bool,
-    /// Ethernet frame sizes in bytes, FCS included (default: RFC 2544's 64,128,256,512,1024,1280,1518).
-    /// Jumbo sizes need --mtu. A size too small for the 24 B probe header is sent as the smallest that carries it.
+    /// Ethernet frame sizes in bytes, FCS included (default: RFC 2544's 64,128,256,512,1024,1280,1518),
+    /// and `imix` (the simple IMIX 64:7,594:4,1518:1, or --imix). Jumbo sizes need --mtu. A size too
+    /// small for the 24 B probe header is sent as the smallest that carries it.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub frames: Option<Vec<u32>>,
+    pub frames: Option<Vec<String>>,
+    /// The IMIX of the `imix` frame entry: FRAME:WEIGHT pairs, e.g. 64:7,570:4,1518:1 (default 64:7,594:4,1518:1).
+    #[arg(long, value_name = "MIX")]
+    pub imix: Option<String>,
     /// Tests: throughput, latency, frame-loss, back-to-back (default: all).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub tests: Option<Vec<String>>,
@@ -117,6 +121,7 @@ fn flag_of(key: &str) -> &'static str {
     match key.trim_start_matches("rfc2544.") {
         "ip" => "-4/-6",
         "frames" => "--frames",
+        "imix" => "--imix",
         "tests" => "--tests",
         "trial_s" => "--trial-s",
         "learning_s" => "--learning-s",
@@ -210,10 +215,23 @@ fn campaign_text(a: &Args) -> anyhow::Result<String> {
         V::Array(ips.into_iter().map(V::Integer).collect()),
     );
     if let Some(f) = &a.frames {
-        b.insert(
-            "frames".into(),
-            V::Array(f.iter().map(|&x| V::Integer(i64::from(x))).collect()),
-        );
+        let entries = f
+            .iter()
+            .map(|x| {
+                let x = x.trim();
+                match x.parse::<u32>() {
+                    Ok(n) => Ok(V::Integer(i64::from(n))),
+                    Err(_) if x == "imix" => Ok(V::String(x.to_string())),
+                    Err(_) => Err(bad_input(format!(
+                        "--frames: {x:?} is neither a frame size in bytes nor imix"
+                    ))),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        b.insert("frames".into(), V::Array(entries));
+    }
+    if let Some(m) = &a.imix {
+        b.insert("imix".into(), V::String(m.clone()));
     }
     if let Some(t) = &a.tests {
         b.insert(
