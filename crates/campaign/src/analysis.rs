@@ -290,6 +290,9 @@ pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<Str
     // span is not one (a 5 MiB TCP write finishes in the socket buffer
     // long before the last byte arrives).
     put("completion_s", max_flows(flows, &["completion_s"]));
+    for (k, v) in crate::dist::run_metrics(result) {
+        put(k, Some(v));
+    }
     out
 }
 
@@ -446,6 +449,11 @@ pub fn summarize_runs(
             upper_bound_bps: *ub,
             nodes,
             series: crate::series::scenario_series(
+                runs.iter()
+                    .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
+                    .filter_map(|r| r.result.as_ref()),
+            ),
+            dist: crate::dist::scenario_dist(
                 runs.iter()
                     .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
                     .filter_map(|r| r.result.as_ref()),

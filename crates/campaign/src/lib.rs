@@ -13,6 +13,7 @@
 
 pub mod analysis;
 pub mod campaign;
+pub mod dist;
 pub mod env;
 pub mod estimate;
 pub mod metrics;

@@ -112,6 +112,10 @@ pub struct ScenarioSummary {
     /// `interval_ms`): mean and min–max band over the repetitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub series: Option<crate::series::ScenarioSeries>,
+    /// Delay and |IPDV| distributions over all flows and repetitions
+    /// (results that carry histograms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dist: Option<crate::dist::ScenarioDist>,
 }
 
 /// One node's figures in one scenario, each over the ok repetitions.

@@ -706,13 +706,16 @@ fn session(
                         );
                     };
                     let playout = setups.get(i).and_then(|s| s.playout_buffer_ms);
-                    reports.push(flow_report(
+                    let mut r = flow_report(
                         f.flow_id,
                         &f.shared,
                         (acc, marks),
                         sent.get(i).copied(),
                         playout,
-                    ));
+                    );
+                    r.summary
+                        .fit_dists(wirebench_stats::dist::per_flow_budget(flows.0.len()));
+                    reports.push(r);
                 }
                 if let Some((k, path)) = sink.take() {
                     let footer = LogFooter {

@@ -154,6 +154,8 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
                 (s.last_arrival_ns as i64 - p.clock.applied_ns() - o.first_tx as i64) as f64 / 1e9
             }),
             intervals: s.intervals,
+            delay_hist: s.delay_hist,
+            ipdv_hist: s.ipdv_hist,
         });
     }
     total.throughput_bps = span.throughput();

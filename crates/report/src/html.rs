@@ -178,6 +178,7 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
     }
     crate::nodes::nodes_table(out, s);
     crate::timeseries::series_section(out, s);
+    crate::dist::dist_section(out, s);
 
     section_tail(out, s);
 }

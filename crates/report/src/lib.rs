@@ -7,6 +7,7 @@
 //! [`RunRecord`]s the caller reads from the store). Output is deterministic:
 //! the same input gives the same bytes, so reports can be diffed and archived.
 
+mod dist;
 mod export;
 mod fmt;
 mod html;

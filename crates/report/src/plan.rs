@@ -641,6 +641,7 @@ mod tests {
             upper_bound_bps: None,
             nodes: Default::default(),
             series: None,
+            dist: None,
         }
     }
 

@@ -353,6 +353,7 @@ fn change_colour_follows_the_metric_table() {
             upper_bound_bps: None,
             nodes: Default::default(),
             series: None,
+            dist: None,
         };
         let mut s = common::apps_like();
         s.axes = vec!["ip".into()];
@@ -420,4 +421,36 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
     assert!(b[..b.find("</tr>").unwrap()].ends_with("<td>0</td>"), "{b}");
     // Campaigns without agents have no such table.
     assert!(!render_html(&common::apps_like()).contains("Nodes: CPU"));
+}
+
+/// Scenarios with delay and |IPDV| histograms get the distribution
+/// section: a CDF chart per quantity with a line per scenario, a delay
+/// histogram per scenario and the percentile table; without them, none.
+#[test]
+fn distributions_are_charted() {
+    use wirebench_campaign::dist::ScenarioDist;
+    use wirebench_stats::Dist;
+    let mut s = common::apps_like();
+    assert!(!render_html(&s).contains("<h3>Distributions</h3>"));
+    let n = s.scenarios.len();
+    for (i, sc) in s.scenarios.iter_mut().enumerate() {
+        // Delays (i+1)·1..=1000 µs: p50 = (i+1)·500 µs.
+        let k = i as i64 + 1;
+        sc.dist = Some(ScenarioDist {
+            runs: 3,
+            delay: Some(Dist::from_counts(7, (1..=1000).map(|v| (v * 1000 * k, 1)))),
+            ipdv: Some(Dist::from_counts(7, (1..=100).map(|v| (v * 100, 1)))),
+        });
+    }
+    let html = render_html(&s);
+    assert!(html.contains("<h3>Distributions</h3>"), "section");
+    assert_eq!(html.matches("<svg class=\"cdf\"").count(), 2);
+    let cdf = &html[html.find("<svg class=\"cdf\"").unwrap()..];
+    let cdf = &cdf[..cdf.find("</svg>").unwrap()];
+    assert_eq!(cdf.matches("<polyline").count(), n, "a line per scenario");
+    assert_eq!(html.matches("<svg class=\"hist\"").count(), n);
+    // Scenario 1's median: 500 µs, reported as the top of its bucket on
+    // the 2^-7 grid (499 712..=501 759 ns, 2048 ns wide).
+    let table = &html[html.find("<table class=\"percentiles\"").unwrap()..];
+    assert!(table.contains("<td>502 µs</td>"), "p50 cell: {table}");
 }

@@ -63,6 +63,7 @@ fn mixed() -> CampaignSummary {
             upper_bound_bps: None,
             nodes: Default::default(),
             series: None,
+            dist: None,
         });
     }
     let apps = common::apps_like();

@@ -9,6 +9,7 @@
 //! of received ranges that only grows when a gap opens. All the heavier
 //! arithmetic happens once, in `summary`.
 
+use crate::dist::{Dist, DIST_BITS, DIST_MAX_BUCKETS};
 use crate::framing::{tcp_stream, udp_datagram, LayerBytes};
 use crate::hist::SignedHist;
 use crate::seq::SeqUnwrapper;
@@ -213,6 +214,27 @@ pub struct RecvSummary {
     pub late_share: Option<f64>,
     /// Per-interval series when the flow asked for intervals.
     pub intervals: Vec<Interval>,
+    /// The one-way delays as a compact histogram (CDF, percentiles over
+    /// flows and repetitions); None when nothing arrived or from an older
+    /// receiver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_hist: Option<Dist>,
+    /// |IPDV| = |D_i − D_{i−1}| over consecutive received packets, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipdv_hist: Option<Dist>,
+}
+
+impl RecvSummary {
+    /// Coarsens the histograms to at most `max` buckets each (see
+    /// [`crate::dist::per_flow_budget`]).
+    pub fn fit_dists(&mut self, max: usize) {
+        for d in [&mut self.delay_hist, &mut self.ipdv_hist]
+            .into_iter()
+            .flatten()
+        {
+            d.fit(max);
+        }
+    }
 }
 
 /// A run of received sequence numbers, `start..=end`. `tag` is the interval
@@ -264,6 +286,8 @@ pub struct RecvAccumulator {
     w_mean: f64,
     w_m2: f64,
     hist: SignedHist,
+    /// |IPDV| values, 2 significant digits (the dist grid's own precision).
+    ipdv_hist: Histogram<u64>,
     negative: u64,
     prev_delay: Option<i64>,
     ipdv_sum: u128,
@@ -307,6 +331,8 @@ impl RecvAccumulator {
             w_mean: 0.0,
             w_m2: 0.0,
             hist: SignedHist::new(),
+            // sigfig 2 is within hdrhistogram's documented 0..=5.
+            ipdv_hist: Histogram::new(2).expect("sigfig 2 is valid"),
             negative: 0,
             prev_delay: None,
             ipdv_sum: 0,
@@ -455,6 +481,7 @@ impl RecvAccumulator {
         let ipdv = self.prev_delay.map(|p| delay_ns.abs_diff(p));
         if let Some(x) = ipdv {
             self.ipdv_sum += u128::from(x);
+            crate::hist::record(&mut self.ipdv_hist, x);
             self.ipdv_n += 1;
             self.rfc3550_ns += (x as f64 - self.rfc3550_ns) / 16.0;
         }
@@ -689,6 +716,20 @@ impl RecvAccumulator {
             jitter_s,
             late_share: None,
             intervals,
+            delay_hist: (n > 0).then(|| {
+                let mut d = self.hist.to_dist(DIST_BITS);
+                d.fit(DIST_MAX_BUCKETS);
+                d
+            }),
+            ipdv_hist: (self.ipdv_n > 0).then(|| {
+                let pairs = self.ipdv_hist.iter_recorded().map(|v| {
+                    let hi = self.ipdv_hist.highest_equivalent(v.value_iterated_to());
+                    (i64::try_from(hi).unwrap_or(i64::MAX), v.count_at_value())
+                });
+                let mut d = Dist::from_counts(DIST_BITS, pairs);
+                d.fit(DIST_MAX_BUCKETS);
+                d
+            }),
         }
     }
 

@@ -19,7 +19,7 @@ fn new_hist() -> Histogram<u64> {
     Histogram::new(3).expect("sigfig 3 is valid")
 }
 
-fn record(h: &mut Histogram<u64>, v: u64) {
+pub(crate) fn record(h: &mut Histogram<u64>, v: u64) {
     // Auto-resize covers values up to i64::MAX/2; beyond that, clamp.
     if h.record(v).is_err() {
         h.saturating_record(v);
@@ -88,6 +88,21 @@ impl SignedHist {
             };
             self.pos.len() + closer
         }
+    }
+
+    /// The counts coarsened onto a [`crate::dist::Dist`] grid of `bits`:
+    /// each HDR bucket (which nests in the coarser binary grid) goes whole
+    /// to the dist bucket of its largest signed value.
+    pub(crate) fn to_dist(&self, bits: u8) -> crate::dist::Dist {
+        let pos = self.pos.iter_recorded().map(|v| {
+            let hi = self.pos.highest_equivalent(v.value_iterated_to());
+            (i64::try_from(hi).unwrap_or(i64::MAX), v.count_at_value())
+        });
+        let neg = self.neg.iter_recorded().map(|v| {
+            let lo = self.neg.lowest_equivalent(v.value_iterated_to());
+            (-(i64::try_from(lo).unwrap_or(i64::MAX)), v.count_at_value())
+        });
+        crate::dist::Dist::from_counts(bits, pos.chain(neg))
     }
 
     /// Nearest-rank quantile q ∈ [0, 1]: the value of rank ceil(q·N)

@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod aggregate;
+pub mod dist;
 pub mod flow;
 pub mod framing;
 mod hist;
@@ -25,6 +26,7 @@ pub mod seq;
 mod tdist;
 
 pub use aggregate::{aggregate, pct_change, student_t_975, Agg};
+pub use dist::Dist;
 pub use flow::{
     DelayStats, FlowConfig, Frames, Interval, Jitter, LossBursts, Quantiles, RecvAccumulator,
     RecvCounts, RecvSummary, SendAccumulator, SendSummary, Throughput,

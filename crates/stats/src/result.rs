@@ -194,6 +194,12 @@ pub struct FlowResult {
     pub completion_s: Option<f64>,
     /// Per-interval figures when `--interval` was given.
     pub intervals: Vec<Interval>,
+    /// One-way delays as a compact histogram (docs/results.md "Distributions").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_hist: Option<crate::dist::Dist>,
+    /// |IPDV| values as a compact histogram.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipdv_hist: Option<crate::dist::Dist>,
 }
 
 /// ITU-T G.107 E-model figures for a VoIP flow.

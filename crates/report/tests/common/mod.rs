@@ -217,6 +217,7 @@ pub fn s5_like(campaign_file: &str) -> CampaignSummary {
                     upper_bound_bps: Some(bound),
                     nodes: Default::default(),
                     series: None,
+                    dist: None,
                 });
             }
         }
@@ -329,6 +330,7 @@ pub fn apps_like() -> CampaignSummary {
                 upper_bound_bps: None,
                 nodes: Default::default(),
                 series: None,
+                dist: None,
             });
         }
     }

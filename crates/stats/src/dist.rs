@@ -1,0 +1,286 @@
+//! Compact, mergeable distributions of a flow's one-way delays and |IPDV|
+//! values, for CDF and histogram charts and percentiles over several flows
+//! and repetitions.
+//!
+//! The receiver keeps HDR histograms (delay: 3 significant digits, |IPDV|:
+//! 2); a [`Dist`] is such a histogram coarsened onto a power-of-two grid
+//! with `bits` mantissa bits: every bucket holds values that share their
+//! binary exponent and top `bits + 1` bits, so a bucket is at most
+//! 2^-bits of its values wide (bits = 7: ≤ 0.79 %), small values are exact,
+//! and HDR's own buckets nest inside ours (both are binary grids). Grids of
+//! fewer bits nest in grids of more, so two dists always merge exactly onto
+//! the coarser of their grids — a sum of counts, not an approximation of
+//! quantiles. The result document stays bounded: a dist never keeps more
+//! buckets than asked (the grid coarsens until it fits).
+
+use serde::{Deserialize, Serialize};
+
+/// Mantissa bits of a fresh dist (bucket width ≤ 2^-7 ≈ 0.79 % of its values).
+pub const DIST_BITS: u8 = 7;
+
+/// Most buckets one flow's dist keeps in the result document when the
+/// session has few flows.
+pub const DIST_MAX_BUCKETS: usize = 256;
+
+/// Largest `bits` a dist may claim (a document with more is read as this).
+const MAX_BITS: u8 = 62;
+
+/// A distribution as counts on a binary grid (see the module text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Dist {
+    /// Mantissa bits of the grid: a bucket is at most 2^-bits of its values wide.
+    pub bits: u8,
+    /// Non-empty buckets in ascending order: [value in ns, count]. The value
+    /// is the bucket's largest signed value (for negative delays, the one
+    /// nearest zero), as HDR histograms report percentiles.
+    pub buckets_ns: Vec<(i64, u64)>,
+}
+
+/// The value standing for `v`'s bucket on a grid of `bits` mantissa bits.
+pub fn bucket_value(v: i64, bits: u8) -> i64 {
+    let bits = bits.min(MAX_BITS);
+    let m = v.unsigned_abs();
+    let shift = if m == 0 {
+        0
+    } else {
+        (63 - m.leading_zeros()).saturating_sub(u32::from(bits))
+    };
+    let lo = (m >> shift) << shift;
+    if v >= 0 {
+        // Largest value of the bucket: lo + width − 1, within i64 since v is.
+        let hi = lo.saturating_add((1u64 << shift) - 1);
+        i64::try_from(hi).unwrap_or(i64::MAX)
+    } else {
+        // Nearest zero: the smallest magnitude.
+        -(i64::try_from(lo).unwrap_or(i64::MAX))
+    }
+}
+
+/// Per-flow bucket budget for a session of `flows` flows, so that a report
+/// of many flows stays a few MB (2^17 buckets per quantity in all, at least
+/// 32 per flow).
+pub fn per_flow_budget(flows: usize) -> usize {
+    ((1usize << 17) / flows.max(1)).clamp(32, DIST_MAX_BUCKETS)
+}
+
+impl Dist {
+    /// Builds a dist on a grid of `bits` from (value, count) pairs in any order.
+    pub fn from_counts(bits: u8, pairs: impl IntoIterator<Item = (i64, u64)>) -> Dist {
+        let bits = bits.min(MAX_BITS);
+        let mut v: Vec<(i64, u64)> = pairs
+            .into_iter()
+            .filter(|&(_, c)| c > 0)
+            .map(|(x, c)| (bucket_value(x, bits), c))
+            .collect();
+        v.sort_unstable_by_key(|p| p.0);
+        let mut out: Vec<(i64, u64)> = Vec::with_capacity(v.len());
+        for (x, c) in v {
+            match out.last_mut() {
+                Some(last) if last.0 == x => last.1 = last.1.saturating_add(c),
+                _ => out.push((x, c)),
+            }
+        }
+        Dist {
+            bits,
+            buckets_ns: out,
+        }
+    }
+
+    /// Values counted.
+    pub fn count(&self) -> u64 {
+        self.buckets_ns
+            .iter()
+            .fold(0u64, |a, &(_, c)| a.saturating_add(c))
+    }
+
+    /// The same counts on the coarser grid of `bits` (no-op when not coarser).
+    pub fn coarsen(&mut self, bits: u8) {
+        if bits >= self.bits && self.bits <= MAX_BITS {
+            return;
+        }
+        *self = Dist::from_counts(bits, std::mem::take(&mut self.buckets_ns));
+    }
+
+    /// Coarsens until at most `max` buckets remain (or the grid has 0 bits:
+    /// then one bucket per power of two, a few dozen at most).
+    pub fn fit(&mut self, max: usize) {
+        while self.buckets_ns.len() > max && self.bits > 0 {
+            self.coarsen(self.bits - 1);
+        }
+    }
+
+    /// Adds `other`'s counts; both end on the coarser of the two grids.
+    pub fn merge(&mut self, other: &Dist) {
+        let bits = self.bits.min(other.bits).min(MAX_BITS);
+        let pairs = std::mem::take(&mut self.buckets_ns)
+            .into_iter()
+            .chain(other.buckets_ns.iter().copied());
+        *self = Dist::from_counts(bits, pairs);
+    }
+
+    /// Nearest-rank quantile q ∈ [0, 1] in seconds: the bucket value of rank
+    /// ceil(q·N) (at least 1), as the engine computes its percentiles. None
+    /// when empty.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let q = if q.is_nan() { 0.0 } else { q.clamp(0.0, 1.0) };
+        let k = ((q * n as f64).ceil() as u64).clamp(1, n);
+        let mut cum = 0u64;
+        for &(v, c) in &self.buckets_ns {
+            cum = cum.saturating_add(c);
+            if cum >= k {
+                return Some(v as f64 / 1e9);
+            }
+        }
+        self.buckets_ns.last().map(|&(v, _)| v as f64 / 1e9)
+    }
+
+    /// The CDF as (value in s, share of values ≤ it) per bucket.
+    pub fn cdf(&self) -> Vec<(f64, f64)> {
+        let n = self.count();
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut cum = 0u64;
+        self.buckets_ns
+            .iter()
+            .map(|&(v, c)| {
+                cum = cum.saturating_add(c);
+                (v as f64 / 1e9, cum as f64 / n as f64)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_is_binary_and_nested() {
+        // Small values are exact.
+        for v in [0i64, 1, 100, 255] {
+            assert_eq!(bucket_value(v, 7), v);
+        }
+        // 1000 = 0b1111101000: exponent 9, shift 2 -> bucket 1000..=1003.
+        assert_eq!(bucket_value(1000, 7), 1003);
+        assert_eq!(bucket_value(1003, 7), 1003);
+        assert_eq!(bucket_value(1004, 7), 1007);
+        assert_eq!(bucket_value(-1003, 7), -1000);
+        // Width ≤ 2^-7 of the value everywhere.
+        for v in [300i64, 12_345, 987_654_321, 1 << 40] {
+            let b = bucket_value(v, 7);
+            assert!(b >= v && ((b - v) as f64) < v as f64 / 128.0, "{v} {b}");
+            // Coarser grids contain finer buckets.
+            assert_eq!(bucket_value(b, 5), bucket_value(v, 5));
+        }
+        assert_eq!(bucket_value(i64::MAX, 7), i64::MAX);
+        assert!(bucket_value(i64::MIN, 7) < 0);
+    }
+
+    fn acc() -> crate::RecvAccumulator {
+        crate::RecvAccumulator::new(crate::FlowConfig {
+            transport: crate::Transport::Udp,
+            ip: crate::IpVersion::V4,
+            mtu: 1500,
+            interval_ns: None,
+        })
+    }
+
+    /// The merged delay dist of two flows gives the percentiles the engine
+    /// computes over all their packets at once, within the grid's 2^-7;
+    /// the |IPDV| dist gives the exact |IPDV| quantiles within 2^-7 too.
+    #[test]
+    fn merged_quantiles_match_the_engine() {
+        let (mut a, mut b, mut all) = (acc(), acc(), acc());
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut ipdv_a = Vec::new();
+        let mut prev: Option<i64> = None;
+        for i in 0..20_000u32 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (x >> 33) as i64;
+            let t = u64::from(i) * 10_000 + 1_000_000;
+            if i % 3 == 0 {
+                // Flow b: 2..6 ms with a few negative (offset) delays.
+                let d = 2_000_000 + r % 4_000_000 - if i % 300 == 0 { 2_500_000 } else { 0 };
+                b.record(i / 3, d, t, 100);
+                all.record(i, d, t, 100);
+            } else {
+                // Flow a: 100 µs .. 1.1 ms.
+                let d = 100_000 + r % 1_000_000;
+                let seq = i - i / 3 - 1;
+                a.record(seq, d, t, 100);
+                all.record(i, d, t, 100);
+                if let Some(p) = prev {
+                    ipdv_a.push(d.abs_diff(p) as f64 / 1e9);
+                }
+                prev = Some(d);
+            }
+        }
+        let (sa, sb, sall) = (a.summary(None), b.summary(None), all.summary(None));
+        let mut m = sa.delay_hist.clone().unwrap();
+        m.merge(sb.delay_hist.as_ref().unwrap());
+        assert_eq!(m.count(), 20_000);
+        assert!(m.buckets_ns.len() <= 2 * DIST_MAX_BUCKETS);
+        let d = &sall.delay_s;
+        for (q, want) in [(0.5, d.p50), (0.9, d.p90), (0.99, d.p99), (0.999, d.p999)] {
+            let got = m.quantile(q).unwrap();
+            let tol = want.abs() / (1u64 << m.bits) as f64 + 2e-9;
+            assert!((got - want).abs() <= tol, "q {q}: dist {got} engine {want}");
+        }
+        // Negative delays are kept with their sign.
+        assert!(m.quantile(0.0).unwrap() < 0.0);
+        let ia = sa.ipdv_hist.unwrap();
+        assert_eq!(ia.count(), ipdv_a.len() as u64);
+        ipdv_a.sort_by(f64::total_cmp);
+        for q in [0.5, 0.9, 0.99] {
+            let k = ((q * ipdv_a.len() as f64).ceil() as usize).max(1) - 1;
+            let (got, want) = (ia.quantile(q).unwrap(), ipdv_a[k]);
+            let tol = want / (1u64 << ia.bits) as f64 + 2e-9;
+            assert!(
+                got >= want - 1e-12 && got - want <= tol,
+                "q {q}: {got} {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn merge_fit_and_quantiles() {
+        let a = Dist::from_counts(7, (1..=100).map(|i| (i * 1000, 1)));
+        let b = Dist::from_counts(5, (101..=200).map(|i| (i * 1000, 1)));
+        let mut m = a.clone();
+        m.merge(&b);
+        assert_eq!(m.bits, 5);
+        assert_eq!(m.count(), 200);
+        // Rank 100 of 1..=200 µs: 100 µs, within 2^-5.
+        let p50 = m.quantile(0.5).unwrap();
+        assert!(
+            (100e-6..100e-6 * (1.0 + 1.0 / 32.0)).contains(&p50),
+            "{p50}"
+        );
+        let cdf = m.cdf();
+        assert_eq!(cdf.last().map(|p| p.1), Some(1.0));
+        assert!(cdf.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        let mut f = m.clone();
+        f.fit(10);
+        assert!(f.buckets_ns.len() <= 10, "{}", f.buckets_ns.len());
+        assert_eq!(f.count(), 200);
+        assert_eq!(Dist::default().quantile(0.5), None);
+        // Unsorted or oversized input from a document still works.
+        let odd = Dist {
+            bits: 200,
+            buckets_ns: vec![(5, 1), (-3, 2), (5, 1)],
+        };
+        let mut o = Dist {
+            bits: 7,
+            ..Default::default()
+        };
+        o.merge(&odd);
+        assert_eq!(o.buckets_ns, vec![(-3, 2), (5, 2)]);
+    }
+}
