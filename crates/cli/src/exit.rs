@@ -59,3 +59,36 @@ pub fn code_for(result: anyhow::Result<()>) -> i32 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Wrap(std::io::Error);
+
+    impl fmt::Display for Wrap {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "cannot connect to 127.0.0.1:9: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Wrap {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_text_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = anyhow::Error::new(Wrap(io));
+        assert_eq!(
+            format!("{e:#}"),
+            "cannot connect to 127.0.0.1:9: refused: refused"
+        );
+        assert_eq!(message(&e), "cannot connect to 127.0.0.1:9: refused");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(message(&e), "outer: inner");
+    }
+}

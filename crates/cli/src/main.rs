@@ -46,7 +46,7 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(ditg_compat(std::env::args_os().collect()));
     let result = match cli.command {
         Command::Recv(a) => cmd::recv::run(a),
         Command::Send(a) => cmd::send::run(*a),
@@ -60,4 +60,18 @@ fn main() {
         Command::Decode(a) => cmd::decode::run(a),
     };
     std::process::exit(exit::code_for(result));
+}
+
+/// D-ITG habits clap would misread: ITGSend's `-poll` (poll the flows of a
+/// script instead of one thread each) would parse as `-p oll`. wirebench
+/// always paces its own way, so `send -poll` is dropped with a note.
+fn ditg_compat(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if args.get(1).is_some_and(|a| a == "send") && args.iter().any(|a| a == "-poll") {
+        args.retain(|a| a != "-poll");
+        eprintln!(
+            "wirebench send: note: -poll (ITGSend's polling mode) ignored: flows are paced by \
+             their own threads or shared pacers (--pacers)"
+        );
+    }
+    args
 }

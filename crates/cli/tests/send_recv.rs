@@ -556,7 +556,71 @@ fn no_receiver_is_a_measurement_failure() {
     // Nothing listens on this port: exit 1, not 2.
     let out = send(&["-a", "127.0.0.1", "-p", "15610", "-z", "10"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("15610"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("15610"));
+    // One clear text: the OS's reason once, not once per error layer.
+    assert_eq!(err.matches("refused").count(), 1, "{err}");
+}
+
+/// Issue #11 item 5: --rate in bits, payload content, -d, -poll.
+#[test]
+fn rate_in_bits_payload_start_delay_and_poll() {
+    let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
+    let _r = Recv::start(15613);
+    let t = Instant::now();
+    // 400 kbit/s of 500-byte payloads is 100 packets/s: 60 packets in
+    // 600 ms, after a 700 ms start delay.
+    let out = send(&[
+        "-poll",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15613",
+        "--rate",
+        "400k",
+        "-c",
+        "500",
+        "-t",
+        "600",
+        "-d",
+        "700",
+        "--payload",
+        "zeros",
+        "--linger",
+        "200",
+        "--json",
+    ]);
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("-poll") && err.contains("ignored"), "{err}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let fl = &doc["flows"][0];
+    assert!((f(fl, "requested.rate_pps") - 100.0).abs() < 1e-9);
+    assert_eq!(fl["requested"]["payload"], "zeros");
+    assert_eq!(u(fl, "sent.packets"), 60);
+    assert_eq!(u(fl, "received.unique"), 60);
+    // Start delay + run + linger: at least 1.5 s (1.1 s without -d).
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+
+    bad(&["-a", "127.0.0.1", "--rate", "0"], "--rate");
+    bad(&["-a", "127.0.0.1", "--rate", "5X"], "--rate");
+    bad(&["-a", "127.0.0.1", "--rate", "1M", "-C", "10"], "--rate");
+    bad(
+        &["-a", "127.0.0.1", "--rate", "1M", "--app", "voip"],
+        "--rate",
+    );
+    bad(&["-a", "127.0.0.1", "--rate", "900G", "-c", "24"], "--rate");
+    bad(&["-a", "127.0.0.1", "--payload", "ones"], "--payload");
+    bad(
+        &["-a", "127.0.0.1", "--payload", "file:/nonexistent/p"],
+        "--payload",
+    );
+    bad(
+        &["-a", "127.0.0.1", "--payload", "file:/dev/zero"],
+        "--payload",
+    );
+    bad(&["-a", "127.0.0.1", "-d", "-5"], "-d");
 }
 
 #[test]

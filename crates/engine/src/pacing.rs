@@ -557,6 +557,15 @@ impl UdpOut<'_> {
     }
 }
 
+/// Writes the flow's payload content after the header room of every slot.
+fn fill_payload(batch: &mut SendBatch, plan: &FlowPlan) {
+    for slot in batch.slots_mut() {
+        if let Some(rest) = slot.get_mut(PROBE_HEADER_LEN..) {
+            plan.spec.payload.fill(rest, plan.seed);
+        }
+    }
+}
+
 fn udp_send(
     job: &FlowJob,
     s: &UdpSocket,
@@ -566,6 +575,7 @@ fn udp_send(
 ) -> FlowEnd {
     let fd = s.as_raw_fd();
     let mut batch = SendBatch::new(sched.max_len as usize);
+    fill_payload(&mut batch, &job.plan);
     let mut h = header(job);
     let mut seq: u32 = 0;
     let mut meta = [(0u64, 0u32); BATCH];
@@ -625,6 +635,9 @@ fn tcp_send(
     let max_len = sched.max_len as usize;
     let cap = TCP_WRITE_BYTES.max(max_len);
     let mut buf = vec![0u8; cap];
+    // The stream cycles through the content; each record's header is
+    // written over it.
+    job.plan.spec.payload.fill(&mut buf, job.plan.seed);
     let mut h = header(job);
     let mut seq: u32 = 0;
     let mut meta = vec![(0u64, 0u32); (cap / max_len.max(1)).max(1)];
@@ -709,6 +722,9 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
     let mut flows = Vec::with_capacity(jobs.len());
     let mut ctl = None;
     let mut max_len = MIN_PAYLOAD;
+    // One buffer serves the pacer's flows: the first flow's content
+    // (every flow of a command line has the same `--payload`).
+    let content = jobs.first().map(|(_, j, _)| j.plan.clone());
     let wall_minus_mono = i128::from(realtime_ns()) - i128::from(mono_ns());
     for (idx, mut job, sock) in jobs {
         match Schedule::new(&job.plan, job.t0) {
@@ -740,6 +756,9 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
         return done;
     };
     let mut batch = SendBatch::new(max_len as usize);
+    if let Some(p) = &content {
+        fill_payload(&mut batch, p);
+    }
     let mut meta = [(0u64, 0u32); BATCH];
     let mut heap = BinaryHeap::with_capacity(flows.len());
     for (k, f) in flows.iter_mut().enumerate() {

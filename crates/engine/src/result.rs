@@ -115,6 +115,8 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
                     Stop::KBytes(k) => format!("kbytes {k}"),
                 },
                 seed: f.seed,
+                payload: (f.spec.payload != wirebench_model::Payload::Pattern)
+                    .then(|| f.spec.payload.label()),
             },
             socket: (!f.opts.is_default()).then(|| f.opts.clone()),
             sent: o.send.clone(),

@@ -83,6 +83,15 @@ fn kind_of(ft: std::fs::FileType) -> &'static str {
 /// Reads `path` as UTF-8 text if it is a regular file of at most
 /// [`MAX_INPUT_BYTES`].
 pub fn read_text(path: &Path) -> Result<String, InputError> {
+    let bytes = read_bytes(path)?;
+    String::from_utf8(bytes).map_err(|_| InputError::NotText {
+        path: path.to_path_buf(),
+    })
+}
+
+/// Reads `path` as bytes if it is a regular file of at most
+/// [`MAX_INPUT_BYTES`].
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>, InputError> {
     let io = |source| InputError::Io {
         path: path.to_path_buf(),
         source,
@@ -112,9 +121,7 @@ pub fn read_text(path: &Path) -> Result<String, InputError> {
             path: path.to_path_buf(),
         });
     }
-    String::from_utf8(bytes).map_err(|_| InputError::NotText {
-        path: path.to_path_buf(),
-    })
+    Ok(bytes)
 }
 
 #[cfg(test)]

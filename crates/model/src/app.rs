@@ -502,6 +502,7 @@ impl App {
             packetize,
             transfer_bytes: transfer,
             app: Some(self.clone()),
+            payload: crate::Payload::Pattern,
         };
         s.validate()?;
         Ok(s)

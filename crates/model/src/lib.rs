@@ -24,11 +24,13 @@ use thiserror::Error;
 pub mod app;
 pub mod dist;
 mod gen;
+pub mod payload;
 pub mod script;
 pub mod voip;
 
 pub use app::{App, DitgCodec, RealCodec};
 pub use dist::Dist;
+pub use payload::Payload;
 
 /// The smallest payload a flow may carry: the probe header.
 pub const MIN_PAYLOAD: u32 = 24;
@@ -399,6 +401,10 @@ pub struct FlowSpec {
     /// The application model this spec came from, if any (labels, transport,
     /// VoIP codec); `idt`/`size`/`burst`/`packetize` already carry its law.
     pub app: Option<App>,
+    /// What the bytes after the probe header are (`--payload`). Not sent
+    /// to a receiver: a flow the receiver sends (-R) carries the default.
+    #[serde(skip)]
+    pub payload: Payload,
 }
 
 impl FlowSpec {
@@ -412,6 +418,7 @@ impl FlowSpec {
             packetize: None,
             transfer_bytes: None,
             app: None,
+            payload: Payload::Pattern,
         };
         s.validate()?;
         Ok(s)

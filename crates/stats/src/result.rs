@@ -91,6 +91,10 @@ pub struct Requested {
     pub stop: String,
     /// Seed of the flow's random stream, so the schedule can be repeated.
     pub seed: u64,
+    /// Payload content other than the default filler (`--payload`):
+    /// "zeros", "random" or "file:PATH".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
 }
 
 /// The receiver's counts of one flow (`received` in the document): the

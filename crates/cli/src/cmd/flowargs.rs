@@ -52,6 +52,12 @@ pub struct FlowArgs {
     /// Send as fast as the path allows (no pacing).
     #[arg(long = "max", group = "idt", help_heading = IDT)]
     pub max: bool,
+    /// Constant payload bit rate instead of -C: BITS per second with k, M, G (x1000) suffixes, e.g. 100M (iperf3 -b). The packet rate is BITS / (8 x mean size); payload = bytes after the UDP/TCP header, probe header included.
+    #[arg(long = "rate", value_name = "BITS", value_parser = parse_bits, group = "idt", help_heading = IDT)]
+    pub rate_bps: Option<f64>,
+    /// Start the flow MS milliseconds after the session starts (D-ITG -d).
+    #[arg(short = 'd', value_name = "MS", allow_negative_numbers = true, help_heading = IDT)]
+    pub start_delay_ms: Option<u64>,
     /// ON/OFF bursts (D-ITG -B): an ON-duration law then an OFF-duration law, each a letter C U E V Y N O G W with its values in ms, e.g. `-B E 1000 C 500` (exponential ON mean 1 s, OFF 500 ms). Packets follow the IDT model during ON.
     #[arg(short = 'B', num_args = 4..=6, value_names = ["ON_LAW", "ON_MS..", "OFF_LAW", "OFF_MS.."], allow_negative_numbers = true, help_heading = IDT)]
     pub burst: Option<Vec<String>>,
@@ -89,6 +95,9 @@ pub struct FlowArgs {
     /// Sizes in fixed proportions, SIZE:WEIGHT,... in bytes (e.g. `24:7,548:4,1472:1`, the simple IMIX's UDP payloads over IPv4), sent evenly interleaved in a repeating cycle (no randomness).
     #[arg(long = "size-mix", value_name = "MIX", group = "size", help_heading = SIZE)]
     pub size_mix: Option<String>,
+    /// Payload content after the probe header: pattern (default: a fixed non-repeating filler), zeros, random (from the flow's seed), or file:PATH (the file's bytes, cycled; at most 16 MiB read, the first 1 MiB used).
+    #[arg(long = "payload", value_name = "zeros|random|pattern|file:PATH", help_heading = SIZE)]
+    pub payload: Option<String>,
 
     /// Application model: voip, dns, telnet, quake3, csa, csi (D-ITG 2.8.1's presets, exact parameters); voip-real (true codec framing, P.59 talkspurts with --vad), opus, video, file (TCP transfer of --bytes). It fixes IDT and size.
     #[arg(long = "app", value_name = "MODEL", help_heading = APP)]
@@ -180,6 +189,23 @@ impl SockArgs {
     }
 }
 
+/// `100M`, `1.5G`, `64k`, `2000000`: bits per second, SI suffixes.
+fn parse_bits(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1e3),
+        Some((i, 'm' | 'M')) => (&t[..i], 1e6),
+        Some((i, 'g' | 'G')) => (&t[..i], 1e9),
+        _ => (t, 1.0),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * mult <= 1e12 => Ok(v * mult),
+        _ => Err(format!(
+            "expected bits per second above 0 (at most 1T) with an optional k, M or G, e.g. 100M; got {s:?}"
+        )),
+    }
+}
+
 /// `5000000`, `5M`, `5Mi`, `64k`: decimal SI or binary suffixes.
 fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -247,6 +273,9 @@ impl FlowArgs {
             )
         } else if self.max {
             ("--max", IdtModel::Max)
+        } else if self.rate_bps.is_some() {
+            // The packet rate needs the size model: set in to_spec.
+            ("--rate", IdtModel::Max)
         } else {
             return Ok(None);
         }))
@@ -360,6 +389,24 @@ impl FlowArgs {
             .map(|p| p.1)
             .unwrap_or(SizeModel::Constant { bytes: 512 });
         let mut spec = FlowSpec::new(idt, size).map_err(bad)?;
+        if let Some(bps) = self.rate_bps {
+            let bytes = spec.nominal_payload_bytes();
+            if !(bytes.is_finite() && bytes > 0.0) {
+                crate::bail_input!("--rate: the size model has no mean size; give -c BYTES");
+            }
+            let pps = bps / (8.0 * bytes);
+            let most = wirebench_engine::plan::MAX_PACED_PPS;
+            if pps > most as f64 {
+                crate::bail_input!(
+                    "--rate: {bps} bit/s in {bytes} B packets is {pps:.0} packets/s, above the {most} one flow can be paced at; use larger packets (-c) or --max"
+                );
+            }
+            spec.idt = IdtModel::from_ditg('C', &[pps]).map_err(|e| {
+                bad(format!(
+                    "--rate: {bps} bit/s in {bytes} B packets is {pps} packets/s: {e}"
+                ))
+            })?;
+        }
         spec.burst = burst;
         spec.validate().map_err(bad)?;
         Ok(spec)
@@ -439,6 +486,14 @@ mod tests {
         let s = spec(&["-C", "100", "-B", "E", "1000", "C", "500"]).unwrap();
         assert!(s.burst.is_some());
         assert!((s.nominal_rate_pps().unwrap() - 100.0 * 1000.0 / 1500.0).abs() < 1e-9);
+        // --rate: payload bits per second over the mean size.
+        let s = spec(&["--rate", "100M", "-c", "1250"]).unwrap();
+        assert_eq!(s.idt, IdtModel::Constant { pps: 10_000.0 });
+        let s = spec(&["--rate", "1.2k", "-c", "150"]).unwrap();
+        assert_eq!(s.idt, IdtModel::Constant { pps: 1.0 });
+        assert!(spec(&["--rate", "1M", "-C", "5"]).is_err());
+        assert_eq!(parse_bits("2G"), Ok(2e9));
+        assert!(parse_bits("0").is_err() && parse_bits("k").is_err() && parse_bits("-1M").is_err());
         let s = spec(&["-N", "-1", "2", "-n", "300", "50"]).unwrap();
         assert_eq!(
             s.idt,
@@ -461,6 +516,8 @@ mod tests {
         assert!(err(&["--app", "voip", "--codec", "X"]).starts_with("--codec:"));
         assert!(err(&["--app", "nope"]).starts_with("--app:"));
         assert!(err(&["--app", "file"]).starts_with("--bytes:"));
+        assert!(err(&["--app", "voip", "--rate", "1M"]).starts_with("--rate: --app voip fixes"));
+        assert!(err(&["--rate", "900G", "-c", "24"]).starts_with("--rate:"));
         // clap refuses two IDT models at once.
         assert!(spec(&["-C", "5", "-E", "5"]).is_err());
         // Bad input is exit status 2.

@@ -181,6 +181,10 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     let mut port_noted = false;
     let mut script_meter: Option<MeterMode> = None;
     let mut flows = Vec::new();
+    let cli_payload = match &args.flow.payload {
+        Some(p) => wirebench_model::Payload::parse("--payload", p).map_err(bad_input)?,
+        None => wirebench_model::Payload::Pattern,
+    };
     let cli_direction = match (args.reverse, args.bidir) {
         (true, _) => FlowDirection::Reverse,
         (_, true) => FlowDirection::Bidir,
@@ -230,9 +234,15 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
                 .or(cli_transport)
                 .or(sf.spec.app_transport())
                 .unwrap_or(Transport::Udp);
+            let mut spec = sf.spec;
+            // The command line's -d and --payload for lines without their own.
+            if spec.start_delay_ms == 0 {
+                spec.start_delay_ms = args.flow.start_delay_ms.unwrap_or(0);
+            }
+            spec.payload = cli_payload.clone();
             flows.push((
                 FlowPlan {
-                    spec: sf.spec,
+                    spec,
                     transport,
                     stop,
                     seed: seed.wrapping_add(i as u64),
@@ -243,7 +253,9 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
             ));
         }
     } else {
-        let spec = args.flow.to_spec()?;
+        let mut spec = args.flow.to_spec()?;
+        spec.start_delay_ms = args.flow.start_delay_ms.unwrap_or(0);
+        spec.payload = cli_payload;
         let transport = cli_transport
             .or(spec.app_transport())
             .unwrap_or(Transport::Udp);

@@ -203,6 +203,11 @@ impl SendBatch {
         b
     }
 
+    /// Every slot at its full length, to fill the payload content once.
+    pub fn slots_mut(&mut self) -> std::slice::ChunksMut<'_, u8> {
+        self.bufs.chunks_mut(self.slot.max(1))
+    }
+
     pub fn slot(&mut self, i: usize, len: usize) -> &mut [u8] {
         let len = len.min(self.slot);
         self.lens[i] = len;
