@@ -58,9 +58,9 @@ fn run_throughput(result: &Value, flows: &[Value], layer: &str) -> Option<f64> {
 }
 
 /// Payload throughput may exceed the Ethernet bound by this share before a
-/// scenario is flagged even with a zero CI: the shaper's 1 ms token bucket
-/// lets up to 1 ms of extra data through at the start of a run (0.1 % of a
-/// 1 s run), docs/testbed.md.
+/// scenario is flagged even with a zero CI: the shaper's 375 µs token
+/// bucket lets that much extra data through at the start of a run (under
+/// 0.1 % of a 1 s run), docs/testbed.md.
 pub const ABOVE_BOUND_TOLERANCE: f64 = 0.001;
 
 /// True when a scenario's mean payload throughput lies above its physical

@@ -62,6 +62,11 @@ impl Bed {
 
     /// `wirebench send` from node a; the result document.
     fn send(&self, args: &[&str]) -> Value {
+        self.send_text(args).0
+    }
+
+    /// `wirebench send` from node a; the result document and the summary.
+    fn send_text(&self, args: &[&str]) -> (Value, String) {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("r.json");
         let ns = format!("wb-{NAME}-a");
@@ -74,7 +79,8 @@ impl Bed {
             "send {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+        let doc = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (doc, String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 
@@ -97,10 +103,18 @@ fn f(v: &Value, path: &[&str]) -> f64 {
         .unwrap_or_else(|| panic!("{path:?} missing in {v}"))
 }
 
+/// True (and says SKIP) when the test cannot build namespaces.
+fn skip_unless_root() -> bool {
+    let skip = !wirebench_testbed::sys::is_root();
+    if skip {
+        eprintln!("SKIP: needs root (network namespaces)");
+    }
+    skip
+}
+
 #[test]
 fn transfers_complete_no_faster_than_the_wire_and_host_drops_are_split() {
-    if !wirebench_testbed::sys::is_root() {
-        eprintln!("SKIP: needs root (network namespaces)");
+    if skip_unless_root() {
         return;
     }
     // S4's transfer: 5 MiB over TCP/IPv6 at 1 Gbit/s, 9000 B MTU. The wire
@@ -117,10 +131,10 @@ fn transfers_complete_no_faster_than_the_wire_and_host_drops_are_split() {
     let wire_min = 5_242_880.0 * 8.0 * wire_per_payload / 1e9;
     assert!((0.0424..0.0426).contains(&wire_min), "{wire_min}");
     eprintln!("5 MiB: completion {completion:.5} s, wire minimum {wire_min:.5} s");
-    // The shaper's token bucket (1 ms of the rate) may let the first bytes
-    // through at once; nothing else may beat the wire.
+    // The shaper's token bucket (375 us of the rate) may let the first
+    // bytes through at once; nothing else may beat the wire.
     assert!(
-        completion >= wire_min - 1.0e-3 && completion < 0.5,
+        completion >= wire_min - 0.4e-3 && completion < 0.5,
         "completion {completion} s, the wire needs {wire_min} s"
     );
     drop(bed);
@@ -147,5 +161,105 @@ fn transfers_complete_no_faster_than_the_wire_and_host_drops_are_split() {
         fl["loss_split"]
     );
     assert!(f(&doc, &["total", "sender_host_drops"]) >= sender_host);
+    drop(bed);
+}
+
+/// A TCP/IPv4 transfer of `kbytes` KiB from a to b, as fast as it goes,
+/// judged against a link of `link_rate`.
+fn transfer(bed: &Bed, kbytes: &str, link_rate: &str) -> (Value, String) {
+    bed.send_text(&[
+        "-4",
+        "-T",
+        "tcp",
+        "--max",
+        "-c",
+        "8192",
+        "-k",
+        kbytes,
+        "--link-rate",
+        link_rate,
+    ])
+}
+
+#[test]
+fn a_short_transfer_reads_the_bound_and_more_is_flagged() {
+    if skip_unless_root() {
+        return;
+    }
+    // S4's transfer: 5 MiB of TCP/IPv4 at 1 Gbit/s and MTU 9000 (bound
+    // 8948/9038 of the link; at MTU 1500 the 2-core CI machine's own load,
+    // not the link, limits it). The shaper's token bucket lets its content
+    // through at once, so a large one reads fast (1 ms: +1.5 %); late qdisc
+    // timers make any run read slower. So: no run above 1 % over the
+    // bound, and the best of three within 1 % of it.
+    let bed = Bed::up(&["--mtu", "9000", "--rate", "1gbit"]);
+    let bound = 1e9 * 8948.0 / 9038.0;
+    let mut best: f64 = 0.0;
+    for _ in 0..3 {
+        let (doc, text) = transfer(&bed, "5120", "1gbit");
+        let t = &doc["total"];
+        let payload = f(t, &["throughput_bps", "payload"]);
+        eprintln!(
+            "5 MiB at 1 Gbit/s: {:.2} Mbit/s, {:.3} of the bound",
+            payload / 1e6,
+            payload / bound
+        );
+        assert!(
+            payload < 1.01 * bound,
+            "{payload} bit/s above the bound {bound}"
+        );
+        // The document states the bound of its own traffic (the last
+        // segment is short, so a little under the full-segment bound).
+        let ub = f(t, &["upper_bound_bps"]);
+        assert!((ub / bound - 1.0).abs() < 0.001, "upper_bound_bps {ub}");
+        assert_eq!(f(t, &["link_rate_bps"]), 1e9);
+        // Above by less than 1 % is allowed, and then the summary says so.
+        let above = t["above_bound"] == Value::Bool(true);
+        let line = if above {
+            "WARNING: above the bound"
+        } else {
+            "Link bound"
+        };
+        assert!(text.contains(line), "{text}");
+        best = best.max(payload);
+    }
+    assert!(
+        best > 0.99 * bound,
+        "best of three {best} bit/s, bound {bound}"
+    );
+
+    // Told the path is 500 Mbit/s while the bed carries 1 Gbit/s: the run
+    // is physically impossible for that link, and says so in the document
+    // and the summary.
+    let (doc, text) = transfer(&bed, "2048", "500mbit");
+    assert_eq!(
+        doc["total"]["above_bound"],
+        Value::Bool(true),
+        "{}",
+        doc["total"]
+    );
+    assert!(text.contains("WARNING: above the bound"), "{text}");
+    // A bad rate names the option, exit 2.
+    let ns = format!("wb-{NAME}-a");
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            BIN,
+            "send",
+            "-a",
+            "b",
+            "-p",
+            PORT,
+            "--link-rate",
+            "1gbps",
+            "-z",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--link-rate"));
     drop(bed);
 }

@@ -78,6 +78,10 @@ pub struct SessionPlan {
     /// With `interval_ms`: where the intervals the receiver streams during
     /// the run go (`--interval` lines, `--json-stream`).
     pub live: Option<crate::live::Live>,
+    /// The path's bottleneck link rate in bit/s on the wire, when known
+    /// (`--link-rate`): the result then carries the run's physical bound
+    /// and flags throughput above it (`total.above_bound`).
+    pub link_rate_bps: Option<u64>,
 }
 
 /// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
@@ -153,6 +157,7 @@ impl SessionPlan {
             key: None,
             pacing: Pacing::Auto,
             live: None,
+            link_rate_bps: None,
         }
     }
 

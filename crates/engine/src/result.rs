@@ -48,6 +48,8 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
     };
     let mut delay_weighted = 0.0;
     let mut span = UnionSpan::default();
+    // Each direction crosses its own side of the link (--bidir).
+    let mut by_direction = [UnionSpan::default(), UnionSpan::default()];
     for (i, (f, o)) in p.plan.flows.iter().zip(&p.outcomes).enumerate() {
         let id = (i + 1) as u16;
         let rep = p.reports.iter().find(|r| r.flow_id == id);
@@ -85,6 +87,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
         total.received_packets += s.counts.unique;
         total.lost += s.counts.lost;
         span.add(&s);
+        by_direction[usize::from(f.direction == Direction::Reverse)].add(&s);
         delay_weighted += s.delay_s.mean * s.counts.packets as f64;
         total.delay_max_s = total.delay_max_s.max(s.delay_s.max);
         // Addresses follow the packets: a reverse flow goes from the
@@ -161,6 +164,20 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
         });
     }
     total.throughput_bps = span.throughput();
+    if let Some(link) = p.plan.link_rate_bps {
+        // The busier direction is the one that could exceed the link.
+        let busiest = by_direction
+            .iter()
+            .max_by(|a, b| a.throughput().wire.total_cmp(&b.throughput().wire))
+            .unwrap_or(&span);
+        check_bound(
+            &mut total,
+            &busiest.throughput(),
+            link as f64,
+            busiest.secs(),
+            p.clock.error_ns as f64 / 1e9,
+        );
+    }
     if total.received_packets > 0 {
         total.delay_mean_s = delay_weighted
             / p.reports
@@ -206,6 +223,28 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
     }
 }
 
+/// Share by which a run's wire rate may exceed its link before it is
+/// flagged, besides the clock's error: timestamps and the shaper's timer
+/// resolution.
+pub const BOUND_RESOLUTION: f64 = 0.001;
+
+/// Fills the physical-bound keys of `total` for a path whose bottleneck
+/// carries `link_bps` on the wire, from one direction's throughput `t`
+/// over its union span. Its wire rate (every received frame's preamble,
+/// header, FCS and gap) cannot exceed the link; it is flagged when it does by more than the relative
+/// uncertainty of its span: the clock offset's error (it moves the span's
+/// sender-side start) plus [`BOUND_RESOLUTION`].
+fn check_bound(total: &mut Total, t: &Throughput, link_bps: f64, span_s: f64, clock_error_s: f64) {
+    total.link_rate_bps = Some(link_bps);
+    if t.wire <= 0.0 || span_s <= 0.0 {
+        return;
+    }
+    let tol = BOUND_RESOLUTION + clock_error_s.max(0.0) / span_s;
+    total.upper_bound_bps = Some(link_bps * t.payload / t.wire);
+    total.bound_tolerance = Some(tol);
+    total.above_bound = Some(t.wire > link_bps * (1.0 + tol));
+}
+
 /// A flow with an end of its own: `-k`, `-z` or a transfer model (the
 /// file model); its completion time is reported.
 fn finite(f: &crate::plan::FlowPlan) -> bool {
@@ -248,9 +287,18 @@ impl UnionSpan {
         }
     }
 
+    /// Length of the union span in seconds (0 when nothing was received).
+    fn secs(&self) -> f64 {
+        if self.any {
+            (self.end_ns - self.start_ns) / 1e9
+        } else {
+            0.0
+        }
+    }
+
     fn throughput(&self) -> Throughput {
-        let secs = (self.end_ns - self.start_ns) / 1e9;
-        if !self.any || secs <= 0.0 {
+        let secs = self.secs();
+        if secs <= 0.0 {
             return Throughput::default();
         }
         let [payload, ip, ethernet, wire] = self.bits.map(|b| b / secs);
@@ -301,6 +349,33 @@ mod tests {
         let mut w = UnionSpan::default();
         w.add(&flow(10.0, 0.0, 0.0));
         assert_eq!(w.throughput(), Throughput::default());
+    }
+
+    #[test]
+    fn above_the_link_is_flagged_beyond_the_uncertainty() {
+        let mut t = Total::default();
+        let mut tp = Throughput {
+            payload: 941.5e6,
+            ip: 0.0,
+            ethernet: 0.0,
+            wire: 1000e6,
+        };
+        // Exactly at the link: the bound, not above it.
+        check_bound(&mut t, &tp, 1e9, 0.05, 10e-6);
+        assert_eq!(t.above_bound, Some(false));
+        assert!((t.upper_bound_bps.unwrap() - 941.5e6).abs() < 1.0);
+        assert!((t.bound_tolerance.unwrap() - (0.001 + 10e-6 / 0.05)).abs() < 1e-12);
+        // 1.6 % fast over 42 ms with a 10 us clock error: flagged.
+        tp.wire = 1016e6;
+        check_bound(&mut t, &tp, 1e9, 0.042, 10e-6);
+        assert_eq!(t.above_bound, Some(true));
+        // The same excess within a poor clock's error (1 ms over 42 ms): not.
+        check_bound(&mut t, &tp, 1e9, 0.042, 1e-3);
+        assert_eq!(t.above_bound, Some(false));
+        // Nothing received: the link is recorded, nothing is judged.
+        let mut e = Total::default();
+        check_bound(&mut e, &Throughput::default(), 1e9, 0.0, 0.0);
+        assert_eq!((e.link_rate_bps, e.above_bound), (Some(1e9), None));
     }
 
     #[test]

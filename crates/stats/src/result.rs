@@ -248,6 +248,24 @@ pub struct Total {
     pub delay_mean_s: f64,
     /// Largest one-way delay of any flow.
     pub delay_max_s: f64,
+    /// The path's bottleneck link rate, bit/s on the wire, when the run was
+    /// told it (`send --link-rate`; campaigns pass their link's rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_rate_bps: Option<f64>,
+    /// The payload throughput that link allows this run's traffic: link
+    /// rate × payload bits ÷ wire bits of what was received (the Ethernet
+    /// upper-bound model applied to the run's own packet mix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper_bound_bps: Option<f64>,
+    /// Relative uncertainty the bound check allows: the clock offset's
+    /// error over the span, plus 0.1 % for timestamp and shaper resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_tolerance: Option<f64>,
+    /// With a link rate: true when the run carried more wire bits per
+    /// second than the link by more than `bound_tolerance` — no link can,
+    /// so the number is a measurement or emulation error, not a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_bound: Option<bool>,
 }
 
 /// The receiving end.

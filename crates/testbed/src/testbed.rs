@@ -265,13 +265,15 @@ fn tbf_burst(rate_bps: u64, mtu: u32) -> u64 {
     (4 * frame).max((rate_bps as u128 * TBF_BURST_NS as u128 / 8 / 1_000_000_000) as u64)
 }
 
-/// Time-worth of the token bucket (see `tbf_burst`): long enough to ride out
-/// a late hrtimer on a busy machine, short enough that a 2 MB transfer at
-/// 1 Gbit/s reads within a few % of the link rate (measured: 5 MB TCP/IPv4
-/// at 1 Gbit/s read 952.7 Mbit/s against a 941.5 bound, 100 Mbit/s UDP
-/// 1408 B read 95.40 against 95.52; a 200 µs bucket lost TCP throughput to
-/// late timers on a busy 2-core machine).
-const TBF_BURST_NS: u64 = 1_000_000;
+/// Time-worth of the token bucket (see `tbf_burst`). A transfer of S bytes
+/// can read at most S / (S − bucket) of the link, so at 375 µs a 5 MB
+/// transfer at 1 Gbit/s (47 KB of bucket) reads at most 0.9 % fast. Measured
+/// on a busy 2-core machine (5 MiB TCP/IPv4, MTU 1500, 1 Gbit/s, bound
+/// 941.5 Mbit/s, 6 runs each): a 1 ms bucket read 952-955 Mbit/s (1.5 %
+/// fast), 500 µs 918-945, 375 µs 928-942 (at most 100.02 %, median 99.5 %),
+/// 250 µs 837-939 (late qdisc timers cost throughput a smaller bucket cannot
+/// make up).
+const TBF_BURST_NS: u64 = 375_000;
 
 /// Byte limit given to a tbf when it is created. It only sizes tbf's
 /// default byte FIFO, which `qdisc_lines` replaces at once with a packet
@@ -1060,7 +1062,7 @@ mod tests {
         };
         let v = qdisc_lines("eth0", &sh(Some(100_000_000), 1500, None, None));
         assert_eq!(v.len(), 2);
-        assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: tbf rate 100000000bit burst 12500 limit 1514000 overhead 24 mpu 84"), "{}", v[0]);
+        assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: tbf rate 100000000bit burst 6152 limit 1514000 overhead 24 mpu 84"), "{}", v[0]);
         assert!(
             v[0].ends_with(" peakrate 1000000000000bit mtu 1514"),
             "{}",
@@ -1072,7 +1074,7 @@ mod tests {
             "qdisc add dev eth0 parent 1:1 handle 10: pfifo limit 1000"
         );
         let v = qdisc_lines("eth1", &sh(Some(1_000_000_000), 9000, None, None));
-        assert!(v[0].contains("burst 125000 limit 9014000 "), "{}", v[0]);
+        assert!(v[0].contains("burst 46875 limit 9014000 "), "{}", v[0]);
         let imp = Impairment {
             delay_ns: 10_000_000,
             jitter_ns: 1_000_000,

@@ -68,6 +68,11 @@ pub fn send_args(
         RunLength::Packets { count } => a.extend(["-z".into(), count.to_string()]),
         RunLength::KBytes { count } => a.extend(["-k".into(), count.to_string()]),
     }
+    // The link's rate lets the run judge itself against its physical
+    // bound (total.above_bound in the result).
+    if let Some(b) = st.link_bps.filter(|b| *b >= 1.0) {
+        a.extend(["--link-rate".into(), format!("{}", b.round() as u64)]);
+    }
     if let Some(l) = c.linger_s {
         a.extend(["--linger".into(), ((l * 1000.0).round() as u64).to_string()]);
     }
@@ -122,6 +127,15 @@ mod tests {
         let b = send_args(&c, &s[1], "127.0.0.1".parse().unwrap(), 5401, 9, c.length).join(" ");
         assert_eq!(b, "send -a 127.0.0.1 -p 5401 -4 -T udp -m rtt --app voip --codec G.729.2 -z 100 --linger 500 --seed 9");
         assert_ne!(run_seed(&c, &s[0].key, 0), run_seed(&c, &s[0].key, 1));
+        // A link of known rate is passed on, so each run checks its bound.
+        let c = Campaign::parse(
+            "packets = 10\n[testbed]\npreset = \"router\"\nlink_rate = \"100mbit\"\n[matrix]\nip = [4]\nlink_rate = [\"1gbit\"]\n",
+            "t.toml",
+        )
+        .unwrap();
+        let s = c.expand();
+        let a = send_args(&c, &s[0], "10.0.0.2".parse().unwrap(), 5401, 9, c.length).join(" ");
+        assert!(a.ends_with("-z 10 --link-rate 1000000000 --seed 9"), "{a}");
     }
 
     #[test]

@@ -144,6 +144,17 @@ pub struct Args {
     /// reverse, reported as two flows ("direction" in the result).
     #[arg(long = "bidir")]
     pub bidir: bool,
+    /// The path's bottleneck link rate (`100mbit`, `1gbit`, bits on the
+    /// wire, as `testbed up --rate`). The result then carries the payload
+    /// throughput that link allows this traffic (total.upper_bound_bps) and
+    /// flags a run that carried more than the link can by more than its
+    /// uncertainty (total.above_bound; a warning in the summary).
+    #[arg(long = "link-rate", value_name = "RATE", value_parser = parse_link_rate)]
+    pub link_rate: Option<u64>,
+}
+
+fn parse_link_rate(s: &str) -> Result<u64, String> {
+    wirebench_testbed::parse_rate(s).map_err(|e| e.to_string())
 }
 
 fn parse_pacing(s: &str) -> Result<Pacing, String> {
@@ -294,6 +305,7 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
         (ms, _) => ms,
     };
     plan.pacing = args.pacing;
+    plan.link_rate_bps = args.link_rate;
     if args.json_stream && args.json.as_deref() == Some("-") {
         crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");
     }
@@ -791,6 +803,34 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
             bps(t.throughput_bps.wire)
         ),
     );
+    if let (Some(link), Some(bound)) = (t.link_rate_bps, t.upper_bound_bps) {
+        let pct = 100.0 * t.throughput_bps.wire / link;
+        if t.above_bound == Some(true) {
+            line(
+                &mut s,
+                "WARNING: above the bound",
+                format!(
+                    "{} on the wire is {pct:.2} % of the {} link (payload {} > bound {}), more than the {:.2} % \
+                     uncertainty: no link carries that; a measurement or emulation error, not a result",
+                    bps(t.throughput_bps.wire),
+                    bps(link),
+                    bps(t.throughput_bps.payload),
+                    bps(bound),
+                    t.bound_tolerance.unwrap_or(0.0) * 100.0
+                ),
+            );
+        } else {
+            line(
+                &mut s,
+                "Link bound",
+                format!(
+                    "{} payload on a {} link; wire {pct:.2} % of the link",
+                    bps(bound),
+                    bps(link)
+                ),
+            );
+        }
+    }
     line(
         &mut s,
         "CPU (share of one core)",
