@@ -32,6 +32,13 @@ pub fn metric_catalogue() -> Vec<MetricInfo> {
     METRICS.iter().map(Metric::info).collect()
 }
 
+/// The value at `path` is there and is JSON `null` (unknown).
+fn is_null(v: &Value, path: &[&str]) -> bool {
+    path.iter()
+        .try_fold(v, |cur, p| cur.get(p))
+        .is_some_and(Value::is_null)
+}
+
 fn num(v: &Value, path: &[&str]) -> Option<f64> {
     let mut cur = v;
     for p in path {
@@ -44,7 +51,13 @@ fn num(v: &Value, path: &[&str]) -> Option<f64> {
     }
 }
 
+/// The flows' sum; unknown when any flow says `null` there (its
+/// `received.lost` without a receiver report): a sum of the others would
+/// pass for the run's.
 fn sum_flows(flows: &[Value], path: &[&str]) -> Option<f64> {
+    if flows.iter().any(|f| is_null(f, path)) {
+        return None;
+    }
     let vals: Vec<f64> = flows.iter().filter_map(|f| num(f, path)).collect();
     (!vals.is_empty()).then(|| vals.iter().sum())
 }
@@ -996,6 +1009,22 @@ mod tests {
         assert_eq!(m["throughput_wire_bps"], 3.0);
         let old = json!({"flows": [{"throughput_bps": {"payload": 2.0}}, {"throughput_bps": {"payload": 3.0}}]});
         assert_eq!(extract_metrics(&old, None)["throughput_payload_bps"], 5.0);
+    }
+
+    /// A flow whose receiver report is missing has `lost: null`: the run's
+    /// loss is unknown, not the other flows' loss.
+    #[test]
+    fn unknown_loss_of_one_flow_makes_the_runs_unknown() {
+        let f = |lost: Value| json!({"sent": {"packets": 100}, "received": {"lost": lost}});
+        let known = json!({"flows": [f(json!(5)), f(json!(15))]});
+        let m = extract_metrics(&known, None);
+        assert_eq!((m["lost_packets"], m["loss_ratio"]), (20.0, 0.1));
+        let unknown = json!({"flows": [f(json!(5)), f(Value::Null)]});
+        let m = extract_metrics(&unknown, None);
+        assert!(
+            !m.contains_key("lost_packets") && !m.contains_key("loss_ratio"),
+            "{m:?}"
+        );
     }
 
     /// A 5 MiB `-k` transfer once read a completion of 0.020 s, the

@@ -214,3 +214,49 @@ fn unpaceable_rates_exit_2() {
         "inter-departure time | above 0",
     );
 }
+
+/// Item 10: the partial document after a receiver SIGKILL said `lost 0,
+/// loss_ratio 0.0` with 3951 sent and 0 received. Without the receiver's
+/// report the loss is unknown: `null` in the document, "unknown" in the
+/// summary, never a 0 that was not measured.
+#[test]
+fn loss_without_a_receiver_report_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let mut rx = Command::new(BIN)
+        .args(["recv", "-B", "127.0.0.1", "-p", "15741", "-q"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let tx = Command::new(BIN)
+        .args(["send", "-a", "127.0.0.1", "-p", "15741", "-C", "2000"])
+        .args(["-t", "3000", "--linger", "100", "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let _ = rx.kill();
+    let _ = rx.wait();
+    let out = tx.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["partial"], true);
+    let f = &doc["flows"][0];
+    assert!(f["sent"]["packets"].as_u64().unwrap() > 1000, "{f}");
+    for (k, v) in [
+        ("flow lost", &f["received"]["lost"]),
+        ("flow loss_ratio", &f["received"]["loss_ratio"]),
+        ("total lost", &doc["total"]["lost"]),
+        ("total loss_ratio", &doc["total"]["loss_ratio"]),
+    ] {
+        assert!(v.is_null(), "{k} should be null (unknown), is {v}");
+    }
+    assert!(
+        stdout.contains("Packets lost              = unknown"),
+        "{stdout}"
+    );
+}

@@ -40,10 +40,16 @@ pub(crate) struct DocParts<'a> {
 
 pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
     let mut flows = Vec::new();
-    let total_lost: u64 = p.reports.iter().map(|r| r.summary.counts.lost).sum();
+    let total_lost: u64 = p
+        .reports
+        .iter()
+        .map(|r| r.summary.counts.lost.unwrap_or(0))
+        .sum();
     let host_drops = p.extra.rcvbuf_errors;
     let mut total = Total {
         sender_host_drops: p.sndbuf_errors,
+        // Unknown as soon as one flow's is (summed below).
+        lost: Some(0),
         ..Total::default()
     };
     let mut delay_weighted = 0.0;
@@ -53,7 +59,11 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
     for (i, (f, o)) in p.plan.flows.iter().zip(&p.outcomes).enumerate() {
         let id = (i + 1) as u16;
         let rep = p.reports.iter().find(|r| r.flow_id == id);
+        // Without the receiver's report nothing is known of what arrived:
+        // the default summary's `lost`/`loss_ratio` are None (unknown),
+        // not 0 (a receiver killed mid-run once read as "lost 0").
         let s = rep.map(|r| r.summary.clone()).unwrap_or_default();
+        let lost = s.counts.lost.unwrap_or(0);
         // Namespace-wide drops are shared out in proportion to each flow's
         // losses, and never exceed them: the sender's own first (a packet
         // its host dropped never reached the receiver), then the
@@ -62,15 +72,14 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
             // A reverse flow's hosts swap roles; its losses stay unsplit.
             if total_lost > 0 && f.transport == Transport::Udp && f.direction == Direction::Forward
             {
-                (((drops.min(total_lost) as f64) * s.counts.lost as f64 / total_lost as f64).round()
-                    as u64)
+                (((drops.min(total_lost) as f64) * lost as f64 / total_lost as f64).round() as u64)
                     .min(cap)
             } else {
                 0
             }
         };
-        let sender_host = share(p.sndbuf_errors, s.counts.lost);
-        let receiver_host = share(host_drops, s.counts.lost - sender_host);
+        let sender_host = share(p.sndbuf_errors, lost);
+        let receiver_host = share(host_drops, lost - sender_host);
         // Probes the receiver refused at once never reached the accumulator;
         // they are forged all the same.
         let mut counts = s.counts.clone();
@@ -85,7 +94,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
         total.sent_packets += o.send.packets;
         total.not_sent += o.send.not_sent;
         total.received_packets += s.counts.unique;
-        total.lost += s.counts.lost;
+        total.lost = total.lost.zip(s.counts.lost).map(|(a, b)| a + b);
         span.add(&s);
         by_direction[usize::from(f.direction == Direction::Reverse)].add(&s);
         delay_weighted += s.delay_s.mean * s.counts.packets as f64;
@@ -128,7 +137,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
                 not_sent: o.send.not_sent,
                 sender_host,
                 receiver_host,
-                network: s.counts.lost - sender_host - receiver_host,
+                network: lost - sender_host - receiver_host,
             },
             throughput_bps: s.throughput_bps,
             frames: s.frames,
@@ -138,23 +147,28 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
             rtt_received: o.rtt.as_ref().map(|r| r.counts.unique),
             tcp: o.tcp,
             tcp_cc: o.tcp_cc.clone(),
-            voip: f.spec.voip_codec().map(|c| {
-                // A fixed playout buffer anchored at the fastest packet: the
-                // mouth-to-ear delay is coding + fastest network delay +
-                // buffer, and packets later than the buffer are lost to the
-                // listener (the receiver measured their share).
-                let jb = JitterBuffer::new(f64::from(p.plan.jitter_buffer_ms) / 1e3);
-                let base = s.delay_s.min.max(0.0);
-                let late = s.late_share.unwrap_or(0.0);
-                let q = jb.quality(&c, base, s.counts.loss_ratio, late);
-                Voip {
-                    r_factor: q.r_factor,
-                    mos: q.mos,
-                    mouth_to_ear_s: c.coding_delay_s() + base + jb.depth_s,
-                    jitter_buffer_s: jb.depth_s,
-                    late_share: late,
-                }
-            }),
+            // No E-model without the loss it rests on.
+            voip: f
+                .spec
+                .voip_codec()
+                .zip(s.counts.loss_ratio)
+                .map(|(c, loss)| {
+                    // A fixed playout buffer anchored at the fastest packet: the
+                    // mouth-to-ear delay is coding + fastest network delay +
+                    // buffer, and packets later than the buffer are lost to the
+                    // listener (the receiver measured their share).
+                    let jb = JitterBuffer::new(f64::from(p.plan.jitter_buffer_ms) / 1e3);
+                    let base = s.delay_s.min.max(0.0);
+                    let late = s.late_share.unwrap_or(0.0);
+                    let q = jb.quality(&c, base, loss, late);
+                    Voip {
+                        r_factor: q.r_factor,
+                        mos: q.mos,
+                        mouth_to_ear_s: c.coding_delay_s() + base + jb.depth_s,
+                        jitter_buffer_s: jb.depth_s,
+                        late_share: late,
+                    }
+                }),
             completion_s: (finite(f) && s.counts.unique > 0 && o.first_tx > 0).then(|| {
                 (s.last_arrival_ns as i64 - p.clock.applied_ns() - o.first_tx as i64) as f64 / 1e9
             }),
@@ -186,9 +200,13 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
                 .sum::<f64>()
                 .max(1.0);
     }
-    if total.sent_packets > 0 {
-        total.loss_ratio = total.lost as f64 / total.sent_packets as f64;
-    }
+    total.loss_ratio = total.lost.map(|l| {
+        if total.sent_packets > 0 {
+            l as f64 / total.sent_packets as f64
+        } else {
+            0.0
+        }
+    });
     ResultDoc {
         schema: SCHEMA.into(),
         tool: Tool {

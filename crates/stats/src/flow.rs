@@ -158,10 +158,13 @@ pub struct RecvCounts {
     pub unique: u64,
     /// Payload bytes of the unique packets.
     pub bytes: u64,
-    /// Sent but not received within the linger time.
-    pub lost: u64,
-    /// `lost` over the packets sent.
-    pub loss_ratio: f64,
+    /// Sent but not received within the linger time. `None` (JSON `null`)
+    /// when nobody knows: a sender's result whose receiver report is
+    /// missing (the receiver died or vanished). A measuring end always
+    /// knows its own and says a number.
+    pub lost: Option<u64>,
+    /// `lost` over the packets sent; `None` exactly when `lost` is.
+    pub loss_ratio: Option<f64>,
     /// Packets received more than once (counted beyond the first).
     pub duplicates: u64,
     /// RFC 4737 reordered packets.
@@ -176,6 +179,16 @@ pub struct RecvCounts {
     pub loss_bursts: LossBursts,
     /// Packets whose delay was below zero (clock offset larger than the delay).
     pub negative_delays: u64,
+}
+
+/// `lost` for people: "N (x.xxx %)", or "unknown" when the loss is
+/// (no receiver report), never a 0 that was not measured.
+pub fn loss_text(lost: Option<u64>, loss_ratio: Option<f64>) -> String {
+    match (lost, loss_ratio) {
+        (Some(l), Some(r)) => format!("{l} ({:.3} %)", r * 100.0),
+        (Some(l), None) => l.to_string(),
+        _ => "unknown (no receiver report)".into(),
+    }
 }
 
 /// Everything the measuring end knows about one flow.
@@ -690,8 +703,8 @@ impl RecvAccumulator {
                 packets: self.packets - forged,
                 unique,
                 bytes: layer.payload,
-                lost,
-                loss_ratio,
+                lost: Some(lost),
+                loss_ratio: Some(loss_ratio),
                 duplicates: self.duplicates,
                 reordered: self.reordered - forged_reorders,
                 forged,
@@ -959,7 +972,11 @@ mod tests {
         // p90 = rank ceil(4.5) = 5 = 15 ms (clamped to the exact max).
         assert!(close(s.delay_s.p90, 15e-3, 0.0));
         assert_eq!(
-            (s.counts.lost, s.counts.duplicates, s.counts.reordered),
+            (
+                s.counts.lost.unwrap(),
+                s.counts.duplicates,
+                s.counts.reordered
+            ),
             (0, 0, 0)
         );
     }
@@ -1023,7 +1040,7 @@ mod tests {
         assert_eq!(
             (
                 s.counts.reordered,
-                s.counts.lost,
+                s.counts.lost.unwrap(),
                 s.counts.unique,
                 s.counts.duplicates
             ),
@@ -1048,7 +1065,7 @@ mod tests {
             (6, 4, 2)
         );
         assert_eq!(
-            (s.counts.reordered, s.counts.lost, s.counts.bytes),
+            (s.counts.reordered, s.counts.lost.unwrap(), s.counts.bytes),
             (0, 0, 400)
         );
         assert_eq!(acc.unique(), 4);
@@ -1066,8 +1083,8 @@ mod tests {
         let mut acc = RecvAccumulator::new(udp4(None));
         feed(&mut acc, &[(2, 0), (3, 0), (4, 0), (8, 0)]);
         let s = acc.summary(Some(10));
-        assert_eq!(s.counts.lost, 6);
-        assert!(close(s.counts.loss_ratio, 0.6, 1e-15));
+        assert_eq!(s.counts.lost.unwrap(), 6);
+        assert!(close(s.counts.loss_ratio.unwrap(), 0.6, 1e-15));
         assert_eq!(
             s.counts.loss_bursts,
             LossBursts {
@@ -1078,8 +1095,8 @@ mod tests {
         );
         // without `sent`: gaps up to the highest seen (0..=8) -> 0-1, 5-7.
         let s = acc.summary(None);
-        assert_eq!(s.counts.lost, 5);
-        assert!(close(s.counts.loss_ratio, 5.0 / 9.0, 1e-15));
+        assert_eq!(s.counts.lost.unwrap(), 5);
+        assert!(close(s.counts.loss_ratio.unwrap(), 5.0 / 9.0, 1e-15));
         assert_eq!(
             s.counts.loss_bursts,
             LossBursts {
@@ -1093,7 +1110,7 @@ mod tests {
         let s = acc.summary(Some(10));
         assert_eq!(
             (
-                s.counts.lost,
+                s.counts.lost.unwrap(),
                 s.counts.loss_bursts.count,
                 s.counts.loss_bursts.max_len
             ),
@@ -1104,13 +1121,13 @@ mod tests {
         let s = RecvAccumulator::new(udp4(None)).summary(Some(3));
         assert_eq!(
             (
-                s.counts.lost,
+                s.counts.lost.unwrap(),
                 s.counts.loss_bursts.count,
                 s.counts.loss_bursts.max_len
             ),
             (3, 1, 3)
         );
-        assert_eq!(s.counts.loss_ratio, 1.0);
+        assert_eq!(s.counts.loss_ratio.unwrap(), 1.0);
     }
 
     /// 6.3 MB of TCP records sent over 1 s but read by the receiver in two
@@ -1229,10 +1246,10 @@ mod tests {
         let s = acc.summary(Some(100));
         assert_eq!(s.counts.forged, 1900);
         assert_eq!(
-            (s.counts.unique, s.counts.packets, s.counts.lost),
+            (s.counts.unique, s.counts.packets, s.counts.lost.unwrap()),
             (68, 68, 32)
         );
-        assert!(close(s.counts.loss_ratio, 0.32, 1e-12));
+        assert!(close(s.counts.loss_ratio.unwrap(), 0.32, 1e-12));
         assert_eq!(
             s.counts.reordered, 1,
             "only 10 is reordered against a real number"
@@ -1247,7 +1264,10 @@ mod tests {
             acc.record(seq, 1, 1 + u64::from(seq), 100);
         }
         let s = acc.summary(Some(5));
-        assert_eq!((s.counts.unique, s.counts.forged, s.counts.lost), (5, 3, 0));
+        assert_eq!(
+            (s.counts.unique, s.counts.forged, s.counts.lost.unwrap()),
+            (5, 3, 0)
+        );
         // Without a count nothing can be called forged.
         assert_eq!(acc.summary(None).counts.forged, 0);
         // peek does not move the window: a forged 2^32 - 1 would put
@@ -1279,7 +1299,7 @@ mod tests {
             acc.record(seq, d * MS, t0 + ms * 1_000_000, 125);
         }
         let s = acc.summary(Some(9));
-        assert_eq!(s.counts.lost, 3);
+        assert_eq!(s.counts.lost.unwrap(), 3);
         assert_eq!(s.intervals.len(), 3);
         let iv = &s.intervals;
         assert_eq!(
@@ -1287,7 +1307,10 @@ mod tests {
             vec![2, 3, 1]
         );
         assert_eq!(iv.iter().map(|i| i.lost).collect::<Vec<_>>(), vec![0, 2, 1]);
-        assert_eq!(iv.iter().map(|i| i.lost).sum::<u64>(), s.counts.lost);
+        assert_eq!(
+            iv.iter().map(|i| i.lost).sum::<u64>(),
+            s.counts.lost.unwrap()
+        );
         assert!(close(iv[1].t_s, 0.1, 1e-15));
         assert!(close(iv[0].delay_mean_s, 15e-3, 1e-15));
         assert!(close(iv[1].delay_mean_s, 50e-3 / 3.0, 1e-15));
@@ -1393,12 +1416,12 @@ mod tests {
             prop_assert_eq!(s.counts.unique, uniq);
             prop_assert_eq!(s.counts.duplicates, dup);
             prop_assert_eq!(s.counts.reordered, reord);
-            prop_assert_eq!(s.counts.lost, 64 - uniq);
+            prop_assert_eq!(s.counts.lost.unwrap(), 64 - uniq);
             prop_assert_eq!(s.counts.loss_bursts.count, bursts);
             prop_assert_eq!(s.counts.loss_bursts.max_len, maxlen);
             prop_assert_eq!(s.counts.packets, seqs.len() as u64);
             if !seqs.is_empty() {
-                prop_assert_eq!(s.intervals.iter().map(|i| i.lost).sum::<u64>(), s.counts.lost);
+                prop_assert_eq!(s.intervals.iter().map(|i| i.lost).sum::<u64>(), s.counts.lost.unwrap());
                 prop_assert_eq!(s.intervals.iter().map(|i| i.packets).sum::<u64>(), s.counts.unique);
             }
         }
@@ -1427,7 +1450,7 @@ mod tests {
             let s = acc.summary(sent);
             prop_assert!(s.counts.unique <= s.counts.packets);
             prop_assert!(s.intervals.len() <= MAX_INTERVALS);
-            prop_assert!(s.counts.loss_ratio.is_finite());
+            prop_assert!(s.counts.loss_ratio.unwrap().is_finite());
             // The document must serialize and read back (no NaN/inf -> null).
             let j = serde_json::to_string(&s).unwrap();
             let back: Result<RecvSummary, _> = serde_json::from_str(&j);

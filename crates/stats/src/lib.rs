@@ -28,8 +28,8 @@ mod tdist;
 pub use aggregate::{aggregate, pct_change, student_t_975, Agg};
 pub use dist::Dist;
 pub use flow::{
-    DelayStats, FlowConfig, Frames, Interval, Jitter, LossBursts, Quantiles, RecvAccumulator,
-    RecvCounts, RecvSummary, SendAccumulator, SendSummary, Throughput,
+    loss_text, DelayStats, FlowConfig, Frames, Interval, Jitter, LossBursts, Quantiles,
+    RecvAccumulator, RecvCounts, RecvSummary, SendAccumulator, SendSummary, Throughput,
 };
 pub use framing::{
     tcp_mss, tcp_stream, udp_datagram, upper_bound_tcp_bps, upper_bound_udp_bps, LayerBytes,

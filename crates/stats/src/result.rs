@@ -232,10 +232,11 @@ pub struct Total {
     pub not_sent: u64,
     /// Packets received, all flows.
     pub received_packets: u64,
-    /// Packets lost, all flows.
-    pub lost: u64,
-    /// `lost` over `sent_packets`.
-    pub loss_ratio: f64,
+    /// Packets lost, all flows; `None` (JSON `null`) when any flow's
+    /// loss is unknown (its receiver report is missing).
+    pub lost: Option<u64>,
+    /// `lost` over `sent_packets`; `None` exactly when `lost` is.
+    pub loss_ratio: Option<f64>,
     /// All flows' bytes over the union of their spans (earliest start to
     /// latest last arrival on the receiver's clock), not the sum of the
     /// flows' rates: flows that do not overlap share one span.

@@ -231,9 +231,8 @@ fn flow_text(f: &FlowFigures, out: &mut String) {
         let _ = writeln!(out, "  bytes        {}", r.counts.bytes);
         let _ = writeln!(
             out,
-            "  lost         {} ({:.3} %), {} bursts, longest {}",
-            r.counts.lost,
-            r.counts.loss_ratio * 100.0,
+            "  lost         {}, {} bursts, longest {}",
+            wirebench_stats::loss_text(r.counts.lost, r.counts.loss_ratio),
             r.counts.loss_bursts.count,
             r.counts.loss_bursts.max_len
         );
@@ -348,7 +347,7 @@ fn text_summary(d: &Decoded) -> String {
     let recv: Vec<_> = d.flows.iter().filter_map(|f| f.received.as_ref()).collect();
     if recv.len() > 1 {
         let unique: u64 = recv.iter().map(|r| r.counts.unique).sum();
-        let lost: u64 = recv.iter().map(|r| r.counts.lost).sum();
+        let lost: u64 = recv.iter().filter_map(|r| r.counts.lost).sum();
         let bytes: u64 = recv.iter().map(|r| r.counts.bytes).sum();
         let packets: u64 = recv.iter().map(|r| r.counts.packets).sum();
         let mean = if unique > 0 {

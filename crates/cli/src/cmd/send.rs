@@ -552,9 +552,8 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
         &mut s,
         "Packets lost",
         format!(
-            "{} ({:.3} %): network {}, sender host {}, receiver host {}; bursts {} (max {})",
-            f.received.counts.lost,
-            f.received.counts.loss_ratio * 100.0,
+            "{}: network {}, sender host {}, receiver host {}; bursts {} (max {})",
+            wirebench_stats::loss_text(f.received.counts.lost, f.received.counts.loss_ratio),
             f.loss_split.network,
             f.loss_split.sender_host,
             f.loss_split.receiver_host,
@@ -790,7 +789,7 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
     line(
         &mut s,
         "Packets lost",
-        format!("{} ({:.3} %)", t.lost, t.loss_ratio * 100.0),
+        wirebench_stats::loss_text(t.lost, t.loss_ratio),
     );
     line(&mut s, "Average delay", secs(t.delay_mean_s));
     line(&mut s, "Maximum delay", secs(t.delay_max_s));
