@@ -60,7 +60,7 @@ fn reverse_flows_are_sent_by_the_receiver_and_measured_here() {
             assert_eq!(f.sent.packets, n, "{dest} flow {}", f.id);
             assert_eq!(f.sent.bytes, n * 300);
             assert_eq!(f.received.counts.unique, n, "{dest} flow {}", f.id);
-            assert_eq!(f.received.counts.lost, 0);
+            assert_eq!(f.received.counts.lost, Some(0));
             assert_eq!(f.received.counts.bytes, n * 300);
             // The packets went from the receiver to us.
             assert_eq!(f.src, dest);
