@@ -161,6 +161,17 @@ fn transfers_complete_no_faster_than_the_wire_and_host_drops_are_split() {
         fl["loss_split"]
     );
     assert!(f(&doc, &["total", "sender_host_drops"]) >= sender_host);
+
+    // Paced TCP at 224 Mbit/s into the same 100 Mbit/s link: the writes
+    // block and the schedule falls behind. The run still ends on time (it
+    // once sent its 1 s backlog late and lasted 3.0 s for 2 s); what could
+    // not leave is not_sent.
+    let doc = bed.send(&["-4", "-T", "tcp", "-C", "20000", "-c", "1400", "-t", "1000"]);
+    let sent = &doc["flows"][0]["sent"];
+    let (secs, not_sent) = (f(sent, &["duration_s"]), f(sent, &["not_sent"]));
+    eprintln!("saturated paced TCP, 1 s: sent for {secs:.3} s, not sent {not_sent}");
+    assert!(secs < 1.05, "a 1 s run sent for {secs} s");
+    assert!(not_sent > 5000.0, "not sent {not_sent} of 20000");
     drop(bed);
 }
 

@@ -477,12 +477,16 @@ fn gather(
     let room = room.min(meta.len());
     let mut n = 0;
     let mut skipped = 0;
+    // A timed flow ends on time: once its end has passed, what is still
+    // due could not leave in time and is not sent (a saturated 2 s TCP run
+    // once sent its 1 s backlog and lasted 3.0 s).
+    let over = !sched.max && sched.end_at.is_some_and(|end| now >= end);
     while n < room && skipped < SKIP_CHUNK {
         let Some((at, size)) = *pending else { break };
         if !sched.max && at > now {
             break;
         }
-        if !sched.max && now - at > LATE_LIMIT_NS {
+        if !sched.max && (over || now - at > LATE_LIMIT_NS) {
             acc.record_not_sent(1, at, seq.wrapping_add(n as u32), size);
             skipped += 1;
         } else {
@@ -620,6 +624,10 @@ fn udp_send(
 /// records and 22.2 with 64 000 B; 1 MiB gives 27.7 and 40.3.
 const TCP_WRITE_BYTES: usize = 1 << 20;
 
+/// Most bytes of records per write of a paced TCP flow: a write blocked
+/// on a full socket buffer waits for this much room, 5 ms at 100 Mbit/s.
+const PACED_TCP_WRITE_BYTES: usize = 64 << 10;
+
 fn tcp_send(
     job: &FlowJob,
     s: &TcpStream,
@@ -656,7 +664,14 @@ fn tcp_send(
                 Err(h) => return Ok(Some(h)),
             }
         };
-        let room = meta.len();
+        // A paced flow behind its schedule writes its backlog in pieces, so
+        // a write blocked on a slow path ends soon after the run does.
+        let room = if sched.max {
+            meta.len()
+        } else {
+            meta.len()
+                .min((PACED_TCP_WRITE_BYTES / max_len.max(1)).max(1))
+        };
         let n = gather(sched, &mut pending, now, acc, &mut meta, room, seq);
         if n == 0 {
             continue;
@@ -1212,5 +1227,35 @@ mod tests {
         }
         assert_eq!(acc.acc.summary().not_sent, 500);
         assert_eq!(gathered, 1001);
+    }
+
+    #[test]
+    fn a_timed_flow_sends_nothing_after_its_end() {
+        // A 2 s flow at 1000 pps whose pacer is 0.6 s behind when the run
+        // ends: the 600 packets still due are not sent, not sent late.
+        let t0 = 10_000_000_000;
+        let mut s = Schedule::new(&flow(1000.0, 100, Stop::DurationMs(2000)), t0).unwrap();
+        let mut acc = SendRec {
+            acc: SendAccumulator::new(cfg()),
+            log: None,
+            flow: 1,
+            wall_minus_mono: 0,
+        };
+        let mut meta = [(0u64, 0u32); BATCH];
+        let mut pending = s.next(t0);
+        let mut gathered = 0;
+        // On time for 1.4 s, then stalled.
+        while let Some((at, _)) = pending.filter(|p| p.0 < t0 + 1_400_000_000) {
+            gathered += gather(&mut s, &mut pending, at, &mut acc, &mut meta, BATCH, 0);
+        }
+        assert_eq!((gathered, acc.acc.summary().not_sent), (1400, 0));
+        let end = t0 + 2_000_000_000;
+        while pending.is_some() {
+            assert_eq!(
+                gather(&mut s, &mut pending, end, &mut acc, &mut meta, BATCH, 0),
+                0
+            );
+        }
+        assert_eq!(acc.acc.summary().not_sent, 600);
     }
 }
