@@ -73,20 +73,33 @@ fn run_length_s(c: &Campaign, s: &Scenario) -> f64 {
     }
 }
 
-/// The estimate of a parsed campaign (after `apply_quick` for --quick).
-pub fn estimate(c: &Campaign) -> Estimate {
-    let scenarios = c.expand();
-    let reps = c.repetitions as usize;
-    let runs = scenarios.len() * reps;
+/// Seconds one trial or run of `length_s` takes with the campaign's
+/// warm-up (learning frames) and linger: the run loop's own sequence.
+pub(crate) fn run_cost_s(c: &Campaign, warmup_s: f64, length_s: f64) -> f64 {
     let linger = c.linger_s.unwrap_or(DEFAULT_LINGER_S);
-    let warm = if c.warmup_s > 0.0 {
-        c.warmup_s + linger + RUN_OVERHEAD_S
+    let warm = if warmup_s > 0.0 {
+        warmup_s + linger + RUN_OVERHEAD_S
     } else {
         0.0
     };
+    warm + length_s + linger + RUN_OVERHEAD_S
+}
+
+/// The estimate of a parsed campaign (after `apply_quick` for --quick).
+/// An `[rfc2544]` campaign's trials depend on the device: see
+/// [`crate::rfc2544::estimate`].
+pub fn estimate(c: &Campaign) -> Estimate {
+    if c.rfc2544.is_some() {
+        if let Ok(Some(e)) = crate::rfc2544::estimate(c) {
+            return e;
+        }
+    }
+    let scenarios = c.expand();
+    let reps = c.repetitions as usize;
+    let runs = scenarios.len() * reps;
     let per_scenario: f64 = scenarios
         .iter()
-        .map(|s| (warm + run_length_s(c, s) + linger + RUN_OVERHEAD_S) * reps as f64)
+        .map(|s| run_cost_s(c, c.warmup_s, run_length_s(c, s)) * reps as f64)
         .sum();
     // The run order groups scenarios by link settings, so each distinct
     // setting is built once.
@@ -164,19 +177,34 @@ mod tests {
         assert_eq!(group_thousands(1050), "1\u{a0}050");
     }
 
+    /// The estimates of an example campaign, as written and with --quick.
+    fn full_and_quick(example: &str) -> (Estimate, Estimate) {
+        let path = format!("{}/../../examples/{example}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut c = Campaign::parse(&text, example).unwrap();
+        let full = estimate(&c);
+        c.apply_quick().unwrap();
+        (full, estimate(&c))
+    }
+
+    /// The S5 calibration search --quick: 10 throughput trials (line rate,
+    /// 8 bisection steps to 0.5 %, verification) and at most 10 frame-loss
+    /// loads of 0.2 s learning + 2 s + 2 s linger (+ 0.6 s each): 20 × 7.4 +
+    /// 0.3 = 148.3 s (measured: 19 trials in 135 s).
+    #[test]
+    fn rfc2544_search_estimate() {
+        let (full, e) = full_and_quick("s5-calibration-search.toml");
+        assert_eq!((e.scenarios, e.runs, e.builds), (2, 20, 1));
+        assert!((e.seconds - 148.3).abs() < 1e-6, "{}", e.seconds);
+        assert_eq!(full.runs, 20);
+        assert_eq!(human_duration(full.seconds), "22 min");
+    }
+
     /// S5 --quick: 14 scenarios × 2 runs of 2 s + 0.5 s linger + 0.6 s, one
     /// build: 28 × 3.1 + 0.3 = 87.1 s (a measured quick run took 87 s).
     #[test]
     fn s5_quick_estimate() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/s5-ipv4-vs-ipv6.toml"
-        );
-        let text = std::fs::read_to_string(path).unwrap();
-        let mut c = Campaign::parse(&text, "s5.toml").unwrap();
-        let full = estimate(&c);
-        c.apply_quick().unwrap();
-        let e = estimate(&c);
+        let (full, e) = full_and_quick("s5-ipv4-vs-ipv6.toml");
         assert_eq!((e.scenarios, e.runs, e.builds), (14, 28, 1));
         assert!((e.seconds - 87.1).abs() < 1e-6, "{}", e.seconds);
         assert!(full.runs > 10 * e.runs, "{}", full.describe());

@@ -710,6 +710,13 @@ pub fn run(
             "--resume is not supported for [rfc2544] searches: each trial depends on the last; run it again".into(),
         ));
     }
+    if let Ok(Some(e)) = estimate(c) {
+        say(format!(
+            "RFC 2544 searches on {}: estimate {} (a typical search; the device decides)",
+            c.target.describe(),
+            e.describe()
+        ));
+    }
     let mut cc = c.clone();
     cc.warmup_s = cfg.learning_s;
     let mut sess = Session::open(&cc, store, opts, 0)?;
@@ -839,6 +846,50 @@ pub fn simulate(c: &Campaign, store: &Store, model: &mut Model<'_>) -> Result<i6
     }
     store.set_campaign_status(campaign_id, "done")?;
     Ok(campaign_id)
+}
+
+/// How many trials and how long a campaign's searches take, before they
+/// run: the trials depend on the device, so this counts a typical search —
+/// throughput: the line-rate trial, a bisection to the resolution and the
+/// verification (2 + ⌈log2(1/resolution)⌉; a device that carries the line
+/// rate needs 2); frame loss: every load step down to the smallest (at
+/// most 100 / step); back-to-back: per repetition a bisection of bursts of
+/// half the longest on average. Each trial also has its learning frames,
+/// the linger and the per-run cost of [`crate::estimate`].
+pub fn estimate(c: &Campaign) -> Result<Option<crate::estimate::Estimate>, CampaignError> {
+    let Some(cfg) = Rfc2544Config::from_campaign(c)? else {
+        return Ok(None);
+    };
+    let sizes = (cfg.ips.len() * cfg.frames.len()) as f64;
+    let bisect = (1.0 / cfg.resolution).log2().ceil();
+    let trial = crate::estimate::run_cost_s(c, cfg.learning_s, cfg.trial_s);
+    let mut trials = 0.0;
+    let mut seconds = 0.0;
+    let mut tests = 0;
+    if cfg.has(Test::Throughput) {
+        trials += 2.0 + bisect;
+        seconds += (2.0 + bisect) * trial;
+        tests += 1;
+    }
+    if cfg.has(Test::FrameLoss) {
+        let n = (100.0 / f64::from(cfg.step_pct)).ceil();
+        trials += n;
+        seconds += n * trial;
+        tests += 1;
+    }
+    if cfg.has(Test::BackToBack) {
+        let n = f64::from(cfg.b2b_repeats) * (1.0 + bisect);
+        trials += n;
+        seconds += n * crate::estimate::run_cost_s(c, cfg.learning_s, cfg.b2b_longest_s / 2.0);
+        tests += 1;
+    }
+    let builds = usize::from(matches!(c.target, Target::Testbed(_)));
+    Ok(Some(crate::estimate::Estimate {
+        runs: (trials * sizes) as usize,
+        scenarios: tests * cfg.ips.len() * cfg.frames.len(),
+        builds,
+        seconds: seconds * sizes + builds as f64 * crate::estimate::TESTBED_BUILD_S,
+    }))
 }
 
 #[derive(Debug, thiserror::Error)]
