@@ -1,7 +1,8 @@
 //! Live intervals: `wirebench send --interval` / `--json-stream` print
 //! while the run goes on (the receiver streams its interval figures over
 //! the control connection), and the streamed intervals add up to the
-//! result's totals. Runs the built binary on loopback (ports 15821-15823).
+//! result's totals; a campaign with interval_ms shows them in its progress.
+//! Runs the built binary on loopback (ports 15821-15824, and a free port).
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -40,15 +41,29 @@ fn send_lines(args: &[&str]) -> (Vec<(Instant, String)>, Instant) {
 
 #[test]
 fn json_stream_arrives_during_the_run_and_adds_up() {
-    let _r = recv(15821);
-    // 2 UDP flows of 500 pps for 1.5 s, 200 ms intervals.
+    stream_adds_up(15821, 2);
+}
+
+/// More flows than CPUs: the receiver serves them from shared receive
+/// workers (one per CPU), which stream the intervals the same way.
+#[test]
+fn json_stream_with_more_flows_than_cpus() {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    stream_adds_up(15824, cpus + 2);
+}
+
+/// UDP flows of 500 pps for 1.5 s, 200 ms intervals: the intervals arrive
+/// while the run goes on and add up to each flow's received totals.
+fn stream_adds_up(port: u16, flows: usize) {
+    let _r = recv(port);
+    let (port, flows) = (port.to_string(), flows.to_string());
     let (lines, ended) = send_lines(&[
         "-a",
         "127.0.0.1",
         "-p",
-        "15821",
+        &port,
         "--flows",
-        "2",
+        &flows,
         "-C",
         "500",
         "-c",
@@ -88,7 +103,9 @@ fn json_stream_arrives_during_the_run_and_adds_up() {
         "first interval only {:?} before the end",
         ended.duration_since(first)
     );
-    for (i, f) in doc["flows"].as_array().unwrap().iter().enumerate() {
+    let all = doc["flows"].as_array().unwrap();
+    assert_eq!(all.len().to_string(), flows);
+    for (i, f) in all.iter().enumerate() {
         let id = i as u64 + 1;
         let mine: Vec<&Value> = intervals
             .iter()
@@ -185,4 +202,90 @@ fn tcp_intervals_in_the_result_carry_tcp_info() {
         assert!(t["tcp"]["mss"].as_u64().unwrap() > 0, "{t}");
         assert!(t["tcp"]["rtt_s"].as_f64().unwrap() > 0.0, "{t}");
     }
+}
+
+/// A campaign with `interval_ms`: its progress (the bar's message, here
+/// the `--progress-log` a script would watch) carries each run's live
+/// interval figures while the run goes on, and the stored runs give the
+/// scenario its series and its delay distribution, whose packet count is
+/// the runs' received packets.
+#[test]
+fn campaign_progress_shows_live_intervals() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    let db = dir.path().join("w.db");
+    let log = dir.path().join("progress.ndjson");
+    std::fs::write(
+        &file,
+        "name = \"live-progress\"\nrepetitions = 2\nduration_s = 1.5\ninterval_ms = 200\nlinger_s = 0.2\n[loopback]\n[matrix]\nip = [4]\ntransport = [\"udp\"]\npayload = [200]\npps = [400]\n",
+    )
+    .unwrap();
+    let mut child = common::campaign(&file, &db, &["--progress-log", log.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Watch the log while the campaign runs: when did the first interval
+    // of run 1 and the end of run 1 appear?
+    let t0 = Instant::now();
+    let (mut first_iv, mut first_end) = (None, None);
+    while child.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "campaign hangs");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if first_iv.is_none() && text.contains("\"event\":\"interval\"") {
+            first_iv = Some(Instant::now());
+        }
+        if first_end.is_none() && text.contains("\"event\":\"run_end\"") {
+            first_end = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(child.wait().unwrap().success());
+    let (iv, end) = (first_iv.unwrap(), first_end.unwrap());
+    assert!(
+        end.duration_since(iv) > Duration::from_millis(500),
+        "intervals came only {:?} before the run ended",
+        end.duration_since(iv)
+    );
+    let lines: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ev = |v: &Value| v["event"].as_str().unwrap_or("").to_string();
+    assert_eq!(lines.iter().filter(|v| ev(v) == "run_end").count(), 2);
+    // Between each run's start and end: its intervals, with traffic.
+    let mut cur = None;
+    let mut per_run = 0;
+    for v in &lines {
+        match ev(v).as_str() {
+            "run_start" => {
+                cur = v["run"].as_str().map(str::to_string);
+                per_run = 0;
+            }
+            "interval" => {
+                assert_eq!(v["run"].as_str(), cur.as_deref());
+                per_run += 1;
+                if per_run <= 5 {
+                    let tp = v["throughput_bps"].as_f64().unwrap();
+                    // 400 pps × 200 B = 640 kbit/s.
+                    assert!(tp > 300e3 && tp < 1.3e6, "{v}");
+                    assert!(v["delay_mean_s"].as_f64().unwrap() > 0.0, "{v}");
+                }
+            }
+            "run_end" => {
+                assert_eq!(v["status"], "ok");
+                assert!(per_run >= 6, "{per_run} intervals in a 1.5 s run");
+            }
+            other => panic!("unexpected event {other}"),
+        }
+    }
+    let store = wirebench_campaign::Store::open_existing(&db).unwrap();
+    let s = wirebench_campaign::analysis::summarize(&store, "live-progress").unwrap();
+    let sc = &s.scenarios[0];
+    assert!(sc.series.as_ref().is_some_and(|x| x.runs == 2));
+    let dist = sc.dist.as_ref().unwrap();
+    let received = sc.metrics["packets_received"].mean * 2.0;
+    assert_eq!(dist.runs, 2);
+    assert_eq!(dist.delay.as_ref().unwrap().count() as f64, received);
+    assert!(sc.metrics.contains_key("jitter_ipdv_p99_s"));
 }

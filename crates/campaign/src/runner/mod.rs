@@ -24,6 +24,7 @@
 mod args;
 mod bed;
 mod child;
+mod live;
 mod nodes;
 mod one_run;
 pub mod order;
@@ -90,6 +91,9 @@ pub struct RunOptions {
     pub tool_version: String,
     /// The command line that started the campaign, kept in the environment.
     pub command_line: String,
+    /// Append progress (run start/end, live interval figures of campaigns
+    /// with `interval_ms`) to this file as JSON lines.
+    pub progress_log: Option<PathBuf>,
 }
 
 /// What a campaign run did.
@@ -194,6 +198,9 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
     let mut bed = make_bed(c, &opts.binary)?;
     let mut ctx = Ctx::new(c, store, opts, work.clone());
     let pb = progress_bar(planned.len(), already, opts.progress);
+    let progress = live::Progress::new(pb.clone(), opts.progress_log.as_deref())
+        .map_err(|e| RunError::io("opening the progress log", e))?;
+    ctx.progress = Some(progress.clone());
     let say = |pb: &indicatif::ProgressBar, line: String| {
         if opts.verbose {
             if pb.is_hidden() {
@@ -215,9 +222,11 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        pb.set_message(format!("{} #{}", pr.scenario.key, pr.repetition + 1));
+        let label = format!("{} #{}", pr.scenario.key, pr.repetition + 1);
+        progress.run_start(&label);
         match ctx.one_run(bed.as_mut(), cid, pr, c.length) {
             Ok(RunEnd::Stored(st)) => {
+                progress.run_end(&label, st.as_str());
                 match st {
                     RunStatus::Ok => out.ok += 1,
                     RunStatus::Failed => out.failed += 1,

@@ -31,6 +31,9 @@ pub(super) struct Ctx<'a> {
     receiver: Option<Receiver>,
     /// The nodes' metadata is in the campaign's environment record.
     env_has_nodes: bool,
+    /// Progress bar and log; local senders of campaigns with `interval_ms`
+    /// feed it their live intervals.
+    pub(super) progress: Option<super::live::Progress>,
 }
 
 pub(super) enum RunEnd {
@@ -54,6 +57,7 @@ impl<'a> Ctx<'a> {
             work,
             receiver: None,
             env_has_nodes: false,
+            progress: None,
         }
     }
 
@@ -128,35 +132,63 @@ impl<'a> Ctx<'a> {
     }
 
     /// Runs `wirebench send` and waits for it. Ok(None) = interrupted.
+    /// `live`: the run's label when its intervals should reach the
+    /// progress bar (campaigns with `interval_ms`; not the warm-up).
     fn send(
         &self,
         args: &[String],
         json: &Path,
         timeout: Duration,
+        live: Option<&str>,
     ) -> Result<Option<(std::process::ExitStatus, String, bool)>, RunError> {
         let mut cmd = Command::new(&self.opts.binary);
         let err_path = self.work.join("send.err");
         let errf = std::fs::File::create(&err_path)
             .map_err(|e| RunError::io("creating the sender log", e))?;
         let _ = std::fs::remove_file(json);
+        let follow = match (live, &self.progress, self.c.interval_ms) {
+            (Some(label), Some(p), Some(_)) => Some((label.to_string(), p.clone())),
+            _ => None,
+        };
         cmd.args(args)
             .arg(format!("--json={}", json.display()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(errf);
+        if follow.is_some() {
+            cmd.arg("--json-stream").stdout(Stdio::piped());
+        }
         detach(&mut cmd);
         let mut child = cmd
             .spawn()
             .map_err(|e| RunError::io(format!("starting {}", self.opts.binary.display()), e))?;
+        // The reader ends when the child's stdout closes (it exited or was
+        // stopped); joined once the child is gone so its last interval
+        // is shown before the run's end.
+        let reader = match (follow, child.stdout.take()) {
+            (Some((label, p)), Some(out)) => {
+                Some(std::thread::spawn(move || p.follow(&label, out)))
+            }
+            _ => None,
+        };
+        let join = |r: Option<std::thread::JoinHandle<()>>| {
+            if let Some(h) = r {
+                let _ = h.join();
+            }
+        };
         let t0 = Instant::now();
         loop {
             match child.try_wait() {
-                Ok(Some(st)) => return Ok(Some((st, read_tail(&err_path, 800), false))),
+                Ok(Some(st)) => {
+                    join(reader);
+                    return Ok(Some((st, read_tail(&err_path, 800), false)));
+                }
                 Ok(None) => {}
                 Err(e) => return Err(RunError::io("waiting for the sender", e)),
             }
             if stop_requested() {
                 stop_child(&mut child, Duration::from_secs(2));
+                join(reader);
                 return Ok(None);
             }
             if t0.elapsed() > timeout {
@@ -164,6 +196,7 @@ impl<'a> Ctx<'a> {
                 let st = child
                     .wait()
                     .map_err(|e| RunError::io("waiting for the sender", e))?;
+                join(reader);
                 return Ok(Some((st, read_tail(&err_path, 800), true)));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -208,7 +241,7 @@ impl<'a> Ctx<'a> {
             );
             let warm = self.work.join("warmup.json");
             let t = Duration::from_secs_f64(self.c.warmup_s * 1.5 + 30.0);
-            if self.send(&args, &warm, t)?.is_none() {
+            if self.send(&args, &warm, t, None)?.is_none() {
                 return Ok(RunEnd::Interrupted);
             }
         }
@@ -220,7 +253,9 @@ impl<'a> Ctx<'a> {
             command = format!("receiver: {}\nsender: {command}", r.command);
         }
         let started = env::now_rfc3339();
-        let Some((status, stderr, timed_out)) = self.send(&args, &json, timeout)? else {
+        let label = format!("{} #{}", s.key, pr.repetition + 1);
+        let Some((status, stderr, timed_out)) = self.send(&args, &json, timeout, Some(&label))?
+        else {
             return Ok(RunEnd::Interrupted);
         };
         let ended = env::now_rfc3339();

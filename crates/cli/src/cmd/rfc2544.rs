@@ -294,6 +294,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         verbose: !a.quiet,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        progress_log: None,
     };
     let quiet = a.quiet;
     let mut say = |line: String| {

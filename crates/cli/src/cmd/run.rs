@@ -33,6 +33,11 @@ pub struct Args {
     /// Print how many runs the campaign has and how long it will take, then exit.
     #[arg(long)]
     pub estimate: bool,
+    /// Append progress to FILE as JSON lines: each run's start and end and,
+    /// for campaigns with interval_ms, the live figures of every interval
+    /// (throughput, delay, loss; what the progress bar shows) while it runs.
+    #[arg(long, value_name = "FILE")]
+    pub progress_log: Option<PathBuf>,
 }
 
 /// Loads, validates and (with `quick`) shortens a campaign file.
@@ -92,6 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         verbose: !args.quiet,
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        progress_log: args.progress_log.clone(),
     };
     if c.rfc2544.is_some() {
         return run_rfc2544(&c, &store, &opts, &args);
