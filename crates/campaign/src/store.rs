@@ -5,6 +5,10 @@
 //! a crash (even SIGKILL) loses at most the run in flight. The unique key
 //! (campaign, scenario key, repetition) makes a repeated insert impossible,
 //! and an `ok` run is never overwritten: that is what makes resume safe.
+//! An `ok` run whose stored document no longer reads as a result (damaged
+//! by hand, a disk, another program) is not finished: it is listed as
+//! failed, and [`Store::requeue_unreadable`] lets a resume run it again.
+//! One runner per campaign at a time: [`Store::lock_campaign`].
 
 use crate::summary::Environment;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -30,6 +34,19 @@ pub enum StoreError {
     Missing(String),
     #[error("no campaign {0:?} in the results store")]
     NoCampaign(String),
+    #[error("campaign {name:?} is already being run{} (lock {lock}); two runners would repeat runs and measure over each other: wait for it to end, or stop it", holder.map(|p| format!(" by process {p}")).unwrap_or_default())]
+    Busy {
+        name: String,
+        holder: Option<u32>,
+        lock: String,
+    },
+    #[error("results store {path}: lock {lock}: {source}")]
+    Lock {
+        path: String,
+        lock: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// One campaign as stored.
@@ -167,6 +184,35 @@ CREATE INDEX IF NOT EXISTS runs_by_campaign ON runs(campaign_id, scenario_key);
 
 fn json_or_null(s: Option<String>) -> Option<serde_json::Value> {
     s.and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// The SQL test for a stored result that still reads as a result document
+/// (the same test as [`unreadable`], done by SQLite without loading it).
+/// (CASE, not AND: SQLite may evaluate json_extract on text that is not JSON,
+/// and that is an error, not a false.)
+const READABLE_SQL: &str = "(CASE WHEN json_valid(result)
+     THEN json_extract(result, '$.schema') IS 'wirebench.result/1' ELSE 0 END)";
+
+/// Why a stored `ok` result is not a result document, if it is not.
+fn unreadable(v: Option<&serde_json::Value>) -> Option<&'static str> {
+    match v {
+        None => Some("missing or not JSON"),
+        Some(d)
+            if d.get("schema").and_then(serde_json::Value::as_str)
+                != Some(wirebench_stats::result::SCHEMA) =>
+        {
+            Some("no `schema: wirebench.result/1`")
+        }
+        Some(_) => None,
+    }
+}
+
+/// A run that was stored `ok` but whose result no longer reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub scenario_key: String,
+    pub repetition: u32,
+    pub why: String,
 }
 
 impl Store {
@@ -360,18 +406,28 @@ impl Store {
         let rows = st
             .query_map(params![campaign_id], |r| {
                 let axes: String = r.get(3)?;
-                let status: String = r.get(5)?;
+                let mut status = RunStatus::parse(&r.get::<_, String>(5)?);
+                let result = json_or_null(r.get(6)?);
+                let mut error: Option<String> = r.get(9)?;
+                if status == RunStatus::Ok {
+                    if let Some(why) = unreadable(result.as_ref()) {
+                        status = RunStatus::Failed;
+                        error = Some(format!(
+                            "the stored result no longer reads ({why}); `run --resume` runs it again"
+                        ));
+                    }
+                }
                 Ok(RunRow {
                     id: r.get(0)?,
                     campaign_id: r.get(1)?,
                     scenario_key: r.get(2)?,
                     axes: serde_json::from_str(&axes).unwrap_or_default(),
                     repetition: r.get::<_, i64>(4)? as u32,
-                    status: RunStatus::parse(&status),
-                    result: json_or_null(r.get(6)?),
+                    status,
+                    result,
                     counters: json_or_null(r.get(7)?),
                     command: r.get(8)?,
-                    error: r.get(9)?,
+                    error,
                     started_at: r.get(10)?,
                     ended_at: r.get(11)?,
                 })
@@ -399,12 +455,14 @@ impl Store {
         }
     }
 
-    /// (scenario key, repetition) of every run that finished with a result.
+    /// (scenario key, repetition) of every run that finished with a result
+    /// that still reads as one.
     pub fn finished(&self, campaign_id: i64) -> Result<HashSet<(String, u32)>, StoreError> {
-        let mut st = self
-            .conn
-            .prepare("SELECT scenario_key, repetition FROM runs WHERE campaign_id = ?1 AND status = 'ok'")
-            .map_err(|e| self.sql(e))?;
+        let q = format!(
+            "SELECT scenario_key, repetition FROM runs
+             WHERE campaign_id = ?1 AND status = 'ok' AND {READABLE_SQL}"
+        );
+        let mut st = self.conn.prepare(&q).map_err(|e| self.sql(e))?;
         let set = st
             .query_map(params![campaign_id], |r| {
                 Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u32))
@@ -413,6 +471,69 @@ impl Store {
             .collect::<Result<HashSet<_>, _>>()
             .map_err(|e| self.sql(e))?;
         Ok(set)
+    }
+
+    /// Marks every `ok` run of the campaign whose stored result no longer
+    /// reads as `failed` (saying why), so that the next attempt may replace
+    /// it, and returns them.
+    pub fn requeue_unreadable(&self, campaign_id: i64) -> Result<Vec<Unreadable>, StoreError> {
+        let q = format!(
+            "SELECT id, scenario_key, repetition, result FROM runs
+             WHERE campaign_id = ?1 AND status = 'ok' AND NOT coalesce({READABLE_SQL}, 0)"
+        );
+        let mut st = self.conn.prepare(&q).map_err(|e| self.sql(e))?;
+        let rows = st
+            .query_map(params![campaign_id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)? as u32,
+                    r.get::<_, Option<String>>(3)?,
+                ))
+            })
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sql(e))?;
+        let mut out = Vec::new();
+        for (id, scenario_key, repetition, text) in rows {
+            let why = unreadable(json_or_null(text).as_ref())
+                .unwrap_or("not a result document")
+                .to_string();
+            self.conn
+                .execute(
+                    "UPDATE runs SET status = 'failed', error = ?1 WHERE id = ?2",
+                    params![
+                        format!("the stored result no longer reads ({why}); run again by --resume"),
+                        id
+                    ],
+                )
+                .map_err(|e| self.sql(e))?;
+            out.push(Unreadable {
+                scenario_key,
+                repetition,
+                why,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Takes the campaign's runner lock (see [`crate::lock`]): held until
+    /// the returned value is dropped; refused at once when another process
+    /// holds it.
+    pub fn lock_campaign(&self, name: &str) -> Result<crate::lock::CampaignLock, StoreError> {
+        let lock = crate::lock::lock_path(&self.path, name);
+        crate::lock::CampaignLock::acquire(&lock).map_err(|f| match f {
+            crate::lock::LockFailure::Busy(holder) => StoreError::Busy {
+                name: name.to_string(),
+                holder,
+                lock: lock.display().to_string(),
+            },
+            crate::lock::LockFailure::Io(source) => StoreError::Lock {
+                path: self.path.display().to_string(),
+                lock: lock.display().to_string(),
+                source,
+            },
+        })
     }
 
     /// Commits one run. A failed run may be replaced by a later attempt; an

@@ -76,16 +76,52 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
     );
     drop(store);
 
-    let out = campaign(&file, &db, &["--resume"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "resume failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains(&format!("{} already stored", ok_before.len())),
-        "{stdout}"
+    // Security suite, issue #9 item 11: three `--resume`s started together
+    // each ran every missing run (51 executions for 17 runs). One runner per
+    // campaign: the others are refused at once, naming the lock; a latecomer
+    // that starts after the winner ended finds nothing left. Every missing
+    // run is executed exactly once over the three.
+    let three: Vec<_> = (0..3)
+        .map(|_| {
+            campaign(&file, &db, &["--resume"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = three
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let mut executed = 0;
+    let mut winners = 0;
+    for out in &outs {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            winners += 1;
+            let ran: usize = stdout
+                .lines()
+                .find(|l| l.starts_with("campaign resume-test (id"))
+                .and_then(|l| l.split("): ").nth(1))
+                .and_then(|t| t.split(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no 'N runs ok' in {stdout}"));
+            executed += ran;
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert!(
+                stderr.contains("is already being run") && stderr.contains("w.db.resume-test.lock"),
+                "{stderr}"
+            );
+        }
+    }
+    assert!(winners >= 1, "no resume ran");
+    assert_eq!(
+        executed,
+        8 - ok_before.len(),
+        "a run executed twice: {outs:?}"
     );
 
     let store = Store::open_existing(&db).unwrap();
@@ -132,6 +168,52 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
     assert_eq!(
         Store::open_existing(&db).unwrap().runs(c.id).unwrap().len(),
         8
+    );
+
+    // A stored result that no longer reads is not "ok": `results list` says
+    // so and `--resume` runs it again, saying which.
+    let damaged = runs[2].id;
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE runs SET result = '{\"schema\": \"wirebench.res' WHERE id = ?1",
+            [damaged],
+        )
+        .unwrap();
+    let listed = Store::open_existing(&db).unwrap().runs(c.id).unwrap();
+    let bad = listed.iter().find(|r| r.id == damaged).unwrap();
+    assert_eq!(bad.status, RunStatus::Failed);
+    assert!(bad.error.as_deref().unwrap().contains("no longer reads"));
+    assert_eq!(finished(&db), 7);
+    let again = campaign(&file, &db, &["--resume"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("1 stored run(s) of campaign")
+            && stderr.contains(&format!(
+                "{} #{}",
+                runs[2].scenario_key,
+                runs[2].repetition + 1
+            )),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("1 runs ok, 0 failed, 7 already stored"),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    let rerun = Store::open_existing(&db).unwrap().runs(c.id).unwrap();
+    assert_eq!(rerun.len(), 8);
+    assert!(rerun.iter().all(|r| r.status == RunStatus::Ok));
+    assert_eq!(
+        rerun
+            .iter()
+            .find(|r| r.id == damaged)
+            .unwrap()
+            .result
+            .as_ref()
+            .unwrap()["flows"][0]["sent"]["packets"],
+        40
     );
 
     // `results`: the store seen without SQL.

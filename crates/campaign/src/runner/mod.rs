@@ -138,6 +138,9 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
         .insert("command".into(), opts.command_line.clone());
     env_.extra
         .insert("binary".into(), opts.binary.display().to_string());
+    // Held to the end: a second runner of this campaign (a resume started
+    // twice, or a resume beside the first run) is refused, not run twice.
+    let _lock = store.lock_campaign(&c.name)?;
     let (cid, done) = if opts.resume {
         let row = store.latest_by_name(&c.name)?.ok_or_else(|| {
             RunError::BadInput(format!(
@@ -160,6 +163,17 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
             )));
         }
         store.set_campaign_status(row.id, "running")?;
+        let bad = store.requeue_unreadable(row.id)?;
+        if !bad.is_empty() {
+            eprintln!(
+                "wirebench: --resume: {} stored run(s) of campaign {} no longer read as results and are run again:",
+                bad.len(),
+                row.id
+            );
+            for u in &bad {
+                eprintln!("  {} #{}: {}", u.scenario_key, u.repetition + 1, u.why);
+            }
+        }
         (row.id, store.finished(row.id)?)
     } else {
         let started = env::now_rfc3339();
