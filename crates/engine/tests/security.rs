@@ -740,3 +740,81 @@ fn delayed_tcp_flow_is_not_taken_for_a_squatter() {
     assert_eq!(doc.flows[0].received.counts.unique, 5);
     assert_eq!(doc.flows[0].received.foreign, 0);
 }
+
+/// Items 2 and 4 again on the many-flow receive path: with more UDP flows
+/// than CPUs, flows share receive workers (`udp_rx_many`), a path that
+/// landed after the fixes. Spoofed probes get no reflection, the real
+/// sender does, and forged sequence numbers are counted, not measured, on
+/// every flow alike.
+#[test]
+fn many_flow_workers_keep_reflection_and_forgery_rules() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = (2 * cores + 1) as u16;
+    let rx = Rx::start(15742);
+    let mut c = Client::connect(rx.port);
+    let sid = 0x5ec0_0042;
+    let flows = (1..=n)
+        .map(|id| FlowSetup {
+            flow_id: id,
+            ..udp_flow(None)
+        })
+        .collect();
+    let ports = match c.hello(sid, MeterMode::Rtt, flows) {
+        ControlMsg::Ready { ports, .. } => ports,
+        other => panic!("{other:?}"),
+    };
+    c.send(&ControlMsg::Start);
+    let pkt = |flow: u16, seq: u32| {
+        let mut b = probe(sid, seq, FLAG_RTT, RTT_MIN_LEN);
+        b[8..10].copy_from_slice(&flow.to_be_bytes());
+        b
+    };
+    let victim = UdpSocket::bind("127.0.0.2:0").unwrap();
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for s in [&victim, &sender] {
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+    }
+    let mut buf = [0u8; 256];
+    for (i, &port) in ports.iter().enumerate() {
+        let flow = i as u16 + 1;
+        let data: SocketAddr = ([127, 0, 0, 1], port).into();
+        for seq in 0..3 {
+            victim.send_to(&pkt(flow, seq), data).unwrap();
+        }
+        // Ten real probes, each reflected to the sender only.
+        for seq in 0..10 {
+            sender.send_to(&pkt(flow, seq), data).unwrap();
+            let (len, from) = sender.recv_from(&mut buf).unwrap();
+            assert_eq!((len, from), (RTT_MIN_LEN, data), "flow {flow}");
+        }
+        // Beyond the 10 the sender reports sending, and far beyond reach.
+        for seq in 10..15 {
+            sender.send_to(&pkt(flow, seq), data).unwrap();
+            let _ = sender.recv_from(&mut buf);
+        }
+        sender.send_to(&pkt(flow, (1 << 31) - 1), data).unwrap();
+    }
+    assert!(
+        victim.recv_from(&mut buf).is_err(),
+        "a reflection reached the victim"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    c.send(&ControlMsg::Stop {
+        linger_ms: 100,
+        sent: vec![10; n as usize],
+    });
+    let flows = match c.recv() {
+        ControlMsg::Report { flows, .. } => flows,
+        other => panic!("expected Report, got {other:?}"),
+    };
+    c.send(&ControlMsg::Bye);
+    assert_eq!(flows.len(), n as usize);
+    for f in flows {
+        let s = &f.summary.counts;
+        let id = f.flow_id;
+        assert_eq!((f.foreign, f.forged), (3, 1), "flow {id}: {f:?}");
+        assert_eq!((s.unique, s.forged, s.lost), (10, 5, Some(0)), "flow {id}");
+        assert_eq!(s.reordered, 0, "flow {id}");
+    }
+}
