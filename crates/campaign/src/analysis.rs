@@ -9,14 +9,13 @@
 //! worst flow.
 
 use crate::campaign::{parse_selector, Campaign, Scenario};
-use crate::metrics::{Metric, Source, METRICS};
+use crate::metrics::{num, Metric, METRICS};
 use crate::store::{RunRow, RunStatus, Store, StoreError};
-use crate::summary::{
-    CampaignSummary, Combine, MetricInfo, MetricStats, NodeFigures, ScenarioSummary,
-};
+use crate::summary::{CampaignSummary, MetricInfo, MetricStats, NodeFigures, ScenarioSummary};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use thiserror::Error;
+use wirebench_stats::result::ResultDoc;
 use wirebench_stats::{aggregate, pct_change, upper_bound_tcp_bps, upper_bound_udp_bps, IpVersion};
 
 #[derive(Debug, Error)]
@@ -32,44 +31,6 @@ pub fn metric_catalogue() -> Vec<MetricInfo> {
     METRICS.iter().map(Metric::info).collect()
 }
 
-/// The value at `path` is there and is JSON `null` (unknown).
-fn is_null(v: &Value, path: &[&str]) -> bool {
-    path.iter()
-        .try_fold(v, |cur, p| cur.get(p))
-        .is_some_and(Value::is_null)
-}
-
-fn num(v: &Value, path: &[&str]) -> Option<f64> {
-    let mut cur = v;
-    for p in path {
-        cur = cur.get(p)?;
-    }
-    match cur {
-        Value::Number(n) => n.as_f64().filter(|x| x.is_finite()),
-        Value::Bool(b) => Some(f64::from(u8::from(*b))),
-        _ => None,
-    }
-}
-
-/// The flows' sum; unknown when any flow says `null` there (its
-/// `received.lost` without a receiver report): a sum of the others would
-/// pass for the run's.
-fn sum_flows(flows: &[Value], path: &[&str]) -> Option<f64> {
-    if flows.iter().any(|f| is_null(f, path)) {
-        return None;
-    }
-    let vals: Vec<f64> = flows.iter().filter_map(|f| num(f, path)).collect();
-    (!vals.is_empty()).then(|| vals.iter().sum())
-}
-
-/// A run's throughput at one layer: the result's total (all flows' bytes
-/// over the union of their spans) where the document has one, else the sum
-/// of the flows' rates (older documents).
-fn run_throughput(result: &Value, flows: &[Value], layer: &str) -> Option<f64> {
-    num(result, &["total", "throughput_bps", layer])
-        .or_else(|| sum_flows(flows, &["throughput_bps", layer]))
-}
-
 /// Payload throughput may exceed the Ethernet bound by this share before a
 /// scenario is flagged even with a zero CI: the shaper's 375 µs token
 /// bucket lets that much extra data through at the start of a run (under
@@ -82,108 +43,6 @@ pub const ABOVE_BOUND_TOLERANCE: f64 = 0.001;
 /// result.
 pub fn above_bound(mean: f64, ci95: f64, bound: f64) -> bool {
     bound > 0.0 && mean - ci95.max(0.0) > bound * (1.0 + ABOVE_BOUND_TOLERANCE)
-}
-
-fn max_flows(flows: &[Value], path: &[&str]) -> Option<f64> {
-    flows.iter().filter_map(|f| num(f, path)).reduce(f64::max)
-}
-
-fn min_flows(flows: &[Value], path: &[&str]) -> Option<f64> {
-    flows.iter().filter_map(|f| num(f, path)).reduce(f64::min)
-}
-
-fn plain_mean(flows: &[Value], path: &[&str]) -> Option<f64> {
-    let vals: Vec<f64> = flows.iter().filter_map(|f| num(f, path)).collect();
-    (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64)
-}
-
-/// Mean weighted by the flow's received packets (plain mean when no flow
-/// says how many it received).
-fn weighted_mean(flows: &[Value], path: &[&str]) -> Option<f64> {
-    let mut sw = 0.0;
-    let mut s = 0.0;
-    for f in flows {
-        if let Some(x) = num(f, path) {
-            let w = num(f, &["received", "packets"]).unwrap_or(0.0);
-            sw += w;
-            s += w * x;
-        }
-    }
-    if sw > 0.0 {
-        Some(s / sw)
-    } else {
-        plain_mean(flows, path)
-    }
-}
-
-/// One number from every flow at `path`, combined by the table's rule.
-fn combine_flows(flows: &[Value], path: &[&str], c: Combine) -> Option<f64> {
-    match c {
-        Combine::Sum => sum_flows(flows, path),
-        Combine::WeightedMean => weighted_mean(flows, path),
-        Combine::Mean => plain_mean(flows, path),
-        Combine::Max => max_flows(flows, path),
-        Combine::Min => min_flows(flows, path),
-    }
-}
-
-fn cpu_share(v: &Value, who: &str) -> Option<f64> {
-    let u = num(v, &["cpu", who, "user"]);
-    let s = num(v, &["cpu", who, "system"]);
-    match (u, s) {
-        (None, None) => None,
-        (u, s) => Some(u.unwrap_or(0.0) + s.unwrap_or(0.0)),
-    }
-}
-
-/// Packets the test-bed really dropped during the run. The runner stores
-/// the test-bed's own list of drop sites (qdisc drops, interface rx/tx
-/// drops); their sum is the answer. Without that list, only counters named
-/// `drops`/`*_dropped` count: a tbf's `overlimits` counts the times the
-/// shaper had to wait for tokens (a packet that waited and then left), and
-/// `*_errors` are not drops either, so neither may be added in (S5 at
-/// 1408 B once read 180 720 "drops" with every drop counter at 0).
-fn counter_drops(c: &Value) -> Option<f64> {
-    if let Some(sites) = c.get("drop_sites").and_then(Value::as_array) {
-        return Some(sites.iter().filter_map(|s| num(s, &["count"])).sum());
-    }
-    fn walk(v: &Value, key: &str, acc: &mut f64, found: &mut bool) {
-        match v {
-            Value::Object(m) => {
-                for (k, x) in m {
-                    walk(x, k, acc, found);
-                }
-            }
-            Value::Number(n) if key == "drops" || key.ends_with("_dropped") => {
-                *acc += n.as_f64().unwrap_or(0.0);
-                *found = true;
-            }
-            _ => {}
-        }
-    }
-    let mut acc = 0.0;
-    let mut found = false;
-    walk(c.get("nodes").unwrap_or(c), "", &mut acc, &mut found);
-    found.then_some(acc)
-}
-
-/// Real nodes (`[[hosts.node]]`): the highest host-wide CPU share among the
-/// router nodes over the run — `busy` (1 − idle) or one of the per-state
-/// shares the agent's CPU delta holds.
-fn router_cpu(c: &Value, what: &str) -> Option<f64> {
-    let roles = c.get("roles")?.as_object()?;
-    roles
-        .iter()
-        .filter(|(_, r)| r.as_str() == Some("router"))
-        .filter_map(|(n, _)| {
-            let h = c.get("cpu")?.get(n)?.get("host")?;
-            if what == "busy" {
-                Some(1.0 - num(h, &["idle"])?)
-            } else {
-                num(h, &[what])
-            }
-        })
-        .reduce(f64::max)
 }
 
 /// Per node of runs through agents (their counters hold `roles`): CPU
@@ -247,66 +106,10 @@ fn node_figures<'a>(counters: impl Iterator<Item = &'a Value>) -> BTreeMap<Strin
         .collect()
 }
 
-/// One value per metric key for one run's result document.
-pub fn extract_metrics(result: &Value, counters: Option<&Value>) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    let empty = Vec::new();
-    let flows = result
-        .get("flows")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let mut put = |k: &str, v: Option<f64>| {
-        if let Some(x) = v.filter(|x| x.is_finite()) {
-            out.insert(k.to_string(), x);
-        }
-    };
-    for m in METRICS {
-        if let Source::Flow(path) = m.source {
-            put(m.key, combine_flows(flows, path, m.combine));
-        }
-    }
-    put(
-        "throughput_payload_bps",
-        run_throughput(result, flows, "payload"),
-    );
-    put("throughput_ip_bps", run_throughput(result, flows, "ip"));
-    put(
-        "throughput_ethernet_bps",
-        run_throughput(result, flows, "ethernet"),
-    );
-    put("throughput_wire_bps", run_throughput(result, flows, "wire"));
-    let sent = sum_flows(flows, &["sent", "packets"]);
-    let lost = sum_flows(flows, &["received", "lost"]);
-    put(
-        "loss_ratio",
-        match (lost, sent) {
-            (Some(l), Some(s)) if s > 0.0 => Some(l / s),
-            (Some(_), _) => plain_mean(flows, &["received", "loss_ratio"]),
-            _ => None,
-        },
-    );
-    put("testbed_drops", counters.and_then(counter_drops));
-    put("cpu_sender", cpu_share(result, "sender"));
-    put("cpu_receiver", cpu_share(result, "receiver"));
-    put("cpu_host_user", num(result, &["cpu", "host", "user"]));
-    put("cpu_host_system", num(result, &["cpu", "host", "system"]));
-    put("cpu_host_softirq", num(result, &["cpu", "host", "softirq"]));
-    put(
-        "cpu_router_busy",
-        counters.and_then(|c| router_cpu(c, "busy")),
-    );
-    put(
-        "cpu_router_softirq",
-        counters.and_then(|c| router_cpu(c, "softirq")),
-    );
-    // Only a finite transfer has a completion time; the sender's write
-    // span is not one (a 5 MiB TCP write finishes in the socket buffer
-    // long before the last byte arrives).
-    put("completion_s", max_flows(flows, &["completion_s"]));
-    for (k, v) in crate::dist::run_metrics(result) {
-        put(k, Some(v));
-    }
-    out
+/// One value per metric key for one run: its result document and the
+/// test-bed counters stored beside it (the metric table says how).
+pub fn extract_metrics(doc: &ResultDoc, counters: Option<&Value>) -> BTreeMap<String, f64> {
+    crate::metrics::extract(doc, counters)
 }
 
 impl From<wirebench_stats::Agg> for MetricStats {
@@ -383,33 +186,40 @@ pub fn summarize_runs(
             order.push((r.scenario_key.clone(), r.axes.clone(), None));
         }
     }
+    // Each stored document is read into the typed contract once; a run
+    // whose document this version cannot read is left out and named.
+    let mut unreadable: Vec<String> = Vec::new();
+    let docs: Vec<Option<ResultDoc>> = runs
+        .iter()
+        .map(|r| match r.result_doc() {
+            Some(Ok(d)) if r.status == RunStatus::Ok => Some(d),
+            Some(Err(e)) if r.status == RunStatus::Ok => {
+                unreadable.push(format!("run {} ({}): {e}", r.id, r.scenario_key));
+                None
+            }
+            _ => None,
+        })
+        .collect();
+    let ok_docs = |key: &str| -> Vec<(&RunRow, &ResultDoc)> {
+        runs.iter()
+            .zip(&docs)
+            .filter(|(r, _)| r.scenario_key == key)
+            .filter_map(|(r, d)| Some((r, d.as_ref()?)))
+            .collect()
+    };
     let mut fragmented: Vec<String> = Vec::new();
     let mut drop_notes: Vec<String> = Vec::new();
-    let mut failed = 0usize;
+    let failed = runs.iter().filter(|r| r.status != RunStatus::Ok).count();
     let mut scenarios: Vec<ScenarioSummary> = Vec::new();
     for (key, axes, ub) in &order {
         let mut samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         let mut ok = 0;
-        for r in runs.iter().filter(|r| &r.scenario_key == key) {
-            if r.status != RunStatus::Ok {
-                failed += 1;
-                continue;
-            }
-            let Some(doc) = &r.result else { continue };
+        for (r, doc) in ok_docs(key) {
             ok += 1;
             for (k, v) in extract_metrics(doc, r.counters.as_ref()) {
                 samples.entry(k).or_default().push(v);
             }
-            let frag = doc
-                .get("flows")
-                .and_then(Value::as_array)
-                .is_some_and(|fl| {
-                    fl.iter().any(|f| match f.pointer("/frames/fragmented") {
-                        Some(Value::Bool(b)) => *b,
-                        Some(v) => v.as_f64().is_some_and(|n| n > 0.0),
-                        None => false,
-                    })
-                });
+            let frag = doc.flows.iter().any(|f| f.frames.fragmented > 0);
             if frag && !fragmented.contains(key) {
                 fragmented.push(key.clone());
             }
@@ -461,16 +271,8 @@ pub fn summarize_runs(
             metrics,
             upper_bound_bps: *ub,
             nodes,
-            series: crate::series::scenario_series(
-                runs.iter()
-                    .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
-                    .filter_map(|r| r.result.as_ref()),
-            ),
-            dist: crate::dist::scenario_dist(
-                runs.iter()
-                    .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
-                    .filter_map(|r| r.result.as_ref()),
-            ),
+            series: crate::series::scenario_series(ok_docs(key).into_iter().map(|(_, d)| d)),
+            dist: crate::dist::scenario_dist(ok_docs(key).into_iter().map(|(_, d)| d)),
         });
     }
     if let Some(sel) = campaign
@@ -586,7 +388,16 @@ pub fn summarize_runs(
             fragmented.join("; ")
         ));
     }
-    add_systems(&mut scenarios, runs);
+    if !unreadable.is_empty() {
+        let n = unreadable.len();
+        unreadable.truncate(4);
+        notes.push(format!(
+            "{n} run(s) have a result document this version cannot read and are left out of the statistics: {}{}",
+            unreadable.join("; "),
+            if n > 4 { "; ..." } else { "" }
+        ));
+    }
+    add_systems(&mut scenarios, runs, &docs);
     (scenarios, notes)
 }
 
@@ -604,17 +415,12 @@ pub fn os_label(os: &str) -> String {
 /// "Windows → Linux": the systems at the sending and the receiving end of
 /// a run, from its result document (`host.os`, `receiver.host.os`); None
 /// for documents written before they carried it.
-pub fn systems(doc: &Value) -> Option<String> {
-    let os = |p: &str| {
-        doc.pointer(p)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(os_label)
-    };
+pub fn systems(doc: &ResultDoc) -> Option<String> {
+    let os = |s: &str| (!s.is_empty()).then(|| os_label(s));
     Some(format!(
         "{} → {}",
-        os("/host/os")?,
-        os("/receiver/host/os")?
+        os(&doc.host.os)?,
+        os(&doc.receiver.host.os)?
     ))
 }
 
@@ -625,13 +431,14 @@ pub fn systems(doc: &Value) -> Option<String> {
 /// were). A `sender` axis that only names the node behind each pair of
 /// systems (one node per pair and back) is then left out of the axes: the
 /// systems say the same in the words of the comparison.
-fn add_systems(scenarios: &mut [ScenarioSummary], runs: &[RunRow]) {
+fn add_systems(scenarios: &mut [ScenarioSummary], runs: &[RunRow], docs: &[Option<ResultDoc>]) {
     let mut found: Vec<Option<String>> = Vec::with_capacity(scenarios.len());
     for sc in scenarios.iter() {
         let mut v: Vec<String> = runs
             .iter()
-            .filter(|r| r.scenario_key == sc.key && r.status == RunStatus::Ok)
-            .filter_map(|r| r.result.as_ref().and_then(systems))
+            .zip(docs)
+            .filter(|(r, _)| r.scenario_key == sc.key)
+            .filter_map(|(_, d)| d.as_ref().and_then(systems))
             .collect();
         v.sort();
         v.dedup();
@@ -852,12 +659,13 @@ pub(crate) fn node_lines(meta: &serde_json::Map<String, Value>) -> BTreeMap<Stri
     out
 }
 
-/// The metrics of one stored run (empty when it has no result document).
+/// The metrics of one stored run (empty when it has no result document or
+/// one this version cannot read).
 pub fn run_metrics(r: &RunRow) -> BTreeMap<String, f64> {
-    r.result
-        .as_ref()
-        .map(|d| extract_metrics(d, r.counters.as_ref()))
-        .unwrap_or_default()
+    match r.result_doc() {
+        Some(Ok(d)) => extract_metrics(&d, r.counters.as_ref()),
+        _ => BTreeMap::new(),
+    }
 }
 
 pub(crate) fn si(v: f64, unit: &str) -> String {
@@ -969,6 +777,38 @@ pub const DEFAULT_TABLE_METRICS: &[&str] = &[
 mod tests {
     use super::*;
     use serde_json::json;
+    use wirebench_stats::result::FlowResult;
+
+    fn no_flows() -> ResultDoc {
+        ResultDoc::with_flows(Vec::new())
+    }
+
+    fn flow_payload_bps(bps: f64) -> FlowResult {
+        let mut f = FlowResult::default();
+        f.throughput_bps.payload = bps;
+        f
+    }
+
+    /// A stored run of scenario `key` whose result is `doc`.
+    fn stored_run(key: &str, axes: &[(&str, &str)], rep: u32, doc: &ResultDoc) -> RunRow {
+        RunRow {
+            id: i64::from(rep),
+            campaign_id: 1,
+            scenario_key: key.into(),
+            axes: axes
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            repetition: rep,
+            status: RunStatus::Ok,
+            result: Some(serde_json::to_value(doc).unwrap()),
+            counters: None,
+            command: String::new(),
+            error: None,
+            started_at: String::new(),
+            ended_at: String::new(),
+        }
+    }
 
     /// A tbf that throttled 180 720 times and dropped nothing dropped
     /// nothing; drops are the test-bed's drop sites, counted once.
@@ -984,59 +824,151 @@ mod tests {
                    "qdisc": q(drops, overlimits)})
         };
         let clean = json!({"nodes": {"a": {"eth0": iface(0, 180_720)}}, "drop_sites": []});
-        let m = extract_metrics(&json!({"flows": []}), Some(&clean));
+        let m = extract_metrics(&no_flows(), Some(&clean));
         assert_eq!(m["testbed_drops"], 0.0);
         let lossy = json!({
             "nodes": {"a": {"eth0": iface(0, 5)}, "r1": {"eth1": iface(1994, 90_000)}},
             "drop_sites": [{"node": "r1", "iface": "eth1", "kind": "qdisc", "count": 1994}]
         });
-        let m = extract_metrics(&json!({"flows": []}), Some(&lossy));
+        let m = extract_metrics(&no_flows(), Some(&lossy));
         assert_eq!(m["testbed_drops"], 1994.0);
         // Older stored runs without the list: the drop counters only.
         let old = json!({"nodes": {"r1": {"eth1": iface(7, 90_000)}}});
-        let m = extract_metrics(&json!({"flows": []}), Some(&old));
+        let m = extract_metrics(&no_flows(), Some(&old));
         assert_eq!(m["testbed_drops"], 7.0);
     }
 
     #[test]
     fn run_throughput_is_the_total_over_the_union_span() {
-        let doc = json!({
-            "flows": [{"throughput_bps": {"payload": 35.8e9}}, {"throughput_bps": {"payload": 1e6}}],
-            "total": {"throughput_bps": {"payload": 863e6, "ip": 1.0, "ethernet": 2.0, "wire": 3.0}}
-        });
+        let mut doc = ResultDoc::with_flows(vec![flow_payload_bps(35.8e9), flow_payload_bps(1e6)]);
+        doc.total.throughput_bps = wirebench_stats::Throughput {
+            payload: 863e6,
+            ip: 1.0,
+            ethernet: 2.0,
+            wire: 3.0,
+        };
         let m = extract_metrics(&doc, None);
         assert_eq!(m["throughput_payload_bps"], 863e6);
         assert_eq!(m["throughput_wire_bps"], 3.0);
-        let old = json!({"flows": [{"throughput_bps": {"payload": 2.0}}, {"throughput_bps": {"payload": 3.0}}]});
-        assert_eq!(extract_metrics(&old, None)["throughput_payload_bps"], 5.0);
+        // A document stored before the total existed: the flows' rates add up.
+        let old = ResultDoc::with_flows(vec![flow_payload_bps(2.0), flow_payload_bps(3.0)]);
+        let mut row = stored_run("x", &[], 0, &old);
+        if let Some(total) = row.result.as_mut().and_then(|d| d["total"].as_object_mut()) {
+            total.remove("throughput_bps");
+        }
+        assert!(row.result.as_ref().unwrap()["total"]
+            .get("throughput_bps")
+            .is_none());
+        assert_eq!(run_metrics(&row)["throughput_payload_bps"], 5.0);
+    }
+
+    /// Every metric of the table is read from the typed document, and the
+    /// flows of one run combine by the table's rule.
+    #[test]
+    fn flows_combine_by_the_tables_rule() {
+        let flow = |packets: u64, delay_mean: f64, p99: f64, lost: u64, tcp: bool| {
+            let mut f = FlowResult::default();
+            f.sent.packets = packets + lost;
+            f.received.counts.packets = packets;
+            f.received.counts.lost = Some(lost);
+            f.delay_s.mean = delay_mean;
+            f.delay_s.p99 = p99;
+            f.delay_s.min = delay_mean / 2.0;
+            if tcp {
+                f.tcp = Some(wirebench_stats::result::TcpInfo {
+                    retransmits: 7,
+                    ..Default::default()
+                });
+            }
+            f
+        };
+        let doc = ResultDoc::with_flows(vec![
+            flow(100, 0.001, 0.004, 0, false),
+            flow(300, 0.002, 0.003, 100, true),
+        ]);
+        let m = extract_metrics(&doc, None);
+        // Packet-weighted mean: (100·1 + 300·2) / 400 ms.
+        assert!((m["delay_mean_s"] - 0.00175).abs() < 1e-12);
+        assert_eq!(m["delay_p99_s"], 0.004);
+        assert_eq!(m["delay_min_s"], 0.0005);
+        assert_eq!(m["packets_received"], 400.0);
+        assert_eq!(m["lost_packets"], 100.0);
+        assert_eq!(m["loss_ratio"], 100.0 / 500.0);
+        // Only the TCP flow has TCP figures; no flow has an RTT or E-model.
+        assert_eq!(m["tcp_retransmits"], 7.0);
+        assert!(!m.contains_key("rtt_mean_s") && !m.contains_key("mos"));
+    }
+
+    /// A stored document this version cannot read is left out and named,
+    /// not counted as a run with zeros.
+    #[test]
+    fn unreadable_documents_are_noted() {
+        let good = ResultDoc::with_flows(vec![flow_payload_bps(1e6)]);
+        let mut bad = stored_run("s", &[], 1, &no_flows());
+        bad.result =
+            Some(json!({"schema": "wirebench.result/1", "flows": [{"transport": "sctp"}]}));
+        let mut other = stored_run("s", &[], 2, &no_flows());
+        other.result = Some(json!({"schema": "elsewhere/9"}));
+        let runs = [stored_run("s", &[], 0, &good), bad, other.clone()];
+        let (sc, notes) = summarize_runs(None, &runs);
+        assert_eq!(sc[0].runs_ok, 1);
+        assert_eq!(sc[0].metrics["throughput_payload_bps"].n, 1);
+        let note = notes
+            .iter()
+            .find(|n| n.contains("cannot read"))
+            .unwrap_or_else(|| panic!("{notes:?}"));
+        assert!(
+            note.starts_with("2 run(s)") && note.contains("elsewhere/9"),
+            "{note}"
+        );
+        assert!(run_metrics(&other).is_empty());
     }
 
     /// A flow whose receiver report is missing has `lost: null`: the run's
     /// loss is unknown, not the other flows' loss.
     #[test]
     fn unknown_loss_of_one_flow_makes_the_runs_unknown() {
-        let f = |lost: Value| json!({"sent": {"packets": 100}, "received": {"lost": lost}});
-        let known = json!({"flows": [f(json!(5)), f(json!(15))]});
+        let f = |lost: Option<u64>| {
+            let mut f = FlowResult::default();
+            f.sent.packets = 100;
+            f.received.counts.lost = lost;
+            f.received.counts.loss_ratio = lost.map(|l| l as f64 / 100.0);
+            f
+        };
+        let known = ResultDoc::with_flows(vec![f(Some(5)), f(Some(15))]);
         let m = extract_metrics(&known, None);
         assert_eq!((m["lost_packets"], m["loss_ratio"]), (20.0, 0.1));
-        let unknown = json!({"flows": [f(json!(5)), f(Value::Null)]});
+        let unknown = ResultDoc::with_flows(vec![f(Some(5)), f(None)]);
         let m = extract_metrics(&unknown, None);
         assert!(
             !m.contains_key("lost_packets") && !m.contains_key("loss_ratio"),
             "{m:?}"
         );
+        // Stored as JSON null, read back as unknown.
+        let row = stored_run("u", &[], 0, &unknown);
+        assert_eq!(
+            row.result.as_ref().unwrap()["flows"][1]["received"]["lost"],
+            Value::Null
+        );
+        assert!(!run_metrics(&row).contains_key("lost_packets"));
     }
 
     /// A 5 MiB `-k` transfer once read a completion of 0.020 s, the
     /// sender's write span, under the 42.5 ms the wire needs.
     #[test]
     fn completion_is_the_transfers_never_the_write_span() {
-        let timed = json!({"flows": [{"sent": {"duration_s": 0.02}}]});
+        let sent_for = |secs: f64, completion_s: Option<f64>| {
+            let mut f = FlowResult::default();
+            f.sent.duration_s = secs;
+            f.completion_s = completion_s;
+            f
+        };
+        let timed = ResultDoc::with_flows(vec![sent_for(0.02, None)]);
         assert!(!extract_metrics(&timed, None).contains_key("completion_s"));
-        let k = json!({"flows": [
-            {"sent": {"duration_s": 0.02}, "completion_s": 0.0431},
-            {"sent": {"duration_s": 0.01}, "completion_s": 0.0440}
-        ]});
+        let k = ResultDoc::with_flows(vec![
+            sent_for(0.02, Some(0.0431)),
+            sent_for(0.01, Some(0.0440)),
+        ]);
         assert_eq!(extract_metrics(&k, None)["completion_s"], 0.0440);
     }
 
@@ -1054,19 +986,9 @@ mtu = 1500
 payload = [1408, 512]
 "#;
         let c = Campaign::parse(text, "ab.toml").unwrap();
-        let row = |key: &str, payload: &str, rep: u32, bps: f64| RunRow {
-            id: 0,
-            campaign_id: 1,
-            scenario_key: key.into(),
-            axes: [("payload".to_string(), payload.to_string())].into(),
-            repetition: rep,
-            status: RunStatus::Ok,
-            result: Some(json!({"flows": [{"throughput_bps": {"payload": bps}}]})),
-            counters: None,
-            command: String::new(),
-            error: None,
-            started_at: String::new(),
-            ended_at: String::new(),
+        let row = |key: &str, payload: &str, rep: u32, bps: f64| {
+            let doc = ResultDoc::with_flows(vec![flow_payload_bps(bps)]);
+            stored_run(key, &[("payload", payload)], rep, &doc)
         };
         let runs = [
             row("payload=1408", "1408", 0, 99.0e6),
@@ -1132,10 +1054,10 @@ app = ["dns"]
                 "r2": {"host": {"idle": 0.5, "softirq": 0.4}}
             }
         });
-        let m = extract_metrics(&json!({"flows": []}), Some(&c));
+        let m = extract_metrics(&no_flows(), Some(&c));
         assert_eq!(m["cpu_router_busy"], 0.5);
         assert_eq!(m["cpu_router_softirq"], 0.4);
-        let none = extract_metrics(&json!({"flows": []}), Some(&json!({"nodes": {}})));
+        let none = extract_metrics(&no_flows(), Some(&json!({"nodes": {}})));
         assert!(!none.contains_key("cpu_router_busy"));
     }
 
@@ -1167,18 +1089,8 @@ app = ["dns"]
             })
         };
         let row = |rep: u32, c: Value| RunRow {
-            id: rep as i64,
-            campaign_id: 1,
-            scenario_key: "ip=4".into(),
-            axes: [("ip".to_string(), "4".to_string())].into(),
-            repetition: rep,
-            status: RunStatus::Ok,
-            result: Some(json!({"flows": []})),
             counters: Some(c),
-            command: String::new(),
-            error: None,
-            started_at: String::new(),
-            ended_at: String::new(),
+            ..stored_run("ip=4", &[("ip", "4")], rep, &no_flows())
         };
         let runs = [
             row(0, counters(0.9, 0.2, 100)),

@@ -2,10 +2,11 @@
 //! histograms (`flows[].delay_hist` / `ipdv_hist` of each stored result)
 //! merged over the flows and the repetitions — exact sums of counts on a
 //! common grid (see `wirebench_stats::dist`) — for the report's CDF and
-//! histogram charts, and the per-run |IPDV| percentiles of the tables.
+//! histogram charts. The per-run |IPDV| percentiles of the tables are rows
+//! of the metric table (crate::metrics).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use wirebench_stats::result::ResultDoc;
 pub use wirebench_stats::Dist;
 
 /// Most buckets a scenario's merged dist keeps in the summary.
@@ -24,12 +25,10 @@ pub struct ScenarioDist {
     pub ipdv: Option<Dist>,
 }
 
-/// `key` of a flow as a dist; None when absent or not one (an old or
-/// foreign document).
-fn flow_dist(flow: &Value, key: &str) -> Option<Dist> {
-    flow.get(key)
-        .and_then(|v| serde_json::from_value::<Dist>(v.clone()).ok())
-        .filter(|d| d.count() > 0)
+/// A flow's dist when it has a non-empty one (documents from before they
+/// existed have none).
+fn non_empty(d: &Option<Dist>) -> Option<&Dist> {
+    d.as_ref().filter(|d| d.count() > 0)
 }
 
 fn add(into: &mut Option<Dist>, d: &Dist) {
@@ -44,22 +43,17 @@ fn add(into: &mut Option<Dist>, d: &Dist) {
 
 /// The merged dists of a scenario's result documents; None when no run
 /// carries a histogram (results from before they existed).
-pub fn scenario_dist<'a>(docs: impl Iterator<Item = &'a Value>) -> Option<ScenarioDist> {
+pub fn scenario_dist<'a>(docs: impl Iterator<Item = &'a ResultDoc>) -> Option<ScenarioDist> {
     let mut out = ScenarioDist::default();
     for doc in docs {
         let mut any = false;
-        for f in doc
-            .get("flows")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(d) = flow_dist(f, "delay_hist") {
-                add(&mut out.delay, &d);
+        for f in &doc.flows {
+            if let Some(d) = non_empty(&f.delay_hist) {
+                add(&mut out.delay, d);
                 any = true;
             }
-            if let Some(d) = flow_dist(f, "ipdv_hist") {
-                add(&mut out.ipdv, &d);
+            if let Some(d) = non_empty(&f.ipdv_hist) {
+                add(&mut out.ipdv, d);
                 any = true;
             }
         }
@@ -68,54 +62,30 @@ pub fn scenario_dist<'a>(docs: impl Iterator<Item = &'a Value>) -> Option<Scenar
     (out.runs > 0).then_some(out)
 }
 
-/// |IPDV| percentile metrics of one run: per flow from its histogram, the
-/// worst flow (largest) — as the delay percentiles combine.
-pub const IPDV_PERCENTILES: [(&str, f64); 4] = [
-    ("jitter_ipdv_p50_s", 0.5),
-    ("jitter_ipdv_p90_s", 0.9),
-    ("jitter_ipdv_p99_s", 0.99),
-    ("jitter_ipdv_p999_s", 0.999),
-];
-
-/// The run's |IPDV| percentiles (see [`IPDV_PERCENTILES`]); empty when no
-/// flow has an |IPDV| histogram.
-pub fn run_metrics(doc: &Value) -> Vec<(&'static str, f64)> {
-    let dists: Vec<Dist> = doc
-        .get("flows")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|f| flow_dist(f, "ipdv_hist"))
-        .collect();
-    IPDV_PERCENTILES
-        .iter()
-        .filter_map(|&(k, q)| {
-            dists
-                .iter()
-                .filter_map(|d| d.quantile(q))
-                .reduce(f64::max)
-                .map(|v| (k, v))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use wirebench_stats::result::FlowResult;
 
     #[test]
     fn flows_and_runs_merge() {
         let d = |vals: &[i64]| Dist::from_counts(7, vals.iter().map(|&v| (v, 1)));
         let run = |a: &[i64], b: &[i64]| {
-            json!({"flows": [
-                {"delay_hist": d(a), "ipdv_hist": d(&[10, 20])},
-                {"delay_hist": d(b)},
-            ]})
+            ResultDoc::with_flows(vec![
+                FlowResult {
+                    delay_hist: Some(d(a)),
+                    ipdv_hist: Some(d(&[10, 20])),
+                    ..FlowResult::default()
+                },
+                FlowResult {
+                    delay_hist: Some(d(b)),
+                    ..FlowResult::default()
+                },
+            ])
         };
         let r1 = run(&[100, 200], &[300]);
         let r2 = run(&[400], &[500, 600, 700]);
-        let old = json!({"flows": [{"delay_s": {"mean": 1.0}}]});
+        let old = ResultDoc::with_flows(vec![FlowResult::default()]);
         let s = scenario_dist([&r1, &r2, &old].into_iter()).unwrap();
         assert_eq!(s.runs, 2);
         let delay = s.delay.unwrap();
@@ -124,9 +94,9 @@ mod tests {
         assert_eq!(delay.quantile(0.5), Some(401e-9));
         assert_eq!(s.ipdv.unwrap().count(), 4);
         assert!(scenario_dist([&old].into_iter()).is_none());
-        let m = run_metrics(&r1);
-        assert_eq!(m[0], ("jitter_ipdv_p50_s", 10e-9));
-        assert_eq!(m[1], ("jitter_ipdv_p90_s", 20e-9));
-        assert!(run_metrics(&old).is_empty());
+        let m = crate::metrics::extract(&r1, None);
+        assert_eq!(m["jitter_ipdv_p50_s"], 10e-9);
+        assert_eq!(m["jitter_ipdv_p90_s"], 20e-9);
+        assert!(!crate::metrics::extract(&old, None).contains_key("jitter_ipdv_p50_s"));
     }
 }

@@ -8,8 +8,10 @@
 //!   progress, Ctrl-C, resume).
 //! - [`rfc2544`]: RFC 2544 / RFC 5180 searches run as a campaign (`[rfc2544]`).
 //! - [`estimate`]: runs and wall-clock time before a campaign starts.
-//! - [`metrics`]: the metric table (family, unit, combine rule, direction).
-//! - [`analysis`]: result documents → per-scenario statistics
+//! - [`metrics`]: the metric table (family, unit, combine rule, direction,
+//!   and which field of the typed result document each number comes from).
+//! - [`analysis`]: result documents (typed, `wirebench_stats::result`) →
+//!   per-scenario statistics
 //!   ([`summary::CampaignSummary`], the contract with the report layer).
 
 pub mod analysis;

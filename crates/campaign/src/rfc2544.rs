@@ -21,6 +21,7 @@ use wirebench_rfc2544::{
 };
 /// The search types a [`Model`] for [`simulate`] speaks.
 pub use wirebench_rfc2544::{FrameEntry, FrameSpec, Step, TestFrame, TrialOutcome};
+use wirebench_stats::result::ResultDoc;
 use wirebench_stats::IpVersion;
 
 /// The four benchmarks of RFC 2544 §26 wirebench runs.
@@ -400,14 +401,12 @@ fn scenario_key(test: Test, ip: u8, frame: &TestFrame) -> String {
 }
 
 /// What the search needs from a stored trial's result document.
-pub fn outcome_of(doc: &Value, burst: Option<u64>, unpaced: bool) -> Option<TrialOutcome> {
-    let flow = doc.get("flows")?.get(0)?;
-    let sent = flow.get("sent")?;
-    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
-    let packets = n(sent, "packets")?;
-    let not_sent = n(sent, "not_sent").unwrap_or(0);
-    let received = n(flow.get("received")?, "unique")?;
-    let duration_s = sent.get("duration_s").and_then(Value::as_f64)?;
+pub fn outcome_of(doc: &ResultDoc, burst: Option<u64>, unpaced: bool) -> Option<TrialOutcome> {
+    let flow = doc.flows.first()?;
+    let packets = flow.sent.packets;
+    let not_sent = flow.sent.not_sent;
+    let received = flow.received.counts.unique;
+    let duration_s = flow.sent.duration_s;
     let offered = match burst {
         Some(b) => b,
         None if unpaced => packets,
@@ -419,6 +418,12 @@ pub fn outcome_of(doc: &Value, burst: Option<u64>, unpaced: bool) -> Option<Tria
         received,
         duration_s,
     })
+}
+
+/// [`outcome_of`] a stored document (None when it is not a result document
+/// this version can read: the trial then counts as failed, not as loss).
+fn stored_outcome(doc: &Value, burst: Option<u64>, unpaced: bool) -> Option<TrialOutcome> {
+    outcome_of(&ResultDoc::from_stored(doc).ok()?, burst, unpaced)
 }
 
 // ------------------------------------------------------------ running
@@ -508,7 +513,7 @@ impl Trials for Live<'_, '_> {
                 .result
                 .as_ref()
                 .filter(|_| run.status == RunStatus::Ok)
-                .and_then(|d| outcome_of(d, frames, fps.is_none()).map(|o| (o, d.clone())));
+                .and_then(|d| stored_outcome(d, frames, fps.is_none()).map(|o| (o, d.clone())));
             if let Some((o, d)) = outcome {
                 (self.say)(format!(
                     "{} IPv{ip} {} B {} {}: offered {} received {} loss {:.4} %",
@@ -560,7 +565,7 @@ impl Trials for Replay<'_> {
         let got = self
             .runs
             .get(&(key, rep))
-            .and_then(|d| outcome_of(d, frames, fps.is_none()).map(|o| (o, d.clone())));
+            .and_then(|d| stored_outcome(d, frames, fps.is_none()).map(|o| (o, d.clone())));
         if got.is_none() {
             self.missing = true;
         }
@@ -658,7 +663,10 @@ fn one_size(
             out.rates = Some(spec.rates(r.fps));
             out.pct_of_line = line_fps.map(|l| 100.0 * r.fps / l);
             if cfg.has(Test::Latency) && r.verified {
-                out.latency = verify_doc.as_ref().and_then(Latency::from_result);
+                out.latency = verify_doc
+                    .as_ref()
+                    .and_then(|d| ResultDoc::from_stored(d).ok())
+                    .and_then(|d| Latency::from_result(&d));
             }
             out.throughput = Some(*r);
         }
@@ -781,11 +789,23 @@ impl Trials for Simulated<'_, '_> {
         };
         let o = (self.model)(test, spec, step);
         let d = SIMULATED_DELAY_S;
-        let doc = serde_json::json!({"flows": [{
-            "sent": {"packets": o.sent, "not_sent": o.offered.saturating_sub(o.sent), "duration_s": o.duration_s},
-            "received": {"unique": o.received},
-            "delay_s": {"min": d, "mean": d, "max": d, "stddev": 0.0, "p50": d, "p90": d, "p99": d, "p999": d}
-        }]});
+        let mut flow = wirebench_stats::result::FlowResult::default();
+        flow.sent.packets = o.sent;
+        flow.sent.not_sent = o.offered.saturating_sub(o.sent);
+        flow.sent.duration_s = o.duration_s;
+        flow.received.counts.unique = o.received;
+        flow.delay_s = wirebench_stats::DelayStats {
+            min: d,
+            mean: d,
+            max: d,
+            stddev: 0.0,
+            p50: d,
+            p90: d,
+            p99: d,
+            p999: d,
+        };
+        let doc = serde_json::to_value(ResultDoc::with_flows(vec![flow]))
+            .map_err(|e| RunError::Receiver(format!("simulated trial: {e}")))?;
         let axes = BTreeMap::from([
             ("test".to_string(), test.name().to_string()),
             ("ip".to_string(), ip.to_string()),
@@ -1381,10 +1401,12 @@ mod tests {
 
     #[test]
     fn outcome_counts_what_the_schedule_wanted() {
-        let doc = serde_json::json!({"flows": [{
-            "sent": {"packets": 990, "not_sent": 10, "duration_s": 1.0},
-            "received": {"unique": 985}
-        }]});
+        let mut flow = wirebench_stats::result::FlowResult::default();
+        flow.sent.packets = 990;
+        flow.sent.not_sent = 10;
+        flow.sent.duration_s = 1.0;
+        flow.received.counts.unique = 985;
+        let doc = ResultDoc::with_flows(vec![flow]);
         let o = outcome_of(&doc, None, false).unwrap();
         assert_eq!((o.offered, o.sent, o.received), (1000, 990, 985));
         assert_eq!(outcome_of(&doc, None, true).unwrap().offered, 990);

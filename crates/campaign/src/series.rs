@@ -5,7 +5,7 @@
 //! delay, jitter and loss over time.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use wirebench_stats::result::ResultDoc;
 
 /// Longest series kept per scenario; later intervals are left out of the
 /// summary (they stay in the stored results).
@@ -45,34 +45,29 @@ pub struct ScenarioSeries {
 /// delay, jitter, lost); delay and jitter are packet-weighted means.
 type RunSeries = Vec<(f64, Option<f64>, Option<f64>, f64)>;
 
-fn run_series(doc: &Value) -> Option<(f64, RunSeries)> {
-    let flows = doc.get("flows")?.as_array()?;
+fn run_series(doc: &ResultDoc) -> Option<(f64, RunSeries)> {
     let mut len_s = 0.0f64;
     // Per interval: throughput, delay·packets, jitter·packets, packets, lost.
     let mut acc: Vec<[f64; 5]> = Vec::new();
-    for f in flows {
-        let Some(ivs) = f.get("intervals").and_then(Value::as_array) else {
-            continue;
-        };
-        if ivs.len() >= 2 {
-            let t = |i: usize| ivs[i].get("t_s").and_then(Value::as_f64).unwrap_or(0.0);
-            let d = t(1) - t(0);
+    for f in &doc.flows {
+        let ivs = &f.intervals;
+        if let [a, b, ..] = ivs.as_slice() {
+            let d = b.t_s - a.t_s;
             if d.is_finite() && d > 0.0 {
                 len_s = d;
             }
         }
         for (k, iv) in ivs.iter().take(MAX_POINTS).enumerate() {
-            let n = |key: &str| iv.get(key).and_then(Value::as_f64).unwrap_or(0.0);
             if acc.len() <= k {
                 acc.resize(k + 1, [0.0; 5]);
             }
-            let p = n("packets");
+            let p = iv.packets as f64;
             let a = &mut acc[k];
-            a[0] += n("throughput_bps");
-            a[1] += n("delay_mean_s") * p;
-            a[2] += n("jitter_s") * p;
+            a[0] += iv.throughput_bps;
+            a[1] += iv.delay_mean_s * p;
+            a[2] += iv.jitter_s * p;
             a[3] += p;
-            a[4] += n("lost");
+            a[4] += iv.lost as f64;
         }
     }
     if acc.is_empty() {
@@ -116,7 +111,7 @@ fn band(
 
 /// The series of a scenario from its runs' result documents; None when no
 /// run has intervals.
-pub fn scenario_series<'a>(docs: impl Iterator<Item = &'a Value>) -> Option<ScenarioSeries> {
+pub fn scenario_series<'a>(docs: impl Iterator<Item = &'a ResultDoc>) -> Option<ScenarioSeries> {
     let mut len_s = 0.0;
     let mut runs = Vec::new();
     for doc in docs {
@@ -143,26 +138,47 @@ pub fn scenario_series<'a>(docs: impl Iterator<Item = &'a Value>) -> Option<Scen
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use wirebench_stats::result::FlowResult;
+    use wirebench_stats::Interval;
 
-    fn iv(t: f64, packets: u64, tp: f64, delay: f64, lost: u64) -> Value {
-        json!({"t_s": t, "packets": packets, "throughput_bps": tp,
-               "delay_mean_s": delay, "jitter_s": delay / 10.0, "lost": lost})
+    fn iv(t_s: f64, packets: u64, throughput_bps: f64, delay: f64, lost: u64) -> Interval {
+        Interval {
+            t_s,
+            packets,
+            throughput_bps,
+            delay_mean_s: delay,
+            jitter_s: delay / 10.0,
+            lost,
+            ..Interval::default()
+        }
+    }
+
+    fn run(flows: Vec<Vec<Interval>>) -> ResultDoc {
+        ResultDoc::with_flows(
+            flows
+                .into_iter()
+                .map(|intervals| FlowResult {
+                    intervals,
+                    ..FlowResult::default()
+                })
+                .collect(),
+        )
     }
 
     #[test]
     fn flows_add_and_repetitions_band() {
         // Run 1: two flows, 0.5 s intervals.
-        let r1 = json!({"flows": [
-            {"intervals": [iv(0.0, 10, 1000.0, 0.002, 0), iv(0.5, 10, 1000.0, 0.004, 1)]},
-            {"intervals": [iv(0.0, 30, 3000.0, 0.006, 0), iv(0.5, 0, 0.0, 0.0, 2)]},
-        ]});
+        let r1 = run(vec![
+            vec![iv(0.0, 10, 1000.0, 0.002, 0), iv(0.5, 10, 1000.0, 0.004, 1)],
+            vec![iv(0.0, 30, 3000.0, 0.006, 0), iv(0.5, 0, 0.0, 0.0, 2)],
+        ]);
         // Run 2: one flow, one interval longer.
-        let r2 = json!({"flows": [
-            {"intervals": [iv(0.0, 5, 2000.0, 0.001, 0), iv(0.5, 5, 6000.0, 0.001, 0),
-                           iv(1.0, 5, 500.0, 0.003, 4)]},
-        ]});
-        let no_series = json!({"flows": [{"intervals": []}]});
+        let r2 = run(vec![vec![
+            iv(0.0, 5, 2000.0, 0.001, 0),
+            iv(0.5, 5, 6000.0, 0.001, 0),
+            iv(1.0, 5, 500.0, 0.003, 4),
+        ]]);
+        let no_series = run(vec![vec![]]);
         let s = scenario_series([&r1, &r2, &no_series].into_iter()).unwrap();
         assert_eq!(s.runs, 2);
         assert_eq!(s.interval_s, 0.5);
@@ -184,7 +200,7 @@ mod tests {
         assert_eq!(s.delay_s.min[0], Some(0.001));
         assert_eq!(s.lost.mean, [Some(0.0), Some(1.5), Some(4.0)]);
         // A run without packets in an interval has no delay there.
-        let empty = json!({"flows": [{"intervals": [iv(0.0, 0, 0.0, 0.0, 3)]}]});
+        let empty = run(vec![vec![iv(0.0, 0, 0.0, 0.0, 3)]]);
         let e = scenario_series([&empty].into_iter()).unwrap();
         assert_eq!(e.delay_s.mean, [None]);
         assert!(scenario_series([&no_series].into_iter()).is_none());

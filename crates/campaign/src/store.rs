@@ -115,6 +115,20 @@ pub struct RunRow {
     pub ended_at: String,
 }
 
+impl RunRow {
+    /// The stored result document as types (None: the run produced none).
+    /// The row keeps the JSON as it was written, so keys this version does
+    /// not know stay in the store; readers go through this.
+    pub fn result_doc(
+        &self,
+    ) -> Option<Result<wirebench_stats::result::ResultDoc, wirebench_stats::result::ReadError>>
+    {
+        self.result
+            .as_ref()
+            .map(wirebench_stats::result::ResultDoc::from_stored)
+    }
+}
+
 /// A campaign about to be recorded.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NewCampaign<'a> {

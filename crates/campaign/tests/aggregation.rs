@@ -7,6 +7,7 @@ use wirebench_campaign::campaign::Campaign;
 use wirebench_campaign::store::{NewCampaign, NewRun, RunStatus, Store};
 use wirebench_campaign::summarize;
 use wirebench_campaign::summary::Environment;
+use wirebench_stats::result::{CpuTime, FlowResult, ResultDoc};
 
 const FILE: &str = r#"
 name = "agg"
@@ -22,17 +23,26 @@ transport = ["udp"]
 payload = [1408]
 "#;
 
+/// A run of two flows: payload throughput split evenly, the given mean
+/// delays (p99 twice the mean) and received packets; flow 1 lost 10.
 fn doc(payload_bps: f64, delay: [f64; 2], pkts: [u64; 2]) -> serde_json::Value {
-    json!({
-        "schema": "wirebench.result/1",
-        "flows": [
-            {"throughput_bps": {"payload": payload_bps / 2.0}, "delay_s": {"mean": delay[0], "p99": delay[0] * 2.0},
-             "received": {"packets": pkts[0], "lost": 0}, "sent": {"packets": pkts[0], "not_sent": 1}},
-            {"throughput_bps": {"payload": payload_bps / 2.0}, "delay_s": {"mean": delay[1], "p99": delay[1] * 2.0},
-             "received": {"packets": pkts[1], "lost": 10}, "sent": {"packets": pkts[1] + 10, "not_sent": 0}}
-        ],
-        "cpu": {"sender": {"user": 0.25, "system": 0.5}}
-    })
+    let flow = |i: usize, lost: u64, not_sent: u64| {
+        let mut f = FlowResult::default();
+        f.throughput_bps.payload = payload_bps / 2.0;
+        f.delay_s.mean = delay[i];
+        f.delay_s.p99 = delay[i] * 2.0;
+        f.received.counts.packets = pkts[i];
+        f.received.counts.lost = Some(lost);
+        f.sent.packets = pkts[i] + lost;
+        f.sent.not_sent = not_sent;
+        f
+    };
+    let mut d = ResultDoc::with_flows(vec![flow(0, 0, 1), flow(1, 10, 0)]);
+    d.cpu.sender = CpuTime {
+        user: 0.25,
+        system: 0.5,
+    };
+    serde_json::to_value(d).unwrap()
 }
 
 fn put(store: &Store, cid: i64, key: &str, ip: &str, rep: u32, d: &serde_json::Value) -> bool {

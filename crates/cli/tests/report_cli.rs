@@ -2,13 +2,14 @@
 //! campaign layer's store API: HTML, CSV and JSON outputs, and the errors
 //! for a missing store, an unknown campaign and an impossible output path.
 
-use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 use wirebench_campaign::campaign::Campaign;
 use wirebench_campaign::store::{NewCampaign, NewRun, RunStatus, Store};
 use wirebench_campaign::summary::Environment;
+use wirebench_stats::result::{Cpu, CpuTime, FlowResult, HostCpuShare, ResultDoc};
+use wirebench_stats::{DelayStats, Jitter, Throughput};
 
 const FILE: &str = r#"
 # report CLI fixture: <script>alert(1)</script>
@@ -30,19 +31,50 @@ fn doc(payload: f64, ip: u32, rep: u32) -> serde_json::Value {
         * (1.0 + 0.001 * rep as f64)
         * if ip == 6 { 0.97 } else { 1.0 };
     let d = 0.0001 + payload * 1e-8 * (1.0 + rep as f64 * 0.01);
-    json!({
-        "schema": "wirebench.result/1",
-        "flows": [{
-            "throughput_bps": {"payload": thr, "ip": thr * 1.02, "ethernet": thr * 1.04, "wire": thr * 1.05},
-            "delay_s": {"min": d * 0.5, "mean": d, "p50": d, "p99": d * 3.0, "max": d * 5.0},
-            "jitter_s": {"mean_abs_ipdv": d * 0.1, "rfc3550": d * 0.09, "pdv_p999": d * 2.0},
-            "received": {"packets": 1_000_000u64, "lost": 10 * rep as u64, "loss_ratio": 1e-5 * rep as f64},
-            "sent": {"packets": 1_000_000u64 + 10 * rep as u64, "not_sent": 0}
-        }],
-        "cpu": {"sender": {"user": 0.2, "system": 0.3 + 0.01 * rep as f64},
-                "receiver": {"user": 0.1, "system": 0.2},
-                "host": {"user": 0.3, "system": 0.4, "softirq": 0.15, "idle": 0.9}}
-    })
+    let mut f = FlowResult {
+        throughput_bps: Throughput {
+            payload: thr,
+            ip: thr * 1.02,
+            ethernet: thr * 1.04,
+            wire: thr * 1.05,
+        },
+        delay_s: DelayStats {
+            min: d * 0.5,
+            mean: d,
+            p50: d,
+            p99: d * 3.0,
+            max: d * 5.0,
+            ..DelayStats::default()
+        },
+        jitter_s: Jitter {
+            mean_abs_ipdv: d * 0.1,
+            rfc3550: d * 0.09,
+            pdv_p999: d * 2.0,
+        },
+        ..FlowResult::default()
+    };
+    f.received.counts.packets = 1_000_000;
+    f.received.counts.lost = Some(10 * u64::from(rep));
+    f.received.counts.loss_ratio = Some(1e-5 * f64::from(rep));
+    f.sent.packets = 1_000_000 + 10 * u64::from(rep);
+    let mut doc = ResultDoc::with_flows(vec![f]);
+    doc.cpu = Cpu {
+        sender: CpuTime {
+            user: 0.2,
+            system: 0.3 + 0.01 * f64::from(rep),
+        },
+        receiver: CpuTime {
+            user: 0.1,
+            system: 0.2,
+        },
+        host: HostCpuShare {
+            user: 0.3,
+            system: 0.4,
+            softirq: 0.15,
+            idle: 0.9,
+        },
+    };
+    serde_json::to_value(doc).unwrap()
 }
 
 fn make_store(path: &Path) {

@@ -4,7 +4,6 @@
 //! draws one series per pair of systems ("Windows → Linux" against
 //! "Linux → Linux"), not per node name.
 
-use serde_json::json;
 use std::collections::BTreeMap;
 use wirebench_campaign::campaign::Campaign;
 use wirebench_campaign::store::{NewCampaign, NewRun, RunStatus, Store};
@@ -12,6 +11,7 @@ use wirebench_campaign::summarize;
 use wirebench_campaign::summary::Environment;
 use wirebench_report::plan::layout;
 use wirebench_report::render_html;
+use wirebench_stats::result::{FlowResult, HostInfo, ResultDoc};
 
 const FILE: &str = r#"
 name = "systems"
@@ -39,13 +39,23 @@ pps = [1000]
 "#;
 
 fn doc(sender_os: &str, delay: f64) -> serde_json::Value {
-    json!({
-        "schema": "wirebench.result/1",
-        "host": {"os": sender_os, "kernel": "k", "cpus": 2},
-        "receiver": {"host": {"os": "linux", "kernel": "k", "cpus": 2}},
-        "flows": [{"throughput_bps": {"payload": 1e6}, "delay_s": {"mean": delay, "p99": delay},
-                   "received": {"packets": 1000, "lost": 0}, "sent": {"packets": 1000, "not_sent": 0}}]
-    })
+    let mut f = FlowResult::default();
+    f.throughput_bps.payload = 1e6;
+    f.delay_s.mean = delay;
+    f.delay_s.p99 = delay;
+    f.received.counts.packets = 1000;
+    f.received.counts.lost = Some(0);
+    f.sent.packets = 1000;
+    let mut d = ResultDoc::with_flows(vec![f]);
+    let host = |os: &str| HostInfo {
+        os: os.into(),
+        kernel: "k".into(),
+        cpus: 2,
+        ..HostInfo::default()
+    };
+    d.host = host(sender_os);
+    d.receiver.host = host("linux");
+    serde_json::to_value(d).unwrap()
 }
 
 /// A store holding the campaign with `reps` runs per scenario, the sender

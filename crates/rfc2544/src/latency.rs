@@ -4,7 +4,7 @@
 //! one flow), so it works on stored runs too.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use wirebench_stats::result::ResultDoc;
 
 /// Delay statistics of one trial, seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -29,30 +29,25 @@ pub struct Latency {
 
 impl Latency {
     /// From a result document; None when it has no flow or no delays.
-    pub fn from_result(doc: &Value) -> Option<Latency> {
-        let flow = doc.get("flows")?.get(0)?;
-        let d = flow.get("delay_s")?;
-        let f = |k: &str| d.get(k).and_then(Value::as_f64);
-        let packets = flow
-            .get("received")
-            .and_then(|r| r.get("unique"))
-            .and_then(Value::as_u64)?;
+    pub fn from_result(doc: &ResultDoc) -> Option<Latency> {
+        let flow = doc.flows.first()?;
+        let d = &flow.delay_s;
+        let packets = flow.received.counts.unique;
         if packets == 0 {
             return None;
         }
-        let mean = f("mean")?;
         Some(Latency {
             packets,
-            min_s: f("min")?,
-            mean_s: mean,
-            max_s: f("max")?,
-            stddev_s: f("stddev").unwrap_or(0.0),
-            p50_s: f("p50")?,
-            p90_s: f("p90").unwrap_or(f64::NAN),
-            p99_s: f("p99")?,
-            p999_s: f("p999")?,
-            rfc2544_s: mean,
-            pdv_s: f("p999")? - f("min")?,
+            min_s: d.min,
+            mean_s: d.mean,
+            max_s: d.max,
+            stddev_s: d.stddev,
+            p50_s: d.p50,
+            p90_s: d.p90,
+            p99_s: d.p99,
+            p999_s: d.p999,
+            rfc2544_s: d.mean,
+            pdv_s: d.p999 - d.min,
         })
     }
 }
@@ -63,17 +58,25 @@ mod tests {
 
     #[test]
     fn reads_the_first_flow() {
-        let doc = serde_json::json!({"flows": [{
-            "received": {"unique": 1000},
-            "delay_s": {"min": 1e-5, "mean": 2e-5, "max": 9e-5, "stddev": 1e-6,
-                        "p50": 1.9e-5, "p90": 3e-5, "p99": 5e-5, "p999": 8e-5}
-        }]});
+        let mut flow = wirebench_stats::result::FlowResult::default();
+        flow.received.counts.unique = 1000;
+        flow.delay_s = wirebench_stats::DelayStats {
+            min: 1e-5,
+            mean: 2e-5,
+            max: 9e-5,
+            stddev: 1e-6,
+            p50: 1.9e-5,
+            p90: 3e-5,
+            p99: 5e-5,
+            p999: 8e-5,
+        };
+        let doc = ResultDoc::with_flows(vec![flow.clone()]);
         let l = Latency::from_result(&doc).unwrap();
         assert_eq!(l.packets, 1000);
         assert_eq!(l.rfc2544_s, 2e-5);
         assert!((l.pdv_s - 7e-5).abs() < 1e-12);
-        let none = serde_json::json!({"flows": [{"received": {"unique": 0}, "delay_s": {}}]});
-        assert!(Latency::from_result(&none).is_none());
-        assert!(Latency::from_result(&serde_json::json!({})).is_none());
+        flow.received.counts.unique = 0;
+        assert!(Latency::from_result(&ResultDoc::with_flows(vec![flow])).is_none());
+        assert!(Latency::from_result(&ResultDoc::with_flows(Vec::new())).is_none());
     }
 }

@@ -39,10 +39,11 @@ pub use opts::{MarksSeen, MarksTally, SockOpts};
 pub use seq::SeqUnwrapper;
 
 /// IP version of a flow; decides the IP header size in the framing model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum IpVersion {
-    /// IPv4 (20-byte header).
+    /// IPv4 (20-byte header); the default, as on the command line.
+    #[default]
     V4,
     /// IPv6 (40-byte header).
     V6,
@@ -92,10 +93,11 @@ impl Direction {
 
 /// Transport of a flow: one type from the command line through the control
 /// protocol and the framing model to the result document ("udp"/"tcp").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
-    /// User Datagram Protocol.
+    /// User Datagram Protocol; the default, as on the command line.
+    #[default]
     Udp,
     /// Transmission Control Protocol.
     Tcp,
@@ -131,10 +133,11 @@ impl std::str::FromStr for Transport {
 }
 
 /// What a session measures ("owd"/"rtt").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum MeterMode {
-    /// One-way delay: the receiver measures.
+    /// One-way delay: the receiver measures; the default, as on the command line.
+    #[default]
     Owd,
     /// Round trip: the receiver reflects, the sender measures.
     Rtt,

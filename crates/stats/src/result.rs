@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 pub const SCHEMA: &str = "wirebench.result/1";
 
 /// One run's result document (`wirebench.result/1`), as `send --json` writes it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct ResultDoc {
     /// Always [`SCHEMA`]; readers refuse other values.
     pub schema: String,
@@ -53,7 +53,7 @@ pub struct ResultDoc {
 }
 
 /// Name and version of the writing program.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Tool {
     /// Always "wirebench" for documents this project writes.
     pub name: String,
@@ -79,7 +79,7 @@ pub struct ClockInfo {
 }
 
 /// What the flow was asked to do.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Requested {
     /// Mean packets per second asked for; null for `--max`.
     pub rate_pps: Option<f64>,
@@ -138,7 +138,7 @@ pub struct LossSplit {
 }
 
 /// One flow's result: what was asked, sent, received and measured.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct FlowResult {
     /// Flow id, unique within the session.
     pub id: u16,
@@ -239,7 +239,10 @@ pub struct Total {
     pub loss_ratio: Option<f64>,
     /// All flows' bytes over the union of their spans (earliest start to
     /// latest last arrival on the receiver's clock), not the sum of the
-    /// flows' rates: flows that do not overlap share one span.
+    /// flows' rates: flows that do not overlap share one span. Documents
+    /// written before it existed read it as zero; readers then add up the
+    /// flows' rates.
+    #[serde(default)]
     pub throughput_bps: Throughput,
     /// UDP datagrams the sending host's namespace dropped during the run
     /// (interface queue or socket buffer full; /proc/net/snmp + snmp6).
@@ -423,7 +426,42 @@ pub struct HostInfo {
     pub rx_timestamps: String,
 }
 
+/// Why a stored document is not a [`ResultDoc`].
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// `schema` is missing or names another schema or version.
+    #[error("schema is {0:?}, not {SCHEMA:?}")]
+    Schema(String),
+    /// A key has the wrong type or a required key is missing.
+    #[error("result document: {0}")]
+    Shape(#[from] serde_json::Error),
+}
+
 impl ResultDoc {
+    /// Reads a stored document (a campaign store row, a `--json` file),
+    /// refusing documents of another schema. Keys added since a document
+    /// was written read as their defaults (`#[serde(default)]`).
+    pub fn from_stored(v: &serde_json::Value) -> Result<ResultDoc, ReadError> {
+        match v.get("schema").and_then(serde_json::Value::as_str) {
+            Some(SCHEMA) => Ok(ResultDoc::deserialize(v)?),
+            other => Err(ReadError::Schema(other.unwrap_or("").to_string())),
+        }
+    }
+
+    /// A document of this schema and tool with the given flows and
+    /// everything else at its default: what tests and replays build.
+    pub fn with_flows(flows: Vec<FlowResult>) -> ResultDoc {
+        ResultDoc {
+            schema: SCHEMA.into(),
+            tool: Tool {
+                name: "wirebench".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+            flows,
+            ..ResultDoc::default()
+        }
+    }
+
     /// The document as indented JSON, as `--json` writes it.
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))

@@ -5,7 +5,7 @@
 use crate::exit::bad_input;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use wirebench_campaign::analysis::extract_metrics;
+use wirebench_campaign::analysis::run_metrics;
 use wirebench_campaign::store::{CampaignRow, Store, StoreError};
 use wirebench_campaign::summary::{CampaignSummary, ThroughputUnits};
 use wirebench_report::RunRecord;
@@ -142,11 +142,7 @@ fn run_records(store: &Store, rows: &[CampaignRow]) -> anyhow::Result<Vec<RunRec
                 repetition: u64::from(r.repetition),
                 status,
                 axes: r.axes.clone(),
-                metrics: r
-                    .result
-                    .as_ref()
-                    .map(|d| extract_metrics(d, r.counters.as_ref()))
-                    .unwrap_or_default(),
+                metrics: run_metrics(&r),
             });
         }
     }
