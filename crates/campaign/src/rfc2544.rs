@@ -493,9 +493,16 @@ impl Trials for Live<'_, '_> {
         if let Some(n) = frames {
             s.axes.insert("burst".into(), n.to_string());
         }
-        let length = match frames {
-            Some(count) => RunLength::Packets { count },
-            None => RunLength::Duration {
+        // A paced trial is its frame count (rate × trial length): a timed
+        // sender stops on time and calls frames still due then not sent,
+        // which a zero-loss search would read as loss whenever the tester
+        // started a few ms late. An unpaced trial is timed.
+        let length = match (frames, fps) {
+            (Some(count), _) => RunLength::Packets { count },
+            (None, Some(f)) => RunLength::Packets {
+                count: ((f * self.trial_s).round() as u64).max(1),
+            },
+            (None, None) => RunLength::Duration {
                 seconds: self.trial_s,
             },
         };
