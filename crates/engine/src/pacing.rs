@@ -1153,12 +1153,7 @@ mod tests {
         };
         let mut s = Schedule::new(&plan, 0).unwrap();
         while s.next(0).is_some() {}
-        let acc = SendRec {
-            acc: SendAccumulator::new(cfg()),
-            log: None,
-            flow: 1,
-            wall_minus_mono: 0,
-        };
+        let acc = rec();
         let n = acc.summary(&s).clamped_draws;
         assert!((200..400).contains(&n), "{n}");
         assert_eq!(n, s.gen.clamps());
@@ -1167,17 +1162,22 @@ mod tests {
         assert_eq!(acc.summary(&c).clamped_draws, 0);
     }
 
+    /// A flow's send accounting, without a log.
+    fn rec() -> SendRec {
+        SendRec {
+            acc: SendAccumulator::new(cfg()),
+            log: None,
+            flow: 1,
+            wall_minus_mono: 0,
+        }
+    }
+
     #[test]
     fn gather_batches_due_packets_and_drops_hopeless_ones() {
         let t0 = 10_000_000_000;
         // 1 µs gaps: far below a syscall, so many are due at once.
         let mut s = Schedule::new(&flow(1e6, 100, Stop::Packets(10_000)), t0).unwrap();
-        let mut acc = SendRec {
-            acc: SendAccumulator::new(cfg()),
-            log: None,
-            flow: 1,
-            wall_minus_mono: 0,
-        };
+        let mut acc = rec();
         let mut meta = [(0u64, 0u32); BATCH];
         let mut pending = s.next(t0);
         let n = gather(
@@ -1207,12 +1207,7 @@ mod tests {
         // A 1000 pps flow whose pacer wakes 1.5 s late: packets due more
         // than 1 s ago are not sent, the rest go out in full batches.
         let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(2000)), t0).unwrap();
-        let mut acc = SendRec {
-            acc: SendAccumulator::new(cfg()),
-            log: None,
-            flow: 1,
-            wall_minus_mono: 0,
-        };
+        let mut acc = rec();
         let mut pending = s.next(t0);
         let late = t0 + 1_500_000_000;
         let mut gathered = 0;
@@ -1235,12 +1230,7 @@ mod tests {
         // ends: the 600 packets still due are not sent, not sent late.
         let t0 = 10_000_000_000;
         let mut s = Schedule::new(&flow(1000.0, 100, Stop::DurationMs(2000)), t0).unwrap();
-        let mut acc = SendRec {
-            acc: SendAccumulator::new(cfg()),
-            log: None,
-            flow: 1,
-            wall_minus_mono: 0,
-        };
+        let mut acc = rec();
         let mut meta = [(0u64, 0u32); BATCH];
         let mut pending = s.next(t0);
         let mut gathered = 0;
