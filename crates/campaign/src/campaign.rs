@@ -13,13 +13,13 @@ use std::fmt;
 use thiserror::Error;
 use toml::Spanned;
 
-use wirebench_model::app::{DitgCodec, DITG_APPS};
+use wirebench_model::app::{DitgCodec, ALL_APPS};
 use wirebench_model::{MAX_PAYLOAD, MIN_PAYLOAD};
 
 /// The `app` axis: the constant model (no `--app`) or one of D-ITG's
 /// application models as the engine's model crate names them.
 fn known_app(name: &str) -> bool {
-    name == "constant" || DITG_APPS.contains(&name)
+    name == "constant" || ALL_APPS.contains(&name)
 }
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -743,7 +743,7 @@ fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<Strin
             _ => bad(format!(
                 "unknown application {}; known: constant, {}",
                 v.text(),
-                DITG_APPS.join(", ")
+                ALL_APPS.join(", ")
             )),
         },
         Axis::Codec => match v {
@@ -874,15 +874,6 @@ fn check_matrix(
         }
     }
     let has = |a: Axis, v: &str| m.axes.get(&a).is_some_and(|x| x.iter().any(|y| y == v));
-    if has(Axis::Meter, "rtt") && has(Axis::Transport, "tcp") {
-        // The engine reflects probes over UDP only; a TCP flow's RTT comes
-        // from the kernel (TCP_INFO, metric tcp_rtt_s) under the owd meter.
-        return Err(ctx.err(
-            span_of(Axis::Meter),
-            "meter",
-            "meter \"rtt\" works with UDP only; put TCP in its own [[matrix]] block with meter = [\"owd\"] (its RTT is reported as tcp_rtt_s)",
-        ));
-    }
     if m.axes.contains_key(&Axis::Codec)
         && !m
             .axes
@@ -1431,6 +1422,21 @@ impl Campaign {
             .iter()
             .map(|(m, at)| check_matrix(&ctx, m, *at, &target))
             .collect::<Result<Vec<_>, _>>()?;
+        let length_given = check_length(&ctx, &raw.duration_s, &raw.packets, &raw.kbytes)?;
+        if !matches!(length_given, Some(RunLength::KBytes { .. })) {
+            if let Some((_, at)) = matrices.iter().zip(&raw_matrices).find_map(|(m, (_, at))| {
+                m.axes
+                    .get(&Axis::App)
+                    .is_some_and(|a| a.iter().any(|x| x == "file"))
+                    .then_some(((), *at))
+            }) {
+                return Err(ctx.err(
+                    at,
+                    "app",
+                    "app \"file\" is a transfer: give its size as the campaign's `kbytes` (its completion time is the metric completion_s)",
+                ));
+            }
+        }
 
         let repetitions = match &raw.repetitions {
             Some(r) => check_repetitions(&ctx, r)?,
@@ -1729,7 +1735,15 @@ impl Campaign {
             Target::Loopback => (None, None, None, None),
         };
         let ip: u8 = get(Axis::Ip).and_then(|v| v.parse().ok()).unwrap_or(4);
-        let transport = get(Axis::Transport).unwrap_or_else(|| "udp".into());
+        // Without a transport axis an application model runs on its own
+        // transport (telnet and file are TCP, as `send --app` does).
+        let transport = get(Axis::Transport).unwrap_or_else(|| {
+            match get(Axis::App).as_deref() {
+                Some("telnet" | "file") => "tcp",
+                _ => "udp",
+            }
+            .into()
+        });
         let frame: Option<u32> = get(Axis::Frame).and_then(|v| v.parse().ok());
         let payload = match frame {
             Some(f) => frame_to_payload(f, ip, &transport),

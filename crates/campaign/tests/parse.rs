@@ -262,3 +262,39 @@ fn sender_axis_picks_one_sender_node_per_scenario() {
     let e = err("[loopback]\n[matrix]\nsender = [\"a\"]\n");
     assert_names(&e, 3, "sender");
 }
+
+#[test]
+fn every_engine_model_tcp_rtt_and_file_transfers() {
+    // Every application model the engine has is an axis value.
+    let c = Campaign::parse(
+        "packets = 50\n[loopback]\n[matrix]\napp = [\"voip-real\", \"opus\", \"video\", \"dns\"]\n",
+        "c.toml",
+    )
+    .unwrap();
+    let apps: Vec<String> = c.expand().iter().map(|s| s.settings.app.clone()).collect();
+    assert_eq!(apps, ["voip-real", "opus", "video", "dns"]);
+    // TCP under the RTT meter: the engine reflects TCP records too.
+    let c = Campaign::parse(
+        "duration_s = 1\n[loopback]\n[matrix]\ntransport = [\"tcp\"]\nmeter = [\"rtt\"]\n",
+        "c.toml",
+    )
+    .unwrap();
+    let s = &c.expand()[0].settings;
+    assert_eq!((s.transport.as_str(), s.meter.as_str()), ("tcp", "rtt"));
+    // The file model is S4's transfer: its size is the campaign's kbytes,
+    // and it runs on TCP.
+    let c = Campaign::parse(
+        "kbytes = 5120\n[loopback]\n[matrix]\napp = [\"file\"]\n",
+        "c.toml",
+    )
+    .unwrap();
+    assert_eq!(c.length, RunLength::KBytes { count: 5120 });
+    assert_eq!(c.expand()[0].settings.transport, "tcp");
+    // Without kbytes it has no size: refused, naming the block's line.
+    let e = err("duration_s = 2\n[loopback]\n[matrix]\napp = [\"file\"]\n");
+    assert_names(&e, 3, "app");
+    assert!(e.to_string().contains("kbytes"), "{e}");
+    // Still unknown: named.
+    let e = err("[loopback]\n[matrix]\napp = [\"ftp\"]\n");
+    assert!(e.to_string().contains("opus"), "{e}");
+}

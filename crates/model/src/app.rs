@@ -547,6 +547,22 @@ pub const APP_NAMES: &str = "voip dns telnet quake3 csa csi voip-real opus video
 /// option beyond a codec, so campaigns can sweep them as a matrix axis.
 pub const DITG_APPS: [&str; 6] = ["voip", "dns", "telnet", "quake3", "csa", "csi"];
 
+/// Every application model by `--app` name (as [`APP_NAMES`]), for
+/// campaigns: D-ITG's, the real codecs (`voip-real`, `opus`), `video` and
+/// `file` (a transfer of the campaign's `kbytes`).
+pub const ALL_APPS: [&str; 10] = [
+    "voip",
+    "dns",
+    "telnet",
+    "quake3",
+    "csa",
+    "csi",
+    "voip-real",
+    "opus",
+    "video",
+    "file",
+];
+
 impl AppOptions {
     /// The application model with defaults filled in; errors name the CLI flag.
     pub fn build(&self) -> Result<App, ModelError> {

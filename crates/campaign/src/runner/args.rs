@@ -54,6 +54,10 @@ pub fn send_args(
         }
     } else {
         a.extend(["--app".into(), st.app.clone()]);
+        // The file model's size is the run's length in KiB (-k below).
+        if let (true, RunLength::KBytes { count }) = (st.app == "file", length) {
+            a.extend(["--bytes".into(), count.saturating_mul(1024).to_string()]);
+        }
         if let Some(codec) = &st.codec {
             a.extend(["--codec".into(), codec.clone()]);
         }
