@@ -213,13 +213,20 @@ class Iperf3:
                       rx_pps=got / rsecs if rsecs > 0 else 0.0,
                       tx_pps=sent / ssecs if ssecs > 0 else 0.0)
 
-    def tcp(self, secs, record=None):
-        # iperf3 is run with its defaults only (128 KiB writes).
-        doc, err = self._client([], secs)
+    def tcp(self, secs, record=None, mode=None):
+        # iperf3 is run with its defaults only (128 KiB writes); mode: -R
+        # or --bidir (both directions' received goodput summed).
+        doc, err = self._client([mode] if mode else [], secs)
         if doc is None:
             return Result(False, note=err)
-        rcv = doc.get("end", {}).get("sum_received", {})
-        return Result(True, goodput_bps=float(rcv.get("bits_per_second", 0)))
+        end = doc.get("end", {})
+        bps = float(end.get("sum_received", {}).get("bits_per_second", 0))
+        if mode == "--bidir":
+            back = end.get("sum_received_bidir_reverse")
+            if back is None:
+                return Result(False, note="iperf3 without --bidir figures")
+            bps += float(back.get("bits_per_second", 0))
+        return Result(True, goodput_bps=bps)
 
 
 # --------------------------------------------------------------------------
@@ -344,7 +351,7 @@ class Wirebench:
         start_receiver([binary, "recv", "-B", HOST, "-p", str(WB_PORT)],
                        workdir, "wirebench-recv", WB_PORT)
 
-    def _send(self, flow, secs):
+    def _send(self, flow, secs, every_flow=False):
         self.n += 1
         out = os.path.join(self.workdir, f"wb-{self.n}.json")
         argv = ([self.bin, "send", "-a", HOST, "-p", str(WB_PORT), "-4",
@@ -361,7 +368,7 @@ class Wirebench:
             os.unlink(out)
         if doc is None or not doc.get("flows"):
             return None, f"wirebench send rc={rc}: {text[-400:]}"
-        return doc["flows"][0], ""
+        return (doc["flows"] if every_flow else doc["flows"][0]), ""
 
     def udp(self, rate_pps, size, secs):
         flow = ["-T", "udp", "-c", str(size)]
@@ -378,17 +385,21 @@ class Wirebench:
                       rx_pps=payload / (8 * size),
                       tx_pps=float(sent.get("rate_pps", 0) or 0))
 
-    def tcp(self, secs, record=None):
+    def tcp(self, secs, record=None, mode=None):
         # Without -c: the command the issue names (`-T tcp --max`), 512 B
-        # records by default.
+        # records by default. mode: -R or --bidir (both flows' goodput
+        # summed, as for iperf3).
         flow = ["-T", "tcp", "--max"]
         if record:
             flow += ["-c", str(record)]
-        fl, err = self._send(flow, secs)
-        if fl is None:
+        if mode:
+            flow.append(mode)
+        fls, err = self._send(flow, secs, every_flow=True)
+        if fls is None:
             return Result(False, note=err)
-        tput = fl.get("throughput_bps", {})
-        return Result(True, goodput_bps=float(tput.get("payload", 0) or 0))
+        bps = sum(float(fl.get("throughput_bps", {}).get("payload", 0) or 0)
+                  for fl in fls)
+        return Result(True, goodput_bps=bps)
 
 
     def count_run(self, port, flow, count):
@@ -524,6 +535,8 @@ class Bench:
         t = time.monotonic()
         if kind == "udp":
             r = tool.udp(kw["rate"], kw["size"], kw["secs"])
+        elif kw.get("mode"):
+            r = tool.tcp(kw["secs"], kw.get("record"), kw["mode"])
         else:
             r = tool.tcp(kw["secs"], kw.get("record"))
         rec = {"section": section, "tool": tool.name, "kind": kind,
@@ -624,8 +637,50 @@ class Bench:
         return res
 
 
-def table(args, tools, acc, mx, tcp, sections):
+DIR_MODES = ("-R", "--bidir")
+
+
+def direction_trials(b):
+    """TCP goodput with the receiver sending (-R) and both ways at once
+    (--bidir), wirebench (64000 B records) and iperf3 (defaults) only;
+    keys (tool, mode)."""
+    res = {}
+    for rep in range(b.args.reps):
+        for mode in DIR_MODES:
+            for name in ("wirebench", "iperf3"):
+                if name not in b.tools:
+                    continue
+                rec = TCP_RECORD if name == "wirebench" else None
+                r = b.trial("dir", b.tools[name], "tcp",
+                            secs=b.args.tcp_secs, rep=rep, record=rec,
+                            mode=mode)
+                if r is None or not r.ok:
+                    continue
+                res.setdefault((name, mode), []).append(r.goodput_bps)
+                log(f"  rep {rep+1} {name:10s} TCP {mode:8s} goodput "
+                    f"{r.goodput_bps/1e9:.3f} Gbit/s")
+    return res
+
+
+def dir_rows(args, tools, names, others, dirs, rows):
+    for mode in DIR_MODES:
+        med = {n: median(dirs.get((n, mode), [])) for n in names}
+        what = ("receiver sends (-R)" if mode == "-R"
+                else "both ways at once (--bidir), sum")
+        row = [f"TCP goodput {fmt_secs(args.tcp_secs)} s, {what}, "
+               f"wb {TCP_RECORD} B records (Gbit/s)"]
+        row += [cell(None if med[n] is None else med[n] / 1e9, "{:.2f}")
+                for n in names]
+        ratios = {o: ratio(med.get("wirebench"), med.get(o)) for o in others}
+        row += [cell(ratios[o] if o == "iperf3" else None, "{:.3f}×")
+                for o in others]
+        row += ["", ""]
+        rows.append(row)
+
+
+def table(args, tools, acc, mx, tcp, sections, dirs=None):
     """The one table: per-tool medians, wirebench's ratios, targets."""
+    dirs = dirs or {}
     names = [t for t in TOOLS if t in tools]
     others = [t for t in ("iperf3", "ditg-poll", "ditg") if t in tools
               and "wirebench" in tools]
@@ -665,6 +720,8 @@ def table(args, tools, acc, mx, tcp, sections):
     if "tcp" in sections:
         tcp_row(args, tools, names, others, tcp, None, rows, verdicts)
         tcp_row(args, tools, names, others, tcp, TCP_RECORD, rows, verdicts)
+    if "dir" in sections:
+        dir_rows(args, tools, names, others, dirs, rows)
     return head, rows, verdicts
 
 
@@ -757,10 +814,11 @@ def main():
                     help="path of the wirebench binary")
     ap.add_argument("--tools", default=",".join(TOOLS),
                     help="comma list of: " + ",".join(TOOLS))
-    ap.add_argument("--sections", default="rate,max,tcp,log",
+    ap.add_argument("--sections", default="rate,max,tcp,dir,log",
                     help="comma list of: rate (accuracy), max (64 B packet "
-                         "rate), tcp (goodput), log (cost of the receiver's "
-                         "per-packet log)")
+                         "rate), tcp (goodput), dir (TCP goodput with -R "
+                         "and --bidir, wirebench and iperf3), log (cost of "
+                         "the receiver's per-packet log)")
     ap.add_argument("--reps", type=int, default=None,
                     help="repetitions of every measurement (3; quick 1)")
     ap.add_argument("--secs", type=float, default=None,
@@ -848,8 +906,8 @@ def main():
             return 2
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in sections:
-        if s not in ("rate", "max", "tcp", "log"):
-            print(f"--sections: unknown section {s!r} (rate, max, tcp, log)",
+        if s not in ("rate", "max", "tcp", "dir", "log"):
+            print(f"--sections: unknown section {s!r} (rate, max, tcp, dir, log)",
                   file=sys.stderr)
             return 2
 
@@ -887,6 +945,10 @@ def main():
     if "tcp" in sections:
         log("== TCP goodput")
         tcp = b.tcp()
+    dirs = {}
+    if "dir" in sections:
+        log("== TCP goodput, receiver sends (-R) and both ways (--bidir)")
+        dirs = direction_trials(b)
     log_table = None
     if "log" in sections and "wirebench" in tools:
         log("== per-packet log: the same packets without and with --log-dir")
@@ -894,7 +956,7 @@ def main():
     elapsed = time.monotonic() - b.t0
     load_after = loadavg()
 
-    head, rows, verdicts = table(args, tools, acc, mx, tcp, sections)
+    head, rows, verdicts = table(args, tools, acc, mx, tcp, sections, dirs)
     print(render(head, rows, args.markdown))
     if log_table and log_table[1]:
         print()
@@ -929,6 +991,9 @@ def main():
                 "tcp_goodput_bps": [
                     {"tool": k[0], "record": k[1], "reps": v,
                      "median": median(v)} for k, v in tcp.items()],
+                "direction_goodput_bps": [
+                    {"tool": k[0], "mode": k[1], "reps": v,
+                     "median": median(v)} for k, v in dirs.items()],
                 "table": {"head": head, "rows": rows},
                 "trials": b.trials,
             }, f, indent=1)

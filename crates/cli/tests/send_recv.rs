@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 static TRAFFIC: Mutex<()> = Mutex::new(());
 
 mod common;
-use common::{f, send, send_json, u, Recv, BIN};
+use common::{bad, f, send, send_json, u, Recv, BIN};
 
 fn check_constant_rate(dest: &str, family: &str, port: u16) {
     let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
@@ -483,20 +483,6 @@ fn receiver_gone_mid_run_gives_partial_result_and_exit_1() {
     assert!(u(&doc["flows"][0], "sent.packets") > 0);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("partial"), "{err}");
-}
-
-fn bad(args: &[&str], needle: &str) {
-    let out = send(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(2),
-        "{args:?} should exit 2, stderr: {err}"
-    );
-    assert!(
-        err.contains(needle),
-        "{args:?}: stderr should name {needle:?}: {err}"
-    );
 }
 
 #[test]

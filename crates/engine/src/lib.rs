@@ -15,6 +15,7 @@ pub mod clock;
 pub mod ctl;
 pub mod gate;
 pub mod live;
+pub mod multi;
 mod net;
 mod pacing;
 pub mod plan;
@@ -28,6 +29,7 @@ mod session;
 mod sockopt;
 pub mod sys;
 
+pub use multi::run_many;
 pub use plan::{FlowPlan, SessionPlan, Stop};
 pub use recv::{Daemon, DaemonConfig, DaemonStats};
 pub use result::ResultDoc;

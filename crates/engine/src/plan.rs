@@ -82,6 +82,9 @@ pub struct SessionPlan {
     /// (`--link-rate`): the result then carries the run's physical bound
     /// and flags throughput above it (`total.above_bound`).
     pub link_rate_bps: Option<u64>,
+    /// Set by [`crate::multi::run_many`]: the sessions of one run with
+    /// several receivers send `Start` together.
+    pub together: Option<std::sync::Arc<crate::multi::Together>>,
 }
 
 /// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
@@ -158,6 +161,7 @@ impl SessionPlan {
             pacing: Pacing::Auto,
             live: None,
             link_rate_bps: None,
+            together: None,
         }
     }
 

@@ -691,6 +691,12 @@ fn session(
                 let cpu = CpuTime::thread().since(cpu0).plus(rx_cpu);
                 for (i, (f, acc)) in flows.0.iter().zip(accs).enumerate() {
                     if let Some(sent) = rev_sent.get_mut(i).and_then(Option::take) {
+                        if verbose {
+                            eprintln!(
+                                "wirebench recv: session {sid:08x} flow {} (reverse): sent {} packets, {} bytes to {peer_ip}",
+                                f.flow_id, sent.packets, sent.bytes
+                            );
+                        }
                         reports.push(FlowReport {
                             flow_id: f.flow_id,
                             sent: Some(sent),

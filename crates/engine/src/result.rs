@@ -238,6 +238,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
             receiver: p.extra.cpu_s.share(p.run_s),
             host: p.host,
         },
+        sessions: Vec::new(),
     }
 }
 

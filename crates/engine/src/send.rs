@@ -36,6 +36,9 @@ const START_LEAD_PER_FLOW_NS: u64 = 50_000;
 /// [`EngineError::Partial`] carrying the document with `partial: true`.
 pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     plan.validate()?;
+    // With several receivers: a place at the common start line, given up
+    // (releasing the others) if this session fails before it.
+    let mut arrival = crate::multi::Arrival::new(plan.together.clone());
     // A socket per flow: thousands of flows pass the default 1024 files.
     if plan.flows.len() > 256 {
         crate::sys::raise_open_files_limit();
@@ -103,7 +106,8 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         (f.clone(), tcp)
     });
 
-    // Go.
+    // Go (with several receivers: all at once).
+    arrival.arrive()?;
     ctl.send(&ControlMsg::Start)?;
     let started_real = realtime_ns();
     let t0 = mono_ns() + START_LEAD_NS + START_LEAD_PER_FLOW_NS * plan.flows.len() as u64;

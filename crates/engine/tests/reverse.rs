@@ -156,3 +156,104 @@ fn reverse_flows_refuse_what_does_not_reach_the_receiver() {
     let e = wirebench_engine::run(plan("127.0.0.1", 1, vec![f])).unwrap_err();
     assert!(e.is_bad_input() && e.to_string().contains("-R"), "{e}");
 }
+
+#[test]
+fn the_receiver_sends_only_to_the_control_peers_address() {
+    use std::net::UdpSocket;
+    use std::time::Duration;
+    use wirebench_wire::{ControlMsg, FlowSetup, MeterMode, ProbeHeader, CONTROL_VERSION};
+    let port = 15943;
+    let (stop, h) = daemon(port);
+    let ctl = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut rd = BufReader::new(ctl.try_clone().unwrap());
+    let mut line = String::new();
+    let say = |m: ControlMsg| (&ctl).write_all(m.to_line().as_bytes()).unwrap();
+    let model = serde_json::json!({
+        "spec": FlowSpec::constant(1000.0, 100).unwrap(),
+        "stop": Stop::Packets(30),
+        "seed": 1,
+    });
+    say(ControlMsg::Hello {
+        version: CONTROL_VERSION,
+        session: 77,
+        meter: MeterMode::Owd,
+        flows: vec![FlowSetup {
+            flow_id: 1,
+            transport: Transport::Udp,
+            interval_ms: None,
+            max_len: 100,
+            mtu: 1500,
+            playout_buffer_ms: None,
+            rcvbuf: None,
+            reverse: Some(model),
+        }],
+        auth: None,
+        live: false,
+    });
+    rd.read_line(&mut line).unwrap();
+    let data = match ControlMsg::from_line(&line).unwrap() {
+        ControlMsg::Ready {
+            ports,
+            reverse: true,
+            ..
+        } => ports[0],
+        other => panic!("{other:?}"),
+    };
+    let hello = |from: &UdpSocket| {
+        let mut b = [0u8; 24];
+        ProbeHeader {
+            flags: wirebench_wire::FLAG_HELLO,
+            session: 77,
+            flow: 1,
+            len: 24,
+            seq: 0,
+            tx_ns: 0,
+        }
+        .encode(&mut b)
+        .unwrap();
+        from.send_to(&b, ("127.0.0.1", data)).unwrap();
+    };
+    // A third party (another address than the control connection's) says
+    // hello first: it must get nothing.
+    let other = UdpSocket::bind("127.0.0.2:0").unwrap();
+    hello(&other);
+    let me = UdpSocket::bind("127.0.0.1:0").unwrap();
+    hello(&me);
+    say(ControlMsg::Start);
+    me.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 256];
+    let mut got = 0;
+    while got < 30 {
+        let (n, from) = me.recv_from(&mut buf).unwrap();
+        assert_eq!(from.port(), data);
+        let h = ProbeHeader::decode_datagram(&buf[..n]).unwrap();
+        assert_eq!((h.session, h.flow, n), (77, 1, 100));
+        got += 1;
+    }
+    other
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    assert!(
+        other.recv_from(&mut buf).is_err(),
+        "the third party got data"
+    );
+    say(ControlMsg::Stop {
+        linger_ms: 0,
+        sent: vec![0],
+    });
+    loop {
+        line.clear();
+        rd.read_line(&mut line).unwrap();
+        match ControlMsg::from_line(&line).unwrap() {
+            ControlMsg::Report { flows, .. } => {
+                assert_eq!(flows[0].sent.as_ref().unwrap().packets, 30);
+                break;
+            }
+            ControlMsg::ReverseDone | ControlMsg::TimeResp { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    say(ControlMsg::Bye);
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}

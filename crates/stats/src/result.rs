@@ -50,6 +50,27 @@ pub struct ResultDoc {
     pub receiver: ReceiverInfo,
     /// CPU use of both ends and the sending host.
     pub cpu: Cpu,
+    /// A script with several receivers: one session per receiver, started
+    /// together (`clock` and `receiver` above are the first one's). Absent
+    /// for a run with one receiver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<SessionPart>,
+}
+
+/// One receiver's session of a run with several receivers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct SessionPart {
+    /// The receiver as the command line or script named it.
+    pub dest: String,
+    /// Ids (in this document) of the flows that went to it.
+    pub flows: Vec<u16>,
+    /// Its clock against ours.
+    pub clock: ClockInfo,
+    /// Its host and session-wide counters.
+    pub receiver: ReceiverInfo,
+    /// Why its part is partial, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_reason: Option<String>,
 }
 
 /// Name and version of the writing program.

@@ -170,7 +170,8 @@ fn parse_pacing(s: &str) -> Result<Pacing, String> {
     }
 }
 
-fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
+/// The sessions of the run: one per receiver (a script may name several).
+fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     if args.flows == 0 {
         crate::bail_input!("--flows: must be at least 1");
     }
@@ -187,8 +188,7 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     let cli_opts = args.sock.to_opts();
     let seed = args.seed.unwrap_or_else(rand_seed);
     let mut meter = args.meter;
-    let mut dest = args.dest.clone();
-    let port = args.port;
+    let dest = args.dest.clone();
     let mut port_noted = false;
     let mut script_meter: Option<MeterMode> = None;
     let mut flows = Vec::new();
@@ -204,17 +204,6 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
     if let Some(path) = &args.script {
         let list = wirebench_model::script::load(path).map_err(bad_input)?;
         for (i, sf) in list.into_iter().enumerate() {
-            if let Some(d) = &sf.dest {
-                match &dest {
-                    None => dest = Some(d.clone()),
-                    Some(cur) if cur != d => crate::bail_input!(
-                        "{}:{}: -a: every flow of a session goes to one receiver ({cur}), this line names {d}",
-                        path.display(),
-                        sf.line
-                    ),
-                    _ => {}
-                }
-            }
             if sf.port.is_some() && !port_noted {
                 eprintln!(
                     "wirebench send: note: {}:{}: -rp ignored, the receiver chooses the data ports",
@@ -261,6 +250,8 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
                     direction: Direction::Forward,
                 },
                 sf.direction.unwrap_or(cli_direction),
+                // A line's own -a wins: one session per receiver.
+                sf.dest.or_else(|| dest.clone()),
             ));
         }
     } else {
@@ -281,13 +272,50 @@ fn build_plan(args: &Args) -> anyhow::Result<SessionPlan> {
                     direction: Direction::Forward,
                 },
                 cli_direction,
+                dest.clone(),
             ));
         }
     }
-    let flows = directed(flows);
-    let Some(dest) = dest else {
-        crate::bail_input!("-a: the receiver's address is required (e.g. -a 192.0.2.7)");
-    };
+    // One session per receiver, in the order the receivers first appear.
+    let mut groups: Vec<(String, Vec<(FlowPlan, FlowDirection)>)> = Vec::new();
+    for (f, d, to) in flows {
+        let Some(to) = to else {
+            crate::bail_input!("-a: the receiver's address is required (e.g. -a 192.0.2.7)");
+        };
+        match groups.iter_mut().find(|(g, _)| *g == to) {
+            Some((_, fl)) => fl.push((f, d)),
+            None => groups.push((to, vec![(f, d)])),
+        }
+    }
+    if groups.len() > 1 {
+        if args.log.is_some() {
+            crate::bail_input!(
+                "-l: one log per run needs one receiver; this script names {}",
+                groups.len()
+            );
+        }
+        if args.json_stream {
+            crate::bail_input!(
+                "--json-stream: streams one receiver's intervals; this script names {}",
+                groups.len()
+            );
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(to, fl)| session_plan(args, to, directed(fl), meter))
+        .collect()
+}
+
+/// The session with one receiver: its flows and the command line's
+/// session-wide options.
+fn session_plan(
+    args: &Args,
+    dest: String,
+    flows: Vec<FlowPlan>,
+    meter: MeterMode,
+) -> anyhow::Result<SessionPlan> {
+    let port = args.port;
     let mut plan = SessionPlan::new(dest, flows);
     plan.port = port;
     plan.family = if args.ipv4 {
@@ -354,15 +382,17 @@ fn rand_seed() -> u64 {
 static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut plan = build_plan(&args)?;
+    let mut plans = build_plans(&args)?;
     // The shutdown is registered first, so it sees the flag as the previous
     // Ctrl-C left it.
     signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&INTERRUPTED))
         .and_then(|_| signal_hook::flag::register(SIGINT, Arc::clone(&INTERRUPTED)))
         .context("installing the Ctrl-C handler")?;
-    plan.cancel = Some(&**INTERRUPTED);
-    // Resolve up front: an unresolvable name is the user's input.
-    plan.resolve().map_err(bad_input)?;
+    for plan in &mut plans {
+        plan.cancel = Some(&**INTERRUPTED);
+        // Resolve up front: an unresolvable name is the user's input.
+        plan.resolve().map_err(bad_input)?;
+    }
     // Prepare the JSON file before measuring, so a bad path costs no run;
     // the document goes to a temporary file renamed over FILE at the end,
     // so FILE is never left empty or half-written (refused connection,
@@ -371,8 +401,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some("-") | None => None,
         Some(path) => Some(JsonOut::prepare(path).map_err(bad_input)?),
     };
-    let printer = live_printer(&args, &mut plan);
-    let (doc, failure) = match wirebench_engine::run(plan) {
+    // Live lines come from one receiver's stream; with several, the
+    // series are in the document only.
+    let printer = match plans.as_mut_slice() {
+        [one] => live_printer(&args, one),
+        _ => None,
+    };
+    let (doc, failure) = match wirebench_engine::run_many(plans) {
         Ok(doc) => (doc, None),
         Err(EngineError::Partial { reason, doc }) => (*doc, Some(reason)),
         Err(e) => {

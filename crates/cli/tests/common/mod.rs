@@ -107,6 +107,22 @@ pub fn send(args: &[&str]) -> Output {
         .expect("run wirebench send")
 }
 
+/// `wirebench send ARGS`, which must exit 2 with `needle` (the option at
+/// fault) in its message.
+pub fn bad(args: &[&str], needle: &str) {
+    let out = send(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?} should exit 2, stderr: {err}"
+    );
+    assert!(
+        err.contains(needle),
+        "{args:?}: stderr should name {needle:?}: {err}"
+    );
+}
+
 /// `wirebench send ARGS --json`, which must succeed; its result document.
 pub fn send_json(args: &[&str]) -> Value {
     let mut a = args.to_vec();
