@@ -873,7 +873,6 @@ fn check_matrix(
             }
         }
     }
-    let has = |a: Axis, v: &str| m.axes.get(&a).is_some_and(|x| x.iter().any(|y| y == v));
     if m.axes.contains_key(&Axis::Codec)
         && !m
             .axes
