@@ -6,7 +6,7 @@ mod cmd;
 mod exit;
 mod key;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -46,7 +46,12 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse_from(ditg_compat(std::env::args_os().collect()));
+    let matches = negative_values(Cli::command())
+        .get_matches_from(ditg_compat(std::env::args_os().collect()));
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Recv(a) => cmd::recv::run(a),
         Command::Send(a) => cmd::send::run(*a),
@@ -60,6 +65,20 @@ fn main() {
         Command::Decode(a) => cmd::decode::run(a),
     };
     std::process::exit(exit::code_for(result));
+}
+
+/// Every option that takes a value accepts one that looks negative, so
+/// `-t -1` gets the option's own range message naming `-t` (exit 2), not
+/// clap's "unexpected argument '-1'", which named no flag.
+fn negative_values(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        if a.get_action().takes_values() && !a.is_positional() {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(negative_values)
 }
 
 /// D-ITG habits clap would misread: ITGSend's `-poll` (poll the flows of a

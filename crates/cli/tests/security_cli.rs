@@ -260,3 +260,40 @@ fn loss_without_a_receiver_report_is_unknown() {
         "{stdout}"
     );
 }
+
+/// Item 12: `-u 10 20` was silently raised to 24 B; negative numbers got
+/// clap's "unexpected argument '-1'" without the flag; a chain longer than
+/// the TTL was built and then failed `check`. Each is exit 2 naming the
+/// flag or the limit, before anything is built.
+#[test]
+fn small_mistakes_exit_2_naming_the_flag() {
+    exits_2_naming(&["send", "-a", "127.0.0.1", "-u", "10", "20"], "-u | 24");
+    exits_2_naming(&["send", "-a", "127.0.0.1", "-t", "-1"], "-t");
+    exits_2_naming(&["send", "-a", "127.0.0.1", "-z", "-5"], "-z");
+    exits_2_naming(&["recv", "-p", "-1"], "-p");
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("chain.toml");
+    let mut t = String::from(
+        "[[node]]\nname = \"a\"\nkind = \"host\"\n[[node]]\nname = \"b\"\nkind = \"host\"\n",
+    );
+    for i in 1..=64 {
+        t.push_str(&format!("[[node]]\nname = \"r{i}\"\nkind = \"router\"\n"));
+    }
+    let mut prev = "a".to_string();
+    for i in 1..=64 {
+        t.push_str(&format!("[[link]]\nendpoints = [\"{prev}\", \"r{i}\"]\n"));
+        prev = format!("r{i}");
+    }
+    t.push_str(&format!("[[link]]\nendpoints = [\"{prev}\", \"b\"]\n"));
+    std::fs::write(&topo, t).unwrap();
+    exits_2_naming(
+        &[
+            "testbed",
+            "up",
+            topo.to_str().unwrap(),
+            "--name",
+            "storettl",
+        ],
+        "64 routers | at most 63",
+    );
+}

@@ -280,6 +280,17 @@ impl SizeModel {
             }
             return Ok(SizeModel::Constant { bytes: v as u32 });
         }
+        if letter == 'u' {
+            // A uniform range names its bounds: one below the probe header
+            // was silently raised (`-u 10 20` sent 24-byte packets only).
+            arity_check(&flag, letter, p)?;
+            if p[0] < MIN_PAYLOAD as f64 || p[1] > MAX_PAYLOAD as f64 {
+                return Err(bad(&flag, format!(
+                    "payload range must lie in {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes (the probe header alone is {MIN_PAYLOAD}), got {} {}",
+                    p[0], p[1]
+                )));
+            }
+        }
         Ok(SizeModel::Random(value_dist(&flag, letter, p)?))
     }
 

@@ -434,21 +434,7 @@ mod tests {
 
     #[test]
     fn every_address_is_inside_its_segment() {
-        use crate::spec::{LinkSpec, NodeSpec};
-        let mut nodes = vec![NodeSpec::new("a", NodeKind::Host)];
-        for i in 1..=20 {
-            nodes.push(NodeSpec::new(&format!("r{i}"), NodeKind::Router));
-        }
-        nodes.push(NodeSpec::new("b", NodeKind::Host));
-        let links = nodes
-            .windows(2)
-            .map(|w| LinkSpec::new(&w[0].name, &w[1].name))
-            .collect();
-        let spec = TopologySpec {
-            source: "chain".into(),
-            nodes,
-            links,
-        };
+        let spec = TopologySpec::chain(20);
         let p = Plan::new("t", &spec).unwrap();
         for n in &p.nodes {
             for f in &n.ifaces {

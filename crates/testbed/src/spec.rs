@@ -149,6 +149,27 @@ pub struct TopologySpec {
     pub links: Vec<LinkSpec>,
 }
 
+impl TopologySpec {
+    /// Hosts `a` and `b` joined by `routers` routers `r1`, `r2`, ... in a
+    /// line (default links).
+    pub fn chain(routers: usize) -> TopologySpec {
+        let mut nodes = vec![NodeSpec::new("a", NodeKind::Host)];
+        for i in 1..=routers {
+            nodes.push(NodeSpec::new(&format!("r{i}"), NodeKind::Router));
+        }
+        nodes.push(NodeSpec::new("b", NodeKind::Host));
+        let links = nodes
+            .windows(2)
+            .map(|w| LinkSpec::new(&w[0].name, &w[1].name))
+            .collect();
+        TopologySpec {
+            source: "chain".into(),
+            nodes,
+            links,
+        }
+    }
+}
+
 /// Where a validation problem sits, so that the file loader can name a line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Loc {
@@ -395,9 +416,57 @@ impl TopologySpec {
                 ),
             ));
         }
+        self.check_path_lengths(&hosts, &adj)
+    }
+
+    /// Every host must reach every other through at most
+    /// [`MAX_ROUTERS_ON_PATH`] routers: beyond, the default TTL runs out and
+    /// the test-bed that was built cannot carry traffic (a 250-link chain
+    /// was built, then `check` failed).
+    fn check_path_lengths(&self, hosts: &[usize], adj: &[Vec<usize>]) -> Result<(), (Loc, String)> {
+        let n = self.nodes.len();
+        for &h in hosts {
+            // 0-1 breadth-first search: entering a router costs one hop,
+            // a switch none; hosts end a path.
+            let mut cost = vec![usize::MAX; n];
+            let mut queue = std::collections::VecDeque::from([h]);
+            cost[h] = 0;
+            while let Some(u) = queue.pop_front() {
+                if u != h && self.nodes[u].kind == NodeKind::Host {
+                    continue;
+                }
+                for &v in &adj[u] {
+                    let step = usize::from(self.nodes[v].kind == NodeKind::Router);
+                    if cost[u] + step < cost[v] {
+                        cost[v] = cost[u] + step;
+                        if step == 0 {
+                            queue.push_front(v);
+                        } else {
+                            queue.push_back(v);
+                        }
+                    }
+                }
+            }
+            if let Some(&far) = hosts
+                .iter()
+                .find(|&&o| cost[o] != usize::MAX && cost[o] > MAX_ROUTERS_ON_PATH)
+            {
+                return Err((
+                    Loc::Whole,
+                    format!(
+                        "host `{}` reaches host `{}` through {} routers; at most {MAX_ROUTERS_ON_PATH} (each router takes one of the 64 hops of the default IP TTL)",
+                        self.nodes[h].name, self.nodes[far].name, cost[far]
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 }
+
+/// Most routers between two hosts: Linux sends with TTL (hop limit) 64, and
+/// each router decrements it.
+pub const MAX_ROUTERS_ON_PATH: usize = 63;
 
 /// Node names: letters, digits and `-`, starting with a letter (they become
 /// host names and part of namespace names).
@@ -1076,5 +1145,26 @@ endpoints = ["m", "b"]
         assert!(check_testbed_name("a-b").is_err());
         assert!(check_testbed_name("").is_err());
         assert!(check_testbed_name("abcdefghijklm").is_err());
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    /// Security suite, issue #9 item 12: a chain longer than the TTL was
+    /// built and then failed `check`; now it is refused before anything
+    /// is created, naming the limit.
+    #[test]
+    fn paths_longer_than_the_ttl_are_refused() {
+        let chain = TopologySpec::chain;
+        chain(MAX_ROUTERS_ON_PATH).validate().unwrap();
+        let e = chain(MAX_ROUTERS_ON_PATH + 1).validate().unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("host `a` reaches host `b` through 64 routers; at most 63"),
+            "{m}"
+        );
+        assert!(chain(249).validate().is_err());
     }
 }

@@ -676,24 +676,11 @@ fn bad_input_creates_nothing() {
 
 /// A long chain, so that `up` takes long enough to be killed in the middle.
 fn chain_spec(routers: usize) -> TopologySpec {
-    let mut nodes = vec![NodeSpec::new("a", NodeKind::Host)];
-    for i in 1..=routers {
-        nodes.push(NodeSpec::new(&format!("r{i}"), NodeKind::Router));
+    let mut t = TopologySpec::chain(routers);
+    for l in &mut t.links {
+        l.rate_bps = Some(1_000_000_000);
     }
-    nodes.push(NodeSpec::new("b", NodeKind::Host));
-    let links = nodes
-        .windows(2)
-        .map(|w| {
-            let mut l = LinkSpec::new(&w[0].name, &w[1].name);
-            l.rate_bps = Some(1_000_000_000);
-            l
-        })
-        .collect();
-    TopologySpec {
-        source: "chain".into(),
-        nodes,
-        links,
-    }
+    t
 }
 
 /// Not a test on its own: the body of the child process the kill tests start.
