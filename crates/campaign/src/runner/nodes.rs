@@ -21,6 +21,12 @@ use std::time::{Duration, Instant};
 use wirebench_agent::proto::{CpuSample, HostMeta};
 use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Role, Transport};
 
+/// Path-MTU probes per run before a path counts as broken, and the pause
+/// between them: 10 × 300 ms outlasts IPv6 duplicate address detection
+/// (1-2 s after an address is added).
+const PMTU_TRIES: u32 = 10;
+const PMTU_RETRY: Duration = Duration::from_millis(300);
+
 /// Control port of the receivers started on receiver nodes.
 pub const NODE_PORT: u16 = 5400;
 
@@ -397,7 +403,21 @@ impl Nodes {
                 .get(&(sn, rn, v6))
                 .copied()
                 .or(s.settings.mtu);
-            match self.path_mtu(si, ri, dest) {
+            // The first probe after a test-bed (re)build can go out while
+            // IPv6 addresses are still tentative (duplicate address
+            // detection) or neighbours unresolved, and nothing arrives (the
+            // first IPv6 run of every S4 build was refused): probe again,
+            // up to PMTU_TRIES times, before calling the path broken.
+            let mut tries = 1;
+            let probed = loop {
+                let r = self.path_mtu(si, ri, dest);
+                if !matches!(r, Ok(None)) || tries >= PMTU_TRIES {
+                    break r;
+                }
+                tries += 1;
+                std::thread::sleep(PMTU_RETRY);
+            };
+            match probed {
                 Ok(m) => {
                     if let (Some(want), Some(got)) = (want, m) {
                         if want != got {
@@ -409,7 +429,8 @@ impl Nodes {
                     }
                     if m.is_none() {
                         out.error = Some(format!(
-                            "refused, not measured: {key}: no path-MTU probe reached {dest}"
+                            "refused, not measured: {key}: no path-MTU probe reached {dest} ({tries} tries over {:.1} s)",
+                            (tries - 1) as f64 * PMTU_RETRY.as_secs_f64()
                         ));
                         return Ok(out);
                     }
