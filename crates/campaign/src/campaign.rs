@@ -70,10 +70,22 @@ pub enum Axis {
     /// node name per value (comparing systems: a Windows and a Linux
     /// sender to the same receiver).
     Sender,
+    /// `send --dscp` of every flow: "EF vs best effort".
+    Dscp,
+    /// `send --cc` (TCP congestion control): "cubic vs bbr".
+    Cc,
+    /// `send --window` (socket buffers).
+    Window,
+    /// `send --rate` (payload bit/s) instead of `pps`.
+    Rate,
+    /// An inter-departure law in D-ITG letters, e.g. "E 1000" (`send -E 1000`).
+    Idt,
+    /// A size law in D-ITG letters, e.g. "u 100 1400" (`send -u 100 1400`).
+    Size,
 }
 
 impl Axis {
-    pub const ALL: [Axis; 14] = [
+    pub const ALL: [Axis; 20] = [
         Axis::Ip,
         Axis::Transport,
         Axis::Meter,
@@ -88,6 +100,12 @@ impl Axis {
         Axis::Offloads,
         Axis::ForwardPps,
         Axis::Sender,
+        Axis::Dscp,
+        Axis::Cc,
+        Axis::Window,
+        Axis::Rate,
+        Axis::Idt,
+        Axis::Size,
     ];
 
     pub fn name(self) -> &'static str {
@@ -106,6 +124,12 @@ impl Axis {
             Axis::Offloads => "offloads",
             Axis::ForwardPps => "forward_pps",
             Axis::Sender => "sender",
+            Axis::Dscp => "dscp",
+            Axis::Cc => "cc",
+            Axis::Window => "window",
+            Axis::Rate => "rate",
+            Axis::Idt => "idt",
+            Axis::Size => "size",
         }
     }
 
@@ -342,6 +366,18 @@ pub struct Settings {
     pub forward_pps: Option<u64>,
     /// `[[hosts.node]]`: the one sender node that sends (None: all).
     pub sender: Option<String>,
+    /// `send --dscp` (a name or number).
+    pub dscp: Option<String>,
+    /// `send --cc`.
+    pub cc: Option<String>,
+    /// `send --window`.
+    pub window: Option<String>,
+    /// `send --rate` (payload bit/s with k/M/G).
+    pub rate: Option<String>,
+    /// An IDT law in D-ITG letters ("E 1000"): `send -E 1000`.
+    pub idt: Option<String>,
+    /// A size law in D-ITG letters ("u 100 1400"): `send -u 100 1400`.
+    pub size: Option<String>,
 }
 
 /// What the test-bed is built from: MTU, link rate, offloads, router cap.
@@ -434,6 +470,12 @@ struct RawMatrix {
     offloads: AxisField,
     forward_pps: AxisField,
     sender: AxisField,
+    dscp: AxisField,
+    cc: AxisField,
+    window: AxisField,
+    rate: AxisField,
+    idt: AxisField,
+    size: AxisField,
 }
 
 impl RawMatrix {
@@ -453,6 +495,12 @@ impl RawMatrix {
             (Axis::Offloads, &self.offloads),
             (Axis::ForwardPps, &self.forward_pps),
             (Axis::Sender, &self.sender),
+            (Axis::Dscp, &self.dscp),
+            (Axis::Cc, &self.cc),
+            (Axis::Window, &self.window),
+            (Axis::Rate, &self.rate),
+            (Axis::Idt, &self.idt),
+            (Axis::Size, &self.size),
         ];
         all.into_iter()
             .filter_map(|(a, f)| f.as_ref().map(|f| (a, f)))
@@ -583,6 +631,12 @@ struct Quick {
     offloads: AxisField,
     forward_pps: AxisField,
     sender: AxisField,
+    dscp: AxisField,
+    cc: AxisField,
+    window: AxisField,
+    rate: AxisField,
+    idt: AxisField,
+    size: AxisField,
 }
 
 impl Quick {
@@ -602,6 +656,12 @@ impl Quick {
             offloads: self.offloads.clone(),
             forward_pps: self.forward_pps.clone(),
             sender: self.sender.clone(),
+            dscp: self.dscp.clone(),
+            cc: self.cc.clone(),
+            window: self.window.clone(),
+            rate: self.rate.clone(),
+            idt: self.idt.clone(),
+            size: self.size.clone(),
         }
     }
 }
@@ -812,7 +872,63 @@ fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<Strin
             Scalar::Str(s) if !s.is_empty() => Ok(s.clone()),
             _ => bad(format!("sender must be a sender node's name, got {}", v.text())),
         },
+        Axis::Dscp => match wirebench_stats::opts::parse_dscp(&v.text()) {
+            Ok(_) => Ok(v.text().to_ascii_lowercase()),
+            Err(e) => bad(e),
+        },
+        Axis::Cc => match v {
+            Scalar::Str(s) => wirebench_stats::opts::parse_cc(s).or_else(bad),
+            _ => bad(format!("cc must be a name such as \"cubic\" or \"bbr\", got {}", v.text())),
+        },
+        Axis::Window => match wirebench_stats::opts::parse_window(&v.text()) {
+            Ok(_) => Ok(v.text()),
+            Err(e) => bad(e),
+        },
+        Axis::Rate => match wirebench_stats::opts::parse_bits(&v.text()) {
+            Ok(_) => Ok(v.text()),
+            Err(e) => bad(e),
+        },
+        Axis::Idt | Axis::Size => match v {
+            Scalar::Str(s) => law_text(s, axis == Axis::Idt).or_else(bad),
+            _ => bad(format!("{key} must be a law in D-ITG letters such as \"E 1000\", got {}", v.text())),
+        },
     }
+}
+
+/// Checks a law in D-ITG letters ("E 1000", "u 100 1400"; upper case for
+/// inter-departure times, lower case for sizes) with the model's own
+/// parser; returns it with single spaces.
+fn law_text(s: &str, idt: bool) -> Result<String, String> {
+    let words: Vec<&str> = s.split_whitespace().collect();
+    let mut chars = words.first().map(|w| w.chars()).into_iter().flatten();
+    let letter = match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii_uppercase() == idt && c.is_ascii_alphabetic() => c,
+        _ => {
+            return Err(format!(
+                "expected a D-ITG {} letter then its values, e.g. {:?}, got {s:?}",
+                if idt {
+                    "upper-case IDT"
+                } else {
+                    "lower-case size"
+                },
+                if idt { "E 1000" } else { "u 100 1400" }
+            ))
+        }
+    };
+    let mut values = Vec::new();
+    for w in &words[1..] {
+        values.push(
+            w.parse::<f64>()
+                .map_err(|_| format!("not a number: {w:?} in {s:?}"))?,
+        );
+    }
+    let checked = if idt {
+        wirebench_model::IdtModel::from_ditg(letter, &values).map(|_| ())
+    } else {
+        wirebench_model::SizeModel::from_ditg(letter, &values).map(|_| ())
+    };
+    checked.map_err(|e| e.to_string())?;
+    Ok(words.join(" "))
 }
 
 fn check_axis(
@@ -861,9 +977,36 @@ fn check_matrix(
             "give either `payload` or `frame`, not both, in one matrix",
         ));
     }
+    // One rate law and one size law per run.
+    for (a, b) in [
+        (Axis::Pps, Axis::Rate),
+        (Axis::Pps, Axis::Idt),
+        (Axis::Rate, Axis::Idt),
+        (Axis::Payload, Axis::Size),
+        (Axis::Frame, Axis::Size),
+    ] {
+        if m.axes.contains_key(&a) && m.axes.contains_key(&b) {
+            return Err(ctx.err(
+                span_of(b),
+                b.name(),
+                format!(
+                    "give either `{}` or `{}`, not both, in one matrix",
+                    a.name(),
+                    b.name()
+                ),
+            ));
+        }
+    }
     if let Some(apps) = m.axes.get(&Axis::App) {
         let modelled = apps.iter().any(|a| a != "constant");
-        for a in [Axis::Payload, Axis::Frame, Axis::Pps] {
+        for a in [
+            Axis::Payload,
+            Axis::Frame,
+            Axis::Pps,
+            Axis::Rate,
+            Axis::Idt,
+            Axis::Size,
+        ] {
             if modelled && m.axes.contains_key(&a) {
                 return Err(ctx.err(
                     span_of(a),
@@ -872,6 +1015,17 @@ fn check_matrix(
                 ));
             }
         }
+    }
+    if m.axes.contains_key(&Axis::Cc)
+        && m.axes
+            .get(&Axis::Transport)
+            .is_none_or(|t| t.iter().any(|x| x != "tcp"))
+    {
+        return Err(ctx.err(
+            span_of(Axis::Cc),
+            "cc",
+            "congestion control applies to TCP flows; give transport = [\"tcp\"] in this matrix",
+        ));
     }
     if m.axes.contains_key(&Axis::Codec)
         && !m
@@ -1770,6 +1924,12 @@ impl Campaign {
                 .and_then(|v| v.parse().ok())
                 .or(tb_fwd),
             sender: get(Axis::Sender),
+            dscp: get(Axis::Dscp),
+            cc: get(Axis::Cc),
+            window: get(Axis::Window),
+            rate: get(Axis::Rate),
+            idt: get(Axis::Idt),
+            size: get(Axis::Size),
         };
         let axes = pick
             .into_iter()

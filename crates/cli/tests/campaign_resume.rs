@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use wirebench_campaign::{RunStatus, Store};
 
 mod common;
-use common::{campaign, BIN};
+use common::{campaign, campaign_runs, BIN};
 
 const CAMPAIGN: &str = r#"
 name = "resume-test"
@@ -333,4 +333,48 @@ fn sigint_stops_after_storing_finished_runs_only() {
         runs.iter().all(|r| r.status == RunStatus::Ok),
         "the aborted run must not be stored"
     );
+}
+
+/// Issue #11 item 9: "cubic vs reno" and "EF vs best effort" are one
+/// campaign; each run's result shows what the kernel used and saw.
+#[test]
+fn option_axes_reach_the_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    let db = dir.path().join("w.db");
+    std::fs::write(
+        &file,
+        r#"
+name = "options"
+repetitions = 1
+packets = 30
+linger_s = 0.1
+pause_s = 0.1
+[loopback]
+[[matrix]]
+transport = "tcp"
+cc = ["cubic", "reno"]
+pps = 500
+[[matrix]]
+dscp = ["ef", "be"]
+rate = "400k"
+size = "c 500"
+"#,
+    )
+    .unwrap();
+    let runs = campaign_runs(&file, &db);
+    assert_eq!(runs.len(), 4);
+    for r in &runs {
+        let doc = r.result.as_ref().expect("a result");
+        let fl = &doc["flows"][0];
+        assert_eq!(fl["received"]["unique"], 30, "{}", r.scenario_key);
+        if let Some(cc) = r.axes.get("cc") {
+            assert_eq!(fl["tcp_cc"].as_str(), Some(cc.as_str()));
+        }
+        if let Some(d) = r.axes.get("dscp") {
+            let want = if d == "ef" { 46 } else { 0 };
+            assert_eq!(fl["received"]["marks"]["dscp"][0]["dscp"], want, "{d}");
+            assert_eq!(fl["requested"]["rate_pps"], 100.0);
+        }
+    }
 }

@@ -175,6 +175,23 @@ pub fn parse_cc(s: &str) -> Result<String, String> {
     }
 }
 
+/// `100M`, `1.5G`, `64k`, `2000000`: bits per second, SI suffixes.
+pub fn parse_bits(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1e3),
+        Some((i, 'm' | 'M')) => (&t[..i], 1e6),
+        Some((i, 'g' | 'G')) => (&t[..i], 1e9),
+        _ => (t, 1.0),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * mult <= 1e12 => Ok(v * mult),
+        _ => Err(format!(
+            "expected bits per second above 0 (at most 1T) with an optional k, M or G, e.g. 100M; got {s:?}"
+        )),
+    }
+}
+
 /// `--window`: bytes, with K/M/G suffixes of 1024 as iperf3 takes them
 /// (`256K`), 1 KiB ..= 1 GiB.
 pub fn parse_window(s: &str) -> Result<u32, String> {

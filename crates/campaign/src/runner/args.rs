@@ -41,14 +41,28 @@ pub fn send_args(
         "-m".into(),
         st.meter.clone(),
     ]);
+    // A law in D-ITG letters ("E 1000") is the flag -E and its values.
+    let law = |a: &mut Vec<String>, text: &str| {
+        let mut w = text.split_whitespace();
+        if let Some(letter) = w.next() {
+            a.push(format!("-{letter}"));
+            a.extend(w.map(str::to_string));
+        }
+    };
     if st.app == "constant" {
         if st.max_rate {
             a.push("--max".into());
+        } else if let Some(r) = &st.rate {
+            a.extend(["--rate".into(), r.clone()]);
+        } else if let Some(l) = &st.idt {
+            law(&mut a, l);
         } else if let Some(p) = st.pps {
             a.extend(["-C".into(), p.to_string()]);
         }
         if let Some(m) = &st.size_mix {
             a.extend(["--size-mix".into(), m.clone()]);
+        } else if let Some(l) = &st.size {
+            law(&mut a, l);
         } else if let Some(p) = st.payload {
             a.extend(["-c".into(), p.to_string()]);
         }
@@ -64,6 +78,15 @@ pub fn send_args(
     }
     if st.flows > 1 {
         a.extend(["--flows".into(), st.flows.to_string()]);
+    }
+    for (flag, v) in [
+        ("--dscp", &st.dscp),
+        ("--cc", &st.cc),
+        ("--window", &st.window),
+    ] {
+        if let Some(v) = v {
+            a.extend([flag.into(), v.clone()]);
+        }
     }
     match length {
         RunLength::Duration { seconds } => {
@@ -161,5 +184,52 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn option_axes_become_send_options() {
+        let c = Campaign::parse(
+            "packets = 10\n[loopback]\n[[matrix]]\ntransport = \"tcp\"\ncc = [\"cubic\", \"reno\"]\nwindow = \"256K\"\nrate = \"20M\"\n[[matrix]]\ndscp = [\"ef\", 0]\nidt = [\"E  1000\"]\nsize = \"u 100 1400\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        let args: Vec<String> = c
+            .expand()
+            .iter()
+            .map(|s| send_args(&c, s, "127.0.0.1".parse().unwrap(), 5401, 9, c.length).join(" "))
+            .collect();
+        assert_eq!(args.len(), 4, "{args:?}");
+        assert!(
+            args[0].contains("-T tcp -m owd --rate 20M --cc cubic --window 256K -z 10"),
+            "{}",
+            args[0]
+        );
+        assert!(args[1].contains("--cc reno"), "{}", args[1]);
+        assert!(
+            args[2].contains("-E 1000 -u 100 1400 --dscp ef -z 10"),
+            "{}",
+            args[2]
+        );
+        assert!(args[3].contains("--dscp 0"), "{}", args[3]);
+        let bad = |m: &str, needle: &str| {
+            let e = Campaign::parse(
+                &format!("packets = 10\n[loopback]\n[matrix]\n{m}\n"),
+                "t.toml",
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(needle) && e.contains("t.toml:"), "{m}: {e}");
+        };
+        bad("dscp = \"af44\"", "dscp");
+        bad("cc = \"bbr\"", "cc");
+        bad("transport = \"tcp\"\ncc = \"B B\"", "cc");
+        bad("window = \"1\"", "window");
+        bad("rate = \"0\"", "rate");
+        bad("rate = \"1M\"\npps = 10", "rate");
+        bad("idt = \"e 10\"", "idt");
+        bad("idt = \"E x\"", "idt");
+        bad("size = \"u 100\"", "size");
+        bad("size = \"c 100\"\npayload = 100", "size");
+        bad("app = \"voip\"\nrate = \"1M\"", "rate");
     }
 }

@@ -53,7 +53,7 @@ pub struct FlowArgs {
     #[arg(long = "max", group = "idt", help_heading = IDT)]
     pub max: bool,
     /// Constant payload bit rate instead of -C: BITS per second with k, M, G (x1000) suffixes, e.g. 100M (iperf3 -b). The packet rate is BITS / (8 x mean size); payload = bytes after the UDP/TCP header, probe header included.
-    #[arg(long = "rate", value_name = "BITS", value_parser = parse_bits, group = "idt", help_heading = IDT)]
+    #[arg(long = "rate", value_name = "BITS", value_parser = sockopts::parse_bits, group = "idt", help_heading = IDT)]
     pub rate_bps: Option<f64>,
     /// Start the flow MS milliseconds after the session starts (D-ITG -d).
     #[arg(short = 'd', value_name = "MS", allow_negative_numbers = true, help_heading = IDT)]
@@ -186,23 +186,6 @@ impl SockArgs {
                 None
             },
         }
-    }
-}
-
-/// `100M`, `1.5G`, `64k`, `2000000`: bits per second, SI suffixes.
-fn parse_bits(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1e3),
-        Some((i, 'm' | 'M')) => (&t[..i], 1e6),
-        Some((i, 'g' | 'G')) => (&t[..i], 1e9),
-        _ => (t, 1.0),
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v * mult <= 1e12 => Ok(v * mult),
-        _ => Err(format!(
-            "expected bits per second above 0 (at most 1T) with an optional k, M or G, e.g. 100M; got {s:?}"
-        )),
     }
 }
 
@@ -492,8 +475,8 @@ mod tests {
         let s = spec(&["--rate", "1.2k", "-c", "150"]).unwrap();
         assert_eq!(s.idt, IdtModel::Constant { pps: 1.0 });
         assert!(spec(&["--rate", "1M", "-C", "5"]).is_err());
-        assert_eq!(parse_bits("2G"), Ok(2e9));
-        assert!(parse_bits("0").is_err() && parse_bits("k").is_err() && parse_bits("-1M").is_err());
+        assert_eq!(sockopts::parse_bits("2G"), Ok(2e9));
+        assert!(sockopts::parse_bits("0").is_err() && sockopts::parse_bits("-1M").is_err());
         let s = spec(&["-N", "-1", "2", "-n", "300", "50"]).unwrap();
         assert_eq!(
             s.idt,

@@ -148,6 +148,20 @@ pub fn campaign(file: &Path, db: &Path, extra: &[&str]) -> Command {
     c
 }
 
+/// Runs the campaign FILE into DB to the end (it must succeed) and
+/// returns the stored runs of the campaign.
+pub fn campaign_runs(file: &Path, db: &Path) -> Vec<wirebench_campaign::RunRow> {
+    let out = campaign(file, db, &[]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = wirebench_campaign::Store::open_existing(db).unwrap();
+    let c = store.latest().unwrap().unwrap();
+    store.runs(c.id).unwrap()
+}
+
 /// The value at a dotted path (`received.packets`).
 pub fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
     path.split('.').fold(v, |x, k| &x[k])
