@@ -6,20 +6,28 @@
 
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 const NAME: &str = "fidtest";
 const PORT: &str = "15471";
 
+/// The tests share one test-bed name and port, and cargo runs a file's
+/// tests in parallel: one bed at a time.
+static ONE_BED: Mutex<()> = Mutex::new(());
+
 /// The test-bed and the receiver in node b; both go away on drop, also
 /// when an assertion fails.
 struct Bed {
     recv: Option<Child>,
+    // Dropped after Drop::drop has taken the bed down.
+    _one: MutexGuard<'static, ()>,
 }
 
 impl Bed {
     fn up(args: &[&str]) -> Bed {
+        let one = ONE_BED.lock().unwrap_or_else(|e| e.into_inner());
         let mut a = vec!["testbed", "up", "router", "--name", NAME];
         a.extend(args);
         let out = Command::new(BIN).args(&a).output().unwrap();
@@ -28,7 +36,10 @@ impl Bed {
             "testbed up {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let mut bed = Bed { recv: None };
+        let mut bed = Bed {
+            recv: None,
+            _one: one,
+        };
         let child = Command::new("ip")
             .args([
                 "netns",

@@ -35,6 +35,13 @@ use wirebench_wire::{MeterMode, ProbeHeader, Transport, FLAG_RTT, PROBE_HEADER_L
 /// hiccups of a loaded host without ever dropping, yet bounds the burst.
 pub const LATE_LIMIT_NS: u64 = 1_000_000_000;
 
+/// How long after a timed flow's end packets that fell due before it may
+/// still leave. Without it a pacer woken a few milliseconds late by a busy
+/// host would turn the run's last due packets into `not_sent`; beyond it
+/// the run is over and the rest is `not_sent`, so a saturated run still
+/// ends on time.
+pub const END_GRACE_NS: u64 = 20_000_000;
+
 pub(crate) enum DataSock {
     Udp(UdpSocket),
     Tcp(TcpStream),
@@ -477,10 +484,14 @@ fn gather(
     let room = room.min(meta.len());
     let mut n = 0;
     let mut skipped = 0;
-    // A timed flow ends on time: once its end has passed, what is still
-    // due could not leave in time and is not sent (a saturated 2 s TCP run
-    // once sent its 1 s backlog and lasted 3.0 s).
-    let over = !sched.max && sched.end_at.is_some_and(|end| now >= end);
+    // A timed flow ends on time: once its end (and the grace for a late
+    // wake-up) has passed, what is still due could not leave in time and is
+    // not sent (a saturated 2 s TCP run once sent its 1 s backlog and
+    // lasted 3.0 s).
+    let over = !sched.max
+        && sched
+            .end_at
+            .is_some_and(|end| now >= end.saturating_add(END_GRACE_NS));
     while n < room && skipped < SKIP_CHUNK {
         let Some((at, size)) = *pending else { break };
         if !sched.max && at > now {
@@ -1239,7 +1250,7 @@ mod tests {
             gathered += gather(&mut s, &mut pending, at, &mut acc, &mut meta, BATCH, 0);
         }
         assert_eq!((gathered, acc.acc.summary().not_sent), (1400, 0));
-        let end = t0 + 2_000_000_000;
+        let end = t0 + 2_000_000_000 + END_GRACE_NS;
         while pending.is_some() {
             assert_eq!(
                 gather(&mut s, &mut pending, end, &mut acc, &mut meta, BATCH, 0),
