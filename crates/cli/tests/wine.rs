@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 use common::{s, u, Recv, BIN};
@@ -299,7 +299,7 @@ fn windows_agent_drives_a_windows_receiver_and_sender() {
     .collect();
     let (sh, _) = a.start(Role::Sender, &args, None).unwrap();
     let mut st = a.wait(sh, Duration::from_secs(1)).unwrap();
-    let t0 = Instant::now();
+    let t0 = std::time::Instant::now();
     while st.running {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
@@ -334,7 +334,7 @@ fn windows_agent_drives_a_windows_receiver_and_sender() {
     let agent_pid = a.transport_pid();
     // SAFETY: signalling the agent process this test started.
     unsafe { libc::kill(agent_pid as i32, libc::SIGKILL) };
-    let t0 = Instant::now();
+    let t0 = std::time::Instant::now();
     while !closed(port) {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
