@@ -8,9 +8,24 @@
 
 use serde_json::Value;
 use std::process::Command;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use wirebench_campaign::Store;
 
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+
+/// The loopback search's unpaced trials take whatever CPU there is, and its
+/// verification trial at that rate loses frames (so no latency) when the
+/// test-bed searches run beside it on a 2-core machine: it runs alone, the
+/// others side by side.
+static CPU: RwLock<()> = RwLock::new(());
+
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    CPU.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn beside_others() -> RwLockReadGuard<'static, ()> {
+    CPU.read().unwrap_or_else(|e| e.into_inner())
+}
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(BIN).args(args).output().unwrap();
@@ -53,6 +68,7 @@ fn bad_flags_exit_2_and_name_the_flag() {
 
 #[test]
 fn loopback_search_stores_every_trial() {
+    let _cpu = alone();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("l.db");
     let json = dir.path().join("l.json");
@@ -72,6 +88,8 @@ fn loopback_search_stores_every_trial() {
         "200",
         "--resolution",
         "5",
+        "--retries",
+        "2",
         "--db",
         db.to_str().unwrap(),
         "--json",
@@ -94,7 +112,7 @@ fn loopback_search_stores_every_trial() {
     assert!(size["line_fps"].is_null());
     assert!(t["ceiling_fps"].as_f64().unwrap() >= fps);
     let l = &size["latency"];
-    assert!(l["packets"].as_u64().unwrap() > 0, "{l}");
+    assert!(l["packets"].as_u64().is_some_and(|n| n > 0), "{l}\n{out}");
     assert!(l["min_s"].as_f64().unwrap() <= l["p50_s"].as_f64().unwrap());
     assert!(l["p50_s"].as_f64().unwrap() <= l["max_s"].as_f64().unwrap());
     // Every trial is a stored run, in order, with its rate and kind.
@@ -117,6 +135,7 @@ fn loopback_search_stores_every_trial() {
 /// observations, and a 10 Mbit/s path is found at its line rate.
 #[test]
 fn agent_nodes_search_runs_through_the_agents() {
+    let _cpu = beside_others();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("n.toml");
     let db = dir.path().join("n.db");
@@ -165,6 +184,7 @@ fn agent_nodes_search_runs_through_the_agents() {
 /// (`--retries 3`: at load 8-16 one retry still failed one run in four).
 #[test]
 fn testbed_100mbit_found_at_the_ethernet_bound() {
+    let _cpu = beside_others();
     if !wirebench_testbed::sys::is_root() {
         eprintln!(
             "SKIP: testbed_100mbit_found_at_the_ethernet_bound needs root (network namespaces)"
@@ -271,6 +291,7 @@ fn testbed_100mbit_found_at_the_ethernet_bound() {
 /// queue is shorter than the pacer's bursts: it lost 0.2-2 % below the cap.)
 #[test]
 fn capped_router_found_and_frame_loss_follows_the_cap() {
+    let _cpu = beside_others();
     if !wirebench_testbed::sys::is_root() {
         eprintln!("SKIP: capped_router_found_and_frame_loss_follows_the_cap needs root (network namespaces)");
         return;
