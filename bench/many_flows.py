@@ -14,6 +14,8 @@ documents:
     and the worst flow;
   - start: wall time from launching `send` until the document's `started`
     instant (handshake, N sockets each side, Ready);
+  - wall: the whole `send`, launch to exit (start, run, linger and the
+    stop that ends every flow at once), so a slow teardown shows here;
   - memory: peak RSS of the sender process and the receiver's growth,
     divided by N.
 
@@ -59,7 +61,7 @@ def one(args, wb, port, n, pps, pacers, workdir, rx):
     out = os.path.join(workdir, f"doc-{n}-{pacers}.json")
     argv = [wb, "send", "-a", "127.0.0.1", "-p", str(port), "--flows", str(n),
             "-C", str(pps), "-c", "64", "-t", str(int(args.secs * 1000)),
-            "--linger", "2000", "--pacers", pacers, "--json", out]
+            "--linger", str(args.linger_ms), "--pacers", pacers, "--json", out]
     if args.rt:
         argv = ["chrt", "-f", "50"] + argv
     rx_before = rss_kib(rx.pid)
@@ -72,6 +74,7 @@ def one(args, wb, port, n, pps, pacers, workdir, rx):
         peak_rx = max(peak_rx, rss_kib(rx.pid))
         peak_tx = max(peak_tx, rss_kib(p.pid))
         time.sleep(0.05)
+    wall_s = time.time() - launched
     err = p.stderr.read().decode(errors="replace")
     if p.returncode not in (0, 1) or not os.path.exists(out):
         raise RuntimeError(f"send failed ({p.returncode}): {err[-500:]}")
@@ -87,7 +90,8 @@ def one(args, wb, port, n, pps, pacers, workdir, rx):
                   / max(fl["sent"]["duration_s"], 1e-9)):
             worst_rate = max(worst_rate, abs(r / pps - 1.0))
         p99s.append(fl["sent"]["schedule_error_s"]["p99"])
-        lost += fl["received"]["lost"] + fl["sent"]["not_sent"]
+        # null: the receiver's report is missing (then "partial" says so).
+        lost += (fl["received"].get("lost") or 0) + fl["sent"]["not_sent"]
     start_s = None
     try:
         started = datetime.datetime.fromisoformat(
@@ -103,6 +107,7 @@ def one(args, wb, port, n, pps, pacers, workdir, rx):
         "p99_median_us": statistics.median(p99s) * 1e6,
         "p99_worst_us": max(p99s) * 1e6,
         "start_s": start_s,
+        "wall_s": wall_s,
         "rx_rss_kib_per_flow": (peak_rx - rx_before) / n,
         "tx_rss_kib_per_flow": peak_tx / n,
         "partial": doc.get("partial", False),
@@ -117,6 +122,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--secs", type=float, default=5.0)
     ap.add_argument("--port", type=int, default=15470)
+    ap.add_argument("--linger-ms", type=int, default=2000,
+                    help="send --linger; 0 makes the wall column start + run "
+                    "+ teardown")
     ap.add_argument("--rt", action="store_true",
                     help="run the sender under chrt -f 50 (root)")
     ap.add_argument("--json", default=None)
@@ -154,7 +162,7 @@ def main():
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after; sender "
           f"{'under chrt -f 50' if args.rt else 'at normal priority'}")
     print("case       pacers  rate err worst  lost  sched p99 median / worst (us)"
-          "  start (s)  KiB/flow tx rx")
+          "  start (s)  wall (s)  KiB/flow tx rx")
     for case in args.cases.split(","):
         for mode in args.modes.split(","):
             rs = [r for r in results if r["case"] == case and r["pacers"] == mode]
@@ -166,6 +174,7 @@ def main():
                   f" {sum(r['lost'] for r in rs):5d}"
                   f" {med('p99_median_us'):10.1f} / {med('p99_worst_us'):9.1f}"
                   f" {statistics.median(starts) if starts else float('nan'):10.3f}"
+                  f" {med('wall_s'):9.2f}"
                   f" {med('tx_rss_kib_per_flow'):7.1f} {med('rx_rss_kib_per_flow'):5.1f}")
     if args.json:
         with open(args.json, "w") as f:
