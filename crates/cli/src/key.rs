@@ -31,11 +31,12 @@ pub fn load(file: Option<&Path>) -> anyhow::Result<Option<Key>> {
 #[cfg(unix)]
 fn check_private(path: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path)
-        .map_err(|e| bad_input(format!("--key-file {}: {e}", path.display())))?
-        .permissions()
-        .mode();
-    if mode & 0o077 != 0 {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| bad_input(format!("--key-file {}: {e}", path.display())))?;
+    // A device or FIFO is refused by the reader as not a regular file,
+    // which says more than its mode (/dev/zero is 666).
+    let mode = meta.permissions().mode();
+    if meta.is_file() && mode & 0o077 != 0 {
         return Err(bad_input(format!(
             "--key-file {}: readable by others (mode {:03o}); chmod 600 it",
             path.display(),

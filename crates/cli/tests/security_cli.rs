@@ -56,6 +56,90 @@ fn endless_or_huge_input_files_exit_2() {
     exits_2_naming(&["run", big], "big.ditg | 16 MiB");
 }
 
+/// Item 9 for the files options name: `--key-file` and `--payload
+/// file:PATH` are bounded like every other input (a regular file of at
+/// most 16 MiB: a FIFO would block, /dev/zero never ends), refused with
+/// exit 2 naming the option before any connection is tried (nothing
+/// listens on 15743: a run that got that far would exit 1). Unix only:
+/// FIFOs and file modes.
+#[cfg(unix)]
+#[test]
+fn key_and_payload_files_are_bounded_inputs() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    std::fs::set_permissions(&fifo, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let big = dir.path().join("big");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "").unwrap();
+    let (fifo, big, empty) = (
+        fifo.to_str().unwrap(),
+        big.to_str().unwrap(),
+        empty.to_str().unwrap(),
+    );
+    let send = |opt: &str, value: &str| {
+        vec![
+            "send".to_string(),
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            "15743".into(),
+            "-z".into(),
+            "5".into(),
+            opt.into(),
+            value.into(),
+        ]
+    };
+    let cases = [
+        (
+            "--key-file",
+            "/dev/zero".to_string(),
+            "not a regular file (a character device)",
+        ),
+        (
+            "--key-file",
+            fifo.to_string(),
+            "not a regular file (a FIFO)",
+        ),
+        ("--key-file", big.to_string(), "16 MiB"),
+        (
+            "--key-file",
+            dir.path().to_str().unwrap().to_string(),
+            "not a regular file (a directory)",
+        ),
+        (
+            "--payload",
+            "file:/dev/zero".to_string(),
+            "not a regular file (a character device)",
+        ),
+        (
+            "--payload",
+            format!("file:{fifo}"),
+            "not a regular file (a FIFO)",
+        ),
+        ("--payload", format!("file:{big}"), "16 MiB"),
+        ("--payload", format!("file:{empty}"), "empty file"),
+        ("--payload", "file:".to_string(), "file:PATH"),
+    ];
+    for (opt, value, why) in cases {
+        let args = send(opt, &value);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        exits_2_naming(&args, &format!("{opt} | {why}"));
+    }
+    // The same limits hold for a receiver's key file.
+    exits_2_naming(
+        &["recv", "-p", "15743", "--key-file", fifo],
+        "--key-file | not a regular file (a FIFO)",
+    );
+}
+
 /// Item 10: `--json FILE` was left at 0 bytes when the connection was
 /// refused, and `--json /dev/full` exited 1 without printing the summary.
 /// The document goes through a temporary file renamed at the end, and the
