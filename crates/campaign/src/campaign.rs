@@ -82,10 +82,13 @@ pub enum Axis {
     Idt,
     /// A size law in D-ITG letters, e.g. "u 100 1400" (`send -u 100 1400`).
     Size,
+    /// Which way the flows run: forward, reverse (`send -R`) or bidir
+    /// (`send --bidir`).
+    Direction,
 }
 
 impl Axis {
-    pub const ALL: [Axis; 20] = [
+    pub const ALL: [Axis; 21] = [
         Axis::Ip,
         Axis::Transport,
         Axis::Meter,
@@ -106,6 +109,7 @@ impl Axis {
         Axis::Rate,
         Axis::Idt,
         Axis::Size,
+        Axis::Direction,
     ];
 
     pub fn name(self) -> &'static str {
@@ -130,6 +134,7 @@ impl Axis {
             Axis::Rate => "rate",
             Axis::Idt => "idt",
             Axis::Size => "size",
+            Axis::Direction => "direction",
         }
     }
 
@@ -378,6 +383,9 @@ pub struct Settings {
     pub idt: Option<String>,
     /// A size law in D-ITG letters ("u 100 1400"): `send -u 100 1400`.
     pub size: Option<String>,
+    /// "forward" (None: the default), "reverse" (`send -R`) or "bidir"
+    /// (`send --bidir`).
+    pub direction: Option<String>,
 }
 
 /// What the test-bed is built from: MTU, link rate, offloads, router cap.
@@ -476,6 +484,7 @@ struct RawMatrix {
     rate: AxisField,
     idt: AxisField,
     size: AxisField,
+    direction: AxisField,
 }
 
 impl RawMatrix {
@@ -501,6 +510,7 @@ impl RawMatrix {
             (Axis::Rate, &self.rate),
             (Axis::Idt, &self.idt),
             (Axis::Size, &self.size),
+            (Axis::Direction, &self.direction),
         ];
         all.into_iter()
             .filter_map(|(a, f)| f.as_ref().map(|f| (a, f)))
@@ -637,6 +647,7 @@ struct Quick {
     rate: AxisField,
     idt: AxisField,
     size: AxisField,
+    direction: AxisField,
 }
 
 impl Quick {
@@ -662,6 +673,7 @@ impl Quick {
             rate: self.rate.clone(),
             idt: self.idt.clone(),
             size: self.size.clone(),
+            direction: self.direction.clone(),
         }
     }
 }
@@ -888,6 +900,15 @@ fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<Strin
             Ok(_) => Ok(v.text()),
             Err(e) => bad(e),
         },
+        Axis::Direction => match v {
+            Scalar::Str(s) if ["forward", "reverse", "bidir"].contains(&s.as_str()) => {
+                Ok(s.clone())
+            }
+            _ => bad(format!(
+                "direction must be \"forward\", \"reverse\" (send -R) or \"bidir\" (send --bidir), got {}",
+                v.text()
+            )),
+        },
         Axis::Idt | Axis::Size => match v {
             Scalar::Str(s) => law_text(s, axis == Axis::Idt).or_else(bad),
             _ => bad(format!("{key} must be a law in D-ITG letters such as \"E 1000\", got {}", v.text())),
@@ -1026,6 +1047,35 @@ fn check_matrix(
             "cc",
             "congestion control applies to TCP flows; give transport = [\"tcp\"] in this matrix",
         ));
+    }
+    // A reverse flow is sent by the receiver from its own sockets and
+    // measured one way by us (send refuses these combinations too).
+    if m.axes
+        .get(&Axis::Direction)
+        .is_some_and(|d| d.iter().any(|x| x != "forward"))
+    {
+        if m.axes
+            .get(&Axis::Meter)
+            .is_some_and(|x| x.iter().any(|v| v == "rtt"))
+        {
+            return Err(ctx.err(
+                span_of(Axis::Direction),
+                "direction",
+                "reverse and bidir flows are measured one way; put meter = \"rtt\" in a [[matrix]] of its own",
+            ));
+        }
+        for a in [Axis::Dscp, Axis::Cc, Axis::Window] {
+            if m.axes.contains_key(&a) {
+                return Err(ctx.err(
+                    span_of(Axis::Direction),
+                    "direction",
+                    format!(
+                        "`{}` sets the sender's sockets and does not reach the receiver's reverse flows; put it in a [[matrix]] without reverse or bidir",
+                        a.name()
+                    ),
+                ));
+            }
+        }
     }
     if m.axes.contains_key(&Axis::Codec)
         && !m
@@ -1930,6 +1980,7 @@ impl Campaign {
             rate: get(Axis::Rate),
             idt: get(Axis::Idt),
             size: get(Axis::Size),
+            direction: get(Axis::Direction).filter(|d| d != "forward"),
         };
         let axes = pick
             .into_iter()

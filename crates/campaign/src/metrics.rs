@@ -13,6 +13,7 @@
 use crate::summary::{Better, Combine, MetricFamily, MetricInfo};
 use serde_json::Value;
 use wirebench_stats::result::{FlowResult, ResultDoc};
+use wirebench_stats::Direction;
 
 /// Where one run's number comes from.
 #[derive(Debug, Clone, Copy)]
@@ -94,6 +95,9 @@ pub const METRICS: &[Metric] = &[
     m("throughput_ip_bps", Throughput, "IP throughput", BPS, Sum, Higher, Run(|d| run_throughput(d, |t| t.ip))),
     m("throughput_ethernet_bps", Throughput, "Ethernet throughput", BPS, Sum, Higher, Run(|d| run_throughput(d, |t| t.ethernet))),
     m("throughput_wire_bps", Throughput, "On-wire throughput", BPS, Sum, Higher, Run(|d| run_throughput(d, |t| t.wire))),
+    // Only runs with flows both ways (`--bidir`): each direction's share.
+    m("throughput_forward_payload_bps", Throughput, "Payload throughput, forward flows (bidir)", BPS, Sum, Higher, Run(|d| bidir_payload(d, Direction::Forward))),
+    m("throughput_reverse_payload_bps", Throughput, "Payload throughput, reverse flows (bidir)", BPS, Sum, Higher, Run(|d| bidir_payload(d, Direction::Reverse))),
     m("delay_mean_s", Delay, "One-way delay, mean", "s", WeightedMean, Lower, Flow(|f| Some(f.delay_s.mean))),
     m("delay_min_s", Delay, "One-way delay, min", "s", Min, Lower, Flow(|f| Some(f.delay_s.min))),
     m("delay_p50_s", Delay, "One-way delay, median", "s", Max, Lower, Flow(|f| Some(f.delay_s.p50))),
@@ -216,6 +220,20 @@ fn run_throughput(d: &ResultDoc, layer: fn(&wirebench_stats::Throughput) -> f64)
     Some(d.flows.iter().map(|f| layer(&f.throughput_bps)).sum())
 }
 
+/// The payload throughput of one direction's flows, for a run whose flows
+/// go both ways (None otherwise: a one-way run's total already is it).
+fn bidir_payload(d: &ResultDoc, dir: Direction) -> Option<f64> {
+    let both = d.flows.iter().any(|f| f.direction == Direction::Forward)
+        && d.flows.iter().any(|f| f.direction == Direction::Reverse);
+    both.then(|| {
+        d.flows
+            .iter()
+            .filter(|f| f.direction == dir)
+            .map(|f| f.throughput_bps.payload)
+            .sum()
+    })
+}
+
 /// Quantile `q` of a flow's |IPDV| histogram; None when it has none (a
 /// result from before they existed) or it is empty.
 fn ipdv_quantile(f: &FlowResult, q: f64) -> Option<f64> {
@@ -324,6 +342,31 @@ mod tests {
     fn keys_are_unique() {
         let keys: HashSet<_> = METRICS.iter().map(|m| m.key).collect();
         assert_eq!(keys.len(), METRICS.len());
+    }
+
+    /// A bidir run reports each direction's payload throughput beside the
+    /// total; a one-way run has no such split.
+    #[test]
+    fn bidir_runs_split_throughput_by_direction() {
+        let flow = |dir, bps| FlowResult {
+            direction: dir,
+            throughput_bps: wirebench_stats::Throughput {
+                payload: bps,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let doc = ResultDoc::with_flows(vec![
+            flow(Direction::Forward, 1e6),
+            flow(Direction::Reverse, 3e6),
+        ]);
+        let m = extract(&doc, None);
+        assert_eq!(m.get("throughput_forward_payload_bps"), Some(&1e6));
+        assert_eq!(m.get("throughput_reverse_payload_bps"), Some(&3e6));
+        let one = ResultDoc::with_flows(vec![flow(Direction::Reverse, 3e6)]);
+        let m = extract(&one, None);
+        assert!(!m.contains_key("throughput_reverse_payload_bps"));
+        assert_eq!(m.get("throughput_payload_bps"), Some(&3e6));
     }
 
     /// Counts of what arrived are good news, counts of what went wrong are

@@ -335,15 +335,19 @@ fn sigint_stops_after_storing_finished_runs_only() {
     );
 }
 
+/// Runs the campaign TEXT to its end in a fresh store; its runs.
+fn runs_of(text: &str) -> Vec<wirebench_campaign::RunRow> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, text).unwrap();
+    campaign_runs(&file, &dir.path().join("w.db"))
+}
+
 /// Issue #11 item 9: "cubic vs reno" and "EF vs best effort" are one
 /// campaign; each run's result shows what the kernel used and saw.
 #[test]
 fn option_axes_reach_the_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("c.toml");
-    let db = dir.path().join("w.db");
-    std::fs::write(
-        &file,
+    let runs = runs_of(
         r#"
 name = "options"
 repetitions = 1
@@ -360,9 +364,7 @@ dscp = ["ef", "be"]
 rate = "400k"
 size = "c 500"
 "#,
-    )
-    .unwrap();
-    let runs = campaign_runs(&file, &db);
+    );
     assert_eq!(runs.len(), 4);
     for r in &runs {
         let doc = r.result.as_ref().expect("a result");
@@ -376,5 +378,55 @@ size = "c 500"
             assert_eq!(fl["received"]["marks"]["dscp"][0]["dscp"], want, "{d}");
             assert_eq!(fl["requested"]["rate_pps"], 100.0);
         }
+    }
+}
+
+/// Issue #11 item 9: the `direction` axis runs each scenario forward,
+/// reverse (`send -R`) and both ways (`send --bidir`); the metrics read
+/// what each run's flows carried, and a bidir run also each direction's.
+#[test]
+fn direction_axis_reaches_the_runs() {
+    let runs = runs_of(
+        r#"
+name = "directions"
+repetitions = 1
+packets = 40
+linger_s = 0.1
+pause_s = 0.1
+[loopback]
+[[matrix]]
+direction = ["forward", "reverse", "bidir"]
+transport = ["udp", "tcp"]
+pps = 1000
+"#,
+    );
+    assert_eq!(runs.len(), 6);
+    for r in &runs {
+        let key = &r.scenario_key;
+        let doc = r.result_doc().expect("a result").expect("it reads");
+        let dirs: Vec<String> = doc
+            .flows
+            .iter()
+            .map(|f| format!("{:?}", f.direction).to_ascii_lowercase())
+            .collect();
+        let want: &[&str] = match r.axes.get("direction").map(String::as_str) {
+            Some("forward") => &["forward"],
+            Some("reverse") => &["reverse"],
+            Some("bidir") => &["forward", "reverse"],
+            d => panic!("{key}: direction {d:?}"),
+        };
+        assert_eq!(dirs, want, "{key}");
+        for f in &doc.flows {
+            assert_eq!(f.received.counts.unique, 40, "{key}");
+            assert!(f.throughput_bps.payload > 0.0, "{key}");
+        }
+        let m = wirebench_campaign::metrics::extract(&doc, None);
+        assert_eq!(
+            m.get("packets_received"),
+            Some(&(40.0 * want.len() as f64)),
+            "{key}"
+        );
+        let split = m.contains_key("throughput_reverse_payload_bps");
+        assert_eq!(split, want.len() == 2, "{key}");
     }
 }

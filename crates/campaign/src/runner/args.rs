@@ -88,6 +88,11 @@ pub fn send_args(
             a.extend([flag.into(), v.clone()]);
         }
     }
+    match st.direction.as_deref() {
+        Some("reverse") => a.push("-R".into()),
+        Some("bidir") => a.push("--bidir".into()),
+        _ => {}
+    }
     match length {
         RunLength::Duration { seconds } => {
             a.extend(["-t".into(), ((seconds * 1000.0).round() as u64).to_string()])
@@ -186,18 +191,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn option_axes_become_send_options() {
-        let c = Campaign::parse(
-            "packets = 10\n[loopback]\n[[matrix]]\ntransport = \"tcp\"\ncc = [\"cubic\", \"reno\"]\nwindow = \"256K\"\nrate = \"20M\"\n[[matrix]]\ndscp = [\"ef\", 0]\nidt = [\"E  1000\"]\nsize = \"u 100 1400\"\n",
-            "t.toml",
-        )
-        .unwrap();
-        let args: Vec<String> = c
-            .expand()
+    /// Each scenario's send arguments, joined by spaces.
+    fn args_of(campaign: &str) -> Vec<String> {
+        let c = Campaign::parse(campaign, "t.toml").unwrap();
+        c.expand()
             .iter()
             .map(|s| send_args(&c, s, "127.0.0.1".parse().unwrap(), 5401, 9, c.length).join(" "))
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn option_axes_become_send_options() {
+        let args = args_of(
+            "packets = 10\n[loopback]\n[[matrix]]\ntransport = \"tcp\"\ncc = [\"cubic\", \"reno\"]\nwindow = \"256K\"\nrate = \"20M\"\n[[matrix]]\ndscp = [\"ef\", 0]\nidt = [\"E  1000\"]\nsize = \"u 100 1400\"\n",
+        );
         assert_eq!(args.len(), 4, "{args:?}");
         assert!(
             args[0].contains("-T tcp -m owd --rate 20M --cc cubic --window 256K -z 10"),
@@ -231,5 +238,26 @@ mod tests {
         bad("size = \"u 100\"", "size");
         bad("size = \"c 100\"\npayload = 100", "size");
         bad("app = \"voip\"\nrate = \"1M\"", "rate");
+        bad("direction = \"up\"", "direction");
+        bad(
+            "direction = \"bidir\"\nmeter = [\"owd\", \"rtt\"]",
+            "direction",
+        );
+        bad("direction = \"reverse\"\ndscp = \"ef\"", "direction");
+        let args = args_of(
+            "packets = 10\n[loopback]\n[matrix]\ndirection = [\"forward\", \"reverse\", \"bidir\"]\n",
+        );
+        assert_eq!(args.len(), 3, "{args:?}");
+        let flag = |a: &str| {
+            let w: Vec<&str> = a.split(' ').collect();
+            (w.contains(&"-R"), w.contains(&"--bidir"))
+        };
+        let mut seen: Vec<(bool, bool)> = args.iter().map(|a| flag(a)).collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [(false, false), (false, true), (true, false)],
+            "{args:?}"
+        );
     }
 }
