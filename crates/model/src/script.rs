@@ -415,7 +415,14 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
             }
         }
     }
-    flow.spec = parts.build()?;
+    // The application models name their command-line flags; in D-ITG's
+    // own syntax the codec is -x.
+    flow.spec = parts.build().map_err(|mut e| {
+        if e.option == "--codec" {
+            e.option = "-x".into();
+        }
+        e
+    })?;
     Ok(flow)
 }
 
@@ -502,7 +509,8 @@ fn dist_letter(name: &str) -> Option<char> {
     })
 }
 
-const TOML_KEYS: &[&str] = &[
+/// The keys a `[[flow]]` table of a TOML script may have.
+pub const TOML_KEYS: &[&str] = &[
     "dest",
     "port",
     "transport",
@@ -789,7 +797,15 @@ pub fn parse_toml(text: &str, origin: &str) -> Result<Vec<ScriptFlow>, ScriptErr
     };
     let doc: toml::Table = toml::from_str(text).map_err(|e| {
         let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(0);
-        at(line, err("", e.message().trim().to_string()))
+        // The toml crate's message may span lines, or be empty (a lone
+        // "\r"): one line, never blank.
+        let msg = e.message().trim().replace('\n', "; ");
+        let msg = if msg.is_empty() {
+            "not valid TOML".to_string()
+        } else {
+            msg
+        };
+        at(line, err("", msg))
     })?;
     for k in doc.keys() {
         if k != "flow" {
