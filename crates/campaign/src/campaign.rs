@@ -85,10 +85,13 @@ pub enum Axis {
     /// Which way the flows run: forward, reverse (`send -R`) or bidir
     /// (`send --bidir`).
     Direction,
+    /// Seconds per run (`send -t`), instead of the campaign's length: a
+    /// pilot sweep of run lengths (10 s … 120 s) in one campaign.
+    Duration,
 }
 
 impl Axis {
-    pub const ALL: [Axis; 21] = [
+    pub const ALL: [Axis; 22] = [
         Axis::Ip,
         Axis::Transport,
         Axis::Meter,
@@ -110,6 +113,7 @@ impl Axis {
         Axis::Idt,
         Axis::Size,
         Axis::Direction,
+        Axis::Duration,
     ];
 
     pub fn name(self) -> &'static str {
@@ -135,6 +139,7 @@ impl Axis {
             Axis::Idt => "idt",
             Axis::Size => "size",
             Axis::Direction => "direction",
+            Axis::Duration => "duration",
         }
     }
 
@@ -386,6 +391,9 @@ pub struct Settings {
     /// "forward" (None: the default), "reverse" (`send -R`) or "bidir"
     /// (`send --bidir`).
     pub direction: Option<String>,
+    /// The `duration` axis: seconds this scenario's runs last, whatever
+    /// the campaign's own length (see [`Campaign::run_length`]).
+    pub duration_s: Option<f64>,
 }
 
 /// What the test-bed is built from: MTU, link rate, offloads, router cap.
@@ -485,6 +493,7 @@ struct RawMatrix {
     idt: AxisField,
     size: AxisField,
     direction: AxisField,
+    duration: AxisField,
 }
 
 impl RawMatrix {
@@ -511,6 +520,7 @@ impl RawMatrix {
             (Axis::Idt, &self.idt),
             (Axis::Size, &self.size),
             (Axis::Direction, &self.direction),
+            (Axis::Duration, &self.duration),
         ];
         all.into_iter()
             .filter_map(|(a, f)| f.as_ref().map(|f| (a, f)))
@@ -648,6 +658,7 @@ struct Quick {
     idt: AxisField,
     size: AxisField,
     direction: AxisField,
+    duration: AxisField,
 }
 
 impl Quick {
@@ -674,6 +685,7 @@ impl Quick {
             idt: self.idt.clone(),
             size: self.size.clone(),
             direction: self.direction.clone(),
+            duration: self.duration.clone(),
         }
     }
 }
@@ -912,6 +924,14 @@ fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<Strin
         Axis::Idt | Axis::Size => match v {
             Scalar::Str(s) => law_text(s, axis == Axis::Idt).or_else(bad),
             _ => bad(format!("{key} must be a law in D-ITG letters such as \"E 1000\", got {}", v.text())),
+        },
+        Axis::Duration => match v {
+            Scalar::Int(i) if (1..=86_400).contains(i) => Ok(i.to_string()),
+            Scalar::Float(f) if f.is_finite() && *f > 0.0 && *f <= 86_400.0 => Ok(f.to_string()),
+            _ => bad(format!(
+                "duration must be more than 0 and at most 86400 seconds per run, got {}",
+                v.text()
+            )),
         },
     }
 }
@@ -1640,6 +1660,20 @@ impl Campaign {
                 ));
             }
         }
+        // A file transfer lasts as long as its bytes take; a run length
+        // in seconds would cut it.
+        if let Some((_, at)) = matrices.iter().zip(&raw_matrices).find(|(m, _)| {
+            m.axes.contains_key(&Axis::Duration)
+                && m.axes
+                    .get(&Axis::App)
+                    .is_some_and(|a| a.iter().any(|x| x == "file"))
+        }) {
+            return Err(ctx.err(
+                at.1,
+                "duration",
+                "app \"file\" runs until its `kbytes` are through; put the duration sweep in its own [[matrix]] block",
+            ));
+        }
 
         let repetitions = match &raw.repetitions {
             Some(r) => check_repetitions(&ctx, r)?,
@@ -1883,6 +1917,30 @@ impl Campaign {
                 }
             }
         }
+        // A `duration` axis the [quick] table leaves alone is shortened
+        // like the campaign's own length: no run longer than a quick run
+        // (values that become equal merge).
+        if q.duration.is_none() {
+            let cap = match self.length {
+                RunLength::Duration { seconds } => seconds,
+                _ => 2.0,
+            };
+            for m in &mut self.matrices {
+                if let Some(values) = m.axes.get_mut(&Axis::Duration) {
+                    let mut short: Vec<String> = Vec::new();
+                    for v in values.iter() {
+                        let t = match v.parse::<f64>() {
+                            Ok(x) if x > cap => cap.to_string(),
+                            _ => v.clone(),
+                        };
+                        if !short.contains(&t) {
+                            short.push(t);
+                        }
+                    }
+                    *values = short;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1981,6 +2039,7 @@ impl Campaign {
             idt: get(Axis::Idt),
             size: get(Axis::Size),
             direction: get(Axis::Direction).filter(|d| d != "forward"),
+            duration_s: get(Axis::Duration).and_then(|v| v.parse().ok()),
         };
         let axes = pick
             .into_iter()
@@ -1990,6 +2049,15 @@ impl Campaign {
             key,
             axes,
             settings,
+        }
+    }
+
+    /// How long each run of `s` lasts: its `duration` axis value when it
+    /// has one, the campaign's own length otherwise.
+    pub fn run_length(&self, s: &Scenario) -> RunLength {
+        match s.settings.duration_s {
+            Some(seconds) => RunLength::Duration { seconds },
+            None => self.length,
         }
     }
 

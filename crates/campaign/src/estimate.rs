@@ -53,7 +53,7 @@ impl Estimate {
 
 /// Seconds one run of `s` sends for.
 fn run_length_s(c: &Campaign, s: &Scenario) -> f64 {
-    match c.length {
+    match c.run_length(s) {
         RunLength::Duration { seconds } => seconds,
         RunLength::Packets { count } => match s.settings.pps {
             Some(p) if !s.settings.max_rate && p > 0.0 => count as f64 / p,

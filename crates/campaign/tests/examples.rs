@@ -27,15 +27,9 @@ fn values(c: &Campaign, axis: &str) -> Vec<String> {
     v
 }
 
-/// Rough wall time of a campaign: each run's length plus linger and ~1 s of set-up.
+/// Wall time of a campaign as `wirebench run --estimate` states it.
 fn estimate_s(c: &Campaign) -> f64 {
-    let per = match c.length {
-        RunLength::Duration { seconds } => seconds,
-        _ => 2.0,
-    } + c.linger_s.unwrap_or(2.0)
-        + 1.0
-        + c.pause_s;
-    per * c.planned_runs() as f64
+    wirebench_campaign::estimate::estimate(c).seconds
 }
 
 #[test]
@@ -152,6 +146,22 @@ fn s1_to_s4_match_their_studies() {
             .count(),
         2 * 9
     );
+    // The pilot sweep's run lengths, 10…120 s, as an axis.
+    assert_eq!(values(&s1, "duration"), ["10", "30", "60", "120"]);
+    // Quick mode keeps the study's 60 concurrent flows.
+    let mut q = s1.clone();
+    q.apply_quick().unwrap();
+    let flows: Vec<String> = q
+        .expand()
+        .iter()
+        .filter(|s| s.settings.app == "constant")
+        .map(|s| s.axes["flows"].clone())
+        .collect();
+    assert!(
+        flows.len() >= 6 && flows.iter().all(|f| f == "60"),
+        "{flows:?}"
+    );
+    assert_eq!(values(&q, "duration"), ["1", "2"]);
 
     let s2 = load("s2-jumbo-windows-server.toml");
     assert_eq!(

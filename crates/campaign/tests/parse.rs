@@ -298,3 +298,59 @@ fn every_engine_model_tcp_rtt_and_file_transfers() {
     let e = err("[loopback]\n[matrix]\napp = [\"ftp\"]\n");
     assert!(e.to_string().contains("opus"), "{e}");
 }
+
+#[test]
+fn duration_axis_sets_each_scenarios_run_length() {
+    // S1's pilot: run lengths as an axis in one block, the campaign's own
+    // length for the others.
+    let text = r#"duration_s = 60
+linger_s = 0
+[loopback]
+[[matrix]]
+payload = [1408]
+[[matrix]]
+payload = [64]
+duration = [10, 120, 2.5]
+[quick]
+duration_s = 2
+"#;
+    let c = Campaign::parse(text, "c.toml").unwrap();
+    let got: Vec<(String, RunLength)> = c
+        .expand()
+        .iter()
+        .map(|s| (s.key.clone(), c.run_length(s)))
+        .collect();
+    let d = |seconds| RunLength::Duration { seconds };
+    assert_eq!(
+        got,
+        [
+            ("payload=1408".to_string(), d(60.0)),
+            ("payload=64,duration=10".to_string(), d(10.0)),
+            ("payload=64,duration=120".to_string(), d(120.0)),
+            ("payload=64,duration=2.5".to_string(), d(2.5)),
+        ]
+    );
+    // The estimate counts each run's own length: 60 + 10 + 120 + 2.5 s of
+    // traffic plus the fixed per-run cost.
+    let e = wirebench_campaign::estimate::estimate(&c);
+    let fixed = 4.0 * wirebench_campaign::estimate::RUN_OVERHEAD_S;
+    assert!((e.seconds - (192.5 + fixed)).abs() < 1e-9, "{}", e.seconds);
+    // --quick shortens the axis like the campaign's length (10 and 120
+    // both become 2 s and merge) unless [quick] gives the axis itself.
+    let mut q = c.clone();
+    q.apply_quick().unwrap();
+    let keys: Vec<String> = q.expand().into_iter().map(|s| s.key).collect();
+    assert_eq!(keys, ["payload=1408", "payload=64,duration=2"]);
+    let mut q = Campaign::parse(&format!("{text}duration = [1, 1.5]\n"), "c.toml").unwrap();
+    q.apply_quick().unwrap();
+    let lengths: Vec<RunLength> = q.expand().iter().map(|s| q.run_length(s)).collect();
+    assert_eq!(lengths, [d(2.0), d(1.0), d(1.5)]);
+    // Bad values name the key and line.
+    for bad in ["0", "-3", "\"long\"", "86401"] {
+        let e = err(&text.replace("[10, 120, 2.5]", &format!("[{bad}]")));
+        assert_names(&e, 8, "duration");
+    }
+    // A file transfer runs until its bytes are through: no duration axis.
+    let e = err("kbytes = 64\n[loopback]\n[matrix]\napp = [\"file\"]\nduration = [5]\n");
+    assert_names(&e, 3, "duration");
+}

@@ -430,3 +430,44 @@ pps = 1000
         assert_eq!(split, want.len() == 2, "{key}");
     }
 }
+
+/// Issue #10: run lengths as an axis (S1's pilot sweep). Each run lasts
+/// its scenario's `duration`, whatever the campaign's own length.
+#[test]
+fn duration_axis_sets_each_runs_length() {
+    let runs = runs_of(
+        r#"
+name = "durations"
+repetitions = 1
+duration_s = 30
+linger_s = 0.1
+[loopback]
+[matrix]
+pps = 200
+duration = [0.3, 0.8]
+"#,
+    );
+    assert_eq!(runs.len(), 2);
+    for r in &runs {
+        let d: f64 = r.axes["duration"].parse().unwrap();
+        let doc = r.result.as_ref().expect("a result");
+        let fl = &doc["flows"][0];
+        let want = format!("duration {} ms", (d * 1000.0).round());
+        assert_eq!(fl["requested"]["stop"].as_str(), Some(want.as_str()));
+        // 200 pps for d seconds: the first packet at 0, the last at
+        // d - 5 ms; a run ends on time (20 ms grace on a busy host).
+        let span = fl["sent"]["duration_s"].as_f64().expect("sent span");
+        assert!(
+            (d - 0.03..=d + 0.02).contains(&span),
+            "{}: sent for {span} s",
+            r.scenario_key
+        );
+        let sent = fl["sent"]["packets"].as_u64().expect("sent packets");
+        let due = (d * 200.0).round() as u64;
+        assert!(
+            sent.abs_diff(due) <= 2,
+            "{}: {sent} of {due}",
+            r.scenario_key
+        );
+    }
+}

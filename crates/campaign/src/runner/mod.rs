@@ -238,7 +238,7 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
         }
         let label = format!("{} #{}", pr.scenario.key, pr.repetition + 1);
         progress.run_start(&label);
-        match ctx.one_run(bed.as_mut(), cid, pr, c.length) {
+        match ctx.one_run(bed.as_mut(), cid, pr, c.run_length(&pr.scenario)) {
             Ok(RunEnd::Stored(st)) => {
                 progress.run_end(&label, st.as_str());
                 match st {
