@@ -239,6 +239,11 @@ fn key_file_environment_and_allow_flags() {
         "--key-file | at least 16",
     );
     exits_2_naming(&["recv", "--allow", "10.0.0.0/33"], "--allow | 10.0.0.0/33");
+    // Probe MACs are keyed from the handshake: no key, no --auth probes.
+    exits_2_naming(
+        &["send", "-a", "127.0.0.1", "--auth", "probes"],
+        "--auth probes | --key-file",
+    );
 
     let mut rx = Command::new(BIN)
         .args([
@@ -272,16 +277,22 @@ fn key_file_environment_and_allow_flags() {
         .args(["--key-file", k])
         .output()
         .unwrap();
+    let with_macs = Command::new(BIN)
+        .args(&send)
+        .args(["--key-file", k, "--auth", "probes"])
+        .output()
+        .unwrap();
     let _ = rx.kill();
     let _ = rx.wait();
     let err = String::from_utf8_lossy(&keyless.stderr);
     assert_eq!(keyless.status.code(), Some(1), "{err}");
     assert!(err.contains("authentication required"), "{err}");
-    for out in [with_env, with_file] {
+    for out in [with_env, with_file, with_macs] {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{err}");
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(doc["flows"][0]["received"]["unique"], 20);
+        assert_eq!(doc["flows"][0]["received"]["forged"], 0);
     }
 }
 

@@ -6,7 +6,7 @@
 use crate::ctl::{Ctl, Recv};
 use crate::EngineError;
 use std::time::Instant;
-use wirebench_wire::auth::{self, Key, MAC_LEN, NONCE_LEN};
+use wirebench_wire::auth::{self, Key, ProbeKey, MAC_LEN, NONCE_LEN};
 use wirebench_wire::ControlMsg;
 
 /// What the receiver says to a sender that did not bring a key.
@@ -20,16 +20,17 @@ pub const AUTH_FAILED: &str = "authentication failed";
 /// nonce) for session `sid`. Without a key there is nothing to check and
 /// the sender's nonce is ignored (a sender with a key notices the missing
 /// `Challenge` and stops). `Err` holds the text to send back before
-/// closing. Everything must be done by `deadline`.
+/// closing. Everything must be done by `deadline`. With a key, returns the
+/// session's probe key (`--auth probes`), derived from this handshake.
 pub(crate) fn receiver_handshake(
     ctl: &mut Ctl,
     key: Option<&Key>,
     sid: u32,
     auth: Option<&str>,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<Option<ProbeKey>, String> {
     let Some(key) = key else {
-        return Ok(());
+        return Ok(None);
     };
     let Some(cn) = auth else {
         return Err(AUTH_REQUIRED.into());
@@ -47,7 +48,7 @@ pub(crate) fn receiver_handshake(
             let ok = auth::from_hex::<MAC_LEN>("mac", &mac)
                 .is_ok_and(|m| key.verify_sender(&cn, &sn, sid, &m));
             if ok {
-                Ok(())
+                Ok(Some(key.probe_key(&cn, &sn, sid)))
             } else {
                 Err(AUTH_FAILED.into())
             }
@@ -67,8 +68,9 @@ pub(crate) fn sender_nonce(key: Option<&Key>) -> Option<[u8; NONCE_LEN]> {
 
 /// The sender's side: `reply` is the receiver's first answer to `Hello`.
 /// With a key it must be a `Challenge` whose proof checks out; the answer
-/// is sent and the receiver's next message (its `Ready`) returned. Without
-/// a key, a `Challenge` means the receiver wants one.
+/// is sent and the receiver's next message (its `Ready`) returned with the
+/// session's probe key (`--auth probes`). Without a key, a `Challenge`
+/// means the receiver wants one.
 pub(crate) fn sender_handshake(
     ctl: &mut Ctl,
     key: Option<&Key>,
@@ -76,7 +78,7 @@ pub(crate) fn sender_handshake(
     sid: u32,
     reply: ControlMsg,
     timeout: std::time::Duration,
-) -> Result<ControlMsg, EngineError> {
+) -> Result<(ControlMsg, Option<ProbeKey>), EngineError> {
     match (key, cn, reply) {
         (Some(key), Some(cn), ControlMsg::Challenge { nonce, proof }) => {
             let sn: [u8; NONCE_LEN] = auth::from_hex("nonce", &nonce)
@@ -91,7 +93,8 @@ pub(crate) fn sender_handshake(
             ctl.send(&ControlMsg::Auth {
                 mac: auth::to_hex(&key.sender_mac(&cn, &sn, sid)),
             })?;
-            ctl.expect("Ready", timeout)
+            let ready = ctl.expect("Ready", timeout)?;
+            Ok((ready, Some(key.probe_key(&cn, &sn, sid))))
         }
         (Some(_), _, ControlMsg::Ready { .. }) => Err(EngineError::Protocol(
             "the receiver did not authenticate (it runs without a key); not sending to it with --key-file/WIREBENCH_KEY".into(),
@@ -99,6 +102,6 @@ pub(crate) fn sender_handshake(
         (None, _, ControlMsg::Challenge { .. }) => Err(EngineError::Remote(
             "the receiver requires authentication: give its key with --key-file or WIREBENCH_KEY".into(),
         )),
-        (_, _, other) => Ok(other),
+        (_, _, other) => Ok((other, None)),
     }
 }

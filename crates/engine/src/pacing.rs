@@ -27,6 +27,7 @@ use wirebench_pktlog::format::FLAG_NOT_SENT;
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowMeta, LogFooter, LogMeta, Record, Side};
 use wirebench_stats::{FlowConfig, IpVersion, RecvSummary, SendAccumulator, SendSummary};
+use wirebench_wire::auth::{ProbeKey, AUTH_PROBE_MIN_LEN};
 use wirebench_wire::{MeterMode, ProbeHeader, Transport, FLAG_RTT, PROBE_HEADER_LEN};
 
 /// A packet whose scheduled time is more than this in the past when the
@@ -117,6 +118,8 @@ struct FlowJob {
     paced: usize,
     /// `-l`: this flow's end of the session's per-packet log.
     log: Option<LogProducer>,
+    /// `--auth probes`: every probe ends in this session key's MAC.
+    probe_key: Option<ProbeKey>,
 }
 
 /// A flow's send statistics and, with `-l`, its per-packet log: every sent
@@ -187,8 +190,16 @@ impl FlowJob {
             cfg: self.cfg,
             session: self.session,
             flow_id: self.flow_id,
-            max_payload: self.plan.spec.max_payload(),
+            max_payload: self.plan.spec.max_payload().max(self.min_len()),
+            probe_key: self.probe_key.clone(),
         }
+    }
+
+    /// Smallest probe this flow sends: the header, and with `--auth
+    /// probes` its MAC trailer too (smaller sizes of the model are raised
+    /// to it, as sizes below the header are without a MAC).
+    fn min_len(&self) -> u32 {
+        min_probe_len(self.probe_key.is_some())
     }
 
     /// Why the flow must stop now, if it must.
@@ -233,6 +244,15 @@ impl FlowSent {
     }
 }
 
+/// Smallest probe a flow sends, with or without a MAC trailer.
+pub(crate) fn min_probe_len(mac: bool) -> u32 {
+    if mac {
+        AUTH_PROBE_MIN_LEN as u32
+    } else {
+        MIN_PAYLOAD
+    }
+}
+
 /// The flow's schedule: draws departures, applies the stop condition.
 struct Schedule {
     gen: Box<dyn wirebench_model::Generator>,
@@ -242,12 +262,14 @@ struct Schedule {
     bytes_left: Option<u64>,
     max: bool,
     max_len: u32,
+    /// Smallest probe ([`min_probe_len`]).
+    min_len: u32,
     /// Packets drawn so far.
     drawn: u64,
 }
 
 impl Schedule {
-    fn new(plan: &FlowPlan, t0: u64) -> Result<Schedule, String> {
+    fn new(plan: &FlowPlan, t0: u64, min_len: u32) -> Result<Schedule, String> {
         let gen = plan.spec.generator(plan.seed).map_err(|e| e.to_string())?;
         let start = t0 + plan.spec.start_delay_ms * 1_000_000;
         let (end_at, packets_left, bytes_left) = match plan.stop {
@@ -267,7 +289,8 @@ impl Schedule {
             packets_left,
             bytes_left,
             max: plan.spec.is_max(),
-            max_len: plan.spec.max_payload().max(MIN_PAYLOAD),
+            max_len: plan.spec.max_payload().max(min_len),
+            min_len,
             drawn: 0,
         })
     }
@@ -292,9 +315,9 @@ impl Schedule {
         }
         self.next_at = self.next_at.saturating_add(d.gap_ns);
         self.drawn += 1;
-        let mut size = d.size.clamp(MIN_PAYLOAD, self.max_len);
+        let mut size = d.size.clamp(self.min_len, self.max_len);
         if let Some(b) = self.bytes_left.as_mut() {
-            size = clip_to_budget(size, *b, MIN_PAYLOAD);
+            size = clip_to_budget(size, *b, self.min_len);
             *b -= size as u64;
         }
         if let Some(p) = self.packets_left.as_mut() {
@@ -311,7 +334,7 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
     if !job.plan.spec.is_max() || job.paced == 0 {
         raise_priority();
     }
-    let mut sched = match Schedule::new(&job.plan, job.t0) {
+    let mut sched = match Schedule::new(&job.plan, job.t0, job.min_len()) {
         Ok(s) => s,
         Err(e) => return FlowSent::failed(&e),
     };
@@ -382,6 +405,8 @@ pub(crate) struct PaceOne {
     /// Set when the flow must stop (the session ended early).
     pub abort: Arc<AtomicBool>,
     pub spin_ns: u64,
+    /// `--auth probes`: the session's probe key.
+    pub probe_key: Option<ProbeKey>,
 }
 
 /// Paces one flow on the calling thread with the sender's own pacer and
@@ -399,6 +424,7 @@ pub(crate) fn pace_one(plan: FlowPlan, sock: DataSock, at: PaceOne) -> FlowSent 
         spin_ns: at.spin_ns,
         paced: 1,
         log: None,
+        probe_key: at.probe_key,
     };
     run_flow(job, sock)
 }
@@ -517,6 +543,8 @@ struct UdpOut<'a> {
     seq: &'a mut u32,
     first_tx: &'a mut u64,
     refused: &'a mut u64,
+    /// `--auth probes`: signs each probe once its header is final.
+    key: Option<&'a ProbeKey>,
 }
 
 impl UdpOut<'_> {
@@ -537,7 +565,11 @@ impl UdpOut<'_> {
             *self.first_tx = tx;
         }
         for (i, &(_, size)) in meta.iter().enumerate() {
-            ProbeHeader::stamp_tx(batch.slot(i, size as usize), tx);
+            let slot = batch.slot(i, size as usize);
+            ProbeHeader::stamp_tx(slot, tx);
+            if let Some(k) = self.key {
+                k.sign(slot);
+            }
         }
         let actual = mono_ns();
         let mut i = 0;
@@ -559,7 +591,11 @@ impl UdpOut<'_> {
                     }
                     for (j, &(_, size)) in meta.iter().enumerate().skip(i + 1) {
                         let cur = seq.wrapping_add((j - i) as u32 - 1);
-                        ProbeHeader::stamp_seq(batch.slot(j, size as usize), cur);
+                        let slot = batch.slot(j, size as usize);
+                        ProbeHeader::stamp_seq(slot, cur);
+                        if let Some(k) = self.key {
+                            k.sign(slot);
+                        }
                     }
                     i += 1;
                     if e.kind() == ErrorKind::WouldBlock {
@@ -620,6 +656,7 @@ fn udp_send(
             seq: &mut seq,
             first_tx,
             refused: &mut refused,
+            key: job.probe_key.as_ref(),
         };
         out.send(&mut batch, &meta[..n], acc, sched.max);
         // Every send refused for a long stretch: the receiver's port is gone.
@@ -696,7 +733,11 @@ fn tcp_send(
             h.len = size as u16;
             h.seq = seq.wrapping_add(i as u32);
             h.tx_ns = tx;
-            let _ = h.encode(&mut buf[off..off + size as usize]);
+            let rec = &mut buf[off..off + size as usize];
+            let _ = h.encode(rec);
+            if let Some(k) = &job.probe_key {
+                k.sign(rec);
+            }
             off += size as usize;
         }
         let actual = mono_ns();
@@ -730,6 +771,8 @@ struct SharedFlow {
     first_tx: u64,
     refused: u64,
     error: Option<String>,
+    /// `--auth probes`: the session's probe key.
+    key: Option<ProbeKey>,
 }
 
 /// Paces many UDP flows on one thread: a heap of next-departure times
@@ -753,7 +796,7 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
     let content = jobs.first().map(|(_, j, _)| j.plan.clone());
     let wall_minus_mono = i128::from(realtime_ns()) - i128::from(mono_ns());
     for (idx, mut job, sock) in jobs {
-        match Schedule::new(&job.plan, job.t0) {
+        match Schedule::new(&job.plan, job.t0, job.min_len()) {
             Ok(sched) => {
                 max_len = max_len.max(sched.max_len);
                 ctl.get_or_insert((job.abort.clone(), job.cancel, job.t0));
@@ -773,6 +816,7 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
                     first_tx: 0,
                     refused: 0,
                     error: None,
+                    key: job.probe_key.clone(),
                 });
             }
             Err(e) => done.push((idx, FlowSent::failed(&e))),
@@ -820,6 +864,7 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
                 seq: &mut f.seq,
                 first_tx: &mut f.first_tx,
                 refused: &mut f.refused,
+                key: f.key.as_ref(),
             };
             out.send(&mut batch, &meta[..n], &mut f.acc, false);
             // Every send refused for a long stretch: the receiver's port is gone.
@@ -865,6 +910,8 @@ pub(crate) struct Launch {
     pub t0: u64,
     /// Set when the receiver is gone: every flow stops.
     pub abort: Arc<AtomicBool>,
+    /// `--auth probes`: the session's probe key.
+    pub probe_key: Option<ProbeKey>,
 }
 
 /// Runs every flow of the plan on its own socket (in plan order) and
@@ -882,6 +929,7 @@ pub(crate) fn run_flows(
         mtu,
         t0,
         abort,
+        probe_key,
     } = launch;
     // Spin before deadlines only while every paced flow can have a core.
     let forward = |f: &FlowPlan| f.direction == wirebench_wire::Direction::Forward;
@@ -943,6 +991,7 @@ pub(crate) fn run_flows(
             spin_ns,
             paced,
             log: sink.as_ref().map(|k| k.producer()),
+            probe_key: probe_key.clone(),
         };
         let sock = match sock {
             DataSock::Udp(s) if pacers > 0 && candidate(&job.plan) => {
@@ -1125,21 +1174,24 @@ mod tests {
     #[test]
     fn schedule_is_absolute_and_stops_exactly() {
         let t0 = 1_000_000_000;
-        let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(5)), t0).unwrap();
+        let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(5)), t0, MIN_PAYLOAD).unwrap();
         // However late the caller asks, the times stay on the grid.
         let times: Vec<u64> = std::iter::from_fn(|| s.next(u64::MAX / 2).map(|x| x.0)).collect();
         assert_eq!(
             times,
             (0..5).map(|k| t0 + k * 1_000_000).collect::<Vec<_>>()
         );
-        let mut s = Schedule::new(&flow(1000.0, 100, Stop::DurationMs(10)), t0).unwrap();
+        let mut s =
+            Schedule::new(&flow(1000.0, 100, Stop::DurationMs(10)), t0, MIN_PAYLOAD).unwrap();
         assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 10);
         // Gap rounded down (333 333 ns): still R × T packets.
-        let mut s = Schedule::new(&flow(3000.0, 100, Stop::DurationMs(3000)), t0).unwrap();
+        let mut s =
+            Schedule::new(&flow(3000.0, 100, Stop::DurationMs(3000)), t0, MIN_PAYLOAD).unwrap();
         assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 9000);
-        let mut s = Schedule::new(&flow(7.0, 100, Stop::DurationMs(60_000)), t0).unwrap();
+        let mut s =
+            Schedule::new(&flow(7.0, 100, Stop::DurationMs(60_000)), t0, MIN_PAYLOAD).unwrap();
         assert_eq!(std::iter::from_fn(|| s.next(0)).count(), 420);
-        let mut s = Schedule::new(&flow(1000.0, 300, Stop::KBytes(3)), t0).unwrap();
+        let mut s = Schedule::new(&flow(1000.0, 300, Stop::KBytes(3)), t0, MIN_PAYLOAD).unwrap();
         let sizes: Vec<u32> = std::iter::from_fn(|| s.next(0).map(|x| x.1)).collect();
         assert_eq!(sizes.iter().map(|&x| x as u64).sum::<u64>(), 3 * 1024);
         assert!(sizes.iter().all(|&x| x >= MIN_PAYLOAD));
@@ -1162,13 +1214,13 @@ mod tests {
             opts: Default::default(),
             direction: Default::default(),
         };
-        let mut s = Schedule::new(&plan, 0).unwrap();
+        let mut s = Schedule::new(&plan, 0, MIN_PAYLOAD).unwrap();
         while s.next(0).is_some() {}
         let acc = rec();
         let n = acc.summary(&s).clamped_draws;
         assert!((200..400).contains(&n), "{n}");
         assert_eq!(n, s.gen.clamps());
-        let mut c = Schedule::new(&flow(1000.0, 100, Stop::Packets(10)), 0).unwrap();
+        let mut c = Schedule::new(&flow(1000.0, 100, Stop::Packets(10)), 0, MIN_PAYLOAD).unwrap();
         while c.next(0).is_some() {}
         assert_eq!(acc.summary(&c).clamped_draws, 0);
     }
@@ -1187,7 +1239,7 @@ mod tests {
     fn gather_batches_due_packets_and_drops_hopeless_ones() {
         let t0 = 10_000_000_000;
         // 1 µs gaps: far below a syscall, so many are due at once.
-        let mut s = Schedule::new(&flow(1e6, 100, Stop::Packets(10_000)), t0).unwrap();
+        let mut s = Schedule::new(&flow(1e6, 100, Stop::Packets(10_000)), t0, MIN_PAYLOAD).unwrap();
         let mut acc = rec();
         let mut meta = [(0u64, 0u32); BATCH];
         let mut pending = s.next(t0);
@@ -1217,7 +1269,8 @@ mod tests {
         );
         // A 1000 pps flow whose pacer wakes 1.5 s late: packets due more
         // than 1 s ago are not sent, the rest go out in full batches.
-        let mut s = Schedule::new(&flow(1000.0, 100, Stop::Packets(2000)), t0).unwrap();
+        let mut s =
+            Schedule::new(&flow(1000.0, 100, Stop::Packets(2000)), t0, MIN_PAYLOAD).unwrap();
         let mut acc = rec();
         let mut pending = s.next(t0);
         let late = t0 + 1_500_000_000;
@@ -1240,7 +1293,8 @@ mod tests {
         // A 2 s flow at 1000 pps whose pacer is 0.6 s behind when the run
         // ends: the 600 packets still due are not sent, not sent late.
         let t0 = 10_000_000_000;
-        let mut s = Schedule::new(&flow(1000.0, 100, Stop::DurationMs(2000)), t0).unwrap();
+        let mut s =
+            Schedule::new(&flow(1000.0, 100, Stop::DurationMs(2000)), t0, MIN_PAYLOAD).unwrap();
         let mut acc = rec();
         let mut meta = [(0u64, 0u32); BATCH];
         let mut pending = s.next(t0);

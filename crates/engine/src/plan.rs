@@ -73,6 +73,9 @@ pub struct SessionPlan {
     /// Pre-shared key: authenticate to the receiver, and require it to
     /// prove the same key (docs/security.md).
     pub key: Option<wirebench_wire::auth::Key>,
+    /// `--auth probes`: every probe (and reflection) carries a MAC under a
+    /// key derived from the handshake; needs `key`.
+    pub auth_probes: bool,
     /// Which threads pace the paced one-way UDP flows.
     pub pacing: Pacing,
     /// With `interval_ms`: where the intervals the receiver streams during
@@ -158,6 +161,7 @@ impl SessionPlan {
             jitter_buffer_ms: DEFAULT_JITTER_BUFFER_MS,
             log: None,
             key: None,
+            auth_probes: false,
             pacing: Pacing::Auto,
             live: None,
             link_rate_bps: None,
@@ -175,6 +179,11 @@ impl SessionPlan {
                 "--flows: at most {MAX_FLOWS} flows per session, got {}",
                 self.flows.len()
             )));
+        }
+        if self.auth_probes && self.key.is_none() {
+            return Err(EngineError::BadPlan(
+                "--auth probes: needs the pre-shared key (--key-file or WIREBENCH_KEY)".into(),
+            ));
         }
         if self.linger_ms > MAX_LINGER_MS {
             return Err(EngineError::BadPlan(format!(

@@ -35,7 +35,7 @@ use wirebench_pktlog::format::FLAG_RX as LOG_RX;
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
 use wirebench_stats::{FlowConfig, IpVersion, MarksSeen, MarksTally, RecvAccumulator};
-use wirebench_wire::auth::{Cidr, Key};
+use wirebench_wire::auth::{Cidr, Key, ProbeKey, AUTH_RTT_MIN_LEN};
 use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
 use wirebench_wire::{
     ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
@@ -291,6 +291,9 @@ struct FlowShared {
     live: Arc<LiveQueue>,
     /// Receive buffer the sender asked for (`--window`); 0: the default.
     rcvbuf: usize,
+    /// `--auth probes`: probes must end in this session key's MAC, else
+    /// they are `forged`; reflections get one.
+    probe_key: Option<ProbeKey>,
 }
 
 impl FlowShared {
@@ -422,6 +425,7 @@ fn session(
         flows: setups,
         auth,
         live: live_asked,
+        auth_probes,
     } = hello
     else {
         stats.foreign_control.fetch_add(1, Ordering::Relaxed);
@@ -440,18 +444,29 @@ fn session(
             format!("control protocol version {version} not supported (this receiver speaks {CONTROL_VERSION})"),
         );
     }
-    if let Err(m) = receiver_handshake(
+    let probe_key = match receiver_handshake(
         &mut ctl,
         cfg.key.as_ref(),
         sid,
         auth.as_deref(),
         handshake_by,
     ) {
-        stats.auth_failed.fetch_add(1, Ordering::Relaxed);
-        if verbose {
-            eprintln!("wirebench recv: session {sid:08x} from {peer}: {m}");
+        Ok(k) => k.filter(|_| auth_probes),
+        Err(m) => {
+            stats.auth_failed.fetch_add(1, Ordering::Relaxed);
+            if verbose {
+                eprintln!("wirebench recv: session {sid:08x} from {peer}: {m}");
+            }
+            return refuse(&mut ctl, m);
         }
-        return refuse(&mut ctl, m);
+    };
+    if auth_probes && probe_key.is_none() {
+        // Probe MACs are keyed from the handshake: without one (this
+        // receiver has no key) there is nothing to check them with.
+        return refuse(
+            &mut ctl,
+            "--auth probes: this receiver runs without a key, so it cannot check probe MACs".into(),
+        );
     }
     if let Err(busy) = slot.promote() {
         stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -486,6 +501,7 @@ fn session(
         meter,
         max_intervals,
         live: live_asked && live_ms.is_some(),
+        probe_key: probe_key.clone(),
     };
     // Declared before `flows`, so that on every way out the flows' threads
     // (and with them the log producers) are gone before the sink is dropped.
@@ -559,6 +575,7 @@ fn session(
         ports,
         live: at.live,
         reverse: remote.any(),
+        auth_probes: probe_key.is_some(),
     })?;
     let live_queues: Vec<Arc<LiveQueue>> = if at.live {
         flows.0.iter().map(|f| f.shared.live.clone()).collect()
@@ -656,7 +673,7 @@ fn session(
                 }
                 snmp0 = sys::udp_rcvbuf_errors();
                 foreign0 = stats.foreign_control.load(Ordering::Relaxed);
-                if let Err(e) = remote.start(sid, peer_ip, ip) {
+                if let Err(e) = remote.start(sid, peer_ip, ip, probe_key.as_ref()) {
                     stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
                     return refuse(&mut ctl, format!("receiver: {e}"));
                 }
@@ -858,6 +875,8 @@ pub(crate) struct LocalAt {
     /// Our clock minus the sender's of these packets (the daemon's), ns.
     pub offset_ns: i64,
     pub error_ns: u64,
+    /// `--auth probes`: the session's probe key.
+    pub probe_key: Option<ProbeKey>,
 }
 
 impl LocalRx {
@@ -871,6 +890,7 @@ impl LocalRx {
         let shared = Arc::new(FlowShared {
             offset_ns: AtomicI64::new(at.offset_ns),
             error_ns: AtomicI64::new(at.error_ns.min(i64::MAX as u64) as i64),
+            probe_key: at.probe_key.clone(),
             ..FlowShared::default()
         });
         let acc = Recorder {
@@ -997,6 +1017,8 @@ struct FlowAt {
     max_intervals: usize,
     /// Stream live intervals to the sender.
     live: bool,
+    /// `--auth probes`: the session's probe key.
+    probe_key: Option<ProbeKey>,
 }
 
 /// The log header of a session: what `wirebench decode` needs to recompute
@@ -1100,6 +1122,7 @@ fn open_flow(
     let cfg = flow_config(s, at.ip);
     let shared = Arc::new(FlowShared {
         rcvbuf: s.rcvbuf.map_or(0, |w| w as usize),
+        probe_key: at.probe_key.clone(),
         ..FlowShared::default()
     });
     let tap = match (at.live, cfg.interval_ns) {
@@ -1259,7 +1282,8 @@ impl UdpFlow {
         // A worker's batch slots fit its largest flow: longer than this
         // flow's largest probe is foreign, as a truncated datagram is.
         let longest = self.rx.max_len.max(RTT_MIN_LEN);
-        let mut queued = [0usize; BATCH];
+        let mut queued = [(0usize, 0usize); BATCH];
+        let reply_min = reply_len(self.sh.probe_key.is_some());
         let mut k = 0;
         let mut last_ts = 0;
         for i in 0..n {
@@ -1300,6 +1324,13 @@ impl UdpFlow {
                 self.sh.foreign.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
+            // With probe MACs, a probe of this session and flow from the
+            // sender's address that does not carry a valid one is forged:
+            // counted, never recorded or reflected.
+            if self.sh.probe_key.as_ref().is_some_and(|k| !k.verify(d)) {
+                self.sh.forged.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let len = d.len();
             let Some(delay) = self.sh.admit(&self.acc.acc, &h, ts, offset) else {
                 continue;
@@ -1308,7 +1339,7 @@ impl UdpFlow {
             let m = batch.marks(i);
             self.acc.marks.see(m.tos, m.ttl, m.flow_label);
             if self.rx.reflect && h.is_rtt() {
-                let out_len = len.max(RTT_MIN_LEN);
+                let out_len = len.max(reply_min);
                 let mut rh = h;
                 rh.flags |= FLAG_REFLECTED;
                 rh.len = out_len as u16;
@@ -1320,16 +1351,19 @@ impl UdpFlow {
                 }
                 .encode(&mut buf[..out_len]);
                 batch.queue_reply(k, i, out_len);
-                queued[k] = i;
+                queued[k] = (i, out_len);
                 k += 1;
             }
         }
         if k > 0 {
             // One transmit time for the batch, taken just before it leaves.
             let tx = realtime_ns();
-            for &i in &queued[..k] {
+            for &(i, out_len) in &queued[..k] {
                 let buf = batch.slot_mut(i);
                 buf[32..40].copy_from_slice(&tx.to_be_bytes());
+                if let Some(key) = &self.sh.probe_key {
+                    key.sign(&mut buf[..out_len]);
+                }
             }
             batch.flush_replies(self.sock.as_raw_fd(), k);
         }
@@ -1346,9 +1380,9 @@ fn udp_rx_many(mut flows: Vec<UdpFlow>, mut poller: net::Poller) -> WorkerOutcom
     let cpu0 = CpuTime::thread();
     let slot = flows
         .iter()
-        .map(|f| f.rx.max_len.max(RTT_MIN_LEN) + 1)
+        .map(|f| f.rx.max_len.max(AUTH_RTT_MIN_LEN) + 1)
         .max()
-        .unwrap_or(RTT_MIN_LEN + 1);
+        .unwrap_or(AUTH_RTT_MIN_LEN + 1);
     let mut batch = RecvBatch::new(slot);
     let reflect = flows.iter().any(|f| f.rx.reflect);
     // The session stops all its flows at once.
@@ -1408,7 +1442,8 @@ fn udp_rx(mut f: UdpFlow) -> WorkerOutcome {
     let cpu0 = CpuTime::thread();
     // One byte more than the largest probe, so an oversize foreign datagram
     // shows up as truncated instead of fitting by accident.
-    let slot = f.rx.max_len.max(RTT_MIN_LEN) + 1;
+    // Room for an authenticated reflection (a longer one than the probe).
+    let slot = f.rx.max_len.max(AUTH_RTT_MIN_LEN) + 1;
     let mut batch = RecvBatch::new(slot);
     // Kernel time of the last datagram read (0: none yet).
     let mut last_ts = 0;
@@ -1473,6 +1508,17 @@ fn nap_ns(n: usize, prev_ts: u64, last_ts: u64) -> Option<u64> {
     (NAP_MIN_NS..=NAP_MAX_NS).contains(&nap).then_some(nap)
 }
 
+/// Length of a reflection: the header and the reflector's times, and
+/// with probe MACs the MAC trailer (a UDP reflection keeps the probe's
+/// length when that is longer).
+fn reply_len(mac: bool) -> usize {
+    if mac {
+        AUTH_RTT_MIN_LEN
+    } else {
+        RTT_MIN_LEN
+    }
+}
+
 /// Most simultaneous connections on one TCP data port; more are foreign.
 const MAX_TCP_CONNS: usize = 8;
 /// Time a TCP data connection has to send its first record of this
@@ -1488,7 +1534,7 @@ const TCP_OUT_MAX: usize = 1 << 20;
 struct TcpConn {
     stream: TcpStream,
     rd: RecordReader,
-    /// Reflection records (RTT_MIN_LEN bytes each) waiting to be written.
+    /// Reflection records ([`reply_len`] bytes each) waiting to be written.
     out: Vec<u8>,
     /// Bytes of `out` already written.
     out_head: usize,
@@ -1500,18 +1546,24 @@ struct TcpConn {
 
 impl TcpConn {
     /// Writes queued reflections. Records not yet started get their
-    /// transmit time now, so queueing time counts as dwell, not as path.
-    /// Returns false when the connection failed.
-    fn flush(&mut self) -> bool {
+    /// transmit time now (and, with probe MACs, their MAC), so queueing
+    /// time counts as dwell, not as path. Returns false when the
+    /// connection failed.
+    fn flush(&mut self, key: Option<&ProbeKey>) -> bool {
         if self.out_head >= self.out.len() {
             return true;
         }
-        let first_fresh = self.out_head.div_ceil(RTT_MIN_LEN) * RTT_MIN_LEN;
+        let rlen = reply_len(key.is_some());
+        let first_fresh = self.out_head.div_ceil(rlen) * rlen;
         let tx = realtime_ns().to_be_bytes();
         let mut at = first_fresh;
-        while at + RTT_MIN_LEN <= self.out.len() {
-            self.out[at + 32..at + 40].copy_from_slice(&tx);
-            at += RTT_MIN_LEN;
+        while at + rlen <= self.out.len() {
+            let rec = &mut self.out[at..at + rlen];
+            rec[32..40].copy_from_slice(&tx);
+            if let Some(k) = key {
+                k.sign(rec);
+            }
+            at += rlen;
         }
         loop {
             match self.stream.write(&self.out[self.out_head..]) {
@@ -1591,7 +1643,7 @@ fn tcp_rx(
                 continue;
             }
             let ok = read_records(&mut conns[ci], &mut acc, &sh, sid, flow_id, reflect)
-                && conns[ci].flush();
+                && conns[ci].flush(sh.probe_key.as_ref());
             if !ok {
                 conns.swap_remove(ci);
             }
@@ -1647,6 +1699,7 @@ fn read_records(
         let offset = sh.offset_ns.load(Ordering::Relaxed);
         let out = &mut c.out;
         let identified = &mut c.identified;
+        let rlen = reply_len(sh.probe_key.is_some());
         let framed = c.rd.drain(
             |h| h.session == sid && h.flow == flow_id,
             |h, rec| {
@@ -1654,17 +1707,21 @@ fn read_records(
                 if h.is_hello() {
                     return;
                 }
+                if sh.probe_key.as_ref().is_some_and(|k| !k.verify(rec)) {
+                    sh.forged.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
                 let len = rec.len();
                 let Some(delay) = sh.admit(&acc.acc, h, ts, offset) else {
                     return;
                 };
                 acc.record(h, delay, ts, len);
-                if reflect && h.is_rtt() && out.len() + RTT_MIN_LEN <= TCP_OUT_MAX {
+                if reflect && h.is_rtt() && out.len() + rlen <= TCP_OUT_MAX {
                     let mut rh = *h;
                     rh.flags |= FLAG_REFLECTED;
-                    rh.len = RTT_MIN_LEN as u16;
+                    rh.len = rlen as u16;
                     let at = out.len();
-                    out.resize(at + RTT_MIN_LEN, 0);
+                    out.resize(at + rlen, 0);
                     let rec = &mut out[at..];
                     let _ = rh.encode(rec);
                     let _ = Reflection {

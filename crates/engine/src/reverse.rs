@@ -32,6 +32,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use wirebench_model::FlowSpec;
 use wirebench_stats::{FlowConfig, IpVersion, SendSummary};
+use wirebench_wire::auth::ProbeKey;
 use wirebench_wire::{Direction, FlowSetup, ProbeHeader, Transport, FLAG_HELLO, PROBE_HEADER_LEN};
 
 /// How often the daemon's session thread looks whether its reverse flows
@@ -169,6 +170,7 @@ impl Remote {
         sid: u32,
         peer_ip: IpAddr,
         ip: IpVersion,
+        probe_key: Option<&ProbeKey>,
     ) -> Result<(), EngineError> {
         if self.started {
             return Ok(());
@@ -192,6 +194,7 @@ impl Remote {
                 },
                 abort: self.abort.clone(),
                 spin_ns,
+                probe_key: probe_key.cloned(),
             };
             let plan = f.plan.clone();
             let h = std::thread::Builder::new()
@@ -394,6 +397,7 @@ impl Local {
         ports: &[u16],
         session: u32,
         (offset_ns, error_ns): (i64, u64),
+        probe_key: Option<ProbeKey>,
     ) -> Result<Local, EngineError> {
         let mut flows = Vec::with_capacity(plan.flows.len());
         let ip = if dst_ip.is_ipv4() {
@@ -408,6 +412,7 @@ impl Local {
             flows: plan.flows.len(),
             offset_ns: offset_ns.saturating_neg(),
             error_ns,
+            probe_key,
         };
         for (i, (f, s)) in plan.flows.iter().zip(setups).enumerate() {
             if f.direction != Direction::Reverse {

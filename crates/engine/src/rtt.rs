@@ -12,7 +12,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use wirebench_stats::{FlowConfig, RecvAccumulator, RecvSummary};
+use wirebench_wire::auth::{ProbeKey, AUTH_RTT_MIN_LEN};
 use wirebench_wire::{ProbeHeader, Reflection};
+
+/// A round-trip summary with the reflections refused for a bad MAC
+/// counted as forged.
+fn with_forged(mut s: RecvSummary, forged: u64) -> RecvSummary {
+    s.counts.forged += forged;
+    s
+}
 
 /// The flow whose reflections a collector accepts.
 pub(crate) struct Reflected {
@@ -21,6 +29,9 @@ pub(crate) struct Reflected {
     pub flow_id: u16,
     /// Largest probe payload the flow sends (sizes the receive slots).
     pub max_payload: u32,
+    /// `--auth probes`: reflections must carry this session key's MAC;
+    /// those that do not are counted `forged` and not measured.
+    pub probe_key: Option<ProbeKey>,
 }
 
 /// Sender side of the RTT meter: reads reflected probes on the flow's
@@ -36,9 +47,11 @@ impl RttRx {
         let st = stop.clone();
         let cfg = job.cfg;
         let (sid, flow) = (job.session, job.flow_id);
-        let slot = (job.max_payload as usize).max(wirebench_wire::RTT_MIN_LEN) + 1;
+        let slot = (job.max_payload as usize).max(AUTH_RTT_MIN_LEN) + 1;
+        let key = job.probe_key.clone();
         let handle = std::thread::spawn(move || {
             let mut acc = RecvAccumulator::new(cfg);
+            let mut forged = 0u64;
             let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
             set_rcvbuf(sock.as_raw_fd(), 8 << 20);
             enable_rx_timestamps(sock.as_raw_fd());
@@ -62,6 +75,10 @@ impl RttRx {
                     if h.session != sid || h.flow != flow || !h.is_reflected() {
                         continue;
                     }
+                    if key.as_ref().is_some_and(|k| !k.verify(d)) {
+                        forged += 1;
+                        continue;
+                    }
                     let Ok(r) = Reflection::decode(d) else {
                         continue;
                     };
@@ -69,7 +86,7 @@ impl RttRx {
                     acc.record(h.seq, rtt, t4, d.len() as u32);
                 }
             }
-            acc.summary(None)
+            with_forged(acc.summary(None), forged)
         });
         RttRx { stop, handle }
     }
@@ -80,8 +97,10 @@ impl RttRx {
         let st = stop.clone();
         let cfg = job.cfg;
         let (sid, flow) = (job.session, job.flow_id);
+        let key = job.probe_key.clone();
         let handle = std::thread::spawn(move || {
             let mut acc = RecvAccumulator::new(cfg);
+            let mut forged = 0u64;
             let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
             let mut src = &stream;
             let mut rd = RecordReader::new(64 << 10);
@@ -98,6 +117,10 @@ impl RttRx {
                         && h.len as usize >= wirebench_wire::RTT_MIN_LEN
                 };
                 let framed = rd.drain(ours, |h, rec| {
+                    if key.as_ref().is_some_and(|k| !k.verify(rec)) {
+                        forged += 1;
+                        return;
+                    }
                     if let Ok(r) = Reflection::decode(rec) {
                         let rtt = (t4 as i64 - h.tx_ns as i64) - (r.tx_ns as i64 - r.rx_ns as i64);
                         acc.record(h.seq, rtt, t4, rec.len() as u32);
@@ -107,7 +130,7 @@ impl RttRx {
                     break;
                 }
             }
-            acc.summary(None)
+            with_forged(acc.summary(None), forged)
         });
         RttRx { stop, handle }
     }

@@ -54,6 +54,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         clock,
         live,
         setups,
+        probe_key,
     } = crate::session::open(&plan, addr)?;
     let mut ctl = ctl;
     let ip = if dst_ip.is_ipv4() {
@@ -83,6 +84,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         &ports,
         session,
         (clock.applied_ns(), clock.error_ns),
+        probe_key.clone(),
     )?;
 
     let forward = match (&plan.live, live) {
@@ -123,6 +125,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         mtu,
         t0,
         abort: abort.clone(),
+        probe_key,
     };
     let mut outcomes = match run_flows(&plan, socks, launch) {
         Ok(o) => o,

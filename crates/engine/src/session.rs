@@ -43,6 +43,9 @@ pub(crate) struct Opened {
     pub live: bool,
     /// What the receiver was told about each flow (`Hello.flows`).
     pub setups: Vec<FlowSetup>,
+    /// `--auth probes`: the session's probe key (both ends derived it
+    /// from the handshake; the receiver confirmed it checks MACs).
+    pub probe_key: Option<wirebench_wire::auth::ProbeKey>,
 }
 
 /// Connects to the receiver and runs the session up to (not including)
@@ -74,7 +77,10 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
             flow_id: (i + 1) as u16,
             transport: f.transport,
             interval_ms: plan.interval_ms,
-            max_len: f.spec.max_payload(),
+            max_len: f
+                .spec
+                .max_payload()
+                .max(crate::pacing::min_probe_len(plan.auth_probes)),
             mtu,
             playout_buffer_ms: f.spec.voip_codec().map(|_| plan.jitter_buffer_ms),
             rcvbuf: f.opts.window,
@@ -90,10 +96,18 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
         flows: setups.clone(),
         auth: nonce.map(|n| wirebench_wire::auth::to_hex(&n)),
         live: live_asked,
+        auth_probes: plan.auth_probes,
     })?;
     let reply = ctl.expect("Ready", REPLY_TIMEOUT)?;
-    let reply = crate::auth::sender_handshake(&mut ctl, key, nonce, session, reply, REPLY_TIMEOUT)?;
+    let (reply, probe_key) =
+        crate::auth::sender_handshake(&mut ctl, key, nonce, session, reply, REPLY_TIMEOUT)?;
+    let probe_key = probe_key.filter(|_| plan.auth_probes);
     let (ports, live) = match reply {
+        ControlMsg::Ready { auth_probes, .. } if plan.auth_probes && !auth_probes => {
+            let m = "the receiver does not check probe MACs (--auth probes); upgrade it";
+            let _ = ctl.send(&ControlMsg::Error { message: m.into() });
+            return Err(EngineError::Remote(m.into()));
+        }
         ControlMsg::Ready { reverse, .. } if !reverse && crate::reverse::any(plan) => {
             let m = "the receiver does not support -R/--bidir (reverse flows); upgrade it";
             let _ = ctl.send(&ControlMsg::Error { message: m.into() });
@@ -134,6 +148,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
         clock,
         live,
         setups,
+        probe_key,
     })
 }
 

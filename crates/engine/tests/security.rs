@@ -98,6 +98,7 @@ impl Client {
             flows,
             auth: None,
             live: false,
+            auth_probes: false,
         });
         self.recv()
     }
@@ -356,6 +357,7 @@ fn hostile_receiver(port: u16, on: fn(&ControlMsg) -> Option<String>) -> JoinHan
                         ports: vec![data.local_addr().unwrap().port()],
                         live: false,
                         reverse: false,
+                        auth_probes: false,
                     }
                     .to_line(),
                 ),
@@ -483,6 +485,7 @@ fn challenge(c: &mut Client, sid: u32, cn: &[u8; NONCE_LEN]) -> Result<[u8; NONC
         flows: vec![udp_flow(None)],
         auth: Some(auth::to_hex(cn)),
         live: false,
+        auth_probes: false,
     });
     match c.recv() {
         ControlMsg::Challenge { nonce, proof } => {
@@ -521,6 +524,7 @@ fn unauthenticated_wrong_key_and_replayed_sessions_are_refused() {
         flows: vec![udp_flow(None)],
         auth: Some("zz".into()),
         live: false,
+        auth_probes: false,
     });
     assert!(error_text(c.recv()).contains("auth"));
     // A wrong key: the answer does not check out.
@@ -817,4 +821,157 @@ fn many_flow_workers_keep_reflection_and_forgery_rules() {
         assert_eq!((s.unique, s.forged, s.lost), (10, 5, Some(0)), "flow {id}");
         assert_eq!(s.reordered, 0, "flow {id}");
     }
+}
+
+/// Item 3, `--auth probes`: in a session whose probes carry MACs, probes
+/// with the session's and flow's ids but no MAC, a wrong one, a tampered
+/// header or no room for one are `forged`: never recorded, never
+/// reflected, and the figures are those of the real probes alone (a gap
+/// of 10 lost stays lost, though forgeries carry exactly its numbers).
+/// Reflections carry a MAC the sender can check.
+#[test]
+fn authenticated_probes_count_forgeries_and_keep_the_figures() {
+    let rx = keyed_rx(15718);
+    let mut c = Client::connect(rx.port);
+    let sid = 0x5ec0_0018;
+    let cn = [9u8; NONCE_LEN];
+    c.send(&ControlMsg::Hello {
+        version: CONTROL_VERSION,
+        session: sid,
+        meter: MeterMode::Rtt,
+        flows: vec![udp_flow(None)],
+        auth: Some(auth::to_hex(&cn)),
+        live: false,
+        auth_probes: true,
+    });
+    let sn = match c.recv() {
+        ControlMsg::Challenge { nonce, .. } => auth::from_hex("nonce", &nonce).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    c.send(&ControlMsg::Auth {
+        mac: auth::to_hex(&key(KEY).sender_mac(&cn, &sn, sid)),
+    });
+    let port = match c.recv() {
+        ControlMsg::Ready {
+            ports,
+            auth_probes: true,
+            ..
+        } => ports[0],
+        other => panic!("{other:?}"),
+    };
+    c.send(&ControlMsg::Start);
+    let pk = key(KEY).probe_key(&cn, &sn, sid);
+    let data: SocketAddr = ([127, 0, 0, 1], port).into();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let signed = |seq: u32| {
+        let mut b = probe(sid, seq, FLAG_RTT, 64);
+        assert!(pk.sign(&mut b));
+        b
+    };
+    // 50 sent, 10..20 lost on the way: each real probe is reflected with
+    // a MAC the sender checks, covering the reflector's times.
+    for seq in (0..10).chain(20..50) {
+        s.send_to(&signed(seq), data).unwrap();
+        let (n, _) = s.recv_from(&mut buf).unwrap();
+        assert_eq!(n, 64);
+        let r = ProbeHeader::decode_datagram(&buf[..n]).unwrap();
+        assert!(r.is_reflected() && r.seq == seq);
+        assert!(pk.verify(&buf[..n]), "reflection {seq} without a valid MAC");
+        let mut bent = buf;
+        bent[30] ^= 1;
+        assert!(!pk.verify(&bent[..n]));
+    }
+    // Forgeries of the lost numbers: no MAC, another session's key, a
+    // header changed after signing, too short to carry a MAC.
+    let other = key(KEY).probe_key(&cn, &[1; NONCE_LEN], sid);
+    for seq in 10..20 {
+        s.send_to(&probe(sid, seq, FLAG_RTT, 64), data).unwrap();
+    }
+    for seq in 10..15 {
+        let mut b = probe(sid, seq, FLAG_RTT, 64);
+        other.sign(&mut b);
+        s.send_to(&b, data).unwrap();
+    }
+    let mut b = signed(5);
+    b[12..16].copy_from_slice(&15u32.to_be_bytes());
+    s.send_to(&b, data).unwrap();
+    s.send_to(&probe(sid, 16, FLAG_RTT, RTT_MIN_LEN), data)
+        .unwrap();
+    assert!(
+        s.recv_from(&mut buf).is_err(),
+        "a forged probe was reflected"
+    );
+    let f = c.stop(50);
+    assert_eq!(f["forged"], 17, "{f}");
+    assert_eq!(f["foreign"], 0, "{f}");
+    assert_eq!(f["summary"]["unique"], 40, "{f}");
+    assert_eq!(f["summary"]["lost"], 10, "{f}");
+    assert_eq!(f["summary"]["reordered"], 0, "{f}");
+    // A receiver without a key cannot check MACs: it refuses the session
+    // rather than measure unchecked probes.
+    let open = Rx::start(15719);
+    let mut c = Client::connect(open.port);
+    c.send(&ControlMsg::Hello {
+        version: CONTROL_VERSION,
+        session: 7,
+        meter: MeterMode::Owd,
+        flows: vec![udp_flow(None)],
+        auth: None,
+        live: false,
+        auth_probes: true,
+    });
+    assert!(error_text(c.recv()).contains("--auth probes"));
+}
+
+/// `--auth probes` through the whole engine, every path that carries
+/// probes: UDP and TCP one-way, UDP and TCP round trip (signed
+/// reflections), and a reverse UDP flow (the receiver signs, the sender
+/// checks). Nothing honest is counted forged, and 30-byte probes are
+/// raised to the 40 bytes a header and MAC need. A plan asking for it
+/// without a key is refused.
+#[test]
+fn authenticated_probes_end_to_end() {
+    let rx = keyed_rx(15720);
+    let flow = |transport, direction| wirebench_engine::FlowPlan {
+        spec: wirebench_model::FlowSpec::constant(200.0, 30).unwrap(),
+        transport,
+        stop: wirebench_engine::Stop::Packets(30),
+        seed: 1,
+        opts: Default::default(),
+        direction,
+    };
+    use wirebench_wire::Direction::{Forward, Reverse};
+    for meter in [MeterMode::Owd, MeterMode::Rtt] {
+        let mut flows = vec![flow(Transport::Udp, Forward), flow(Transport::Tcp, Forward)];
+        if meter == MeterMode::Owd {
+            flows.push(flow(Transport::Udp, Reverse));
+        }
+        let mut p = wirebench_engine::SessionPlan::new("127.0.0.1", flows);
+        p.port = rx.port;
+        p.linger_ms = 100;
+        p.meter = meter;
+        p.key = Some(key(KEY));
+        p.auth_probes = true;
+        let doc = wirebench_engine::run(p).unwrap();
+        assert!(!doc.partial);
+        for f in &doc.flows {
+            let what = format!("{meter:?} flow {} {:?}", f.id, f.transport);
+            assert_eq!(f.sent.packets, 30, "{what}");
+            assert_eq!(f.sent.bytes, 30 * 40, "{what}");
+            assert_eq!(f.received.counts.unique, 30, "{what}");
+            assert_eq!(f.received.counts.forged, 0, "{what}");
+            if meter == MeterMode::Rtt {
+                assert_eq!(f.rtt_received, Some(30), "{what}");
+            }
+        }
+    }
+    let mut p =
+        wirebench_engine::SessionPlan::new("127.0.0.1", vec![flow(Transport::Udp, Forward)]);
+    p.port = rx.port;
+    p.auth_probes = true;
+    let e = wirebench_engine::run(p).unwrap_err().to_string();
+    assert!(e.contains("--auth probes") && e.contains("key"), "{e}");
 }

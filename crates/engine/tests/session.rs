@@ -137,6 +137,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         }],
         auth: None,
         live: false,
+        auth_probes: false,
     };
     c2.write_all(hello.to_line().as_bytes()).unwrap();
     let mut line = String::new();
@@ -153,6 +154,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         flows: vec![],
         auth: None,
         live: false,
+        auth_probes: false,
     };
     c3.write_all(hello99.to_line().as_bytes()).unwrap();
     let mut line = String::new();

@@ -18,6 +18,7 @@
 //! can never be echoed back as the sender's answer. This crate only computes
 //! and checks; sockets and nonces from a random source are the engine's.
 
+use crate::probe::{FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;
@@ -39,6 +40,15 @@ pub const MAX_KEY_LEN: usize = 4096;
 pub const KEY_ENV: &str = "WIREBENCH_KEY";
 
 const LABEL: &[u8] = b"wirebench-auth/1 ";
+
+/// Bytes of the truncated HMAC-SHA256 trailer of an authenticated probe
+/// (`--auth probes`): 128 bits, as TWAMP's authenticated mode keeps.
+pub const PROBE_MAC_LEN: usize = 16;
+/// Smallest authenticated probe: the header and the MAC.
+pub const AUTH_PROBE_MIN_LEN: usize = PROBE_HEADER_LEN + PROBE_MAC_LEN;
+/// Smallest authenticated reflection: header, the reflector's two times
+/// and the MAC.
+pub const AUTH_RTT_MIN_LEN: usize = RTT_MIN_LEN + PROBE_MAC_LEN;
 
 /// A key, hex field or address block that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -150,6 +160,17 @@ impl Key {
         self.tag(b"recv", cn, sn, sid).verify_slice(proof).is_ok()
     }
 
+    /// The session's probe key (`--auth probes`): both ends derive it from
+    /// the handshake they just completed, so it is fresh per session and
+    /// never on the wire.
+    pub fn probe_key(&self, cn: &[u8; NONCE_LEN], sn: &[u8; NONCE_LEN], sid: u32) -> ProbeKey {
+        let k = self.tag(b"probe", cn, sn, sid).finalize().into_bytes();
+        ProbeKey {
+            mac: <Hmac<Sha256> as Mac>::new_from_slice(&k)
+                .unwrap_or_else(|_| unreachable!("HMAC accepts any key length")),
+        }
+    }
+
     /// Checks a sender's answer in constant time.
     pub fn verify_sender(
         &self,
@@ -159,6 +180,67 @@ impl Key {
         mac: &[u8],
     ) -> bool {
         self.tag(b"send", cn, sn, sid).verify_slice(mac).is_ok()
+    }
+}
+
+/// A session's key for probe MACs (`--auth probes`).
+///
+/// Every authenticated probe ends in a [`PROBE_MAC_LEN`]-byte trailer:
+/// HMAC-SHA256 under this key over the header (24 bytes) or, for a
+/// reflection (`FLAG_REFLECTED`, covered by the MAC), over the header and
+/// the reflector's two times (40 bytes), truncated. Everything the
+/// figures rest on (session, flow, length, sequence number, times) is
+/// covered; the padding between is filler. The keyed state is cloned per
+/// probe: no allocation, two SHA-256 compressions.
+#[derive(Clone)]
+pub struct ProbeKey {
+    mac: Hmac<Sha256>,
+}
+
+impl fmt::Debug for ProbeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProbeKey(..)")
+    }
+}
+
+impl ProbeKey {
+    /// The bytes a probe's MAC covers, or None when `buf` (the whole
+    /// datagram or record) is too short to carry them and the trailer.
+    fn covered(buf: &[u8]) -> Option<(&[u8], &[u8])> {
+        let n = if buf.len() > 3 && buf[3] & FLAG_REFLECTED != 0 {
+            RTT_MIN_LEN
+        } else {
+            PROBE_HEADER_LEN
+        };
+        if buf.len() < n + PROBE_MAC_LEN {
+            return None;
+        }
+        Some((&buf[..n], &buf[buf.len() - PROBE_MAC_LEN..]))
+    }
+
+    /// Writes the MAC into the last [`PROBE_MAC_LEN`] bytes of the probe
+    /// `buf` (header, and times for a reflection, already final). False
+    /// when `buf` is too short to hold it.
+    pub fn sign(&self, buf: &mut [u8]) -> bool {
+        let Some((covered, _)) = Self::covered(buf) else {
+            return false;
+        };
+        let mut m = self.mac.clone();
+        m.update(covered);
+        let tag = m.finalize().into_bytes();
+        let at = buf.len() - PROBE_MAC_LEN;
+        buf[at..].copy_from_slice(&tag[..PROBE_MAC_LEN]);
+        true
+    }
+
+    /// True when the probe `buf` ends in a valid MAC (constant-time).
+    pub fn verify(&self, buf: &[u8]) -> bool {
+        let Some((covered, tag)) = Self::covered(buf) else {
+            return false;
+        };
+        let mut m = self.mac.clone();
+        m.update(covered);
+        m.verify_truncated_left(tag).is_ok()
     }
 }
 
@@ -290,6 +372,55 @@ mod tests {
         assert!(!k.verify_sender(&cn, &[3u8; NONCE_LEN], 7, &mac));
         assert!(!k.verify_sender(&[3u8; NONCE_LEN], &sn, 7, &mac));
         assert!(!k.verify_sender(&cn, &sn, 7, &mac[..31]));
+    }
+
+    #[test]
+    fn probe_macs_cover_header_and_reflection_times() {
+        use crate::probe::{ProbeHeader, Reflection};
+        let k = key("0123456789abcdef");
+        let (cn, sn) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
+        let pk = k.probe_key(&cn, &sn, 7);
+        let mut buf = [0u8; 64];
+        let h = ProbeHeader {
+            session: 7,
+            flow: 1,
+            len: 64,
+            seq: 9,
+            tx_ns: 5,
+            ..Default::default()
+        };
+        h.encode(&mut buf).unwrap();
+        assert!(pk.sign(&mut buf));
+        assert!(pk.verify(&buf));
+        // Padding is not covered; every header byte and the tag are.
+        let mut pad = buf;
+        pad[30] ^= 1;
+        assert!(pk.verify(&pad));
+        for i in (0..PROBE_HEADER_LEN).chain(64 - PROBE_MAC_LEN..64) {
+            let mut bad = buf;
+            bad[i] ^= 0x10;
+            assert!(!pk.verify(&bad), "byte {i} not covered");
+        }
+        // Another session's key (other nonces or id) does not verify it.
+        assert!(!k.probe_key(&cn, &[3; NONCE_LEN], 7).verify(&buf));
+        assert!(!k.probe_key(&cn, &sn, 8).verify(&buf));
+        // A reflection covers the reflector's times too.
+        let mut r = [0u8; AUTH_RTT_MIN_LEN];
+        ProbeHeader {
+            flags: FLAG_REFLECTED,
+            len: AUTH_RTT_MIN_LEN as u16,
+            ..h
+        }
+        .encode(&mut r)
+        .unwrap();
+        Reflection { rx_ns: 1, tx_ns: 2 }.encode(&mut r).unwrap();
+        assert!(pk.sign(&mut r));
+        assert!(pk.verify(&r));
+        r[35] ^= 1;
+        assert!(!pk.verify(&r));
+        // Too short to carry a MAC: never valid, never signed.
+        assert!(!pk.verify(&buf[..AUTH_PROBE_MIN_LEN - 1]));
+        assert!(!pk.sign(&mut r[..AUTH_RTT_MIN_LEN - 1]));
     }
 
     #[test]

@@ -82,6 +82,12 @@ pub enum ControlMsg {
         /// nothing in `Ready.live`.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         live: bool,
+        /// Every probe of the session carries a MAC (`--auth probes`,
+        /// [`crate::auth::ProbeKey`]); only with `auth`. Older receivers
+        /// ignore it and say nothing in `Ready.auth_probes`, which the
+        /// sender refuses.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        auth_probes: bool,
     },
     /// Receiver → sender, after an authenticating `Hello`: the receiver's
     /// nonce and its proof that it holds the key (hex).
@@ -108,6 +114,10 @@ pub enum ControlMsg {
         /// knows how); absent from receivers that do not.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         reverse: bool,
+        /// The receiver checks (and puts) a MAC on every probe of the
+        /// session, as `Hello.auth_probes` asked.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        auth_probes: bool,
     },
     /// Receiver → sender, during the run: every reverse flow has finished
     /// sending (the sender then sends `Stop`).
@@ -227,6 +237,7 @@ mod tests {
                 }],
                 auth: Some("00ff".into()),
                 live: true,
+                auth_probes: true,
             },
             ControlMsg::Challenge {
                 nonce: "01".into(),
@@ -237,6 +248,7 @@ mod tests {
                 ports: vec![40000],
                 live: true,
                 reverse: true,
+                auth_probes: true,
             },
             ControlMsg::ReverseDone,
             ControlMsg::Intervals {
@@ -312,12 +324,14 @@ mod tests {
                 ports: vec![1],
                 live: false,
                 reverse: false,
+                auth_probes: false,
             }
         );
         let line = ControlMsg::Ready {
             ports: vec![1],
             live: false,
             reverse: false,
+            auth_probes: false,
         }
         .to_line();
         assert_eq!(line, "{\"type\":\"ready\",\"ports\":[1]}\n");

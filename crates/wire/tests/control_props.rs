@@ -272,27 +272,33 @@ fn any_msg() -> impl Strategy<Value = ControlMsg> {
             any::<bool>(),
             proptest::collection::vec(flow_setup(), 0..5),
             proptest::option::of("[0-9a-f]{0,64}"),
+            any::<bool>(),
             any::<bool>()
         )
-            .prop_map(|(session, rtt, flows, auth, live)| ControlMsg::Hello {
-                version: CONTROL_VERSION,
-                session,
-                meter: if rtt { MeterMode::Rtt } else { MeterMode::Owd },
-                flows,
-                auth,
-                live,
-            }),
+            .prop_map(
+                |(session, rtt, flows, auth, live, auth_probes)| ControlMsg::Hello {
+                    version: CONTROL_VERSION,
+                    session,
+                    meter: if rtt { MeterMode::Rtt } else { MeterMode::Owd },
+                    flows,
+                    auth,
+                    live,
+                    auth_probes,
+                }
+            ),
         (text, text).prop_map(|(nonce, proof)| ControlMsg::Challenge { nonce, proof }),
         text.prop_map(|mac| ControlMsg::Auth { mac }),
         (
             proptest::collection::vec(any::<u16>(), 0..8),
             any::<bool>(),
+            any::<bool>(),
             any::<bool>()
         )
-            .prop_map(|(ports, live, reverse)| ControlMsg::Ready {
+            .prop_map(|(ports, live, reverse, auth_probes)| ControlMsg::Ready {
                 ports,
                 live,
-                reverse
+                reverse,
+                auth_probes
             }),
         Just(ControlMsg::ReverseDone),
         proptest::collection::vec(live_interval(), 0..4)

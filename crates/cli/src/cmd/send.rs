@@ -129,6 +129,13 @@ pub struct Args {
     /// WIREBENCH_KEY environment variable; never give it on the command line.
     #[arg(long = "key-file", value_name = "FILE")]
     pub key_file: Option<PathBuf>,
+    /// What the key authenticates: `session` (the handshake only, the
+    /// default with a key) or `probes` (also a 16-byte MAC on every probe
+    /// and reflection, keyed per session: the receiver counts probes without
+    /// a valid one as forged, never as data; probes are at least 40 bytes).
+    /// Needs the key (--key-file or WIREBENCH_KEY).
+    #[arg(long = "auth", value_name = "session|probes", value_parser = ["session", "probes"])]
+    pub auth: Option<String>,
     /// Threads that pace the paced one-way UDP flows: `auto` (a thread per
     /// flow while they are fewer than the CPUs, else CPUs − 1 shared pacers
     /// with a timer heap each), `flow` (a thread per flow, however many),
@@ -342,6 +349,14 @@ fn session_plan(
         plan.log = Some(p.clone());
     }
     plan.key = crate::key::load(args.key_file.as_deref())?;
+    if let Some(mode) = &args.auth {
+        if plan.key.is_none() {
+            crate::bail_input!(
+                "--auth {mode}: needs the pre-shared key (--key-file FILE or WIREBENCH_KEY)"
+            );
+        }
+        plan.auth_probes = mode == "probes";
+    }
     plan.command = Some(std::env::args().collect::<Vec<_>>().join(" "));
     plan.validate().map_err(bad_input)?;
     Ok(plan)
