@@ -751,7 +751,14 @@ impl Ctx<'_> {
     /// message names it like every other error.
     fn toml_err(&self, e: toml::de::Error) -> CampaignError {
         let line = e.span().map(|s| self.line_of(s.start)).unwrap_or(1);
-        let msg = e.message().trim().to_string();
+        // toml's message may span lines, or be empty (a lone "\r"): one
+        // line, never blank.
+        let msg = e.message().trim().replace('\n', "; ");
+        let msg = if msg.is_empty() {
+            "not valid TOML".to_string()
+        } else {
+            msg
+        };
         if let Some(rest) = msg.strip_prefix("unknown field `") {
             if let Some(end) = rest.find('`') {
                 let key = &rest[..end];
@@ -1589,6 +1596,54 @@ fn check_length(
     Ok(None)
 }
 
+/// Most scenarios one campaign may expand to (all matrix blocks
+/// together, before duplicates are removed). Each is at least one run of
+/// about a second, so this is already more than a day of measuring; the
+/// bound keeps a few lines of TOML (three 1000-value axes: 10^9
+/// scenarios) from hanging `run` while it expands them.
+pub const MAX_SCENARIOS: usize = 100_000;
+
+/// The matrix blocks' scenarios (the product of each block's value
+/// counts, summed) must stay within [`MAX_SCENARIOS`]; the error names
+/// the block that passes it. `at(i)` is where block `i` starts.
+fn check_matrix_size(
+    ctx: &Ctx,
+    matrices: &[Matrix],
+    at: impl Fn(usize) -> usize,
+) -> Result<(), CampaignError> {
+    let mut total: usize = 0;
+    for (i, m) in matrices.iter().enumerate() {
+        let n = m
+            .axes
+            .values()
+            .try_fold(1usize, |acc, v| acc.checked_mul(v.len()));
+        match n.and_then(|n| total.checked_add(n)) {
+            Some(t) if t <= MAX_SCENARIOS => total = t,
+            _ => {
+                let counts: Vec<String> = m
+                    .axes
+                    .iter()
+                    .map(|(a, v)| format!("{} {}", v.len(), a.name()))
+                    .collect();
+                return Err(ctx.err(
+                    at(i),
+                    "matrix",
+                    format!(
+                        "more than {MAX_SCENARIOS} scenarios ({}{}); split the campaign",
+                        counts.join(" x "),
+                        if i > 0 {
+                            ", with the blocks before it"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_repetitions(ctx: &Ctx, r: &Spanned<i64>) -> Result<u32, CampaignError> {
     let x = *r.get_ref();
     if !(1..=10_000).contains(&x) {
@@ -1645,6 +1700,7 @@ impl Campaign {
             .iter()
             .map(|(m, at)| check_matrix(&ctx, m, *at, &target))
             .collect::<Result<Vec<_>, _>>()?;
+        check_matrix_size(&ctx, &matrices, |i| raw_matrices[i].1)?;
         let length_given = check_length(&ctx, &raw.duration_s, &raw.packets, &raw.kbytes)?;
         if !matches!(length_given, Some(RunLength::KBytes { .. })) {
             if let Some((_, at)) = matrices.iter().zip(&raw_matrices).find_map(|(m, (_, at))| {
@@ -1941,6 +1997,8 @@ impl Campaign {
                 }
             }
         }
+        let quick_at = ctx.text.find("quick]").unwrap_or(0);
+        check_matrix_size(ctx, &self.matrices, |_| quick_at)?;
         Ok(())
     }
 
@@ -1960,6 +2018,8 @@ impl Campaign {
     /// order, duplicates across blocks removed.
     pub fn expand(&self) -> Vec<Scenario> {
         let mut out: Vec<Scenario> = Vec::new();
+        // Keys seen, so duplicates go in O(log n), not by scanning `out`.
+        let mut seen: std::collections::BTreeSet<String> = Default::default();
         for m in &self.matrices {
             let axes: Vec<(&Axis, &Vec<String>)> = m.axes.iter().collect();
             let total: usize = axes.iter().map(|(_, v)| v.len()).product();
@@ -1975,7 +2035,7 @@ impl Campaign {
                     pick.remove(&Axis::Codec);
                 }
                 let s = self.scenario_from(pick);
-                if !out.iter().any(|o| o.key == s.key) {
+                if seen.insert(s.key.clone()) {
                     out.push(s);
                 }
             }

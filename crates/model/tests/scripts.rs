@@ -95,10 +95,7 @@ fn malformed_ditg_scripts_name_file_line_option() {
         "{e}"
     );
     let e = ditg_err("-a h VoIP -x G.999 \n");
-    assert!(
-        e.starts_with("flows.txt:1: -x: unknown D-ITG codec"),
-        "{e}"
-    );
+    assert!(e.starts_with("flows.txt:1: -x: unknown D-ITG codec"), "{e}");
     let e = ditg_err("-a h VoIP -C 10\n");
     assert!(e.starts_with("flows.txt:1: -C: VoIP fixes"), "{e}");
     let e = ditg_err("-a h -T ICMP\n");
