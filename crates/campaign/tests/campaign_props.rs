@@ -104,6 +104,7 @@ const GOOD_AXES: &[&str] = &[
     "idt = [\"E 1000\"]",
     "size = [\"u 100 1400\"]",
     "direction = [\"forward\", \"reverse\"]",
+    "duration = [1, 2]",
 ];
 
 /// Top-level lines that are fine on their own.
