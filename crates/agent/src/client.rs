@@ -10,7 +10,7 @@
 
 use crate::proto::{
     Allow, CpuSample, HelloInfo, HostMeta, Op, ProcessState, Reply, Request, Response, Role,
-    AGENT_PROTOCOL_VERSION, MAX_LINE,
+    AGENT_PROTOCOL_REVISION, AGENT_PROTOCOL_VERSION, MAX_LINE,
 };
 use crate::AgentError;
 use std::collections::BTreeMap;
@@ -241,12 +241,14 @@ impl AgentConn {
                 hostname: String::new(),
                 pid: 0,
                 net_admin: false,
+                revision: 0,
             },
         };
         let reply = conn.call(
             Op::Hello {
                 version: AGENT_PROTOCOL_VERSION,
                 allow: spec.allow.clone(),
+                revision: AGENT_PROTOCOL_REVISION,
             },
             CALL_TIMEOUT,
         );
@@ -486,20 +488,36 @@ impl AgentConn {
         args: &[String],
         port: Option<u16>,
     ) -> Result<(u32, u32), AgentError> {
-        match self.call(
-            Op::Start {
-                role,
-                args: args.to_vec(),
-                port,
-            },
-            CALL_TIMEOUT,
-        )? {
+        self.start_op(Op::Start {
+            role,
+            args: args.to_vec(),
+            port,
+            stream: false,
+        })
+    }
+
+    /// Starts `wirebench send ARGS --json-stream`: its interval objects
+    /// come back in the `stream` of each [`AgentConn::wait`] while it runs.
+    /// Only for agents whose `hello.streams_intervals()`; an older agent
+    /// would run the sender without them.
+    pub fn start_streaming(&mut self, args: &[String]) -> Result<(u32, u32), AgentError> {
+        self.start_op(Op::Start {
+            role: Role::Sender,
+            args: args.to_vec(),
+            port: None,
+            stream: true,
+        })
+    }
+
+    fn start_op(&mut self, op: Op) -> Result<(u32, u32), AgentError> {
+        match self.call(op, CALL_TIMEOUT)? {
             Reply::Started { handle, pid } => Ok((handle, pid)),
             r => Err(self.unexpected(r)),
         }
     }
 
     /// Waits up to `timeout` for a child; `running: true` if it still runs.
+    /// A streaming sender's reply comes as soon as it printed intervals.
     pub fn wait(&mut self, handle: u32, timeout: Duration) -> Result<ProcessState, AgentError> {
         match self.call(
             Op::Wait {

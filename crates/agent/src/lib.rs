@@ -24,7 +24,9 @@ pub mod server;
 mod win;
 
 pub use client::{connect_all, for_each, AgentConn, AgentSpec, Transport, CALL_TIMEOUT};
-pub use proto::{Allow, CpuDelta, CpuSample, HostMeta, Role, AGENT_PROTOCOL_VERSION};
+pub use proto::{
+    Allow, CpuDelta, CpuSample, HostMeta, Role, AGENT_PROTOCOL_REVISION, AGENT_PROTOCOL_VERSION,
+};
 pub use server::{Agent, AgentConfig, Shared};
 
 use thiserror::Error;

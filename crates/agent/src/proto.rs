@@ -8,6 +8,14 @@
 //! fields are ignored by older peers. The `version` of `hello` is checked
 //! first by both sides, so a controller and an agent of different releases
 //! fail at once with both versions named instead of misreading each other.
+//!
+//! Additions an older peer can ignore do not bump the version: they bump
+//! the `revision`, which both sides also send at `hello` (absent: 0), and a
+//! feature is used only when the other side's revision has it. Revision 1:
+//! a sender started with `stream` relays its interval lines in the `wait`
+//! and `stop` replies (`stream`), so the controller shows live figures
+//! while an agent-driven run goes on; with an older agent the run works the
+//! same, without them.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -16,6 +24,14 @@ use wirebench_testbed::IfaceCounters;
 
 /// Version of this protocol; bumped on any incompatible change.
 pub const AGENT_PROTOCOL_VERSION: u32 = 2;
+/// Additions within [`AGENT_PROTOCOL_VERSION`] (see the module notes).
+pub const AGENT_PROTOCOL_REVISION: u32 = 1;
+/// First revision whose agents relay a sender's interval lines.
+pub const REVISION_STREAM: u32 = 1;
+/// Interval lines an agent holds for the controller between two `wait`s;
+/// beyond that the oldest are dropped (a stalled controller must not make
+/// the agent grow).
+pub const MAX_STREAM_BUFFER: usize = 4096;
 /// A line longer than this is refused (a stray binary on the stream must
 /// not make either side buffer without bound).
 pub const MAX_LINE: usize = 8 << 20;
@@ -61,6 +77,9 @@ pub enum Op {
         version: u32,
         #[serde(default)]
         allow: Allow,
+        /// The controller's [`AGENT_PROTOCOL_REVISION`] (absent: 0).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        revision: u32,
     },
     Metadata,
     Cpu,
@@ -87,6 +106,10 @@ pub enum Op {
         /// Receivers: the control port to wait for.
         #[serde(default)]
         port: Option<u16>,
+        /// Senders (revision 1): run with `--json-stream` and relay its
+        /// interval lines in the `wait`/`stop` replies.
+        #[serde(default, skip_serializing_if = "is_false")]
+        stream: bool,
     },
     /// Waits up to `timeout_ms` for a child to end.
     Wait {
@@ -161,6 +184,25 @@ pub struct HelloInfo {
     pub pid: u32,
     /// Whether the agent may change links (root or CAP_NET_ADMIN).
     pub net_admin: bool,
+    /// The agent's [`AGENT_PROTOCOL_REVISION`] (absent: 0, an agent from
+    /// before revisions).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub revision: u32,
+}
+
+impl HelloInfo {
+    /// The agent relays a streaming sender's interval lines.
+    pub fn streams_intervals(&self) -> bool {
+        self.revision >= REVISION_STREAM
+    }
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -175,6 +217,19 @@ pub struct ProcessState {
     pub stderr: String,
     /// Senders: the `wirebench.result/1` document, when it wrote one.
     pub result: Option<serde_json::Value>,
+    /// Streaming senders: the `--json-stream` interval objects
+    /// (`{"event":"interval","data":{..}}`) printed since the last reply,
+    /// oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stream: Vec<serde_json::Value>,
+    /// Interval lines dropped because the controller did not fetch them
+    /// in time (more than [`MAX_STREAM_BUFFER`] waiting).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub stream_dropped: u64,
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
 }
 
 /// One CPU's cumulative times in clock ticks (USER_HZ), from /proc/stat.
@@ -400,7 +455,8 @@ mod tests {
             r.op,
             Op::Hello {
                 version: 1,
-                allow: Allow::default()
+                allow: Allow::default(),
+                revision: 0,
             }
         );
         let s = Request {
@@ -419,6 +475,53 @@ mod tests {
             },
         };
         assert_eq!(resp.line(), r#"{"id":9,"reply":"error","message":"no"}"#);
+    }
+
+    /// Revision 1's fields are left out when unused, so an older agent or
+    /// controller reads exactly the lines it knew; and lines without them
+    /// (an older peer's) read as revision 0, not streaming.
+    #[test]
+    fn revision_fields_are_optional_both_ways() {
+        let old_hello = r#"{"id":1,"reply":"hello","version":2,"tool_version":"0.1.0","hostname":"h","pid":7,"net_admin":false}"#;
+        let r: Response = serde_json::from_str(old_hello).unwrap();
+        let Reply::Hello(h) = r.reply else {
+            panic!("{r:?}")
+        };
+        assert_eq!(h.revision, 0);
+        assert!(!h.streams_intervals());
+        let start = Request {
+            id: 2,
+            op: Op::Start {
+                role: Role::Sender,
+                args: vec!["-a".into()],
+                port: None,
+                stream: false,
+            },
+        };
+        assert!(!start.line().contains("stream"), "{}", start.line());
+        let old_state = r#"{"id":3,"reply":"process","handle":2,"running":true,"code":null,"signal":null,"stderr":"","result":null}"#;
+        let r: Response = serde_json::from_str(old_state).unwrap();
+        let Reply::Process(p) = r.reply else {
+            panic!("{r:?}")
+        };
+        assert!(p.stream.is_empty() && p.stream_dropped == 0);
+        let back = Response {
+            id: 3,
+            reply: Reply::Process(p),
+        };
+        assert_eq!(back.line(), old_state);
+        // A revision-1 hello and start carry them.
+        let hello = Request {
+            id: 1,
+            op: Op::Hello {
+                version: AGENT_PROTOCOL_VERSION,
+                allow: Allow::default(),
+                revision: AGENT_PROTOCOL_REVISION,
+            },
+        };
+        let back: Request = serde_json::from_str(&hello.line()).unwrap();
+        assert_eq!(back, hello);
+        assert!(hello.line().contains(r#""revision":1"#));
     }
 
     #[test]

@@ -8,18 +8,22 @@
 //!
 //! Requests run one at a time in arrival order; only `wait` blocks, in
 //! short slices, so that end of input is noticed within 100 ms even while
-//! a sender runs.
+//! a sender runs. A sender started with `stream` prints its `--json-stream`
+//! into a pipe; a thread keeps its interval lines in a bounded buffer and
+//! `wait` returns as soon as there are some, so they reach the controller
+//! while the run goes on.
 
 use crate::child::{adopt, detach, listening, stop_child, tail};
 use crate::host;
 use crate::proto::{
     Allow, HelloInfo, Op, ProcTicks, ProcessState, Reply, Request, Response, Role, MAX_LINE,
+    MAX_STREAM_BUFFER, REVISION_STREAM,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -33,6 +37,9 @@ pub struct AgentConfig {
     /// Protocol version this agent speaks (always
     /// [`crate::AGENT_PROTOCOL_VERSION`] except in tests of the mismatch).
     pub version: u32,
+    /// Revision it speaks (always [`crate::AGENT_PROTOCOL_REVISION`]
+    /// except in tests that play an older agent).
+    pub revision: u32,
     /// wirebench release, reported at hello and in metadata.
     pub tool_version: String,
 }
@@ -62,6 +69,52 @@ struct Proc {
     pid: u32,
     log: PathBuf,
     json: Option<PathBuf>,
+    /// A streaming sender's interval lines and the thread reading them.
+    stream: Option<(Arc<StreamBuf>, std::thread::JoinHandle<()>)>,
+}
+
+/// Interval lines of one streaming sender, waiting for the next `wait`.
+#[derive(Default)]
+struct StreamBuf {
+    lines: Mutex<VecDeque<serde_json::Value>>,
+    dropped: AtomicU64,
+}
+
+impl StreamBuf {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<serde_json::Value>> {
+        self.lines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Everything waiting, and how many were dropped since the last take.
+    fn take(&self) -> (Vec<serde_json::Value>, u64) {
+        let lines = self.lock().drain(..).collect();
+        (lines, self.dropped.swap(0, Ordering::Relaxed))
+    }
+
+    /// Reads the sender's stdout to its end, keeping the interval objects.
+    /// Only those are parsed: the last line (`end`, the whole result
+    /// document) comes back as the result file anyway.
+    fn fill(&self, out: impl Read) {
+        let mut r = BufReader::new(out);
+        let mut line = String::new();
+        while matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+            if line.starts_with(r#"{"event":"interval""#) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    let mut q = self.lock();
+                    if q.len() >= MAX_STREAM_BUFFER {
+                        q.pop_front();
+                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                    }
+                    q.push_back(v);
+                }
+            }
+            line.clear();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -366,13 +419,16 @@ impl Agent {
             return err("the first request must be `hello` with the protocol version".into());
         }
         match op {
-            Op::Hello { version, allow } => {
+            // The controller's revision needs no answer: each feature is
+            // asked for explicitly (`start` with `stream`).
+            Op::Hello { version, allow, .. } => {
                 let info = HelloInfo {
                     version: self.cfg.version,
                     tool_version: self.cfg.tool_version.clone(),
                     hostname: host::hostname(),
                     pid: std::process::id(),
                     net_admin: host::net_admin(),
+                    revision: self.cfg.revision,
                 };
                 if version != self.cfg.version {
                     // Answer with our version so the controller can name
@@ -429,7 +485,12 @@ impl Agent {
                 },
                 Step::Go,
             ),
-            Op::Start { role, args, port } => match self.start(role, args, port) {
+            Op::Start {
+                role,
+                args,
+                port,
+                stream,
+            } => match self.start(role, args, port, stream) {
                 Ok((handle, pid)) => (Reply::Started { handle, pid }, Step::Go),
                 Err(e) => err(e),
             },
@@ -583,7 +644,11 @@ impl Agent {
         role: Role,
         args: Vec<String>,
         port: Option<u16>,
+        stream: bool,
     ) -> Result<(u32, u32), String> {
+        // An agent playing an older revision ignores the request, as one
+        // would that does not know the field.
+        let stream = stream && role == Role::Sender && self.cfg.revision >= REVISION_STREAM;
         std::fs::create_dir_all(&self.shared.workdir)
             .map_err(|e| format!("creating {}: {e}", self.shared.workdir.display()))?;
         let handle = {
@@ -612,6 +677,9 @@ impl Agent {
             .try_clone()
             .map_err(|e| format!("creating a log: {e}"))?;
         cmd.stdin(Stdio::null()).stdout(logf).stderr(logf2);
+        if stream {
+            cmd.arg("--json-stream").stdout(Stdio::piped());
+        }
         detach(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| {
             format!(
@@ -622,6 +690,13 @@ impl Agent {
         })?;
         adopt(&child);
         let pid = child.id();
+        // The thread ends when the sender's stdout closes (it exited or
+        // was stopped); `finish` joins it for the last lines.
+        let stream = child.stdout.take().map(|out| {
+            let buf = Arc::new(StreamBuf::default());
+            let b = buf.clone();
+            (buf, std::thread::spawn(move || b.fill(out)))
+        });
         // Linux and Windows can tell when the receiver listens; elsewhere
         // give it half a second.
         let can_tell = cfg!(any(target_os = "linux", windows));
@@ -655,6 +730,7 @@ impl Agent {
                 pid,
                 log,
                 json,
+                stream,
             },
         );
         Ok((handle, pid))
@@ -673,17 +749,14 @@ impl Agent {
                     let p = st.procs.remove(&handle).ok_or("child vanished")?;
                     return Ok(finish(handle, p));
                 }
+                // Interval lines go out as soon as they are there.
+                if let Some((buf, _)) = p.stream.as_ref().filter(|(b, _)| !b.is_empty()) {
+                    return Ok(running(handle, buf.take()));
+                }
             }
             // End of input: stop waiting so the session can clean up.
             if Instant::now() >= end || self.eof.load(Ordering::SeqCst) {
-                return Ok(ProcessState {
-                    handle,
-                    running: true,
-                    code: None,
-                    signal: None,
-                    stderr: String::new(),
-                    result: None,
-                });
+                return Ok(running(handle, (Vec::new(), 0)));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -698,9 +771,32 @@ fn list_or_none(v: &[String]) -> String {
     }
 }
 
+/// A child still running, with the interval lines that came meanwhile.
+fn running(handle: u32, (stream, stream_dropped): (Vec<serde_json::Value>, u64)) -> ProcessState {
+    ProcessState {
+        handle,
+        running: true,
+        code: None,
+        signal: None,
+        stderr: String::new(),
+        result: None,
+        stream,
+        stream_dropped,
+    }
+}
+
 /// The final state of an ended (or just stopped) child; its files go.
 fn finish(handle: u32, mut p: Proc) -> ProcessState {
     let status = p.child.wait().ok();
+    // Its stdout is closed now: the reader reaches the end and the last
+    // interval lines go with the final state.
+    let (stream, stream_dropped) = match p.stream.take() {
+        Some((buf, reader)) => {
+            let _ = reader.join();
+            buf.take()
+        }
+        None => (Vec::new(), 0),
+    };
     #[cfg(unix)]
     let signal = {
         use std::os::unix::process::ExitStatusExt;
@@ -722,5 +818,7 @@ fn finish(handle: u32, mut p: Proc) -> ProcessState {
         signal,
         stderr,
         result,
+        stream,
+        stream_dropped,
     }
 }

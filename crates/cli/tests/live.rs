@@ -220,37 +220,18 @@ fn campaign_progress_shows_live_intervals() {
         "name = \"live-progress\"\nrepetitions = 2\nduration_s = 1.5\ninterval_ms = 200\nlinger_s = 0.2\n[loopback]\n[matrix]\nip = [4]\ntransport = [\"udp\"]\npayload = [200]\npps = [400]\n",
     )
     .unwrap();
-    let mut child = common::campaign(&file, &db, &["--progress-log", log.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
     // Watch the log while the campaign runs: when did the first interval
     // of run 1 and the end of run 1 appear?
-    let t0 = Instant::now();
-    let (mut first_iv, mut first_end) = (None, None);
-    while child.try_wait().unwrap().is_none() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "campaign hangs");
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if first_iv.is_none() && text.contains("\"event\":\"interval\"") {
-            first_iv = Some(Instant::now());
-        }
-        if first_end.is_none() && text.contains("\"event\":\"run_end\"") {
-            first_end = Some(Instant::now());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(child.wait().unwrap().success());
-    let (iv, end) = (first_iv.unwrap(), first_end.unwrap());
-    assert!(
-        end.duration_since(iv) > Duration::from_millis(500),
-        "intervals came only {:?} before the run ended",
-        end.duration_since(iv)
+    let w = common::watch_progress(
+        common::campaign(&file, &db, &["--progress-log", log.to_str().unwrap()]),
+        &log,
     );
-    let lines: Vec<Value> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    assert!(
+        w.lead > Duration::from_millis(500),
+        "intervals came only {:?} before the run ended",
+        w.lead
+    );
+    let lines = w.lines;
     let ev = |v: &Value| v["event"].as_str().unwrap_or("").to_string();
     assert_eq!(lines.iter().filter(|v| ev(v) == "run_end").count(), 2);
     // Between each run's start and end: its intervals, with traffic.

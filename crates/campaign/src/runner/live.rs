@@ -5,9 +5,13 @@
 //! log, appends it there as one JSON line (what scripts and tests watch
 //! instead of a terminal). The sender writes its result file as before, so
 //! the stream only feeds the display; reading a pipe costs the run nothing.
+//! Runs through agents get the same objects relayed by each sender node's
+//! agent (agent protocol revision 1) and feed them to a [`Follower`] with
+//! one source per sender node.
 
 use indicatif::ProgressBar;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -117,40 +121,101 @@ impl Progress {
         }));
     }
 
-    /// Reads a sender's `--json-stream` until it closes, showing each
-    /// interval once the next one (or the end) shows that all flows have
-    /// reported it.
+    /// A note for whoever watches: above the bar, and in the log as
+    /// `{"event":"note","message":..}`.
+    pub(super) fn note(&self, message: &str) {
+        self.pb.suspend(|| eprintln!("wirebench: {message}"));
+        self.log(json!({"event": "note", "message": message}));
+    }
+
+    /// Reads a sender's `--json-stream` until it closes.
     pub(super) fn follow(&self, label: &str, out: impl Read) {
-        let mut cur: Option<Figures> = None;
+        let mut f = Follower::new(self, label, 1);
         for line in BufReader::new(out).lines() {
             let Ok(line) = line else { break };
-            let Ok(v) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            if v.get("event").and_then(Value::as_str) != Some("interval") {
-                continue;
-            }
-            let Some(iv) = v
-                .get("data")
-                .and_then(|d| serde_json::from_value::<LiveInterval>(d.clone()).ok())
-            else {
-                continue;
-            };
-            match &mut cur {
-                Some(f) if f.index == iv.index => f.add(&iv),
-                Some(f) if iv.index < f.index => {} // a late flow's old interval
-                _ => {
-                    if let Some(done) = cur.take() {
-                        self.show(label, &done);
-                    }
-                    let mut f = Figures::default();
-                    f.add(&iv);
-                    cur = Some(f);
-                }
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                f.feed(0, &v);
             }
         }
-        if let Some(done) = cur {
-            self.show(label, &done);
+        f.finish();
+    }
+}
+
+/// Sums one run's intervals over the flows of every source (a local
+/// sender's pipe, or each sender node's agent) and shows interval `k` once
+/// every source has moved past it or ended, so no flow's figure is left
+/// out and nothing waits for the end of the run.
+pub(super) struct Follower<'a> {
+    progress: &'a Progress,
+    label: &'a str,
+    pending: BTreeMap<u64, Figures>,
+    /// Per source: the highest index seen, and whether it ended.
+    seen: Vec<(Option<u64>, bool)>,
+    /// Indices below this were shown; a late flow's old interval is left
+    /// out.
+    shown_below: u64,
+}
+
+impl<'a> Follower<'a> {
+    pub(super) fn new(progress: &'a Progress, label: &'a str, sources: usize) -> Self {
+        Follower {
+            progress,
+            label,
+            pending: BTreeMap::new(),
+            seen: vec![(None, false); sources.max(1)],
+            shown_below: 0,
+        }
+    }
+
+    /// One `--json-stream` object of `source`; others than intervals are
+    /// ignored.
+    pub(super) fn feed(&mut self, source: usize, v: &Value) {
+        if v.get("event").and_then(Value::as_str) != Some("interval") {
+            return;
+        }
+        let Some(iv) = v
+            .get("data")
+            .and_then(|d| serde_json::from_value::<LiveInterval>(d.clone()).ok())
+        else {
+            return;
+        };
+        let Some(seen) = self.seen.get_mut(source) else {
+            return;
+        };
+        seen.0 = Some(seen.0.map_or(iv.index, |s| s.max(iv.index)));
+        if iv.index >= self.shown_below {
+            self.pending.entry(iv.index).or_default().add(&iv);
+        }
+        self.flush(false);
+    }
+
+    /// `source` ended (its sender exited).
+    pub(super) fn end(&mut self, source: usize) {
+        if let Some(s) = self.seen.get_mut(source) {
+            s.1 = true;
+        }
+        self.flush(false);
+    }
+
+    /// The run ended: shows what is left.
+    pub(super) fn finish(mut self) {
+        self.flush(true);
+    }
+
+    fn flush(&mut self, all: bool) {
+        while let Some((&k, _)) = self.pending.first_key_value() {
+            let complete = all
+                || self
+                    .seen
+                    .iter()
+                    .all(|&(max, ended)| ended || max.is_some_and(|m| m > k));
+            if !complete {
+                break;
+            }
+            if let Some(f) = self.pending.remove(&k) {
+                self.progress.show(self.label, &f);
+            }
+            self.shown_below = k + 1;
         }
     }
 }
@@ -200,5 +265,56 @@ mod tests {
         let msg = pb.message();
         assert!(msg.starts_with("s #1  t=0.5 s"), "{msg}");
         assert!(msg.contains("lost 1"), "{msg}");
+    }
+
+    /// Two sender nodes' agents relay their flows' intervals in bursts
+    /// that interleave: an interval is shown once both have moved past it
+    /// (or ended), summed over both, and in order.
+    #[test]
+    fn follower_waits_for_every_source() {
+        let iv = |flow: u16, index: u64| {
+            json!({"event": "interval", "data": LiveInterval {
+                flow_id: flow, index, t_s: index as f64 * 0.5, len_s: 0.5, packets: 10,
+                bytes: 1000, throughput_bps: 16000.0,
+                delay_mean_s: Some(0.001), jitter_s: None, lost: 0, tcp: None,
+            }})
+        };
+        let path = std::env::temp_dir().join(format!("wb-live-follow-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let p = Progress::new(ProgressBar::hidden(), Some(&path)).unwrap();
+        let read = || -> Vec<Value> {
+            std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let mut f = Follower::new(&p, "r #1", 2);
+        // Node 0 runs ahead by two intervals: nothing complete yet.
+        for k in 0..3 {
+            f.feed(0, &iv(1, k));
+        }
+        assert!(read().is_empty());
+        // Node 1 reaches interval 1: interval 0 is complete, 1 is not.
+        f.feed(1, &iv(2, 0));
+        f.feed(1, &iv(2, 1));
+        let got = read();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["index"], 0);
+        assert_eq!(got[0]["flows"], 2);
+        // Node 1 ends: interval 1 is shown; 2 waits for node 0.
+        f.end(1);
+        let got = read();
+        assert_eq!(got.len(), 2, "{got:?}");
+        // Node 0 ends: interval 2 is shown, with the one flow it had.
+        f.end(0);
+        let got = read();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[1]["index"], 1);
+        assert_eq!(got[1]["flows"], 2);
+        assert_eq!(got[2]["index"], 2);
+        assert_eq!(got[2]["flows"], 1);
+        f.finish();
     }
 }

@@ -8,13 +8,19 @@
 //! and counter deltas, metadata, and a failure naming the node when an
 //! agent is lost (the next run reconnects; the agent restored what it had
 //! changed when its link dropped).
+//!
+//! In a campaign with `interval_ms` the senders' agents relay their
+//! interval lines while the run goes on (agent protocol revision 1) and
+//! they reach the progress bar and log like a local sender's; an older
+//! agent runs the same senders without them, with a note.
 
 use super::args::send_args;
+use super::live::{Follower, Progress};
 use super::signals::stop_requested;
 use super::RunError;
 use crate::campaign::{Campaign, HostNode, NodeReach, NodeRole, RunLength, Scenario};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -47,7 +53,13 @@ pub(super) struct Nodes {
     /// emulated test-bed knows it from its plan; real nodes: the
     /// scenario's `mtu` is the expectation).
     planned_pmtu: BTreeMap<(String, String, bool), u32>,
+    /// Sender nodes already named for an agent too old to relay
+    /// intervals (the note is given once).
+    no_stream_noted: BTreeSet<usize>,
 }
+
+/// Where a run's live intervals go: its label in the progress.
+pub(super) type Live<'a> = Option<(&'a str, &'a Progress)>;
 
 /// MTU, offloads and link rate (bit/s) a node's interfaces were set to.
 type Applied = (Option<u32>, Option<bool>, Option<u64>);
@@ -128,6 +140,7 @@ impl Nodes {
             receivers: BTreeMap::new(),
             extra,
             planned_pmtu: BTreeMap::new(),
+            no_stream_noted: BTreeSet::new(),
         }
     }
 
@@ -363,6 +376,8 @@ impl Nodes {
     }
 
     /// One run: ensure, path-MTU check, warm-up, samples, senders, samples.
+    /// `live`: where the senders' intervals go (campaigns with
+    /// `interval_ms`; not the warm-up).
     pub(super) fn run(
         &mut self,
         c: &Campaign,
@@ -370,6 +385,7 @@ impl Nodes {
         seed: u64,
         length: RunLength,
         timeout: Duration,
+        live: Live<'_>,
     ) -> Result<NodeRun, RunError> {
         let mut out = NodeRun {
             doc: None,
@@ -450,7 +466,7 @@ impl Nodes {
                 seconds: c.warmup_s,
             };
             let t = Duration::from_secs_f64(c.warmup_s * 1.5 + 30.0);
-            let w = self.senders(c, s, &pairs, seed ^ 0x5eed, warm, t);
+            let w = self.senders(c, s, &pairs, seed ^ 0x5eed, warm, t, None);
             if w.interrupted {
                 out.interrupted = true;
                 return Ok(out);
@@ -467,7 +483,7 @@ impl Nodes {
                 .collect();
         }
         let before = self.sample();
-        let sent = self.senders(c, s, &pairs, seed, length, timeout);
+        let sent = self.senders(c, s, &pairs, seed, length, timeout, live);
         out.command = warmup
             .into_iter()
             .chain(sent.commands)
@@ -533,7 +549,9 @@ impl Nodes {
         Ok(out)
     }
 
-    /// Starts every pair's sender at once and waits for all of them.
+    /// Starts every pair's sender at once and waits for all of them; with
+    /// `live`, their relayed intervals go to the progress as they come.
+    #[allow(clippy::too_many_arguments)]
     fn senders(
         &mut self,
         c: &Campaign,
@@ -542,6 +560,7 @@ impl Nodes {
         seed: u64,
         length: RunLength,
         timeout: Duration,
+        live: Live<'_>,
     ) -> Sent {
         let mut out = Sent {
             docs: Vec::new(),
@@ -550,6 +569,7 @@ impl Nodes {
             refused: false,
             interrupted: false,
         };
+        let stream = live.is_some() && c.interval_ms.is_some();
         let mut started = Vec::new();
         for &(si, _, dest) in pairs {
             let mut args = send_args(c, s, dest, NODE_PORT, seed, length);
@@ -565,7 +585,25 @@ impl Nodes {
                     .push(format!("node {}: agent not connected", self.nodes[si].name));
                 break;
             };
-            match conn.start(Role::Sender, &args, None) {
+            let relays = conn.hello.streams_intervals();
+            let r = if stream && relays {
+                conn.start_streaming(&args)
+            } else {
+                conn.start(Role::Sender, &args, None)
+            };
+            if stream && !relays && self.no_stream_noted.insert(si) {
+                if let Some((_, p)) = live {
+                    p.note(&format!(
+                        "node {}: its agent (wirebench {}, agent protocol {} revision {}) does not relay interval lines, so its runs show no live figures; they are measured and stored as usual (wirebench {} there relays them)",
+                        self.nodes[si].name,
+                        conn.hello.tool_version,
+                        conn.hello.version,
+                        conn.hello.revision,
+                        env!("CARGO_PKG_VERSION"),
+                    ));
+                }
+            }
+            match r {
                 Ok((h, _)) => started.push((si, h)),
                 Err(e) => {
                     if lost(&e) {
@@ -585,23 +623,53 @@ impl Nodes {
             }
             return out;
         }
+        let mut follow = live.map(|(label, p)| Follower::new(p, label, started.len()));
+        // Several senders are waited for in turn in short slices, so every
+        // node's intervals arrive while the run goes on (a wait returns
+        // early when intervals came).
+        let slice = Duration::from_millis(if started.len() > 1 { 50 } else { 200 });
         let t0 = Instant::now();
-        for (si, h) in started {
-            while let Some(conn) = self.conns[si].as_mut() {
+        let mut pending: Vec<(usize, usize, u32)> = started
+            .into_iter()
+            .enumerate()
+            .map(|(k, (si, h))| (k, si, h))
+            .collect();
+        while !pending.is_empty() {
+            let mut still = Vec::new();
+            for (k, si, h) in pending {
+                let ended = |f: &mut Option<Follower>| {
+                    if let Some(f) = f.as_mut() {
+                        f.end(k);
+                    }
+                };
+                let Some(conn) = self.conns[si].as_mut() else {
+                    ended(&mut follow);
+                    continue;
+                };
                 if stop_requested() {
                     let _ = conn.stop(h);
                     out.interrupted = true;
-                    break;
+                    ended(&mut follow);
+                    continue;
                 }
                 let over = t0.elapsed() > timeout;
                 let r = if over {
                     conn.stop(h)
                 } else {
-                    conn.wait(h, Duration::from_millis(200))
+                    conn.wait(h, slice)
                 };
                 match r {
-                    Ok(p) if p.running => continue,
                     Ok(p) => {
+                        if let Some(f) = follow.as_mut() {
+                            for v in &p.stream {
+                                f.feed(k, v);
+                            }
+                        }
+                        if p.running {
+                            still.push((k, si, h));
+                            continue;
+                        }
+                        ended(&mut follow);
                         let name = &self.nodes[si].name;
                         if over {
                             out.errors.push(format!(
@@ -626,17 +694,20 @@ impl Nodes {
                                 .push(format!("{name}: the sender wrote no result document")),
                             None => {}
                         }
-                        break;
                     }
                     Err(e) => {
+                        ended(&mut follow);
                         if lost(&e) {
                             self.drop_node(si);
                         }
                         out.errors.push(e.to_string());
-                        break;
                     }
                 }
             }
+            pending = still;
+        }
+        if let Some(f) = follow {
+            f.finish();
         }
         out
     }

@@ -31,8 +31,8 @@ pub(super) struct Ctx<'a> {
     receiver: Option<Receiver>,
     /// The nodes' metadata is in the campaign's environment record.
     env_has_nodes: bool,
-    /// Progress bar and log; local senders of campaigns with `interval_ms`
-    /// feed it their live intervals.
+    /// Progress bar and log; the senders of campaigns with `interval_ms`
+    /// (local, or relayed by their agents) feed it their live intervals.
     pub(super) progress: Option<super::live::Progress>,
 }
 
@@ -355,10 +355,15 @@ impl<'a> Ctx<'a> {
         let timeout = run_timeout(self.c, s, length);
         let started = env::now_rfc3339();
         let no_nodes = || RunError::Agent("the bed has no agent nodes".into());
+        let label = format!("{} #{}", s.key, pr.repetition + 1);
+        let live = match (&self.progress, self.c.interval_ms) {
+            (Some(p), Some(_)) => Some((label.as_str(), p)),
+            _ => None,
+        };
         let first = bed
             .nodes()
             .ok_or_else(no_nodes)?
-            .run(self.c, s, seed, length, timeout);
+            .run(self.c, s, seed, length, timeout, live);
         let r = match first {
             Err(e @ (RunError::Agent(_) | RunError::Receiver(_))) if bed.can_rebuild() => {
                 // Something removed the test-bed under us (a stray `testbed
@@ -369,7 +374,7 @@ impl<'a> Ctx<'a> {
                 bed.take_rebuilt();
                 bed.nodes()
                     .ok_or_else(no_nodes)?
-                    .run(self.c, s, seed, length, timeout)?
+                    .run(self.c, s, seed, length, timeout, live)?
             }
             r => r?,
         };

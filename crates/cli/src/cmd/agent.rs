@@ -25,6 +25,9 @@ pub struct Args {
     /// Protocol version to claim (tests of the version check only).
     #[arg(long, hide = true)]
     pub protocol_version: Option<u32>,
+    /// Protocol revision to claim (tests that play an older agent only).
+    #[arg(long, hide = true)]
+    pub protocol_revision: Option<u32>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -41,6 +44,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         version: args
             .protocol_version
             .unwrap_or(wirebench_agent::AGENT_PROTOCOL_VERSION),
+        revision: args
+            .protocol_revision
+            .unwrap_or(wirebench_agent::AGENT_PROTOCOL_REVISION),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
     });
     wirebench_agent::server::cleanup_on_signal(agent.shared())

@@ -35,7 +35,8 @@ pub struct Args {
     pub estimate: bool,
     /// Append progress to FILE as JSON lines: each run's start and end and,
     /// for campaigns with interval_ms, the live figures of every interval
-    /// (throughput, delay, loss; what the progress bar shows) while it runs.
+    /// (throughput, delay, loss; what the progress bar shows) while it runs,
+    /// local or through agents, and notes (an agent too old to relay them).
     #[arg(long, value_name = "FILE")]
     pub progress_log: Option<PathBuf>,
 }

@@ -193,3 +193,54 @@ pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local address").port()
 }
+
+/// What a campaign's `--progress-log` showed while it ran.
+pub struct Watched {
+    /// The log's events, in order.
+    pub lines: Vec<Value>,
+    /// How long before the first run's end its first interval appeared
+    /// (zero when none did).
+    pub lead: Duration,
+    /// The campaign's stderr.
+    pub stderr: String,
+}
+
+/// Runs the campaign `cmd` (with `--progress-log log`) to its end, which
+/// must be a success, reading the log while it runs.
+pub fn watch_progress(mut cmd: Command, log: &Path) -> Watched {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let (mut first_iv, mut first_end) = (None, None);
+    while child.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(90), "campaign hangs");
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if first_iv.is_none() && text.contains("\"event\":\"interval\"") {
+            first_iv = Some(Instant::now());
+        }
+        if first_end.is_none() && text.contains("\"event\":\"run_end\"") {
+            first_end = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let lines = std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lead = match (first_iv, first_end) {
+        (Some(iv), Some(end)) => end.saturating_duration_since(iv),
+        _ => Duration::ZERO,
+    };
+    Watched {
+        lines,
+        lead,
+        stderr,
+    }
+}
