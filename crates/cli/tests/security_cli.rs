@@ -392,3 +392,39 @@ fn small_mistakes_exit_2_naming_the_flag() {
         "64 routers | at most 63",
     );
 }
+
+/// Item 5: the receiver's budgets are set with `recv` flags (bad values
+/// exit 2 naming the flag); a session over one is refused and the sender
+/// says why (exit 1, naming the budget); one within it runs.
+#[test]
+fn receiver_budgets_refuse_over_budget_sessions() {
+    exits_2_naming(&["recv", "--session-buffers", "0"], "--session-buffers");
+    exits_2_naming(
+        &["recv", "--session-threads", "50", "--total-threads", "10"],
+        "--session-threads | --total-threads",
+    );
+    let mut rx = Command::new(BIN)
+        .args(["recv", "-B", "127.0.0.1", "-p", "15743", "-q"])
+        .args(["--session-sockets", "2"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let send = "send -a 127.0.0.1 -p 15743 -C 1000 -z 20 --linger 100 --json";
+    let send: Vec<&str> = send.split(' ').collect();
+    let one = Command::new(BIN).args(&send).output().unwrap();
+    let two = Command::new(BIN)
+        .args(&send)
+        .args(["--flows", "2"])
+        .output()
+        .unwrap();
+    let _ = rx.kill();
+    let _ = rx.wait();
+    let err = String::from_utf8_lossy(&one.stderr);
+    assert_eq!(one.status.code(), Some(0), "{err}");
+    let err = String::from_utf8_lossy(&two.stderr);
+    assert_eq!(two.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("3 sockets") && err.contains("--session-sockets"),
+        "{err}"
+    );
+}

@@ -11,6 +11,7 @@
 //! Protocol and design notes: `docs/engine.md`.
 
 mod auth;
+pub mod budget;
 pub mod clock;
 pub mod ctl;
 pub mod gate;

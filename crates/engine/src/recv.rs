@@ -13,6 +13,7 @@
 //! the daemon itself keeps serving.
 
 use crate::auth::receiver_handshake;
+use crate::budget::{self, Budgets, Ledger};
 use crate::clock::{mono_ns, realtime_ns, sleep_until, tighten_timer_slack};
 use crate::ctl::{Ctl, Recv};
 use crate::gate::{
@@ -77,6 +78,8 @@ pub struct DaemonConfig {
     pub sessions_per_peer: usize,
     /// Longest a session may last, handshake to report; then it is ended.
     pub max_session: Duration,
+    /// Sockets, socket buffers and threads per session and in total.
+    pub budgets: Budgets,
 }
 
 impl Default for DaemonConfig {
@@ -91,6 +94,7 @@ impl Default for DaemonConfig {
             allow: Vec::new(),
             sessions_per_peer: SESSIONS_PER_PEER,
             max_session: MAX_SESSION,
+            budgets: Budgets::default(),
         }
     }
 }
@@ -115,6 +119,7 @@ pub struct Daemon {
     cfg: Arc<DaemonConfig>,
     stats: Arc<DaemonStats>,
     gate: Arc<Gate>,
+    ledger: Arc<Ledger>,
 }
 
 impl Daemon {
@@ -146,7 +151,9 @@ impl Daemon {
             pending_per_peer: PENDING_PER_PEER,
             allow: cfg.allow.clone(),
         });
+        let ledger = Ledger::new(cfg.budgets);
         Ok(Daemon {
+            ledger,
             listener,
             cfg: Arc::new(cfg),
             stats: Arc::new(DaemonStats::default()),
@@ -183,6 +190,7 @@ impl Daemon {
                     let _ = stream.set_nonblocking(false);
                     let stats = self.stats.clone();
                     let cfg = self.cfg.clone();
+                    let ledger = self.ledger.clone();
                     let verbose = cfg.verbose;
                     let Some(slot) = self.admit(&stream, peer) else {
                         continue;
@@ -192,7 +200,7 @@ impl Daemon {
                         std::thread::Builder::new()
                             .name("wb-session".into())
                             .spawn(move || {
-                                let r = session(stream, peer, &stats, &cfg, slot);
+                                let r = session(stream, peer, &stats, &cfg, slot, &ledger);
                                 stats.active.fetch_sub(1, Ordering::Relaxed);
                                 if verbose {
                                     if let Err(e) = &r {
@@ -395,6 +403,7 @@ fn session(
     stats: &DaemonStats,
     cfg: &DaemonConfig,
     mut slot: Slot,
+    ledger: &Arc<Ledger>,
 ) -> Result<(), EngineError> {
     let (verbose, idle, log_dir) = (cfg.verbose, cfg.idle_timeout, &cfg.log_dir);
     // The whole handshake (Hello, and the challenge with a key) must be
@@ -476,6 +485,20 @@ fn session(
     if let Err(e) = limits::check_flows(&setups) {
         return refuse(&mut ctl, format!("bad Hello: {e}"));
     }
+    // The session's sockets, buffers and threads are reserved before any
+    // is opened, and given back when `_grant` goes, however it ends.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let session_budget = &cfg.budgets.session;
+    let _grant = match ledger.reserve(budget::cost(&setups, cores, session_budget)) {
+        Ok(g) => g,
+        Err(e) => {
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+            if verbose {
+                eprintln!("wirebench recv: session {sid:08x} from {peer}: {e}");
+            }
+            return refuse(&mut ctl, e.to_string());
+        }
+    };
     stats.sessions_started.fetch_add(1, Ordering::Relaxed);
     if verbose {
         eprintln!(
@@ -502,6 +525,8 @@ fn session(
         max_intervals,
         live: live_asked && live_ms.is_some(),
         probe_key: probe_key.clone(),
+        udp_buf: budget::default_buffer(budget::UDP_RCVBUF, setups.len(), session_budget),
+        tcp_buf: budget::default_buffer(budget::TCP_RCVBUF, setups.len(), session_budget),
     };
     // Declared before `flows`, so that on every way out the flows' threads
     // (and with them the log producers) are gone before the sink is dropped.
@@ -1019,6 +1044,10 @@ struct FlowAt {
     live: bool,
     /// `--auth probes`: the session's probe key.
     probe_key: Option<ProbeKey>,
+    /// Receive buffers of UDP sockets and TCP connections whose sender did
+    /// not ask (`--window`): [`budget::default_buffer`].
+    udp_buf: u64,
+    tcp_buf: u64,
 }
 
 /// The log header of a session: what `wirebench decode` needs to recompute
@@ -1121,7 +1150,7 @@ fn open_flow(
         (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
     let cfg = flow_config(s, at.ip);
     let shared = Arc::new(FlowShared {
-        rcvbuf: s.rcvbuf.map_or(0, |w| w as usize),
+        rcvbuf: s.rcvbuf.map_or(at.tcp_buf as usize, |w| w as usize),
         probe_key: at.probe_key.clone(),
         ..FlowShared::default()
     });
@@ -1149,7 +1178,7 @@ fn open_flow(
                 .port();
             set_rcvbuf(
                 sock.as_raw_fd(),
-                s.rcvbuf.map_or(UDP_RCVBUF, |w| w as usize),
+                s.rcvbuf.map_or(at.udp_buf as usize, |w| w as usize),
             );
             enable_rx_timestamps(sock.as_raw_fd());
             net::enable_rx_marks(sock.as_raw_fd(), local_ip.is_ipv6());

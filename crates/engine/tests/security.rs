@@ -975,3 +975,116 @@ fn authenticated_probes_end_to_end() {
     let e = wirebench_engine::run(p).unwrap_err().to_string();
     assert!(e.contains("--auth probes") && e.contains("key"), "{e}");
 }
+
+/// Issue #9 item 5: a session's sockets, socket buffers and threads are
+/// budgeted per session and in total. A Hello over a per-session budget
+/// is refused naming it; one within is served; two sessions share the
+/// total, and what a session held is given back when it ends.
+#[test]
+fn budgets_refuse_over_budget_hellos_and_share_the_total() {
+    use wirebench_engine::budget::{Budgets, Resources};
+    let rx = Rx::start_with(DaemonConfig {
+        port: 15721,
+        budgets: Budgets {
+            // Control connection + 3 UDP flows per session; 7 sockets in all.
+            session: Resources {
+                sockets: 4,
+                buffer_bytes: 64 << 20,
+                threads: 100,
+            },
+            total: Resources {
+                sockets: 7,
+                buffer_bytes: 1 << 30,
+                threads: 100,
+            },
+        },
+        ..DaemonConfig::default()
+    });
+    let udp = |n: u16, rcvbuf: Option<u32>| -> Vec<FlowSetup> {
+        (1..=n)
+            .map(|id| FlowSetup {
+                flow_id: id,
+                rcvbuf,
+                ..udp_flow(None)
+            })
+            .collect()
+    };
+    let refused = |flows: Vec<FlowSetup>| {
+        let mut c = Client::connect(rx.port);
+        error_text(c.hello(1, MeterMode::Owd, flows))
+    };
+    let e = refused(udp(4, None));
+    assert!(
+        e.contains("5 sockets") && e.contains("--session-sockets"),
+        "{e}"
+    );
+    let e = refused(udp(1, Some(128 << 20)));
+    assert!(
+        e.contains("bytes of socket buffers") && e.contains("--session-buffers"),
+        "{e}"
+    );
+    // Threads: the session's own, and one per TCP flow (or UDP worker).
+    let one_thread = Rx::start_with(DaemonConfig {
+        port: 15722,
+        budgets: Budgets {
+            session: Resources {
+                threads: 1,
+                ..Budgets::default().session
+            },
+            ..Budgets::default()
+        },
+        ..DaemonConfig::default()
+    });
+    let tcp = FlowSetup {
+        transport: Transport::Tcp,
+        ..udp_flow(None)
+    };
+    let mut c = Client::connect(one_thread.port);
+    let e = error_text(c.hello(1, MeterMode::Owd, vec![tcp]));
+    assert!(
+        e.contains("2 threads") && e.contains("--session-threads"),
+        "{e}"
+    );
+    // Within budget: served. Three UDP flows share the 64 MiB.
+    let mut a = Client::connect(rx.port);
+    assert!(matches!(
+        a.hello(0xa, MeterMode::Owd, udp(3, None)),
+        ControlMsg::Ready { .. }
+    ));
+    // A second session would pass the total: refused while the first runs.
+    let e = refused(udp(3, None));
+    assert!(
+        e.contains("receiver busy")
+            && e.contains("hold 4 of the 7")
+            && e.contains("--total-sockets"),
+        "{e}"
+    );
+    // What is left of the total still serves a smaller session.
+    let mut b = Client::connect(rx.port);
+    assert!(matches!(
+        b.hello(0xb, MeterMode::Owd, udp(2, None)),
+        ControlMsg::Ready { .. }
+    ));
+    // The first session ends: its share is given back.
+    a.send(&ControlMsg::Start);
+    a.send(&ControlMsg::Stop {
+        linger_ms: 0,
+        sent: vec![0; 3],
+    });
+    assert!(matches!(a.recv(), ControlMsg::Report { .. }));
+    a.send(&ControlMsg::Bye);
+    let t0 = std::time::Instant::now();
+    loop {
+        let mut c = Client::connect(rx.port);
+        match c.hello(0xc, MeterMode::Owd, udp(3, None)) {
+            ControlMsg::Ready { .. } => break,
+            other => assert!(
+                t0.elapsed() < Duration::from_secs(3),
+                "not given back: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(b);
+    assert!(rx.stats.refused.load(Ordering::Relaxed) >= 3);
+}

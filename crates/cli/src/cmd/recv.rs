@@ -5,7 +5,7 @@
 use crate::exit::bad_input;
 use std::net::IpAddr;
 use std::time::Duration;
-use wirebench_engine::{Cidr, Daemon, DaemonConfig};
+use wirebench_engine::{budget, Cidr, Daemon, DaemonConfig};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -22,6 +22,15 @@ WIREBENCH_KEY) and restrict who may connect (--allow); see docs/security.md.
 A connection has 5 s to complete its handshake; at most 8 per address and 64
 in all may be in their handshake at once, and they never take the slots of
 the (at most 64) running sessions.
+
+Budgets: a session's sockets (one per flow, two for TCP, plus the control
+connection), socket-buffer bytes (per flow 8 MiB UDP / 4 MiB TCP receive
+buffer, or what the sender asks with --window; without --window, flows share
+the session's budget when it is too small for that) and threads (one for the
+session, one per TCP or reverse flow, UDP flows one each up to the CPUs, then
+shared) are reserved at Hello, per session and in total over the sessions
+running at once. A Hello over a budget is refused with a message naming it
+(the sender exits 1).
 
 Examples:
   wirebench recv                 # [::]:5400, dual-stack
@@ -60,6 +69,43 @@ pub struct Args {
     /// error to its sender.
     #[arg(long = "max-session", value_name = "SECS", default_value_t = wirebench_engine::recv::MAX_SESSION.as_secs())]
     pub max_session: u64,
+    /// Most sockets one session may hold.
+    #[arg(long = "session-sockets", value_name = "N", default_value_t = budget::SESSION_BUDGET.sockets, help_heading = BUDGETS)]
+    pub session_sockets: u64,
+    /// Most socket-buffer bytes one session may ask for (K, M, G: 1024s).
+    #[arg(long = "session-buffers", value_name = "BYTES", default_value = "1G", value_parser = parse_bytes, help_heading = BUDGETS)]
+    pub session_buffers: u64,
+    /// Most threads one session may cost.
+    #[arg(long = "session-threads", value_name = "N", default_value_t = budget::SESSION_BUDGET.threads, help_heading = BUDGETS)]
+    pub session_threads: u64,
+    /// Most sockets all running sessions may hold together.
+    #[arg(long = "total-sockets", value_name = "N", default_value_t = budget::TOTAL_BUDGET.sockets, help_heading = BUDGETS)]
+    pub total_sockets: u64,
+    /// Most socket-buffer bytes all running sessions may ask for together.
+    #[arg(long = "total-buffers", value_name = "BYTES", default_value = "2G", value_parser = parse_bytes, help_heading = BUDGETS)]
+    pub total_buffers: u64,
+    /// Most threads all running sessions may cost together.
+    #[arg(long = "total-threads", value_name = "N", default_value_t = budget::TOTAL_BUDGET.threads, help_heading = BUDGETS)]
+    pub total_threads: u64,
+}
+
+const BUDGETS: &str = "Budgets (per session and over all sessions at once)";
+
+/// A byte count with an optional K, M, G or T suffix (powers of 1024).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 10),
+        Some('M') => (&t[..t.len() - 1], 20),
+        Some('G') => (&t[..t.len() - 1], 30),
+        Some('T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("not a byte count above 0 (K, M, G or T suffix): {s:?}"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -93,6 +139,53 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.max_session == 0 {
         return Err(bad_input("--max-session: must be at least 1 s"));
     }
+    let budgets = budget::Budgets {
+        session: budget::Resources {
+            sockets: args.session_sockets,
+            buffer_bytes: args.session_buffers,
+            threads: args.session_threads,
+        },
+        total: budget::Resources {
+            sockets: args.total_sockets,
+            buffer_bytes: args.total_buffers,
+            threads: args.total_threads,
+        },
+    };
+    for (flag, n) in [
+        ("--session-sockets", args.session_sockets),
+        ("--session-threads", args.session_threads),
+        ("--total-sockets", args.total_sockets),
+        ("--total-threads", args.total_threads),
+    ] {
+        if n == 0 {
+            return Err(bad_input(format!("{flag}: must be at least 1")));
+        }
+    }
+    // A per-session budget beyond the total could never be used.
+    for (flag, s, t) in [
+        (
+            "--session-sockets",
+            args.session_sockets,
+            args.total_sockets,
+        ),
+        (
+            "--session-buffers",
+            args.session_buffers,
+            args.total_buffers,
+        ),
+        (
+            "--session-threads",
+            args.session_threads,
+            args.total_threads,
+        ),
+    ] {
+        if s > t {
+            return Err(bad_input(format!(
+                "{flag}: {s} is above its total ({})",
+                flag.replace("session", "total")
+            )));
+        }
+    }
     let key = crate::key::load(args.key_file.as_deref())?;
     let authenticated = key.is_some();
     let daemon = Daemon::bind(DaemonConfig {
@@ -104,6 +197,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         allow,
         sessions_per_peer: args.max_per_peer,
         max_session: Duration::from_secs(args.max_session),
+        budgets,
         ..DaemonConfig::default()
     })
     .map_err(|e| {

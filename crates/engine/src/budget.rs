@@ -1,0 +1,344 @@
+//! The receiver's resource budgets (docs/security.md, issue #9 item 5):
+//! sockets, socket-buffer bytes and threads, per session and in total over
+//! the sessions running at once.
+//!
+//! A session's cost is known from its `Hello` alone ([`cost`]), so it is
+//! reserved before anything is opened: a Hello over a budget is refused
+//! with a message naming the budget and the `recv` flag that sets it, and
+//! nothing is half-opened. The reservation is given back when the session
+//! ends, however it ends ([`Grant`] is dropped). One 256-flow Hello once
+//! cost 257 threads and 256 sockets with 16 MiB buffers each.
+
+use std::sync::{Arc, Mutex};
+use wirebench_wire::FlowSetup;
+
+/// Socket buffer a UDP flow's data socket asks for when the sender did
+/// not (`--window`) and the session's budget allows it.
+pub const UDP_RCVBUF: u64 = crate::recv::UDP_RCVBUF as u64;
+/// The same for a TCP flow's data connection.
+pub const TCP_RCVBUF: u64 = 4 << 20;
+/// Send buffer of a reverse flow's socket (the receiver sends it).
+pub const REVERSE_SNDBUF: u64 = 4 << 20;
+/// Smallest default buffer a flow gets however many flows share the
+/// session's budget (a flow that asks, with `--window`, gets what it asks).
+pub const MIN_DEFAULT_BUF: u64 = 64 << 10;
+
+/// Sockets, socket-buffer bytes and threads: what a session costs, or a
+/// budget of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resources {
+    pub sockets: u64,
+    pub buffer_bytes: u64,
+    pub threads: u64,
+}
+
+impl Resources {
+    fn plus(self, o: Resources) -> Resources {
+        Resources {
+            sockets: self.sockets.saturating_add(o.sockets),
+            buffer_bytes: self.buffer_bytes.saturating_add(o.buffer_bytes),
+            threads: self.threads.saturating_add(o.threads),
+        }
+    }
+
+    fn minus(self, o: Resources) -> Resources {
+        Resources {
+            sockets: self.sockets.saturating_sub(o.sockets),
+            buffer_bytes: self.buffer_bytes.saturating_sub(o.buffer_bytes),
+            threads: self.threads.saturating_sub(o.threads),
+        }
+    }
+}
+
+/// The receiver's budgets (`recv --session-* / --total-*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// What one session may cost.
+    pub session: Resources,
+    /// What all sessions running at once may cost together.
+    pub total: Resources,
+}
+
+/// Default budget of one session: the largest Hello (10 000 UDP flows)
+/// fits in sockets; buffers shrink to fit ([`default_buffer`]); a TCP
+/// flow costs a thread, so at most about 500 TCP flows.
+pub const SESSION_BUDGET: Resources = Resources {
+    sockets: 10_240,
+    buffer_bytes: 1 << 30,
+    threads: 512,
+};
+/// Default budget of all sessions together: two of the largest sessions.
+pub const TOTAL_BUDGET: Resources = Resources {
+    sockets: 20_480,
+    buffer_bytes: 2 << 30,
+    threads: 1024,
+};
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            session: SESSION_BUDGET,
+            total: TOTAL_BUDGET,
+        }
+    }
+}
+
+/// The buffer a flow of a session of `flows` flows gets when its sender
+/// did not ask for one: the usual `usual` bytes while the session's buffer
+/// budget allows that for every flow, else an equal share of it (at least
+/// [`MIN_DEFAULT_BUF`]).
+pub fn default_buffer(usual: u64, flows: usize, session: &Resources) -> u64 {
+    let share = session.buffer_bytes / (flows.max(1) as u64);
+    usual.min(share).max(MIN_DEFAULT_BUF)
+}
+
+/// What a session of these flows costs on a receiver with `cores` CPUs:
+/// per flow a data socket (UDP socket or TCP listener) and for TCP its
+/// data connection too; buffers as [`default_buffer`] gives them unless
+/// the sender asked (`rcvbuf`); threads: the session's own, one per TCP
+/// flow and per reverse flow, and the UDP receive workers (one per flow up
+/// to the CPUs, then shared).
+pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resources {
+    let n = setups.len();
+    let mut r = Resources {
+        sockets: 1,
+        buffer_bytes: 0,
+        threads: 1,
+    };
+    let mut udp = 0u64;
+    for s in setups {
+        let (sockets, usual, threads) = match (&s.reverse, s.transport) {
+            (Some(_), wirebench_wire::Transport::Udp) => (1, REVERSE_SNDBUF, 1),
+            (Some(_), wirebench_wire::Transport::Tcp) => (2, REVERSE_SNDBUF, 1),
+            (None, wirebench_wire::Transport::Udp) => {
+                udp += 1;
+                (1, UDP_RCVBUF, 0)
+            }
+            (None, wirebench_wire::Transport::Tcp) => (2, TCP_RCVBUF, 1),
+        };
+        let buf = match (&s.reverse, s.rcvbuf) {
+            // A reverse flow's send buffer is fixed.
+            (Some(_), _) => usual,
+            (None, Some(b)) => u64::from(b),
+            (None, None) => default_buffer(usual, n, session),
+        };
+        r = r.plus(Resources {
+            sockets,
+            buffer_bytes: buf,
+            threads,
+        });
+    }
+    r.threads += udp.min(cores as u64);
+    r
+}
+
+/// Why a session does not fit: the text goes to the sender.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverBudget {
+    #[error("over the receiver's budget: this session needs {need} {what}, at most {limit} per session (recv {flag})")]
+    Session {
+        what: &'static str,
+        need: u64,
+        limit: u64,
+        flag: &'static str,
+    },
+    #[error("receiver busy: this session needs {need} {what}, and the sessions running hold {used} of the {limit} in all (recv {flag}); try again later")]
+    Total {
+        what: &'static str,
+        need: u64,
+        used: u64,
+        limit: u64,
+        flag: &'static str,
+    },
+}
+
+/// The resources of the sessions running now, against the budgets.
+#[derive(Debug)]
+pub struct Ledger {
+    budgets: Budgets,
+    used: Mutex<Resources>,
+}
+
+/// A session's reservation; given back when dropped.
+#[derive(Debug)]
+pub struct Grant {
+    ledger: Arc<Ledger>,
+    held: Resources,
+}
+
+impl Ledger {
+    pub fn new(budgets: Budgets) -> Arc<Ledger> {
+        Arc::new(Ledger {
+            budgets,
+            used: Mutex::new(Resources::default()),
+        })
+    }
+
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
+    }
+
+    /// What the running sessions hold now.
+    pub fn used(&self) -> Resources {
+        *self.lock()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Resources> {
+        // Every change is made whole under the lock, so the counts stay
+        // consistent even if a holder panicked.
+        self.used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reserves `need` for a session, or says which budget it exceeds
+    /// (the per-session ones first: those never fit, however long the
+    /// sender waits).
+    pub fn reserve(self: &Arc<Self>, need: Resources) -> Result<Grant, OverBudget> {
+        let b = &self.budgets;
+        let rows = |r: &Resources, t: &Resources| {
+            [
+                ("sockets", r.sockets, t.sockets, "sockets"),
+                (
+                    "bytes of socket buffers",
+                    r.buffer_bytes,
+                    t.buffer_bytes,
+                    "buffers",
+                ),
+                ("threads", r.threads, t.threads, "threads"),
+            ]
+        };
+        for (what, need, limit, name) in rows(&need, &b.session) {
+            if need > limit {
+                return Err(OverBudget::Session {
+                    what,
+                    need,
+                    limit,
+                    flag: session_flag(name),
+                });
+            }
+        }
+        let mut used = self.lock();
+        let after = used.plus(need);
+        for ((what, n, limit, name), (_, u, _, _)) in rows(&after, &b.total)
+            .into_iter()
+            .zip(rows(&used, &b.total))
+        {
+            if n > limit {
+                return Err(OverBudget::Total {
+                    what,
+                    need: n - u,
+                    used: u,
+                    limit,
+                    flag: total_flag(name),
+                });
+            }
+        }
+        *used = after;
+        Ok(Grant {
+            ledger: self.clone(),
+            held: need,
+        })
+    }
+}
+
+fn session_flag(name: &str) -> &'static str {
+    match name {
+        "sockets" => "--session-sockets",
+        "buffers" => "--session-buffers",
+        _ => "--session-threads",
+    }
+}
+
+fn total_flag(name: &str) -> &'static str {
+    match name {
+        "sockets" => "--total-sockets",
+        "buffers" => "--total-buffers",
+        _ => "--total-threads",
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        let mut used = self.ledger.lock();
+        *used = used.minus(self.held);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wirebench_wire::Transport;
+
+    fn setup(transport: Transport, rcvbuf: Option<u32>) -> FlowSetup {
+        FlowSetup {
+            flow_id: 1,
+            transport,
+            interval_ms: None,
+            max_len: 100,
+            mtu: 1500,
+            playout_buffer_ms: None,
+            rcvbuf,
+            reverse: None,
+        }
+    }
+
+    #[test]
+    fn cost_counts_sockets_buffers_and_threads() {
+        let s = SESSION_BUDGET;
+        let mut flows = vec![setup(Transport::Udp, None); 4];
+        flows.push(setup(Transport::Tcp, Some(1 << 20)));
+        let c = cost(&flows, 2, &s);
+        // Control + 4 UDP sockets + TCP listener and connection.
+        assert_eq!(c.sockets, 1 + 4 + 2);
+        assert_eq!(c.buffer_bytes, 4 * UDP_RCVBUF + (1 << 20));
+        // Session + TCP flow + UDP workers (2 CPUs).
+        assert_eq!(c.threads, 1 + 1 + 2);
+        // Many flows share the buffer budget instead of 8 MiB each.
+        let many = vec![setup(Transport::Udp, None); 1000];
+        let c = cost(&many, 2, &s);
+        assert!(c.buffer_bytes <= s.buffer_bytes, "{c:?}");
+        assert_eq!(default_buffer(UDP_RCVBUF, 1_000_000, &s), MIN_DEFAULT_BUF);
+    }
+
+    #[test]
+    fn reservations_share_the_total_and_are_given_back() {
+        let b = Budgets {
+            session: Resources {
+                sockets: 10,
+                buffer_bytes: 100,
+                threads: 5,
+            },
+            total: Resources {
+                sockets: 15,
+                buffer_bytes: 1000,
+                threads: 100,
+            },
+        };
+        let l = Ledger::new(b);
+        let need = Resources {
+            sockets: 8,
+            buffer_bytes: 10,
+            threads: 2,
+        };
+        let over = Resources {
+            sockets: 11,
+            ..need
+        };
+        let e = l.reserve(over).unwrap_err().to_string();
+        assert!(
+            e.contains("11 sockets") && e.contains("--session-sockets"),
+            "{e}"
+        );
+        let g = l.reserve(need).unwrap();
+        let e = l.reserve(need).unwrap_err().to_string();
+        assert!(
+            e.contains("hold 8 of the 15") && e.contains("--total-sockets"),
+            "{e}"
+        );
+        drop(g);
+        assert_eq!(l.used(), Resources::default());
+        let _g = l.reserve(need).unwrap();
+        let small = Resources { sockets: 7, ..need };
+        let _h = l.reserve(small).unwrap();
+        assert_eq!(l.used().sockets, 15);
+    }
+}
