@@ -115,6 +115,8 @@ pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resource
                 (1, UDP_RCVBUF, 0)
             }
             (None, wirebench_wire::Transport::Tcp) => (2, TCP_RCVBUF, 1),
+            // Refused with the Hello (limits::FlowSetup::check): no receiver part.
+            (_, wirebench_wire::Transport::Icmp) => (0, 0, 0),
         };
         let buf = match (&s.reverse, s.rcvbuf) {
             // A reverse flow's send buffer is fixed.

@@ -15,6 +15,7 @@ pub mod budget;
 pub mod clock;
 pub mod ctl;
 pub mod gate;
+mod icmp;
 pub mod live;
 pub mod multi;
 mod net;

@@ -52,6 +52,8 @@ pub(crate) fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, Engine
     let (ty, proto) = match f.transport {
         Transport::Udp => (Type::DGRAM, Protocol::UDP),
         Transport::Tcp => (Type::STREAM, Protocol::TCP),
+        // Sent by crate::icmp, on sockets of its own.
+        Transport::Icmp => return Err(not_in_session()),
     };
     let sock = Socket::new(Domain::for_address(to), ty, Some(proto))
         .map_err(|e| EngineError::io("data socket", e))?;
@@ -70,6 +72,7 @@ pub(crate) fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, Engine
             }
             Ok(DataSock::Udp(s))
         }
+        Transport::Icmp => Err(not_in_session()),
         Transport::Tcp => {
             sock.connect_timeout(&peer.into(), CONNECT_TIMEOUT)
                 .map_err(connect_err)?;
@@ -79,6 +82,11 @@ pub(crate) fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, Engine
             Ok(DataSock::Tcp(s))
         }
     }
+}
+
+/// ICMP echo flows are sent by crate::icmp on sockets of its own.
+fn not_in_session() -> EngineError {
+    EngineError::BadPlan("-T icmp: echo flows are not sent through a receiver session".into())
 }
 
 /// Names the session and flow on a fresh TCP data connection
@@ -124,7 +132,7 @@ struct FlowJob {
 
 /// A flow's send statistics and, with `-l`, its per-packet log: every sent
 /// and not-sent packet goes into both.
-struct SendRec {
+pub(crate) struct SendRec {
     acc: SendAccumulator,
     log: Option<LogProducer>,
     flow: u16,
@@ -134,8 +142,17 @@ struct SendRec {
 }
 
 impl SendRec {
+    pub fn new(cfg: FlowConfig, log: Option<LogProducer>, flow: u16) -> SendRec {
+        SendRec {
+            acc: SendAccumulator::new(cfg),
+            log,
+            flow,
+            wall_minus_mono: i128::from(realtime_ns()) - i128::from(mono_ns()),
+        }
+    }
+
     #[inline]
-    fn record_sent(&mut self, sched: u64, actual: u64, size: u32, seq: u32, tx_wall: u64) {
+    pub fn record_sent(&mut self, sched: u64, actual: u64, size: u32, seq: u32, tx_wall: u64) {
         self.acc.record_sent(sched, actual, size);
         if let Some(l) = self.log.as_mut() {
             l.push(Record {
@@ -152,7 +169,7 @@ impl SendRec {
     /// `n` packets scheduled at `at` (monotonic) not sent; `seq` is the
     /// number the next sent packet gets (not-sent packets use none).
     #[inline]
-    fn record_not_sent(&mut self, n: u64, at: u64, seq: u32, size: u32) {
+    pub fn record_not_sent(&mut self, n: u64, at: u64, seq: u32, size: u32) {
         self.acc.record_not_sent(n);
         if let Some(l) = self.log.as_mut() {
             let wall = (i128::from(at) + self.wall_minus_mono).max(0) as u64;
@@ -169,13 +186,13 @@ impl SendRec {
         }
     }
 
-    fn packets(&self) -> u64 {
+    pub fn packets(&self) -> u64 {
         self.acc.packets()
     }
 
     /// The flow's send summary, with the negative model draws `sched`
     /// clamped to zero.
-    fn summary(&self, sched: &Schedule) -> SendSummary {
+    pub fn summary(&self, sched: &Schedule) -> SendSummary {
         SendSummary {
             clamped_draws: sched.gen.clamps(),
             ..self.acc.summary()
@@ -209,7 +226,7 @@ impl FlowJob {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Halt {
+pub(crate) enum Halt {
     PeerGone,
     Cancelled,
 }
@@ -254,14 +271,14 @@ pub(crate) fn min_probe_len(mac: bool) -> u32 {
 }
 
 /// The flow's schedule: draws departures, applies the stop condition.
-struct Schedule {
+pub(crate) struct Schedule {
     gen: Box<dyn wirebench_model::Generator>,
     next_at: u64,
     end_at: Option<u64>,
     packets_left: Option<u64>,
     bytes_left: Option<u64>,
-    max: bool,
-    max_len: u32,
+    pub max: bool,
+    pub max_len: u32,
     /// Smallest probe ([`min_probe_len`]).
     min_len: u32,
     /// Packets drawn so far.
@@ -269,7 +286,7 @@ struct Schedule {
 }
 
 impl Schedule {
-    fn new(plan: &FlowPlan, t0: u64, min_len: u32) -> Result<Schedule, String> {
+    pub fn new(plan: &FlowPlan, t0: u64, min_len: u32) -> Result<Schedule, String> {
         let gen = plan.spec.generator(plan.seed).map_err(|e| e.to_string())?;
         let start = t0 + plan.spec.start_delay_ms * 1_000_000;
         let (end_at, packets_left, bytes_left) = match plan.stop {
@@ -297,7 +314,7 @@ impl Schedule {
 
     /// The next packet: (scheduled time, size), or None when the flow is
     /// done. For `--max` flows the schedule time is meaningless (0).
-    fn next(&mut self, now: u64) -> Option<(u64, u32)> {
+    pub fn next(&mut self, now: u64) -> Option<(u64, u32)> {
         if self.packets_left == Some(0) || self.bytes_left == Some(0) {
             return None;
         }
@@ -338,12 +355,7 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
         Ok(s) => s,
         Err(e) => return FlowSent::failed(&e),
     };
-    let mut acc = SendRec {
-        acc: SendAccumulator::new(job.cfg),
-        log: job.log.take(),
-        flow: job.flow_id,
-        wall_minus_mono: i128::from(realtime_ns()) - i128::from(mono_ns()),
-    };
+    let mut acc = SendRec::new(job.cfg, job.log.take(), job.flow_id);
     match sock {
         DataSock::Udp(s) => {
             let reflector = if job.rtt {
@@ -437,7 +449,7 @@ fn wait_or_halt(job: &FlowJob, at: u64) -> Result<u64, Halt> {
 }
 
 /// Why flows must stop now, if they must.
-fn stop_reason(abort: &AtomicBool, cancel: Option<&AtomicBool>) -> Option<Halt> {
+pub(crate) fn stop_reason(abort: &AtomicBool, cancel: Option<&AtomicBool>) -> Option<Halt> {
     if abort.load(Ordering::Relaxed) {
         Some(Halt::PeerGone)
     } else if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
@@ -447,7 +459,7 @@ fn stop_reason(abort: &AtomicBool, cancel: Option<&AtomicBool>) -> Option<Halt> 
     }
 }
 
-fn wait_or_stop(
+pub(crate) fn wait_or_stop(
     abort: &AtomicBool,
     cancel: Option<&AtomicBool>,
     at: u64,
@@ -467,9 +479,9 @@ fn wait_or_stop(
 }
 
 /// A flow's end: Ok (done or cancelled) or a hard error.
-type FlowEnd = Result<Option<Halt>, String>;
+pub(crate) type FlowEnd = Result<Option<Halt>, String>;
 
-fn split_outcome(r: FlowEnd) -> (Option<String>, bool) {
+pub(crate) fn split_outcome(r: FlowEnd) -> (Option<String>, bool) {
     match r {
         Ok(Some(Halt::Cancelled)) => (None, true),
         Ok(Some(Halt::PeerGone)) => (Some("receiver gone".into()), false),
@@ -498,7 +510,7 @@ const SKIP_CHUNK: u64 = 4096;
 /// Gathers into `meta` every packet due at `now` (at least the pending
 /// one), skipping hopelessly late ones (at most [`SKIP_CHUNK`]: it may
 /// then return 0 with packets still due). Returns how many were gathered.
-fn gather(
+pub(crate) fn gather(
     sched: &mut Schedule,
     pending: &mut Option<(u64, u32)>,
     now: u64,

@@ -180,6 +180,7 @@ impl SessionPlan {
                 self.flows.len()
             )));
         }
+        crate::icmp::check(self)?;
         if self.auth_probes && self.key.is_none() {
             return Err(EngineError::BadPlan(
                 "--auth probes: needs the pre-shared key (--key-file or WIREBENCH_KEY)".into(),
@@ -249,11 +250,12 @@ impl SessionPlan {
                     )));
                 }
             }
-            if f.transport == Transport::Udp {
+            if f.transport != Transport::Tcp {
                 if let Some(opt) = f.opts.tcp_only() {
                     return Err(EngineError::BadPlan(format!(
-                        "{opt}: flow {} is UDP; the option applies to TCP flows (-T tcp)",
-                        i + 1
+                        "{opt}: flow {} is {}; the option applies to TCP flows (-T tcp)",
+                        i + 1,
+                        f.transport.as_str().to_uppercase()
                     )));
                 }
             }

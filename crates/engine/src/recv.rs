@@ -1214,6 +1214,12 @@ fn open_flow(
                 .map_err(|e| EngineError::io("receive thread", e))?;
             (port, FlowRx::Thread(h))
         }
+        // Refused with the Hello (limits::FlowSetup::check); never opened.
+        Transport::Icmp => {
+            return Err(EngineError::BadPlan(
+                "transport icmp: echo flows need no receiver".into(),
+            ))
+        }
     };
     Ok((port, SessionFlow { flow_id, shared }, rx))
 }

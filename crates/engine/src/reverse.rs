@@ -148,6 +148,7 @@ impl Remote {
                 let l = TcpListener::bind(bind).map_err(|e| format!("data listener: {e}"))?;
                 (l.local_addr(), Port::Tcp(l))
             }
+            Transport::Icmp => return Err("transport icmp: echo flows need no receiver".into()),
         };
         let port = port.map_err(|e| format!("data socket: {e}"))?.port();
         if self.flows.len() <= i {
@@ -458,6 +459,13 @@ impl Local {
                     t.write_all(&hello)
                         .map_err(|e| EngineError::io("TCP data connection", e))?;
                     (LocalSock::Tcp(t), None)
+                }
+                // SessionPlan::validate refuses reverse ICMP echo flows.
+                Transport::Icmp => {
+                    return Err(EngineError::BadPlan(
+                        "-R/--bidir: ICMP echo flows (-T icmp) have no receiver to send them"
+                            .into(),
+                    ))
                 }
             };
             flows.push(Some((LocalRx::start(s, sock, &at)?, again, hello)));

@@ -25,17 +25,21 @@ pub use crate::session::OFFSET_SAMPLES;
 
 /// Lead time between `Start` and the first scheduled packet, so that every
 /// flow thread is up and waiting when the schedule begins.
-const START_LEAD_NS: u64 = 20_000_000;
+pub(crate) const START_LEAD_NS: u64 = 20_000_000;
 /// Extra lead per flow: a pacer sets up each of its flows (schedule,
 /// accumulators) before the first departure; measured about 20 µs a flow
 /// on a loaded 2-CPU host, so 1 000 flows get 70 ms, 10 000 flows 520 ms.
-const START_LEAD_PER_FLOW_NS: u64 = 50_000;
+pub(crate) const START_LEAD_PER_FLOW_NS: u64 = 50_000;
 
 /// Runs a whole session and returns its result document. When the run
 /// breaks part-way (the receiver vanished), the error is
 /// [`EngineError::Partial`] carrying the document with `partial: true`.
 pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     plan.validate()?;
+    // ICMP echo flows: no receiver, no session (crate::icmp).
+    if crate::icmp::is_icmp(&plan) {
+        return crate::icmp::run(plan);
+    }
     // With several receivers: a place at the common start line, given up
     // (releasing the others) if this session fails before it.
     let mut arrival = crate::multi::Arrival::new(plan.together.clone());

@@ -220,7 +220,7 @@ fn check_report(reports: &[FlowReport], sent: &[u64]) -> Result<(), EngineError>
 
 /// Path MTU towards the receiver from a connected UDP socket; the largest
 /// interface MTU when the kernel cannot say; 1500 as the last resort.
-fn measure_mtu(dst: IpAddr, port: u16) -> u32 {
+pub(crate) fn measure_mtu(dst: IpAddr, port: u16) -> u32 {
     let any: IpAddr = if dst.is_ipv4() {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     } else {

@@ -114,11 +114,16 @@ fn parse_transport(opt: &str, v: &str) -> Result<Transport, ScriptError> {
     match v.to_ascii_lowercase().as_str() {
         "udp" => Ok(Transport::Udp),
         "tcp" => Ok(Transport::Tcp),
-        "icmp" | "sctp" | "dccp" => Err(err(
+        // Echo requests answered by the destination's stack (no receiver).
+        "icmp" => Ok(Transport::Icmp),
+        "sctp" | "dccp" => Err(err(
             opt,
-            format!("{v} is a D-ITG protocol wirebench does not send; use UDP or TCP"),
+            format!("{v} is a D-ITG protocol wirebench does not send; use UDP, TCP or ICMP"),
         )),
-        _ => Err(err(opt, format!("unknown protocol {v:?}; UDP or TCP"))),
+        _ => Err(err(
+            opt,
+            format!("unknown protocol {v:?}; UDP, TCP or ICMP"),
+        )),
     }
 }
 
@@ -391,7 +396,7 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
                             "this ITGSend option is not supported by wirebench".to_string()
                         }
                         "ICMP" | "SCTP" | "DCCP" => {
-                            "not supported; use -T UDP or -T TCP".to_string()
+                            "not supported; use -T UDP, -T TCP or -T ICMP".to_string()
                         }
                         _ => "unknown option".to_string(),
                     };

@@ -60,6 +60,19 @@ fn three_line_ditg_script() {
     );
 }
 
+#[test]
+fn icmp_echo_flows_in_scripts() {
+    // D-ITG's -T ICMP, any case, and TOML's transport = "icmp".
+    let flows = parse_ditg("-a 127.0.0.1 -T ICMP -C 20 -c 64 -z 5\n", "s.ditg").unwrap();
+    assert_eq!(flows[0].transport, Some(Transport::Icmp));
+    let t = parse_toml(
+        "[[flow]]\ndest = \"::1\"\ntransport = \"icmp\"\nidt = \"constant 100\"\npackets = 3\n",
+        "s.toml",
+    )
+    .unwrap();
+    assert_eq!(t[0].transport, Some(Transport::Icmp));
+}
+
 fn ditg_err(text: &str) -> String {
     parse_ditg(text, "flows.txt").unwrap_err().to_string()
 }
@@ -98,8 +111,8 @@ fn malformed_ditg_scripts_name_file_line_option() {
     assert!(e.starts_with("flows.txt:1: -x: unknown D-ITG codec"), "{e}");
     let e = ditg_err("-a h VoIP -C 10\n");
     assert!(e.starts_with("flows.txt:1: -C: VoIP fixes"), "{e}");
-    let e = ditg_err("-a h -T ICMP\n");
-    assert!(e.starts_with("flows.txt:1: -T: ICMP"), "{e}");
+    let e = ditg_err("-a h -T SCTP\n");
+    assert!(e.starts_with("flows.txt:1: -T: SCTP"), "{e}");
     let e = ditg_err("-a h -rp 70000\n");
     assert!(e.starts_with("flows.txt:1: -rp: "), "{e}");
     let e = ditg_err("-a h -sp 5000\n");

@@ -459,7 +459,7 @@ impl RecvAccumulator {
         self.first_ns = self.first_ns.min(arrival_ns);
         self.last_ns = self.last_ns.max(arrival_ns);
 
-        if self.cfg.transport == Transport::Udp {
+        if self.cfg.transport.is_datagram() {
             let lb = udp_datagram(payload_bytes, self.cfg.mtu, self.cfg.ip);
             if lb.frames > 1 {
                 self.fragmented += 1;
@@ -616,7 +616,9 @@ impl RecvAccumulator {
         let n = self.unique;
         let duration_s = match (n >= 2, self.cfg.transport) {
             (false, _) => 0.0,
-            (true, Transport::Udp) => span_corrected_s(self.last_ns - self.first_ns, n),
+            (true, Transport::Udp | Transport::Icmp) => {
+                span_corrected_s(self.last_ns - self.first_ns, n)
+            }
             (true, Transport::Tcp) => {
                 let window = (self.last_ns as i64).saturating_sub(self.first_dep_ns);
                 (window.max(0) as f64 / NS).max(span_corrected_s(self.last_ns - self.first_ns, n))
@@ -624,7 +626,7 @@ impl RecvAccumulator {
         };
 
         let layer = match self.cfg.transport {
-            Transport::Udp => self.layer,
+            Transport::Udp | Transport::Icmp => self.layer,
             Transport::Tcp => tcp_stream(self.layer.payload, self.cfg.mtu, self.cfg.ip),
         };
         let frames = Frames {
@@ -848,7 +850,7 @@ impl SendAccumulator {
             self.last_ns = self.last_ns.max(actual_ns);
         }
         self.packets += 1;
-        if self.cfg.transport == Transport::Udp {
+        if self.cfg.transport.is_datagram() {
             self.layer
                 .add(&udp_datagram(payload_bytes, self.cfg.mtu, self.cfg.ip));
         } else {
@@ -881,7 +883,7 @@ impl SendAccumulator {
             0.0
         };
         let layer = match self.cfg.transport {
-            Transport::Udp => self.layer,
+            Transport::Udp | Transport::Icmp => self.layer,
             Transport::Tcp => tcp_stream(self.layer.payload, self.cfg.mtu, self.cfg.ip),
         };
         let q = |p: f64| -> f64 {

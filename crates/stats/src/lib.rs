@@ -101,6 +101,10 @@ pub enum Transport {
     Udp,
     /// Transmission Control Protocol.
     Tcp,
+    /// ICMP echo (`-T icmp`, D-ITG's `-T ICMP`): echo requests answered by
+    /// the destination's own stack, no receiver daemon; framed like UDP
+    /// (an 8-byte header after IP).
+    Icmp,
 }
 
 impl Transport {
@@ -110,7 +114,13 @@ impl Transport {
         match self {
             Transport::Udp => "udp",
             Transport::Tcp => "tcp",
+            Transport::Icmp => "icmp",
         }
+    }
+
+    /// A datagram per packet (UDP and ICMP echo), as opposed to TCP's stream.
+    pub fn is_datagram(self) -> bool {
+        self != Transport::Tcp
     }
 }
 
@@ -122,12 +132,13 @@ impl std::fmt::Display for Transport {
 
 impl std::str::FromStr for Transport {
     type Err = String;
-    /// "udp" or "tcp", any case (D-ITG writes `-T UDP`).
+    /// "udp", "tcp" or "icmp", any case (D-ITG writes `-T UDP`).
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "udp" => Ok(Transport::Udp),
             "tcp" => Ok(Transport::Tcp),
-            _ => Err(format!("transport must be udp or tcp, got {s:?}")),
+            "icmp" => Ok(Transport::Icmp),
+            _ => Err(format!("transport must be udp, tcp or icmp, got {s:?}")),
         }
     }
 }

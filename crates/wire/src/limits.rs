@@ -100,6 +100,13 @@ pub fn interval_ns(interval_ms: u64) -> Result<u64, LimitError> {
 impl FlowSetup {
     /// Every field of one flow's setup within its range.
     pub fn check(&self) -> Result<(), LimitError> {
+        // ICMP echo flows are answered by the destination's own stack; a
+        // receiver has no port to open for them.
+        if self.transport == crate::Transport::Icmp {
+            return Err(LimitError::Invalid(
+                "transport icmp: echo flows need no receiver".into(),
+            ));
+        }
         if let Some(ms) = self.interval_ms {
             interval_ns(ms)?;
         }
@@ -221,6 +228,12 @@ mod tests {
         s.mtu = 0;
         s.playout_buffer_ms = Some(u32::MAX);
         assert!(s.check().is_err());
+        // ICMP echo flows have no receiver: a Hello asking for one is refused.
+        let icmp = FlowSetup {
+            transport: Transport::Icmp,
+            ..setup(None)
+        };
+        assert!(icmp.check().unwrap_err().to_string().contains("icmp"));
         assert!(check_flows(&[]).is_err());
         assert!(check_flows(&[setup(None), setup(None)]).is_err());
         let many: Vec<FlowSetup> = (0..=MAX_FLOWS as u16)

@@ -56,20 +56,20 @@ pub struct Args {
     #[arg(short = '6')]
     pub ipv6: bool,
     /// Transport: UDP datagrams, or TCP records (each record framed by the
-    /// probe header's length, so every record has a delay). Default: UDP, or
-    /// what the application model implies.
-    #[arg(short = 'T', value_parser = parse_transport, value_name = "udp|tcp")]
+    /// probe header's length, so every record has a delay), or ICMP echo
+    /// requests (D-ITG's -T ICMP): answered by DEST's own IP stack, so NO
+    /// receiver daemon is needed; paced by the same models (-C, -c, -E, ...),
+    /// round trip per echo. Needs a ping socket (the group within
+    /// net.ipv4.ping_group_range) or root (raw socket); Linux only. Options
+    /// that need a receiver (-R, --bidir, -m owd, --key-file, -l) are refused.
+    /// Default: UDP, or what the application model implies.
+    #[arg(short = 'T', value_parser = parse_transport, value_name = "udp|tcp|icmp")]
     pub transport: Option<Transport>,
     /// Meter: one-way delay, measured by the receiver (clocks corrected by
     /// the measured offset), or round trip (the receiver reflects each probe;
-    /// its dwell time is excluded).
-    #[arg(
-        short = 'm',
-        value_parser = parse_meter,
-        default_value = "owd",
-        value_name = "owd|rtt"
-    )]
-    pub meter: MeterMode,
+    /// its dwell time is excluded). Default: owd; rtt with -T icmp.
+    #[arg(short = 'm', value_parser = parse_meter, value_name = "owd|rtt")]
+    pub meter: Option<MeterMode>,
     #[command(flatten)]
     pub flow: FlowArgs,
     #[command(flatten)]
@@ -194,7 +194,9 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     let cli_transport = args.transport;
     let cli_opts = args.sock.to_opts();
     let seed = args.seed.unwrap_or_else(rand_seed);
-    let mut meter = args.meter;
+    // ICMP echo flows measure round trips: -m rtt is implied (below), -m owd
+    // refused (SessionPlan::validate, naming -m).
+    let mut meter = args.meter.unwrap_or_default();
     let dest = args.dest.clone();
     let mut port_noted = false;
     let mut script_meter: Option<MeterMode> = None;
@@ -308,9 +310,19 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
             );
         }
     }
+    // A session of ICMP echo flows (e.g. script lines with -T ICMP) measures
+    // round trips unless a meter was asked for.
+    let meter_given = args.meter.is_some() || script_meter.is_some();
     groups
         .into_iter()
-        .map(|(to, fl)| session_plan(args, to, directed(fl), meter))
+        .map(|(to, fl)| {
+            let m = if !meter_given && fl.iter().all(|(f, _)| f.transport == Transport::Icmp) {
+                MeterMode::Rtt
+            } else {
+                meter
+            };
+            session_plan(args, to, directed(fl), m)
+        })
         .collect()
 }
 
