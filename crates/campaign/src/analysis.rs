@@ -214,8 +214,12 @@ pub fn summarize_runs(
     for (key, axes, ub) in &order {
         let mut samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         let mut ok = 0;
+        let mut runs_above_bound = 0;
         for (r, doc) in ok_docs(key) {
             ok += 1;
+            if doc.total.above_bound == Some(true) {
+                runs_above_bound += 1;
+            }
             for (k, v) in extract_metrics(doc, r.counters.as_ref()) {
                 samples.entry(k).or_default().push(v);
             }
@@ -270,6 +274,7 @@ pub fn summarize_runs(
             },
             metrics,
             upper_bound_bps: *ub,
+            runs_above_bound,
             nodes,
             series: crate::series::scenario_series(ok_docs(key).into_iter().map(|(_, d)| d)),
             dist: crate::dist::scenario_dist(ok_docs(key).into_iter().map(|(_, d)| d)),
@@ -327,24 +332,36 @@ pub fn summarize_runs(
             ));
         }
     }
+    // Two checks: the scenario's mean against the Ethernet bound of its
+    // settings, and each run's own check (its packet mix and clock error,
+    // total.above_bound), which also covers models without a fixed size.
     let above: Vec<String> = scenarios
         .iter()
-        .filter_map(|s| {
-            let b = s.upper_bound_bps?;
-            let m = s.metrics.get("throughput_payload_bps")?;
-            above_bound(m.mean, m.ci95, b).then(|| {
-                format!(
-                    "{} ({:.1} % of {:.2} Mbit/s)",
-                    s.key,
-                    100.0 * m.mean / b,
-                    b / 1e6
-                )
-            })
+        .filter(|s| s.above_bound())
+        .map(|s| {
+            let mut why = Vec::new();
+            if let (Some(b), Some(m)) = (s.upper_bound_bps, s.metrics.get("throughput_payload_bps"))
+            {
+                if above_bound(m.mean, m.ci95, b) {
+                    why.push(format!(
+                        "{:.1} % of {:.2} Mbit/s",
+                        100.0 * m.mean / b,
+                        b / 1e6
+                    ));
+                }
+            }
+            if s.runs_above_bound > 0 {
+                why.push(format!(
+                    "{} of {} runs above their own bound",
+                    s.runs_above_bound, s.runs_ok
+                ));
+            }
+            format!("{} ({})", s.key, why.join("; "))
         })
         .collect();
     if !above.is_empty() {
         notes.push(format!(
-            "Above the physical bound: payload throughput exceeds the Ethernet upper bound by more than its 95 % CI (and the shaper's {:.1} % resolution) in {}. No link carries more than its bound; treat these numbers as a measurement or emulation error.",
+            "Above the physical bound: payload throughput exceeds the Ethernet upper bound by more than its 95 % CI (and the shaper's {:.1} % resolution), or runs carried more than their link by more than their own uncertainty (the result's total.above_bound), in {}. No link carries more than its bound; treat these numbers as a measurement or emulation error.",
             ABOVE_BOUND_TOLERANCE * 100.0,
             above.join("; ")
         ));
@@ -986,26 +1003,45 @@ mtu = 1500
 payload = [1408, 512]
 "#;
         let c = Campaign::parse(text, "ab.toml").unwrap();
-        let row = |key: &str, payload: &str, rep: u32, bps: f64| {
-            let doc = ResultDoc::with_flows(vec![flow_payload_bps(bps)]);
+        let row = |key: &str, payload: &str, rep: u32, bps: f64, flag: Option<bool>| {
+            let mut doc = ResultDoc::with_flows(vec![flow_payload_bps(bps)]);
+            doc.total.above_bound = flag;
             stored_run(key, &[("payload", payload)], rep, &doc)
         };
         let runs = [
-            row("payload=1408", "1408", 0, 99.0e6),
-            row("payload=1408", "1408", 1, 99.2e6),
-            row("payload=512", "512", 0, 80.0e6),
-            row("payload=512", "512", 1, 80.1e6),
+            row("payload=1408", "1408", 0, 99.0e6, None),
+            row("payload=1408", "1408", 1, 99.2e6, None),
+            row("payload=512", "512", 0, 80.0e6, Some(false)),
+            row("payload=512", "512", 1, 80.1e6, Some(false)),
         ];
-        let (_, notes) = summarize_runs(Some(&c), &runs);
-        let note = notes
-            .iter()
-            .find(|n| n.starts_with("Above the physical bound"))
-            .unwrap_or_else(|| panic!("{notes:?}"));
+        // The summary and its "Above the physical bound" note.
+        let summary = |runs: &[RunRow]| {
+            let (sc, notes) = summarize_runs(Some(&c), runs);
+            let note = notes
+                .iter()
+                .find(|n| n.starts_with("Above the physical bound"))
+                .cloned()
+                .unwrap_or_else(|| panic!("{notes:?}"));
+            (sc, note)
+        };
+        let (sc, note) = summary(&runs);
         assert!(
             note.contains("payload=1408 (103.7 % of 95.52 Mbit/s)"),
             "{note}"
         );
         assert!(!note.contains("payload=512"), "{note}");
+        assert_eq!((sc[0].above_bound(), sc[1].above_bound()), (true, false));
+        // A run whose own check fired (its packet mix, its clock error)
+        // marks the scenario even when the mean is within the bound.
+        let mut runs = runs;
+        runs[3] = row("payload=512", "512", 1, 80.1e6, Some(true));
+        let (sc, note) = summary(&runs);
+        assert_eq!(sc[1].runs_above_bound, 1);
+        assert!(sc[1].above_bound());
+        assert!(
+            note.contains("payload=512 (1 of 2 runs above their own bound)"),
+            "{note}"
+        );
     }
 
     #[test]

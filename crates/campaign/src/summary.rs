@@ -103,6 +103,12 @@ pub struct ScenarioSummary {
     /// The Ethernet upper bound of payload throughput for this scenario
     /// (bit/s), where the link rate is known.
     pub upper_bound_bps: Option<f64>,
+    /// Ok runs whose own bound check fired (`total.above_bound` of the
+    /// result: more wire bits per second than the link by more than the
+    /// run's uncertainty). Such a scenario's numbers are a measurement or
+    /// emulation error, whatever its mean says.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runs_above_bound: usize,
     /// Per node of runs through agents (real hosts, the emulated
     /// test-bed): its CPU and drops over the repetitions — the R1/R2 CPU
     /// figures of a lab. Empty for other runs.
@@ -116,6 +122,24 @@ pub struct ScenarioSummary {
     /// (results that carry histograms).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dist: Option<crate::dist::ScenarioDist>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl ScenarioSummary {
+    /// True when the scenario's payload throughput is above its physical
+    /// bound: its mean by more than the 95 % CI
+    /// ([`crate::analysis::above_bound`]), or any run by its own check.
+    pub fn above_bound(&self) -> bool {
+        self.runs_above_bound > 0
+            || self.upper_bound_bps.is_some_and(|b| {
+                self.metrics
+                    .get("throughput_payload_bps")
+                    .is_some_and(|m| crate::analysis::above_bound(m.mean, m.ci95, b))
+            })
+    }
 }
 
 /// One node's figures in one scenario, each over the ok repetitions.

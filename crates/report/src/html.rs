@@ -420,17 +420,29 @@ fn family_table(
         if varying.is_empty() {
             let _ = write!(out, "<td class=\"axis\">{}</td>", esc(&scn.key));
         }
-        let _ = write!(
-            out,
-            "<td{}>{}/{}</td>",
-            if scn.runs_ok < scn.runs_planned {
-                " class=\"incomplete\""
-            } else {
-                ""
-            },
-            scn.runs_ok,
-            scn.runs_planned
-        );
+        // Runs whose own bound check fired mark the row in every table,
+        // whatever the family: the scenario's numbers are suspect.
+        if scn.runs_above_bound > 0 {
+            let _ = write!(
+                out,
+                "<td class=\"above\" title=\"{n} run(s) carried more than their link by more than their uncertainty (total.above_bound): a measurement or emulation error\">{}/{} ({n} above bound)</td>",
+                scn.runs_ok,
+                scn.runs_planned,
+                n = scn.runs_above_bound
+            );
+        } else {
+            let _ = write!(
+                out,
+                "<td{}>{}/{}</td>",
+                if scn.runs_ok < scn.runs_planned {
+                    " class=\"incomplete\""
+                } else {
+                    ""
+                },
+                scn.runs_ok,
+                scn.runs_planned
+            );
+        }
         for (m, sc) in ms.iter().zip(&scales) {
             match scn.metrics.get(&m.key) {
                 Some(st) if st.n > 0 => {
@@ -491,6 +503,14 @@ fn family_table(
                                 out,
                                 "<td class=\"above\" title=\"above the physical bound by more than the 95 % CI: a measurement or emulation error\">{:.1} % (above bound)</td>",
                                 st.mean / b * 100.0
+                            );
+                        }
+                        Some(st) if scn.runs_above_bound > 0 => {
+                            let _ = write!(
+                                out,
+                                "<td class=\"above\" title=\"{n} run(s) above their own bound (total.above_bound)\">{:.1} % ({n} runs above bound)</td>",
+                                st.mean / b * 100.0,
+                                n = scn.runs_above_bound
                             );
                         }
                         Some(st) => {

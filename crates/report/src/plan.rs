@@ -639,6 +639,7 @@ mod tests {
             runs_planned: 3,
             metrics,
             upper_bound_bps: None,
+            runs_above_bound: 0,
             nodes: Default::default(),
             series: None,
             dist: None,

@@ -7,7 +7,7 @@ use crate::fmt::{esc, mean_ci, pct, Scale};
 use crate::html::{axes_w, col_w, column_scales, higher_is_better, metric_w, PAGE_W};
 use crate::plan::axis_text;
 use std::fmt::Write as _;
-use wirebench_campaign::summary::{CampaignSummary, MetricInfo, ScenarioSummary};
+use wirebench_campaign::summary::{CampaignSummary, MetricFamily, MetricInfo, ScenarioSummary};
 use wirebench_stats::pct_change;
 
 /// One row: the values of the row axes and a scenario per column value.
@@ -192,7 +192,17 @@ fn one_table(
                 match c.and_then(|c| c.metrics.get(&m.key)).filter(|st| st.n > 0) {
                     Some(st) => {
                         let cell = mean_ci(sc.apply(st.mean), sc.apply(st.ci95));
-                        if st.cv_warning {
+                        // A throughput above the physical bound (the
+                        // scenario's mean or any run's own check): marked.
+                        let above = m.family == MetricFamily::Throughput
+                            && c.is_some_and(ScenarioSummary::above_bound);
+                        if above {
+                            let _ = write!(
+                                out,
+                                "<td class=\"above\" title=\"above the physical bound: a measurement or emulation error\">{} (above bound)</td>",
+                                esc(&cell)
+                            );
+                        } else if st.cv_warning {
                             let _ = write!(
                                 out,
                                 "<td class=\"cvw\">{}<span class=\"cvflag\">cv {:.0} %</span></td>",

@@ -183,6 +183,20 @@ fn categorical_axes_give_grouped_bars() {
             "category {app} labelled"
         );
     }
+    // Issue #10 bug 5: the log rule of docs/reports.md holds for bars.
+    // These delays span 1.3x: linear. S5's applications spanned 3.5 us
+    // (an idle flow) to 403 ms (a saturated one): log, said in the label.
+    let delay = r#"data-metric="delay_mean_s" data-scale="#;
+    assert!(html.contains(&format!("{delay}\"linear\"")), "{html}");
+    let mut s = s;
+    for (i, sc) in s.scenarios.iter_mut().enumerate() {
+        let mean = if i == 0 { 3.5e-6 } else { 0.403 };
+        sc.metrics
+            .insert("delay_mean_s".into(), common::stats(mean, 0.04, 20));
+    }
+    let html = render_html(&s);
+    assert!(html.contains(&format!("{delay}\"log\"")), "{html}");
+    assert!(html.contains("log scale"));
 }
 
 #[test]
@@ -331,6 +345,54 @@ fn above_bound_is_marked() {
     assert!(html.contains("<td class=\"above\""));
 }
 
+/// Issue #10 item 4: a run whose own bound check fired (`total.above_bound`,
+/// counted per scenario as `runs_above_bound`) marks its scenario's row in
+/// every table and its throughput in the side-by-side tables, even when the
+/// scenario's mean lies within the bound.
+#[test]
+fn runs_above_their_own_bound_mark_the_row() {
+    let mut s = common::s5_like("x");
+    let i = 3;
+    let key = s.scenarios[i].key.clone();
+    let mark = |html: &str| html.matches("(2 above bound)").count();
+    assert_eq!(mark(&render_html(&s)), 0);
+    s.scenarios[i].runs_above_bound = 2;
+    assert!(s.scenarios[i].above_bound());
+    let html = render_html(&s);
+    // The runs cell of every family table the scenario has a row in.
+    let tables = html.matches("<th>runs</th>").count();
+    assert!(tables >= 3, "{tables} tables");
+    assert_eq!(mark(&html), tables, "one marked runs cell per table");
+    assert_eq!(
+        html.matches("(2 runs above bound)").count(),
+        1,
+        "bound cell"
+    );
+    // Only that scenario's row.
+    let marked_rows: Vec<&str> = html
+        .split("<tr")
+        .filter(|r| r.contains("above bound)"))
+        .collect();
+    assert!(marked_rows.len() >= tables, "{}", marked_rows.len());
+    let axes = &s.scenarios[i].axes;
+    for r in &marked_rows {
+        for v in [&axes["ip"], &axes["transport"], &axes["payload"]] {
+            assert!(
+                r.contains(&format!("<td class=\"axis\">{v}</td>")),
+                "{key}: {r}"
+            );
+        }
+    }
+    // Side-by-side tables: that scenario's throughput cells are marked.
+    s.report.columns = Some("ip".into());
+    let html = render_html(&s);
+    assert!(html.contains("<table class=\"wide\">"));
+    let wide = html.matches("(above bound)</td>").count();
+    assert!(wide >= 1, "no marked throughput cell in {html}");
+    s.scenarios[i].runs_above_bound = 0;
+    assert_eq!(render_html(&s).matches("(above bound)</td>").count(), 0);
+}
+
 /// Δ colours follow each metric's direction in the metric table, not its
 /// family: more packets received is better, more packets lost is worse
 /// (both are in the loss family; the report once coloured both red).
@@ -351,6 +413,7 @@ fn change_colour_follows_the_metric_table() {
                 },
             )]),
             upper_bound_bps: None,
+            runs_above_bound: 0,
             nodes: Default::default(),
             series: None,
             dist: None,

@@ -61,6 +61,7 @@ fn mixed() -> CampaignSummary {
             runs_planned: 5,
             metrics: m,
             upper_bound_bps: None,
+            runs_above_bound: 0,
             nodes: Default::default(),
             series: None,
             dist: None,
