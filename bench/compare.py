@@ -44,6 +44,7 @@ LOSS_LIMIT = 0.001  # 0.1 %
 # (or another test on the machine) is never hit by the benchmark.
 WB_PORT = 15400
 WB_LOG_PORT = 15401  # a second wirebench receiver, with --log-dir
+WB_AUTH_PORT = 15402  # a third, with a key (section auth)
 IPERF_PORT = 15201
 ITG_SIG_PORT = 19000
 ITG_DATA_PORT = 18999
@@ -507,6 +508,56 @@ def log_cost(args, wb, workdir):
     return head, rows
 
 
+def auth_cost(args, wb, workdir):
+    """What do probe MACs cost? The same count of 64 B packets at --max to
+    a receiver with a key, by senders with the key only (handshake) and with
+    --auth probes (a MAC on every probe, checked by the receiver),
+    alternating. Returns rows for the auth table."""
+    keyf = os.path.join(workdir, "key")
+    with open(keyf, "w") as f:
+        f.write("bench key, not a secret: 0123456789\n")
+    os.chmod(keyf, 0o600)
+    start_receiver([wb.bin, "recv", "-B", HOST, "-p", str(WB_AUTH_PORT),
+                    "--key-file", keyf], workdir, "wirebench-recv-auth",
+                   WB_AUTH_PORT)
+    n = args.auth_packets
+    res = {}
+    for rep in range(args.reps):
+        for macs in (False, True):
+            flow = ["-T", "udp", "-c", "64", "--max", "--key-file", keyf]
+            flow += ["--auth", "probes"] if macs else []
+            fl, err = wb.count_run(WB_AUTH_PORT, flow, n)
+            if fl is None:
+                log(f"  auth macs={macs}: FAILED {err}")
+                continue
+            sent = fl.get("sent", {})
+            rcv = fl.get("received", {})
+            r = {"tx_pps": float(sent.get("rate_pps") or 0),
+                 "rx": int(rcv.get("unique") or 0),
+                 "forged": int(rcv.get("forged") or 0),
+                 "loss": float(rcv.get("loss_ratio") or 0)}
+            log(f"  rep {rep+1} {'--auth probes' if macs else 'key only     '}"
+                f" sent {r['tx_pps']:9.0f} pps, received {r['rx']}, "
+                f"loss {100*r['loss']:.3f} %, "
+                f"forged {r['forged']}")
+            res.setdefault(macs, []).append(r)
+    a, b = res.get(False, []), res.get(True, [])
+    if not a or not b:
+        return None
+    def med(xs, k):
+        return median([x[k] for x in xs])
+    ta, tb = med(a, "tx_pps"), med(b, "tx_pps")
+    head = ["probe MAC cost", "sent pps key only", "sent pps --auth probes",
+            "ratio", "received key only / probes", "loss % key / probes",
+            "forged"]
+    rows = [[f"{n} x 64 B, --max", f"{ta:.0f}", f"{tb:.0f}",
+             cell(ratio(tb, ta), "{:.3f}"),
+             f"{med(a, 'rx'):.0f} / {med(b, 'rx'):.0f}",
+             f"{100*med(a, 'loss'):.3f} / {100*med(b, 'loss'):.3f}",
+             f"{max(x['forged'] for x in a + b)}"]]
+    return head, rows
+
+
 # --------------------------------------------------------------------------
 
 def fmt_secs(s):
@@ -814,11 +865,12 @@ def main():
                     help="path of the wirebench binary")
     ap.add_argument("--tools", default=",".join(TOOLS),
                     help="comma list of: " + ",".join(TOOLS))
-    ap.add_argument("--sections", default="rate,max,tcp,dir,log",
+    ap.add_argument("--sections", default="rate,max,tcp,dir,log,auth",
                     help="comma list of: rate (accuracy), max (64 B packet "
                          "rate), tcp (goodput), dir (TCP goodput with -R "
                          "and --bidir, wirebench and iperf3), log (cost of "
-                         "the receiver's per-packet log)")
+                         "the receiver's per-packet log), auth (cost of "
+                         "--auth probes)")
     ap.add_argument("--reps", type=int, default=None,
                     help="repetitions of every measurement (3; quick 1)")
     ap.add_argument("--secs", type=float, default=None,
@@ -845,6 +897,9 @@ def main():
     ap.add_argument("--log-packets", type=int, default=None,
                     help="packets per run of the per-packet log section "
                     "(default 10 000 000; --quick 2 000 000)")
+    ap.add_argument("--auth-packets", type=int, default=None,
+                    help="packets per run of the probe-MAC section "
+                    "(default 5 000 000; --quick 1 000 000)")
     ap.add_argument("--log-rate", type=int, default=500000,
                     help="paced rate of the log section's paced runs (pps)")
     ap.add_argument("--pidfile", default=None)
@@ -866,6 +921,11 @@ def main():
         args.log_packets = 2_000_000 if q else 10_000_000
     if not 1000 <= args.log_packets <= 100_000_000:
         print("--log-packets: give 1000..100000000", file=sys.stderr)
+        return 2
+    if args.auth_packets is None:
+        args.auth_packets = 1_000_000 if q else 5_000_000
+    if not 1000 <= args.auth_packets <= 100_000_000:
+        print("--auth-packets: give 1000..100000000", file=sys.stderr)
         return 2
     if not 1000 <= args.log_rate <= 10_000_000:
         print("--log-rate: give 1000..10000000", file=sys.stderr)
@@ -906,8 +966,8 @@ def main():
             return 2
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in sections:
-        if s not in ("rate", "max", "tcp", "dir", "log"):
-            print(f"--sections: unknown section {s!r} (rate, max, tcp, dir, log)",
+        if s not in ("rate", "max", "tcp", "dir", "log", "auth"):
+            print(f"--sections: unknown section {s!r} (rate, max, tcp, dir, log, auth)",
                   file=sys.stderr)
             return 2
 
@@ -953,6 +1013,10 @@ def main():
     if "log" in sections and "wirebench" in tools:
         log("== per-packet log: the same packets without and with --log-dir")
         log_table = log_cost(args, tools["wirebench"], workdir)
+    auth_table = None
+    if "auth" in sections and "wirebench" in tools:
+        log("== probe MACs: the same packets with a key, without and with --auth probes")
+        auth_table = auth_cost(args, tools["wirebench"], workdir)
     elapsed = time.monotonic() - b.t0
     load_after = loadavg()
 
@@ -961,6 +1025,9 @@ def main():
     if log_table and log_table[1]:
         print()
         print(render(log_table[0], log_table[1], args.markdown))
+    if auth_table and auth_table[1]:
+        print()
+        print(render(auth_table[0], auth_table[1], args.markdown))
     print(f"\n{args.reps} repetitions, medians; rate trials "
           f"{fmt_secs(args.secs)} s, search trials "
           f"{fmt_secs(args.search_secs)} s (max mode + ≤{args.search_steps} "
@@ -995,6 +1062,8 @@ def main():
                     {"tool": k[0], "mode": k[1], "reps": v,
                      "median": median(v)} for k, v in dirs.items()],
                 "table": {"head": head, "rows": rows},
+                "auth_table": ({"head": auth_table[0], "rows": auth_table[1]}
+                               if auth_table else None),
                 "trials": b.trials,
             }, f, indent=1)
     return 0
