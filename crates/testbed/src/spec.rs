@@ -715,6 +715,12 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
             .filter(|l| !l.is_empty())
             .collect::<Vec<_>>()
             .join("; ");
+        // toml's message is empty for a lone "\r".
+        let msg = if msg.is_empty() {
+            "not valid TOML".to_string()
+        } else {
+            msg
+        };
         // serde names the field for unknown/missing ones; otherwise the key
         // written on the offending line is the field.
         let field = backticked(&msg)
@@ -909,7 +915,8 @@ fn backticked(msg: &str) -> Option<String> {
 }
 
 /// The (trimmed) text of the line holding byte `off`, for syntax errors
-/// that are not about one key.
+/// that are not about one key; a line of only blanks or control
+/// characters is shown escaped, so the message never names an empty field.
 fn line_text(text: &str, off: usize) -> String {
     let off = off.min(text.len());
     let start = text[..off].rfind('\n').map(|p| p + 1).unwrap_or(0);
@@ -917,7 +924,16 @@ fn line_text(text: &str, off: usize) -> String {
         .find('\n')
         .map(|p| off + p)
         .unwrap_or(text.len());
-    text[start..end].trim().to_string()
+    let line = text[start..end].trim();
+    if !line.is_empty() {
+        return line.to_string();
+    }
+    let escaped = text[start..end].escape_debug().to_string();
+    if escaped.is_empty() {
+        "(empty line)".to_string()
+    } else {
+        escaped
+    }
 }
 
 fn key_on_line(text: &str, off: usize) -> Option<String> {
