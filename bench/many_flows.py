@@ -16,8 +16,12 @@ documents:
     instant (handshake, N sockets each side, Ready);
   - wall: the whole `send`, launch to exit (start, run, linger and the
     stop that ends every flow at once), so a slow teardown shows here;
-  - memory: peak RSS of the sender process and the receiver's growth,
-    divided by N.
+  - memory per flow: the sender's peak RSS over that of a one-flow
+    session (run first, same options), and the receiver's peak RSS growth
+    during the session, each divided by N. Both peaks include the end of
+    the session (the receiver's report, the result document), not only
+    the flows' running state. RSS counts user memory only: socket buffers
+    are kernel memory and do not show here.
 
 With --rt the sender runs under `chrt -f 50` (root): the pacer then is not
 preempted by ordinary load, which is the only way to read its own timing on
@@ -57,7 +61,7 @@ def rss_kib(pid):
     return 0
 
 
-def one(args, wb, port, n, pps, pacers, workdir, rx):
+def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
     out = os.path.join(workdir, f"doc-{n}-{pacers}.json")
     argv = [wb, "send", "-a", "127.0.0.1", "-p", str(port), "--flows", str(n),
             "-C", str(pps), "-c", "64", "-t", str(int(args.secs * 1000)),
@@ -109,7 +113,8 @@ def one(args, wb, port, n, pps, pacers, workdir, rx):
         "start_s": start_s,
         "wall_s": wall_s,
         "rx_rss_kib_per_flow": (peak_rx - rx_before) / n,
-        "tx_rss_kib_per_flow": peak_tx / n,
+        "tx_peak_kib": peak_tx,
+        "tx_rss_kib_per_flow": (peak_tx - tx_base_kib) / n,
         "partial": doc.get("partial", False),
     }
 
@@ -142,12 +147,15 @@ def main():
             if rx.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("receiver did not start")
             time.sleep(0.05)
+        # The sender's fixed memory (binary, threads, one flow).
+        base = one(args, args.wirebench, args.port, 1, 100.0, "auto", workdir,
+                   rx)["tx_peak_kib"]
         for case in args.cases.split(","):
             n, pps = CASES[case]
             for rep in range(args.reps):
                 for mode in args.modes.split(","):
                     r = one(args, args.wirebench, args.port, n, pps, mode,
-                            workdir, rx)
+                            workdir, rx, base)
                     r.update(case=case, rep=rep)
                     results.append(r)
                     print(json.dumps(r), flush=True)
@@ -160,7 +168,9 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nhost {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after; sender "
-          f"{'under chrt -f 50' if args.rt else 'at normal priority'}")
+          f"{'under chrt -f 50' if args.rt else 'at normal priority'}; "
+          f"KiB/flow: sender peak RSS over a 1-flow session's ({base} KiB), "
+          f"receiver RSS growth")
     print("case       pacers  rate err worst  lost  sched p99 median / worst (us)"
           "  start (s)  wall (s)  KiB/flow tx rx")
     for case in args.cases.split(","):

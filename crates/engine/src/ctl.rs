@@ -74,9 +74,16 @@ impl Ctl {
         &self.stream
     }
 
+    /// Writes one message as [`ControlMsg::to_line`] spells it, streamed
+    /// through a buffer: a report of thousands of flows is megabytes of
+    /// JSON, which as one string added some 4 KiB per flow to the
+    /// receiver's peak memory.
     pub fn send(&mut self, msg: &ControlMsg) -> Result<(), EngineError> {
-        self.stream
-            .write_all(msg.to_line().as_bytes())
+        let mut w = std::io::BufWriter::with_capacity(64 << 10, &self.stream);
+        serde_json::to_writer(&mut w, msg)
+            .map_err(std::io::Error::from)
+            .and_then(|()| w.write_all(b"\n"))
+            .and_then(|()| w.flush())
             .map_err(|e| EngineError::PeerGone(format!("control write failed: {e}")))
     }
 
@@ -91,17 +98,19 @@ impl Ctl {
                 .map(|p| p + self.scanned);
             self.scanned = self.buf.len();
             if let Some(pos) = found {
-                let line: Vec<u8> = self.buf.drain(..=pos).collect();
-                self.scanned = 0;
-                let text = String::from_utf8_lossy(&line);
-                if text.trim().is_empty() {
-                    continue;
-                }
-                let parsed = if text.len() <= MAX_CONTROL_LINE {
-                    ControlMsg::from_line(&text).map_err(|e| e.to_string())
+                // Parsed where it lies (a report line can be megabytes),
+                // then dropped from the buffer.
+                let text = String::from_utf8_lossy(&self.buf[..=pos]);
+                let parsed = if text.trim().is_empty() {
+                    None
+                } else if text.len() <= MAX_CONTROL_LINE {
+                    Some(ControlMsg::from_line(&text).map_err(|e| e.to_string()))
                 } else {
-                    serde_json::from_str(text.trim_end()).map_err(|e| e.to_string())
+                    Some(ControlMsg::parse(text.trim_end()).map_err(|e| e.to_string()))
                 };
+                self.buf.drain(..=pos);
+                self.scanned = 0;
+                let Some(parsed) = parsed else { continue };
                 return parsed
                     .map(Recv::Msg)
                     .map_err(|e| EngineError::Protocol(format!("malformed control message: {e}")));

@@ -2,12 +2,12 @@
 //! values, for CDF and histogram charts and percentiles over several flows
 //! and repetitions.
 //!
-//! The receiver keeps HDR histograms (delay: 3 significant digits, |IPDV|:
-//! 2); a [`Dist`] is such a histogram coarsened onto a power-of-two grid
-//! with `bits` mantissa bits: every bucket holds values that share their
-//! binary exponent and top `bits + 1` bits, so a bucket is at most
-//! 2^-bits of its values wide (bits = 7: ≤ 0.79 %), small values are exact,
-//! and HDR's own buckets nest inside ours (both are binary grids). Grids of
+//! A [`Dist`] holds counts on a power-of-two grid with `bits` mantissa
+//! bits: every bucket holds values that share their binary exponent and top
+//! `bits + 1` bits, so a bucket is at most 2^-bits of its values wide
+//! (bits = 7: ≤ 0.79 %) and small values are exact. The receiver's per-flow
+//! histograms are kept on the 7-bit grid itself, so a fresh dist is their
+//! non-empty buckets, exactly. Grids of
 //! fewer bits nest in grids of more, so two dists always merge exactly onto
 //! the coarser of their grids — a sum of counts, not an approximation of
 //! quantiles. The result document stays bounded: a dist never keeps more
@@ -32,7 +32,7 @@ pub struct Dist {
     pub bits: u8,
     /// Non-empty buckets in ascending order: [value in ns, count]. The value
     /// is the bucket's largest signed value (for negative delays, the one
-    /// nearest zero), as HDR histograms report percentiles.
+    /// nearest zero), as the engine reports percentiles.
     pub buckets_ns: Vec<(i64, u64)>,
 }
 

@@ -4,17 +4,16 @@
 //! learns about its own schedule.
 //!
 //! Both are fed from the engine's hot path, so `record*` is O(1) with no
-//! allocation in the common case: delays go into HDR histograms instead of
-//! sample vectors, and the set of received sequence numbers is a sorted vector
+//! allocation in the common case: delays go into sparse log-grid histograms
+//! ([`crate::hist`], 0.79 % buckets) instead of sample vectors, and the set of received sequence numbers is a sorted vector
 //! of received ranges that only grows when a gap opens. All the heavier
 //! arithmetic happens once, in `summary`.
 
 use crate::dist::{Dist, DIST_BITS, DIST_MAX_BUCKETS};
 use crate::framing::{tcp_stream, udp_datagram, LayerBytes};
-use crate::hist::SignedHist;
+use crate::hist::LogHist;
 use crate::seq::SeqUnwrapper;
 use crate::{IpVersion, Transport};
-use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Default cap on per-interval buckets: a bogus arrival time far in the
@@ -298,9 +297,9 @@ pub struct RecvAccumulator {
     // Welford running mean / sum of squared deviations (ns), for stddev.
     w_mean: f64,
     w_m2: f64,
-    hist: SignedHist,
-    /// |IPDV| values, 2 significant digits (the dist grid's own precision).
-    ipdv_hist: Histogram<u64>,
+    hist: LogHist,
+    /// |IPDV| values, on the same grid.
+    ipdv_hist: LogHist,
     negative: u64,
     prev_delay: Option<i64>,
     ipdv_sum: u128,
@@ -343,9 +342,8 @@ impl RecvAccumulator {
             delay_sum: 0,
             w_mean: 0.0,
             w_m2: 0.0,
-            hist: SignedHist::new(),
-            // sigfig 2 is within hdrhistogram's documented 0..=5.
-            ipdv_hist: Histogram::new(2).expect("sigfig 2 is valid"),
+            hist: LogHist::new(),
+            ipdv_hist: LogHist::new(),
             negative: 0,
             prev_delay: None,
             ipdv_sum: 0,
@@ -494,7 +492,7 @@ impl RecvAccumulator {
         let ipdv = self.prev_delay.map(|p| delay_ns.abs_diff(p));
         if let Some(x) = ipdv {
             self.ipdv_sum += u128::from(x);
-            crate::hist::record(&mut self.ipdv_hist, x);
+            self.ipdv_hist.record_u64(x);
             self.ipdv_n += 1;
             self.rfc3550_ns += (x as f64 - self.rfc3550_ns) / 16.0;
         }
@@ -737,11 +735,7 @@ impl RecvAccumulator {
                 d
             }),
             ipdv_hist: (self.ipdv_n > 0).then(|| {
-                let pairs = self.ipdv_hist.iter_recorded().map(|v| {
-                    let hi = self.ipdv_hist.highest_equivalent(v.value_iterated_to());
-                    (i64::try_from(hi).unwrap_or(i64::MAX), v.count_at_value())
-                });
-                let mut d = Dist::from_counts(DIST_BITS, pairs);
+                let mut d = self.ipdv_hist.to_dist(DIST_BITS);
                 d.fit(DIST_MAX_BUCKETS);
                 d
             }),
@@ -753,7 +747,7 @@ impl RecvAccumulator {
     /// that depth, anchored at the fastest packet, plays too late (a VoIP
     /// receiver drops them like lost ones). Offset-free, since the minimum
     /// moves with the clock offset exactly as every delay does. Resolution is
-    /// the histogram's (3 significant digits). 0 when nothing was received.
+    /// the histogram's (buckets ≤ 0.79 % wide). 0 when nothing was received.
     pub fn late_share(&self, depth_ns: u64) -> f64 {
         let n = self.hist.len();
         if n == 0 {
@@ -809,19 +803,13 @@ pub struct SendAccumulator {
     first_ns: u64,
     last_ns: u64,
     not_sent: u64,
-    /// Schedule error, ns: 2 significant digits (1 %) over 1 ns..2^31 ns,
-    /// 32-bit counts, allocated once at 12.5 KiB. With 3 digits and
-    /// auto-resize (as the delays have) a flow's histogram grew to some
-    /// 150 KiB the first time it was 0.1 s late, and a thousand flows
-    /// allocating that at once delayed their shared pacer by a second.
-    err: Histogram<u32>,
+    /// Schedule error, ns, on the delays' grid (buckets ≤ 0.79 % wide):
+    /// only the buckets used are stored, so a flow of few packets costs
+    /// a few hundred bytes (a dense HDR histogram is a fixed 12.5 KiB,
+    /// most of a sender's memory per flow at thousands of flows).
+    err: LogHist,
     err_max: u64,
 }
-
-/// Largest schedule error the histogram holds (2.1 s; the engine does not
-/// send a packet more than 1 s late). Larger values are clamped into the
-/// top bucket; the exact maximum is kept aside.
-const ERR_HIGHEST_NS: u64 = 1 << 31;
 
 impl SendAccumulator {
     /// An empty accumulator for a flow of this configuration.
@@ -833,8 +821,7 @@ impl SendAccumulator {
             first_ns: 0,
             last_ns: 0,
             not_sent: 0,
-            // Bounds 1..2^31 with sigfig 2 are valid (high ≥ 2 × low).
-            err: Histogram::new_with_bounds(1, ERR_HIGHEST_NS, 2).expect("valid bounds"),
+            err: LogHist::new(),
             err_max: 0,
         }
     }
@@ -858,9 +845,7 @@ impl SendAccumulator {
         }
         let e = actual_ns.saturating_sub(scheduled_ns);
         self.err_max = self.err_max.max(e);
-        if self.err.record(e).is_err() {
-            self.err.saturating_record(e);
-        }
+        self.err.record_u64(e);
     }
 
     /// Packets the schedule wanted but that could not be sent (send error,
@@ -890,7 +875,8 @@ impl SendAccumulator {
             if n == 0 {
                 0.0
             } else {
-                self.err.value_at_quantile(p).min(self.err_max) as f64 / NS
+                let v = self.err.quantile(p).unwrap_or(0).max(0) as u64;
+                v.min(self.err_max) as f64 / NS
             }
         };
         SendSummary {
@@ -969,8 +955,12 @@ mod tests {
         assert!(close(s.delay_s.max, 15e-3, 0.0));
         assert!(close(s.delay_s.mean, 12.6e-3, 1e-15));
         assert!(close(s.delay_s.stddev, 2.059_126_0e-3, 1e-9));
-        // p50 = rank 3 = 12 ms, within HDR's 3 significant digits.
-        assert!(close(s.delay_s.p50, 12e-3, 12e-6), "{}", s.delay_s.p50);
+        // p50 = rank 3 = 12 ms, within the grid's 2^-7 (0.79 %).
+        assert!(
+            close(s.delay_s.p50, 12e-3, 12e-3 / 128.0),
+            "{}",
+            s.delay_s.p50
+        );
         // p90 = rank ceil(4.5) = 5 = 15 ms (clamped to the exact max).
         assert!(close(s.delay_s.p90, 15e-3, 0.0));
         assert_eq!(
@@ -1020,8 +1010,12 @@ mod tests {
         assert_eq!(sa.counts.negative_delays, 0);
         assert!(close(sb.delay_s.min, -10e-3, 0.0));
         assert!(close(sb.delay_s.mean, sa.delay_s.mean - 20e-3, 1e-12));
-        // percentiles follow the offset (HDR rounding: 0.1 %)
-        assert!(close(sb.delay_s.p50, sa.delay_s.p50 - 20e-3, 20e-6));
+        // percentiles follow the offset (each within the grid's 2^-7)
+        assert!(close(
+            sb.delay_s.p50,
+            sa.delay_s.p50 - 20e-3,
+            (12e-3 + 8e-3) / 128.0
+        ));
         assert!(sb.delay_s.p50 < 0.0);
         // jitters are offset-free
         assert_eq!(sa.jitter_s.mean_abs_ipdv, sb.jitter_s.mean_abs_ipdv);
@@ -1362,7 +1356,7 @@ mod tests {
         t.record_not_sent(3);
         let s = t.summary();
         assert_eq!((s.packets, s.not_sent, s.bytes), (101, 3, 101 * 64));
-        // Within the histogram's 2 significant digits (1 %).
+        // Within the histogram's buckets (2^-7 ≈ 0.79 %).
         assert!(
             close(s.schedule_error_s.p50, 49e-6, 0.5e-6),
             "{}",

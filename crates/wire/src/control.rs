@@ -210,9 +210,39 @@ impl ControlMsg {
         if line.len() > MAX_CONTROL_LINE {
             return Err(ControlError::TooLong(line.len()));
         }
-        Ok(serde_json::from_str(line.trim_end())?)
+        Ok(Self::parse(line.trim_end())?)
+    }
+
+    /// Parses one message of any length (the caller bounds it).
+    ///
+    /// `Report` is by far the largest message: one entry per flow with its
+    /// delay and |IPDV| histograms. serde reads an internally tagged enum by
+    /// first buffering the whole message as untyped content, some 100 bytes
+    /// per histogram bucket: at 1 000 flows that was ~50 MB, most of the
+    /// sender's peak memory. A report as [`ControlMsg::to_line`] writes it
+    /// (compact JSON, tag first) is therefore read straight into its types;
+    /// any other spelling takes the generic path.
+    pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct ReportBody {
+            flows: Vec<FlowReport>,
+            #[serde(default)]
+            extra: ReportExtra,
+        }
+        if text.starts_with(REPORT_PREFIX) {
+            // The "type" key is ignored here: the prefix already named it.
+            let b: ReportBody = serde_json::from_str(text)?;
+            return Ok(ControlMsg::Report {
+                flows: b.flows,
+                extra: b.extra,
+            });
+        }
+        serde_json::from_str(text)
     }
 }
+
+/// How [`ControlMsg::to_line`] begins a `Report`.
+const REPORT_PREFIX: &str = r#"{"type":"report","#;
 
 #[cfg(test)]
 mod tests {
@@ -299,6 +329,34 @@ mod tests {
             assert!(line.ends_with('\n'));
             assert_eq!(ControlMsg::from_line(&line).unwrap(), m);
         }
+    }
+
+    /// A report as written takes the direct path and reads the same as
+    /// through the tagged enum; other spellings still read.
+    #[test]
+    fn report_lines_read_directly_and_generically() {
+        let mut summary = wirebench_stats::RecvSummary::default();
+        summary.counts.unique = 7;
+        summary.delay_hist = Some(wirebench_stats::Dist {
+            bits: 7,
+            buckets_ns: vec![(-3, 1), (1003, 6)],
+        });
+        let m = ControlMsg::Report {
+            flows: vec![FlowReport {
+                flow_id: 1,
+                summary,
+                ..FlowReport::default()
+            }],
+            extra: ReportExtra::default(),
+        };
+        let line = m.to_line();
+        assert!(line.starts_with(REPORT_PREFIX), "{line}");
+        let generic: ControlMsg = serde_json::from_str(line.trim_end()).unwrap();
+        assert_eq!(generic, m);
+        assert_eq!(ControlMsg::from_line(&line).unwrap(), m);
+        let spaced = line.replacen(r#""type":"report","#, r#""type": "report", "#, 1);
+        assert_eq!(ControlMsg::from_line(&spaced).unwrap(), m);
+        assert!(ControlMsg::from_line(r#"{"type":"report","extra":{}}"#).is_err());
     }
 
     #[test]

@@ -455,9 +455,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let written = match printer.as_ref().filter(|_| args.json_stream) {
         Some(p) => {
             p.end_event(&doc);
-            json_out
-                .take()
-                .map_or(Ok(()), |f| f.write(&doc.to_json_pretty()))
+            json_out.take().map_or(Ok(()), |f| f.write(&doc))
         }
         None => output(&args, &doc, json_out.take(), live_printed),
     };
@@ -481,13 +479,24 @@ impl JsonOut {
             .map_err(|e| format!("--json {e}"))
     }
 
-    fn write(self, json: &str) -> anyhow::Result<()> {
+    /// Streams the document into the file: a pretty document of 10 000
+    /// flows is ~150 MB of text, which as one string would be most of the
+    /// sender's peak memory.
+    fn write(self, doc: &ResultDoc) -> anyhow::Result<()> {
         let mut o = self.0;
-        if let Err(e) = writeln!(o, "{json}") {
+        if let Err(e) = write_pretty(&mut o, doc) {
             anyhow::bail!("--json {}: cannot write: {e}", o.path().display());
         }
         o.commit().map_err(|e| anyhow::anyhow!("--json {e}"))
     }
+}
+
+/// The document as pretty JSON and a newline, through a buffer.
+fn write_pretty(w: impl Write, doc: &ResultDoc) -> std::io::Result<()> {
+    let mut w = std::io::BufWriter::new(w);
+    serde_json::to_writer_pretty(&mut w, doc)?;
+    writeln!(w)?;
+    w.flush()
 }
 
 /// The live output of `--interval` / `--json-stream`, registered in the
@@ -522,19 +531,15 @@ fn output(
     file: Option<JsonOut>,
     live_printed: bool,
 ) -> anyhow::Result<()> {
-    let json = doc.to_json_pretty();
     // Interval tables at the end only when they were not printed live.
     let tables = args.interval_ms.is_some() && !live_printed;
     match (args.json.as_deref(), file) {
         (Some(_), Some(f)) => {
             print!("{}", human(doc, tables));
             let _ = std::io::stdout().flush();
-            f.write(&json)?;
+            f.write(doc)?;
         }
-        (Some(_), None) => {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "{json}")?;
-        }
+        (Some(_), None) => write_pretty(std::io::stdout().lock(), doc)?,
         (None, _) => print!("{}", human(doc, tables)),
     }
     Ok(())
