@@ -62,10 +62,14 @@ def rss_kib(pid):
 
 
 def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
-    out = os.path.join(workdir, f"doc-{n}-{pacers}.json")
+    out = os.path.join(workdir, f"doc-{n}-{pacers.replace(':', '-')}.json")
+    # A mode is PACERS[:PHASES], e.g. "auto", "flow:aligned".
+    pacers_arg, _, phases = pacers.partition(":")
     argv = [wb, "send", "-a", "127.0.0.1", "-p", str(port), "--flows", str(n),
             "-C", str(pps), "-c", "64", "-t", str(int(args.secs * 1000)),
-            "--linger", str(args.linger_ms), "--pacers", pacers, "--json", out]
+            "--linger", str(args.linger_ms), "--pacers", pacers_arg, "--json", out]
+    if phases:
+        argv += ["--phases", phases]
     if args.rt:
         argv = ["chrt", "-f", "50"] + argv
     rx_before = rss_kib(rx.pid)
@@ -123,7 +127,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--wirebench", required=True)
     ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--modes", default="auto,flow")
+    ap.add_argument("--modes", default="auto,flow",
+                    help="PACERS[:PHASES] per trial, comma-separated "
+                    "(e.g. auto,auto:aligned,flow)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--secs", type=float, default=5.0)
     ap.add_argument("--port", type=int, default=15470)

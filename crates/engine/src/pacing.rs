@@ -9,7 +9,7 @@
 
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
 use crate::net::{set_sndbuf, AsRawFd, RawFd, SendBatch, BATCH};
-use crate::plan::{clip_to_budget, FlowPlan, Pacing, SessionPlan, Stop};
+use crate::plan::{clip_to_budget, FlowPlan, Pacing, Phases, SessionPlan, Stop};
 use crate::rtt::RttRx;
 use crate::session::CONNECT_TIMEOUT;
 use crate::sys::{self, TcpInfo};
@@ -996,7 +996,7 @@ pub(crate) fn run_flows(
             flow_id: (i + 1) as u16,
             session,
             rtt: plan.meter == MeterMode::Rtt,
-            t0,
+            t0: t0 + start_phase_ns(plan, i),
             cfg,
             abort: abort.clone(),
             cancel: plan.cancel,
@@ -1100,6 +1100,48 @@ pub(crate) fn run_flows(
     Ok(outcomes)
 }
 
+/// Share of each mean gap that the start phases leave free (plus the spin
+/// window), so that a pacer serving flows of one rate finds a rest in every
+/// gap (see [`start_phase_ns`]).
+const REST_SHARE: f64 = 0.1;
+
+/// How far after t_0 flow `i` of the plan starts its schedule
+/// ([`Phases::Spread`]): i/n of the first part of its mean gap, n the
+/// session's flows. With every flow starting at t_0, n flows of one rate
+/// fall due at the same instant every gap, and whoever sends them (one
+/// pacer, or n threads on fewer cores) sends the last one n sends late
+/// (on loopback a send costs the pacer 4-6 µs, the receiver's side
+/// included: 1 000 × 100 pps read a schedule-error p99 of 3-4 ms).
+///
+/// Spread over the whole gap, they fall due one after another, but a
+/// pacer then never sleeps: a real-time (`chrt`) pacer that spins through
+/// every gap is stopped by the kernel for ~50 ms each second so that
+/// ordinary tasks get their 5 % (a p99 of 30-45 ms). So the phases fill
+/// the gap only up to [`REST_SHARE`] of it plus the spin window: the rest
+/// is a sleep in every gap. Deterministic (the same plan, the same
+/// schedule); 0 for a lone flow, `--max` flows (no schedule) and models
+/// without a nominal rate. docs/engine.md, Pacing.
+pub(crate) fn start_phase_ns(plan: &SessionPlan, i: usize) -> u64 {
+    let n = plan.flows.len();
+    let Some(f) = plan.flows.get(i) else {
+        return 0;
+    };
+    if n < 2 || plan.phases == Phases::Aligned || f.spec.is_max() {
+        return 0;
+    }
+    match f.spec.nominal_rate_pps() {
+        Some(pps) if pps.is_finite() && pps > 0.0 => {
+            let gap = 1e9 / pps;
+            let rest = gap * REST_SHARE + crate::clock::SPIN_NS as f64;
+            // At least half the gap: beside a slow timer (2 ms spin window
+            // on Windows) or a fast rate, keep most of the spreading.
+            let span = (gap - rest).max(gap / 2.0);
+            (span * i as f64 / n as f64) as u64
+        }
+        _ => 0,
+    }
+}
+
 /// Shared pacer threads for `candidates` paced one-way UDP flows on
 /// `cores` CPUs (0: a thread per flow). Automatically, flows share from as
 /// many as the CPUs on, leaving a core to the rest of the host (on
@@ -1165,6 +1207,37 @@ mod tests {
             mtu: 1500,
             interval_ns: None,
         }
+    }
+
+    /// Flows of one rate start i/n of the gap apart; a lone flow, --max
+    /// and `--phases aligned` start at t_0.
+    #[test]
+    fn flows_start_spread_over_one_mean_gap() {
+        let stop = Stop::DurationMs(1000);
+        let mut plan = SessionPlan::new(
+            "127.0.0.1",
+            (0..4).map(|_| flow(1000.0, 64, stop)).collect(),
+        );
+        let phases: Vec<u64> = (0..4).map(|i| start_phase_ns(&plan, i)).collect();
+        // 1 ms gap: the last phase leaves 10 % of the gap and the spin
+        // window free.
+        #[cfg(target_os = "linux")]
+        assert_eq!(phases, [0, 210_000, 420_000, 630_000]);
+        // Elsewhere (a wider spin window): over half the gap at least.
+        assert!(phases.windows(2).all(|w| w[1] > w[0]));
+        assert!((375_000..=630_000).contains(&phases[3]), "{phases:?}");
+        plan.phases = Phases::Aligned;
+        assert!((0..4).all(|i| start_phase_ns(&plan, i) == 0));
+        let lone = SessionPlan::new("127.0.0.1", vec![flow(1000.0, 64, stop)]);
+        assert_eq!(start_phase_ns(&lone, 0), 0);
+        let mut max = flow(1000.0, 64, stop);
+        max.spec = FlowSpec::max_rate(64).unwrap();
+        let mixed = SessionPlan::new("127.0.0.1", vec![flow(100.0, 64, stop), max]);
+        assert_eq!(start_phase_ns(&mixed, 1), 0);
+        // The schedule itself starts at t_0 + phase and keeps its length.
+        let t0 = 1_000_000_000;
+        let mut s = Schedule::new(&plan.flows[2], t0 + 500_000, MIN_PAYLOAD).unwrap();
+        assert_eq!(s.next(t0).map(|(at, _)| at), Some(t0 + 500_000));
     }
 
     #[test]

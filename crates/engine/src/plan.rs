@@ -78,6 +78,8 @@ pub struct SessionPlan {
     pub auth_probes: bool,
     /// Which threads pace the paced one-way UDP flows.
     pub pacing: Pacing,
+    /// Where each flow's schedule starts within its first mean gap.
+    pub phases: Phases,
     /// With `interval_ms`: where the intervals the receiver streams during
     /// the run go (`--interval` lines, `--json-stream`).
     pub live: Option<crate::live::Live>,
@@ -102,6 +104,18 @@ pub enum Pacing {
     PerFlow,
     /// This many shared pacer threads (at least one, at most one per flow).
     Shared(usize),
+}
+
+/// Where the flows of a session start their schedules (docs/engine.md,
+/// Pacing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phases {
+    /// Flow i of n starts i/n of its mean gap after t_0, so that n flows
+    /// of one rate are due one after another, not all at the same instant.
+    #[default]
+    Spread,
+    /// Every flow starts at t_0 (all due together; to compare with).
+    Aligned,
 }
 
 /// Highest mean rate of a paced flow. Above what one core sends (a few
@@ -163,6 +177,7 @@ impl SessionPlan {
             key: None,
             auth_probes: false,
             pacing: Pacing::Auto,
+            phases: Phases::Spread,
             live: None,
             link_rate_bps: None,
             together: None,

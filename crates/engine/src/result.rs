@@ -127,6 +127,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
                     Stop::KBytes(k) => format!("kbytes {k}"),
                 },
                 seed: f.seed,
+                start_phase_s: crate::pacing::start_phase_ns(p.plan, i) as f64 / 1e9,
                 payload: (f.spec.payload != wirebench_model::Payload::Pattern)
                     .then(|| f.spec.payload.label()),
             },

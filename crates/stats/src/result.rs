@@ -112,6 +112,12 @@ pub struct Requested {
     pub stop: String,
     /// Seed of the flow's random stream, so the schedule can be repeated.
     pub seed: u64,
+    /// How long after the session's schedule start (t_0) this flow's
+    /// schedule starts: flows are spread over one mean gap so that they do
+    /// not all fall due at the same instant (docs/engine.md, Pacing); 0
+    /// with `--phases aligned`, for a lone flow and for `--max`.
+    #[serde(default)]
+    pub start_phase_s: f64,
     /// Payload content other than the default filler (`--payload`):
     /// "zeros", "random" or "file:PATH".
     #[serde(default, skip_serializing_if = "Option::is_none")]

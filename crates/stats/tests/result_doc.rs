@@ -44,6 +44,7 @@ const ADDED_SINCE_STORED: &[&str] = &[
     "sender_host",
     "sender_host_drops",
     "direction",
+    "start_phase_s",
 ];
 
 /// Removes the keys of `ADDED_SINCE_STORED` that hold their default value.
@@ -53,6 +54,7 @@ fn strip_added(v: &mut Value) {
             m.retain(|k, x| {
                 !(ADDED_SINCE_STORED.contains(&k.as_str())
                     && (x == &Value::from(0)
+                        || x == &Value::from(0.0)
                         || x == &Value::from("")
                         || (k == "direction" && x == &Value::from("forward"))))
             });

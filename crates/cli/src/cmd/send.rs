@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
-use wirebench_engine::plan::{Family, FlowPlan, Pacing, SessionPlan, Stop};
+use wirebench_engine::plan::{Family, FlowPlan, Pacing, Phases, SessionPlan, Stop};
 use wirebench_engine::result::{FlowResult, MarksSeen, ResultDoc, SockOpts};
 use wirebench_engine::EngineError;
 use wirebench_model::script::FlowDirection;
@@ -142,6 +142,12 @@ pub struct Args {
     /// or a number of shared pacer threads.
     #[arg(long = "pacers", value_name = "auto|flow|N", default_value = "auto", value_parser = parse_pacing)]
     pub pacing: Pacing,
+    /// Where the flows start their schedules: `spread` (flow i of n starts
+    /// i/n of most of its mean gap late, so that flows of one rate are not
+    /// all due at the same instant and a pacer still rests in every gap) or
+    /// `aligned` (all at once; to compare with).
+    #[arg(long = "phases", value_name = "spread|aligned", default_value = "spread", value_parser = parse_phases)]
+    pub phases: Phases,
     /// Reverse (iperf3 -R): the receiver sends the flows and this side
     /// receives and measures them. The receiver sends only to this host's
     /// address on the control connection, to the ports it announces.
@@ -162,6 +168,14 @@ pub struct Args {
 
 fn parse_link_rate(s: &str) -> Result<u64, String> {
     wirebench_testbed::parse_rate(s).map_err(|e| e.to_string())
+}
+
+fn parse_phases(s: &str) -> Result<Phases, String> {
+    match s {
+        "spread" => Ok(Phases::Spread),
+        "aligned" => Ok(Phases::Aligned),
+        _ => Err(format!("--phases: expected spread or aligned, got {s:?}")),
+    }
 }
 
 fn parse_pacing(s: &str) -> Result<Pacing, String> {
@@ -352,6 +366,7 @@ fn session_plan(
         (ms, _) => ms,
     };
     plan.pacing = args.pacing;
+    plan.phases = args.phases;
     plan.link_rate_bps = args.link_rate;
     if args.json_stream && args.json.as_deref() == Some("-") {
         crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");
