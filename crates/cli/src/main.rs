@@ -81,10 +81,23 @@ fn negative_values(cmd: clap::Command) -> clap::Command {
     .mut_subcommands(negative_values)
 }
 
-/// D-ITG habits clap would misread: ITGSend's `-poll` (poll the flows of a
+/// D-ITG habits clap would misread: ITGSend's `-sa`/`-sp`/`-rp` become
+/// `--bind`/`--cport`/`--data-port`; its `-poll` (poll the flows of a
 /// script instead of one thread each) would parse as `-p oll`. wirebench
 /// always paces its own way, so `send -poll` is dropped with a note.
 fn ditg_compat(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if args.get(1).is_some_and(|a| a == "send") {
+        // ITGSend's two-letter options, which clap would read as `-s a`.
+        for a in args.iter_mut().skip(2) {
+            let long = match a.to_str() {
+                Some("-sa") => "--bind",
+                Some("-sp") => "--cport",
+                Some("-rp") => "--data-port",
+                _ => continue,
+            };
+            *a = long.into();
+        }
+    }
     if args.get(1).is_some_and(|a| a == "send") && args.iter().any(|a| a == "-poll") {
         args.retain(|a| a != "-poll");
         eprintln!(

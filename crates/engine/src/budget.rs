@@ -280,6 +280,7 @@ mod tests {
             playout_buffer_ms: None,
             rcvbuf,
             reverse: None,
+            port: None,
         }
     }
 

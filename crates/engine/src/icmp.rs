@@ -562,6 +562,7 @@ mod linux {
                 forged: 0,
                 implausible_delays: 0,
                 marks: None,
+                from: None,
                 sent: None,
             });
         }

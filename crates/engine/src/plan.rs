@@ -260,10 +260,29 @@ impl SessionPlan {
                 }
                 if !f.opts.is_default() {
                     return Err(EngineError::BadPlan(format!(
-                        "-R/--bidir: flow {} is reverse; socket options (-b/--dscp, -f, --cc, --window, ...) apply to forward flows only",
+                        "-R/--bidir: flow {} is reverse; socket options and binding (-b/--dscp, -f, --cc, --window, -sa/-sp/-rp, --bind-dev, ...) apply to forward flows only",
                         i + 1
                     )));
                 }
+            }
+            // One control connection per session, from the flows' source
+            // address and interface: they must agree.
+            if let Some(first) = self.flows.first() {
+                if f.opts.bind != first.opts.bind || f.opts.bind_dev != first.opts.bind_dev {
+                    return Err(EngineError::BadPlan(format!(
+                        "-sa/--bind, --bind-dev: flow {} differs from flow 1; the flows of one session leave from one address and interface",
+                        i + 1
+                    )));
+                }
+            }
+            if let Some(dev) = &f.opts.bind_dev {
+                crate::sockopt::check_dev(dev)?;
+            }
+            if f.transport == Transport::Icmp && f.opts.data_port.is_some() {
+                return Err(EngineError::BadPlan(format!(
+                    "-rp/--data-port: flow {} is ICMP echo; it has no receiver data port",
+                    i + 1
+                )));
             }
             if f.transport != Transport::Tcp {
                 if let Some(opt) = f.opts.tcp_only() {

@@ -302,6 +302,9 @@ struct FlowShared {
     /// `--auth probes`: probes must end in this session key's MAC, else
     /// they are `forged`; reflections get one.
     probe_key: Option<ProbeKey>,
+    /// Where the flow's data comes from (the registered UDP source, the
+    /// identified TCP connection's peer), for the report: set once.
+    from: std::sync::OnceLock<SocketAddr>,
 }
 
 impl FlowShared {
@@ -868,6 +871,7 @@ fn flow_report(
         forged: sh.forged.load(Ordering::Relaxed),
         implausible_delays: sh.implausible.load(Ordering::Relaxed),
         marks,
+        from: sh.from.get().map(SocketAddr::to_string),
         sent: None,
     }
 }
@@ -1010,6 +1014,7 @@ fn tcp_rx_stream(
         out_head: 0,
         accepted_ns: mono_ns(),
         identified: false,
+        from: None,
     };
     while !sh.stop.load(Ordering::Relaxed) {
         let mut pfd = [net::pollfd(conn.stream.as_raw_fd(), net::POLLIN)];
@@ -1158,7 +1163,17 @@ fn open_flow(
         (true, Some(len)) => Some(LiveTap::new(shared.live.clone(), s.flow_id, len)),
         _ => None,
     };
-    let bind = SocketAddr::new(local_ip, 0);
+    // The sender may name the data port (`-rp`); a port we cannot open
+    // refuses the session with the reason.
+    let bind = SocketAddr::new(local_ip, s.port.unwrap_or(0));
+    let bind_err = |what: &'static str| {
+        move |e: std::io::Error| match s.port {
+            Some(p) => {
+                EngineError::BadPlan(format!("-rp/--data-port: cannot open data port {p}: {e}"))
+            }
+            None => EngineError::io(what, e),
+        }
+    };
     let max_len = (s.max_len as usize).clamp(PROBE_HEADER_LEN, u16::MAX as usize);
     let flow_id = s.flow_id;
     let sh = shared.clone();
@@ -1171,7 +1186,7 @@ fn open_flow(
     let reflect = meter == MeterMode::Rtt;
     let (port, rx) = match s.transport {
         Transport::Udp => {
-            let sock = UdpSocket::bind(bind).map_err(|e| EngineError::io("data socket", e))?;
+            let sock = UdpSocket::bind(bind).map_err(bind_err("data socket"))?;
             let port = sock
                 .local_addr()
                 .map_err(|e| EngineError::io("data socket", e))?
@@ -1201,7 +1216,7 @@ fn open_flow(
             (port, FlowRx::Udp(Box::new(flow)))
         }
         Transport::Tcp => {
-            let l = TcpListener::bind(bind).map_err(|e| EngineError::io("data listener", e))?;
+            let l = TcpListener::bind(bind).map_err(bind_err("data listener"))?;
             let port = l
                 .local_addr()
                 .map_err(|e| EngineError::io("data listener", e))?
@@ -1351,6 +1366,7 @@ impl UdpFlow {
                 (Some(r), Some(f)) => r == f,
                 (None, Some(f)) if f.ip() == peer_ip => {
                     self.registered = Some(f);
+                    let _ = self.sh.from.set(f);
                     true
                 }
                 _ => false,
@@ -1577,6 +1593,9 @@ struct TcpConn {
     /// session and flow has arrived on it since.
     accepted_ns: u64,
     identified: bool,
+    /// The peer as accepted, until the connection identifies (then it is
+    /// the flow's `from`); None on the sender's end of a reverse flow.
+    from: Option<SocketAddr>,
 }
 
 impl TcpConn {
@@ -1668,6 +1687,7 @@ fn tcp_rx(
                     out_head: 0,
                     accepted_ns: mono_ns(),
                     identified: false,
+                    from: Some(SocketAddr::new(unmap(from.ip()), from.port())),
                 });
             }
         }
@@ -1772,6 +1792,11 @@ fn read_records(
             // whole connection is foreign.
             sh.foreign.fetch_add(1, Ordering::Relaxed);
             return false;
+        }
+        if c.identified {
+            if let Some(f) = c.from.take() {
+                let _ = sh.from.set(f);
+            }
         }
     }
 }

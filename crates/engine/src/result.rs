@@ -90,6 +90,7 @@ pub(crate) fn build_doc(p: DocParts) -> ResultDoc {
             negative_delays_beyond_error: rep.map(|r| r.negative_beyond_error).unwrap_or(0),
             implausible_delays: rep.map(|r| r.implausible_delays).unwrap_or(0),
             marks: rep.and_then(|r| r.marks.clone()),
+            from: rep.and_then(|r| r.from.clone()),
         };
         total.sent_packets += o.send.packets;
         total.not_sent += o.send.not_sent;

@@ -51,11 +51,7 @@ pub(crate) struct Opened {
 /// Connects to the receiver and runs the session up to (not including)
 /// `Start`.
 pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, EngineError> {
-    let ctl_stream =
-        TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|e| EngineError::Connect {
-            addr: addr.to_string(),
-            source: e,
-        })?;
+    let ctl_stream = connect_control(plan, addr)?;
     let mut ctl = Ctl::new(ctl_stream);
     let local = ctl
         .stream()
@@ -85,6 +81,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
             playout_buffer_ms: f.spec.voip_codec().map(|_| plan.jitter_buffer_ms),
             rcvbuf: f.opts.window,
             reverse: crate::reverse::model_for(f),
+            port: f.opts.data_port,
         })
         .collect();
     let key = plan.key.as_ref();
@@ -124,6 +121,18 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
         }
     };
 
+    // A receiver that does not know `FlowSetup.port` opened a port of its
+    // own choice: the flow would not use the port the user asked for.
+    for (i, (s, p)) in setups.iter().zip(&ports).enumerate() {
+        if let Some(want) = s.port.filter(|w| w != p) {
+            let m = format!(
+                "flow {}: the receiver opened data port {p}, not {want} (-rp/--data-port); upgrade it",
+                i + 1
+            );
+            let _ = ctl.send(&ControlMsg::Error { message: m.clone() });
+            return Err(EngineError::Remote(m));
+        }
+    }
     let clock = measure_offset(&mut ctl)?;
     // A receiver whose clock is a day or more away (a reported hostile one
     // claimed 235 years) is not measuring one-way delay; refuse rather
@@ -150,6 +159,33 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
         setups,
         probe_key,
     })
+}
+
+/// The control connection, from the flows' source address and interface
+/// when they name one (`-sa`, `--bind-dev`; all flows of a session share
+/// them, [`SessionPlan::validate`]): the receiver accepts data only from
+/// the control connection's address.
+fn connect_control(plan: &SessionPlan, addr: SocketAddr) -> Result<TcpStream, EngineError> {
+    let connect_err = |e| EngineError::Connect {
+        addr: addr.to_string(),
+        source: e,
+    };
+    let o = plan.flows.first().map(|f| &f.opts);
+    let bind = o.and_then(|o| o.bind);
+    let dev = o.and_then(|o| o.bind_dev.as_deref());
+    if bind.is_none() && dev.is_none() {
+        return TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(connect_err);
+    }
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(|e| EngineError::io("control socket", e))?;
+    crate::sockopt::bind_source(&sock, addr, bind, None, dev)?;
+    sock.connect_timeout(&addr.into(), CONNECT_TIMEOUT)
+        .map_err(connect_err)?;
+    Ok(sock.into())
 }
 
 /// Sends `Stop` and waits for the receiver's `Report` (answers to

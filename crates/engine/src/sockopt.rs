@@ -13,7 +13,7 @@
 use crate::net::{self, AsRawFd};
 use crate::EngineError;
 use socket2::Socket;
-use std::net::{SocketAddr, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use wirebench_stats::SockOpts;
 
 fn refused(opt: &str, what: String) -> EngineError {
@@ -62,6 +62,7 @@ pub(crate) fn apply(
         };
         r.map_err(|e| refused("-f", format!("the system refuses TTL {ttl}: {e}")))?;
     }
+    bind_source(sock, to, o.bind, o.cport, o.bind_dev.as_deref())?;
     let Some(label) = o.flow_label else {
         return Ok(to);
     };
@@ -94,6 +95,101 @@ pub(crate) fn apply(
         label.to_be(),
         v6.scope_id(),
     )))
+}
+
+/// Binds a socket that will connect to `to` to the source address `addr`
+/// (`-sa`/`--bind`), port `port` (`-sp`/`--cport`) and interface `dev`
+/// (`--bind-dev`), as far as asked; nothing asked: the kernel chooses.
+/// Used for the data sockets and for the control connection, which must
+/// leave from the same address (the receiver takes data only from it).
+pub(crate) fn bind_source(
+    sock: &Socket,
+    to: SocketAddr,
+    addr: Option<IpAddr>,
+    port: Option<u16>,
+    dev: Option<&str>,
+) -> Result<(), EngineError> {
+    if let Some(d) = dev {
+        bind_device(sock, d)
+            .map_err(|e| refused("--bind-dev", format!("cannot bind to interface {d:?}: {e}")))?;
+    }
+    if addr.is_none() && port.is_none() {
+        return Ok(());
+    }
+    if let Some(a) = addr.filter(|a| a.is_ipv4() != to.is_ipv4()) {
+        return Err(refused(
+            "-sa/--bind",
+            format!(
+                "{a} and the receiver's address {} are of different IP versions",
+                to.ip()
+            ),
+        ));
+    }
+    let any: IpAddr = if to.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    let at = SocketAddr::new(addr.unwrap_or(any), port.unwrap_or(0));
+    if port.is_some() {
+        // A TCP source port left in TIME_WAIT by the run before may be
+        // bound again (a fixed -sp over several runs).
+        let _ = sock.set_reuse_address(true);
+    }
+    sock.bind(&at.into()).map_err(|e| {
+        let opt = if port.is_some() && addr.is_none() {
+            "-sp/--cport"
+        } else if port.is_some() {
+            "-sa/--bind, -sp/--cport"
+        } else {
+            "-sa/--bind"
+        };
+        refused(opt, format!("cannot bind the source {at}: {e}"))
+    })
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn bind_device(sock: &Socket, dev: &str) -> std::io::Result<()> {
+    sock.bind_device(Some(dev.as_bytes()))
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn bind_device(_sock: &Socket, _dev: &str) -> std::io::Result<()> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "binding a socket to an interface (SO_BINDTODEVICE) is supported on Linux only",
+    ))
+}
+
+/// Checks before anything connects that `--bind-dev`'s interface exists,
+/// so a typo is the user's input (exit 2) and names the option.
+pub(crate) fn check_dev(dev: &str) -> Result<(), EngineError> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let Ok(name) = std::ffi::CString::new(dev) else {
+            return Err(refused(
+                "--bind-dev",
+                format!("not an interface name: {dev:?}"),
+            ));
+        };
+        // SAFETY: `name` is a valid NUL-terminated string that outlives the
+        // call; if_nametoindex only reads it.
+        let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if index == 0 {
+            return Err(refused(
+                "--bind-dev",
+                format!("no network interface named {dev:?} on this host (see `ip link`)"),
+            ));
+        }
+        Ok(())
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        Err(refused(
+            "--bind-dev",
+            format!("binding to an interface ({dev:?}) is supported on Linux only"),
+        ))
+    }
 }
 
 fn set_tos(sock: &Socket, to: SocketAddr, tos: u8) -> std::io::Result<()> {

@@ -186,6 +186,7 @@ fn the_receiver_sends_only_to_the_control_peers_address() {
             playout_buffer_ms: None,
             rcvbuf: None,
             reverse: Some(model),
+            port: None,
         }],
         auth: None,
         live: false,

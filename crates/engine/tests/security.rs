@@ -138,6 +138,7 @@ fn udp_flow(interval_ms: Option<u64>) -> FlowSetup {
         playout_buffer_ms: None,
         rcvbuf: None,
         reverse: None,
+        port: None,
     }
 }
 

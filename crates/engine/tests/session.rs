@@ -134,6 +134,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
             playout_buffer_ms: None,
             rcvbuf: None,
             reverse: None,
+            port: None,
         }],
         auth: None,
         live: false,

@@ -25,7 +25,7 @@ pub struct ScriptFlow {
     pub transport: Option<Transport>,
     /// `-a`: destination address.
     pub dest: Option<String>,
-    /// `-rp`: destination port.
+    /// `-rp`: the receiver's data port (1024 and up), agreed in the session.
     pub port: Option<u16>,
     /// `-t`: duration, ms.
     pub duration_ms: Option<u64>,
@@ -259,7 +259,22 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
                 i += 1;
             }
             "-rp" => {
-                flow.port = Some(num::<u16>(opt, tokens.get(i), "destination port")?);
+                let v = tokens.get(i).ok_or_else(|| err(opt, "missing data port"))?;
+                flow.port = Some(sockopts::parse_data_port(v).map_err(|e| err(opt, e))?);
+                i += 1;
+            }
+            "-sa" => {
+                let v = tokens
+                    .get(i)
+                    .ok_or_else(|| err(opt, "missing source address"))?;
+                flow.opts.bind = Some(sockopts::parse_addr(v).map_err(|e| err(opt, e))?);
+                i += 1;
+            }
+            "-sp" => {
+                let v = tokens
+                    .get(i)
+                    .ok_or_else(|| err(opt, "missing source port"))?;
+                flow.opts.cport = Some(sockopts::parse_cport(v).map_err(|e| err(opt, e))?);
                 i += 1;
             }
             "-T" => {
@@ -391,8 +406,8 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
                 };
                 let Some(letter) = letter else {
                     let reason = match opt {
-                        "-sp" | "-s" | "-j" | "-poll" | "-i" | "-p" | "-P" | "-Sda" | "-Ssp"
-                        | "-Sdp" | "-rk" | "-H" => {
+                        "-s" | "-j" | "-poll" | "-i" | "-p" | "-P" | "-Sda" | "-Ssp" | "-Sdp"
+                        | "-rk" | "-H" => {
                             "this ITGSend option is not supported by wirebench".to_string()
                         }
                         "ICMP" | "SCTP" | "DCCP" => {
@@ -549,6 +564,9 @@ pub const TOML_KEYS: &[&str] = &[
     "window",
     "mss",
     "nagle",
+    "bind",
+    "cport",
+    "bind_dev",
 ];
 
 fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
@@ -701,7 +719,9 @@ fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
             .map(|v| parse_transport("transport", &v))
             .transpose()?,
         dest: s("dest")?,
-        port: small("port", int("port")?, u16::MAX as u64)?.map(|v| v as u16),
+        port: int("port")?
+            .map(|v| sockopts::parse_data_port(&v.to_string()).map_err(|e| err("port", e)))
+            .transpose()?,
         duration_ms: int("duration_ms")?,
         packets: int("packets")?,
         kbytes: int("kbytes")?,
@@ -746,6 +766,16 @@ fn toml_opts(t: &toml::Table) -> Result<SockOpts, ScriptError> {
             Some(toml::Value::Boolean(b)) => Some(*b),
             Some(_) => return Err(err("nagle", "must be true or false")),
         },
+        bind: text("bind")?
+            .map(|v| sockopts::parse_addr(&v).map_err(|e| err("bind", e)))
+            .transpose()?,
+        cport: text("cport")?
+            .map(|v| sockopts::parse_cport(&v).map_err(|e| err("cport", e)))
+            .transpose()?,
+        bind_dev: text("bind_dev")?
+            .map(|v| sockopts::parse_dev(&v).map_err(|e| err("bind_dev", e)))
+            .transpose()?,
+        data_port: None,
     })
 }
 

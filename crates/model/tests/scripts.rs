@@ -21,6 +21,9 @@ fn three_line_ditg_script() {
     assert_eq!(f.line, 2);
     assert_eq!(f.dest.as_deref(), Some("10.0.0.2"));
     assert_eq!(f.port, Some(9001));
+    let g = parse_ditg_args(&["-a", "::1", "-sa", "::1", "-sp", "9000", "-rp", "40000"]).unwrap();
+    assert_eq!(g.opts.bind, Some(std::net::Ipv6Addr::LOCALHOST.into()));
+    assert_eq!((g.opts.cport, g.port), (Some(9000), Some(40000)));
     assert_eq!(f.transport, Some(Transport::Udp));
     assert_eq!(f.duration_ms, Some(10_000));
     assert_eq!(f.spec.idt, IdtModel::Constant { pps: 100.0 });
@@ -115,11 +118,17 @@ fn malformed_ditg_scripts_name_file_line_option() {
     assert!(e.starts_with("flows.txt:1: -T: SCTP"), "{e}");
     let e = ditg_err("-a h -rp 70000\n");
     assert!(e.starts_with("flows.txt:1: -rp: "), "{e}");
-    let e = ditg_err("-a h -sp 5000\n");
+    let e = ditg_err("-a h -rp 80\n");
     assert!(
-        e.contains("-sp: this ITGSend option is not supported"),
+        e.starts_with("flows.txt:1: -rp: ") && e.contains("privileged"),
         "{e}"
     );
+    let e = ditg_err("-a h -sp 0\n");
+    assert!(e.starts_with("flows.txt:1: -sp: "), "{e}");
+    let e = ditg_err("-a h -sa nohost\n");
+    assert!(e.starts_with("flows.txt:1: -sa: "), "{e}");
+    let e = ditg_err("-a h -sa\n");
+    assert!(e.starts_with("flows.txt:1: -sa: missing"), "{e}");
     let e = ditg_err("-a h -B C 100\n");
     assert!(e.starts_with("flows.txt:1: -B"), "{e}");
     let e = ditg_err("# only a comment\n\n");
@@ -227,6 +236,27 @@ meter = "rtt"
     assert!(m.starts_with("c.toml:2: "), "{m}");
     let m = e("[[flow]]\ncodec = \"G.711.1\"\n");
     assert!(m.starts_with("c.toml:2: codec: only applies"), "{m}");
+    // Source address, port and interface, and the receiver's data port.
+    let f = &parse_toml(
+        "[[flow]]\nbind = \"127.0.0.2\"\ncport = 9000\nbind_dev = \"lo\"\nport = 40000\n",
+        "c.toml",
+    )
+    .unwrap()[0];
+    assert_eq!(f.opts.bind, Some([127, 0, 0, 2].into()));
+    assert_eq!(f.opts.cport, Some(9000));
+    assert_eq!(f.opts.bind_dev.as_deref(), Some("lo"));
+    assert_eq!(f.port, Some(40000));
+    let m = e("[[flow]]\nport = 1000\n");
+    assert!(
+        m.starts_with("c.toml:2: port: ") && m.contains("privileged"),
+        "{m}"
+    );
+    let m = e("[[flow]]\n\nbind = \"host\"\n");
+    assert!(m.starts_with("c.toml:3: bind: "), "{m}");
+    let m = e("[[flow]]\ncport = 0\n");
+    assert!(m.starts_with("c.toml:2: cport: "), "{m}");
+    let m = e("[[flow]]\nbind_dev = \"a/b\"\n");
+    assert!(m.starts_with("c.toml:2: bind_dev: "), "{m}");
 }
 
 #[test]

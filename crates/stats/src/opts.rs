@@ -37,6 +37,22 @@ pub struct SockOpts {
     /// off for paced flows, on for `--max` and Telnet.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nagle: Option<bool>,
+    /// Source address of the flow's data socket (D-ITG `-sa`, iperf3
+    /// `-B`); the session's control connection leaves from it too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Source port of the flow's data socket (D-ITG `-sp`, iperf3
+    /// `--cport`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cport: Option<u16>,
+    /// Network interface the flow's sockets are bound to (SO_BINDTODEVICE,
+    /// `--bind-dev`; Linux).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_dev: Option<String>,
+    /// The receiver's data port for the flow (D-ITG `-rp`), agreed in the
+    /// session: the receiver opens it or refuses the session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_port: Option<u16>,
 }
 
 impl SockOpts {
@@ -56,6 +72,10 @@ impl SockOpts {
             window: self.window.or(base.window),
             mss: self.mss.or(base.mss),
             nagle: self.nagle.or(base.nagle),
+            bind: self.bind.or(base.bind),
+            cport: self.cport.or(base.cport),
+            bind_dev: self.bind_dev.clone().or_else(|| base.bind_dev.clone()),
+            data_port: self.data_port.or(base.data_port),
         }
     }
 
@@ -75,6 +95,53 @@ impl SockOpts {
     /// The DSCP the TOS byte carries, if a TOS was asked for.
     pub fn dscp(&self) -> Option<u8> {
         self.tos.map(|t| t >> 2)
+    }
+}
+
+/// A source address (`-sa`, `--bind`): an IPv4 or IPv6 address literal.
+pub fn parse_addr(s: &str) -> Result<std::net::IpAddr, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("expected an IPv4 or IPv6 address, got {s:?}"))
+}
+
+/// A source port (`-sp`, `--cport`): 1..65535.
+pub fn parse_cport(s: &str) -> Result<u16, String> {
+    match s.trim().parse::<u16>() {
+        Ok(p) if p >= 1 => Ok(p),
+        _ => Err(format!("expected a port 1..65535, got {s:?}")),
+    }
+}
+
+/// Lowest data port a sender may ask the receiver to open: the ports below
+/// are privileged, and a receiver running as root must not be steered
+/// into them.
+pub const MIN_DATA_PORT: u16 = 1024;
+
+/// The receiver's data port (`-rp`, `--data-port`): 1024..65535.
+pub fn parse_data_port(s: &str) -> Result<u16, String> {
+    match s.trim().parse::<u16>() {
+        Ok(p) if p >= MIN_DATA_PORT => Ok(p),
+        _ => Err(format!(
+            "expected a port {MIN_DATA_PORT}..65535 (not a privileged port), got {s:?}"
+        )),
+    }
+}
+
+/// A network interface name (`--bind-dev`): 1..15 bytes, no `/`, blank or
+/// NUL (the kernel's IFNAMSIZ rules); whether it exists is checked when the
+/// plan is validated.
+pub fn parse_dev(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() < 16
+        && !s.contains(['/', '\0'])
+        && !s.chars().any(char::is_whitespace)
+        && s != "."
+        && s != "..";
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("not an interface name: {s:?}"))
     }
 }
 
@@ -371,6 +438,15 @@ mod tests {
         assert!(parse_window("10").is_err());
         assert!(parse_mss("87").is_err());
         assert_eq!(parse_mss("1000"), Ok(1000));
+        assert_eq!(parse_addr("127.0.0.2"), Ok([127, 0, 0, 2].into()));
+        assert!(parse_addr("localhost").is_err());
+        assert_eq!(parse_cport("9000"), Ok(9000));
+        assert!(parse_cport("0").is_err());
+        assert!(parse_data_port("1023").is_err());
+        assert_eq!(parse_data_port("40000"), Ok(40000));
+        assert_eq!(parse_dev("lo"), Ok("lo".into()));
+        assert!(parse_dev("a/b").is_err());
+        assert!(parse_dev("abcdefghijklmnop").is_err());
         assert_eq!(dscp_name(0), Some("be"));
         assert_eq!(dscp_name(7), None);
         assert_eq!(

@@ -146,6 +146,12 @@ pub struct Received {
     /// IP headers (UDP flows; absent where the kernel does not tell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marks: Option<MarksSeen>,
+    /// The address and port the flow's data came from, as the receiver
+    /// saw them (`"127.0.0.2:9000"`, `"[::1]:9000"`): the UDP datagrams'
+    /// source or the TCP connection's peer. Absent when nothing arrived
+    /// and for reverse flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// Where lost packets went: not sent, dropped at the sending or the receiving host, or lost in the network.
@@ -347,6 +353,9 @@ pub struct FlowReport {
     /// What the receiver saw in the data packets' IP headers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marks: Option<MarksSeen>,
+    /// Where the flow's data came from (address:port), as the receiver saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
     /// A reverse flow (`-R`): what the receiver sent on it (the sender
     /// received and measured it); absent for forward flows.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -56,6 +56,12 @@ pub struct FlowSetup {
     /// which the sender refuses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reverse: Option<serde_json::Value>,
+    /// The data port the receiver must open for this flow (`-rp`,
+    /// `--data-port`; 1024 and up), or refuse the session saying why.
+    /// Absent: the receiver chooses. An older receiver ignores it; the
+    /// sender then sees another port in `Ready` and refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
 }
 
 /// One control message; serialised with a `type` tag in snake_case.
@@ -264,6 +270,7 @@ mod tests {
                     playout_buffer_ms: Some(60),
                     rcvbuf: Some(1 << 20),
                     reverse: Some(serde_json::json!({"seed": 3})),
+                    port: Some(40000),
                 }],
                 auth: Some("00ff".into()),
                 live: true,

@@ -126,6 +126,15 @@ impl FlowSetup {
         if let Some(b) = self.rcvbuf {
             in_range("rcvbuf", b.into(), 1024, 1 << 30)?;
         }
+        // A data port the sender names must not be a privileged one.
+        if let Some(p) = self.port {
+            in_range(
+                "port",
+                p.into(),
+                wirebench_stats::opts::MIN_DATA_PORT.into(),
+                u16::MAX.into(),
+            )?;
+        }
         if let Some(ms) = self.playout_buffer_ms {
             in_range(
                 "playout_buffer_ms",
@@ -202,6 +211,7 @@ mod tests {
             playout_buffer_ms: None,
             rcvbuf: None,
             reverse: None,
+            port: None,
         }
     }
 
@@ -247,6 +257,17 @@ mod tests {
     }
 
     #[test]
+    fn a_named_data_port_is_not_privileged() {
+        let with = |p| FlowSetup {
+            port: Some(p),
+            ..setup(None)
+        };
+        assert!(with(1024).check().is_ok());
+        let e = with(22).check().unwrap_err().to_string();
+        assert!(e.contains("port"), "{e}");
+    }
+
+    #[test]
     fn clock_and_plausibility() {
         // The reported hostile receiver: a 235-year offset.
         assert!(check_clock(235 * 365 * 86_400 * 1_000_000_000, 0).is_err());
@@ -270,7 +291,7 @@ mod tests {
         fn checked_setups_are_safe(interval in any::<Option<u64>>(), max_len in any::<u32>(),
                                    mtu in any::<u32>(), pb in any::<Option<u32>>(), n in 0usize..1000) {
             let s = FlowSetup { flow_id: 0, transport: Transport::Tcp, interval_ms: interval,
-                                max_len, mtu, playout_buffer_ms: pb, rcvbuf: None, reverse: None };
+                                max_len, mtu, playout_buffer_ms: pb, rcvbuf: None, reverse: None, port: None };
             if s.check().is_ok() {
                 if let Some(ms) = interval {
                     let ns = interval_ns(ms).unwrap();

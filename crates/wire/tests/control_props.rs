@@ -220,6 +220,7 @@ fn flow_setup() -> impl Strategy<Value = FlowSetup> {
                 playout_buffer_ms: playout,
                 rcvbuf,
                 reverse: seed.map(|s| json!({ "seed": s })),
+                port: None,
             },
         )
 }

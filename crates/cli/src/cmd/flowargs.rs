@@ -167,6 +167,18 @@ pub struct SockArgs {
     /// TCP: keep Nagle's algorithm on (coalesce small writes), also for paced flows.
     #[arg(long = "nagle", help_heading = SOCK)]
     pub nagle: bool,
+    /// Source address of the flows and of the control connection (D-ITG -sa, iperf3 -B/--bind; -B here is D-ITG's burst). The receiver sees the data come from it.
+    #[arg(long = "bind", value_name = "ADDR", value_parser = sockopts::parse_addr, help_heading = SOCK)]
+    pub bind: Option<std::net::IpAddr>,
+    /// Source port of the flows' data sockets, 1..65535 (D-ITG -sp, iperf3 --cport); with --flows N all N would share it, so one flow only.
+    #[arg(long = "cport", value_name = "PORT", value_parser = sockopts::parse_cport, help_heading = SOCK)]
+    pub cport: Option<u16>,
+    /// Bind the flows' sockets and the control connection to this network interface (SO_BINDTODEVICE); Linux only. An interface that does not exist is refused.
+    #[arg(long = "bind-dev", value_name = "DEV", value_parser = sockopts::parse_dev, help_heading = SOCK)]
+    pub bind_dev: Option<String>,
+    /// The receiver's data port for the flow, 1024..65535 (D-ITG -rp): agreed in the session; a receiver that cannot open it refuses with the reason. With --flows N, one flow only.
+    #[arg(long = "data-port", value_name = "PORT", value_parser = sockopts::parse_data_port, help_heading = SOCK)]
+    pub data_port: Option<u16>,
 }
 
 impl SockArgs {
@@ -185,6 +197,10 @@ impl SockArgs {
             } else {
                 None
             },
+            bind: self.bind,
+            cport: self.cport,
+            bind_dev: self.bind_dev.clone(),
+            data_port: self.data_port,
         }
     }
 }

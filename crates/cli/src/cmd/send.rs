@@ -212,7 +212,6 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     // refused (SessionPlan::validate, naming -m).
     let mut meter = args.meter.unwrap_or_default();
     let dest = args.dest.clone();
-    let mut port_noted = false;
     let mut script_meter: Option<MeterMode> = None;
     let mut flows = Vec::new();
     let cli_payload = match &args.flow.payload {
@@ -227,14 +226,6 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     if let Some(path) = &args.script {
         let list = wirebench_model::script::load(path).map_err(bad_input)?;
         for (i, sf) in list.into_iter().enumerate() {
-            if sf.port.is_some() && !port_noted {
-                eprintln!(
-                    "wirebench send: note: {}:{}: -rp ignored, the receiver chooses the data ports",
-                    path.display(),
-                    sf.line
-                );
-                port_noted = true;
-            }
             if let Some(m) = sf.meter {
                 if script_meter.is_some_and(|x| x != m) {
                     crate::bail_input!(
@@ -269,7 +260,11 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
                     transport,
                     stop,
                     seed: seed.wrapping_add(i as u64),
-                    opts: sf.opts.over(&cli_opts),
+                    opts: SockOpts {
+                        data_port: sf.port,
+                        ..sf.opts
+                    }
+                    .over(&cli_opts),
                     direction: Direction::Forward,
                 },
                 sf.direction.unwrap_or(cli_direction),
@@ -299,27 +294,39 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
             ));
         }
     }
-    // One session per receiver, in the order the receivers first appear.
-    let mut groups: Vec<(String, Vec<(FlowPlan, FlowDirection)>)> = Vec::new();
+    if args.flows > 1 && (cli_opts.cport.is_some() || cli_opts.data_port.is_some()) {
+        crate::bail_input!(
+            "--cport/--data-port: one port is one flow; give each flow its own in a --script"
+        );
+    }
+    // One session per receiver and source (address, interface: the
+    // control connection leaves from the flows' source), in the order
+    // they first appear.
+    type Group = (
+        (String, Option<std::net::IpAddr>, Option<String>),
+        Vec<(FlowPlan, FlowDirection)>,
+    );
+    let mut groups: Vec<Group> = Vec::new();
     for (f, d, to) in flows {
         let Some(to) = to else {
             crate::bail_input!("-a: the receiver's address is required (e.g. -a 192.0.2.7)");
         };
-        match groups.iter_mut().find(|(g, _)| *g == to) {
+        let key = (to, f.opts.bind, f.opts.bind_dev.clone());
+        match groups.iter_mut().find(|(g, _)| *g == key) {
             Some((_, fl)) => fl.push((f, d)),
-            None => groups.push((to, vec![(f, d)])),
+            None => groups.push((key, vec![(f, d)])),
         }
     }
     if groups.len() > 1 {
         if args.log.is_some() {
             crate::bail_input!(
-                "-l: one log per run needs one receiver; this script names {}",
+                "-l: one log per run needs one session; this script needs {} (one per receiver and source address)",
                 groups.len()
             );
         }
         if args.json_stream {
             crate::bail_input!(
-                "--json-stream: streams one receiver's intervals; this script names {}",
+                "--json-stream: streams one session's intervals; this script needs {} (one per receiver and source address)",
                 groups.len()
             );
         }
@@ -329,7 +336,7 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     let meter_given = args.meter.is_some() || script_meter.is_some();
     groups
         .into_iter()
-        .map(|(to, fl)| {
+        .map(|((to, _, _), fl)| {
             let m = if !meter_given && fl.iter().all(|(f, _)| f.transport == Transport::Icmp) {
                 MeterMode::Rtt
             } else {
