@@ -2,7 +2,7 @@
 //! while the run goes on (the receiver streams its interval figures over
 //! the control connection), and the streamed intervals add up to the
 //! result's totals; a campaign with interval_ms shows them in its progress.
-//! Runs the built binary on loopback (ports 15821-15824, and a free port).
+//! Runs the built binary on loopback (ports 15821-15825, and a free port).
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -269,4 +269,70 @@ fn campaign_progress_shows_live_intervals() {
     assert_eq!(dist.runs, 2);
     assert_eq!(dist.delay.as_ref().unwrap().count() as f64, received);
     assert!(sc.metrics.contains_key("jitter_ipdv_p99_s"));
+}
+
+/// A receiver that does not stream intervals (an older release, played by
+/// the hidden `recv --no-live-intervals`): the sender says so on stderr
+/// and still gives every interval with the final result — as tables after
+/// the run, and with `--json-stream` in the `end` object's document, where
+/// they add up to the totals.
+#[test]
+fn a_receiver_without_live_intervals_gets_a_note_and_the_final_intervals() {
+    let _r = Recv::args(&["-B", "127.0.0.1", "-p", "15825", "--no-live-intervals"]);
+    let send = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args([
+                "send",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                "15825",
+                "-C",
+                "500",
+                "-c",
+                "200",
+                "-t",
+                "1200",
+                "--interval",
+                "200",
+                "--linger",
+                "300",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let (o, e) = (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        );
+        assert!(out.status.success(), "{extra:?}: {e}");
+        assert!(
+            e.contains("the receiver does not stream intervals"),
+            "{extra:?}: {e}"
+        );
+        (o, e)
+    };
+    let (text, err) = send(&[]);
+    assert!(err.contains("printed after the run"), "{err}");
+    assert!(!text.contains("[  1]"), "{text}");
+    assert!(text.contains("t_s       packets"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("TOTAL")), "{text}");
+
+    let (stream, err) = send(&["--json-stream"]);
+    assert!(err.contains("\"end\" object"), "{err}");
+    let events: Vec<Value> = stream
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["start", "end"], "{stream}");
+    let flow = &events[1]["data"]["flows"][0];
+    let ivs = flow["intervals"].as_array().unwrap();
+    assert!(ivs.len() >= 6, "{ivs:?}");
+    let packets: u64 = ivs.iter().map(|i| i["packets"].as_u64().unwrap()).sum();
+    assert_eq!(packets, flow["received"]["unique"].as_u64().unwrap());
+    assert_eq!(packets, 600);
 }

@@ -80,6 +80,9 @@ pub struct DaemonConfig {
     pub max_session: Duration,
     /// Sockets, socket buffers and threads per session and in total.
     pub budgets: Budgets,
+    /// Stream live intervals to senders that ask for them (false only to
+    /// play a receiver from before they existed, in tests).
+    pub live_intervals: bool,
 }
 
 impl Default for DaemonConfig {
@@ -95,6 +98,7 @@ impl Default for DaemonConfig {
             sessions_per_peer: SESSIONS_PER_PEER,
             max_session: MAX_SESSION,
             budgets: Budgets::default(),
+            live_intervals: true,
         }
     }
 }
@@ -526,7 +530,7 @@ fn session(
         sid,
         meter,
         max_intervals,
-        live: live_asked && live_ms.is_some(),
+        live: live_asked && live_ms.is_some() && cfg.live_intervals,
         probe_key: probe_key.clone(),
         udp_buf: budget::default_buffer(budget::UDP_RCVBUF, setups.len(), session_budget),
         tcp_buf: budget::default_buffer(budget::TCP_RCVBUF, setups.len(), session_budget),

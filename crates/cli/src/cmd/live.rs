@@ -171,9 +171,14 @@ impl LiveSink for LivePrinter {
     }
 
     fn unsupported(&self) {
+        let then = match self.mode {
+            Mode::Human => "its interval tables are printed after the run",
+            Mode::JsonStream => {
+                "no \"interval\" objects follow; the intervals are in the final \"end\" object (flows[].intervals)"
+            }
+        };
         eprintln!(
-            "wirebench: the receiver does not stream intervals (an older version); \
-             they are printed at the end"
+            "wirebench: note: the receiver does not stream intervals while the run goes on (an older wirebench); {then}"
         );
     }
 }

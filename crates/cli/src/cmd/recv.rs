@@ -87,6 +87,10 @@ pub struct Args {
     /// Most threads all running sessions may cost together.
     #[arg(long = "total-threads", value_name = "N", default_value_t = budget::TOTAL_BUDGET.threads, help_heading = BUDGETS)]
     pub total_threads: u64,
+    /// Answer senders like a receiver from before live intervals (tests of
+    /// the sender's fallback only).
+    #[arg(long = "no-live-intervals", hide = true)]
+    pub no_live_intervals: bool,
 }
 
 const BUDGETS: &str = "Budgets (per session and over all sessions at once)";
@@ -198,6 +202,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sessions_per_peer: args.max_per_peer,
         max_session: Duration::from_secs(args.max_session),
         budgets,
+        live_intervals: !args.no_live_intervals,
         ..DaemonConfig::default()
     })
     .map_err(|e| {
