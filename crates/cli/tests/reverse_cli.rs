@@ -181,3 +181,52 @@ fn a_script_with_two_receivers_runs_two_sessions_in_one_document() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("127.0.0.4"), "{err}");
 }
+
+#[test]
+fn meters_are_per_flow_a_bulk_flow_beside_an_rtt_flow_is_not_reflected() {
+    // Receiver and sender in a private network namespace, so its UDP
+    // counters count exactly their datagrams: the RTT flow's probes and
+    // their reflections, and the bulk flow's probes only.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("meters.toml");
+    std::fs::write(
+        &script,
+        "[[flow]]\nmeter = \"rtt\"\nidt = \"constant 1000\"\nsize = \"constant 100\"\npackets = 120\n\n\
+         [[flow]]\nidt = \"constant 1000\"\nsize = \"constant 300\"\npackets = 200\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new("unshare")
+        .args(["-n", "sh", "-c"])
+        .arg(
+            "ip link set lo up && \"$WB\" recv -q -B 127.0.0.1 -p 15955 & R=$!; \
+             trap 'kill $R 2>/dev/null' EXIT; sleep 0.3; \
+             out() { awk '/^Udp:/ && $2 ~ /^[0-9]/ {print $5}' /proc/net/snmp; }; \
+             a=$(out); \"$WB\" send -a 127.0.0.1 -p 15955 --script \"$S\" --linger 200 \
+             --json \"$J\" >/dev/null || exit 1; b=$(out); echo \"udp_out $((b - a))\"",
+        )
+        .env("WB", common::BIN)
+        .env("S", &script)
+        .env("J", dir.path().join("r.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("r.json")).unwrap()).unwrap();
+    let flows = doc["flows"].as_array().unwrap();
+    assert_eq!(u(&flows[0], "rtt_received"), 120);
+    assert!(common::f(&flows[0], "rtt_s.min") > 0.0);
+    assert!(
+        flows[1].get("rtt_s").is_none_or(|v| v.is_null()),
+        "{}",
+        flows[1]
+    );
+    assert_eq!(u(&flows[1], "received.unique"), 200);
+    // 120 probes + 120 reflections + 200 bulk probes; 520 if the bulk flow
+    // had been reflected too.
+    assert!(text.contains("udp_out 440"), "{text}");
+}

@@ -281,6 +281,7 @@ mod tests {
             rcvbuf,
             reverse: None,
             port: None,
+            meter: None,
         }
     }
 

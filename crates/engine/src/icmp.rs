@@ -58,7 +58,11 @@ pub(crate) fn check(plan: &SessionPlan) -> Result<(), EngineError> {
             plan.flows.len()
         ));
     }
-    if plan.meter != MeterMode::Rtt {
+    if plan
+        .flows
+        .iter()
+        .any(|f| f.meter_in(plan) != MeterMode::Rtt)
+    {
         return bad(
             "-m: ICMP echo flows measure round trips (the echo reply); -m owd needs a receiver"
                 .into(),

@@ -960,7 +960,7 @@ pub(crate) fn run_flows(
         forward(f)
             && f.transport == Transport::Udp
             && !f.spec.is_max()
-            && plan.meter == MeterMode::Owd
+            && f.meter_in(plan) == MeterMode::Owd
     };
     let candidates = plan.flows.iter().filter(|f| candidate(f)).count();
     let pacers = pacer_threads(plan.pacing, candidates, cores);
@@ -991,11 +991,12 @@ pub(crate) fn run_flows(
             mtu,
             interval_ns: plan.interval_ms.map(|m| m * 1_000_000),
         };
+        let rtt = f.meter_in(plan) == MeterMode::Rtt;
         let job = FlowJob {
             plan: f,
             flow_id: (i + 1) as u16,
             session,
-            rtt: plan.meter == MeterMode::Rtt,
+            rtt,
             t0: t0 + start_phase_ns(plan, i),
             cfg,
             abort: abort.clone(),
@@ -1197,6 +1198,7 @@ mod tests {
             seed: 1,
             opts: Default::default(),
             direction: Default::default(),
+            meter: None,
         }
     }
 
@@ -1298,6 +1300,7 @@ mod tests {
             seed: 7,
             opts: Default::default(),
             direction: Default::default(),
+            meter: None,
         };
         let mut s = Schedule::new(&plan, 0, MIN_PAYLOAD).unwrap();
         while s.next(0).is_some() {}

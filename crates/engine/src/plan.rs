@@ -43,6 +43,16 @@ pub struct FlowPlan {
     /// Forward (we send) or reverse (`-R`: the receiver sends this model
     /// to us and we measure it; crate::reverse).
     pub direction: Direction,
+    /// This flow's meter (a script line's `-m`/`meter`); None: the
+    /// session's. Only rtt flows are reflected.
+    pub meter: Option<MeterMode>,
+}
+
+impl FlowPlan {
+    /// The meter this flow is measured with in session `plan`.
+    pub fn meter_in(&self, plan: &SessionPlan) -> MeterMode {
+        self.meter.unwrap_or(plan.meter)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -252,7 +262,7 @@ impl SessionPlan {
                 // The receiver paces a reverse flow on sockets of its own;
                 // our socket options and the round-trip meter (reflection
                 // by the receiver) do not reach it.
-                if self.meter == MeterMode::Rtt {
+                if f.meter_in(self) == MeterMode::Rtt {
                     return Err(EngineError::BadPlan(format!(
                         "-R/--bidir: flow {} is reverse; the rtt meter (-m rtt) measures forward flows only",
                         i + 1
@@ -387,6 +397,7 @@ mod tests {
                 seed: 1,
                 opts: SockOpts::default(),
                 direction: Direction::Forward,
+                meter: None,
             }],
         );
         assert!(p.validate().unwrap_err().to_string().contains("-z"));

@@ -1187,7 +1187,8 @@ fn open_flow(
         marks: MarksTally::default(),
         live: tap,
     };
-    let reflect = meter == MeterMode::Rtt;
+    // Per flow: a bulk flow beside an RTT flow is not reflected.
+    let reflect = s.meter.unwrap_or(meter) == MeterMode::Rtt;
     let (port, rx) = match s.transport {
         Transport::Udp => {
             let sock = UdpSocket::bind(bind).map_err(bind_err("data socket"))?;

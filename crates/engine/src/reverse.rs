@@ -83,6 +83,7 @@ fn parse_model(s: &FlowSetup, v: &serde_json::Value) -> Result<FlowPlan, String>
         seed: m.seed,
         opts: Default::default(),
         direction: Direction::Forward,
+        meter: None,
     };
     SessionPlan::new("", vec![plan.clone()])
         .validate()

@@ -82,6 +82,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
             rcvbuf: f.opts.window,
             reverse: crate::reverse::model_for(f),
             port: f.opts.data_port,
+            meter: f.meter.filter(|m| *m != plan.meter),
         })
         .collect();
     let key = plan.key.as_ref();

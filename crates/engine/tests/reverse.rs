@@ -20,6 +20,7 @@ fn flow(transport: Transport, n: u64, direction: Direction) -> FlowPlan {
         seed: 1,
         opts: Default::default(),
         direction,
+        meter: None,
     }
 }
 
@@ -187,6 +188,7 @@ fn the_receiver_sends_only_to_the_control_peers_address() {
             rcvbuf: None,
             reverse: Some(model),
             port: None,
+            meter: None,
         }],
         auth: None,
         live: false,

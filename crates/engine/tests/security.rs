@@ -139,6 +139,7 @@ fn udp_flow(interval_ms: Option<u64>) -> FlowSetup {
         rcvbuf: None,
         reverse: None,
         port: None,
+        meter: None,
     }
 }
 
@@ -405,6 +406,7 @@ fn run_keyed(
             seed: 1,
             opts: Default::default(),
             direction: Default::default(),
+            meter: None,
         }],
     );
     p.port = port;
@@ -736,6 +738,7 @@ fn delayed_tcp_flow_is_not_taken_for_a_squatter() {
             seed: 1,
             opts: Default::default(),
             direction: Default::default(),
+            meter: None,
         }],
     );
     p.port = rx.port;
@@ -943,6 +946,7 @@ fn authenticated_probes_end_to_end() {
         seed: 1,
         opts: Default::default(),
         direction,
+        meter: None,
     };
     use wirebench_wire::Direction::{Forward, Reverse};
     for meter in [MeterMode::Owd, MeterMode::Rtt] {

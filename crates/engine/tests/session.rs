@@ -26,6 +26,7 @@ fn udp(pps: f64, size: u32, stop: Stop, seed: u64) -> FlowPlan {
         seed,
         opts: Default::default(),
         direction: Default::default(),
+        meter: None,
     }
 }
 
@@ -135,6 +136,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
             rcvbuf: None,
             reverse: None,
             port: None,
+            meter: None,
         }],
         auth: None,
         live: false,

@@ -62,6 +62,11 @@ pub struct FlowSetup {
     /// sender then sees another port in `Ready` and refuses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// This flow's meter when it differs from the session's (`Hello.meter`):
+    /// the receiver reflects exactly the flows whose meter is rtt, so a
+    /// bulk flow beside an RTT flow is not reflected. Absent: the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meter: Option<MeterMode>,
 }
 
 /// One control message; serialised with a `type` tag in snake_case.
@@ -271,6 +276,7 @@ mod tests {
                     rcvbuf: Some(1 << 20),
                     reverse: Some(serde_json::json!({"seed": 3})),
                     port: Some(40000),
+                    meter: None,
                 }],
                 auth: Some("00ff".into()),
                 live: true,

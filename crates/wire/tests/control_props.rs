@@ -221,6 +221,7 @@ fn flow_setup() -> impl Strategy<Value = FlowSetup> {
                 rcvbuf,
                 reverse: seed.map(|s| json!({ "seed": s })),
                 port: None,
+                meter: None,
             },
         )
 }

@@ -210,7 +210,7 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     let seed = args.seed.unwrap_or_else(rand_seed);
     // ICMP echo flows measure round trips: -m rtt is implied (below), -m owd
     // refused (SessionPlan::validate, naming -m).
-    let mut meter = args.meter.unwrap_or_default();
+    let meter = args.meter.unwrap_or_default();
     let dest = args.dest.clone();
     let mut script_meter: Option<MeterMode> = None;
     let mut flows = Vec::new();
@@ -226,16 +226,10 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     if let Some(path) = &args.script {
         let list = wirebench_model::script::load(path).map_err(bad_input)?;
         for (i, sf) in list.into_iter().enumerate() {
-            if let Some(m) = sf.meter {
-                if script_meter.is_some_and(|x| x != m) {
-                    crate::bail_input!(
-                        "{}:{}: -m: all flows of a session use one meter",
-                        path.display(),
-                        sf.line
-                    );
-                }
-                script_meter = Some(m);
-                meter = m;
+            // A line's meter is its flow's own (the receiver reflects only
+            // rtt flows); the session's is the command line's.
+            if sf.meter.is_some() {
+                script_meter = sf.meter;
             }
             let stop = match (sf.duration_ms, sf.packets, sf.kbytes) {
                 (Some(ms), _, _) => Stop::DurationMs(ms),
@@ -266,6 +260,7 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
                     }
                     .over(&cli_opts),
                     direction: Direction::Forward,
+                    meter: sf.meter,
                 },
                 sf.direction.unwrap_or(cli_direction),
                 // A line's own -a wins: one session per receiver.
@@ -288,6 +283,7 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
                     seed: seed.wrapping_add(u64::from(i)),
                     opts: cli_opts.clone(),
                     direction: Direction::Forward,
+                    meter: None,
                 },
                 cli_direction,
                 dest.clone(),
@@ -337,8 +333,15 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     groups
         .into_iter()
         .map(|((to, _, _), fl)| {
+            // Without -m, a session whose lines all name one meter has it.
+            let first = fl.first().and_then(|(f, _)| f.meter);
             let m = if !meter_given && fl.iter().all(|(f, _)| f.transport == Transport::Icmp) {
                 MeterMode::Rtt
+            } else if args.meter.is_none()
+                && first.is_some()
+                && fl.iter().all(|(f, _)| f.meter == first)
+            {
+                first.unwrap_or(meter)
             } else {
                 meter
             };
