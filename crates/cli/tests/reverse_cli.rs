@@ -107,6 +107,14 @@ fn bad_direction_values_exit_2_naming_the_option() {
     bad(&["-a", "127.0.0.1", "-R", "--bidir"], "--bidir");
     bad(&["-a", "127.0.0.1", "-R", "-m", "rtt"], "-R");
     bad(&["-a", "127.0.0.1", "--bidir", "-b", "46"], "-R/--bidir");
+    bad(
+        &["-a", "127.0.0.1", "-R", "--payload", "zeros"],
+        "--payload",
+    );
+    bad(
+        &["-a", "127.0.0.1", "--bidir", "--payload", "random"],
+        "--payload",
+    );
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("bad.toml");
     std::fs::write(&script, "[[flow]]\npackets = 5\ndirection = \"sideways\"\n").unwrap();

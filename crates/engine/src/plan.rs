@@ -274,6 +274,15 @@ impl SessionPlan {
                         i + 1
                     )));
                 }
+                // The receiver fills a reverse flow's packets itself, with
+                // the default pattern: a payload asked for here would be
+                // silently not what travels.
+                if f.spec.payload != wirebench_model::Payload::Pattern {
+                    return Err(EngineError::BadPlan(format!(
+                        "-R/--bidir: flow {} is reverse; --payload applies to forward flows only (the receiver sends reverse flows with the default pattern)",
+                        i + 1
+                    )));
+                }
             }
             // One control connection per session, from the flows' source
             // address and interface: they must agree.
