@@ -274,14 +274,10 @@ mod tests {
         FlowSetup {
             flow_id: 1,
             transport,
-            interval_ms: None,
             max_len: 100,
             mtu: 1500,
-            playout_buffer_ms: None,
             rcvbuf,
-            reverse: None,
-            port: None,
-            meter: None,
+            ..Default::default()
         }
     }
 

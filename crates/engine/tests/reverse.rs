@@ -181,14 +181,10 @@ fn the_receiver_sends_only_to_the_control_peers_address() {
         flows: vec![FlowSetup {
             flow_id: 1,
             transport: Transport::Udp,
-            interval_ms: None,
             max_len: 100,
             mtu: 1500,
-            playout_buffer_ms: None,
-            rcvbuf: None,
             reverse: Some(model),
-            port: None,
-            meter: None,
+            ..Default::default()
         }],
         auth: None,
         live: false,

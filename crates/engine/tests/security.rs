@@ -135,11 +135,7 @@ fn udp_flow(interval_ms: Option<u64>) -> FlowSetup {
         interval_ms,
         max_len: 100,
         mtu: 1500,
-        playout_buffer_ms: None,
-        rcvbuf: None,
-        reverse: None,
-        port: None,
-        meter: None,
+        ..Default::default()
     }
 }
 

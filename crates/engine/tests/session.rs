@@ -129,14 +129,9 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         flows: vec![wirebench_wire::FlowSetup {
             flow_id: 1,
             transport: Transport::Udp,
-            interval_ms: None,
             max_len: 100,
             mtu: 1500,
-            playout_buffer_ms: None,
-            rcvbuf: None,
-            reverse: None,
-            port: None,
-            meter: None,
+            ..Default::default()
         }],
         auth: None,
         live: false,

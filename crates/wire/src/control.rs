@@ -23,8 +23,10 @@ use wirebench_stats::LiveInterval;
 pub const MAX_LIVE_ITEMS: usize = 1024;
 pub use wirebench_stats::{Direction, MeterMode, Transport};
 
-/// What the receiver must prepare for one flow.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What the receiver must prepare for one flow. `Default` is a UDP flow
+/// with every optional part absent, so a literal names only what it sets
+/// and a new optional field does not touch every literal.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct FlowSetup {
     /// Flow id, unique within the session; probes carry it.
     pub flow_id: u16,
@@ -276,7 +278,7 @@ mod tests {
                     rcvbuf: Some(1 << 20),
                     reverse: Some(serde_json::json!({"seed": 3})),
                     port: Some(40000),
-                    meter: None,
+                    ..Default::default()
                 }],
                 auth: Some("00ff".into()),
                 live: true,

@@ -208,11 +208,7 @@ mod tests {
             interval_ms,
             max_len: 1400,
             mtu: 1500,
-            playout_buffer_ms: None,
-            rcvbuf: None,
-            reverse: None,
-            port: None,
-            meter: None,
+            ..Default::default()
         }
     }
 
