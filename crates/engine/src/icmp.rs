@@ -124,9 +124,7 @@ mod linux {
     use super::*;
     use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
     use crate::net::{enable_rx_timestamps, set_rcvbuf, AsRawFd, RecvBatch, SendBatch, BATCH};
-    use crate::pacing::{
-        gather, split_outcome, stop_reason, wait_or_stop, FlowEnd, FlowSent, Schedule, SendRec,
-    };
+    use crate::pacing::{gather, stop_reason, wait_or_stop, FlowEnd, FlowSent, Schedule, SendRec};
     use crate::plan::FlowPlan;
     use crate::result::{build_doc, DocParts, FlowReport, ReportExtra};
     use crate::session::Offset;
@@ -257,17 +255,7 @@ mod linux {
         let mut acc = SendRec::new(job.cfg, None, job.flow_id);
         let mut first_tx = 0;
         let r = send_loop(job, echo, &mut sched, &mut acc, &mut first_tx);
-        let (error, cancelled) = split_outcome(r);
-        FlowSent {
-            first_tx,
-            send: acc.summary(&sched),
-            rtt: None,
-            rtt_rx: None,
-            cancelled,
-            tcp: None,
-            tcp_cc: None,
-            error,
-        }
+        FlowSent::ran(first_tx, acc.summary(&sched), None, r)
     }
 
     fn send_loop(

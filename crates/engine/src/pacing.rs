@@ -259,6 +259,27 @@ impl FlowSent {
             error: Some(msg.to_string()),
         }
     }
+
+    /// A flow that ran: what it sent, how it ended, and the reflection
+    /// collector when it measures round trips (no TCP figures).
+    pub(crate) fn ran(
+        first_tx: u64,
+        send: SendSummary,
+        rtt_rx: Option<RttRx>,
+        end: FlowEnd,
+    ) -> FlowSent {
+        let (error, cancelled) = split_outcome(end);
+        FlowSent {
+            first_tx,
+            send,
+            rtt: None,
+            rtt_rx,
+            cancelled,
+            tcp: None,
+            tcp_cc: None,
+            error,
+        }
+    }
 }
 
 /// Smallest probe a flow sends, with or without a MAC trailer.
@@ -368,17 +389,7 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
             };
             let mut first_tx = 0;
             let r = udp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
-            let (error, cancelled) = split_outcome(r);
-            FlowSent {
-                first_tx,
-                send: acc.summary(&sched),
-                rtt: None,
-                rtt_rx: reflector,
-                cancelled,
-                tcp: None,
-                tcp_cc: None,
-                error,
-            }
+            FlowSent::ran(first_tx, acc.summary(&sched), reflector, r)
         }
         DataSock::Tcp(s) => {
             let reflector = if job.rtt {
@@ -391,17 +402,10 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
             };
             let mut first_tx = 0;
             let r = tcp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
-            let (error, cancelled) = split_outcome(r);
-            let tcp = sys::tcp_info(&s);
             FlowSent {
-                first_tx,
-                send: acc.summary(&sched),
-                rtt: None,
-                rtt_rx: reflector,
-                cancelled,
-                tcp: Some(tcp.unwrap_or_default()),
+                tcp: Some(sys::tcp_info(&s).unwrap_or_default()),
                 tcp_cc: crate::sockopt::tcp_cc(&s),
-                error,
+                ..FlowSent::ran(first_tx, acc.summary(&sched), reflector, r)
             }
         }
     }
@@ -481,7 +485,7 @@ pub(crate) fn wait_or_stop(
 /// A flow's end: Ok (done or cancelled) or a hard error.
 pub(crate) type FlowEnd = Result<Option<Halt>, String>;
 
-pub(crate) fn split_outcome(r: FlowEnd) -> (Option<String>, bool) {
+fn split_outcome(r: FlowEnd) -> (Option<String>, bool) {
     match r {
         Ok(Some(Halt::Cancelled)) => (None, true),
         Ok(Some(Halt::PeerGone)) => (Some("receiver gone".into()), false),
@@ -895,19 +899,9 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
             (Some(e), _) => Err(e),
             (None, h) => Ok(h),
         };
-        let (error, cancelled) = split_outcome(end);
         done.push((
             f.idx,
-            FlowSent {
-                first_tx: f.first_tx,
-                send: f.acc.summary(&f.sched),
-                rtt: None,
-                rtt_rx: None,
-                cancelled,
-                tcp: None,
-                tcp_cc: None,
-                error,
-            },
+            FlowSent::ran(f.first_tx, f.acc.summary(&f.sched), None, end),
         ));
     }
     done
