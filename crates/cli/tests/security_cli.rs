@@ -3,6 +3,8 @@
 //! never lost or misreported. Tests that start a receiver use ports 157xx
 //! (run them under the network lock).
 
+mod common;
+
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -294,6 +296,57 @@ fn key_file_environment_and_allow_flags() {
         assert_eq!(doc["flows"][0]["received"]["unique"], 20);
         assert_eq!(doc["flows"][0]["received"]["forged"], 0);
     }
+}
+
+/// Item 3, the receiver's choice: `recv --require-auth probes` serves only
+/// senders that MAC every probe. A keyed sender without `--auth probes` is
+/// refused and says why, naming both flags (exit 1); one with it runs.
+/// Requiring MACs without a key exits 2 naming the flag. Unix only: it
+/// sets file modes.
+#[cfg(unix)]
+#[test]
+fn receiver_can_require_probe_macs() {
+    use std::os::unix::fs::PermissionsExt;
+    exits_2_naming(
+        &["recv", "-p", "15744", "--require-auth", "probes"],
+        "--require-auth probes | --key-file",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let keyf = dir.path().join("key");
+    std::fs::write(&keyf, "correct horse battery staple\n").unwrap();
+    std::fs::set_permissions(&keyf, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let k = keyf.to_str().unwrap();
+    let rx = common::Recv::args(&[
+        "-B",
+        "127.0.0.1",
+        "-p",
+        "15744",
+        "--key-file",
+        k,
+        "--require-auth",
+        "probes",
+    ]);
+    let send = "send -a 127.0.0.1 -p 15744 -C 1000 -z 20 --linger 100 --json";
+    let send: Vec<&str> = send.split(' ').collect();
+    let keyed = |more: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.args(&send).args(["--key-file", k]).args(more);
+        c.output().unwrap()
+    };
+    let untagged = keyed(&[]);
+    let tagged = keyed(&["--auth", "probes"]);
+    drop(rx);
+    let err = String::from_utf8_lossy(&untagged.stderr);
+    assert_eq!(untagged.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("recv --require-auth probes") && err.contains("--auth probes"),
+        "{err}"
+    );
+    let err = String::from_utf8_lossy(&tagged.stderr);
+    assert_eq!(tagged.status.code(), Some(0), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&tagged.stdout).unwrap();
+    assert_eq!(doc["flows"][0]["received"]["unique"], 20);
+    assert_eq!(doc["flows"][0]["received"]["forged"], 0);
 }
 
 /// Item 8: rates no pacer can follow are refused before anything starts:

@@ -72,6 +72,10 @@ pub struct DaemonConfig {
     pub log_dir: Option<std::path::PathBuf>,
     /// Serve only senders that prove this key (docs/security.md).
     pub key: Option<Key>,
+    /// With a key: serve only senders that also MAC every probe
+    /// (`send --auth probes`), so no probe without a valid MAC can be in
+    /// any session's figures, whatever the sender chose.
+    pub require_probe_auth: bool,
     /// Only these address blocks may connect (empty: any).
     pub allow: Vec<Cidr>,
     /// Sessions one sender address may run at once.
@@ -94,6 +98,7 @@ impl Default for DaemonConfig {
             idle_timeout: SESSION_IDLE,
             log_dir: None,
             key: None,
+            require_probe_auth: false,
             allow: Vec::new(),
             sessions_per_peer: SESSIONS_PER_PEER,
             max_session: MAX_SESSION,
@@ -128,6 +133,13 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn bind(cfg: DaemonConfig) -> Result<Daemon, EngineError> {
+        if cfg.require_probe_auth && cfg.key.is_none() {
+            // Probe MACs are keyed from the handshake: without a key every
+            // session would be refused.
+            return Err(EngineError::BadPlan(
+                "requiring probe MACs needs the pre-shared key".into(),
+            ));
+        }
         // A socket per flow: sessions of thousands of flows pass the
         // default limit of 1024 open files.
         sys::raise_open_files_limit();
@@ -482,6 +494,17 @@ fn session(
         return refuse(
             &mut ctl,
             "--auth probes: this receiver runs without a key, so it cannot check probe MACs".into(),
+        );
+    }
+    if cfg.require_probe_auth && !auth_probes {
+        // The sender proved the key but would send untagged probes, which
+        // this receiver was told never to measure.
+        stats.auth_failed.fetch_add(1, Ordering::Relaxed);
+        return refuse(
+            &mut ctl,
+            "this receiver requires MACs on every probe (recv --require-auth probes): \
+             run send with --auth probes"
+                .into(),
         );
     }
     if let Err(busy) = slot.promote() {

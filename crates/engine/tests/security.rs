@@ -393,6 +393,11 @@ fn run_keyed(
     port: u16,
     key: Option<&str>,
 ) -> Result<wirebench_engine::ResultDoc, wirebench_engine::EngineError> {
+    wirebench_engine::run(keyed_plan(port, key))
+}
+
+/// The plan [`run_keyed`] runs.
+fn keyed_plan(port: u16, key: Option<&str>) -> wirebench_engine::SessionPlan {
     let mut p = wirebench_engine::SessionPlan::new(
         "127.0.0.1",
         vec![wirebench_engine::FlowPlan {
@@ -408,7 +413,7 @@ fn run_keyed(
     p.port = port;
     p.linger_ms = 100;
     p.key = key.map(self::key);
-    wirebench_engine::run(p)
+    p
 }
 
 /// Issue #9 item 7: a Report with zero flows was accepted (exit 0, "30
@@ -975,6 +980,47 @@ fn authenticated_probes_end_to_end() {
     p.auth_probes = true;
     let e = wirebench_engine::run(p).unwrap_err().to_string();
     assert!(e.contains("--auth probes") && e.contains("key"), "{e}");
+}
+
+/// Item 3, the receiver's side of `--auth probes`: a receiver told to
+/// require probe MACs refuses a sender that proves the key but would send
+/// untagged probes (the refusal names the receiver's flag and the sender's),
+/// opens nothing for it, and serves one that MACs its probes. Requiring
+/// MACs without a key is refused at bind.
+#[test]
+fn receiver_can_require_probe_macs() {
+    let no_key = Daemon::bind(DaemonConfig {
+        bind: Some("127.0.0.1".parse().unwrap()),
+        port: 15723,
+        require_probe_auth: true,
+        ..DaemonConfig::default()
+    });
+    let e = no_key.err().expect("no key, no required MACs").to_string();
+    assert!(e.contains("key"), "{e}");
+    let rx = Rx::start_with(DaemonConfig {
+        port: 15723,
+        key: Some(key(KEY)),
+        require_probe_auth: true,
+        ..DaemonConfig::default()
+    });
+    let plan = |auth_probes| {
+        let mut p = keyed_plan(rx.port, Some(KEY));
+        p.auth_probes = auth_probes;
+        p
+    };
+    let e = wirebench_engine::run(plan(false)).unwrap_err().to_string();
+    assert!(
+        e.contains("recv --require-auth probes") && e.contains("--auth probes"),
+        "{e}"
+    );
+    assert_eq!(rx.stats.auth_failed.load(Ordering::Relaxed), 1);
+    assert_eq!(rx.stats.sessions_started.load(Ordering::Relaxed), 0);
+    let doc = wirebench_engine::run(plan(true)).unwrap();
+    assert!(!doc.partial);
+    let f = &doc.flows[0];
+    assert_eq!(f.received.counts.unique, 30);
+    assert_eq!(f.received.counts.forged, 0);
+    assert_eq!(rx.stats.sessions_started.load(Ordering::Relaxed), 1);
 }
 
 /// Issue #9 item 5: a session's sockets, socket buffers and threads are

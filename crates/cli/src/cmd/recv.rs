@@ -18,7 +18,9 @@ a sender that goes silent for 10 s is given up on. Traffic that is not a
 wirebench session is counted as foreign and ignored.
 
 On a shared network, give the receiver and its senders a key (--key-file, or
-WIREBENCH_KEY) and restrict who may connect (--allow); see docs/security.md.
+WIREBENCH_KEY) and restrict who may connect (--allow); with --require-auth
+probes it serves only senders that MAC every probe (send --auth probes), so
+no forged probe can enter a figure. See docs/security.md.
 A connection has 5 s to complete its handshake; at most 8 per address and 64
 in all may be in their handshake at once, and they never take the slots of
 the (at most 64) running sessions.
@@ -37,7 +39,8 @@ Examples:
   wirebench recv -B 192.0.2.7    # one address only
   wirebench recv -p 6000 -q
   wirebench recv --log-dir logs/ # per-packet log of every session
-  WIREBENCH_KEY=$(cat key) wirebench recv --allow 192.0.2.0/24")]
+  WIREBENCH_KEY=$(cat key) wirebench recv --allow 192.0.2.0/24
+  WIREBENCH_KEY=$(cat key) wirebench recv --require-auth probes")]
 pub struct Args {
     /// Address to bind (default: all IPv4 and IPv6 addresses).
     #[arg(short = 'B', value_name = "ADDR")]
@@ -57,6 +60,12 @@ pub struct Args {
     /// may instead be in the WIREBENCH_KEY environment variable.
     #[arg(long = "key-file", value_name = "FILE")]
     pub key_file: Option<std::path::PathBuf>,
+    /// What senders must authenticate besides the handshake: `session`
+    /// (the handshake only, the default with a key) or `probes` (every
+    /// probe too: a sender without `send --auth probes` is refused, so no
+    /// untagged probe is measured). Needs the key.
+    #[arg(long = "require-auth", value_name = "session|probes", value_parser = ["session", "probes"])]
+    pub require_auth: Option<String>,
     /// Accept control connections only from these address blocks
     /// (repeatable or comma-separated, e.g. 192.0.2.0/24,2001:db8::/32);
     /// others are closed without an answer.
@@ -192,12 +201,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let key = crate::key::load(args.key_file.as_deref())?;
     let authenticated = key.is_some();
+    if let (Some(mode), false) = (&args.require_auth, authenticated) {
+        return Err(bad_input(format!(
+            "--require-auth {mode}: needs the pre-shared key (--key-file FILE or WIREBENCH_KEY)"
+        )));
+    }
+    let require_probe_auth = args.require_auth.as_deref() == Some("probes");
     let daemon = Daemon::bind(DaemonConfig {
         bind,
         port: args.port,
         verbose: !args.quiet,
         log_dir: args.log_dir.clone(),
         key,
+        require_probe_auth,
         allow,
         sessions_per_peer: args.max_per_peer,
         max_session: Duration::from_secs(args.max_session),
@@ -216,7 +232,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if let Some(a) = daemon.local_addr() {
             eprintln!(
                 "wirebench recv: listening on {a} (control, TCP){}",
-                if authenticated {
+                if require_probe_auth {
+                    ", senders must authenticate and MAC every probe"
+                } else if authenticated {
                     ", senders must authenticate"
                 } else {
                     ", no authentication (see --key-file)"
