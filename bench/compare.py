@@ -71,21 +71,23 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def signal_group(p, sig):
+    """Signal the process group of a child started in a session of its own."""
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def cleanup():
     for p in RECEIVERS:
         if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(p, signal.SIGTERM)
     for p in RECEIVERS:
         try:
             p.wait(timeout=3)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(p, signal.SIGKILL)
     RECEIVERS.clear()
 
 
@@ -329,6 +331,20 @@ class Ditg:
                       received=int(rrep["packets"] or 0), goodput_bps=bps)
 
 
+def take_json(path):
+    """A result document a run wrote, read and removed; None if there is
+    none or it is not JSON (a run that died half-way)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except ValueError:
+        return None
+    finally:
+        os.unlink(path)
+
+
 def span_rate(n, span):
     if not n or not span or n < 2:
         return 0.0
@@ -359,14 +375,7 @@ class Wirebench:
                  "-t", str(int(secs * 1000)), "--json", out]
                 + self.linger + flow)
         rc, text = run(argv, timeout=secs + 30)
-        doc = None
-        if os.path.exists(out):
-            try:
-                with open(out) as f:
-                    doc = json.load(f)
-            except ValueError:
-                doc = None
-            os.unlink(out)
+        doc = take_json(out)
         if doc is None or not doc.get("flows"):
             return None, f"wirebench send rc={rc}: {text[-400:]}"
         return (doc["flows"] if every_flow else doc["flows"][0]), ""
@@ -411,14 +420,7 @@ class Wirebench:
         argv = ([self.bin, "send", "-a", HOST, "-p", str(port), "-4",
                  "-z", str(count), "--json", out] + self.linger + flow)
         rc, text = run(argv, timeout=count / 50_000 + 60)
-        doc = None
-        if os.path.exists(out):
-            try:
-                with open(out) as f:
-                    doc = json.load(f)
-            except ValueError:
-                doc = None
-            os.unlink(out)
+        doc = take_json(out)
         if doc is None or not doc.get("flows"):
             return None, f"wirebench send rc={rc}: {text[-400:]}"
         return doc["flows"][0], ""
@@ -555,6 +557,470 @@ def auth_cost(args, wb, workdir):
              f"{med(a, 'rx'):.0f} / {med(b, 'rx'):.0f}",
              f"{100*med(a, 'loss'):.3f} / {100*med(b, 'loss'):.3f}",
              f"{max(x['forged'] for x in a + b)}"]]
+    return head, rows
+
+
+# --------------------------------------------------------------------------
+# Many flows in one session (section "many")
+
+# name -> (flows, packets/s per flow), 64 B UDP. The issue's targets are
+# 1000x100 and 10000x10 (every flow within ±0.1 %, no loss); 60x2000 is
+# S1's flow count at 120 kpps in all; 128x100 is as many streams as
+# iperf3 runs (-P 128), so there all three tools meet.
+MANY_CASES = {
+    "60x2000": (60, 2000.0),
+    "128x100": (128, 100.0),
+    "1000x100": (1000, 100.0),
+    "10000x10": (10000, 10.0),
+}
+MANY_SIZE = 64
+IPERF_MAX_STREAMS = 128  # iperf3 -P accepts at most this
+# Receivers of this section are started fresh for every trial (their RSS
+# growth is a column), on ports of their own.
+WB_MANY_PORT = 15403
+IPERF_MANY_PORT = 15202
+ITG_MANY_SIG_PORT = 19001
+ITG_MANY_DATA_PORT = 20000  # D-ITG flow i receives on 20000 + i
+# D-ITG runs a thread per flow in ITGSend and one more per flow in ITGRecv.
+# A trial starts only when twice its flows plus this margin fit in the task
+# ids the host has left: thousands of threads must not starve the host's
+# other processes of pids.
+ITG_TASK_MARGIN = 8192
+MANY_TOOLS = ("wirebench", "ditg", "iperf3")
+
+
+def rss_kib(pid):
+    """Resident set of a process (all its threads), KiB; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tasks_left():
+    """Task ids (processes + threads) the host can still create."""
+    limit = None
+    for path in ("/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"):
+        try:
+            with open(path) as f:
+                v = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        limit = v if limit is None else min(limit, v)
+    if limit is None:
+        return None
+    used = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                used += len(os.listdir(f"/proc/{d}/task"))
+            except OSError:
+                pass
+    return limit - used
+
+
+def stop_receiver(p):
+    """Stop one receiver this run started (its whole process group)."""
+    signal_group(p, signal.SIGTERM)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        signal_group(p, signal.SIGKILL)
+        p.wait(timeout=10)
+    if p in RECEIVERS:
+        RECEIVERS.remove(p)
+
+
+def watch(argv, timeout, rx, out_path):
+    """Run a sender to completion (at most `timeout` s) in its own process
+    group, output to `out_path`, sampling its and the receiver's RSS every
+    50 ms. Returns rc (None on timeout), wall s, peak KiB sender/receiver."""
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    RECEIVERS.append(p)  # killed by cleanup() if the benchmark is stopped
+    if PIDFILE:
+        with open(PIDFILE, "a") as f:
+            f.write(f"{p.pid}\n")
+    t0 = time.monotonic()
+    peak_tx = peak_rx = 0
+    rc = None
+    while True:
+        peak_tx = max(peak_tx, rss_kib(p.pid))
+        peak_rx = max(peak_rx, rss_kib(rx.pid))
+        rc = p.poll()
+        if rc is not None:
+            break
+        if time.monotonic() - t0 > timeout:
+            break
+        time.sleep(0.05)
+    wall = time.monotonic() - t0
+    if rc is None:
+        stop_receiver(p)  # the same group kill; the run counts as failed
+    elif p in RECEIVERS:
+        RECEIVERS.remove(p)
+    return rc, wall, peak_tx, peak_rx
+
+
+def tail(path, n=300):
+    """The end of a tool's output, on one line."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - n))
+            return " ".join(f.read().decode("utf-8", "replace").split())
+    except OSError:
+        return ""
+
+
+class ManyTrial:
+    """One session of n flows: per-flow rates and counts, memory, time.
+
+    Two rate errors per flow, both against the requested rate R:
+      span: (N - 1) / (t_last - t_first) over the flow's sent and its
+        received packets (the definition of the single-flow rows); it
+        measures the timing of a flow's first and last packets: for a run
+        of T s, a difference of d s in their lateness reads d / T.
+        iperf3 prints no per-packet times: n/a.
+      count: packets received / (R x T), T the requested run length; it
+        misses no packet and ignores timing."""
+
+    def __init__(self, tool, n, pps, secs):
+        self.tool, self.n, self.pps, self.secs = tool, n, pps, secs
+        # (sent pps, received pps, sent, received) per flow; rates None
+        # where the tool gives no per-packet times.
+        self.flows = []
+        self.not_sent = 0
+        self.wall_s = None
+        self.tx_kib = self.rx_kib = 0  # peak RSS sender, receiver growth
+        self.note = ""
+
+    def summary(self, tx_base_kib):
+        """Worst flow's span-rate error (sent, received) and count error,
+        loss, KiB per flow. Flows the tool never reported count as 100 %
+        wrong and all their packets lost."""
+        want = self.pps * self.secs
+        missing = self.n - len(self.flows)
+        err_tx = err_rx = err_n = 1.0 if missing > 0 else 0.0
+        lost = self.not_sent + (int(want) * missing if missing > 0 else 0)
+        for tx, rx, sent, got in self.flows:
+            if tx is None or rx is None:
+                err_tx = err_rx = None
+            elif err_tx is not None:
+                err_tx = max(err_tx, abs(tx / self.pps - 1))
+                err_rx = max(err_rx, abs(rx / self.pps - 1))
+            err_n = max(err_n, abs(got / want - 1))
+            lost += max(0, sent - got)
+        return {"tool": self.tool, "flows": self.n, "ran": len(self.flows),
+                "err_tx": err_tx, "err_rx": err_rx, "err_count": err_n,
+                "lost": lost, "wall_s": self.wall_s,
+                "tx_kib_per_flow": max(0, self.tx_kib - tx_base_kib) / self.n,
+                "rx_kib_per_flow": self.rx_kib / self.n, "note": self.note}
+
+
+def many_wirebench(ctx, n, pps, secs):
+    """wirebench send --flows n: one session, shared pacers (the default)."""
+    t = ManyTrial("wirebench", n, pps, secs)
+    rx = start_receiver([ctx.bin, "recv", "-B", HOST, "-p", str(WB_MANY_PORT)],
+                        ctx.workdir, "wb-many-recv", WB_MANY_PORT)
+    idle = rss_kib(rx.pid)
+    doc_path = os.path.join(ctx.workdir, "wb-many.json")
+    argv = [ctx.bin, "send", "-a", HOST, "-p", str(WB_MANY_PORT), "-4",
+            "--flows", str(n), "-C", repr(pps), "-c", str(MANY_SIZE),
+            "-t", str(int(secs * 1000)), "--linger", "2000",
+            "--json", doc_path]
+    try:
+        rc, t.wall_s, peak_tx, peak_rx = watch(
+            argv, secs + 60, rx, os.path.join(ctx.workdir, "wb-many.out"))
+    finally:
+        stop_receiver(rx)
+    t.tx_kib, t.rx_kib = peak_tx, max(0, peak_rx - idle)
+    doc = take_json(doc_path)
+    if rc is None or doc is None:
+        t.note = ("timed out" if rc is None else f"rc={rc}: "
+                  + tail(os.path.join(ctx.workdir, "wb-many.out")))
+        return t
+    for fl in doc.get("flows", []):
+        sent = fl.get("sent", {})
+        rcv = fl.get("received", {})
+        payload = float(fl.get("throughput_bps", {}).get("payload") or 0)
+        t.flows.append((float(sent.get("rate_pps") or 0),
+                        payload / (8 * MANY_SIZE),
+                        int(sent.get("packets") or 0),
+                        int(rcv.get("unique") or 0)))
+        t.not_sent += int(sent.get("not_sent") or 0)
+    return t
+
+
+def itgdec_flows(text):
+    """ITGDec's per-flow blocks: {destination port: (packets, seconds)}."""
+    flows = {}
+    for block in text.split("Flow number:")[1:]:
+        block = block.split("TOTAL RESULTS")[0]
+        to = re.search(r"To\s+\S+:(\d+)", block)
+        secs = re.search(r"Total time\s*=\s*([0-9.]+)", block)
+        pkts = re.search(r"Total packets\s*=\s*([0-9]+)", block)
+        if to and secs and pkts:
+            flows[int(to.group(1))] = (int(pkts.group(1)),
+                                       float(secs.group(1)))
+    return flows
+
+
+def many_ditg(ctx, n, pps, secs):
+    """ITGSend in multi-flow mode: a script of n lines, one per flow, each
+    to its own port (D-ITG runs a thread per flow at each end)."""
+    t = ManyTrial("ditg", n, pps, secs)
+    left = tasks_left()
+    if left is not None and 2 * n + ITG_TASK_MARGIN > left:
+        t.note = (f"not run: needs {2 * n} threads, the host has "
+                  f"{left} task ids left")
+        return t
+    script = os.path.join(ctx.workdir, "itg-many.script")
+    with open(script, "w") as f:
+        for i in range(n):
+            f.write(f"-a {HOST} -Sdp {ITG_MANY_SIG_PORT} "
+                    f"-rp {ITG_MANY_DATA_PORT + i} -T UDP "
+                    f"-C {pps:g} -c {MANY_SIZE} -t {int(secs * 1000)}\n")
+    slog = os.path.join(ctx.workdir, "itg-many-s.log")
+    rlog = os.path.join(ctx.workdir, "itg-many-r.log")
+    # -q 1: both ends write every packet to their logs at once. With the
+    # default (50) a flow that never ends (below) keeps up to 49 packets
+    # unwritten, which would read as lost.
+    rx = start_receiver(NICE + ["ITGRecv", "-a", HOST, "-Sp",
+                                str(ITG_MANY_SIG_PORT), "-q", "1"],
+                        ctx.workdir, "itgrecv-many", ITG_MANY_SIG_PORT)
+    out = os.path.join(ctx.workdir, "itg-many.out")
+    try:
+        idle = rss_kib(rx.pid)
+        # Bounded: ITGSend may never exit (below); starting a thread and a
+        # signalling exchange per flow takes time at thousands of flows.
+        rc, t.wall_s, peak_tx, peak_rx = watch(
+            NICE + ["ITGSend", script, "-l", slog, "-x", rlog, "-q", "1"],
+            secs + 10 + n / 100, rx, out)
+        t.tx_kib, t.rx_kib = peak_tx, max(0, peak_rx - idle)
+        # ITGRecv writes its log as flows end; wait (bounded) until every
+        # flow the sender logged is in it.
+        sent = rcvd = {}
+        for _ in range(10):
+            sent = itgdec_flows(run(["ITGDec", slog], 120)[1]) \
+                if os.path.exists(slog) else {}
+            rcvd = itgdec_flows(run(["ITGDec", rlog], 120)[1]) \
+                if os.path.exists(rlog) else {}
+            if len(rcvd) >= len(sent):
+                break
+            time.sleep(0.5)
+    finally:
+        stop_receiver(rx)
+    for f in (slog, rlog, script):
+        if os.path.exists(f):
+            os.unlink(f)
+    if rc is None:
+        # Seen from 60 flows up: every flow sent for its time, but some
+        # flows' end handshakes never complete and ITGSend waits for them.
+        # Its logs hold what was sent and received all the same.
+        try:
+            with open(out, "rb") as f:
+                done = f.read().count(b"Finished sending packets")
+        except OSError:
+            done = 0
+        t.note = (f"ITGSend did not exit: {done} of {n} flows reported "
+                  f"finished; stopped after {t.wall_s:.0f} s, figures from "
+                  f"its logs")
+    elif rc < 0:
+        # D-ITG 2.8.1 crashes at some hundreds of flows (docs/performance.md).
+        try:
+            with open(out, "rb") as f:
+                started = f.read().count(b"Started sending packets")
+        except OSError:
+            started = 0
+        sig = (signal.Signals(-rc).name if -rc in signal.valid_signals()
+               else f"signal {-rc}")
+        t.note = (f"ITGSend killed by {sig} after "
+                  f"starting {started} of {n} flows")
+    elif rc != 0:
+        t.note = f"ITGSend rc={rc}: {tail(out, 200)}"
+    for port, (spk, ssecs) in sent.items():
+        rpk, rsecs = rcvd.get(port, (0, 0.0))
+        t.flows.append((span_rate(spk, ssecs), span_rate(rpk, rsecs),
+                        spk, rpk))
+    if not t.note and len(sent) < n:
+        t.note = f"{n - len(sent)} flows not in the sender's log"
+    return t
+
+
+def many_iperf3(ctx, n, pps, secs):
+    """iperf3 -u -P n: n streams in one test, -b per stream."""
+    t = ManyTrial("iperf3", n, pps, secs)
+    if n > IPERF_MAX_STREAMS:
+        t.note = f"not run: iperf3 -P takes at most {IPERF_MAX_STREAMS}"
+        return t
+    srv = start_receiver(NICE + ["iperf3", "-s", "-1", "-J", "-B", HOST, "-p",
+                                 str(IPERF_MANY_PORT)],
+                         ctx.workdir, "iperf3-many", IPERF_MANY_PORT)
+    out = os.path.join(ctx.workdir, "iperf3-many.json")
+    argv = NICE + ["iperf3", "-c", HOST, "-p", str(IPERF_MANY_PORT), "-J",
+                   "--get-server-output", "-u", "-P", str(n),
+                   "-b", str(int(round(pps * MANY_SIZE * 8))),
+                   "-l", str(MANY_SIZE), "-t", fmt_secs(secs)]
+    if IPERF_WINDOW:
+        argv += ["-w", IPERF_WINDOW]
+    try:
+        idle = rss_kib(srv.pid)
+        rc, t.wall_s, peak_tx, peak_rx = watch(argv, secs + 30, srv, out)
+        t.tx_kib, t.rx_kib = peak_tx, max(0, peak_rx - idle)
+    finally:
+        stop_receiver(srv)
+    try:
+        with open(out) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        doc = {}
+    if rc is None or "error" in doc or not doc:
+        t.note = "timed out" if rc is None else \
+            f"rc={rc}: {doc.get('error') or tail(out, 200)}"
+        return t
+    cs = [s.get("udp", {}) for s in doc.get("end", {}).get("streams", [])]
+    ss = [s.get("udp", {}) for s in (doc.get("server_output_json") or {})
+          .get("end", {}).get("streams", [])]
+    if len(ss) != len(cs):
+        t.note = f"{len(cs)} client streams, {len(ss)} server streams"
+        ss = ss + [{}] * (len(cs) - len(ss))
+    # iperf3 prints no per-packet times, so no span rate: counts only (the
+    # receiver's count is packets - lost).
+    for c, s in zip(cs, ss):
+        sent = int(c.get("packets") or 0)
+        got = int(s.get("packets") or 0) - int(s.get("lost_packets") or 0)
+        t.flows.append((None, None, sent, got))
+    return t
+
+
+MANY_RUN = {"wirebench": many_wirebench, "ditg": many_ditg,
+            "iperf3": many_iperf3}
+
+
+class ManyCtx:
+    def __init__(self, binary, workdir):
+        self.bin = binary
+        self.workdir = workdir
+
+
+def many_section(args, b, workdir):
+    """Section many: every case once per tool per repetition, tools
+    interleaved. Returns {(case, tool): [summary per repetition]}."""
+    ctx = ManyCtx(b.tools["wirebench"].bin if "wirebench" in b.tools
+                  else None, workdir)
+    tools = [t for t in MANY_TOOLS if t in b.tools]
+    # The senders' fixed memory: a one-flow session of each tool, 1 s.
+    base = {}
+    for tool in tools:
+        t = MANY_RUN[tool](ctx, 1, 100.0, 1.0)
+        base[tool] = t.tx_kib
+        log(f"  {tool:10s} one-flow session: sender peak RSS {t.tx_kib} KiB"
+            + (f" ({t.note})" if t.note else ""))
+    res = {}
+    for rep in range(args.reps):
+        for case in args.many_cases:
+            n, pps = MANY_CASES[case]
+            for tool in tools:
+                if tool == "iperf3" and n > IPERF_MAX_STREAMS:
+                    continue  # iperf3 -P takes at most 128 streams
+                if b.time_left() <= 0:
+                    log(f"  skip {tool} {case}: --max-time reached")
+                    continue
+                t = MANY_RUN[tool](ctx, n, pps, args.many_secs)
+                s = t.summary(base.get(tool, 0))
+                s.update(case=case, rep=rep)
+                b.trials.append(dict(s, section="many"))
+                res.setdefault((case, tool), []).append(s)
+                log(f"  rep {rep+1} {case:9s} {tool:10s} flows {s['ran']}/{n}"
+                    f" worst span rate err sent {pct(s['err_tx'])} received "
+                    f"{pct(s['err_rx'])} count {pct(s['err_count'])}"
+                    f" lost {s['lost']} KiB/flow {s['tx_kib_per_flow']:.1f}/"
+                    f"{s['rx_kib_per_flow']:.1f} wall "
+                    f"{s['wall_s'] or 0:.1f} s"
+                    + (f" [{s['note']}]" if s["note"] else ""))
+    return res
+
+
+def pct(v):
+    if v is None:
+        return "n/a"
+    return f"{100 * v:.2g} %" if v >= 0.01 else f"{100 * v:.4f} %"
+
+
+def many_rows(args, res):
+    """The many-flow table: per case and tool, medians over repetitions
+    (the worst repetition in brackets), ratios to wirebench's row."""
+    head = ["many flows, 64 B UDP, " + fmt_secs(args.many_secs) + " s",
+            "tool", "flows run", "worst flow span rate error, sent / received",
+            "worst flow count error", "lost", "KiB/flow tx / rx", "wall s",
+            "error / wb's", "KiB/flow / wb's", "target", "met", "note"]
+    rows = []
+    for case in args.many_cases:
+        n, _ = MANY_CASES[case]
+        wb = [x for x in res.get((case, "wirebench"), []) if x["ran"] > 0]
+        for tool in MANY_TOOLS:
+            rs = res.get((case, tool))
+            if not rs:
+                continue
+            notes = "; ".join(sorted({x["note"] for x in rs if x["note"]}))
+            ran = [r for r in rs if r["ran"] > 0]
+            if not ran:
+                rows.append([case, LABEL[tool], f"0 of {n}"]
+                            + [""] * 9 + [notes])
+                continue
+
+            def med(k, xs=ran):
+                return median([x[k] for x in xs])
+
+            def worst(k, xs=ran):
+                vs = [x[k] for x in xs if x[k] is not None]
+                return max(vs) if vs else None
+
+            def both(k):
+                c = pct(med(k))
+                if len(ran) > 1 and med(k) is not None:
+                    c += f" (≤ {pct(worst(k))})"
+                return c
+
+            def err(xs):
+                # Span error where the tool has one, else the count error.
+                if worst("err_tx", xs) is None:
+                    return med("err_count", xs)
+                return max(med("err_tx", xs), med("err_rx", xs))
+
+            def kib(xs):
+                return med("tx_kib_per_flow", xs) + med("rx_kib_per_flow", xs)
+
+            r = [case, LABEL[tool],
+                 "/".join(str(x["ran"]) for x in rs) + f" of {n}",
+                 f"{both('err_tx')} / {both('err_rx')}"
+                 if worst("err_tx") is not None else "n/a (no packet times)",
+                 both("err_count"), str(sum(x["lost"] for x in rs)),
+                 f"{med('tx_kib_per_flow'):.1f} / {med('rx_kib_per_flow'):.1f}",
+                 f"{med('wall_s'):.1f}"]
+            if tool != "wirebench" and wb:
+                # Like with like: span errors for D-ITG, count errors for
+                # iperf3 (wirebench's own count error is usually 0).
+                wb_err = (err(wb) if worst("err_tx") is not None
+                          else med("err_count", wb))
+                r += ["wb 0" if wb_err == 0 else
+                      cell(ratio(err(ran), wb_err), "{:.3g}×"),
+                      cell(ratio(kib(ran), kib(wb)), "{:.2f}×")]
+            else:
+                r += ["", ""]
+            if tool == "wirebench" and case in ("1000x100", "10000x10"):
+                met = (all(x["ran"] == n for x in rs)
+                       and worst("err_tx") <= 0.001
+                       and worst("err_rx") <= 0.001
+                       and sum(x["lost"] for x in rs) == 0)
+                r += ["every flow's span rate ±0.1 %, no loss", yn(met)]
+            else:
+                r += ["", ""]
+            rows.append(r + [notes])
     return head, rows
 
 
@@ -870,7 +1336,9 @@ def main():
                          "rate), tcp (goodput), dir (TCP goodput with -R "
                          "and --bidir, wirebench and iperf3), log (cost of "
                          "the receiver's per-packet log), auth (cost of "
-                         "--auth probes)")
+                         "--auth probes); many (sessions of many flows "
+                         "beside D-ITG multi-flow and iperf3 -P; not in "
+                         "the default list)")
     ap.add_argument("--reps", type=int, default=None,
                     help="repetitions of every measurement (3; quick 1)")
     ap.add_argument("--secs", type=float, default=None,
@@ -900,6 +1368,11 @@ def main():
     ap.add_argument("--auth-packets", type=int, default=None,
                     help="packets per run of the probe-MAC section "
                     "(default 5 000 000; --quick 1 000 000)")
+    ap.add_argument("--many-cases", default=",".join(MANY_CASES),
+                    help="section many: FLOWSxPPS cases, comma list of "
+                    + ", ".join(MANY_CASES))
+    ap.add_argument("--many-secs", type=float, default=None,
+                    help="section many: seconds per session (5, quick 2)")
     ap.add_argument("--log-rate", type=int, default=500000,
                     help="paced rate of the log section's paced runs (pps)")
     ap.add_argument("--pidfile", default=None)
@@ -932,9 +1405,19 @@ def main():
         return 2
     if args.max_time is None:
         args.max_time = 240.0 if q else 900.0
+    if args.many_secs is None:
+        args.many_secs = 2.0 if q else 5.0
+    args.many_cases = [c.strip() for c in args.many_cases.split(",")
+                       if c.strip()]
+    for c in args.many_cases:
+        if c not in MANY_CASES:
+            print(f"--many-cases: unknown case {c!r} (know "
+                  f"{', '.join(MANY_CASES)})", file=sys.stderr)
+            return 2
     for flag, v, lo, hi in (("--secs", args.secs, 0.2, 60),
                             ("--search-secs", args.search_secs, 0.2, 60),
                             ("--tcp-secs", args.tcp_secs, 0.5, 60),
+                            ("--many-secs", args.many_secs, 1, 60),
                             ("--search-steps", args.search_steps, 0, 20),
                             ("--max-time", args.max_time, 10, 7200)):
         if not lo <= v <= hi:
@@ -966,9 +1449,9 @@ def main():
             return 2
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in sections:
-        if s not in ("rate", "max", "tcp", "dir", "log", "auth"):
-            print(f"--sections: unknown section {s!r} (rate, max, tcp, dir, log, auth)",
-                  file=sys.stderr)
+        if s not in ("rate", "max", "tcp", "dir", "log", "auth", "many"):
+            print(f"--sections: unknown section {s!r} (rate, max, tcp, dir, "
+                  "log, auth, many)", file=sys.stderr)
             return 2
 
     workdir = tempfile.mkdtemp(prefix="wirebench-bench-")
@@ -980,7 +1463,8 @@ def main():
                 if not args.wirebench or not os.access(args.wirebench, os.X_OK):
                     log("wirebench: no binary (--wirebench); left out")
                     continue
-                tools[t] = Wirebench(workdir, args.wirebench)
+                # Receivers run in the work directory: no relative paths.
+                tools[t] = Wirebench(workdir, os.path.abspath(args.wirebench))
             elif t == "iperf3":
                 tools[t] = Iperf3(workdir)
             elif t == "ditg":
@@ -1017,21 +1501,35 @@ def main():
     if "auth" in sections and "wirebench" in tools:
         log("== probe MACs: the same packets with a key, without and with --auth probes")
         auth_table = auth_cost(args, tools["wirebench"], workdir)
+    many = {}
+    if "many" in sections and "wirebench" not in tools:
+        log("== many flows: left out (no wirebench binary)")
+    elif "many" in sections:
+        log("== many flows in one session: wirebench, D-ITG (a thread per "
+            "flow), iperf3 -P")
+        many = many_section(args, b, workdir)
     elapsed = time.monotonic() - b.t0
     load_after = loadavg()
 
     head, rows, verdicts = table(args, tools, acc, mx, tcp, sections, dirs)
-    print(render(head, rows, args.markdown))
+    if rows:
+        print(render(head, rows, args.markdown))
     if log_table and log_table[1]:
         print()
         print(render(log_table[0], log_table[1], args.markdown))
     if auth_table and auth_table[1]:
         print()
         print(render(auth_table[0], auth_table[1], args.markdown))
+    many_table = many_rows(args, many) if many else None
+    if many_table and many_table[1]:
+        print()
+        print(render(many_table[0], many_table[1], args.markdown))
     print(f"\n{args.reps} repetitions, medians; rate trials "
           f"{fmt_secs(args.secs)} s, search trials "
           f"{fmt_secs(args.search_secs)} s (max mode + ≤{args.search_steps} "
-          f"steps), TCP {fmt_secs(args.tcp_secs)} s; total "
+          f"steps), TCP {fmt_secs(args.tcp_secs)} s"
+          + (f", many-flow sessions {fmt_secs(args.many_secs)} s"
+             if "many" in sections else "") + "; total "
           f"{elapsed:.0f} s; host {os.cpu_count()} CPUs, "
           f"kernel {os.uname().release}; load average {load_before} "
           f"before, {load_after} after; reference tools at nice "
@@ -1064,6 +1562,8 @@ def main():
                 "table": {"head": head, "rows": rows},
                 "auth_table": ({"head": auth_table[0], "rows": auth_table[1]}
                                if auth_table else None),
+                "many_table": ({"head": many_table[0], "rows": many_table[1]}
+                               if many_table else None),
                 "trials": b.trials,
             }, f, indent=1)
     return 0

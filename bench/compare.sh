@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # wirebench vs D-ITG vs iperf3 on loopback, one table of ratios.
-# (Sessions of many flows: bench/many_flows.py, docs/performance.md.)
+# (Sessions of many flows: `--sections many` here, against D-ITG and
+# iperf3 -P; bench/many_flows.py for wirebench's own pacing modes.)
 #
 #   bench/compare.sh [--quick] [--no-build] [compare.py options...]
 #

@@ -41,24 +41,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import tcp_listening  # noqa: E402
+from compare import rss_kib, tcp_listening  # noqa: E402
 
 CASES = {
     "60x2000": (60, 2000.0),
     "1000x100": (1000, 100.0),
     "10000x10": (10000, 10.0),
 }
-
-
-def rss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
