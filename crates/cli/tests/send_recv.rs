@@ -12,32 +12,43 @@ use std::time::{Duration, Instant};
 static TRAFFIC: Mutex<()> = Mutex::new(());
 
 mod common;
-use common::{bad, f, send, send_json, u, Recv, BIN};
+use common::{bad, f, send, send_json, send_json_rt, u, Recv, BIN};
+use wirebench_testkit::{check, measure};
 
 fn check_constant_rate(dest: &str, family: &str, port: u16) {
     let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
     let _r = Recv::start(port);
     let p = port.to_string();
-    let doc = send_json(&[
-        "-a", dest, family, "-p", &p, "-C", "10000", "-c", "512", "-t", "2000", "--linger", "500",
-    ]);
-    let fl = &doc["flows"][0];
-    assert_eq!(u(fl, "sent.packets"), 20_000);
-    assert_eq!(u(fl, "sent.not_sent"), 0);
-    assert_eq!(u(fl, "received.unique"), 20_000);
-    assert_eq!(u(fl, "received.packets"), 20_000);
-    assert_eq!(u(fl, "received.lost"), 0);
-    let rate = f(fl, "sent.rate_pps");
-    assert!(
-        (rate / 10_000.0 - 1.0).abs() < 0.002,
-        "achieved {rate} pps, asked 10000"
-    );
-    let rx_pps = f(fl, "throughput_bps.payload") / (512.0 * 8.0);
-    assert!(
-        (rx_pps / 10_000.0 - 1.0).abs() < 0.002,
-        "received {rx_pps} pps, asked 10000"
-    );
-    assert_eq!(u(fl, "ip_version"), if family == "-4" { 4 } else { 6 });
+    // The rate, and whether the last packets left before the run's end
+    // (20 ms of grace), depend on the host giving the pacer a CPU on time:
+    // a 4 ms stall at the first or last packet moves the rate 0.2 %. So the
+    // sender runs at real-time priority (as root), and those checks are
+    // measured once more when the host was busy during a failed run; the
+    // accounting below holds however late the pacer was.
+    measure(&format!("10 000 pps for 2 s to {dest}"), || {
+        let doc = send_json_rt(&[
+            "-a", dest, family, "-p", &p, "-C", "10000", "-c", "512", "-t", "2000", "--linger",
+            "500",
+        ]);
+        let fl = &doc["flows"][0];
+        assert_eq!(u(fl, "ip_version"), if family == "-4" { 4 } else { 6 });
+        let (sent, not_sent) = (u(fl, "sent.packets"), u(fl, "sent.not_sent"));
+        assert_eq!(sent + not_sent, 20_000, "every planned packet accounted");
+        assert_eq!(u(fl, "received.packets"), u(fl, "received.unique"));
+        check(not_sent == 0, || format!("{not_sent} of 20000 not sent"))?;
+        let (unique, lost) = (u(fl, "received.unique"), u(fl, "received.lost"));
+        check(unique == sent && lost == 0, || {
+            format!("sent {sent}, received {unique}, lost {lost}")
+        })?;
+        let rate = f(fl, "sent.rate_pps");
+        check((rate / 10_000.0 - 1.0).abs() < 0.002, || {
+            format!("achieved {rate} pps, asked 10000")
+        })?;
+        let rx_pps = f(fl, "throughput_bps.payload") / (512.0 * 8.0);
+        check((rx_pps / 10_000.0 - 1.0).abs() < 0.002, || {
+            format!("received {rx_pps} pps, asked 10000")
+        })
+    });
 }
 
 #[test]
@@ -96,39 +107,54 @@ fn packet_and_byte_counts_are_exact() {
 #[test]
 fn rtt_mode_gives_plausible_round_trips() {
     let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
-    let _r = Recv::start(15604);
-    let doc = send_json(&[
-        "-a",
-        "127.0.0.1",
-        "-p",
-        "15604",
-        "-m",
-        "rtt",
-        "-C",
-        "1000",
-        "-c",
-        "64",
-        "-z",
-        "500",
-        "--linger",
-        "300",
-    ]);
-    assert_eq!(doc["meter"], "rtt");
-    let fl = &doc["flows"][0];
-    assert_eq!(u(fl, "rtt_received"), 500);
-    let (min, max) = (f(fl, "rtt_s.min"), f(fl, "rtt_s.max"));
-    assert!(min > 0.0 && max < 0.010, "rtt min {min} max {max}");
-    assert!(f(fl, "rtt_s.mean") >= min && f(fl, "rtt_s.mean") <= max);
-
+    // The largest round trip is how long the receiver waited for a CPU at
+    // worst (TCP read 12-28 ms in 4 runs of 4 beside 4 CPU hogs): both ends
+    // run at real-time priority (as root), and the check is measured once
+    // more when the host was busy during a failed run.
+    let _r = Recv::realtime(15604);
+    measure("udp round trips", || {
+        let doc = send_json_rt(&[
+            "-a",
+            "127.0.0.1",
+            "-p",
+            "15604",
+            "-m",
+            "rtt",
+            "-C",
+            "1000",
+            "-c",
+            "64",
+            "-z",
+            "500",
+            "--linger",
+            "300",
+        ]);
+        assert_eq!(doc["meter"], "rtt");
+        let fl = &doc["flows"][0];
+        assert_eq!(u(fl, "rtt_received"), 500);
+        plausible_rtt(fl)
+    });
     // TCP: reflections come back as records on the same connection.
-    let doc = send_json(&[
-        "-a", "::1", "-p", "15604", "-T", "tcp", "-m", "rtt", "-C", "1000", "-c", "300", "-z",
-        "300", "--linger", "300",
-    ]);
-    let fl = &doc["flows"][0];
-    assert_eq!(u(fl, "rtt_received"), 300);
-    let (min, max) = (f(fl, "rtt_s.min"), f(fl, "rtt_s.max"));
-    assert!(min > 0.0 && max < 0.010, "tcp rtt min {min} max {max}");
+    measure("tcp round trips", || {
+        let doc = send_json_rt(&[
+            "-a", "::1", "-p", "15604", "-T", "tcp", "-m", "rtt", "-C", "1000", "-c", "300", "-z",
+            "300", "--linger", "300",
+        ]);
+        let fl = &doc["flows"][0];
+        assert_eq!(u(fl, "rtt_received"), 300);
+        plausible_rtt(fl)
+    });
+}
+
+/// Loopback round trips: positive, the mean between the extremes, and none
+/// over 10 ms.
+fn plausible_rtt(fl: &Value) -> Result<(), String> {
+    let (min, mean, max) = (f(fl, "rtt_s.min"), f(fl, "rtt_s.mean"), f(fl, "rtt_s.max"));
+    assert!(
+        min > 0.0 && mean >= min && mean <= max,
+        "rtt {min} {mean} {max}"
+    );
+    check(max < 0.010, || format!("rtt min {min} max {max}"))
 }
 
 #[test]
