@@ -838,8 +838,10 @@ def many_ditg(ctx, n, pps, secs):
             started = 0
         sig = (signal.Signals(-rc).name if -rc in signal.valid_signals()
                else f"signal {-rc}")
-        t.note = (f"ITGSend killed by {sig} after "
-                  f"starting {started} of {n} flows")
+        t.note = f"ITGSend killed by {sig} while starting its flows"
+        log(f"  ditg {n} flows: ITGSend killed by {sig} after starting "
+            f"{started} flows")
+        sent = {}  # a crashed session has no figures to compare
     elif rc != 0:
         t.note = f"ITGSend rc={rc}: {tail(out, 200)}"
     for port, (spk, ssecs) in sent.items():
@@ -1007,8 +1009,9 @@ def many_rows(args, res):
                 # iperf3 (wirebench's own count error is usually 0).
                 wb_err = (err(wb) if worst("err_tx") is not None
                           else med("err_count", wb))
+                q = ratio(err(ran), wb_err)
                 r += ["wb 0" if wb_err == 0 else
-                      cell(ratio(err(ran), wb_err), "{:.3g}×"),
+                      cell(q, "{:,.0f}×" if q and q >= 100 else "{:.3g}×"),
                       cell(ratio(kib(ran), kib(wb)), "{:.2f}×")]
             else:
                 r += ["", ""]
