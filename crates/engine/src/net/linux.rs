@@ -361,12 +361,16 @@ impl RecvBatch {
     }
 }
 
-/// Preallocated send slots for `sendmmsg` on a connected socket.
+/// Preallocated send slots for `sendmmsg`: on a connected socket, or on
+/// an unconnected one with a destination per slot ([`SendBatch::set_dest`]),
+/// so that one call carries packets of several flows.
 pub struct SendBatch {
     slot: usize,
     bufs: Vec<u8>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Per-slot destinations, pointed at by the headers that have one.
+    addrs: Vec<libc::sockaddr_storage>,
 }
 
 impl SendBatch {
@@ -378,6 +382,9 @@ impl SendBatch {
             bufs: vec![0u8; slot * BATCH],
             iovs: Vec::with_capacity(BATCH),
             hdrs: Vec::with_capacity(BATCH),
+            // SAFETY: sockaddr_storage is a C struct of integers; all zeros
+            // (family AF_UNSPEC) is a valid value.
+            addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
         });
         // A recognisable filler instead of zeros, so that a compressing
         // link cannot flatter the numbers.
@@ -415,6 +422,23 @@ impl SendBatch {
         &mut self.bufs[i * self.slot..i * self.slot + len]
     }
 
+    /// Where slot `i` goes: `Some` on an unconnected socket (the address is
+    /// copied into the batch), `None` to the connected peer.
+    pub fn set_dest(&mut self, i: usize, to: Option<&socket2::SockAddr>) {
+        let h = &mut self.hdrs[i].msg_hdr;
+        match to {
+            Some(a) => {
+                self.addrs[i] = a.clone().as_storage();
+                h.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
+                h.msg_namelen = a.len();
+            }
+            None => {
+                h.msg_name = std::ptr::null_mut();
+                h.msg_namelen = 0;
+            }
+        }
+    }
+
     /// Sends slots `from..n`; returns how many the kernel took (at least 1
     /// unless an error is returned for slot `from`).
     pub fn send(&mut self, fd: RawFd, from: usize, n: usize) -> io::Result<usize> {
@@ -423,7 +447,8 @@ impl SendBatch {
         loop {
             // SAFETY: from < n <= BATCH, so the n - from headers from `from`
             // are inside `hdrs`; each points at its iovec, whose length
-            // `slot()` keeps within the slot.
+            // `slot()` keeps within the slot, and at no name or at its own
+            // entry of `addrs` with that entry's length (`set_dest`).
             let r = unsafe {
                 libc::sendmmsg(
                     fd,

@@ -186,6 +186,8 @@ pub struct SendBatch {
     slot: usize,
     bufs: Vec<u8>,
     lens: [usize; BATCH],
+    /// Per-slot destinations on an unconnected socket.
+    dests: [Option<std::net::SocketAddr>; BATCH],
 }
 
 impl SendBatch {
@@ -196,6 +198,7 @@ impl SendBatch {
             slot,
             bufs: vec![0u8; slot * BATCH],
             lens: [0; BATCH],
+            dests: [None; BATCH],
         });
         for (i, x) in b.bufs.iter_mut().enumerate() {
             *x = (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0];
@@ -214,6 +217,12 @@ impl SendBatch {
         &mut self.bufs[i * self.slot..i * self.slot + len]
     }
 
+    /// Where slot `i` goes: `Some` on an unconnected socket, `None` to the
+    /// connected peer.
+    pub fn set_dest(&mut self, i: usize, to: Option<&socket2::SockAddr>) {
+        self.dests[i] = to.and_then(|a| a.as_socket());
+    }
+
     /// Sends slots `from..n` one by one; returns how many left (at least 1
     /// unless an error is returned for slot `from`).
     pub fn send(&mut self, fd: RawFd, from: usize, n: usize) -> io::Result<usize> {
@@ -221,7 +230,12 @@ impl SendBatch {
         let mut i = from;
         while i < n {
             let at = i * self.slot;
-            match s.send(&self.bufs[at..at + self.lens[i]]) {
+            let data = &self.bufs[at..at + self.lens[i]];
+            let r = match self.dests[i] {
+                Some(to) => s.send_to(data, to),
+                None => s.send(data),
+            };
+            match r {
                 Ok(_) => i += 1,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if i == from => return Err(e),
