@@ -2,7 +2,7 @@
 //! uses (`Daemon::bind`/`serve_until`, `send::run`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use wirebench_engine::plan::{Family, FlowPlan, Pacing, SessionPlan, Stop};
 use wirebench_engine::{Daemon, DaemonConfig};
 use wirebench_model::FlowSpec;
@@ -10,6 +10,7 @@ use wirebench_wire::{MeterMode, Transport};
 
 mod common;
 use common::daemon;
+use wirebench_testkit::{check, measure};
 
 fn plan(dest: &str, port: u16, flows: Vec<FlowPlan>) -> SessionPlan {
     let mut p = SessionPlan::new(dest, flows);
@@ -30,78 +31,112 @@ fn udp(pps: f64, size: u32, stop: Stop, seed: u64) -> FlowPlan {
     }
 }
 
+/// The timing checks of [`two_udp_flows_v4_and_a_v6_session_after`] run
+/// alone: beside the thousand-flow session (the default two test threads
+/// on a 2-core machine) its delays and spans measure that session's CPU
+/// use, not this one's. The other tests run side by side.
+static CPU: RwLock<()> = RwLock::new(());
+
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    CPU.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn beside_others() -> RwLockReadGuard<'static, ()> {
+    CPU.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts are asserted outright; what depends on the host lending the
+/// pacer and the receiver a CPU on time (a timed flow's last packets, the
+/// largest delay, spans and round trips) is a `check`, measured once more
+/// when the host was busy during a failed session (wirebench_testkit).
 #[test]
 fn two_udp_flows_v4_and_a_v6_session_after() {
+    let _cpu = alone();
     let port = 15411;
     let (stop, h) = daemon(port);
-    let doc = wirebench_engine::run(plan(
-        "127.0.0.1",
-        port,
-        vec![
-            udp(2000.0, 200, Stop::DurationMs(500), 1),
-            udp(500.0, 1000, Stop::Packets(123), 2),
-        ],
-    ))
-    .unwrap();
-    assert!(!doc.partial);
-    assert_eq!(doc.flows.len(), 2);
-    let f = &doc.flows[0];
-    assert_eq!(f.sent.packets, 1000);
-    assert_eq!(f.received.counts.unique, 1000);
-    assert_eq!(f.received.counts.lost, Some(0));
-    assert!(
-        f.delay_s.min >= 0.0 && f.delay_s.max < 0.05,
-        "{:?}",
-        f.delay_s
-    );
-    assert_eq!(doc.flows[1].sent.packets, 123);
-    assert_eq!(doc.flows[1].received.counts.unique, 123);
-    // A timed flow has no completion time; a -z flow has one: its 123
-    // packets at 500/s span about 122 intervals of 2 ms (less when the
-    // first packet left late: the schedule does not move), and completion
-    // is the sender's first-to-last span plus the last packet's delay.
-    assert_eq!(f.completion_s, None);
-    let g = &doc.flows[1];
-    let c = g.completion_s.expect("completion_s of a -z flow");
-    let first_to_last = g.sent.duration_s * 122.0 / 123.0;
-    assert!(
-        (0.2..0.3).contains(&c)
-            && c >= first_to_last - 1e-4
-            && c <= first_to_last + g.delay_s.max + 2e-3,
-        "completion {c}, sender span {first_to_last}, {:?}",
-        g.delay_s
-    );
-    // The total is both flows' bytes over the 0.5 s they span together
-    // (200 000 + 123 000 B: 5.17 Mbit/s), not the sum of the flows' rates
-    // (3.2 + 4.0 Mbit/s, the second over its own 0.244 s).
-    let sum: f64 = doc.flows.iter().map(|f| f.throughput_bps.payload).sum();
-    let t = doc.total.throughput_bps.payload;
-    assert!(
-        (t / 5.168e6 - 1.0).abs() < 0.03,
-        "total {t}, flows sum {sum}"
-    );
-    assert_eq!(doc.total.sender_host_drops, 0);
+    measure("two UDP flows over 127.0.0.1", || {
+        let doc = wirebench_engine::run(plan(
+            "127.0.0.1",
+            port,
+            vec![
+                udp(2000.0, 200, Stop::DurationMs(500), 1),
+                udp(500.0, 1000, Stop::Packets(123), 2),
+            ],
+        ))
+        .unwrap();
+        assert!(!doc.partial);
+        assert_eq!(doc.flows.len(), 2);
+        let f = &doc.flows[0];
+        assert_eq!(f.sent.packets + f.sent.not_sent, 1000);
+        let c = &f.received.counts;
+        check(
+            f.sent.packets == 1000 && c.unique == 1000 && c.lost == Some(0),
+            || format!("sent {:?}, received {c:?}", f.sent),
+        )?;
+        check(f.delay_s.min >= 0.0 && f.delay_s.max < 0.05, || {
+            format!("{:?}", f.delay_s)
+        })?;
+        let g = &doc.flows[1];
+        check(
+            g.sent.packets == 123 && g.received.counts.unique == 123,
+            || format!("sent {:?}, received {:?}", g.sent, g.received.counts),
+        )?;
+        // A timed flow has no completion time; a -z flow has one: its 123
+        // packets at 500/s span about 122 intervals of 2 ms (less when the
+        // first packet left late: the schedule does not move), and
+        // completion is the sender's first-to-last span plus the last
+        // packet's delay.
+        assert_eq!(f.completion_s, None);
+        let c = g.completion_s.expect("completion_s of a -z flow");
+        let first_to_last = g.sent.duration_s * 122.0 / 123.0;
+        check(
+            (0.2..0.3).contains(&c)
+                && c >= first_to_last - 1e-4
+                && c <= first_to_last + g.delay_s.max + 2e-3,
+            || {
+                format!(
+                    "completion {c}, sender span {first_to_last}, {:?}",
+                    g.delay_s
+                )
+            },
+        )?;
+        // The total is both flows' bytes over the 0.5 s they span together
+        // (200 000 + 123 000 B: 5.17 Mbit/s), not the sum of the flows'
+        // rates (3.2 + 4.0 Mbit/s, the second over its own 0.244 s).
+        let sum: f64 = doc.flows.iter().map(|f| f.throughput_bps.payload).sum();
+        let t = doc.total.throughput_bps.payload;
+        check((t / 5.168e6 - 1.0).abs() < 0.03, || {
+            format!("total {t}, flows sum {sum}")
+        })?;
+        check(doc.total.sender_host_drops == 0, || {
+            format!("{} sender host drops", doc.total.sender_host_drops)
+        })
+    });
 
-    let mut p = plan("::1", port, vec![udp(1000.0, 64, Stop::KBytes(10), 3)]);
-    p.family = Family::V6;
-    p.meter = MeterMode::Rtt;
-    let doc = wirebench_engine::run(p).unwrap();
-    let f = &doc.flows[0];
-    assert_eq!(f.ip_version, wirebench_stats::IpVersion::V6);
-    assert_eq!(f.sent.bytes, 10 * 1024);
-    assert_eq!(f.received.counts.bytes, 10 * 1024);
-    // 160 packets of 64 B at 1000/s: about 159 ms from first to last.
-    let c = f.completion_s.expect("completion_s of a -k flow");
-    assert!((0.12..0.25).contains(&c), "completion {c}");
-    let rtt = f.rtt_s.unwrap();
-    assert!(rtt.min > 0.0 && rtt.max < 0.01, "{rtt:?}");
-    assert_eq!(f.rtt_received, Some(f.sent.packets));
+    measure("an IPv6 round-trip session after", || {
+        let mut p = plan("::1", port, vec![udp(1000.0, 64, Stop::KBytes(10), 3)]);
+        p.family = Family::V6;
+        p.meter = MeterMode::Rtt;
+        let doc = wirebench_engine::run(p).unwrap();
+        let f = &doc.flows[0];
+        assert_eq!(f.ip_version, wirebench_stats::IpVersion::V6);
+        assert_eq!(f.sent.bytes, 10 * 1024);
+        assert_eq!(f.received.counts.bytes, 10 * 1024);
+        assert_eq!(f.rtt_received, Some(f.sent.packets));
+        // 160 packets of 64 B at 1000/s: about 159 ms from first to last.
+        let c = f.completion_s.expect("completion_s of a -k flow");
+        check((0.12..0.25).contains(&c), || format!("completion {c}"))?;
+        let rtt = f.rtt_s.unwrap();
+        assert!(rtt.min > 0.0, "{rtt:?}");
+        check(rtt.max < 0.01, || format!("{rtt:?}"))
+    });
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
 }
 
 #[test]
 fn silent_sender_is_abandoned_and_junk_is_foreign() {
+    let _cpu = beside_others();
     use std::io::{BufRead, BufReader, Write};
     let port = 15412;
     let d = Daemon::bind(DaemonConfig {
@@ -183,6 +218,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
 
 #[test]
 fn concurrent_sessions_on_one_daemon() {
+    let _cpu = beside_others();
     let port = 15413;
     let (stop, h) = daemon(port);
     let runs: Vec<_> = (0..3)
@@ -232,6 +268,7 @@ fn key_paths(v: &serde_json::Value, at: &str, out: &mut std::collections::BTreeS
 /// value.
 #[test]
 fn live_document_has_the_stored_documents_keys() {
+    let _cpu = beside_others();
     let port = 15414;
     let (stop, h) = daemon(port);
     let mut p = plan(
@@ -273,6 +310,7 @@ fn live_document_has_the_stored_documents_keys() {
 /// its own thread and its place in the results) or have one each.
 #[test]
 fn many_flows_are_received_exactly() {
+    let _cpu = beside_others();
     let port = 15415;
     let (stop, h) = daemon(port);
     for pacing in [Pacing::Auto, Pacing::Shared(3), Pacing::PerFlow] {
@@ -316,6 +354,7 @@ fn many_flows_are_received_exactly() {
 /// CPUs): every flow's every packet is received, counted to its own flow.
 #[test]
 fn thousand_flows_in_one_session_are_received_exactly() {
+    let _cpu = beside_others();
     let port = 15416;
     let (stop, h) = daemon(port);
     let flows: Vec<FlowPlan> = (0..1000)
@@ -351,9 +390,10 @@ fn thousand_flows_in_one_session_are_received_exactly() {
 /// / hop limit and flow label (IP_RECVTOS, IPV6_RECVTCLASS, ...).
 #[test]
 fn marking_is_set_per_flow_and_seen_by_the_receiver() {
+    let _cpu = beside_others();
     use wirebench_stats::result::{DscpCount, MarksSeen};
     use wirebench_stats::SockOpts;
-    let port = 15416;
+    let port = 15418;
     let (stop, h) = daemon(port);
     let marked = |opts: SockOpts| FlowPlan {
         opts,
@@ -442,6 +482,7 @@ fn marking_is_set_per_flow_and_seen_by_the_receiver() {
 /// kernel's list or the option's name.
 #[test]
 fn tcp_options_are_applied_per_flow() {
+    let _cpu = beside_others();
     use wirebench_stats::SockOpts;
     let port = 15417;
     let (stop, h) = daemon(port);
