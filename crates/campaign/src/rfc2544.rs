@@ -915,7 +915,13 @@ pub fn estimate(c: &Campaign) -> Result<Option<crate::estimate::Estimate>, Campa
         runs: (trials * sizes) as usize,
         scenarios: tests * cfg.ips.len() * cfg.frames.len(),
         builds,
-        seconds: seconds * sizes + builds as f64 * crate::estimate::TESTBED_BUILD_S,
+        seconds: seconds * sizes
+            + builds as f64 * crate::estimate::TESTBED_BUILD_S
+            + if builds > 0 && cfg.ips.first() == Some(&6) {
+                crate::estimate::IPV6_FIRST_S
+            } else {
+                0.0
+            },
     }))
 }
 

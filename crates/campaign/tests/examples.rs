@@ -186,3 +186,43 @@ fn s1_to_s4_match_their_studies() {
     assert_eq!(values(&s4, "mtu"), ["1500", "4000", "9000"]);
     assert_eq!(s4.baseline.as_deref(), Some("mtu=1500"));
 }
+
+/// Each example's header states its full and quick run time; both must be
+/// what `wirebench run FILE --estimate [--quick]` prints, so a change of the
+/// estimate model shows up here until the headers follow.
+#[test]
+fn example_headers_state_the_estimate() {
+    use wirebench_campaign::estimate::{estimate, human_duration};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut checked = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        let name = p.file_name().unwrap().to_str().unwrap().to_string();
+        let text = std::fs::read_to_string(&p).unwrap();
+        for line in text.lines() {
+            let Some(cmd) = line.strip_prefix("#   wirebench run examples/") else {
+                continue;
+            };
+            let Some((_, said)) = cmd.split_once("about ") else {
+                continue;
+            };
+            let mut c = load(&name);
+            if cmd.contains("--quick") {
+                c.apply_quick().unwrap();
+            }
+            assert_eq!(
+                said.trim(),
+                human_duration(estimate(&c).seconds),
+                "{name}: {line}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 12,
+        "full and quick of 6 examples, {checked} found"
+    );
+}
