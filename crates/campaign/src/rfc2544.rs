@@ -880,42 +880,79 @@ pub fn simulate(c: &Campaign, store: &Store, model: &mut Model<'_>) -> Result<i6
 /// throughput: the line-rate trial, a bisection to the resolution and the
 /// verification (2 + ⌈log2(1/resolution)⌉; a device that carries the line
 /// rate needs 2); frame loss: every load step down to the smallest (at
-/// most 100 / step); back-to-back: per repetition a bisection of bursts of
+/// most 100 / step). On a test-bed whose routers have a `forward_pps` cap
+/// the device is known: throughput takes 4 trials (line rate, the rate the
+/// router delivered, one step above, the verification) and frame loss the
+/// loads above the cap plus the two lossless ones that end it (S5's
+/// calibration search: 4 + 9 trials, as measured); back-to-back: per repetition a bisection of bursts of
 /// half the longest on average. Each trial also has its learning frames,
 /// the linger and the per-run cost of [`crate::estimate`].
 pub fn estimate(c: &Campaign) -> Result<Option<crate::estimate::Estimate>, CampaignError> {
     let Some(cfg) = Rfc2544Config::from_campaign(c)? else {
         return Ok(None);
     };
-    let sizes = (cfg.ips.len() * cfg.frames.len()) as f64;
     let bisect = (1.0 / cfg.resolution).log2().ceil();
     let trial = crate::estimate::run_cost_s(c, cfg.learning_s, cfg.trial_s);
+    let loads = (100.0 / f64::from(cfg.step_pct)).ceil();
+    // A test-bed whose routers are capped: the share of each size's line
+    // rate they forward is known, and so are the searches' lengths.
+    let cap_pps = match &c.target {
+        Target::Testbed(t) => t.forward_pps,
+        _ => None,
+    };
     let mut trials = 0.0;
     let mut seconds = 0.0;
-    let mut tests = 0;
-    if cfg.has(Test::Throughput) {
-        trials += 2.0 + bisect;
-        seconds += (2.0 + bisect) * trial;
-        tests += 1;
+    for &ip in &cfg.ips {
+        for entry in &cfg.frames {
+            let cap = cap_pps.zip(cfg.link_bps).and_then(|(pps, bps)| {
+                let spec = TestFrame::new(entry, ip_version(ip), cfg.mtu, MIN_PAYLOAD).ok()?;
+                Some(pps as f64 / spec.line_rate_fps(bps))
+            });
+            if cfg.has(Test::Throughput) {
+                let n = match cap {
+                    // Line rate passes, then the verification.
+                    Some(share) if share >= 1.0 => 2.0,
+                    // Line rate, the rate the capped router delivered (its
+                    // cap), one step above it, the verification.
+                    Some(_) => 4.0,
+                    None => 2.0 + bisect,
+                };
+                trials += n;
+                seconds += n * trial;
+            }
+            if cfg.has(Test::FrameLoss) {
+                let n = match cap {
+                    // The loads above the cap lose, then two that do not.
+                    Some(share) => {
+                        (0..loads as u32)
+                            .filter(|k| 1.0 - f64::from(k * cfg.step_pct) / 100.0 > share)
+                            .count() as f64
+                            + 2.0
+                    }
+                    None => loads,
+                }
+                .min(loads);
+                trials += n;
+                seconds += n * trial;
+            }
+            if cfg.has(Test::BackToBack) {
+                let n = f64::from(cfg.b2b_repeats) * (1.0 + bisect);
+                trials += n;
+                seconds +=
+                    n * crate::estimate::run_cost_s(c, cfg.learning_s, cfg.b2b_longest_s / 2.0);
+            }
+        }
     }
-    if cfg.has(Test::FrameLoss) {
-        let n = (100.0 / f64::from(cfg.step_pct)).ceil();
-        trials += n;
-        seconds += n * trial;
-        tests += 1;
-    }
-    if cfg.has(Test::BackToBack) {
-        let n = f64::from(cfg.b2b_repeats) * (1.0 + bisect);
-        trials += n;
-        seconds += n * crate::estimate::run_cost_s(c, cfg.learning_s, cfg.b2b_longest_s / 2.0);
-        tests += 1;
-    }
+    let tests = [Test::Throughput, Test::FrameLoss, Test::BackToBack]
+        .into_iter()
+        .filter(|&t| cfg.has(t))
+        .count();
     let builds = usize::from(matches!(c.target, Target::Testbed(_)));
     Ok(Some(crate::estimate::Estimate {
-        runs: (trials * sizes) as usize,
+        runs: trials as usize,
         scenarios: tests * cfg.ips.len() * cfg.frames.len(),
         builds,
-        seconds: seconds * sizes
+        seconds: seconds
             + builds as f64 * crate::estimate::TESTBED_BUILD_S
             + if builds > 0 && cfg.ips.first() == Some(&6) {
                 crate::estimate::IPV6_FIRST_S
