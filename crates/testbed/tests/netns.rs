@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use wirebench_testbed::*;
+use wirebench_testkit::{check, measure};
 
 static HEAVY: Mutex<()> = Mutex::new(());
 
@@ -339,6 +340,9 @@ fn saturate(
         socket_opt(&tx, libc::SOL_UDP, 103, payload as i32).expect("UDP_SEGMENT");
     }
     let sender = std::thread::spawn(move || {
+        // Real-time priority where root allows it: a sender that waits for
+        // a CPU longer than its socket buffer lasts lets the link idle.
+        wirebench_testkit::realtime_thread();
         let buf = vec![0x42u8; payload * gso_segs];
         let end = Instant::now() + Duration::from_secs_f64(secs);
         let mut sent = 0u64;
@@ -478,46 +482,44 @@ fn rate_100mbit_carries_what_ethernet_carries() {
         "{q:?}"
     );
 
-    let before = tb.counters().unwrap();
     // A send buffer (512 KiB, which the kernel doubles) that holds less
     // than the host's 1000-frame queue, so that the socket blocks before
     // the queue overflows, yet deep enough (~50 ms of the link) that a
     // sender descheduled on a busy machine does not let the link idle.
     let fits = 512 << 10;
-    let (bps, sent, received) = saturate(&tb, 1408, 1, 3.0, fits);
-    let d = tb.counters().unwrap().delta(&before);
-    let expect = 100e6 * 1408.0 / (1408.0 + 8.0 + 20.0 + 14.0 + 4.0 + 8.0 + 12.0);
-    let err = (bps - expect) / expect;
-    eprintln!(
-        "saturating 1408 B over 100mbit: {:.3} Mbit/s payload (model {:.3}, {:+.3} %), sent {sent}, received {received}",
-        bps / 1e6,
-        expect / 1e6,
-        err * 100.0
-    );
-    eprintln!("drop sites: {:?}", d.drop_sites());
+    let expect: f64 = 100e6 * 1408.0 / (1408.0 + 8.0 + 20.0 + 14.0 + 4.0 + 8.0 + 12.0);
     assert!((expect / 1e6 - 95.52).abs() < 0.01);
-    assert!(err.abs() < 0.01, "payload throughput {bps} vs {expect}");
-    // The sender was held back by its own link (socket blocked), so nothing
-    // was lost anywhere on the way.
-    assert_eq!(d.node_drops("a"), 0, "{:?}", d.drop_sites());
-    assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
-    assert_eq!(sent, received, "{:?}", d.drop_sites());
-
-    // The same with UDP GSO (16 datagrams per send, one skb in the qdisc):
-    // still what Ethernet carries, every frame charged its 24 B.
-    let before = tb.counters().unwrap();
-    let (bps, sent, received) = saturate(&tb, 1408, 16, 3.0, fits);
-    let d = tb.counters().unwrap().delta(&before);
-    let err = (bps - expect) / expect;
-    eprintln!(
-        "saturating 1408 B with UDP GSO x16: {:.3} Mbit/s payload ({:+.3} %), sent {sent}, received {received}",
-        bps / 1e6,
-        err * 100.0
-    );
-    assert!(err.abs() < 0.01, "GSO payload throughput {bps} vs {expect}");
-    assert_eq!(d.node_drops("a"), 0, "{:?}", d.drop_sites());
-    assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
-    assert_eq!(sent, received, "{:?}", d.drop_sites());
+    // Plain datagrams, then UDP GSO (16 datagrams per send, one skb in the
+    // qdisc): still what Ethernet carries, every frame charged its 24 B.
+    // Beside 4 CPU hogs a normal-priority sender let the link idle: 1.0-2.3 %
+    // short in 4 runs of 4. At real-time priority (saturate, as root) 4 of 4
+    // passed at -0.03 to -0.91 %: the shaper's dequeues are still the
+    // kernel's (softirq), so the rate is measured once more when the host
+    // was busy during a failed run. What was lost, and where, never depends
+    // on the scheduler.
+    for (what, gso) in [("1408 B", 1), ("1408 B with UDP GSO x16", 16)] {
+        measure(&format!("saturating 100mbit with {what}"), || {
+            let before = tb.counters().unwrap();
+            let (bps, sent, received) = saturate(&tb, 1408, gso, 3.0, fits);
+            let d = tb.counters().unwrap().delta(&before);
+            let err = (bps - expect) / expect;
+            eprintln!(
+                "saturating {what} over 100mbit: {:.3} Mbit/s payload (model {:.3}, {:+.3} %), sent {sent}, received {received}",
+                bps / 1e6,
+                expect / 1e6,
+                err * 100.0
+            );
+            eprintln!("drop sites: {:?}", d.drop_sites());
+            // The sender was held back by its own link (socket blocked), so
+            // nothing was lost anywhere on the way.
+            assert_eq!(d.node_drops("a"), 0, "{:?}", d.drop_sites());
+            assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
+            assert_eq!(sent, received, "{:?}", d.drop_sites());
+            check(err.abs() < 0.01, || {
+                format!("payload throughput {bps} vs {expect}")
+            })
+        });
+    }
 
     // A socket buffer deeper than the NIC-like queue (4 MiB, as wirebench
     // forces): the queue, not the socket, overflows, so what the link could

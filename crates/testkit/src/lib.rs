@@ -108,6 +108,24 @@ fn measure_by<T>(
     }
 }
 
+/// Puts the calling thread at real-time priority (SCHED_FIFO 50, as
+/// `chrt -f 50`) where the host allows it (Linux as root); returns whether
+/// it did. A test's own sender or receiver thread then measures what the
+/// code does, not how long a busy host left it waiting for a CPU.
+pub fn realtime_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let p = libc::sched_param { sched_priority: 50 };
+        // SAFETY: pid 0 is the calling thread; `p` is a valid sched_param
+        // that outlives the call, which only reads it.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 /// `check(cond, why)`: `Err(why)` unless `cond`, for use inside [`measure`].
 pub fn check(cond: bool, why: impl FnOnce() -> String) -> Result<(), String> {
     if cond {
