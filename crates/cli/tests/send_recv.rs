@@ -615,6 +615,34 @@ fn rate_in_bits_payload_start_delay_and_poll() {
     // Start delay + run + linger: at least 1.5 s (1.1 s without -d).
     assert!(took >= Duration::from_millis(1500), "{took:?}");
 
+    // A TOML line's own payload wins; the others take the command line's.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("payload.toml");
+    std::fs::write(&script, "[[flow]]\npayload = \"zeros\"\n[[flow]]\n").unwrap();
+    let doc = send_json(&[
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "15613",
+        "-C",
+        "1000",
+        "-z",
+        "20",
+        "--linger",
+        "100",
+        "--payload",
+        "random",
+        "--script",
+        script.to_str().unwrap(),
+    ]);
+    let labels: Vec<&Value> = (0..2)
+        .map(|i| &doc["flows"][i]["requested"]["payload"])
+        .collect();
+    assert_eq!(labels, ["zeros", "random"], "{doc}");
+    for i in 0..2 {
+        assert_eq!(u(&doc["flows"][i], "received.unique"), 20);
+    }
+
     bad(&["-a", "127.0.0.1", "--rate", "0"], "--rate");
     bad(&["-a", "127.0.0.1", "--rate", "5X"], "--rate");
     bad(&["-a", "127.0.0.1", "--rate", "1M", "-C", "10"], "--rate");

@@ -296,4 +296,33 @@ mod tests {
         };
         assert!(nodelay(&off, &telnet));
     }
+
+    /// `--window` is what the kernel then reports for the socket (Linux
+    /// doubles what it is given for its own bookkeeping; without root it
+    /// caps at wmem_max, so only root's exact doubling is asserted), and
+    /// TCP options are readable back where the kernel shows them.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn window_and_tcp_options_reach_the_socket() {
+        use socket2::{Domain, Protocol, Type};
+        let to: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let sock = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        let before = sock.send_buffer_size().unwrap();
+        let window = 3 << 20;
+        let o = SockOpts {
+            window: Some(window),
+            mss: Some(1000),
+            ..Default::default()
+        };
+        apply(&sock, to, &o).unwrap();
+        let after = sock.send_buffer_size().unwrap();
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            assert_eq!(after, 2 * window as usize, "before {before}");
+        } else {
+            assert_ne!(after, before);
+        }
+        assert_eq!(sock.mss().unwrap(), 1000);
+    }
 }

@@ -1023,6 +1023,46 @@ fn receiver_can_require_probe_macs() {
     assert_eq!(rx.stats.sessions_started.load(Ordering::Relaxed), 1);
 }
 
+/// Item 5, teardown: at `Stop` every flow's receive thread is told to stop
+/// before any is joined, so a session of 200 TCP flows (a thread each,
+/// each looking at its stop flag every 50 ms) ends in about one look.
+/// Joined one by one, each join waits for that thread's next look: 200 ×
+/// ~25 ms = ~5 s (256 flows once took 10 s, near the sender's deadline).
+#[test]
+fn teardown_of_many_flows_is_parallel() {
+    let rx = Rx::start(15724);
+    let n: u16 = 200;
+    let flows = (1..=n)
+        .map(|flow_id| FlowSetup {
+            flow_id,
+            transport: Transport::Tcp,
+            ..udp_flow(None)
+        })
+        .collect();
+    let mut c = Client::connect(rx.port);
+    match c.hello(0x5ec0_0124, MeterMode::Owd, flows) {
+        ControlMsg::Ready { ports, .. } => assert_eq!(ports.len(), usize::from(n)),
+        other => panic!("{other:?}"),
+    }
+    c.send(&ControlMsg::Start);
+    let t = std::time::Instant::now();
+    c.send(&ControlMsg::Stop {
+        linger_ms: 0,
+        sent: vec![0; usize::from(n)],
+    });
+    let reported = match c.recv() {
+        ControlMsg::Report { flows, .. } => flows.len(),
+        other => panic!("expected Report, got {other:?}"),
+    };
+    let took = t.elapsed();
+    c.send(&ControlMsg::Bye);
+    assert_eq!(reported, usize::from(n));
+    assert!(
+        took < Duration::from_millis(2500),
+        "Stop to Report took {took:?}"
+    );
+}
+
 /// Issue #9 item 5: a session's sockets, socket buffers and threads are
 /// budgeted per session and in total. A Hello over a per-session budget
 /// is refused naming it; one within is served; two sessions share the

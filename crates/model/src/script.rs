@@ -11,7 +11,7 @@ use wirebench_wire::sockopts::{self, SockOpts};
 use wirebench_wire::{MeterMode, Transport};
 
 use crate::app::AppOptions;
-use crate::{Burst, Dist, FlowSpec, IdtModel, ModelError, SizeModel};
+use crate::{Burst, Dist, FlowSpec, IdtModel, ModelError, Payload, SizeModel};
 
 /// One flow of a script. `None` fields were not given: the command line's
 /// value (or the default) applies.
@@ -41,6 +41,9 @@ pub struct ScriptFlow {
     /// TOML `direction`: forward, reverse (the receiver sends, as `-R`) or
     /// bidir (one flow each way, as `--bidir`); None: the command line's.
     pub direction: Option<FlowDirection>,
+    /// TOML `payload`: this flow's content (`--payload`'s values); None:
+    /// the command line's.
+    pub payload: Option<Payload>,
 }
 
 /// Which way a script's flow runs (TOML `direction`).
@@ -244,6 +247,7 @@ pub fn parse_ditg_args(tokens: &[&str]) -> Result<ScriptFlow, ScriptError> {
         meter: None,
         opts: SockOpts::default(),
         direction: None,
+        payload: None,
     };
     let mut i = 0;
     while i < tokens.len() {
@@ -567,6 +571,7 @@ pub const TOML_KEYS: &[&str] = &[
     "bind",
     "cport",
     "bind_dev",
+    "payload",
 ];
 
 fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
@@ -712,6 +717,24 @@ fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
         };
         err(&key, e.reason)
     })?;
+    let direction = s("direction")?
+        .map(|v| parse_direction("direction", &v))
+        .transpose()?;
+    let payload = s("payload")?
+        .map(|v| Payload::parse("payload", &v))
+        .transpose()?;
+    if payload.is_some()
+        && matches!(
+            direction,
+            Some(FlowDirection::Reverse | FlowDirection::Bidir)
+        )
+    {
+        // The receiver sends reverse flows with the default pattern.
+        return Err(err(
+            "payload",
+            "applies to forward flows only (the receiver sends reverse flows with the default pattern)",
+        ));
+    }
     Ok(ScriptFlow {
         line: 0,
         spec,
@@ -727,9 +750,8 @@ fn toml_flow(t: &toml::Table) -> Result<ScriptFlow, ScriptError> {
         kbytes: int("kbytes")?,
         meter: s("meter")?.map(|v| parse_meter("meter", &v)).transpose()?,
         opts: toml_opts(t)?,
-        direction: s("direction")?
-            .map(|v| parse_direction("direction", &v))
-            .transpose()?,
+        direction,
+        payload,
     })
 }
 

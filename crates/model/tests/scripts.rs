@@ -259,6 +259,46 @@ meter = "rtt"
     assert!(m.starts_with("c.toml:2: bind_dev: "), "{m}");
 }
 
+/// Issue #11 item 5 per flow: a TOML line's `payload` is that flow's
+/// content (the command line's `--payload` for lines without one); a bad
+/// value or a payload on a flow the receiver sends names the line and key.
+#[test]
+fn toml_payload_per_flow() {
+    use wirebench_model::Payload;
+    let dir = tempfile::tempdir().unwrap();
+    let content = dir.path().join("content.bin");
+    std::fs::write(&content, b"abc").unwrap();
+    let text = format!(
+        "[[flow]]\npayload = \"zeros\"\n\n[[flow]]\n\n[[flow]]\npayload = \"file:{}\"\n",
+        content.display()
+    );
+    let flows = parse_toml(&text, "c.toml").unwrap();
+    assert_eq!(flows[0].payload, Some(Payload::Zeros));
+    assert_eq!(flows[1].payload, None);
+    let Some(Payload::File { bytes, .. }) = &flows[2].payload else {
+        panic!("{:?}", flows[2].payload);
+    };
+    assert_eq!(&bytes[..], b"abc");
+    let e = |t: &str| parse_toml(t, "c.toml").unwrap_err().to_string();
+    let m = e("[[flow]]\n\npayload = \"ones\"\n");
+    assert!(
+        m.starts_with("c.toml:3: payload: ") && m.contains("zeros"),
+        "{m}"
+    );
+    let m = e("[[flow]]\npayload = 0\n");
+    assert!(m.starts_with("c.toml:2: payload: "), "{m}");
+    let m = e("[[flow]]\npayload = \"file:/dev/zero\"\n");
+    assert!(
+        m.starts_with("c.toml:2: payload: ") && m.contains("/dev/zero"),
+        "{m}"
+    );
+    let m = e("[[flow]]\ndirection = \"reverse\"\npayload = \"random\"\n");
+    assert!(
+        m.starts_with("c.toml:3: payload: ") && m.contains("forward flows only"),
+        "{m}"
+    );
+}
+
 #[test]
 fn load_picks_the_form_by_extension() {
     let dir = tempfile::tempdir().unwrap();

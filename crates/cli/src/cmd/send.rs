@@ -247,7 +247,7 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
             if spec.start_delay_ms == 0 {
                 spec.start_delay_ms = args.flow.start_delay_ms.unwrap_or(0);
             }
-            spec.payload = cli_payload.clone();
+            spec.payload = sf.payload.unwrap_or_else(|| cli_payload.clone());
             flows.push((
                 FlowPlan {
                     spec,
