@@ -517,3 +517,44 @@ fn distributions_are_charted() {
     let table = &html[html.find("<table class=\"percentiles\"").unwrap()..];
     assert!(table.contains("<td>502 µs</td>"), "p50 cell: {table}");
 }
+
+/// Issue #12 item 2: scenarios whose runs stored intervals get the "Over
+/// time" section: per scenario a throughput, delay, jitter and loss chart,
+/// each the repetitions' mean as a line over their min–max band; without
+/// series, no section.
+#[test]
+fn series_over_time_are_charted_per_scenario() {
+    use wirebench_campaign::series::{Band, ScenarioSeries};
+    let mut s = common::apps_like();
+    assert!(!render_html(&s).contains("<h3>Over time</h3>"));
+    let band = |base: f64| Band {
+        mean: (0..10).map(|i| Some(base + i as f64)).collect(),
+        min: (0..10).map(|i| Some(base + i as f64 - 0.5)).collect(),
+        max: (0..10).map(|i| Some(base + i as f64 + 0.5)).collect(),
+    };
+    s.scenarios[0].series = Some(ScenarioSeries {
+        interval_s: 0.2,
+        runs: 3,
+        throughput_bps: band(1e6),
+        delay_s: band(1e-3),
+        jitter_s: band(1e-4),
+        lost: band(0.0),
+    });
+    let html = render_html(&s);
+    assert!(html.contains("<h3>Over time</h3>"), "section");
+    assert!(html.contains("3 runs, 200 ms intervals"), "legend");
+    assert_eq!(html.matches("<svg class=\"series\"").count(), 4);
+    for title in ["Throughput", "Delay", "Jitter", "Packets lost"] {
+        let at = html
+            .find(&format!("aria-label=\"{title}\""))
+            .unwrap_or_else(|| panic!("no {title} chart"));
+        let chart = &html[at..];
+        let chart = &chart[..chart.find("</svg>").unwrap()];
+        assert_eq!(chart.matches("<polyline").count(), 1, "{title}: one line");
+        assert_eq!(
+            chart.matches("fill-opacity").count(),
+            1,
+            "{title}: one band"
+        );
+    }
+}
