@@ -283,7 +283,8 @@ fn testbed_100mbit_found_at_the_ethernet_bound() {
 /// frames within the stated resolution (1 % of the 13 889 fps line rate,
 /// plus the 100 + 31 packets its queue and cap bucket absorb over a 2 s
 /// trial), the frame-loss curve follows the fluid model (what exceeds the
-/// cap and the 131 packets of queue and bucket is lost) within 1 point,
+/// cap and the 131 packets of queue and bucket is lost) within 1 point
+/// below and 3 above (a host stall only adds loss),
 /// and the longest clean back-to-back burst is what the queue absorbs.
 ///
 /// Why 6 300 and why alone: the frame-loss steps are 10 % of the line
@@ -378,9 +379,17 @@ fn capped_router_found_and_frame_loss_follows_the_cap() {
         // and its queue and bucket take `absorb` more; the rest is lost.
         let t = 2.0;
         let model = 100.0 * ((offered - cap) * t - absorb).max(0.0) / (offered * t);
+        // A router never forwards more than its cap, so less loss than the
+        // model by more than 1 point is a wrong cap. More loss is also what
+        // a stall of the host does: the emulated router forwards nothing
+        // while its qdisc timer does not run, and what it missed beyond its
+        // 5 ms bucket is gone. On a quiet 2-core host six runs read within
+        // 0.25 point of the model at every step, but one trial in a full
+        // suite run lost 2.4 points more (~50 ms of forwarding in 2 s), so
+        // up to 3 points more are the host's.
         assert!(
-            (loss - model).abs() <= 1.0,
-            "at {offered:.0} fps lost {loss:.2} %, model {model:.2} %\n{out}"
+            loss >= model - 1.0 && loss <= model + 3.0,
+            "at {offered:.0} fps lost {loss:.2} %, model {model:.2} % (allowed -1..+3 points)\n{out}"
         );
     }
     // It stopped after two clean loads.
