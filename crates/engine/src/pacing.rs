@@ -26,7 +26,7 @@ use wirebench_model::MIN_PAYLOAD;
 use wirebench_pktlog::format::FLAG_NOT_SENT;
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowMeta, LogFooter, LogMeta, Record, Side};
-use wirebench_stats::{FlowConfig, IpVersion, RecvSummary, SendAccumulator, SendSummary, SockOpts};
+use wirebench_stats::{FlowConfig, IpVersion, RecvSummary, SendAccumulator, SendSummary};
 use wirebench_wire::auth::{ProbeKey, AUTH_PROBE_MIN_LEN};
 use wirebench_wire::{MeterMode, ProbeHeader, Transport, FLAG_RTT, PROBE_HEADER_LEN};
 
@@ -828,7 +828,7 @@ fn share_socket(
     jobs: Vec<(usize, FlowJob, UdpSocket)>,
 ) -> (Option<UdpSocket>, Vec<(usize, FlowJob, Out)>) {
     let shareable = |job: &FlowJob, sock: &UdpSocket| {
-        if job.plan.opts == SockOpts::default() {
+        if job.plan.opts.is_default() {
             sock.peer_addr().ok()
         } else {
             None
@@ -1007,7 +1007,10 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
         }
         for &k in &popped {
             let f = &mut flows[k];
-            // Every send refused for a long stretch: the receiver's port is gone.
+            // Every send refused for a long stretch: the receiver's port is
+            // gone. Only a flow's own connected socket learns of it: the
+            // pacer's unconnected socket is not told of ICMP port-unreachable
+            // (no IP_RECVERR), so a shared flow's lost port shows as loss.
             if f.refused > 1000 && f.acc.packets() == 0 {
                 f.error = Some("receiver refuses the data port".into());
                 f.pending = None;
