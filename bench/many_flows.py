@@ -26,6 +26,15 @@ documents:
 With --rt the sender runs under `chrt -f 50` (root): the pacer then is not
 preempted by ordinary load, which is the only way to read its own timing on
 a shared host. All traffic goes to 127.0.0.1.
+
+With --host-latency every trial also runs `cyclictest` (Debian package
+`rt-tests`) beside the sender for the whole session: one SCHED_FIFO thread
+at priority 60, above the sender's 50, that sleeps to an absolute deadline
+every 500 us and records how late it woke. It does nothing else, so what it
+sees is what the host (interrupts, softirqs, the hypervisor taking the
+virtual CPU) did to the most favoured thread while the session ran: a floor
+for any pacer's schedule error. The trial also records the CPU steal time
+(/proc/stat) over its span. Both are printed beside the pacer's figures.
 """
 
 import argparse
@@ -41,7 +50,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import rss_kib, tcp_listening  # noqa: E402
+from compare import HostLatency, rss_kib, tcp_listening  # noqa: E402
 
 CASES = {
     "60x2000": (60, 2000.0),
@@ -62,6 +71,9 @@ def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
     if args.rt:
         argv = ["chrt", "-f", "50"] + argv
     rx_before = rss_kib(rx.pid)
+    monitor = None
+    if args.host_latency:
+        monitor = HostLatency(args.secs + 1.0 + args.linger_ms / 1000.0)
     launched = time.time()
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
@@ -72,6 +84,7 @@ def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
         peak_tx = max(peak_tx, rss_kib(p.pid))
         time.sleep(0.05)
     wall_s = time.time() - launched
+    host = monitor.finish() if monitor else {}
     err = p.stderr.read().decode(errors="replace")
     if p.returncode not in (0, 1) or not os.path.exists(out):
         raise RuntimeError(f"send failed ({p.returncode}): {err[-500:]}")
@@ -96,7 +109,7 @@ def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
         start_s = started - launched
     except (KeyError, ValueError):
         pass
-    return {
+    res = {
         "pacers": pacers,
         "flows": len(flows),
         "rate_err_worst": worst_rate,
@@ -110,6 +123,8 @@ def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
         "tx_rss_kib_per_flow": (peak_tx - tx_base_kib) / n,
         "partial": doc.get("partial", False),
     }
+    res.update(host)
+    return res
 
 
 def main():
@@ -127,10 +142,17 @@ def main():
                     "+ teardown")
     ap.add_argument("--rt", action="store_true",
                     help="run the sender under chrt -f 50 (root)")
+    ap.add_argument("--host-latency", action="store_true",
+                    help="run cyclictest (rt-tests) at SCHED_FIFO 60 beside "
+                    "every trial and record the steal time: the host's own "
+                    "wake-up latency floor next to the pacer's figures")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.rt and not shutil.which("chrt"):
         sys.exit("many_flows: chrt not found")
+    if args.host_latency and not shutil.which("cyclictest"):
+        sys.exit("many_flows: --host-latency needs cyclictest "
+                 "(apt-get install rt-tests)")
     workdir = tempfile.mkdtemp(prefix="wb-many-")
     rx = subprocess.Popen([args.wirebench, "recv", "-p", str(args.port)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -181,6 +203,18 @@ def main():
                   f" {statistics.median(starts) if starts else float('nan'):10.3f}"
                   f" {med('wall_s'):9.2f}"
                   f" {med('tx_rss_kib_per_flow'):7.1f} {med('rx_rss_kib_per_flow'):5.1f}")
+    if args.host_latency:
+        print("\nper trial: pacer p99 (median over flows) beside the host: "
+              "cyclictest at FIFO 60, 500 us period, p99 / max, share of "
+              "wake-ups > 50 us, wake-ups > 1 ms; CPU steal")
+        print("case       pacers  rep  pacer p99 (us)  host p99 / max (us)"
+              "  host > 50 us  > 1 ms  steal (ms)")
+        for r in results:
+            print(f"{r['case']:10} {r['pacers']:6} {r['rep']:4d}"
+                  f" {r['p99_median_us']:15.1f}"
+                  f" {r['host_p99_us']:9d} / {r['host_max_us']:6d}"
+                  f" {r['host_over_50us']:12.2%} {r['host_over_1ms']:7d}"
+                  f" {r['steal_ms']:10.0f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
