@@ -589,12 +589,13 @@ ITG_TASK_MARGIN = 8192
 MANY_TOOLS = ("wirebench", "ditg", "iperf3")
 
 
-def rss_kib(pid):
-    """Resident set of a process (all its threads), KiB; 0 once it is gone."""
+def rss_kib(pid, field="VmRSS"):
+    """Resident set of a process (all its threads), KiB; 0 once it is gone.
+    field="VmHWM": its peak since start (or since a reset)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         pass

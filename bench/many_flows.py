@@ -20,8 +20,12 @@ documents:
     session (run first, same options), and the receiver's peak RSS growth
     during the session, each divided by N. Both peaks include the end of
     the session (the receiver's report, the result document), not only
-    the flows' running state. RSS counts user memory only: socket buffers
-    are kernel memory and do not show here.
+    the flows' running state. Peaks are the kernel's exact high-water
+    marks where it gives them (the sender's through GNU time's %M, the
+    receiver's VmHWM restarted before each session), else samples every
+    50 ms, which can miss a peak as short as the end of a session. RSS
+    counts user memory only: socket buffers are kernel memory and do not
+    show here.
 
 With --rt the sender runs under `chrt -f 50` (root): the pacer then is not
 preempted by ordinary load, which is the only way to read its own timing on
@@ -54,9 +58,35 @@ from compare import HostLatency, rss_kib, tcp_listening  # noqa: E402
 
 CASES = {
     "60x2000": (60, 2000.0),
+    "128x100": (128, 100.0),
     "1000x100": (1000, 100.0),
     "10000x10": (10000, 10.0),
 }
+
+
+def gnu_time():
+    """Path of GNU time (prints a child's peak RSS as %M), or None."""
+    path = shutil.which("time") or "/usr/bin/time"
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return path if "GNU" in out.stdout + out.stderr else None
+
+
+GNU_TIME = gnu_time()
+
+
+def reset_hwm(pid):
+    """Restarts a process's peak RSS from its current RSS (Linux >= 4.0,
+    own process or root); False where that is not allowed."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
@@ -70,10 +100,19 @@ def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
         argv += ["--phases", phases]
     if args.rt:
         argv = ["chrt", "-f", "50"] + argv
+    # The sender's exact peak RSS: GNU time's %M (wait4's ru_maxrss). Its
+    # own small process forks the sender; wait4 from here would also count
+    # this interpreter, whose pages a forked child maps until it execs.
+    maxrss = os.path.join(workdir, "maxrss")
+    if GNU_TIME:
+        argv = [GNU_TIME, "-f", "%M", "-o", maxrss, "--"] + argv
     rx_before = rss_kib(rx.pid)
     monitor = None
     if args.host_latency:
         monitor = HostLatency(args.secs + 1.0 + args.linger_ms / 1000.0)
+    # The receiver's high-water mark restarts from its current RSS, so that
+    # after the session it is the session's exact peak.
+    rx_hwm = reset_hwm(rx.pid)
     launched = time.time()
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
@@ -81,10 +120,20 @@ def one(args, wb, port, n, pps, pacers, workdir, rx, tx_base_kib=0):
     peak_tx = 0
     while p.poll() is None:
         peak_rx = max(peak_rx, rss_kib(rx.pid))
-        peak_tx = max(peak_tx, rss_kib(p.pid))
+        if not GNU_TIME:
+            peak_tx = max(peak_tx, rss_kib(p.pid))
         time.sleep(0.05)
     wall_s = time.time() - launched
     host = monitor.finish() if monitor else {}
+    if rx_hwm:
+        peak_rx = max(peak_rx, rss_kib(rx.pid, "VmHWM"))
+    if GNU_TIME:
+        try:
+            with open(maxrss) as f:
+                peak_tx = int(f.read().split()[-1])
+            os.unlink(maxrss)
+        except (OSError, ValueError, IndexError):
+            raise RuntimeError("time -f %M wrote no peak RSS")
     err = p.stderr.read().decode(errors="replace")
     if p.returncode not in (0, 1) or not os.path.exists(out):
         raise RuntimeError(f"send failed ({p.returncode}): {err[-500:]}")

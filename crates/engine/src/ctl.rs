@@ -6,7 +6,7 @@ use crate::EngineError;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use wirebench_wire::control::MAX_CONTROL_LINE;
+use wirebench_wire::control::{MAX_CONTROL_LINE, REPORT_PREFIX};
 use wirebench_wire::ControlMsg;
 
 pub struct Ctl {
@@ -43,6 +43,87 @@ pub fn sanitize_remote(msg: &str) -> String {
         out.push_str(&format!(" [… {} more bytes]", msg.len() - end));
     }
     out
+}
+
+/// One control line as a reader that ends after its newline: serves the
+/// bytes [`Ctl`] holds, then reads more from the connection one chunk at a
+/// time (at most [`Ctl::set_limit`] bytes in all, by the deadline), and
+/// leaves whatever follows the newline buffered for the next message.
+struct LineRead<'a> {
+    ctl: &'a mut Ctl,
+    deadline: Instant,
+    /// Bytes of `ctl.buf` already served.
+    pos: usize,
+    /// Bytes of the line served in all.
+    taken: usize,
+    /// The newline was served: the line is complete.
+    done: bool,
+    /// Why reading stopped short, told to the caller instead of the
+    /// parser's "unexpected end".
+    failed: Option<EngineError>,
+}
+
+impl LineRead<'_> {
+    /// Ends the line early with `e` (the reader then reports its end).
+    fn fail(&mut self, e: EngineError) -> std::io::Result<usize> {
+        self.failed = Some(e);
+        Ok(0)
+    }
+}
+
+impl Read for LineRead<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.done || self.failed.is_some() || out.is_empty() {
+            return Ok(0);
+        }
+        while self.pos == self.ctl.buf.len() {
+            // Everything held was served: drop it before reading more, so
+            // the buffer never holds more than one read.
+            self.ctl.buf.clear();
+            self.ctl.scanned = 0;
+            self.pos = 0;
+            let now = Instant::now();
+            if now >= self.deadline {
+                return self.fail(EngineError::PeerGone(
+                    "report line not complete before the deadline".into(),
+                ));
+            }
+            match self.ctl.read_chunk(self.deadline - now) {
+                Ok(0) => {
+                    return self.fail(EngineError::PeerGone(
+                        "peer closed the control connection inside the report".into(),
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => {
+                    return self.fail(EngineError::PeerGone(format!("control read failed: {e}")))
+                }
+            }
+        }
+        let held = &self.ctl.buf[self.pos..];
+        let mut n = held.len().min(out.len());
+        if let Some(nl) = held[..n].iter().position(|&b| b == b'\n') {
+            n = nl + 1;
+            self.done = true;
+        }
+        if self.taken + n > self.ctl.limit {
+            return self.fail(EngineError::Protocol(format!(
+                "control line longer than {} bytes",
+                self.ctl.limit
+            )));
+        }
+        out[..n].copy_from_slice(&held[..n]);
+        self.pos += n;
+        self.taken += n;
+        if self.done {
+            // What follows the line stays for the next message.
+            self.ctl.buf.drain(..self.pos);
+            self.ctl.scanned = 0;
+        }
+        Ok(n)
+    }
 }
 
 /// What a read with a deadline produced.
@@ -121,17 +202,16 @@ impl Ctl {
                     self.limit
                 )));
             }
+            if self.limit > MAX_CONTROL_LINE && self.buf.starts_with(REPORT_PREFIX.as_bytes()) {
+                return self.stream_report(deadline);
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(Recv::Timeout);
             }
-            let _ = self
-                .stream
-                .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))));
-            let mut chunk = [0u8; 16384];
-            match self.stream.read(&mut chunk) {
+            match self.read_chunk(deadline - now) {
                 Ok(0) => return Ok(Recv::Closed),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     return Ok(Recv::Timeout)
                 }
@@ -146,6 +226,46 @@ impl Ctl {
                     return Err(EngineError::PeerGone(format!("control read failed: {e}")));
                 }
             }
+        }
+    }
+
+    /// Appends what one read of at most 16 KiB brings, waiting at most
+    /// `wait`; returns its length (0: the peer closed).
+    fn read_chunk(&mut self, wait: Duration) -> std::io::Result<usize> {
+        let _ = self
+            .stream
+            .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+        let mut chunk = [0u8; 16384];
+        let n = self.stream.read(&mut chunk)?;
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(n)
+    }
+
+    /// Parses a report line (the buffer starts with its first bytes) while
+    /// it arrives, holding at most one read of it at a time, instead of
+    /// buffering the whole line first (see [`ControlMsg::read_report`]).
+    /// Past its first bytes the line is committed: running out of time, a
+    /// closed connection or a malformed line end the session as an error.
+    fn stream_report(&mut self, deadline: Instant) -> Result<Recv, EngineError> {
+        let mut line = LineRead {
+            ctl: self,
+            deadline,
+            pos: 0,
+            taken: 0,
+            done: false,
+            failed: None,
+        };
+        let parsed = ControlMsg::read_report(&mut line);
+        let (failed, done) = (line.failed.take(), line.done);
+        match (parsed, failed) {
+            (_, Some(e)) => Err(e),
+            (Ok(m), None) if done => Ok(Recv::Msg(m)),
+            (Ok(_), None) => Err(EngineError::Protocol(
+                "malformed control message: report line does not end after the report".into(),
+            )),
+            (Err(e), None) => Err(EngineError::Protocol(format!(
+                "malformed control message: {e}"
+            ))),
         }
     }
 
@@ -193,10 +313,16 @@ mod tests {
             },
         }
         .to_line();
-        for raised in [false, true] {
+        // Default limit, raised but still short of the line (refused while
+        // the report streams in), raised enough.
+        for (limit, raised) in [
+            (None, false),
+            (Some(5 << 20), false),
+            (Some(REPORT_LINE_LIMIT), true),
+        ] {
             let (mut ctl, mut peer) = pair();
-            if raised {
-                ctl.set_limit(REPORT_LINE_LIMIT);
+            if let Some(limit) = limit {
+                ctl.set_limit(limit);
             }
             let line = big.clone();
             let w = std::thread::spawn(move || {
@@ -215,6 +341,62 @@ mod tests {
                 (_, other) => panic!("raised={raised}: {:?}", other.is_ok()),
             }
         }
+    }
+
+    /// A report of many flows is parsed while it arrives: the line is never
+    /// held whole, and what follows it on the connection is kept.
+    #[test]
+    fn report_is_read_without_holding_the_line() {
+        let mut summary = wirebench_stats::RecvSummary::default();
+        summary.counts.unique = 5;
+        summary.delay_hist = Some(wirebench_stats::Dist {
+            bits: 7,
+            buckets_ns: (0..256).map(|i| (1000 + 9 * i, 3)).collect(),
+        });
+        let flows: Vec<_> = (1..=400)
+            .map(|i| crate::result::FlowReport {
+                flow_id: i,
+                summary: summary.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let report = ControlMsg::Report {
+            flows,
+            extra: Default::default(),
+        };
+        let line = report.to_line();
+        assert!(line.len() > 1 << 20, "{}", line.len());
+        let (mut ctl, mut peer) = pair();
+        ctl.set_limit(REPORT_LINE_LIMIT);
+        let (bytes, bye) = (line.clone(), ControlMsg::Bye.to_line());
+        let w = std::thread::spawn(move || {
+            // In pieces, the next message right behind the report.
+            for piece in bytes.as_bytes().chunks(100_000) {
+                peer.write_all(piece).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            peer.write_all(bye.as_bytes()).unwrap();
+            peer
+        });
+        let got = ctl.recv(Duration::from_secs(20)).unwrap();
+        assert!(matches!(&got, Recv::Msg(m) if *m == report));
+        assert!(
+            ctl.buf.capacity() <= 64 << 10,
+            "line buffer grew to {} bytes",
+            ctl.buf.capacity()
+        );
+        assert!(matches!(
+            ctl.recv(Duration::from_secs(5)).unwrap(),
+            Recv::Msg(ControlMsg::Bye)
+        ));
+        // Cut short: an error, not a timeout to wait through again.
+        let mut peer = w.join().unwrap();
+        peer.write_all(&line.as_bytes()[..line.len() / 2]).unwrap();
+        drop(peer);
+        assert!(matches!(
+            ctl.recv(Duration::from_secs(5)),
+            Err(EngineError::PeerGone(m)) if m.contains("inside the report")
+        ));
     }
 
     #[test]

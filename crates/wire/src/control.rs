@@ -236,26 +236,47 @@ impl ControlMsg {
     /// (compact JSON, tag first) is therefore read straight into its types;
     /// any other spelling takes the generic path.
     pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
-        #[derive(Deserialize)]
-        struct ReportBody {
-            flows: Vec<FlowReport>,
-            #[serde(default)]
-            extra: ReportExtra,
-        }
         if text.starts_with(REPORT_PREFIX) {
             // The "type" key is ignored here: the prefix already named it.
             let b: ReportBody = serde_json::from_str(text)?;
-            return Ok(ControlMsg::Report {
-                flows: b.flows,
-                extra: b.extra,
-            });
+            return Ok(b.into());
         }
         serde_json::from_str(text)
+    }
+
+    /// Reads one `Report` as [`ControlMsg::to_line`] writes it (compact,
+    /// tag first) from `r`, which must end where the line ends: the caller
+    /// has seen [`REPORT_PREFIX`] and bounds the line. Unlike
+    /// [`ControlMsg::parse`] the line is never held whole: a report of 60
+    /// flows is some 300 KB of JSON, which buffered as one line (grown by
+    /// doubling to 512 KiB) was half of the sender's peak memory at the end
+    /// of such a session.
+    pub fn read_report<R: std::io::Read>(r: R) -> Result<Self, serde_json::Error> {
+        let b: ReportBody = serde_json::from_reader(r)?;
+        Ok(b.into())
+    }
+}
+
+/// A `Report`'s fields, read straight into their types (see
+/// [`ControlMsg::parse`]).
+#[derive(Deserialize)]
+struct ReportBody {
+    flows: Vec<FlowReport>,
+    #[serde(default)]
+    extra: ReportExtra,
+}
+
+impl From<ReportBody> for ControlMsg {
+    fn from(b: ReportBody) -> Self {
+        ControlMsg::Report {
+            flows: b.flows,
+            extra: b.extra,
+        }
     }
 }
 
 /// How [`ControlMsg::to_line`] begins a `Report`.
-const REPORT_PREFIX: &str = r#"{"type":"report","#;
+pub const REPORT_PREFIX: &str = r#"{"type":"report","#;
 
 #[cfg(test)]
 mod tests {
@@ -372,6 +393,11 @@ mod tests {
         let spaced = line.replacen(r#""type":"report","#, r#""type": "report", "#, 1);
         assert_eq!(ControlMsg::from_line(&spaced).unwrap(), m);
         assert!(ControlMsg::from_line(r#"{"type":"report","extra":{}}"#).is_err());
+        // From a reader: the same message; a reader that ends early or
+        // holds more than one value is an error.
+        assert_eq!(ControlMsg::read_report(line.as_bytes()).unwrap(), m);
+        assert!(ControlMsg::read_report(&line.as_bytes()[..line.len() - 3]).is_err());
+        assert!(ControlMsg::read_report(format!("{line}{line}").as_bytes()).is_err());
     }
 
     #[test]
