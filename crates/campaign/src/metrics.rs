@@ -132,6 +132,7 @@ pub const METRICS: &[Metric] = &[
     m("cpu_host_user", Cpu, "CPU, host user", CORE, Sum, Lower, Run(|d| Some(d.cpu.host.user))),
     m("cpu_host_system", Cpu, "CPU, host system", CORE, Sum, Lower, Run(|d| Some(d.cpu.host.system))),
     m("cpu_host_softirq", Cpu, "CPU, host softirq (incl. router forwarding)", CORE, Sum, Lower, Run(|d| Some(d.cpu.host.softirq))),
+    m("cpu_host_steal", Cpu, "CPU, host steal (taken by the hypervisor)", CORE, Sum, Lower, Run(|d| Some(d.cpu.host.steal))),
     m("cpu_router_busy", Cpu, "CPU, busiest real router (1 − idle)", "share of all its cores", Max, Lower, Counters(|c| router_cpu(c, "busy"))),
     m("cpu_router_softirq", Cpu, "CPU, busiest real router, softirq (forwarding)", "share of all its cores", Max, Lower, Counters(|c| router_cpu(c, "softirq"))),
     m("tcp_retransmits", Tcp, "TCP retransmits", PKTS, Sum, Lower, Flow(|f| f.tcp.map(|t| t.retransmits as f64))),

@@ -72,6 +72,7 @@ fn doc(payload: f64, ip: u32, rep: u32) -> serde_json::Value {
             system: 0.4,
             softirq: 0.15,
             idle: 0.9,
+            steal: 0.0,
         },
     };
     serde_json::to_value(doc).unwrap()

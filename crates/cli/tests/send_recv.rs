@@ -365,7 +365,7 @@ fn json_document_holds_the_documented_keys() {
     has(&doc["cpu"]["receiver"], &["user", "system"], "cpu.receiver");
     has(
         &doc["cpu"]["host"],
-        &["user", "system", "softirq", "idle"],
+        &["user", "system", "softirq", "idle", "steal"],
         "cpu.host",
     );
     let fl = &doc["flows"][0];

@@ -426,6 +426,13 @@ pub struct HostCpuShare {
     pub softirq: f64,
     /// Idle share.
     pub idle: f64,
+    /// Steal share: time a hypervisor gave these virtual CPUs to someone
+    /// else while the run went on (Linux `steal` in /proc/stat; 0 on bare
+    /// metal and on systems that do not count it). While a CPU is stolen
+    /// nothing on it runs, so packets due then leave late: a run with steal
+    /// explains its schedule error. Documents written before it read 0.
+    #[serde(default)]
+    pub steal: f64,
 }
 
 /// The TCP_INFO fields the result document carries.

@@ -45,6 +45,7 @@ const ADDED_SINCE_STORED: &[&str] = &[
     "sender_host_drops",
     "direction",
     "start_phase_s",
+    "steal",
 ];
 
 /// Removes the keys of `ADDED_SINCE_STORED` that hold their default value.

@@ -926,12 +926,13 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
         &mut s,
         "CPU (share of one core)",
         format!(
-            "sender {:.2} usr {:.2} sys; receiver {:.2} usr {:.2} sys; host softirq {:.2}",
+            "sender {:.2} usr {:.2} sys; receiver {:.2} usr {:.2} sys; host softirq {:.2} steal {:.2}",
             doc.cpu.sender.user,
             doc.cpu.sender.system,
             doc.cpu.receiver.user,
             doc.cpu.receiver.system,
-            doc.cpu.host.softirq
+            doc.cpu.host.softirq,
+            doc.cpu.host.steal
         ),
     );
     if doc.receiver.foreign_control > 0 {

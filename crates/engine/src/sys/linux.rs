@@ -63,7 +63,8 @@ fn parse_proc_stat(s: &str) -> Option<HostCpu> {
         .skip(1)
         .filter_map(|x| x.parse().ok())
         .collect();
-    // user nice system idle iowait irq softirq ...
+    // user nice system idle iowait irq softirq steal ... (steal since
+    // Linux 2.6.11)
     if v.len() < 7 {
         return None;
     }
@@ -72,6 +73,7 @@ fn parse_proc_stat(s: &str) -> Option<HostCpu> {
         system: v[2] + v[5],
         softirq: v[6],
         idle: v[3] + v[4],
+        steal: v.get(7).copied().unwrap_or(0),
     })
 }
 
@@ -173,8 +175,14 @@ mod tests {
 
     #[test]
     fn proc_stat_parse() {
-        let s = "cpu  10 1 20 300 4 5 6 0 0 0\ncpu0 1 1 1 1 1 1 1\n";
+        let s = "cpu  10 1 20 300 4 5 6 7 0 0\ncpu0 1 1 1 1 1 1 1\n";
         let c = parse_proc_stat(s).unwrap();
-        assert_eq!((c.user, c.system, c.softirq, c.idle), (11, 25, 6, 304));
+        assert_eq!(
+            (c.user, c.system, c.softirq, c.idle, c.steal),
+            (11, 25, 6, 304, 7)
+        );
+        // A kernel older than the steal column.
+        let c = parse_proc_stat("cpu  10 1 20 300 4 5 6\n").unwrap();
+        assert_eq!((c.softirq, c.steal), (6, 0));
     }
 }

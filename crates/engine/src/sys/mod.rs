@@ -91,6 +91,8 @@ pub struct HostCpu {
     pub system: u64,
     pub softirq: u64,
     pub idle: u64,
+    /// Time the hypervisor ran something else on these (virtual) CPUs.
+    pub steal: u64,
 }
 
 impl HostCpu {
@@ -113,6 +115,7 @@ pub fn host_cpu_share(a: HostCpu, b: HostCpu, secs: f64) -> HostCpuShare {
         system: f(a.system, b.system),
         softirq: f(a.softirq, b.softirq),
         idle: f(a.idle, b.idle),
+        steal: f(a.steal, b.steal),
     }
 }
 

@@ -39,6 +39,8 @@ pub fn host_cpu() -> HostCpu {
         system: ticks(kernel).saturating_sub(idle),
         softirq: 0,
         idle,
+        // Windows does not count it.
+        steal: 0,
     }
 }
 
