@@ -33,7 +33,16 @@ pub struct Dist {
     /// Non-empty buckets in ascending order: [value in ns, count]. The value
     /// is the bucket's largest signed value (for negative delays, the one
     /// nearest zero), as the engine reports percentiles.
+    #[serde(deserialize_with = "exact_vec")]
     pub buckets_ns: Vec<(i64, u64)>,
+}
+
+/// A vector read without the spare room of its growth (up to half of it):
+/// a sender holds every flow's dists at the end of a session.
+fn exact_vec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(i64, u64)>, D::Error> {
+    let mut v = Vec::<(i64, u64)>::deserialize(d)?;
+    v.shrink_to_fit();
+    Ok(v)
 }
 
 /// The value standing for `v`'s bucket on a grid of `bits` mantissa bits.
@@ -80,6 +89,10 @@ impl Dist {
                 _ => out.push((x, c)),
             }
         }
+        // Coarsening merges buckets: without this a fitted dist kept the
+        // room of the finer one it came from (up to twice its size, in
+        // every flow's report).
+        out.shrink_to_fit();
         Dist {
             bits,
             buckets_ns: out,
