@@ -168,11 +168,31 @@ impl Ctl {
             .map_err(|e| EngineError::PeerGone(format!("control write failed: {e}")))
     }
 
+    /// Writes a `Report` line flow by flow as `flows` yields them (see
+    /// [`wirebench_wire::control::write_report`]): a receiver never holds
+    /// every flow's report at once.
+    pub fn send_report(
+        &mut self,
+        flows: impl IntoIterator<Item = crate::result::FlowReport>,
+        extra: &crate::result::ReportExtra,
+    ) -> Result<(), EngineError> {
+        let mut w = std::io::BufWriter::with_capacity(64 << 10, &self.stream);
+        wirebench_wire::control::write_report(&mut w, flows, extra)
+            .and_then(|()| w.flush())
+            .map_err(|e| EngineError::PeerGone(format!("control write failed: {e}")))
+    }
+
     /// Reads one message, waiting at most `timeout`. Malformed lines are an
     /// error (the caller decides whether that is foreign traffic).
     pub fn recv(&mut self, timeout: Duration) -> Result<Recv, EngineError> {
         let deadline = Instant::now() + timeout;
         loop {
+            // Every report goes the streaming way, short ones too: one
+            // parser for them all (a second copy of the report's parsing
+            // code, once run, is some 100 KiB more of the binary resident).
+            if self.limit > MAX_CONTROL_LINE && self.buf.starts_with(REPORT_PREFIX.as_bytes()) {
+                return self.stream_report(deadline);
+            }
             let found = self.buf[self.scanned..]
                 .iter()
                 .position(|&b| b == b'\n')
@@ -201,9 +221,6 @@ impl Ctl {
                     "control line longer than {} bytes",
                     self.limit
                 )));
-            }
-            if self.limit > MAX_CONTROL_LINE && self.buf.starts_with(REPORT_PREFIX.as_bytes()) {
-                return self.stream_report(deadline);
             }
             let now = Instant::now();
             if now >= deadline {
@@ -241,9 +258,10 @@ impl Ctl {
         Ok(n)
     }
 
-    /// Parses a report line (the buffer starts with its first bytes) while
-    /// it arrives, holding at most one read of it at a time, instead of
-    /// buffering the whole line first (see [`ControlMsg::read_report`]).
+    /// Parses a report line (the buffer starts with its first bytes, maybe
+    /// all of them) while it arrives, holding at most one read of it at a
+    /// time, instead of buffering the whole line first (see
+    /// [`ControlMsg::read_report`]).
     /// Past its first bytes the line is committed: running out of time, a
     /// closed connection or a malformed line end the session as an error.
     fn stream_report(&mut self, deadline: Instant) -> Result<Recv, EngineError> {
@@ -255,7 +273,10 @@ impl Ctl {
             done: false,
             failed: None,
         };
-        let parsed = ControlMsg::read_report(&mut line);
+        // serde_json reads a byte at a time: from a small buffer, that is
+        // a load, not a call into the line's checks. The line reader stops
+        // at the newline, so nothing of the next message is taken in.
+        let parsed = ControlMsg::read_report(std::io::BufReader::with_capacity(8192, &mut line));
         let (failed, done) = (line.failed.take(), line.done);
         match (parsed, failed) {
             (_, Some(e)) => Err(e),

@@ -758,10 +758,24 @@ fn session(
                 std::thread::sleep(Duration::from_millis(linger_ms));
                 let snmp1 = sys::udp_rcvbuf_errors();
                 let foreign1 = stats.foreign_control.load(Ordering::Relaxed);
-                let mut reports = Vec::new();
                 let (accs, rx_cpu) = flows.finish();
                 let cpu = CpuTime::thread().since(cpu0).plus(rx_cpu);
-                for (i, (f, acc)) in flows.0.iter().zip(accs).enumerate() {
+                // Every flow the receiver measured must have its figures
+                // before any of the report is written.
+                for (i, (f, acc)) in flows.0.iter().zip(&accs).enumerate() {
+                    let by_us = rev_sent.get(i).is_some_and(Option::is_some);
+                    if !by_us && acc.is_none() {
+                        stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                        return refuse(
+                            &mut ctl,
+                            format!("flow {} receive thread failed", f.flow_id),
+                        );
+                    }
+                }
+                let budget = wirebench_stats::dist::per_flow_budget(flows.0.len());
+                // Each flow's report is made as the line is written, and
+                // its accumulator freed then (see Ctl::send_report).
+                let reports = flows.0.iter().zip(accs).enumerate().filter_map(|(i, (f, acc))| {
                     if let Some(sent) = rev_sent.get_mut(i).and_then(Option::take) {
                         if verbose {
                             eprintln!(
@@ -769,20 +783,14 @@ fn session(
                                 f.flow_id, sent.packets, sent.bytes
                             );
                         }
-                        reports.push(FlowReport {
+                        return Some(FlowReport {
                             flow_id: f.flow_id,
                             sent: Some(sent),
                             ..FlowReport::default()
                         });
-                        continue;
                     }
-                    let Some((acc, marks)) = acc else {
-                        stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
-                        return refuse(
-                            &mut ctl,
-                            format!("flow {} receive thread failed", f.flow_id),
-                        );
-                    };
+                    // Present: checked above.
+                    let (acc, marks) = acc?;
                     let playout = setups.get(i).and_then(|s| s.playout_buffer_ms);
                     let mut r = flow_report(
                         f.flow_id,
@@ -791,10 +799,9 @@ fn session(
                         sent.get(i).copied(),
                         playout,
                     );
-                    r.summary
-                        .fit_dists(wirebench_stats::dist::per_flow_budget(flows.0.len()));
-                    reports.push(r);
-                }
+                    r.summary.fit_dists(budget);
+                    Some(r)
+                });
                 if let Some((k, path)) = sink.take() {
                     let footer = LogFooter {
                         flows: flows
@@ -839,10 +846,7 @@ fn session(
                 // Counted before the send so that a sender holding the
                 // report always sees the session counted.
                 stats.sessions_completed.fetch_add(1, Ordering::Relaxed);
-                ctl.send(&ControlMsg::Report {
-                    flows: reports,
-                    extra,
-                })?;
+                ctl.send_report(reports, &extra)?;
                 // Wait briefly for Bye so the sender reads the report before
                 // the connection closes.
                 let _ = ctl.recv(Duration::from_secs(5));
