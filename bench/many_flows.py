@@ -17,7 +17,8 @@ documents:
   - wall: the whole `send`, launch to exit (start, run, linger and the
     stop that ends every flow at once), so a slow teardown shows here;
   - memory per flow: the sender's peak RSS over that of a one-flow
-    session (run first, same options), and the receiver's peak RSS growth
+    session (run first, same options; median of three), and the
+    receiver's peak RSS growth
     during the session, each divided by N. Both peaks include the end of
     the session (the receiver's report, the result document), not only
     the flows' running state. Peaks are the kernel's exact high-water
@@ -213,9 +214,13 @@ def main():
             if rx.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("receiver did not start")
             time.sleep(0.05)
-        # The sender's fixed memory (binary, threads, one flow).
-        base = one(args, args.wirebench, args.port, 1, 100.0, "auto", workdir,
-                   rx)["tx_peak_kib"]
+        # The sender's fixed memory (binary, threads, one flow): the median
+        # of three one-flow sessions. One alone varies by up to ~500 KiB
+        # from run to run (which pages of the binary a session happens to
+        # touch), 8 KiB per flow at 60 flows.
+        base = statistics.median(
+            one(args, args.wirebench, args.port, 1, 100.0, "auto", workdir,
+                rx)["tx_peak_kib"] for _ in range(3))
         for case in args.cases.split(","):
             n, pps = CASES[case]
             for rep in range(args.reps):
