@@ -821,10 +821,13 @@ class ManyTrial:
         self.sched_p99 = []
         self.host = {}  # HostLatency.finish() beside the trial
 
-    def summary(self, tx_base_kib):
+    def summary(self, tx_base_kib, rx_base_kib=0):
         """Worst flow's span-rate error (sent, received) and count error,
         loss, KiB per flow. Flows the tool never reported count as 100 %
-        wrong and all their packets lost."""
+        wrong and all their packets lost. Memory per flow at each end is
+        the peak over that of a one-flow session of the same tool (the
+        `*_base_kib`), / n; the receiver's raw growth over its idle RSS is
+        kept as `rx_growth_kib_per_flow`."""
         want = self.pps * self.secs
         missing = self.n - len(self.flows)
         err_tx = err_rx = err_n = 1.0 if missing > 0 else 0.0
@@ -846,7 +849,9 @@ class ManyTrial:
                                        if self.sched_p99 else None),
                 **self.host,
                 "tx_kib_per_flow": max(0, self.tx_kib - tx_base_kib) / self.n,
-                "rx_kib_per_flow": self.rx_kib / self.n, "note": self.note}
+                "rx_kib_per_flow": max(0, self.rx_kib - rx_base_kib) / self.n,
+                "rx_growth_kib_per_flow": self.rx_kib / self.n,
+                "note": self.note}
 
 
 def many_wirebench(ctx, n, pps, secs):
@@ -1072,13 +1077,21 @@ def many_section(args, b, workdir):
     ctx = ManyCtx(b.tools["wirebench"].bin if "wirebench" in b.tools
                   else None, workdir, args.many_rt, args.host_latency)
     tools = [t for t in MANY_TOOLS if t in b.tools]
-    # The senders' fixed memory: a one-flow session of each tool, 1 s.
-    base = {}
+    # Each end's fixed memory: one-flow sessions of each tool, 1 s, the
+    # median of three (a single one varies by some hundred KiB: resident
+    # code and library pages). The sender's peak RSS; the receiver's growth
+    # over its idle RSS, which in a fresh receiver (every session starts
+    # one) includes what any session costs it first: its threads, their
+    # allocator arenas, the code of the receive path paged in.
+    base, base_rx = {}, {}
     for tool in tools:
-        t = MANY_RUN[tool](ctx, 1, 100.0, 1.0)
-        base[tool] = t.tx_kib
-        log(f"  {tool:10s} one-flow session: sender peak RSS {t.tx_kib} KiB"
-            + (f" ({t.note})" if t.note else ""))
+        ones = [MANY_RUN[tool](ctx, 1, 100.0, 1.0) for _ in range(3)]
+        base[tool] = median([t.tx_kib for t in ones])
+        base_rx[tool] = median([t.rx_kib for t in ones])
+        notes = "; ".join(sorted({t.note for t in ones if t.note}))
+        log(f"  {tool:10s} one-flow sessions: sender peak RSS {base[tool]} "
+            f"KiB, receiver growth {base_rx[tool]} KiB (medians of 3)"
+            + (f" ({notes})" if notes else ""))
     res = {}
     for rep in range(args.reps):
         for case in args.many_cases:
@@ -1090,7 +1103,7 @@ def many_section(args, b, workdir):
                     log(f"  skip {tool} {case}: --max-time reached")
                     continue
                 t = MANY_RUN[tool](ctx, n, pps, args.many_secs)
-                s = t.summary(base.get(tool, 0))
+                s = t.summary(base.get(tool, 0), base_rx.get(tool, 0))
                 s.update(case=case, rep=rep)
                 b.trials.append(dict(s, section="many"))
                 res.setdefault((case, tool), []).append(s)
