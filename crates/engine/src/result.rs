@@ -40,22 +40,15 @@ pub(crate) struct DocParts<'a> {
 
 pub(crate) fn build_doc(mut p: DocParts) -> ResultDoc {
     let mut flows = Vec::new();
-    // Each flow's series and histograms move from its report into its
-    // result; the rest of the summary is copied. Copying them too once held
-    // every flow's dists twice at the end of a session (some 5 KiB per flow
-    // at 60 flows, beside the report's own 8 KiB).
-    let mut heavy: Vec<_> = p
+    // Each flow's summary moves from its report into its result (below), so
+    // what is read of the summaries across flows is read first. Copying
+    // them once held every flow's dists twice at the end of a session (some
+    // 5 KiB per flow at 60 flows, beside the report's own 8 KiB).
+    let received_packets: f64 = p
         .reports
-        .iter_mut()
-        .map(|r| {
-            let s = &mut r.summary;
-            (
-                std::mem::take(&mut s.intervals),
-                s.delay_hist.take(),
-                s.ipdv_hist.take(),
-            )
-        })
-        .collect();
+        .iter()
+        .map(|r| r.summary.counts.packets as f64)
+        .sum();
     let total_lost: u64 = p
         .reports
         .iter()
@@ -75,16 +68,13 @@ pub(crate) fn build_doc(mut p: DocParts) -> ResultDoc {
     for (i, (f, o)) in p.plan.flows.iter().zip(&p.outcomes).enumerate() {
         let id = (i + 1) as u16;
         let k = p.reports.iter().position(|r| r.flow_id == id);
-        let rep = k.map(|k| &p.reports[k]);
         // Without the receiver's report nothing is known of what arrived:
         // the default summary's `lost`/`loss_ratio` are None (unknown),
         // not 0 (a receiver killed mid-run once read as "lost 0").
-        let mut s = rep.map(|r| r.summary.clone()).unwrap_or_default();
-        if let Some(h) = k.and_then(|k| heavy.get_mut(k)) {
-            s.intervals = std::mem::take(&mut h.0);
-            s.delay_hist = h.1.take();
-            s.ipdv_hist = h.2.take();
-        }
+        let s = k
+            .map(|k| std::mem::take(&mut p.reports[k].summary))
+            .unwrap_or_default();
+        let rep = k.map(|k| &p.reports[k]);
         let lost = s.counts.lost.unwrap_or(0);
         // Namespace-wide drops are shared out in proportion to each flow's
         // losses, and never exceed them: the sender's own first (a packet
@@ -217,12 +207,7 @@ pub(crate) fn build_doc(mut p: DocParts) -> ResultDoc {
         );
     }
     if total.received_packets > 0 {
-        total.delay_mean_s = delay_weighted
-            / p.reports
-                .iter()
-                .map(|r| r.summary.counts.packets as f64)
-                .sum::<f64>()
-                .max(1.0);
+        total.delay_mean_s = delay_weighted / received_packets.max(1.0);
     }
     total.loss_ratio = total.lost.map(|l| {
         if total.sent_packets > 0 {
