@@ -60,6 +60,17 @@ pub(crate) fn bad(flag: &str, reason: impl Into<String>) -> ModelError {
     }
 }
 
+/// Puts `what` in front of an error's reason, keeping its flag: for a flag
+/// with parts (`-B`'s ON and OFF halves) the flag must stay the token the
+/// user typed, so a script error can point at it.
+fn prefix_reason(e: ModelError, what: &str) -> ModelError {
+    let ModelError::BadParam { flag, reason } = e;
+    ModelError::BadParam {
+        flag,
+        reason: format!("{what}: {reason}"),
+    }
+}
+
 /// One departure: send `size` bytes of transport payload (probe header
 /// included) at this departure's scheduled time; the next departure is
 /// scheduled `gap_ns` later. Absolute schedule: t(k+1) = t(k) + gap(k), the
@@ -363,7 +374,9 @@ impl Burst {
                 })?);
             }
             it += 1 + n;
-            value_dist(&format!("-B ({what} {letter})"), letter, &p)
+            // The option stays `-B` (the token on the line); which half and
+            // letter went wrong goes in the reason.
+            value_dist(flag, letter, &p).map_err(|e| prefix_reason(e, &format!("{what} {letter}")))
         };
         let on_ms = take("ON")?;
         let off_ms = take("OFF")?;
@@ -386,8 +399,12 @@ impl Burst {
     }
 
     fn validate(&self) -> Result<(), ModelError> {
-        self.on_ms.validate("-B (ON)")?;
-        self.off_ms.validate("-B (OFF)")
+        self.on_ms
+            .validate("-B")
+            .map_err(|e| prefix_reason(e, "ON"))?;
+        self.off_ms
+            .validate("-B")
+            .map_err(|e| prefix_reason(e, "OFF"))
     }
 }
 

@@ -159,6 +159,8 @@ const BAD: &[(&str, &str)] = &[
     ("-a 10.0.0.2 -Ft /dev/zero", "-Ft"),
     ("-a 10.0.0.2 -l log", "-l"),
     ("-a 10.0.0.2 -C NaN", "-C"),
+    ("-a 10.0.0.2 -B C NaN C 100", "-B"),
+    ("-a 10.0.0.2 -B C 100 E inf", "-B"),
     ("-a 10.0.0.2 --frobnicate", "--frobnicate"),
     ("VoIP -x G.7", "-x"),
     ("VoIP DNS", "DNS"),
