@@ -175,6 +175,10 @@ impl TopologySpec {
 pub(crate) enum Loc {
     Node(usize, &'static str),
     Link(usize, &'static str),
+    /// A value two links must share (the MTU on one switch): the first
+    /// link's own line for it if the file sets it there, else the second's.
+    /// One of the two is written in the file, or they would not differ.
+    LinkPair(usize, usize, &'static str),
     Whole,
 }
 
@@ -333,7 +337,7 @@ impl TopologySpec {
                     if let Some(&(m, j)) = switch_mtu.get(e.as_str()) {
                         if m != l.mtu {
                             return Err((
-                                Loc::Link(i, "mtu"),
+                                Loc::LinkPair(i, j, "mtu"),
                                 format!(
                                     "link {}: MTU {} differs from MTU {m} of link {} on switch `{e}`; a bridged segment has one MTU",
                                     l.label(),
@@ -856,19 +860,26 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
     }
     spec.apply(o);
     spec.validate_loc().map_err(|(loc, msg)| match loc {
-        Loc::Node(i, field) => {
-            let off = node_spans[i]
-                .get(field)
-                .copied()
-                .unwrap_or(node_spans[i]["name"]);
-            ferr(off, field, msg)
-        }
+        Loc::Node(i, field) => match node_spans[i].get(field) {
+            Some(&off) => ferr(off, field, msg),
+            None => ferr(node_spans[i]["name"], "name", msg),
+        },
         Loc::Link(i, field) => {
-            let off = link_spans[i]
+            // A value the file does not write (a default, or one from the
+            // command line) is pinned on the link's line by its endpoints.
+            match link_spans[i].get(field) {
+                Some(&off) => ferr(off, field, msg),
+                None => ferr(link_spans[i]["endpoints"], "endpoints", msg),
+            }
+        }
+        Loc::LinkPair(i, j, field) => {
+            match link_spans[i]
                 .get(field)
-                .copied()
-                .unwrap_or(link_spans[i]["endpoints"]);
-            ferr(off, field, msg)
+                .or_else(|| link_spans[j].get(field))
+            {
+                Some(&off) => ferr(off, field, msg),
+                None => ferr(link_spans[i]["endpoints"], "endpoints", msg),
+            }
         }
         Loc::Whole => TestbedError::Invalid(format!("topology file {}: {msg}", path.display())),
     })?;
@@ -1093,6 +1104,34 @@ offloads = true
         assert_eq!(file_err(&t), (18, "name".into()));
         let t = GOOD.replace("[[node]]\nname = \"r1\"", "[[node]]\nnam = \"r1\"");
         assert_eq!(file_err(&t).1, "nam");
+    }
+
+    /// Two links on one switch with different MTUs: the error points at an
+    /// `mtu` the file writes, whichever of the two links writes it, and never
+    /// names a field that is not on the line it points at.
+    #[test]
+    fn switch_mtu_conflict_points_at_a_written_mtu() {
+        let line_of = |t: &str, s: &str| t.lines().position(|l| l == s).unwrap() + 1;
+        let base = GOOD.replace("[defaults]\nmtu = 9000\n", "");
+        // The second link on s1 writes the odd MTU.
+        let t = base.replace("rate = \"100mbit\"", "mtu = 4000");
+        assert_eq!(file_err(&t), (line_of(&t, "mtu = 4000"), "mtu".into()));
+        // The first writes it and the second keeps the default: still that line.
+        let t = base.replace(
+            "endpoints = [\"a\", \"s1\"]",
+            "endpoints = [\"a\", \"s1\"]\nmtu = 4000",
+        );
+        assert_eq!(file_err(&t), (line_of(&t, "mtu = 4000"), "mtu".into()));
+        // An MTU from the command line conflicts with none: all links take it.
+        let s = parse_topology(
+            &t,
+            Path::new("t.toml"),
+            &LinkOpts {
+                mtu: Some(1500),
+                ..Default::default()
+            },
+        );
+        assert!(s.is_ok(), "{s:?}");
     }
 
     #[test]
