@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use wirebench_testbed::*;
-use wirebench_testkit::{check, measure};
+use wirebench_testkit::{check, measure_seeing};
 
 static HEAVY: Mutex<()> = Mutex::new(());
 
@@ -321,16 +321,40 @@ fn udp_pair(tb: &Testbed, idle: Duration) -> (UdpSocket, UdpSocket) {
     (rx, tx)
 }
 
+/// What [`saturate`] measured.
+struct Saturated {
+    /// Payload bit/s at the receiver after a warm-up.
+    bps: f64,
+    /// Seconds the rate was measured over.
+    span: f64,
+    sent: u64,
+    received: u64,
+    /// Arrival gaps longer than [`STALL_NS`] after the warm-up, with the
+    /// link kept backlogged: the host ran the shaper's timer or the path's
+    /// softirq late. How many, the link time they cost (each gap less one
+    /// frame's time) and the longest.
+    stalls: u64,
+    stalled_ns: u64,
+    longest_ns: u64,
+}
+
+/// An arrival gap on a backlogged link that only a late kernel timer or
+/// softirq explains: more than twice the longest token bucket tbf is given
+/// below 1 Gbit/s (4 frames, 490 us at 100 Mbit/s), which would otherwise
+/// make the lost time up.
+const STALL_NS: u64 = 1_000_000;
+
 /// A blocking UDP sender in `a` as fast as it can for `secs`, a receiver in
-/// `b` counting payload bytes; returns (payload bit/s measured at the
-/// receiver after a warm-up, datagrams sent, datagrams received).
+/// `b` counting payload bytes and timing arrivals; `frame_ns` is one
+/// datagram's time on the link.
 fn saturate(
     tb: &Testbed,
     payload: usize,
     gso_segs: usize,
     secs: f64,
     sndbuf: i32,
-) -> (f64, u64, u64) {
+    frame_ns: u64,
+) -> Saturated {
     let (rx, tx) = udp_pair(tb, Duration::from_millis(500));
     socket_opt(&tx, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, sndbuf).unwrap();
     if gso_segs > 1 {
@@ -364,6 +388,7 @@ fn saturate(
     let mut t_last = 0u64;
     let mut bytes_after = 0u64;
     let mut received = 0u64;
+    let (mut stalls, mut stalled_ns, mut longest_ns) = (0u64, 0u64, 0u64);
     while let Some((n, ts)) = recv_ts(&rx, &mut buf) {
         received += 1;
         let f = *first.get_or_insert(ts);
@@ -372,14 +397,28 @@ fn saturate(
                 t_start = Some(ts);
             } else {
                 bytes_after += n as u64;
-                t_last = ts;
+                let gap = ts.saturating_sub(t_last);
+                longest_ns = longest_ns.max(gap);
+                if gap > STALL_NS {
+                    stalls += 1;
+                    stalled_ns += gap - frame_ns;
+                }
             }
+            t_last = ts;
         }
     }
     let sent = sender.join().unwrap();
     // Bytes after the reference datagram over the time since it arrived.
     let span = (t_last - t_start.unwrap()) as f64 / 1e9;
-    (bytes_after as f64 * 8.0 / span, sent, received)
+    Saturated {
+        bps: bytes_after as f64 * 8.0 / span,
+        span,
+        sent,
+        received,
+        stalls,
+        stalled_ns,
+        longest_ns,
+    }
 }
 
 /// One datagram and its kernel receive time (ns, CLOCK_REALTIME); None on
@@ -497,27 +536,66 @@ fn rate_100mbit_carries_what_ethernet_carries() {
     // kernel's (softirq), so the rate is measured once more when the host
     // was busy during a failed run. What was lost, and where, never depends
     // on the scheduler.
+    //
+    // A clean run reads -0.02 to 0 %. A run that reads short has arrival
+    // gaps of 1-7 ms on the backlogged link, each one the host's (a late
+    // tbf timer costs what the 490 us bucket cannot refill): on an idle
+    // 2-core VM 0-17 per run, -0.7 % at worst in 16 runs; beside a CPU hog
+    // 7-15 per run. The time they cost accounts for the whole shortfall; the rate
+    // over the rest of the run, the link's busy time, is within 0.15 % of
+    // the model in every run. So both are checked: the busy-time rate
+    // (the shaper's accounting), and the whole-run rate (what a user
+    // reads), which is measured once more only when the run's own stalls
+    // explain at least half of its shortfall.
+    let frame_ns = (1408 + 8 + 20 + 14 + 4 + 8 + 12) * 8 * 1_000_000_000 / 100_000_000;
     for (what, gso) in [("1408 B", 1), ("1408 B with UDP GSO x16", 16)] {
-        measure(&format!("saturating 100mbit with {what}"), || {
+        measure_seeing(&format!("saturating 100mbit with {what}"), || {
             let before = tb.counters().unwrap();
-            let (bps, sent, received) = saturate(&tb, 1408, gso, 3.0, fits);
+            let r = saturate(&tb, 1408, gso, 3.0, fits, frame_ns);
             let d = tb.counters().unwrap().delta(&before);
-            let err = (bps - expect) / expect;
+            let err = (r.bps - expect) / expect;
+            let busy = r.span - r.stalled_ns as f64 / 1e9;
+            let busy_err = (r.bps * r.span / busy - expect) / expect;
             eprintln!(
-                "saturating {what} over 100mbit: {:.3} Mbit/s payload (model {:.3}, {:+.3} %), sent {sent}, received {received}",
-                bps / 1e6,
+                "saturating {what} over 100mbit: {:.3} Mbit/s payload (model {:.3}, {:+.3} %), sent {}, received {}; \
+                 {} arrival gaps > 1 ms (longest {} us) cost {:.1} ms, busy-time rate {:+.3} %",
+                r.bps / 1e6,
                 expect / 1e6,
-                err * 100.0
+                err * 100.0,
+                r.sent,
+                r.received,
+                r.stalls,
+                r.longest_ns / 1000,
+                r.stalled_ns as f64 / 1e6,
+                busy_err * 100.0
             );
             eprintln!("drop sites: {:?}", d.drop_sites());
             // The sender was held back by its own link (socket blocked), so
             // nothing was lost anywhere on the way.
             assert_eq!(d.node_drops("a"), 0, "{:?}", d.drop_sites());
             assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
-            assert_eq!(sent, received, "{:?}", d.drop_sites());
-            check(err.abs() < 0.01, || {
-                format!("payload throughput {bps} vs {expect}")
+            assert_eq!(r.sent, r.received, "{:?}", d.drop_sites());
+            let short_ns = (-err).max(0.0) * r.span * 1e9;
+            let seen = (r.stalls > 0 && r.stalled_ns as f64 >= short_ns / 2.0).then(|| {
+                format!(
+                    "{} arrival gaps > 1 ms on the backlogged link cost {:.1} ms of its {:.1} ms shortfall",
+                    r.stalls,
+                    r.stalled_ns as f64 / 1e6,
+                    short_ns / 1e6
+                )
+            });
+            check(busy_err.abs() < 0.005, || {
+                format!(
+                    "busy-time payload throughput {:+.3} % off the model",
+                    busy_err * 100.0
+                )
             })
+            .and_then(|()| {
+                check(err.abs() < 0.01, || {
+                    format!("payload throughput {} vs {expect}", r.bps)
+                })
+            })
+            .map_err(|why| (why, seen))
         });
     }
 
@@ -526,7 +604,7 @@ fn rate_100mbit_carries_what_ethernet_carries() {
     // not carry is dropped at the sender's own host, as behind a real NIC,
     // and nowhere else.
     let before = tb.counters().unwrap();
-    let (_, sent, received) = saturate(&tb, 1408, 1, 1.0, 4 << 20);
+    let Saturated { sent, received, .. } = saturate(&tb, 1408, 1, 1.0, 4 << 20, frame_ns);
     let d = tb.counters().unwrap().delta(&before);
     eprintln!("4 MiB send buffer: sent {sent}, received {received}");
     assert!(sent > received, "sent {sent}, received {received}");

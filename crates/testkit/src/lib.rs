@@ -5,8 +5,9 @@
 //! how long runnable tasks waited for a CPU during a measurement (Linux
 //! pressure stall information, `/proc/pressure/cpu`, plus steal time from
 //! `/proc/stat`) and offers [`measure`]: a timing check that is run once
-//! more only when its failed run shows such contention, and fails outright
-//! otherwise. Exact counts that do not depend on the scheduler belong
+//! more only when its failed run shows such contention (or, with
+//! [`measure_seeing`], when the run itself saw the host stall), and fails
+//! outright otherwise. Exact counts that do not depend on the scheduler belong
 //! outside it (plain asserts), so they are never retried.
 
 use std::time::{Duration, Instant};
@@ -69,42 +70,59 @@ impl Contention {
 /// once more, whose result stands; otherwise the failure stands at once.
 /// A wrong rate, delay or count fails both attempts, so a bug is never
 /// hidden; one stall of a busy host does not fail the suite.
-pub fn measure<T>(what: &str, attempt: impl FnMut() -> Result<T, String>) -> T {
+pub fn measure<T>(what: &str, mut attempt: impl FnMut() -> Result<T, String>) -> T {
+    measure_by(what, Contention::share, || {
+        attempt().map_err(|why| (why, None))
+    })
+}
+
+/// [`measure`] for a run that can see the host stall by itself: a link
+/// kept saturated, say, whose arrivals stop for longer than its queue and
+/// token bucket can explain, because a kernel timer or softirq ran late.
+/// A failed `attempt` returns `Err((why, Some(evidence)))` when it saw such
+/// stalls account for its failure; that failure is measured once more, as
+/// one under contention is, and the evidence is printed. A failure without
+/// evidence, and without contention, stands at once.
+pub fn measure_seeing<T>(
+    what: &str,
+    attempt: impl FnMut() -> Result<T, (String, Option<String>)>,
+) -> T {
     measure_by(what, Contention::share, attempt)
 }
 
-/// [`measure`] with the contention read by `share` (tests inject it).
+/// [`measure_seeing`] with the contention read by `share` (tests inject it).
 fn measure_by<T>(
     what: &str,
     share: impl FnOnce(&Contention) -> Option<f64>,
-    mut attempt: impl FnMut() -> Result<T, String>,
+    mut attempt: impl FnMut() -> Result<T, (String, Option<String>)>,
 ) -> T {
     let c = Contention::start();
-    let why = match attempt() {
+    let (why, seen) = match attempt() {
         Ok(v) => return v,
-        Err(why) => why,
+        Err(e) => e,
     };
     let share = share(&c);
-    match share {
-        Some(s) if s >= CONTENDED => {
-            eprintln!(
-                "{what}: failed while runnable tasks waited for a CPU {:.0} % of the run \
-                 ({why}); measuring once more",
-                s * 100.0
-            );
+    let blame = match (share, seen) {
+        (Some(s), _) if s >= CONTENDED => Ok(format!(
+            "runnable tasks waited for a CPU {:.0} % of the run",
+            s * 100.0
+        )),
+        (_, Some(evidence)) => Ok(format!("the run saw the host stall: {evidence}")),
+        (Some(s), None) => Err(format!(
+            "CPU contention during the run {:.1} %: too little to blame the host",
+            s * 100.0
+        )),
+        (None, None) => Err("CPU contention cannot be read on this host".to_string()),
+    };
+    match blame {
+        Ok(blame) => {
+            eprintln!("{what}: failed while {blame} ({why}); measuring once more");
             match attempt() {
                 Ok(v) => v,
-                Err(again) => panic!(
-                    "{what}: {again} (and before, under {:.0} % CPU contention: {why})",
-                    s * 100.0
-                ),
+                Err((again, _)) => panic!("{what}: {again} (and before, while {blame}: {why})"),
             }
         }
-        Some(s) => panic!(
-            "{what}: {why} (CPU contention during the run {:.1} %: too little to blame the host)",
-            s * 100.0
-        ),
-        None => panic!("{what}: {why} (CPU contention cannot be read on this host)"),
+        Err(not) => panic!("{what}: {why} ({not})"),
     }
 }
 
@@ -201,6 +219,11 @@ mod tests {
     /// Runs `measure_by` with this contention and attempts that fail
     /// `fails` times; returns the attempts made and whether it passed.
     fn run(share: Option<f64>, fails: u32) -> (u32, bool) {
+        run_seeing(share, None, fails)
+    }
+
+    /// [`run`] whose failed attempts report `seen` as host evidence.
+    fn run_seeing(share: Option<f64>, seen: Option<&str>, fails: u32) -> (u32, bool) {
         let mut n = 0;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             measure_by(
@@ -209,6 +232,7 @@ mod tests {
                 || {
                     n += 1;
                     check(n > fails, || format!("attempt {n} wrong"))
+                        .map_err(|why| (why, seen.map(str::to_string)))
                 },
             )
         }));
@@ -224,5 +248,17 @@ mod tests {
         assert_eq!(run(Some(0.5), 2), (2, false));
         assert_eq!(run(Some(CONTENDED * 0.9), 1), (1, false));
         assert_eq!(run(None, 1), (1, false));
+    }
+
+    /// A failure the run itself saw the host cause is measured once more
+    /// even without contention; the second result still stands.
+    #[test]
+    fn a_failure_with_host_evidence_is_measured_again() {
+        let quiet = Some(CONTENDED * 0.1);
+        assert_eq!(run_seeing(quiet, Some("stalls"), 0), (1, true));
+        assert_eq!(run_seeing(quiet, Some("stalls"), 1), (2, true));
+        assert_eq!(run_seeing(quiet, Some("stalls"), 2), (2, false));
+        assert_eq!(run_seeing(None, Some("stalls"), 1), (2, true));
+        assert_eq!(run_seeing(quiet, None, 1), (1, false));
     }
 }
