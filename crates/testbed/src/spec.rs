@@ -859,28 +859,23 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
         link_spans.push(spans);
     }
     spec.apply(o);
+    // A value the file does not write (a default, or one from the command
+    // line) is pinned on its link's line by the endpoints. A pair's value
+    // (the MTU on one switch) is found on either link, the first one first.
+    let link_err = |i: usize, j: usize, field: &str, msg: String| match link_spans[i]
+        .get(field)
+        .or_else(|| link_spans[j].get(field))
+    {
+        Some(&off) => ferr(off, field, msg),
+        None => ferr(link_spans[i]["endpoints"], "endpoints", msg),
+    };
     spec.validate_loc().map_err(|(loc, msg)| match loc {
         Loc::Node(i, field) => match node_spans[i].get(field) {
             Some(&off) => ferr(off, field, msg),
             None => ferr(node_spans[i]["name"], "name", msg),
         },
-        Loc::Link(i, field) => {
-            // A value the file does not write (a default, or one from the
-            // command line) is pinned on the link's line by its endpoints.
-            match link_spans[i].get(field) {
-                Some(&off) => ferr(off, field, msg),
-                None => ferr(link_spans[i]["endpoints"], "endpoints", msg),
-            }
-        }
-        Loc::LinkPair(i, j, field) => {
-            match link_spans[i]
-                .get(field)
-                .or_else(|| link_spans[j].get(field))
-            {
-                Some(&off) => ferr(off, field, msg),
-                None => ferr(link_spans[i]["endpoints"], "endpoints", msg),
-            }
-        }
+        Loc::Link(i, field) => link_err(i, i, field, msg),
+        Loc::LinkPair(i, j, field) => link_err(i, j, field, msg),
         Loc::Whole => TestbedError::Invalid(format!("topology file {}: {msg}", path.display())),
     })?;
     Ok(spec)

@@ -338,10 +338,9 @@ struct Saturated {
     longest_ns: u64,
 }
 
-/// An arrival gap on a backlogged link that only a late kernel timer or
-/// softirq explains: more than twice the longest token bucket tbf is given
-/// below 1 Gbit/s (4 frames, 490 us at 100 Mbit/s), which would otherwise
-/// make the lost time up.
+/// An arrival gap on a backlogged 100 Mbit/s link that only a late kernel
+/// timer or softirq explains: more than twice the token bucket tbf is given
+/// there (4 frames, 490 us), which would otherwise make the lost time up.
 const STALL_NS: u64 = 1_000_000;
 
 /// A blocking UDP sender in `a` as fast as it can for `secs`, a receiver in
@@ -526,7 +525,10 @@ fn rate_100mbit_carries_what_ethernet_carries() {
     // the queue overflows, yet deep enough (~50 ms of the link) that a
     // sender descheduled on a busy machine does not let the link idle.
     let fits = 512 << 10;
-    let expect: f64 = 100e6 * 1408.0 / (1408.0 + 8.0 + 20.0 + 14.0 + 4.0 + 8.0 + 12.0);
+    // A 1408 B payload's frame on the wire: UDP, IPv4, Ethernet header,
+    // FCS, preamble, inter-frame gap.
+    let wire: u64 = 1408 + 8 + 20 + 14 + 4 + 8 + 12;
+    let expect: f64 = 100e6 * 1408.0 / wire as f64;
     assert!((expect / 1e6 - 95.52).abs() < 0.01);
     // Plain datagrams, then UDP GSO (16 datagrams per send, one skb in the
     // qdisc): still what Ethernet carries, every frame charged its 24 B.
@@ -548,7 +550,7 @@ fn rate_100mbit_carries_what_ethernet_carries() {
     // (the shaper's accounting), and the whole-run rate (what a user
     // reads), which is measured once more only when the run's own stalls
     // explain at least half of its shortfall.
-    let frame_ns = (1408 + 8 + 20 + 14 + 4 + 8 + 12) * 8 * 1_000_000_000 / 100_000_000;
+    let frame_ns = wire * 8 * 1_000_000_000 / 100_000_000;
     for (what, gso) in [("1408 B", 1), ("1408 B with UDP GSO x16", 16)] {
         measure_seeing(&format!("saturating 100mbit with {what}"), || {
             let before = tb.counters().unwrap();
