@@ -9,12 +9,13 @@
 //! worst flow.
 
 use crate::campaign::{parse_selector, Campaign, Scenario};
-use crate::metrics::{num, Metric, METRICS};
+use crate::metrics::num;
 use crate::store::{RunRow, RunStatus, Store, StoreError};
 use crate::summary::{CampaignSummary, MetricInfo, MetricStats, NodeFigures, ScenarioSummary};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use thiserror::Error;
+pub(crate) use wirebench_report::text::{render_rows, si};
 use wirebench_stats::result::ResultDoc;
 use wirebench_stats::{aggregate, pct_change, upper_bound_tcp_bps, upper_bound_udp_bps, IpVersion};
 
@@ -26,24 +27,8 @@ pub enum AnalysisError {
     Rfc2544(#[from] crate::rfc2544::SummaryError),
 }
 
-/// Every metric a summary may carry, in display order (the metric table).
-pub fn metric_catalogue() -> Vec<MetricInfo> {
-    METRICS.iter().map(Metric::info).collect()
-}
-
-/// Payload throughput may exceed the Ethernet bound by this share before a
-/// scenario is flagged even with a zero CI: the shaper's 375 µs token
-/// bucket lets that much extra data through at the start of a run (under
-/// 0.1 % of a 1 s run), docs/testbed.md.
-pub const ABOVE_BOUND_TOLERANCE: f64 = 0.001;
-
-/// True when a scenario's mean payload throughput lies above its physical
-/// bound by more than its uncertainty (95 % CI, or the shaper's
-/// resolution): a measurement error or an emulation artefact, never a
-/// result.
-pub fn above_bound(mean: f64, ci95: f64, bound: f64) -> bool {
-    bound > 0.0 && mean - ci95.max(0.0) > bound * (1.0 + ABOVE_BOUND_TOLERANCE)
-}
+pub use wirebench_schema::metrics::metric_catalogue;
+pub use wirebench_schema::summary::{above_bound, ABOVE_BOUND_TOLERANCE};
 
 /// Per node of runs through agents (their counters hold `roles`): CPU
 /// busy and softirq shares and the packets dropped on the node, each
@@ -110,23 +95,6 @@ fn node_figures<'a>(counters: impl Iterator<Item = &'a Value>) -> BTreeMap<Strin
 /// test-bed counters stored beside it (the metric table says how).
 pub fn extract_metrics(doc: &ResultDoc, counters: Option<&Value>) -> BTreeMap<String, f64> {
     crate::metrics::extract(doc, counters)
-}
-
-impl From<wirebench_stats::Agg> for MetricStats {
-    fn from(a: wirebench_stats::Agg) -> Self {
-        MetricStats {
-            n: a.n,
-            mean: a.mean,
-            sd: a.sd,
-            median: a.median,
-            min: a.min,
-            max: a.max,
-            ci95: a.ci95,
-            cv: a.cv,
-            cv_warning: a.cv_warning,
-            pct_vs_baseline: None,
-        }
-    }
 }
 
 /// The physical limit of payload throughput for a scenario (Gamess–Suros
@@ -685,31 +653,6 @@ pub fn run_metrics(r: &RunRow) -> BTreeMap<String, f64> {
     }
 }
 
-pub(crate) fn si(v: f64, unit: &str) -> String {
-    match unit {
-        "bit/s" => {
-            if v.abs() >= 1e9 {
-                format!("{:.3} Gbit/s", v / 1e9)
-            } else if v.abs() >= 1e6 {
-                format!("{:.2} Mbit/s", v / 1e6)
-            } else {
-                format!("{:.1} kbit/s", v / 1e3)
-            }
-        }
-        "s" => {
-            if v.abs() >= 1.0 {
-                format!("{v:.3} s")
-            } else if v.abs() >= 1e-3 {
-                format!("{:.3} ms", v * 1e3)
-            } else {
-                format!("{:.1} µs", v * 1e6)
-            }
-        }
-        "ratio" => format!("{:.3} %", v * 100.0),
-        _ => format!("{v:.3}"),
-    }
-}
-
 /// A plain-text table for the terminal: one row per scenario, for each
 /// metric present `mean ± ci95` (and `%` vs baseline), plus runs and the
 /// share of the upper bound for payload throughput.
@@ -752,32 +695,6 @@ pub fn text_table(s: &CampaignSummary, metric_keys: &[&str]) -> String {
         rows.push(row);
     }
     render_rows(&rows)
-}
-
-/// Left-aligned columns, a rule under the header row.
-pub(crate) fn render_rows(rows: &[Vec<String>]) -> String {
-    let Some(first) = rows.first() else {
-        return String::new();
-    };
-    let ncol = first.len();
-    let widths: Vec<usize> = (0..ncol)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for (n, r) in rows.iter().enumerate() {
-        let line: Vec<String> = r
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-        if n == 0 {
-            out.push_str(&"-".repeat(widths.iter().sum::<usize>() + 2 * (ncol - 1)));
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// The metrics a terminal summary shows by default.

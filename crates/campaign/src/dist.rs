@@ -5,25 +5,12 @@
 //! histogram charts. The per-run |IPDV| percentiles of the tables are rows
 //! of the metric table (crate::metrics).
 
-use serde::{Deserialize, Serialize};
+pub use wirebench_schema::dist::ScenarioDist;
 use wirebench_stats::result::ResultDoc;
 pub use wirebench_stats::Dist;
 
 /// Most buckets a scenario's merged dist keeps in the summary.
 pub const MAX_SCENARIO_BUCKETS: usize = 512;
-
-/// A scenario's distributions over all flows of all ok repetitions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct ScenarioDist {
-    /// Runs that contributed a histogram.
-    pub runs: usize,
-    /// One-way delay (RTT for round-trip flows is not included).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay: Option<Dist>,
-    /// |IPDV| between consecutive packets of a flow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipdv: Option<Dist>,
-}
 
 /// A flow's dist when it has a non-empty one (documents from before they
 /// existed have none).

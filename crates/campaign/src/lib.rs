@@ -9,10 +9,12 @@
 //! - [`rfc2544`]: RFC 2544 / RFC 5180 searches run as a campaign (`[rfc2544]`).
 //! - [`estimate`]: runs and wall-clock time before a campaign starts.
 //! - [`metrics`]: the metric table (family, unit, combine rule, direction,
-//!   and which field of the typed result document each number comes from).
-//! - [`analysis`]: result documents (typed, `wirebench_stats::result`) →
+//!   and which field of the typed result document each number comes from;
+//!   `wirebench_schema::metrics`, re-exported).
+//! - [`analysis`]: result documents (typed, `wirebench_schema::result`) →
 //!   per-scenario statistics
-//!   ([`summary::CampaignSummary`], the contract with the report layer).
+//!   ([`summary::CampaignSummary`], the contract with the report layer,
+//!   `wirebench_schema::summary`).
 
 pub mod analysis;
 pub mod campaign;
@@ -20,12 +22,13 @@ pub mod dist;
 pub mod env;
 pub mod estimate;
 pub mod lock;
-pub mod metrics;
 pub mod rfc2544;
 pub mod runner;
 pub mod series;
 pub mod store;
-pub mod summary;
+
+/// The metric table and the summary are the contract with the report layer.
+pub use wirebench_schema::{metrics, summary};
 
 pub use analysis::{summarize, AnalysisError};
 pub use campaign::{Campaign, CampaignError, Scenario};

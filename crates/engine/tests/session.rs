@@ -264,7 +264,7 @@ fn key_paths(v: &serde_json::Value, at: &str, out: &mut std::collections::BTreeS
 /// The document a live session writes has every key of a stored
 /// `wirebench.result/1` document of the same shape (one UDP flow with an
 /// interval series): nothing renamed or dropped; keys added since are
-/// listed in crates/stats/tests/result_doc.rs. It reads back into the same
+/// listed in crates/schema/tests/result_doc.rs. It reads back into the same
 /// value.
 #[test]
 fn live_document_has_the_stored_documents_keys() {
@@ -287,7 +287,7 @@ fn live_document_has_the_stored_documents_keys() {
     assert_eq!(back, doc);
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../stats/tests/data/result-v1-owd.json"
+        "/../schema/tests/data/result-v1-owd.json"
     );
     let mut stored: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

@@ -7,8 +7,8 @@
 
 use crate::fmt::{esc, num, scale_for};
 use std::fmt::Write as _;
-use wirebench_campaign::summary::{CampaignSummary, ScenarioSummary};
-use wirebench_stats::Dist;
+use wirebench_schema::dist::Dist;
+use wirebench_schema::summary::{CampaignSummary, ScenarioSummary};
 
 const W: f64 = 460.0;
 const H: f64 = 240.0;
@@ -164,7 +164,7 @@ fn pct_cells(out: &mut String, d: Option<&Dist>) {
 
 /// Writes the section, or nothing when no scenario has a distribution.
 pub fn dist_section(out: &mut String, s: &CampaignSummary) {
-    let with: Vec<(&ScenarioSummary, &wirebench_campaign::dist::ScenarioDist)> = s
+    let with: Vec<(&ScenarioSummary, &wirebench_schema::dist::ScenarioDist)> = s
         .scenarios
         .iter()
         .filter_map(|sc| sc.dist.as_ref().map(|d| (sc, d)))
@@ -177,8 +177,8 @@ pub fn dist_section(out: &mut String, s: &CampaignSummary) {
     for (title, pick) in [
         (
             "One-way delay",
-            (|d: &wirebench_campaign::dist::ScenarioDist| d.delay.as_ref())
-                as fn(&wirebench_campaign::dist::ScenarioDist) -> Option<&Dist>,
+            (|d: &wirebench_schema::dist::ScenarioDist| d.delay.as_ref())
+                as fn(&wirebench_schema::dist::ScenarioDist) -> Option<&Dist>,
         ),
         ("|IPDV|", |d| d.ipdv.as_ref()),
     ] {

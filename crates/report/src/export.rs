@@ -9,13 +9,13 @@ use crate::ReportError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
-use wirebench_campaign::summary::CampaignSummary;
+use wirebench_schema::summary::CampaignSummary;
 
 /// The key metrics of one stored run, as the CLI reads them from the store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     pub campaign: String,
-    /// Scenario key, as in [`wirebench_campaign::summary::ScenarioSummary::key`].
+    /// Scenario key, as in [`wirebench_schema::summary::ScenarioSummary::key`].
     pub scenario: String,
     /// Repetition number within the scenario.
     pub repetition: u64,
@@ -109,10 +109,10 @@ pub fn aggregates_csv(summaries: &[CampaignSummary]) -> String {
     head.extend(fixed_all[2..].iter().map(|s| s.to_string()));
     csv_line(&mut out, &head);
     for s in summaries {
-        let fam_metrics: Vec<&wirebench_campaign::summary::MetricInfo> = s
+        let fam_metrics: Vec<&wirebench_schema::summary::MetricInfo> = s
             .metrics
             .iter()
-            .filter(|m| m.family == wirebench_campaign::summary::MetricFamily::Throughput)
+            .filter(|m| m.family == wirebench_schema::summary::MetricFamily::Throughput)
             .collect();
         for sc in &s.scenarios {
             // Metrics in the campaign's declared order, then any undeclared ones.

@@ -4,7 +4,7 @@
 //! Everything here is a pure function of its input so that the same campaign
 //! always renders to the same bytes (no locale, no clock, no hash order).
 
-use wirebench_campaign::summary::ThroughputUnits;
+use wirebench_schema::summary::ThroughputUnits;
 
 /// Escapes text for HTML/SVG element content and double- or single-quoted
 /// attribute values.

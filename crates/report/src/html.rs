@@ -11,7 +11,7 @@ use crate::plan::{self, bound_applies, family_title, ChartKind};
 use crate::svg;
 use crate::wide;
 use std::fmt::Write as _;
-use wirebench_campaign::summary::{
+use wirebench_schema::summary::{
     Better, CampaignSummary, MetricInfo, ScenarioSummary, ThroughputUnits,
 };
 
@@ -333,7 +333,7 @@ fn section_tail(out: &mut String, s: &CampaignSummary) {
 
 /// Whether a rise of this metric is an improvement, so Δ can be coloured
 /// green for better and red for worse; None when it is neither. The
-/// direction is the metric table's (`wirebench_campaign::metrics`), carried
+/// direction is the metric table's (`wirebench_schema::metrics`), carried
 /// in the summary.
 pub(crate) fn higher_is_better(m: &MetricInfo) -> Option<bool> {
     match m.better {
@@ -496,9 +496,7 @@ fn family_table(
                     match st {
                         // Above the physical limit by more than the
                         // uncertainty: an error, said so in the cell.
-                        Some(st)
-                            if wirebench_campaign::analysis::above_bound(st.mean, st.ci95, b) =>
-                        {
+                        Some(st) if wirebench_schema::summary::above_bound(st.mean, st.ci95, b) => {
                             let _ = write!(
                                 out,
                                 "<td class=\"above\" title=\"above the physical bound by more than the 95 % CI: a measurement or emulation error\">{:.1} % (above bound)</td>",

@@ -3,7 +3,7 @@
 //! studies' chart families and tables, and into CSV and JSON exports.
 //!
 //! The report knows nothing of how runs were made: its only input is the
-//! plain data in `wirebench_campaign::summary` (plus, for the per-run export,
+//! plain data in `wirebench_schema::summary` (plus, for the per-run export,
 //! [`RunRecord`]s the caller reads from the store). Output is deterministic:
 //! the same input gives the same bytes, so reports can be diffed and archived.
 
@@ -14,12 +14,14 @@ mod html;
 mod nodes;
 pub mod plan;
 mod rfc2544;
+pub mod rfc_tables;
 mod svg;
+pub mod text;
 mod timeseries;
 mod wide;
 
 use std::path::{Path, PathBuf};
-pub use wirebench_campaign::summary::CampaignSummary;
+pub use wirebench_schema::summary::CampaignSummary;
 
 pub use export::{
     aggregates_csv, csv_field, runs_csv, to_json, write_csv, write_json, RunRecord, AGGREGATES_CSV,

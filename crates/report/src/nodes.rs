@@ -6,7 +6,7 @@
 
 use crate::fmt::{esc, mean_ci};
 use std::fmt::Write as _;
-use wirebench_campaign::summary::{CampaignSummary, MetricStats, NodeFigures};
+use wirebench_schema::summary::{CampaignSummary, MetricStats, NodeFigures};
 
 /// Path order: senders, then routers (by name: r1 before r2), receivers.
 fn rank(n: &NodeFigures) -> u8 {

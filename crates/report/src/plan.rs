@@ -8,7 +8,7 @@
 //! information and stay out of series labels.
 
 use std::collections::BTreeMap;
-use wirebench_campaign::summary::{
+use wirebench_schema::summary::{
     CampaignSummary, MetricFamily, MetricInfo, ScenarioSummary, ThroughputUnits,
 };
 
@@ -606,7 +606,7 @@ pub fn family_key(f: MetricFamily) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wirebench_campaign::summary::{MetricStats, ScenarioSummary};
+    use wirebench_schema::summary::{MetricStats, ScenarioSummary};
 
     fn sc(axes: &[(&str, &str)]) -> ScenarioSummary {
         let mut metrics = BTreeMap::new();

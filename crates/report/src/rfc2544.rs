@@ -5,14 +5,15 @@
 //! throughput against frame size beside each size's line rate, and the
 //! frame-loss rate against offered load. Its own module so that the matrix
 //! report (html.rs) stays as it is; the tables' cells come from
-//! `wirebench_campaign::rfc2544::tables`, the same the terminal prints.
+//! [`crate::rfc_tables::tables`], the same the terminal prints.
 
 use crate::fmt::esc;
 use crate::plan::{Chart, ChartKind, Panel, Point, Series};
+use crate::rfc_tables::{elapsed_line, size_label, tables};
 use crate::svg;
 use std::fmt::Write as _;
-use wirebench_campaign::rfc2544::{elapsed_line, tables, Rfc2544Summary, SizeResult};
-use wirebench_campaign::summary::{Better, Combine, MetricFamily, MetricInfo};
+use wirebench_schema::rfc2544::{Rfc2544Summary, SizeResult};
+use wirebench_schema::summary::{Better, Combine, MetricFamily, MetricInfo};
 
 fn metric(key: &str, family: MetricFamily, label: &str, unit: &str, better: Better) -> MetricInfo {
     MetricInfo {
@@ -26,7 +27,7 @@ fn metric(key: &str, family: MetricFamily, label: &str, unit: &str, better: Bett
 }
 
 fn series_label(r: &SizeResult) -> String {
-    format!("IPv{} {}", r.ip, wirebench_campaign::rfc2544::size_label(r))
+    format!("IPv{} {}", r.ip, size_label(r))
 }
 
 fn point(x: f64, y: f64, bound: Option<f64>) -> Point {

@@ -292,7 +292,7 @@ pub(crate) fn zoom_from(chart: &Chart, p: &Panel, sc: &Scale) -> Option<f64> {
 /// bar charts alike (docs/reports.md); throughput, loss and CPU stay linear
 /// as in the studies.
 fn wants_log(chart: &Chart, p: &Panel) -> bool {
-    use wirebench_campaign::summary::MetricFamily as F;
+    use wirebench_schema::summary::MetricFamily as F;
     if !matches!(chart.family, F::Delay | F::Rtt | F::Jitter | F::Completion) {
         return false;
     }
@@ -1018,7 +1018,7 @@ mod tests {
     #[test]
     fn log_rule_applies_to_bars() {
         use crate::plan::{Point, Series};
-        use wirebench_campaign::summary::{MetricFamily, MetricInfo};
+        use wirebench_schema::summary::{MetricFamily, MetricInfo};
         let info = MetricInfo {
             key: "delay_mean_s".into(),
             family: MetricFamily::Delay,

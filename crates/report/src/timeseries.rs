@@ -5,8 +5,8 @@
 
 use crate::fmt::{esc, num, scale_for};
 use std::fmt::Write as _;
-use wirebench_campaign::series::Band;
-use wirebench_campaign::summary::CampaignSummary;
+use wirebench_schema::series::Band;
+use wirebench_schema::summary::CampaignSummary;
 
 const W: f64 = 300.0;
 const H: f64 = 150.0;

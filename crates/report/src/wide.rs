@@ -7,7 +7,7 @@ use crate::fmt::{esc, mean_ci, pct, Scale};
 use crate::html::{axes_w, col_w, column_scales, higher_is_better, metric_w, PAGE_W};
 use crate::plan::axis_text;
 use std::fmt::Write as _;
-use wirebench_campaign::summary::{CampaignSummary, MetricFamily, MetricInfo, ScenarioSummary};
+use wirebench_schema::summary::{CampaignSummary, MetricFamily, MetricInfo, ScenarioSummary};
 use wirebench_stats::pct_change;
 
 /// One row: the values of the row axes and a scenario per column value.

@@ -153,7 +153,7 @@ fn json_round_trips() {
     let text = to_json(&s, Some(&runs)).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["schema"], "wirebench.report/1");
-    let back: Vec<wirebench_campaign::summary::CampaignSummary> =
+    let back: Vec<wirebench_schema::summary::CampaignSummary> =
         serde_json::from_value(v["campaigns"].clone()).unwrap();
     // serde_json's default float parser may be one ULP off, so compare numbers
     // relatively and everything else exactly.

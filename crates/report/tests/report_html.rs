@@ -4,8 +4,8 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use wirebench_campaign::summary::CampaignSummary;
 use wirebench_report::render_html;
+use wirebench_schema::summary::CampaignSummary;
 
 /// Every `<figure class="chart" ...>` element's opening tag and inner text.
 fn figures(html: &str) -> Vec<(String, String)> {
@@ -398,7 +398,7 @@ fn runs_above_their_own_bound_mark_the_row() {
 /// (both are in the loss family; the report once coloured both red).
 #[test]
 fn change_colour_follows_the_metric_table() {
-    use wirebench_campaign::summary::{MetricStats, ScenarioSummary};
+    use wirebench_schema::summary::{MetricStats, ScenarioSummary};
     let render_one = |key: &str| {
         let sc = |name: &str, mean: f64, pct: f64| ScenarioSummary {
             key: format!("ip={name}"),
@@ -422,7 +422,7 @@ fn change_colour_follows_the_metric_table() {
         s.axes = vec!["ip".into()];
         s.x_axis = None;
         s.baseline = Some("ip=4".into());
-        s.metrics = wirebench_campaign::analysis::metric_catalogue()
+        s.metrics = wirebench_schema::metrics::metric_catalogue()
             .into_iter()
             .filter(|m| m.key == key)
             .collect();
@@ -442,7 +442,7 @@ fn change_colour_follows_the_metric_table() {
 
 #[test]
 fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
-    use wirebench_campaign::summary::{MetricStats, NodeFigures};
+    use wirebench_schema::summary::{MetricStats, NodeFigures};
     let stats = |mean: f64, ci95: f64| MetricStats {
         n: 2,
         mean,
@@ -491,8 +491,8 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
 /// histogram per scenario and the percentile table; without them, none.
 #[test]
 fn distributions_are_charted() {
-    use wirebench_campaign::dist::ScenarioDist;
-    use wirebench_stats::Dist;
+    use wirebench_schema::dist::Dist;
+    use wirebench_schema::dist::ScenarioDist;
     let mut s = common::apps_like();
     assert!(!render_html(&s).contains("<h3>Distributions</h3>"));
     let n = s.scenarios.len();
@@ -524,7 +524,7 @@ fn distributions_are_charted() {
 /// series, no section.
 #[test]
 fn series_over_time_are_charted_per_scenario() {
-    use wirebench_campaign::series::{Band, ScenarioSeries};
+    use wirebench_schema::series::{Band, ScenarioSeries};
     let mut s = common::apps_like();
     assert!(!render_html(&s).contains("<h3>Over time</h3>"));
     let band = |base: f64| Band {

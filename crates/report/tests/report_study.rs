@@ -10,9 +10,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use wirebench_campaign::summary::{CampaignSummary, MetricStats, ScenarioSummary, ThroughputUnits};
 use wirebench_report::plan::{charts, parts, ChartKind};
 use wirebench_report::render_html;
+use wirebench_schema::summary::{CampaignSummary, MetricStats, ScenarioSummary, ThroughputUnits};
 
 fn st(mean: f64) -> MetricStats {
     MetricStats {
@@ -264,11 +264,11 @@ fn many_columns() -> CampaignSummary {
     ];
     for (k, label, unit) in extra {
         let family = if unit == "s" {
-            wirebench_campaign::summary::MetricFamily::Rtt
+            wirebench_schema::summary::MetricFamily::Rtt
         } else {
-            wirebench_campaign::summary::MetricFamily::Throughput
+            wirebench_schema::summary::MetricFamily::Throughput
         };
-        s.metrics.push(wirebench_campaign::summary::MetricInfo {
+        s.metrics.push(wirebench_schema::summary::MetricInfo {
             key: k.into(),
             family,
             label: label.into(),

@@ -3,6 +3,7 @@
 //! variation), and percentage change against a baseline.
 
 use serde::{Deserialize, Serialize};
+use wirebench_schema::summary::MetricStats;
 
 /// Summary of one metric over the repetitions of a scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -26,6 +27,24 @@ pub struct Agg {
     pub cv: f64,
     /// cv > 0.10 (or a zero mean with non-zero spread).
     pub cv_warning: bool,
+}
+
+/// A scenario's figures as the campaign summary carries them (no baseline yet).
+impl From<Agg> for MetricStats {
+    fn from(a: Agg) -> Self {
+        MetricStats {
+            n: a.n,
+            mean: a.mean,
+            sd: a.sd,
+            median: a.median,
+            min: a.min,
+            max: a.max,
+            ci95: a.ci95,
+            cv: a.cv,
+            cv_warning: a.cv_warning,
+            pct_vs_baseline: None,
+        }
+    }
 }
 
 /// Coefficient of variation above which a scenario is flagged as noisy.

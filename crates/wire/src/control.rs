@@ -16,12 +16,12 @@ pub const CONTROL_VERSION: u32 = 1;
 /// able to make the daemon buffer without bound.
 pub const MAX_CONTROL_LINE: usize = 4 << 20;
 
-use wirebench_stats::result::{FlowReport, ReportExtra};
-use wirebench_stats::LiveInterval;
+use wirebench_schema::live::LiveInterval;
+use wirebench_schema::result::{FlowReport, ReportExtra};
 
 /// Most intervals in one `Intervals` message (about 250 bytes of JSON each).
 pub const MAX_LIVE_ITEMS: usize = 1024;
-pub use wirebench_stats::{Direction, MeterMode, Transport};
+pub use wirebench_schema::{Direction, MeterMode, Transport};
 
 /// What the receiver must prepare for one flow. `Default` is a UDP flow
 /// with every optional part absent, so a literal names only what it sets
@@ -394,9 +394,9 @@ mod tests {
     /// through the tagged enum; other spellings still read.
     #[test]
     fn report_lines_read_directly_and_generically() {
-        let mut summary = wirebench_stats::RecvSummary::default();
+        let mut summary = wirebench_schema::flow::RecvSummary::default();
         summary.counts.unique = 7;
-        summary.delay_hist = Some(wirebench_stats::Dist {
+        summary.delay_hist = Some(wirebench_schema::dist::Dist {
             bits: 7,
             buckets_ns: vec![(-3, 1), (1003, 6)],
         });

@@ -15,7 +15,7 @@ pub mod limits;
 pub mod probe;
 
 /// Per-flow socket options and their parsers (shared with scripts and the CLI).
-pub use wirebench_stats::opts as sockopts;
+pub use wirebench_schema::opts as sockopts;
 
 pub use control::{ControlMsg, Direction, FlowSetup, MeterMode, Transport, CONTROL_VERSION};
 pub use probe::{

@@ -131,7 +131,7 @@ impl FlowSetup {
             in_range(
                 "port",
                 p.into(),
-                wirebench_stats::opts::MIN_DATA_PORT.into(),
+                wirebench_schema::opts::MIN_DATA_PORT.into(),
                 u16::MAX.into(),
             )?;
         }

@@ -6,8 +6,8 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use wirebench_stats::result::{FlowReport, ReportExtra};
-use wirebench_stats::LiveInterval;
+use wirebench_schema::live::LiveInterval;
+use wirebench_schema::result::{FlowReport, ReportExtra};
 use wirebench_wire::control::{
     ControlError, ControlMsg, FlowSetup, MeterMode, Transport, CONTROL_VERSION, MAX_CONTROL_LINE,
 };

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use wirebench_campaign::summary::*;
+use wirebench_schema::summary::*;
 
 /// Deterministic noise in [-1, 1).
 pub struct Lcg(pub u64);
@@ -24,10 +24,10 @@ pub fn info(key: &str, family: MetricFamily, label: &str, unit: &str) -> MetricI
         label: label.into(),
         unit: unit.into(),
         // The table's direction and combine rule, as a real summary has them.
-        combine: wirebench_campaign::metrics::metric(key)
+        combine: wirebench_schema::metrics::metric(key)
             .map(|m| m.combine)
             .unwrap_or_default(),
-        better: wirebench_campaign::metrics::metric(key)
+        better: wirebench_schema::metrics::metric(key)
             .map(|m| m.better)
             .unwrap_or_default(),
     }

@@ -3,17 +3,18 @@
 //! one number, which direction is better and where the number comes from
 //! (flent's idea: a series is declared with its units and combine rule, and
 //! everything else refers to it by key). Extraction, report charts, tables
-//! and better/worse colouring all read this table; it lives here because
-//! the report sits above the campaign layer and the campaign above stats.
+//! and better/worse colouring all read this table; it lives in the
+//! contract crate because the campaign (extraction) and the report (charts,
+//! colouring) both read it and neither depends on the other's internals.
 //!
 //! Adding a metric is one row in [`METRICS`]: a key, its description and a
 //! [`Source`] that reads the typed result document
-//! ([`wirebench_stats::result::ResultDoc`]) or the test-bed counters.
+//! ([`crate::result::ResultDoc`]) or the test-bed counters.
 
+use crate::result::{FlowResult, ResultDoc};
 use crate::summary::{Better, Combine, MetricFamily, MetricInfo};
+use crate::Direction;
 use serde_json::Value;
-use wirebench_stats::result::{FlowResult, ResultDoc};
-use wirebench_stats::Direction;
 
 /// Where one run's number comes from.
 #[derive(Debug, Clone, Copy)]
@@ -147,6 +148,11 @@ pub const METRICS: &[Metric] = &[
     m("fragmented_datagrams", Loss, "Datagrams sent as IP fragments", PKTS, Sum, Neither, Flow(|f| Some(f.frames.fragmented as f64))),
 ];
 
+/// Every metric a summary may carry, in display order (the metric table).
+pub fn metric_catalogue() -> Vec<MetricInfo> {
+    METRICS.iter().map(Metric::info).collect()
+}
+
 /// The row of `key`, if it is a known metric.
 pub fn metric(key: &str) -> Option<&'static Metric> {
     METRICS.iter().find(|m| m.key == key)
@@ -210,7 +216,7 @@ fn combine_flows(
 /// over the union of their spans); documents written before the total
 /// existed read it as zero, and then the flows' rates add up (the same
 /// answer for a run that carried nothing).
-fn run_throughput(d: &ResultDoc, layer: fn(&wirebench_stats::Throughput) -> f64) -> Option<f64> {
+fn run_throughput(d: &ResultDoc, layer: fn(&crate::flow::Throughput) -> f64) -> Option<f64> {
     if d.flows.is_empty() {
         return None;
     }
@@ -272,7 +278,7 @@ fn loss_ratio(d: &ResultDoc) -> Option<f64> {
 }
 
 /// A finite number (or a boolean as 0/1) at `path` in test-bed counters.
-pub(crate) fn num(v: &Value, path: &[&str]) -> Option<f64> {
+pub fn num(v: &Value, path: &[&str]) -> Option<f64> {
     let mut cur = v;
     for p in path {
         cur = cur.get(p)?;
@@ -351,7 +357,7 @@ mod tests {
     fn bidir_runs_split_throughput_by_direction() {
         let flow = |dir, bps| FlowResult {
             direction: dir,
-            throughput_bps: wirebench_stats::Throughput {
+            throughput_bps: crate::flow::Throughput {
                 payload: bps,
                 ..Default::default()
             },

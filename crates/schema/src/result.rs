@@ -9,11 +9,11 @@
 //! so every key is checked against stored documents in
 //! `tests/result_doc.rs`.
 
-pub use crate::opts::{DscpCount, MarksSeen, SockOpts};
-use crate::{
-    DelayStats, Direction, Frames, Interval, IpVersion, Jitter, MeterMode, RecvCounts, RecvSummary,
-    SendSummary, Throughput, Transport,
+use crate::flow::{
+    DelayStats, Frames, Interval, Jitter, RecvCounts, RecvSummary, SendSummary, Throughput,
 };
+pub use crate::opts::{DscpCount, MarksSeen, SockOpts};
+use crate::{Direction, IpVersion, MeterMode, Transport};
 use serde::{Deserialize, Serialize};
 
 /// Schema name and version every result document carries in `schema`.

@@ -4,13 +4,13 @@
 //! minimum MTU) and adds jumbo sizes. A test frame here is one UDP datagram
 //! in one Ethernet frame: payload = frame − 18 (MAC header + FCS) − IP
 //! header (20 / 40) − 8 (UDP). The byte counts per layer come from
-//! `wirebench_stats::framing`, so the line rate here and the upper bound the
+//! [`crate::framing`], so the line rate here and the upper bound the
 //! campaign reports are one model.
 
+use crate::framing::{self, ETH_FCS, ETH_HEADER, UDP_HEADER};
+use crate::IpVersion;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use wirebench_stats::framing::{self, ETH_FCS, ETH_HEADER, UDP_HEADER};
-use wirebench_stats::IpVersion;
 
 /// RFC 2544 §9.1 Ethernet frame sizes.
 pub const RFC2544_SIZES: [u32; 7] = [64, 128, 256, 512, 1024, 1280, 1518];

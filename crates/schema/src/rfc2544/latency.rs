@@ -3,8 +3,8 @@
 //! Read from a `wirebench.result/1` document (first flow: RFC trials send
 //! one flow), so it works on stored runs too.
 
+use crate::result::ResultDoc;
 use serde::{Deserialize, Serialize};
-use wirebench_stats::result::ResultDoc;
 
 /// Delay statistics of one trial, seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -58,9 +58,9 @@ mod tests {
 
     #[test]
     fn reads_the_first_flow() {
-        let mut flow = wirebench_stats::result::FlowResult::default();
+        let mut flow = crate::result::FlowResult::default();
         flow.received.counts.unique = 1000;
-        flow.delay_s = wirebench_stats::DelayStats {
+        flow.delay_s = crate::flow::DelayStats {
             min: 1e-5,
             mean: 2e-5,
             max: 9e-5,

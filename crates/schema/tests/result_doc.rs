@@ -4,8 +4,8 @@
 //! read into `ResultDoc` and write back with every key and value intact.
 
 use serde_json::Value;
-use wirebench_stats::result::ResultDoc;
-use wirebench_stats::{IpVersion, MeterMode, Transport};
+use wirebench_schema::result::ResultDoc;
+use wirebench_schema::{IpVersion, MeterMode, Transport};
 
 fn stored(name: &str) -> Value {
     let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use wirebench_campaign::campaign::Campaign;
 use wirebench_campaign::store::{NewCampaign, NewRun, RunStatus, Store};
 use wirebench_campaign::summarize;
-use wirebench_campaign::summary::Environment;
 use wirebench_report::plan::layout;
 use wirebench_report::render_html;
+use wirebench_schema::summary::Environment;
 use wirebench_stats::result::{FlowResult, HostInfo, ResultDoc};
 
 const FILE: &str = r#"
