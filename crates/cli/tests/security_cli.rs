@@ -481,3 +481,94 @@ fn receiver_budgets_refuse_over_budget_sessions() {
         "{err}"
     );
 }
+
+/// Issue #30 item 1 through the real programs: an on-path attacker who
+/// reads the session id and the data port (here from the receiver's log)
+/// sends one forged 40-byte first probe from another port of the
+/// sender's address before the sender's first. With no key, a key only,
+/// `--auth probes`, and a receiver requiring probe MACs, one-way and
+/// `-m rtt`, the sender still measures 1000 of 1000 with no loss, exits
+/// 0, and the receiver counted the forgery forged or foreign (before, the
+/// whole flow was lost and `send` exited 0). Unix only: it sets file modes.
+#[cfg(unix)]
+#[test]
+fn a_forged_first_datagram_cannot_take_a_flow() {
+    use std::net::UdpSocket;
+    use std::os::unix::fs::PermissionsExt;
+    use wirebench_wire::{ProbeHeader, FLAG_RTT};
+    let dir = tempfile::tempdir().unwrap();
+    let keyf = dir.path().join("key");
+    std::fs::write(&keyf, "correct horse battery staple\n").unwrap();
+    std::fs::set_permissions(&keyf, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let k = keyf.to_str().unwrap();
+    let modes: [(&str, &[&str], &[&str]); 4] = [
+        ("no key", &[], &[]),
+        ("key only", &["--key-file", k], &["--key-file", k]),
+        (
+            "--auth probes",
+            &["--key-file", k],
+            &["--key-file", k, "--auth", "probes"],
+        ),
+        (
+            "--require-auth probes",
+            &["--key-file", k, "--require-auth", "probes"],
+            &["--key-file", k, "--auth", "probes"],
+        ),
+    ];
+    for (i, (mode, rx_args, tx_args)) in modes.into_iter().enumerate() {
+        let port = (15760 + i).to_string();
+        let mut a = vec!["-B", "127.0.0.1", "-p", &port];
+        a.extend_from_slice(rx_args);
+        let rx = common::Recv::args(&a);
+        for meter in ["owd", "rtt"] {
+            let mut send = Command::new(BIN);
+            send.args(["send", "-a", "127.0.0.1", "-p", &port, "-m", meter])
+                .args(["-C", "5000", "-z", "1000", "--linger", "200", "--json", "-"])
+                .args(tx_args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let child = send.spawn().unwrap();
+            // "session 5ec0ffee flow 1: udp port 41234", written before
+            // the receiver answers Ready.
+            let line = rx.wait_for("flow 1: udp port", Duration::from_secs(10));
+            let word = |after: &str| {
+                let at = line.find(after).unwrap() + after.len();
+                line[at..].split([' ', ':']).next().unwrap().to_string()
+            };
+            let sid = u32::from_str_radix(&word("session "), 16).unwrap();
+            let data_port: u16 = word("udp port ").parse().unwrap();
+            let mut forged = [0u8; 40];
+            let tx_ns = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64;
+            ProbeHeader {
+                flags: if meter == "rtt" { FLAG_RTT } else { 0 },
+                session: sid,
+                flow: 1,
+                len: 40,
+                seq: 0,
+                tx_ns,
+            }
+            .encode(&mut forged)
+            .unwrap();
+            let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
+            attacker.send_to(&forged, ("127.0.0.1", data_port)).unwrap();
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            let what = format!("{mode}, -m {meter}: {err}");
+            assert_eq!(out.status.code(), Some(0), "{what}");
+            let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let r = &doc["flows"][0]["received"];
+            assert_eq!(r["unique"], 1000, "{what} {r}");
+            assert_eq!(r["lost"], 0, "{what} {r}");
+            let refused = r["forged"].as_u64().unwrap() + r["foreign"].as_u64().unwrap();
+            assert_eq!(refused, 1, "{what} {r}");
+            if meter == "rtt" {
+                let rtt = &doc["flows"][0]["rtt"];
+                assert_eq!(doc["flows"][0]["rtt_received"], 1000, "{what} {rtt}");
+            }
+        }
+        drop(rx);
+    }
+}

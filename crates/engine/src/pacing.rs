@@ -18,7 +18,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{ErrorKind, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,38 +48,75 @@ pub(crate) enum DataSock {
     Tcp(TcpStream),
 }
 
-pub(crate) fn open_data(f: &FlowPlan, to: SocketAddr) -> Result<DataSock, EngineError> {
+/// A flow's data socket, set up and bound but not yet connected: its
+/// source port is known before the receiver's data port, so that `Hello`
+/// can declare it ([`wirebench_wire::FlowSetup::src_port`]).
+pub(crate) struct BoundData {
+    sock: Socket,
+    /// The receiver's address as [`crate::sockopt::apply`] returned it
+    /// (flow label included); its port is set at [`BoundData::connect`].
+    peer: SocketAddr,
+    pub port: u16,
+}
+
+/// Opens flow `f`'s data socket towards `dst`, applies its options and
+/// binds it (to the kernel's choice of port unless `-sp` names one).
+pub(crate) fn bind_data(f: &FlowPlan, dst: IpAddr) -> Result<BoundData, EngineError> {
     let (ty, proto) = match f.transport {
         Transport::Udp => (Type::DGRAM, Protocol::UDP),
         Transport::Tcp => (Type::STREAM, Protocol::TCP),
         // Sent by crate::icmp, on sockets of its own.
         Transport::Icmp => return Err(not_in_session()),
     };
+    let to = SocketAddr::new(dst, 0);
     let sock = Socket::new(Domain::for_address(to), ty, Some(proto))
         .map_err(|e| EngineError::io("data socket", e))?;
     // Marking and the other per-flow options, before connecting.
     let peer = crate::sockopt::apply(&sock, to, &f.opts)?;
-    let connect_err = |e| EngineError::Connect {
-        addr: to.to_string(),
-        source: e,
-    };
-    match f.transport {
-        Transport::Udp => {
-            sock.connect(&peer.into()).map_err(connect_err)?;
-            let s: UdpSocket = sock.into();
-            if f.opts.window.is_none() {
-                set_sndbuf(s.as_raw_fd(), 4 << 20);
+    let bound = |s: &Socket| s.local_addr().ok().and_then(|a| a.as_socket());
+    if bound(&sock).is_none_or(|a| a.port() == 0) {
+        let any: IpAddr = if dst.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        };
+        sock.bind(&SocketAddr::new(any, 0).into())
+            .map_err(|e| EngineError::io("data socket", e))?;
+    }
+    let port = bound(&sock).map(|a| a.port()).ok_or_else(|| {
+        EngineError::io("data socket", std::io::ErrorKind::AddrNotAvailable.into())
+    })?;
+    Ok(BoundData { sock, peer, port })
+}
+
+impl BoundData {
+    /// Connects to the receiver's data port `port`.
+    pub(crate) fn connect(self, f: &FlowPlan, port: u16) -> Result<DataSock, EngineError> {
+        let mut peer = self.peer;
+        peer.set_port(port);
+        let sock = self.sock;
+        let connect_err = |e| EngineError::Connect {
+            addr: peer.to_string(),
+            source: e,
+        };
+        match f.transport {
+            Transport::Udp => {
+                sock.connect(&peer.into()).map_err(connect_err)?;
+                let s: UdpSocket = sock.into();
+                if f.opts.window.is_none() {
+                    set_sndbuf(s.as_raw_fd(), 4 << 20);
+                }
+                Ok(DataSock::Udp(s))
             }
-            Ok(DataSock::Udp(s))
-        }
-        Transport::Icmp => Err(not_in_session()),
-        Transport::Tcp => {
-            sock.connect_timeout(&peer.into(), CONNECT_TIMEOUT)
-                .map_err(connect_err)?;
-            let s: TcpStream = sock.into();
-            let _ = s.set_nodelay(crate::sockopt::nodelay(&f.opts, &f.spec));
-            let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-            Ok(DataSock::Tcp(s))
+            Transport::Icmp => Err(not_in_session()),
+            Transport::Tcp => {
+                sock.connect_timeout(&peer.into(), CONNECT_TIMEOUT)
+                    .map_err(connect_err)?;
+                let s: TcpStream = sock.into();
+                let _ = s.set_nodelay(crate::sockopt::nodelay(&f.opts, &f.spec));
+                let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+                Ok(DataSock::Tcp(s))
+            }
         }
     }
 }
@@ -823,9 +860,12 @@ const SHARED_SNDBUF_MAX: usize = 64 << 20;
 /// without socket options of their own, so that what leaves is the same
 /// as from a socket per flow but for the source port. Returns the socket
 /// (None: no flow qualifies, or the system refused one; every flow then
-/// keeps its own) and each flow's way out.
+/// keeps its own) and each flow's way out. `given`: the pacer's socket,
+/// bound before `Hello` declared its port for the flows that share it
+/// ([`pacer_sockets`]); None: one is made here.
 fn share_socket(
     jobs: Vec<(usize, FlowJob, UdpSocket)>,
+    given: Option<UdpSocket>,
 ) -> (Option<UdpSocket>, Vec<(usize, FlowJob, Out)>) {
     let shareable = |job: &FlowJob, sock: &UdpSocket| {
         if job.plan.opts.is_default() {
@@ -840,8 +880,12 @@ fn share_socket(
         .filter(|(_, j, s)| shareable(j, s).is_some())
         .count();
     let shared = first.and_then(|to| {
-        let s = Socket::new(Domain::for_address(to), Type::DGRAM, Some(Protocol::UDP)).ok()?;
-        let s: UdpSocket = s.into();
+        let s = match given {
+            Some(s) => s,
+            None => Socket::new(Domain::for_address(to), Type::DGRAM, Some(Protocol::UDP))
+                .ok()?
+                .into(),
+        };
         set_sndbuf(
             s.as_raw_fd(),
             (SHARED_SNDBUF_PER_FLOW * n).min(SHARED_SNDBUF_MAX),
@@ -877,7 +921,11 @@ fn share_socket(
 /// stack); a pacer keeps every flow's absolute schedule with one wake-up
 /// per deadline. Per flow it keeps only the schedule, the accumulators
 /// and the destination (or socket); the send buffers are the pacer's.
-fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usize, FlowSent)> {
+fn run_shared(
+    jobs: Vec<(usize, FlowJob, UdpSocket)>,
+    spin_ns: u64,
+    sock: Option<UdpSocket>,
+) -> Vec<(usize, FlowSent)> {
     tighten_timer_slack();
     raise_priority();
     let mut done = Vec::new();
@@ -888,7 +936,7 @@ fn run_shared(jobs: Vec<(usize, FlowJob, UdpSocket)>, spin_ns: u64) -> Vec<(usiz
     // (every flow of a command line has the same `--payload`).
     let content = jobs.first().map(|(_, j, _)| j.plan.clone());
     let wall_minus_mono = i128::from(realtime_ns()) - i128::from(mono_ns());
-    let (shared, jobs) = share_socket(jobs);
+    let (shared, jobs) = share_socket(jobs, sock);
     for (idx, mut job, out) in jobs {
         match Schedule::new(&job.plan, job.t0, job.min_len()) {
             Ok(sched) => {
@@ -1124,6 +1172,68 @@ pub(crate) struct Launch {
     pub abort: Arc<AtomicBool>,
     /// `--auth probes`: the session's probe key.
     pub probe_key: Option<ProbeKey>,
+    /// The shared pacers' sockets ([`pacer_sockets`]), pacer by pacer.
+    pub pacer_socks: Vec<UdpSocket>,
+}
+
+/// The sockets the shared pacers of `plan` send from, bound before
+/// `Hello` so that it declares, for each flow, the port its probes leave
+/// from ([`source_port`]). Empty when every flow has a thread of its own.
+pub(crate) fn pacer_sockets(
+    plan: &SessionPlan,
+    dst: IpAddr,
+) -> Result<Vec<UdpSocket>, EngineError> {
+    let any: IpAddr = if dst.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    (0..pacers(plan))
+        .map(|_| {
+            UdpSocket::bind(SocketAddr::new(any, 0)).map_err(|e| EngineError::io("data socket", e))
+        })
+        .collect()
+}
+
+/// The source port flow `i` of `plan` sends from: its pacer's socket's
+/// when it shares one ([`share_socket`]), else its own (`own`).
+pub(crate) fn source_port(
+    plan: &SessionPlan,
+    i: usize,
+    own: u16,
+    pacer_socks: &[UdpSocket],
+) -> u16 {
+    let shares = plan
+        .flows
+        .get(i)
+        .is_some_and(|f| shared_candidate(plan, f) && f.opts.is_default());
+    match pacer_socks.get(i % pacer_socks.len().max(1)) {
+        Some(s) if shares => s.local_addr().map_or(own, |a| a.port()),
+        _ => own,
+    }
+}
+
+/// Paced one-way UDP flows can share pacer threads; TCP (blocking
+/// writes), --max (never waits) and RTT flows (reflection readers) keep a
+/// thread each.
+fn shared_candidate(plan: &SessionPlan, f: &FlowPlan) -> bool {
+    f.direction == wirebench_wire::Direction::Forward
+        && f.transport == Transport::Udp
+        && !f.spec.is_max()
+        && f.meter_in(plan) == MeterMode::Owd
+}
+
+/// Shared pacer threads of `plan` on this host.
+fn pacers(plan: &SessionPlan) -> usize {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let candidates = plan
+        .flows
+        .iter()
+        .filter(|f| shared_candidate(plan, f))
+        .count();
+    pacer_threads(plan.pacing, candidates, cores)
 }
 
 /// Runs every flow of the plan on its own socket (in plan order) and
@@ -1142,6 +1252,7 @@ pub(crate) fn run_flows(
         t0,
         abort,
         probe_key,
+        pacer_socks,
     } = launch;
     // Spin before deadlines only while every paced flow can have a core.
     let forward = |f: &FlowPlan| f.direction == wirebench_wire::Direction::Forward;
@@ -1153,17 +1264,9 @@ pub(crate) fn run_flows(
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    // Paced one-way UDP flows can share pacer threads; TCP (blocking
-    // writes), --max (never waits) and RTT flows (reflection readers) keep
-    // a thread each.
-    let candidate = |f: &FlowPlan| {
-        forward(f)
-            && f.transport == Transport::Udp
-            && !f.spec.is_max()
-            && f.meter_in(plan) == MeterMode::Owd
-    };
+    let candidate = |f: &FlowPlan| shared_candidate(plan, f);
     let candidates = plan.flows.iter().filter(|f| candidate(f)).count();
-    let pacers = pacer_threads(plan.pacing, candidates, cores);
+    let pacers = pacers(plan);
     let shared = if pacers > 0 { candidates } else { 0 };
     // Spin before deadlines only while every pacing thread can have a core.
     let spin_ns = if pacers + (paced - shared) < cores {
@@ -1229,11 +1332,13 @@ pub(crate) fn run_flows(
         }
     }
     let mut pacer_handles = Vec::new();
+    let mut pacer_socks = pacer_socks.into_iter();
     for (g, group) in groups.into_iter().enumerate() {
         let ids: Vec<usize> = group.iter().map(|(i, _, _)| *i).collect();
+        let sock = pacer_socks.next();
         match std::thread::Builder::new()
             .name(format!("wb-pacer-{g}"))
-            .spawn(move || run_shared(group, spin_ns))
+            .spawn(move || run_shared(group, spin_ns, sock))
         {
             Ok(h) => pacer_handles.push((ids, h)),
             Err(e) => {
@@ -1634,7 +1739,7 @@ mod tests {
             .collect();
         let own = jobs[2].2.local_addr().unwrap().port();
         let own_of_shared = jobs[0].2.local_addr().unwrap().port();
-        let mut sent = run_shared(jobs, 0);
+        let mut sent = run_shared(jobs, 0, None);
         sent.sort_by_key(|(i, _)| *i);
         let mut ports = Vec::new();
         for ((i, o), rx) in sent.iter().zip(&rxs) {

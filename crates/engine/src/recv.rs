@@ -967,6 +967,11 @@ impl LocalRx {
                 net::enable_rx_marks(sock.as_raw_fd(), at.peer_ip.is_ipv6());
                 sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
                     .map_err(|e| EngineError::io("data socket", e))?;
+                // Connected: the kernel delivers only the daemon's datagrams.
+                let registered = sock
+                    .peer_addr()
+                    .ok()
+                    .map(|a| SocketAddr::new(unmap(a.ip()), a.port()));
                 let f = UdpFlow {
                     sock,
                     acc,
@@ -978,7 +983,7 @@ impl LocalRx {
                         reflect: false,
                         peer_ip: at.peer_ip,
                     },
-                    registered: None,
+                    registered,
                 };
                 std::thread::Builder::new()
                     .name(format!("wb-rrx-{flow_id}"))
@@ -1243,7 +1248,7 @@ fn open_flow(
                 acc,
                 sh,
                 rx,
-                registered: None,
+                registered: declared_source(s, peer_ip, at.probe_key.is_some()),
             };
             (port, FlowRx::Udp(Box::new(flow)))
         }
@@ -1255,9 +1260,11 @@ fn open_flow(
                 .port();
             l.set_nonblocking(true)
                 .map_err(|e| EngineError::io("data listener", e))?;
+            let peer = declared_source(s, peer_ip, at.probe_key.is_some())
+                .unwrap_or(SocketAddr::new(peer_ip, 0));
             let h = std::thread::Builder::new()
                 .name(format!("wb-rx-{flow_id}"))
-                .spawn(move || tcp_rx(l, acc, sh, sid, flow_id, reflect, peer_ip))
+                .spawn(move || tcp_rx(l, acc, sh, sid, flow_id, reflect, peer))
                 .map_err(|e| EngineError::io("receive thread", e))?;
             (port, FlowRx::Thread(h))
         }
@@ -1346,9 +1353,11 @@ struct UdpFlow {
     sh: Arc<FlowShared>,
     rx: UdpRx,
     /// The sender's data address: its address as seen on the control
-    /// connection, and the port of the first probe of this session from it.
-    /// Everything else is foreign and never reflected, so a session cannot
-    /// be used to send packets to a third party (spoofed source addresses).
+    /// connection, at the port it declared ([`FlowSetup::src_port`]), else
+    /// (probe MACs, or an older sender) the port of the first datagram that
+    /// passed every check. Everything else is foreign and never reflected,
+    /// so a session cannot be used to send packets to a third party
+    /// (spoofed source addresses) nor be taken over by one datagram.
     registered: Option<SocketAddr>,
 }
 
@@ -1396,12 +1405,8 @@ impl UdpFlow {
             };
             let ours = match (self.registered, from) {
                 (Some(r), Some(f)) => r == f,
-                (None, Some(f)) if f.ip() == peer_ip => {
-                    self.registered = Some(f);
-                    let _ = self.sh.from.set(f);
-                    true
-                }
-                _ => false,
+                (None, Some(f)) => f.ip() == peer_ip,
+                (_, None) => false,
             };
             if !ours {
                 self.sh.foreign.fetch_add(1, Ordering::Relaxed);
@@ -1418,6 +1423,15 @@ impl UdpFlow {
             let Some(delay) = self.sh.admit(&self.acc.acc, &h, ts, offset) else {
                 continue;
             };
+            // An undeclared source is learned only from a datagram that
+            // passed every check above (with probe MACs: an authentic one),
+            // so no single forged datagram can make the real ones foreign.
+            if self.sh.from.get().is_none() {
+                if let Some(f) = from {
+                    self.registered = Some(f);
+                    let _ = self.sh.from.set(f);
+                }
+            }
             self.acc.record(&h, delay, ts, len);
             let m = batch.marks(i);
             self.acc.marks.see(m.tos, m.ttl, m.flow_label);
@@ -1602,6 +1616,18 @@ fn reply_len(mac: bool) -> usize {
     }
 }
 
+/// The address a flow's data must come from, known before any arrives:
+/// the control connection's address at the source port the sender
+/// declared. None (learned from the first datagram that passes every
+/// check) for an older sender that declares none, and with probe MACs,
+/// where only an authentic probe can teach it: that also lets the data
+/// pass a NAT that maps the declared port to another.
+fn declared_source(s: &FlowSetup, peer_ip: IpAddr, probe_macs: bool) -> Option<SocketAddr> {
+    s.src_port
+        .filter(|_| !probe_macs)
+        .map(|p| SocketAddr::new(peer_ip, p))
+}
+
 /// Most simultaneous connections on one TCP data port; more are foreign.
 const MAX_TCP_CONNS: usize = 8;
 /// Time a TCP data connection has to send its first record of this
@@ -1677,7 +1703,7 @@ fn tcp_rx(
     sid: u32,
     flow_id: u16,
     reflect: bool,
-    peer_ip: IpAddr,
+    peer: SocketAddr,
 ) -> WorkerOutcome {
     let cpu0 = CpuTime::thread();
     let mut conns: Vec<TcpConn> = Vec::new();
@@ -1699,11 +1725,14 @@ fn tcp_rx(
         let polled = pfds.len() - 1;
         if pfds[0].revents != 0 {
             while let Ok((s, from)) = listener.accept() {
-                // Only the session's sender may connect: anyone else would
-                // hold one of the few connection slots (and get reflections).
+                // Only the session's sender may connect (from the port it
+                // declared, when it did): anyone else would hold one of the
+                // few connection slots (and get reflections).
                 // Up to twice the limit for a moment: `drop_unidentified`
                 // makes room by closing a silent one, not the newcomer.
-                if conns.len() >= 2 * MAX_TCP_CONNS || unmap(from.ip()) != peer_ip {
+                let theirs = unmap(from.ip()) == peer.ip()
+                    && (peer.port() == 0 || from.port() == peer.port());
+                if conns.len() >= 2 * MAX_TCP_CONNS || !theirs {
                     sh.foreign.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }

@@ -7,7 +7,7 @@
 
 use crate::clock::{mono_ns, realtime_ns};
 use crate::live::Forward;
-use crate::pacing::{identify, open_data, run_flows, DataSock, Launch};
+use crate::pacing::{bind_data, identify, pacer_sockets, run_flows, source_port, DataSock, Launch};
 use crate::plan::SessionPlan;
 use crate::result::{build_doc, DocParts, FlowReport, ReportExtra, ResultDoc};
 use crate::reverse::Local;
@@ -48,6 +48,28 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         crate::sys::raise_open_files_limit();
     }
     let addr = plan.resolve()?;
+    // Data sockets are bound before `Hello`, which declares their source
+    // ports: the receiver then takes each flow's data from that port only.
+    // Reverse flows (the receiver sends them) get none: crate::reverse.
+    let dst = crate::recv::unmap(addr.ip());
+    let bound = plan
+        .flows
+        .iter()
+        .map(|f| {
+            (f.direction != Direction::Reverse)
+                .then(|| bind_data(f, dst))
+                .transpose()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pacer_socks = pacer_sockets(&plan, dst)?;
+    let src_ports: Vec<Option<u16>> = bound
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            b.as_ref()
+                .map(|b| source_port(&plan, i, b.port, &pacer_socks))
+        })
+        .collect();
     let crate::session::Opened {
         ctl,
         src_ip,
@@ -59,7 +81,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         live,
         setups,
         probe_key,
-    } = crate::session::open(&plan, addr)?;
+    } = crate::session::open(&plan, addr, &src_ports)?;
     let mut ctl = ctl;
     let ip = if dst_ip.is_ipv4() {
         IpVersion::V4
@@ -67,16 +89,15 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         IpVersion::V6
     };
 
-    // Data sockets, all opened before Start so the schedule is not delayed.
-    // Reverse flows (the receiver sends them) get none: crate::reverse.
+    // Data sockets, all connected before Start so the schedule is not
+    // delayed.
     let mut socks = Vec::new();
-    for (i, f) in plan.flows.iter().enumerate() {
-        if f.direction == Direction::Reverse {
+    for (i, (f, b)) in plan.flows.iter().zip(bound).enumerate() {
+        let Some(b) = b else {
             socks.push(None);
             continue;
-        }
-        let to = SocketAddr::new(dst_ip, ports[i]);
-        let mut sock = open_data(f, to)?;
+        };
+        let mut sock = b.connect(f, ports[i])?;
         identify(&mut sock, session, (i + 1) as u16)?;
         socks.push(Some(sock));
     }
@@ -130,6 +151,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         t0,
         abort: abort.clone(),
         probe_key,
+        pacer_socks,
     };
     let mut outcomes = match run_flows(&plan, socks, launch) {
         Ok(o) => o,
@@ -230,6 +252,9 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     if partial.is_none() && outcomes.iter().any(|o| o.cancelled) {
         partial = Some("interrupted: flows stopped early".into());
     }
+    if partial.is_none() {
+        partial = taken_over(&plan, &outcomes, &reports);
+    }
 
     let mut doc = build_doc(DocParts {
         plan: &plan,
@@ -257,4 +282,30 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             doc: Box::new(doc),
         }),
     }
+}
+
+/// The first forward flow of which the receiver took (almost) nothing
+/// while it counted datagrams on the flow's port from elsewhere: the
+/// figures then describe whoever held the port, not the path (a NAT that
+/// moved the declared source port, or a forged datagram at an older
+/// receiver), so the run is not a measurement.
+fn taken_over(
+    plan: &SessionPlan,
+    outcomes: &[crate::pacing::FlowSent],
+    reports: &[FlowReport],
+) -> Option<String> {
+    plan.flows.iter().zip(outcomes).enumerate().find_map(|(i, (f, o))| {
+        let r = reports.iter().find(|r| usize::from(r.flow_id) == i + 1)?;
+        let (sent, got) = (o.send.packets, r.summary.counts.unique);
+        let taken = f.direction != Direction::Reverse && r.foreign > 0 && sent > 0 && got * 100 <= sent;
+        taken.then(|| {
+            format!(
+                "flow {}: the receiver took {got} of {sent} probes and counted {} foreign datagrams \
+                 on the flow's port: something else held it (a NAT that changes source ports needs \
+                 --key-file with --auth probes)",
+                i + 1,
+                r.foreign
+            )
+        })
+    })
 }

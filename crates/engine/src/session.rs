@@ -49,8 +49,13 @@ pub(crate) struct Opened {
 }
 
 /// Connects to the receiver and runs the session up to (not including)
-/// `Start`.
-pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, EngineError> {
+/// `Start`. `src_ports`: each flow's data socket's source port, declared
+/// in `Hello` (None: a reverse flow).
+pub(crate) fn open(
+    plan: &SessionPlan,
+    addr: SocketAddr,
+    src_ports: &[Option<u16>],
+) -> Result<Opened, EngineError> {
     let ctl_stream = connect_control(plan, addr)?;
     let mut ctl = Ctl::new(ctl_stream);
     let local = ctl
@@ -83,6 +88,7 @@ pub(crate) fn open(plan: &SessionPlan, addr: SocketAddr) -> Result<Opened, Engin
             reverse: crate::reverse::model_for(f),
             port: f.opts.data_port,
             meter: f.meter.filter(|m| *m != plan.meter),
+            src_port: src_ports.get(i).copied().flatten(),
         })
         .collect();
     let key = plan.key.as_ref();

@@ -1175,3 +1175,183 @@ fn budgets_refuse_over_budget_hellos_and_share_the_total() {
     drop(b);
     assert!(rx.stats.refused.load(Ordering::Relaxed) >= 3);
 }
+
+/// How a session of [`forged_first_datagram_cannot_take_a_flow`] is
+/// authenticated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum AuthMode {
+    NoKey,
+    KeyOnly,
+    ProbeMacs,
+    /// The receiver runs `--require-auth probes`.
+    RequiredMacs,
+}
+
+/// Opens a one-flow UDP session in `mode` whose data socket `from` is
+/// declared in the Hello (None: as an older sender, declaring nothing);
+/// returns the data port and, with probe MACs, the probe key.
+fn open_declared(
+    c: &mut Client,
+    mode: AuthMode,
+    sid: u32,
+    meter: MeterMode,
+    from: Option<u16>,
+) -> (u16, Option<auth::ProbeKey>) {
+    let cn = [7u8; NONCE_LEN];
+    let macs = matches!(mode, AuthMode::ProbeMacs | AuthMode::RequiredMacs);
+    c.send(&ControlMsg::Hello {
+        version: CONTROL_VERSION,
+        session: sid,
+        meter,
+        flows: vec![FlowSetup {
+            src_port: from,
+            ..udp_flow(None)
+        }],
+        auth: (mode != AuthMode::NoKey).then(|| auth::to_hex(&cn)),
+        live: false,
+        auth_probes: macs,
+    });
+    let mut pk = None;
+    if mode != AuthMode::NoKey {
+        let sn = match c.recv() {
+            ControlMsg::Challenge { nonce, .. } => auth::from_hex("nonce", &nonce).unwrap(),
+            other => panic!("{mode:?}: {other:?}"),
+        };
+        c.send(&ControlMsg::Auth {
+            mac: auth::to_hex(&key(KEY).sender_mac(&cn, &sn, sid)),
+        });
+        pk = macs.then(|| key(KEY).probe_key(&cn, &sn, sid));
+    }
+    match c.recv() {
+        ControlMsg::Ready { ports, .. } => (ports[0], pk),
+        other => panic!("{mode:?}: {other:?}"),
+    }
+}
+
+/// Issue #30 item 1: the receiver took a flow's source port from the first
+/// datagram of the session from the sender's address, before the MAC and
+/// the plausibility checks: one 40-byte datagram with the right session
+/// id, no MAC, a plausible sequence number and time, from another port of
+/// the sender's address before the first real probe, and 1000 of 1000
+/// real probes were counted foreign (999 without probe MACs, the forgery
+/// recorded as packet 0). In every authentication mode and with both
+/// meters the real flow is now measured whole and the forgery counted
+/// forged or foreign, never reflected.
+#[test]
+fn forged_first_datagram_cannot_take_a_flow() {
+    let modes = [
+        (AuthMode::NoKey, 15750),
+        (AuthMode::KeyOnly, 15751),
+        (AuthMode::ProbeMacs, 15752),
+        (AuthMode::RequiredMacs, 15753),
+    ];
+    for (mode, rx_port) in modes {
+        let rx = Rx::start_with(DaemonConfig {
+            port: rx_port,
+            key: (mode != AuthMode::NoKey).then(|| key(KEY)),
+            require_probe_auth: mode == AuthMode::RequiredMacs,
+            ..DaemonConfig::default()
+        });
+        for (k, meter) in [MeterMode::Owd, MeterMode::Rtt].into_iter().enumerate() {
+            let sid = 0x5ec3_0000 + rx_port as u32 * 2 + k as u32;
+            let real = UdpSocket::bind("127.0.0.1:0").unwrap();
+            real.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let declared = real.local_addr().unwrap().port();
+            let mut c = Client::connect(rx.port);
+            let (port, pk) = open_declared(&mut c, mode, sid, meter, Some(declared));
+            let data: SocketAddr = ([127, 0, 0, 1], port).into();
+            let flags = if meter == MeterMode::Rtt { FLAG_RTT } else { 0 };
+            // The attacker: same address, another port, the session id
+            // and a plausible first probe, before the sender's first.
+            let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
+            attacker
+                .set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            attacker.send_to(&probe(sid, 0, flags, 40), data).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            c.send(&ControlMsg::Start);
+            let mut buf = [0u8; 256];
+            let mut reflected = 0;
+            for seq in 0..1000 {
+                let mut b = probe(sid, seq, flags, 64);
+                if let Some(pk) = &pk {
+                    assert!(pk.sign(&mut b));
+                }
+                real.send_to(&b, data).unwrap();
+                if meter == MeterMode::Rtt {
+                    let (n, _) = real.recv_from(&mut buf).unwrap();
+                    let r = ProbeHeader::decode_datagram(&buf[..n]).unwrap();
+                    assert!(r.is_reflected() && r.seq == seq, "{mode:?} {meter:?}");
+                    reflected += 1;
+                } else if seq % 100 == 99 {
+                    // Stay within the socket buffer on a busy host.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            assert!(
+                attacker.recv_from(&mut buf).is_err(),
+                "{mode:?} {meter:?}: the forgery was reflected"
+            );
+            let f = c.stop(1000);
+            let what = format!("{mode:?} {meter:?}: {f}");
+            assert_eq!(f["summary"]["unique"], 1000, "{what}");
+            assert_eq!(f["summary"]["lost"], 0, "{what}");
+            assert_eq!(f["summary"]["duplicates"], 0, "{what}");
+            let refused = f["forged"].as_u64().unwrap() + f["foreign"].as_u64().unwrap();
+            assert_eq!(refused, 1, "{what}");
+            assert_eq!(f["from"], format!("127.0.0.1:{declared}"), "{what}");
+            if meter == MeterMode::Rtt {
+                assert_eq!(reflected, 1000, "{what}");
+            }
+        }
+    }
+}
+
+/// Issue #30 item 1, an older sender that declares no source port: the
+/// port is learned only from a datagram that passed every check. A
+/// forgery from another port whose time is implausible, or (with probe
+/// MACs) whose MAC does not verify, teaches nothing; the real flow is
+/// measured whole.
+#[test]
+fn undeclared_source_is_learned_only_from_a_datagram_that_passes_every_check() {
+    for (mode, rx_port) in [(AuthMode::NoKey, 15754), (AuthMode::ProbeMacs, 15755)] {
+        let rx = Rx::start_with(DaemonConfig {
+            port: rx_port,
+            key: (mode != AuthMode::NoKey).then(|| key(KEY)),
+            ..DaemonConfig::default()
+        });
+        let sid = 0x5ec3_1000 + rx_port as u32;
+        let mut c = Client::connect(rx.port);
+        let (port, pk) = open_declared(&mut c, mode, sid, MeterMode::Owd, None);
+        let data: SocketAddr = ([127, 0, 0, 1], port).into();
+        let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Without MACs: a day-old transmit time; with them: no MAC.
+        let forged = match mode {
+            AuthMode::NoKey => probe_full(sid, 0, 0, 40, now_ns() - 86_400_000_000_000),
+            _ => probe(sid, 0, 0, 40),
+        };
+        attacker.send_to(&forged, data).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        c.send(&ControlMsg::Start);
+        let real = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for seq in 0..200 {
+            let mut b = probe(sid, seq, 0, 64);
+            if let Some(pk) = &pk {
+                assert!(pk.sign(&mut b));
+            }
+            real.send_to(&b, data).unwrap();
+        }
+        // From a third port once the flow is registered: foreign.
+        attacker.send_to(&probe(sid, 5, 0, 64), data).unwrap();
+        let f = c.stop(200);
+        let what = format!("{mode:?}: {f}");
+        assert_eq!(f["summary"]["unique"], 200, "{what}");
+        assert_eq!(f["summary"]["lost"], 0, "{what}");
+        let refused = f["forged"].as_u64().unwrap()
+            + f["foreign"].as_u64().unwrap()
+            + f["implausible_delays"].as_u64().unwrap();
+        assert_eq!(refused, 2, "{what}");
+        let from = real.local_addr().unwrap();
+        assert_eq!(f["from"], from.to_string(), "{what}");
+    }
+}

@@ -69,6 +69,14 @@ pub struct FlowSetup {
     /// bulk flow beside an RTT flow is not reflected. Absent: the session's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meter: Option<MeterMode>,
+    /// The source port of the sender's data socket for this flow (bound
+    /// before `Hello`): without probe MACs the receiver takes the flow's
+    /// data only from the control connection's address at this port, so a
+    /// datagram from another port cannot take the flow over. Absent (an
+    /// older sender, or a reverse flow): the receiver learns the port from
+    /// the first datagram that passes every check (docs/security.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_port: Option<u16>,
 }
 
 /// One control message; serialised with a `type` tag in snake_case.

@@ -62,6 +62,7 @@ const KEYS: &[&str] = &[
     "mtu",
     "playout_buffer_ms",
     "rcvbuf",
+    "src_port",
     "summary",
     "foreign",
     "x",
@@ -209,19 +210,23 @@ fn flow_setup() -> impl Strategy<Value = FlowSetup> {
         proptest::option::of(any::<u32>()),
         proptest::option::of(any::<u32>()),
         proptest::option::of(any::<u64>()),
+        proptest::option::of(any::<u16>()),
     )
         .prop_map(
-            |(flow_id, tcp, interval_ms, max_len, mtu, playout, rcvbuf, seed)| FlowSetup {
-                flow_id,
-                transport: if tcp { Transport::Tcp } else { Transport::Udp },
-                interval_ms,
-                max_len,
-                mtu,
-                playout_buffer_ms: playout,
-                rcvbuf,
-                reverse: seed.map(|s| json!({ "seed": s })),
-                port: None,
-                meter: None,
+            |(flow_id, tcp, interval_ms, max_len, mtu, playout, rcvbuf, seed, src_port)| {
+                FlowSetup {
+                    flow_id,
+                    transport: if tcp { Transport::Tcp } else { Transport::Udp },
+                    interval_ms,
+                    max_len,
+                    mtu,
+                    playout_buffer_ms: playout,
+                    rcvbuf,
+                    reverse: seed.map(|s| json!({ "seed": s })),
+                    port: None,
+                    meter: None,
+                    src_port,
+                }
             },
         )
 }
