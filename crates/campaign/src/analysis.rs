@@ -134,8 +134,8 @@ impl From<wirebench_stats::Agg> for MetricStats {
 /// the constant-size model.
 pub fn upper_bound(s: &Scenario) -> Option<f64> {
     let st = &s.settings;
-    let link = st.link_bps?;
-    let mtu = st.mtu?;
+    let link = st.link_bps()?;
+    let mtu = st.link.mtu?;
     if st.app != "constant" {
         return None;
     }

@@ -1,124 +1,175 @@
-//! The campaign axes: one row each, naming the axis, parsing and checking
-//! its values, and saying whether it changes the test-bed's links.
+//! The axis table: every campaign axis declared once (as `METRICS` is for
+//! metrics) with its name, its value parser, what it sets (a field of the
+//! scenario's send settings, or a link option of the test-bed) and what
+//! `--quick` does to it. The enum, the matrix and `[quick]` tables of the
+//! file and the scenario settings are all generated from or driven by
+//! [`AXES`], so adding an axis is one row plus its parser and mapping.
 
 use super::check::Ctx;
-use super::raw::{OneOrMany, Scalar};
-use super::CampaignError;
+use super::raw::{AxisField, OneOrMany, Scalar};
+use super::{CampaignError, Settings};
+use serde::Deserialize;
 use std::fmt;
 use toml::Spanned;
 use wirebench_model::app::{DitgCodec, ALL_APPS};
 use wirebench_model::{MAX_PAYLOAD, MIN_PAYLOAD};
+use wirebench_testbed::LinkOpts;
 
-/// The `app` axis: the constant model (no `--app`) or one of D-ITG's
-/// application models as the engine's model crate names them.
-fn known_app(name: &str) -> bool {
-    name == "constant" || ALL_APPS.contains(&name)
+/// What a value of an axis sets.
+#[derive(Debug, Clone, Copy)]
+pub enum Sets {
+    /// A field of the scenario's settings (the sender's command line).
+    Send(fn(&mut Settings, &str)),
+    /// A link option of the test-bed; a change rebuilds the test-bed.
+    Link(fn(&mut LinkOpts, &str)),
 }
 
-/// One matrix dimension. The declaration order is the order axes appear
-/// in scenario keys, so keys stay stable whatever order the file uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Axis {
-    Ip,
-    Transport,
-    Meter,
-    App,
-    Codec,
-    Payload,
-    Frame,
-    Pps,
-    Flows,
-    Mtu,
-    LinkRate,
-    Offloads,
-    ForwardPps,
+/// What `--quick` does to an axis the `[quick]` table leaves alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuickRule {
+    /// Its values stay.
+    Keep,
+    /// Values in seconds above the quick run length are cut to it (values
+    /// that become equal merge), so no run is longer than a quick run.
+    CapAtRunLength,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct AxisDef {
+    pub axis: Axis,
+    /// The key in `[matrix]`, in scenario keys and in selectors.
+    pub name: &'static str,
+    /// Checks one value as written and returns its canonical text (the
+    /// text in scenario keys), or the reason it is refused.
+    pub(super) parse: fn(&Scalar) -> Result<String, String>,
+    pub sets: Sets,
+    pub quick: QuickRule,
+}
+
+/// Generates [`Axis`], [`AXES`] and the file's axis fields (`[matrix]` and
+/// `[quick]`) from one list. The fields stay spelled out in the structs, not
+/// a map or `#[serde(flatten)]`, so toml keeps each value's span and names
+/// unknown keys itself.
+macro_rules! axis_table {
+    ($( $(#[$doc:meta])* $variant:ident $field:ident: $parse:expr, $sets:expr, $quick:expr; )*) => {
+        /// One matrix dimension. The declaration order is the order axes
+        /// appear in scenario keys, so keys stay stable whatever order the
+        /// file uses.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Axis {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        /// Every axis, in key order (the order of [`Axis`]).
+        pub const AXES: &[AxisDef] = &[
+            $( AxisDef { axis: Axis::$variant, name: stringify!($field), parse: $parse, sets: $sets, quick: $quick }, )*
+        ];
+
+        impl Axis {
+            pub const ALL: [Axis; AXES.len()] = [ $( Axis::$variant, )* ];
+        }
+
+        #[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct RawMatrix {
+            $( pub(super) $field: AxisField, )*
+        }
+
+        impl RawMatrix {
+            /// The axes the block gives, in key order.
+            pub(super) fn fields(&self) -> Vec<(Axis, &Spanned<OneOrMany>)> {
+                [ $( (Axis::$variant, &self.$field), )* ]
+                    .into_iter()
+                    .filter_map(|(a, f)| f.as_ref().map(|f| (a, f)))
+                    .collect()
+            }
+        }
+
+        /// The `[quick]` table: a shorter run plan and axis overrides.
+        #[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct Quick {
+            pub(super) repetitions: Option<Spanned<i64>>,
+            pub(super) duration_s: Option<Spanned<f64>>,
+            pub(super) packets: Option<Spanned<i64>>,
+            pub(super) kbytes: Option<Spanned<i64>>,
+            pub(super) warmup_s: Option<Spanned<f64>>,
+            pub(super) pause_s: Option<Spanned<f64>>,
+            pub(super) linger_s: Option<Spanned<f64>>,
+            $( pub(super) $field: AxisField, )*
+        }
+
+        impl Quick {
+            pub(super) fn axes(&self) -> RawMatrix {
+                RawMatrix { $( $field: self.$field.clone(), )* }
+            }
+        }
+    };
+}
+
+use QuickRule::{CapAtRunLength, Keep};
+use Sets::{Link, Send};
+
+fn some(v: &str) -> Option<String> {
+    Some(v.to_string())
+}
+
+axis_table! {
+    Ip ip: ip, Send(|s, v| s.ip = v.parse().unwrap_or(4)), Keep;
+    Transport transport: transport, Send(|s, v| s.transport = v.into()), Keep;
+    Meter meter: meter, Send(|s, v| s.meter = v.into()), Keep;
+    App app: app, Send(|s, v| s.app = v.into()), Keep;
+    Codec codec: codec, Send(|s, v| s.codec = some(v)), Keep;
+    Payload payload: payload, Send(|s, v| s.payload = v.parse().ok()), Keep;
+    Frame frame: frame, Send(|s, v| s.frame = v.parse().ok()), Keep;
+    Pps pps: pps, Send(|s, v| { s.max_rate = v == "max"; s.pps = v.parse().ok() }), Keep;
+    Flows flows: flows, Send(|s, v| s.flows = v.parse().unwrap_or(1)), Keep;
+    Mtu mtu: mtu, Link(|l, v| l.mtu = v.parse().ok()), Keep;
+    LinkRate link_rate: link_rate, Link(|l, v| l.rate_bps = wirebench_testbed::parse_rate(v).ok()), Keep;
+    Offloads offloads: offloads, Link(|l, v| l.offloads = v.parse().ok()), Keep;
+    ForwardPps forward_pps: forward_pps, Link(|l, v| l.forward_pps = v.parse().ok()), Keep;
     /// Which sender node(s) of `[[hosts.node]]` send in the scenario: one
     /// node name per value (comparing systems: a Windows and a Linux
     /// sender to the same receiver).
-    Sender,
+    Sender sender: sender, Send(|s, v| s.sender = some(v)), Keep;
     /// `send --dscp` of every flow: "EF vs best effort".
-    Dscp,
+    Dscp dscp: dscp, Send(|s, v| s.dscp = some(v)), Keep;
     /// `send --cc` (TCP congestion control): "cubic vs bbr".
-    Cc,
+    Cc cc: cc, Send(|s, v| s.cc = some(v)), Keep;
     /// `send --window` (socket buffers).
-    Window,
+    Window window: window, Send(|s, v| s.window = some(v)), Keep;
     /// `send --rate` (payload bit/s) instead of `pps`.
-    Rate,
+    Rate rate: rate, Send(|s, v| s.rate = some(v)), Keep;
     /// An inter-departure law in D-ITG letters, e.g. "E 1000" (`send -E 1000`).
-    Idt,
+    Idt idt: |v| law(v, true), Send(|s, v| s.idt = some(v)), Keep;
     /// A size law in D-ITG letters, e.g. "u 100 1400" (`send -u 100 1400`).
-    Size,
+    Size size: |v| law(v, false), Send(|s, v| s.size = some(v)), Keep;
     /// Which way the flows run: forward, reverse (`send -R`) or bidir
     /// (`send --bidir`).
-    Direction,
+    Direction direction: direction, Send(|s, v| s.direction = (v != "forward").then(|| v.into())), Keep;
     /// Seconds per run (`send -t`), instead of the campaign's length: a
     /// pilot sweep of run lengths (10 s … 120 s) in one campaign.
-    Duration,
+    Duration duration: duration, Send(|s, v| s.duration_s = v.parse().ok()), CapAtRunLength;
 }
 
 impl Axis {
-    pub const ALL: [Axis; 22] = [
-        Axis::Ip,
-        Axis::Transport,
-        Axis::Meter,
-        Axis::App,
-        Axis::Codec,
-        Axis::Payload,
-        Axis::Frame,
-        Axis::Pps,
-        Axis::Flows,
-        Axis::Mtu,
-        Axis::LinkRate,
-        Axis::Offloads,
-        Axis::ForwardPps,
-        Axis::Sender,
-        Axis::Dscp,
-        Axis::Cc,
-        Axis::Window,
-        Axis::Rate,
-        Axis::Idt,
-        Axis::Size,
-        Axis::Direction,
-        Axis::Duration,
-    ];
+    /// The axis's row of [`AXES`].
+    pub fn def(self) -> &'static AxisDef {
+        &AXES[self as usize]
+    }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Axis::Ip => "ip",
-            Axis::Transport => "transport",
-            Axis::Meter => "meter",
-            Axis::App => "app",
-            Axis::Codec => "codec",
-            Axis::Payload => "payload",
-            Axis::Frame => "frame",
-            Axis::Pps => "pps",
-            Axis::Flows => "flows",
-            Axis::Mtu => "mtu",
-            Axis::LinkRate => "link_rate",
-            Axis::Offloads => "offloads",
-            Axis::ForwardPps => "forward_pps",
-            Axis::Sender => "sender",
-            Axis::Dscp => "dscp",
-            Axis::Cc => "cc",
-            Axis::Window => "window",
-            Axis::Rate => "rate",
-            Axis::Idt => "idt",
-            Axis::Size => "size",
-            Axis::Direction => "direction",
-            Axis::Duration => "duration",
-        }
+        self.def().name
     }
 
     pub fn from_name(s: &str) -> Option<Axis> {
-        Axis::ALL.into_iter().find(|a| a.name() == s)
+        AXES.iter().find(|d| d.name == s).map(|d| d.axis)
     }
 
     /// Axes that change the test-bed's links (a change forces a rebuild).
     pub fn is_link(self) -> bool {
-        matches!(
-            self,
-            Axis::Mtu | Axis::LinkRate | Axis::Offloads | Axis::ForwardPps
-        )
+        matches!(self.def().sets, Sets::Link(_))
     }
 }
 
@@ -127,146 +178,223 @@ impl fmt::Display for Axis {
         f.write_str(self.name())
     }
 }
+
+// ------------------------------------------------------- value parsers
+
+fn int(v: &Scalar) -> Option<i64> {
+    match v {
+        Scalar::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn ip(v: &Scalar) -> Result<String, String> {
+    match int(v) {
+        Some(4) | Some(6) => Ok(v.text()),
+        _ => Err(format!("IP version must be 4 or 6, got {}", v.text())),
+    }
+}
+
+fn transport(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) if s == "udp" || s == "tcp" => Ok(s.clone()),
+        _ => Err(format!(
+            "transport must be \"udp\" or \"tcp\", got {}",
+            v.text()
+        )),
+    }
+}
+
+fn meter(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) if s == "owd" || s == "rtt" => Ok(s.clone()),
+        _ => Err(format!(
+            "meter must be \"owd\" or \"rtt\", got {}",
+            v.text()
+        )),
+    }
+}
+
+/// The constant model (no `--app`) or one of D-ITG's application models as
+/// the engine's model crate names them.
+fn app(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s)
+            if s.eq_ignore_ascii_case("constant")
+                || ALL_APPS.contains(&s.to_ascii_lowercase().as_str()) =>
+        {
+            Ok(s.to_ascii_lowercase())
+        }
+        _ => Err(format!(
+            "unknown application {}; known: constant, {}",
+            v.text(),
+            ALL_APPS.join(", ")
+        )),
+    }
+}
+
+fn codec(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) => DitgCodec::parse(s).ok(),
+        _ => None,
+    }
+    .map(|c| c.name().to_string())
+    .ok_or_else(|| {
+        format!(
+            "unknown codec {}; known: {}",
+            v.text(),
+            DitgCodec::ALL.map(DitgCodec::name).join(", ")
+        )
+    })
+}
+
+fn payload(v: &Scalar) -> Result<String, String> {
+    match int(v) {
+        Some(b) if (MIN_PAYLOAD as i64..=MAX_PAYLOAD as i64).contains(&b) => Ok(b.to_string()),
+        _ => Err(format!(
+            "payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes (the probe header alone is {MIN_PAYLOAD}), got {}",
+            v.text()
+        )),
+    }
+}
+
+fn frame(v: &Scalar) -> Result<String, String> {
+    match int(v) {
+        Some(b) if (64..=65553).contains(&b) => Ok(b.to_string()),
+        _ => Err(format!(
+            "Ethernet frame size must be 64..=65553 bytes, got {}",
+            v.text()
+        )),
+    }
+}
+
+fn pps(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) if s == "max" => Ok("max".into()),
+        Scalar::Int(i) if *i > 0 => Ok(i.to_string()),
+        Scalar::Float(f) if f.is_finite() && *f > 0.0 => Ok(f.to_string()),
+        _ => Err(format!(
+            "rate must be a positive number of packets per second or \"max\", got {}",
+            v.text()
+        )),
+    }
+}
+
+fn flows(v: &Scalar) -> Result<String, String> {
+    match int(v) {
+        Some(n) if (1..=1024).contains(&n) => Ok(n.to_string()),
+        _ => Err(format!("flows must be 1..=1024, got {}", v.text())),
+    }
+}
+
+fn mtu(v: &Scalar) -> Result<String, String> {
+    match int(v) {
+        Some(m) if (68..=65535).contains(&m) => Ok(m.to_string()),
+        _ => Err(format!("MTU must be 68..=65535, got {}", v.text())),
+    }
+}
+
+fn link_rate(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) if parse_link_rate(s).is_some() => Ok(s.to_ascii_lowercase()),
+        _ => Err(format!(
+            "link rate must look like \"100mbit\" or \"1gbit\", got {}",
+            v.text()
+        )),
+    }
+}
+
+fn forward_pps(v: &Scalar) -> Result<String, String> {
+    match int(v) {
+        Some(p) if (1..=100_000_000).contains(&p) => Ok(p.to_string()),
+        _ => Err(format!(
+            "router packet-rate cap must be 1..=100000000 packets/s, got {}",
+            v.text()
+        )),
+    }
+}
+
+fn offloads(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Bool(b) => Ok(b.to_string()),
+        Scalar::Str(s) if s == "on" || s == "off" => Ok((s == "on").to_string()),
+        _ => Err(format!(
+            "offloads must be true/false (or \"on\"/\"off\"), got {}",
+            v.text()
+        )),
+    }
+}
+
+/// Checked against the nodes once the matrix is known.
+fn sender(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(format!(
+            "sender must be a sender node's name, got {}",
+            v.text()
+        )),
+    }
+}
+
+fn dscp(v: &Scalar) -> Result<String, String> {
+    wirebench_stats::opts::parse_dscp(&v.text()).map(|_| v.text().to_ascii_lowercase())
+}
+
+fn cc(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) => wirebench_stats::opts::parse_cc(s),
+        _ => Err(format!(
+            "cc must be a name such as \"cubic\" or \"bbr\", got {}",
+            v.text()
+        )),
+    }
+}
+
+fn window(v: &Scalar) -> Result<String, String> {
+    wirebench_stats::opts::parse_window(&v.text()).map(|_| v.text())
+}
+
+fn rate(v: &Scalar) -> Result<String, String> {
+    wirebench_stats::opts::parse_bits(&v.text()).map(|_| v.text())
+}
+
+fn direction(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) if ["forward", "reverse", "bidir"].contains(&s.as_str()) => Ok(s.clone()),
+        _ => Err(format!(
+            "direction must be \"forward\", \"reverse\" (send -R) or \"bidir\" (send --bidir), got {}",
+            v.text()
+        )),
+    }
+}
+
+fn duration(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Int(i) if (1..=86_400).contains(i) => Ok(i.to_string()),
+        Scalar::Float(f) if f.is_finite() && *f > 0.0 && *f <= 86_400.0 => Ok(f.to_string()),
+        _ => Err(format!(
+            "duration must be more than 0 and at most 86400 seconds per run, got {}",
+            v.text()
+        )),
+    }
+}
+
+fn law(v: &Scalar, idt: bool) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) => law_text(s, idt),
+        _ => Err(format!(
+            "{} must be a law in D-ITG letters such as \"E 1000\", got {}",
+            if idt { "idt" } else { "size" },
+            v.text()
+        )),
+    }
+}
+
 /// Parses a link rate (`100mbit`, `1gbit`, …) into bit/s with the
 /// test-bed's own parser, so a campaign accepts exactly what `testbed up`
 /// accepts.
 pub fn parse_link_rate(s: &str) -> Option<f64> {
     wirebench_testbed::parse_rate(s).ok().map(|b| b as f64)
-}
-
-/// Validates one axis value and returns its canonical text.
-fn check_value(ctx: &Ctx, offset: usize, axis: Axis, v: &Scalar) -> Result<String, CampaignError> {
-    let key = axis.name();
-    let bad = |reason: String| Err(ctx.err(offset, key, reason));
-    let int = |v: &Scalar| match v {
-        Scalar::Int(i) => Some(*i),
-        _ => None,
-    };
-    match axis {
-        Axis::Ip => match int(v) {
-            Some(4) | Some(6) => Ok(v.text()),
-            _ => bad(format!("IP version must be 4 or 6, got {}", v.text())),
-        },
-        Axis::Transport => match v {
-            Scalar::Str(s) if s == "udp" || s == "tcp" => Ok(s.clone()),
-            _ => bad(format!("transport must be \"udp\" or \"tcp\", got {}", v.text())),
-        },
-        Axis::Meter => match v {
-            Scalar::Str(s) if s == "owd" || s == "rtt" => Ok(s.clone()),
-            _ => bad(format!("meter must be \"owd\" or \"rtt\", got {}", v.text())),
-        },
-        Axis::App => match v {
-            Scalar::Str(s) if known_app(&s.to_ascii_lowercase()) => Ok(s.to_ascii_lowercase()),
-            _ => bad(format!(
-                "unknown application {}; known: constant, {}",
-                v.text(),
-                ALL_APPS.join(", ")
-            )),
-        },
-        Axis::Codec => match v {
-            Scalar::Str(s) => DitgCodec::parse(s).ok(),
-            _ => None,
-        }
-        .map_or_else(
-            || {
-                bad(format!(
-                    "unknown codec {}; known: {}",
-                    v.text(),
-                    DitgCodec::ALL.map(DitgCodec::name).join(", ")
-                ))
-            },
-            |c| Ok(c.name().to_string()),
-        ),
-        Axis::Payload => match int(v) {
-            Some(b) if (MIN_PAYLOAD as i64..=MAX_PAYLOAD as i64).contains(&b) => Ok(b.to_string()),
-            _ => bad(format!(
-                "payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes (the probe header alone is {MIN_PAYLOAD}), got {}",
-                v.text()
-            )),
-        },
-        Axis::Frame => match int(v) {
-            Some(b) if (64..=65553).contains(&b) => Ok(b.to_string()),
-            _ => bad(format!("Ethernet frame size must be 64..=65553 bytes, got {}", v.text())),
-        },
-        Axis::Pps => match v {
-            Scalar::Str(s) if s == "max" => Ok("max".into()),
-            Scalar::Int(i) if *i > 0 => Ok(i.to_string()),
-            Scalar::Float(f) if f.is_finite() && *f > 0.0 => Ok(f.to_string()),
-            _ => bad(format!(
-                "rate must be a positive number of packets per second or \"max\", got {}",
-                v.text()
-            )),
-        },
-        Axis::Flows => match int(v) {
-            Some(n) if (1..=1024).contains(&n) => Ok(n.to_string()),
-            _ => bad(format!("flows must be 1..=1024, got {}", v.text())),
-        },
-        Axis::Mtu => match int(v) {
-            Some(m) if (68..=65535).contains(&m) => Ok(m.to_string()),
-            _ => bad(format!("MTU must be 68..=65535, got {}", v.text())),
-        },
-        Axis::LinkRate => match v {
-            Scalar::Str(s) if parse_link_rate(s).is_some() => Ok(s.to_ascii_lowercase()),
-            _ => bad(format!(
-                "link rate must look like \"100mbit\" or \"1gbit\", got {}",
-                v.text()
-            )),
-        },
-        Axis::ForwardPps => match int(v) {
-            Some(p) if (1..=100_000_000).contains(&p) => Ok(p.to_string()),
-            _ => bad(format!(
-                "router packet-rate cap must be 1..=100000000 packets/s, got {}",
-                v.text()
-            )),
-        },
-        Axis::Offloads => match v {
-            Scalar::Bool(b) => Ok(b.to_string()),
-            Scalar::Str(s) if s == "on" || s == "off" => Ok((s == "on").to_string()),
-            _ => bad(format!("offloads must be true/false (or \"on\"/\"off\"), got {}", v.text())),
-        },
-        // Checked against the nodes once the matrix is known.
-        Axis::Sender => match v {
-            Scalar::Str(s) if !s.is_empty() => Ok(s.clone()),
-            _ => bad(format!("sender must be a sender node's name, got {}", v.text())),
-        },
-        Axis::Dscp => match wirebench_stats::opts::parse_dscp(&v.text()) {
-            Ok(_) => Ok(v.text().to_ascii_lowercase()),
-            Err(e) => bad(e),
-        },
-        Axis::Cc => match v {
-            Scalar::Str(s) => wirebench_stats::opts::parse_cc(s).or_else(bad),
-            _ => bad(format!("cc must be a name such as \"cubic\" or \"bbr\", got {}", v.text())),
-        },
-        Axis::Window => match wirebench_stats::opts::parse_window(&v.text()) {
-            Ok(_) => Ok(v.text()),
-            Err(e) => bad(e),
-        },
-        Axis::Rate => match wirebench_stats::opts::parse_bits(&v.text()) {
-            Ok(_) => Ok(v.text()),
-            Err(e) => bad(e),
-        },
-        Axis::Direction => match v {
-            Scalar::Str(s) if ["forward", "reverse", "bidir"].contains(&s.as_str()) => {
-                Ok(s.clone())
-            }
-            _ => bad(format!(
-                "direction must be \"forward\", \"reverse\" (send -R) or \"bidir\" (send --bidir), got {}",
-                v.text()
-            )),
-        },
-        Axis::Idt | Axis::Size => match v {
-            Scalar::Str(s) => law_text(s, axis == Axis::Idt).or_else(bad),
-            _ => bad(format!("{key} must be a law in D-ITG letters such as \"E 1000\", got {}", v.text())),
-        },
-        Axis::Duration => match v {
-            Scalar::Int(i) if (1..=86_400).contains(i) => Ok(i.to_string()),
-            Scalar::Float(f) if f.is_finite() && *f > 0.0 && *f <= 86_400.0 => Ok(f.to_string()),
-            _ => bad(format!(
-                "duration must be more than 0 and at most 86400 seconds per run, got {}",
-                v.text()
-            )),
-        },
-    }
 }
 
 /// Checks a law in D-ITG letters ("E 1000", "u 100 1400"; upper case for
@@ -305,6 +433,8 @@ fn law_text(s: &str, idt: bool) -> Result<String, String> {
     Ok(words.join(" "))
 }
 
+/// Checks an axis's values (at least one, each valid, none twice) and
+/// returns their canonical texts in the file's order.
 pub(super) fn check_axis(
     ctx: &Ctx,
     axis: Axis,
@@ -316,7 +446,7 @@ pub(super) fn check_axis(
     }
     let mut out: Vec<String> = Vec::new();
     for v in &values {
-        let t = check_value(ctx, field.span().start, axis, v)?;
+        let t = (axis.def().parse)(v).map_err(|reason| ctx.at(field, axis.name(), reason))?;
         if out.contains(&t) {
             return Err(ctx.at(field, axis.name(), format!("value {t} is listed twice")));
         }

@@ -1,7 +1,7 @@
 //! Validation: the raw file becomes a [`Campaign`], or an error naming the
 //! file, line and key. `[quick]` is applied here too, with the same checks.
 
-use super::axes::check_axis;
+use super::axes::{check_axis, QuickRule};
 use super::raw::*;
 use super::*;
 use crate::summary::ThroughputUnits;
@@ -1059,28 +1059,28 @@ impl Campaign {
                 }
             }
         }
-        // A `duration` axis the [quick] table leaves alone is shortened
-        // like the campaign's own length: no run longer than a quick run
-        // (values that become equal merge).
-        if q.duration.is_none() {
-            let cap = match self.length {
-                RunLength::Duration { seconds } => seconds,
-                _ => 2.0,
-            };
-            for m in &mut self.matrices {
-                if let Some(values) = m.axes.get_mut(&Axis::Duration) {
-                    let mut short: Vec<String> = Vec::new();
-                    for v in values.iter() {
-                        let t = match v.parse::<f64>() {
-                            Ok(x) if x > cap => cap.to_string(),
-                            _ => v.clone(),
-                        };
-                        if !short.contains(&t) {
-                            short.push(t);
-                        }
-                    }
-                    *values = short;
+        // Axes the [quick] table leaves alone follow their quick rule.
+        let overridden: Vec<Axis> = q.axes().fields().iter().map(|(a, _)| *a).collect();
+        let cap = match self.length {
+            RunLength::Duration { seconds } => seconds,
+            _ => 2.0,
+        };
+        for m in &mut self.matrices {
+            for (axis, values) in m.axes.iter_mut() {
+                if overridden.contains(axis) || axis.def().quick != QuickRule::CapAtRunLength {
+                    continue;
                 }
+                let mut short: Vec<String> = Vec::new();
+                for v in values.iter() {
+                    let t = match v.parse::<f64>() {
+                        Ok(x) if x > cap => cap.to_string(),
+                        _ => v.clone(),
+                    };
+                    if !short.contains(&t) {
+                        short.push(t);
+                    }
+                }
+                *values = short;
             }
         }
         let quick_at = ctx.text.find("quick]").unwrap_or(0);

@@ -1,6 +1,7 @@
 //! Expansion: each matrix block's cross product becomes scenarios with
 //! stable keys (axes in table order) and typed settings.
 
+use super::axes::Sets;
 use super::*;
 
 impl Campaign {
@@ -51,58 +52,25 @@ impl Campaign {
             .map(|(a, v)| format!("{}={v}", a.name()))
             .collect::<Vec<_>>()
             .join(",");
-        let get = |a: Axis| pick.get(&a).cloned();
-        let (tb_mtu, tb_rate, tb_off, tb_fwd) = match &self.target {
-            Target::Testbed(t) => (t.mtu, t.link_rate.clone(), t.offloads, t.forward_pps),
-            Target::Hosts(h) => (h.mtu, h.link_rate.clone(), None, None),
-            Target::Loopback => (None, None, None, None),
-        };
-        let ip: u8 = get(Axis::Ip).and_then(|v| v.parse().ok()).unwrap_or(4);
+        let mut settings = Settings::base(self.target_link());
+        for (axis, value) in &pick {
+            match axis.def().sets {
+                Sets::Send(set) => set(&mut settings, value),
+                Sets::Link(set) => set(&mut settings.link, value),
+            }
+        }
         // Without a transport axis an application model runs on its own
         // transport (telnet and file are TCP, as `send --app` does).
-        let transport = get(Axis::Transport).unwrap_or_else(|| {
-            match get(Axis::App).as_deref() {
-                Some("telnet" | "file") => "tcp",
+        if settings.transport.is_empty() {
+            settings.transport = match settings.app.as_str() {
+                "telnet" | "file" => "tcp",
                 _ => "udp",
             }
-            .into()
-        });
-        let frame: Option<u32> = get(Axis::Frame).and_then(|v| v.parse().ok());
-        let payload = match frame {
-            Some(f) => frame_to_payload(f, ip, &transport),
-            None => get(Axis::Payload).and_then(|v| v.parse().ok()),
-        };
-        let pps_text = get(Axis::Pps);
-        let link_rate = get(Axis::LinkRate).or(tb_rate);
-        let settings = Settings {
-            ip,
-            transport,
-            meter: get(Axis::Meter).unwrap_or_else(|| "owd".into()),
-            app: get(Axis::App).unwrap_or_else(|| "constant".into()),
-            codec: get(Axis::Codec),
-            payload,
-            size_mix: None,
-            frame,
-            pps: pps_text.as_deref().and_then(|p| p.parse().ok()),
-            max_rate: pps_text.as_deref() == Some("max"),
-            flows: get(Axis::Flows).and_then(|v| v.parse().ok()).unwrap_or(1),
-            mtu: get(Axis::Mtu).and_then(|v| v.parse().ok()).or(tb_mtu),
-            link_bps: link_rate.as_deref().and_then(parse_link_rate),
-            link_rate,
-            offloads: get(Axis::Offloads).and_then(|v| v.parse().ok()).or(tb_off),
-            forward_pps: get(Axis::ForwardPps)
-                .and_then(|v| v.parse().ok())
-                .or(tb_fwd),
-            sender: get(Axis::Sender),
-            dscp: get(Axis::Dscp),
-            cc: get(Axis::Cc),
-            window: get(Axis::Window),
-            rate: get(Axis::Rate),
-            idt: get(Axis::Idt),
-            size: get(Axis::Size),
-            direction: get(Axis::Direction).filter(|d| d != "forward"),
-            duration_s: get(Axis::Duration).and_then(|v| v.parse().ok()),
-        };
+            .into();
+        }
+        if let Some(f) = settings.frame {
+            settings.payload = frame_to_payload(f, settings.ip, &settings.transport);
+        }
         let axes = pick
             .into_iter()
             .map(|(a, v)| (a.name().to_string(), v))
@@ -111,6 +79,29 @@ impl Campaign {
             key,
             axes,
             settings,
+        }
+    }
+
+    /// The link options of the target itself, before any axis.
+    fn target_link(&self) -> LinkOpts {
+        let rate = |r: &Option<String>| {
+            r.as_deref()
+                .and_then(|r| wirebench_testbed::parse_rate(r).ok())
+        };
+        match &self.target {
+            Target::Testbed(t) => LinkOpts {
+                mtu: t.mtu,
+                rate_bps: rate(&t.link_rate),
+                offloads: t.offloads,
+                forward_pps: t.forward_pps,
+                ..LinkOpts::default()
+            },
+            Target::Hosts(h) => LinkOpts {
+                mtu: h.mtu,
+                rate_bps: rate(&h.link_rate),
+                ..LinkOpts::default()
+            },
+            Target::Loopback => LinkOpts::default(),
         }
     }
 

@@ -26,6 +26,7 @@ use crate::summary::ReportOptions;
 use raw::Quick;
 use std::collections::BTreeMap;
 use thiserror::Error;
+use wirebench_testbed::LinkOpts;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum CampaignError {
@@ -260,12 +261,10 @@ pub struct Settings {
     pub pps: Option<f64>,
     pub max_rate: bool,
     pub flows: u32,
-    pub mtu: Option<u32>,
-    pub link_rate: Option<String>,
-    pub link_bps: Option<f64>,
-    pub offloads: Option<bool>,
-    /// Packet-rate cap of every router of the test-bed (packets/s).
-    pub forward_pps: Option<u64>,
+    /// The test-bed's link options (MTU, rate, offloads, router cap): the
+    /// target's own, overridden by the link axes. Also the key of the
+    /// test-bed a scenario runs on (see [`Scenario::link_key`]).
+    pub link: LinkOpts,
     /// `[[hosts.node]]`: the one sender node that sends (None: all).
     pub sender: Option<String>,
     /// `send --dscp` (a name or number).
@@ -288,8 +287,41 @@ pub struct Settings {
     pub duration_s: Option<f64>,
 }
 
-/// What the test-bed is built from: MTU, link rate, offloads, router cap.
-pub type LinkKey = (Option<u32>, Option<String>, Option<bool>, Option<u64>);
+impl Settings {
+    /// The settings of a scenario no axis touches: IPv4, one-way delay,
+    /// the constant model, one flow, the target's links; the transport is
+    /// chosen once the axes are known (see `expand`).
+    pub(crate) fn base(link: LinkOpts) -> Settings {
+        Settings {
+            ip: 4,
+            transport: String::new(),
+            meter: "owd".into(),
+            app: "constant".into(),
+            codec: None,
+            payload: None,
+            size_mix: None,
+            frame: None,
+            pps: None,
+            max_rate: false,
+            flows: 1,
+            link,
+            sender: None,
+            dscp: None,
+            cc: None,
+            window: None,
+            rate: None,
+            idt: None,
+            size: None,
+            direction: None,
+            duration_s: None,
+        }
+    }
+
+    /// The link rate in bit/s, when the target or an axis sets one.
+    pub fn link_bps(&self) -> Option<f64> {
+        self.link.rate_bps.map(|b| b as f64)
+    }
+}
 
 /// One point of the matrix.
 #[derive(Debug, Clone, PartialEq)]
@@ -304,13 +336,8 @@ pub struct Scenario {
 impl Scenario {
     /// The link settings as a comparable key; a change means the test-bed
     /// has to be rebuilt.
-    pub fn link_key(&self) -> LinkKey {
-        (
-            self.settings.mtu,
-            self.settings.link_rate.clone(),
-            self.settings.offloads,
-            self.settings.forward_pps,
-        )
+    pub fn link_key(&self) -> LinkOpts {
+        self.settings.link
     }
 
     /// True when the scenario matches every `axis=value` of a selector.

@@ -1,7 +1,7 @@
 //! The campaign file as TOML gives it: every value keeps its span so an
 //! error can name its line; nothing here is validated yet.
 
-use super::Axis;
+pub(super) use super::axes::{Quick, RawMatrix};
 use serde::Deserialize;
 use std::fmt;
 use toml::Spanned;
@@ -43,65 +43,6 @@ impl OneOrMany {
 }
 
 pub(super) type AxisField = Option<Spanned<OneOrMany>>;
-
-#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawMatrix {
-    pub(super) ip: AxisField,
-    pub(super) transport: AxisField,
-    pub(super) meter: AxisField,
-    pub(super) app: AxisField,
-    pub(super) codec: AxisField,
-    pub(super) payload: AxisField,
-    pub(super) frame: AxisField,
-    pub(super) pps: AxisField,
-    pub(super) flows: AxisField,
-    pub(super) mtu: AxisField,
-    pub(super) link_rate: AxisField,
-    pub(super) offloads: AxisField,
-    pub(super) forward_pps: AxisField,
-    pub(super) sender: AxisField,
-    pub(super) dscp: AxisField,
-    pub(super) cc: AxisField,
-    pub(super) window: AxisField,
-    pub(super) rate: AxisField,
-    pub(super) idt: AxisField,
-    pub(super) size: AxisField,
-    pub(super) direction: AxisField,
-    pub(super) duration: AxisField,
-}
-
-impl RawMatrix {
-    pub(super) fn fields(&self) -> Vec<(Axis, &Spanned<OneOrMany>)> {
-        let all = [
-            (Axis::Ip, &self.ip),
-            (Axis::Transport, &self.transport),
-            (Axis::Meter, &self.meter),
-            (Axis::App, &self.app),
-            (Axis::Codec, &self.codec),
-            (Axis::Payload, &self.payload),
-            (Axis::Frame, &self.frame),
-            (Axis::Pps, &self.pps),
-            (Axis::Flows, &self.flows),
-            (Axis::Mtu, &self.mtu),
-            (Axis::LinkRate, &self.link_rate),
-            (Axis::Offloads, &self.offloads),
-            (Axis::ForwardPps, &self.forward_pps),
-            (Axis::Sender, &self.sender),
-            (Axis::Dscp, &self.dscp),
-            (Axis::Cc, &self.cc),
-            (Axis::Window, &self.window),
-            (Axis::Rate, &self.rate),
-            (Axis::Idt, &self.idt),
-            (Axis::Size, &self.size),
-            (Axis::Direction, &self.direction),
-            (Axis::Duration, &self.duration),
-        ];
-        all.into_iter()
-            .filter_map(|(a, f)| f.as_ref().map(|f| (a, f)))
-            .collect()
-    }
-}
 
 /// `[matrix]` (one table) or `[[matrix]]` (several). Not an untagged enum:
 /// that would buffer the values and lose the spans and the unknown-key
@@ -198,71 +139,6 @@ pub(super) struct RawReport {
     pub(super) columns: Option<Spanned<String>>,
     pub(super) units: Option<Spanned<String>>,
     pub(super) zoom: Option<bool>,
-}
-
-#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct Quick {
-    pub(super) repetitions: Option<Spanned<i64>>,
-    pub(super) duration_s: Option<Spanned<f64>>,
-    pub(super) packets: Option<Spanned<i64>>,
-    pub(super) kbytes: Option<Spanned<i64>>,
-    pub(super) warmup_s: Option<Spanned<f64>>,
-    pub(super) pause_s: Option<Spanned<f64>>,
-    pub(super) linger_s: Option<Spanned<f64>>,
-    // The axes, spelled out: `#[serde(flatten)]` would buffer the values
-    // and lose their line numbers.
-    pub(super) ip: AxisField,
-    pub(super) transport: AxisField,
-    pub(super) meter: AxisField,
-    pub(super) app: AxisField,
-    pub(super) codec: AxisField,
-    pub(super) payload: AxisField,
-    pub(super) frame: AxisField,
-    pub(super) pps: AxisField,
-    pub(super) flows: AxisField,
-    pub(super) mtu: AxisField,
-    pub(super) link_rate: AxisField,
-    pub(super) offloads: AxisField,
-    pub(super) forward_pps: AxisField,
-    pub(super) sender: AxisField,
-    pub(super) dscp: AxisField,
-    pub(super) cc: AxisField,
-    pub(super) window: AxisField,
-    pub(super) rate: AxisField,
-    pub(super) idt: AxisField,
-    pub(super) size: AxisField,
-    pub(super) direction: AxisField,
-    pub(super) duration: AxisField,
-}
-
-impl Quick {
-    pub(super) fn axes(&self) -> RawMatrix {
-        RawMatrix {
-            ip: self.ip.clone(),
-            transport: self.transport.clone(),
-            meter: self.meter.clone(),
-            app: self.app.clone(),
-            codec: self.codec.clone(),
-            payload: self.payload.clone(),
-            frame: self.frame.clone(),
-            pps: self.pps.clone(),
-            flows: self.flows.clone(),
-            mtu: self.mtu.clone(),
-            link_rate: self.link_rate.clone(),
-            offloads: self.offloads.clone(),
-            forward_pps: self.forward_pps.clone(),
-            sender: self.sender.clone(),
-            dscp: self.dscp.clone(),
-            cc: self.cc.clone(),
-            window: self.window.clone(),
-            rate: self.rate.clone(),
-            idt: self.idt.clone(),
-            size: self.size.clone(),
-            direction: self.direction.clone(),
-            duration: self.duration.clone(),
-        }
-    }
 }
 
 #[derive(Debug, Deserialize)]
