@@ -2,6 +2,7 @@
 //! file, line and key. `[quick]` is applied here too, with the same checks.
 
 use super::axes::{check_axis, QuickRule};
+use super::expand::frame_payload;
 use super::raw::*;
 use super::*;
 use crate::summary::ThroughputUnits;
@@ -281,7 +282,7 @@ fn check_matrix(
             for ip in one(Axis::Ip, "4") {
                 for tr in one(Axis::Transport, "udp") {
                     let ipv: u8 = ip.parse().unwrap_or(4);
-                    if frame_to_payload(f, ipv, &tr).is_none_or(|p| p < MIN_PAYLOAD) {
+                    if frame_payload(f, ipv, &tr).is_none_or(|p| p < MIN_PAYLOAD) {
                         return Err(ctx.err(
                             span_of(Axis::Frame),
                             "frame",

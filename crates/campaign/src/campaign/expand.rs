@@ -3,6 +3,8 @@
 
 use super::axes::Sets;
 use super::*;
+use wirebench_rfc2544::frame::frame_to_payload;
+use wirebench_stats::IpVersion;
 
 impl Campaign {
     /// Every axis name used by any matrix, in key order.
@@ -69,7 +71,7 @@ impl Campaign {
             .into();
         }
         if let Some(f) = settings.frame {
-            settings.payload = frame_to_payload(f, settings.ip, &settings.transport);
+            settings.payload = frame_payload(f, settings.ip, &settings.transport);
         }
         let axes = pick
             .into_iter()
@@ -142,11 +144,13 @@ impl Campaign {
         None
     }
 }
-/// Transport payload carried by an Ethernet frame of `frame` bytes (header
-/// and FCS included): frame − 18 − IP header − transport header (UDP 8;
-/// TCP 20 + 12 of timestamps).
-pub fn frame_to_payload(frame: u32, ip: u8, transport: &str) -> Option<u32> {
-    let ip_h = if ip == 6 { 40 } else { 20 };
-    let l4 = if transport == "tcp" { 32 } else { 8 };
-    frame.checked_sub(18 + ip_h + l4)
+/// The transport payload an Ethernet frame of `frame` bytes carries for a
+/// scenario's IP version and transport, by the RFC 2544 crate's framing.
+pub(super) fn frame_payload(frame: u32, ip: u8, transport: &str) -> Option<u32> {
+    let ip = if ip == 6 {
+        IpVersion::V6
+    } else {
+        IpVersion::V4
+    };
+    frame_to_payload(frame, ip, transport.parse().unwrap_or_default())
 }

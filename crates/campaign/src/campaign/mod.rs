@@ -20,7 +20,6 @@ mod raw;
 
 pub use axes::{parse_link_rate, Axis};
 pub use check::{parse_selector, MAX_SCENARIOS};
-pub use expand::frame_to_payload;
 
 use crate::summary::ReportOptions;
 use raw::Quick;
