@@ -222,7 +222,7 @@ fn check_matrix(
             ));
         }
     }
-    for a in [Axis::Mtu, Axis::LinkRate, Axis::Offloads, Axis::ForwardPps] {
+    for a in Axis::ALL.into_iter().filter(|a| a.is_link()) {
         // Real nodes that allow it take MTU and offload axes.
         let real_ok = match target {
             Target::Hosts(h) => match a {
