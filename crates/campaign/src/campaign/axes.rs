@@ -129,6 +129,8 @@ axis_table! {
     LinkRate link_rate: link_rate, Link(|l, v| l.rate_bps = wirebench_testbed::parse_rate(v).ok()), Keep;
     Offloads offloads: offloads, Link(|l, v| l.offloads = v.parse().ok()), Keep;
     ForwardPps forward_pps: forward_pps, Link(|l, v| l.forward_pps = v.parse().ok()), Keep;
+    /// One-way delay added on every test-bed link (the link's `delay`).
+    Delay delay: delay, Link(|l, v| l.delay_ns = wirebench_testbed::spec::parse_duration_ns(v).ok()), Keep;
     /// Which sender node(s) of `[[hosts.node]]` send in the scenario: one
     /// node name per value (comparing systems: a Windows and a Linux
     /// sender to the same receiver).
@@ -325,6 +327,18 @@ fn offloads(v: &Scalar) -> Result<String, String> {
     }
 }
 
+fn delay(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) => {
+            wirebench_testbed::spec::parse_duration_ns(s).map(|_| s.trim().to_ascii_lowercase())
+        }
+        _ => Err(format!(
+            "delay must be a duration such as \"20ms\" or \"250us\", got {}",
+            v.text()
+        )),
+    }
+}
+
 /// Checked against the nodes once the matrix is known.
 fn sender(v: &Scalar) -> Result<String, String> {
     match v {
@@ -453,4 +467,46 @@ pub(super) fn check_axis(
         out.push(t);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::campaign::Campaign;
+
+    #[test]
+    fn delay_axis_sets_every_links_delay_and_is_checked() {
+        let text = |target: &str, delay: &str| {
+            format!("packets = 10\n{target}\n[matrix]\nip = [4]\ndelay = {delay}\n")
+        };
+        let c = Campaign::parse(
+            &text("[testbed]\npreset = \"router\"", "[\"10ms\", \"250US\"]"),
+            "t.toml",
+        )
+        .unwrap();
+        let s = c.expand();
+        assert_eq!(s[0].key, "ip=4,delay=10ms");
+        assert_eq!(s[1].key, "ip=4,delay=250us");
+        assert_eq!(s[0].link_key().delay_ns, Some(10_000_000));
+        assert_eq!(s[1].link_key().delay_ns, Some(250_000));
+        assert!(crate::campaign::Axis::Delay.is_link());
+        // The test-bed is built with it on every link.
+        let spec = wirebench_testbed::preset("router", &s[0].link_key()).unwrap();
+        assert!(spec
+            .links
+            .iter()
+            .all(|l| l.impairment.is_some_and(|i| i.delay_ns == 10_000_000)));
+        let err = |t: String| Campaign::parse(&t, "t.toml").unwrap_err().to_string();
+        let e = err(text("[testbed]\npreset = \"router\"", "[\"10 parsecs\"]"));
+        assert!(e.starts_with("t.toml:6: `delay`:"), "{e}");
+        let e = err(text("[testbed]\npreset = \"router\"", "[20]"));
+        assert!(
+            e.starts_with("t.toml:6: `delay`:") && e.contains("20ms"),
+            "{e}"
+        );
+        let e = err(text("[loopback]", "[\"20ms\"]"));
+        assert!(
+            e.starts_with("t.toml:5: `delay`:") && e.contains("[testbed]"),
+            "{e}"
+        );
+    }
 }
