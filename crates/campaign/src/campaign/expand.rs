@@ -116,6 +116,16 @@ impl Campaign {
         }
     }
 
+    /// The most repetitions a scenario may take.
+    pub fn repetitions_max(&self) -> u32 {
+        self.repetitions
+    }
+
+    /// The repetitions as the file gives them.
+    pub fn repetitions_text(&self) -> String {
+        self.repetitions.to_string()
+    }
+
     /// Total planned runs: scenarios × repetitions.
     pub fn planned_runs(&self) -> usize {
         self.expand().len() * self.repetitions as usize

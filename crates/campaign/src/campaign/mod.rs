@@ -11,15 +11,18 @@
 //! - `raw`: the file as TOML gives it, with spans for line numbers.
 //! - `check`: raw file → validated [`Campaign`] (and `[quick]`).
 //! - `expand`: matrix → [`Scenario`]s with stable keys and typed settings.
+//! - [`grow`]: which finished runs a changed campaign file keeps (`--resume`).
 //! - this module: the validated types.
 
 pub mod axes;
 mod check;
 mod expand;
+mod grow;
 mod raw;
 
 pub use axes::{parse_link_rate, Axis};
 pub use check::{parse_selector, MAX_SCENARIOS};
+pub use grow::check_growth;
 
 use crate::summary::ReportOptions;
 use raw::Quick;
