@@ -102,8 +102,8 @@ pub fn extract_metrics(doc: &ResultDoc, counters: Option<&Value>) -> BTreeMap<St
 /// the constant-size model.
 pub fn upper_bound(s: &Scenario) -> Option<f64> {
     let st = &s.settings;
-    let link = st.link_bps?;
-    let mtu = st.mtu?;
+    let link = st.link_bps()?;
+    let mtu = st.link.mtu?;
     if st.app != "constant" {
         return None;
     }

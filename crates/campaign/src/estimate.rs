@@ -65,14 +65,14 @@ fn run_length_s(c: &Campaign, s: &Scenario) -> f64 {
             // CPU sends them, whichever is slower.
             _ => {
                 let bytes = count as f64 * f64::from(s.settings.payload.unwrap_or(1000) + 66);
-                let link = bytes * 8.0 / s.settings.link_bps.unwrap_or(UNKNOWN_LINK_BPS);
+                let link = bytes * 8.0 / s.settings.link_bps().unwrap_or(UNKNOWN_LINK_BPS);
                 link.max(count as f64 / CPU_PPS) * f64::from(s.settings.flows.max(1))
             }
         },
         // Every flow sends `count` KB, all through the same link.
         RunLength::KBytes { count } => {
             count as f64 * 1024.0 * 8.0 * f64::from(s.settings.flows.max(1))
-                / (s.settings.link_bps.unwrap_or(UNKNOWN_LINK_BPS) * BULK_SHARE)
+                / (s.settings.link_bps().unwrap_or(UNKNOWN_LINK_BPS) * BULK_SHARE)
         }
     }
 }
@@ -129,7 +129,7 @@ pub fn estimate(c: &Campaign) -> Estimate {
 fn beds(c: &Campaign, scenarios: &[Scenario]) -> (usize, f64) {
     // (link key, scenarios, IPv6 scenarios, first is IPv6) per group, in
     // the order the groups first appear.
-    let mut groups: Vec<(crate::campaign::LinkKey, usize, usize, bool)> = Vec::new();
+    let mut groups: Vec<(wirebench_testbed::LinkOpts, usize, usize, bool)> = Vec::new();
     for s in scenarios {
         let k = s.link_key();
         let v6 = s.settings.ip == 6;

@@ -329,6 +329,22 @@ impl Store {
         Ok(())
     }
 
+    /// A resumed campaign whose file grew: the new file text and plan.
+    pub fn set_campaign_plan(
+        &self,
+        id: i64,
+        file_text: &str,
+        planned_runs: usize,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE campaigns SET file_text = ?1, planned_runs = ?2 WHERE id = ?3",
+                params![file_text, planned_runs as i64, id],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
     pub fn set_campaign_status(&self, id: i64, status: &str) -> Result<(), StoreError> {
         self.conn
             .execute(

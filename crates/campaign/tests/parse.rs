@@ -147,7 +147,7 @@ forward_pps = [10000, 20000]
     let s = c.expand();
     let caps: Vec<(String, Option<u64>)> = s
         .iter()
-        .map(|x| (x.key.clone(), x.settings.forward_pps))
+        .map(|x| (x.key.clone(), x.settings.link.forward_pps))
         .collect();
     assert_eq!(
         caps,
@@ -223,15 +223,12 @@ fn link_rate_axis_on_real_nodes_needs_apply_link_rate() {
         panic!("hosts")
     };
     assert!(h.nodes[0].apply_link_rate && !h.nodes[1].apply_link_rate);
-    let rates: Vec<Option<String>> = c
+    let rates: Vec<Option<u64>> = c
         .expand()
         .into_iter()
-        .map(|s| s.settings.link_rate)
+        .map(|s| s.settings.link.rate_bps)
         .collect();
-    assert_eq!(
-        rates,
-        vec![Some("10mbit".to_string()), Some("100mbit".to_string())]
-    );
+    assert_eq!(rates, vec![Some(10_000_000), Some(100_000_000)]);
 }
 
 const NODES: &str = "[hosts]\n\

@@ -58,10 +58,7 @@ impl Lab {
     fn up() -> Lab {
         let o = LinkOpts {
             mtu: Some(1500),
-            rate_bps: None,
-            offloads: None,
-            forward_pps: None,
-            txqueuelen: None,
+            ..LinkOpts::default()
         };
         let tb = Testbed::up("agssh", &preset("router", &o).unwrap()).unwrap();
         let dir = tempfile::tempdir().unwrap();

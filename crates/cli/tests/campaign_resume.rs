@@ -471,3 +471,104 @@ duration = [0.3, 0.8]
         );
     }
 }
+
+/// Issue 25 item 1 (check T1): a finished campaign raised from 2 to 3
+/// repetitions, then given a new axis value, keeps every stored run and
+/// runs only the new ones; changing what stored runs were measured with
+/// is refused, naming the key, and changes nothing.
+#[test]
+fn a_campaign_grows_on_resume_and_keeps_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    let db = dir.path().join("w.db");
+    let text = |reps: u32, payloads: &str, packets: u32| {
+        format!(
+            "name = \"grow-test\"\nrepetitions = {reps}\npackets = {packets}\nlinger_s = 0.1\n[loopback]\n[matrix]\nip = [4, 6]\ntransport = [\"udp\"]\npayload = [{payloads}]\npps = [1000]\n"
+        )
+    };
+    // (id, key, repetition, started) of every stored run.
+    let stored = || -> Vec<(i64, String, u32, String)> {
+        let s = Store::open_existing(&db).unwrap();
+        let c = s.latest().unwrap().unwrap();
+        s.runs(c.id)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.id, r.scenario_key, r.repetition, r.started_at))
+            .collect()
+    };
+    let resume = |expect_ok: bool| -> String {
+        let out = campaign(&file, &db, &["--resume"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.success(), expect_ok, "{err}");
+        err
+    };
+    std::fs::write(&file, text(2, "64, 1400", 40)).unwrap();
+    assert!(campaign(&file, &db, &[]).status().unwrap().success());
+    let first = stored();
+    assert_eq!(first.len(), 8);
+
+    std::fs::write(&file, text(3, "64, 1400", 40)).unwrap();
+    let err = resume(true);
+    assert!(err.contains("kept 8, running 4"), "{err}");
+    assert!(err.contains("repetitions 2 → 3"), "{err}");
+    let second = stored();
+    assert_eq!(second.len(), 12);
+    assert!(
+        first.iter().all(|r| second.contains(r)),
+        "a stored run changed"
+    );
+    let new: Vec<_> = second.iter().filter(|r| !first.contains(r)).collect();
+    assert!(
+        new.iter().all(|r| r.2 == 2),
+        "only repetition #3 is new: {new:?}"
+    );
+
+    std::fs::write(&file, text(3, "64, 500, 1400", 40)).unwrap();
+    let err = resume(true);
+    assert!(err.contains("kept 12, running 6"), "{err}");
+    let third = stored();
+    assert_eq!(third.len(), 18);
+    assert!(second.iter().all(|r| third.contains(r)));
+    let s = Store::open_existing(&db).unwrap();
+    let row = s.latest().unwrap().unwrap();
+    assert_eq!((row.planned_runs, row.status.as_str()), (18, "done"));
+    assert_eq!(s.campaigns().unwrap().len(), 1);
+    drop(s);
+
+    // Nothing new: kept all, ran none.
+    assert!(resume(true).contains("kept 18, running 0"));
+    // What stored runs were measured with cannot change under them.
+    for (changed, key) in [
+        (
+            text(3, "64, 500, 1400", 50),
+            "`packets` changed (packets = 40 → packets = 50)",
+        ),
+        (
+            text(3, "64, 500", 40),
+            "axis `payload` no longer has the value 1400",
+        ),
+        (text(2, "64, 500, 1400", 40), "`repetitions` lowered to 2"),
+        (
+            text(3, "64, 500, 1400", 40).replace("[loopback]", "seed = 7\n[loopback]"),
+            "`seed` changed",
+        ),
+    ] {
+        std::fs::write(&file, &changed).unwrap();
+        let out = campaign(&file, &db, &["--resume"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(key) && err.contains("run without --resume"),
+            "{key}: {err}"
+        );
+        let s = Store::open_existing(&db).unwrap();
+        let row = s.latest().unwrap().unwrap();
+        assert_eq!(
+            row.file_text,
+            text(3, "64, 500, 1400", 40),
+            "a refusal wrote the file"
+        );
+        assert_eq!(row.status, "done");
+    }
+    assert_eq!(stored(), third);
+}

@@ -42,6 +42,9 @@ pub struct LinkOpts {
     pub forward_pps: Option<u64>,
     #[serde(default)]
     pub txqueuelen: Option<u32>,
+    /// One-way propagation delay added on every link (the link's `delay`).
+    #[serde(default)]
+    pub delay_ns: Option<u64>,
 }
 
 /// What a node is: hosts send and receive, routers forward, switches bridge.
@@ -210,6 +213,9 @@ impl TopologySpec {
             }
             if let Some(off) = o.offloads {
                 l.offloads = off;
+            }
+            if let Some(d) = o.delay_ns {
+                l.impairment.get_or_insert_default().delay_ns = d;
             }
         }
     }
@@ -606,7 +612,7 @@ pub fn format_rate(bps: u64) -> String {
 }
 
 /// Parses a duration for netem: `10ms`, `250us`, `1s`, `0.5ms`.
-fn parse_duration_ns(s: &str) -> Result<u64, String> {
+pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

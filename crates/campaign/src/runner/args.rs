@@ -102,7 +102,7 @@ pub fn send_args(
     }
     // The link's rate lets the run judge itself against its physical
     // bound (total.above_bound in the result).
-    if let Some(b) = st.link_bps.filter(|b| *b >= 1.0) {
+    if let Some(b) = st.link_bps().filter(|b| *b >= 1.0) {
         a.extend(["--link-rate".into(), format!("{}", b.round() as u64)]);
     }
     if let Some(l) = c.linger_s {

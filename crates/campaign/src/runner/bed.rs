@@ -136,7 +136,7 @@ struct Emulated {
     program: PathBuf,
     tb: Option<wirebench_testbed::Testbed>,
     nodes: Option<Nodes>,
-    current: Option<crate::campaign::LinkKey>,
+    current: Option<wirebench_testbed::LinkOpts>,
     rebuilt: bool,
 }
 
@@ -201,17 +201,7 @@ impl Bed for Emulated {
             return Ok(());
         }
         self.teardown()?;
-        let rate_bps = match &s.settings.link_rate {
-            Some(r) => Some(wirebench_testbed::parse_rate(r).map_err(tb_err)?),
-            None => None,
-        };
-        let opts = wirebench_testbed::LinkOpts {
-            mtu: s.settings.mtu,
-            rate_bps,
-            offloads: s.settings.offloads,
-            forward_pps: s.settings.forward_pps,
-            txqueuelen: None,
-        };
+        let opts = want;
         let spec = match (&self.target.preset, &self.target.file) {
             (Some(p), _) => wirebench_testbed::preset(p, &opts).map_err(tb_err)?,
             (None, Some(f)) => {

@@ -127,6 +127,28 @@ fn progress_bar(total: usize, done: usize, show: bool) -> indicatif::ProgressBar
     pb
 }
 
+/// The campaign file changed since `row` started: what grew, or a refusal
+/// naming the setting finished runs depend on.
+fn grown(
+    c: &Campaign,
+    row: &crate::store::CampaignRow,
+    done: &HashSet<(String, u32)>,
+) -> Result<Vec<String>, RunError> {
+    let refuse = |why: String| {
+        RunError::BadInput(format!(
+            "--resume: campaign {} ({}) cannot grow into this file: {why}; run without --resume to start a new campaign",
+            row.id, row.started_at
+        ))
+    };
+    let mut old = Campaign::parse(&row.file_text, &c.origin)
+        .map_err(|e| refuse(format!("its stored file no longer reads ({e})")))?;
+    if row.quick {
+        old.apply_quick()
+            .map_err(|e| refuse(format!("its stored file no longer reads ({e})")))?;
+    }
+    crate::campaign::check_growth(&old, c, done).map_err(refuse)
+}
+
 /// Consecutive failures, with no success yet, after which a campaign stops.
 pub const FAIL_FAST_RUNS: usize = 3;
 
@@ -149,18 +171,24 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
                 store.path().display()
             ))
         })?;
-        if row.file_text != c.text {
-            return Err(RunError::BadInput(format!(
-                "--resume: the campaign file changed since campaign {} ({}) started; run without --resume to start a new campaign",
-                row.id, row.started_at
-            )));
-        }
         if row.quick != c.quick {
             return Err(RunError::BadInput(format!(
                 "--resume: campaign {} was started {} --quick; resume it the same way",
                 row.id,
                 if row.quick { "with" } else { "without" }
             )));
+        }
+        // Checked before anything is written, so a refusal changes nothing.
+        if row.file_text != c.text {
+            let grew = grown(c, &row, &store.finished(row.id)?)?;
+            store.set_campaign_plan(row.id, &c.text, planned.len())?;
+            if !grew.is_empty() {
+                eprintln!(
+                    "wirebench: --resume: campaign {} grew: {}",
+                    row.id,
+                    grew.join(", ")
+                );
+            }
         }
         store.set_campaign_status(row.id, "running")?;
         let bad = store.requeue_unreadable(row.id)?;
@@ -193,6 +221,12 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
         .filter(|p| !done.contains(&(p.scenario.key.clone(), p.repetition)))
         .collect();
     let already = planned.len() - todo.len();
+    if opts.resume {
+        eprintln!(
+            "wirebench: --resume: kept {already}, running {}",
+            todo.len()
+        );
+    }
     let mut out = Outcome {
         campaign_id: cid,
         planned: planned.len(),

@@ -249,14 +249,8 @@ impl Nodes {
     /// and the reason returned (the run is then stored as failed).
     fn ensure(&mut self, s: &Scenario) -> Result<Option<String>, RunError> {
         self.connect()?;
-        let rate = match &s.settings.link_rate {
-            Some(r) => Some(
-                wirebench_testbed::parse_rate(r)
-                    .map_err(|e| RunError::BadInput(format!("link_rate: {e}")))?,
-            ),
-            None => None,
-        };
-        let want = (s.settings.mtu, s.settings.offloads, rate);
+        let l = s.settings.link;
+        let want = (l.mtu, l.offloads, l.rate_bps);
         for i in 0..self.nodes.len() {
             let n = self.nodes[i].clone();
             if self.applied[i] == Some(want) {
@@ -418,7 +412,7 @@ impl Nodes {
                 .planned_pmtu
                 .get(&(sn, rn, v6))
                 .copied()
-                .or(s.settings.mtu);
+                .or(s.settings.link.mtu);
             // The first probe after a test-bed (re)build can go out while
             // IPv6 addresses are still tentative (duplicate address
             // detection) or neighbours unresolved, and nothing arrives (the

@@ -19,6 +19,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE", default_value = "wirebench.db")]
     pub db: PathBuf,
     /// Continue the latest campaign of the same name: finished runs are kept, the rest are run.
+    /// The file may have grown since (more repetitions, axis values, blocks, report settings):
+    /// only the new runs run; a change to what finished runs were measured with is refused.
     #[arg(long)]
     pub resume: bool,
     /// The short version of the campaign: its [quick] table, 2 repetitions.

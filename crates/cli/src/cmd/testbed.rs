@@ -164,12 +164,16 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             )));
         }
     }
+    // Options this command has no flag for (campaign axes such as a link
+    // delay) keep their defaults.
+    #[allow(clippy::needless_update)]
     let o = LinkOpts {
         mtu: a.mtu,
         rate_bps,
         offloads: a.offloads.map(|x| matches!(x, OnOff::On)),
         forward_pps: a.forward_pps,
         txqueuelen: a.txqueuelen,
+        ..LinkOpts::default()
     };
     let spec = if PRESETS.contains(&a.topology.as_str()) {
         tb::preset(&a.topology, &o).map_err(map)?

@@ -7,8 +7,8 @@
 //! [`crate::framing`], so the line rate here and the upper bound the
 //! campaign reports are one model.
 
-use crate::framing::{self, ETH_FCS, ETH_HEADER, UDP_HEADER};
-use crate::IpVersion;
+use crate::framing::{self, ETH_FCS, ETH_HEADER, TCP_HEADER, TCP_TIMESTAMPS, UDP_HEADER};
+use crate::{IpVersion, Transport};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -44,10 +44,16 @@ pub struct FrameSpec {
 /// Bytes an Ethernet frame adds around the IP packet: MAC header and FCS.
 const ETH_OVERHEAD: u32 = (ETH_HEADER + ETH_FCS) as u32;
 
-/// UDP payload carried by an Ethernet frame of `frame` bytes (FCS included);
-/// None when the headers alone do not fit.
-pub fn frame_to_payload(frame: u32, ip: IpVersion) -> Option<u32> {
-    frame.checked_sub(ETH_OVERHEAD + ip.header_len() + UDP_HEADER as u32)
+/// Transport payload carried by an Ethernet frame of `frame` bytes (FCS
+/// included): frame − 18 − IP header − transport header (UDP and ICMP 8;
+/// TCP 20 + 12 of timestamps, as Linux sends them). None when the headers
+/// alone do not fit.
+pub fn frame_to_payload(frame: u32, ip: IpVersion, transport: Transport) -> Option<u32> {
+    let l4 = match transport {
+        Transport::Tcp => TCP_HEADER + TCP_TIMESTAMPS,
+        Transport::Udp | Transport::Icmp => UDP_HEADER,
+    };
+    frame.checked_sub(ETH_OVERHEAD + ip.header_len() + l4 as u32)
 }
 
 /// The Ethernet frame (FCS included, padded to 64 B) that carries a UDP
@@ -74,7 +80,9 @@ impl FrameSpec {
         if !(64..=MAX_FRAME).contains(&nominal) {
             return Err(FrameError::OutOfRange(nominal));
         }
-        let payload = frame_to_payload(nominal, ip).unwrap_or(0).max(min_payload);
+        let payload = frame_to_payload(nominal, ip, Transport::Udp)
+            .unwrap_or(0)
+            .max(min_payload);
         let frame = payload_to_frame(payload, ip).max(nominal);
         let max = mtu.saturating_add(ETH_OVERHEAD);
         if frame > max {
@@ -383,14 +391,17 @@ mod tests {
     fn frame_payload_round_trip() {
         for ip in [V4, V6] {
             for f in [128, 256, 512, 1024, 1280, 1518] {
-                let p = frame_to_payload(f, ip).unwrap();
+                let p = frame_to_payload(f, ip, Transport::Udp).unwrap();
                 assert_eq!(payload_to_frame(p, ip), f, "{ip:?} {f}");
             }
         }
-        assert_eq!(frame_to_payload(1518, V4), Some(1472));
-        assert_eq!(frame_to_payload(1518, V6), Some(1452));
-        assert_eq!(frame_to_payload(64, V4), Some(18));
-        assert_eq!(frame_to_payload(64, V6), None);
+        let udp = |f, ip| frame_to_payload(f, ip, Transport::Udp);
+        assert_eq!(udp(1518, V4), Some(1472));
+        assert_eq!(udp(1518, V6), Some(1452));
+        assert_eq!(udp(64, V4), Some(18));
+        assert_eq!(udp(64, V6), None);
+        assert_eq!(frame_to_payload(1518, V4, Transport::Tcp), Some(1448));
+        assert_eq!(frame_to_payload(1518, V6, Transport::Tcp), Some(1428));
     }
 
     #[test]
