@@ -161,6 +161,9 @@ struct FlowJob {
     spin_ns: u64,
     /// Paced (not max-rate) flows in the session.
     paced: usize,
+    /// Bytes of records a `--max` TCP flow hands to one `write`
+    /// ([`bulk_write_bytes`]).
+    tcp_write: usize,
     /// `-l`: this flow's end of the session's per-packet log.
     log: Option<LogProducer>,
     /// `--auth probes`: every probe ends in this session key's MAC.
@@ -341,6 +344,8 @@ pub(crate) struct Schedule {
     min_len: u32,
     /// Packets drawn so far.
     drawn: u64,
+    /// Start of the schedule (CLOCK_MONOTONIC).
+    start_at: u64,
 }
 
 impl Schedule {
@@ -367,7 +372,13 @@ impl Schedule {
             max_len: plan.spec.max_payload().max(min_len),
             min_len,
             drawn: 0,
+            start_at: start,
         })
+    }
+
+    /// Whether a timed flow's time is up at `now` (never for `-z`/`-k`).
+    pub fn time_up(&self, now: u64) -> bool {
+        self.end_at.is_some_and(|end| now >= end)
     }
 
     /// The next packet: (scheduled time, size), or None when the flow is
@@ -405,8 +416,11 @@ impl Schedule {
 fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
     tighten_timer_slack();
     // A max-rate flow stays at normal priority beside paced flows, whose
-    // pacers must not wait for it; alone, it competes on equal terms.
-    if !job.plan.spec.is_max() || job.paced == 0 {
+    // pacers must not wait for it; alone, it competes on equal terms. A
+    // bulk TCP flow is clocked by its ACKs, not by a timer: raised, 60 of
+    // them took the CPU from the receiver on the same host.
+    let bulk_tcp = job.plan.spec.is_max() && job.plan.transport == Transport::Tcp;
+    if !bulk_tcp && (!job.plan.spec.is_max() || job.paced == 0) {
         raise_priority();
     }
     let mut sched = match Schedule::new(&job.plan, job.t0, job.min_len()) {
@@ -438,11 +452,20 @@ fn run_flow(mut job: FlowJob, sock: DataSock) -> FlowSent {
                 None
             };
             let mut first_tx = 0;
-            let r = tcp_send(&job, &s, &mut sched, &mut acc, &mut first_tx);
+            let mut ran = (0, 0);
+            let r = if sched.max {
+                tcp_bulk(&job, &s, &mut sched, &mut acc, &mut first_tx, &mut ran)
+            } else {
+                tcp_send(&job, &s, &mut sched, &mut acc, &mut first_tx)
+            };
+            let mut send = acc.summary(&sched);
+            if sched.max {
+                writer_span(&mut send, ran, job.cfg);
+            }
             FlowSent {
                 tcp: Some(sys::tcp_info(&s).unwrap_or_default()),
                 tcp_cc: crate::sockopt::tcp_cc(&s),
-                ..FlowSent::ran(first_tx, acc.summary(&sched), reflector, r)
+                ..FlowSent::ran(first_tx, send, reflector, r)
             }
         }
     }
@@ -476,6 +499,7 @@ pub(crate) fn pace_one(plan: FlowPlan, sock: DataSock, at: PaceOne) -> FlowSent 
         cancel: None,
         spin_ns: at.spin_ns,
         paced: 1,
+        tcp_write: TCP_WRITE_BYTES,
         log: None,
         probe_key: at.probe_key,
     };
@@ -724,6 +748,220 @@ fn udp_send(
 /// (bench/compare.sh, medians of 3): 256 KiB gave 21.0 Gbit/s with 512 B
 /// records and 22.2 with 64 000 B; 1 MiB gives 27.7 and 40.3.
 const TCP_WRITE_BYTES: usize = 1 << 20;
+
+/// Bytes of records per write of each of `flows` `--max` TCP flows on
+/// `cores` CPUs: [`TCP_WRITE_BYTES`] while each flow can have a CPU, then
+/// shared out, down to iperf3's 128 KiB. The write buffer is the flow's
+/// one allocation; 1 000 flows of 1 MiB each would hold 1 GiB.
+fn bulk_write_bytes(flows: usize, cores: usize) -> usize {
+    const FLOOR: usize = 128 << 10;
+    if flows <= cores.max(1) {
+        return TCP_WRITE_BYTES;
+    }
+    (TCP_WRITE_BYTES * cores.max(1) / flows).clamp(FLOOR, TCP_WRITE_BYTES)
+}
+
+/// Longest a `--max` TCP flow's `write` may block (SO_SNDTIMEO) before
+/// the flow looks at its stop flags and clock again; in its last slice the
+/// timeout is what is left of the run, so the flow stops on time.
+const BULK_WRITE_SLICE_NS: u64 = 50_000_000;
+
+/// The records of a `--max` TCP flow's write buffer: offsets, and which
+/// have been handed to the kernel.
+struct BulkBatch {
+    /// Record i occupies `starts[i]..starts[i + 1]` of the buffer.
+    starts: Vec<usize>,
+    /// Transmit time (CLOCK_REALTIME) stamped into each record.
+    tx: Vec<u64>,
+    /// Records in the buffer.
+    n: usize,
+    /// Records wholly handed to the kernel.
+    done: usize,
+    /// Bytes handed to the kernel.
+    off: usize,
+}
+
+impl BulkBatch {
+    fn new(records: usize) -> BulkBatch {
+        BulkBatch {
+            starts: vec![0; records + 1],
+            tx: vec![0; records],
+            n: 0,
+            done: 0,
+            off: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.done == self.n
+    }
+
+    fn end(&self) -> usize {
+        self.starts[self.n]
+    }
+
+    /// First record of which no byte has been written: from it on, the
+    /// records can still be stamped with the time of the write that
+    /// starts them.
+    fn unbegun(&self) -> usize {
+        if self.done < self.n && self.starts[self.done] < self.off {
+            self.done + 1
+        } else {
+            self.done
+        }
+    }
+}
+
+/// A `--max` TCP flow: writes whole records as fast as the socket takes
+/// them until the run's time is up, and stops then, on the session's
+/// clock, whatever the path's speed. Each write may block at most
+/// [`BULK_WRITE_SLICE_NS`] (less at the end): a write of the whole
+/// buffer blocked on a path shared by 60 flows once held a flow for
+/// 0.5 s past its end, or recorded every record of a run at its start.
+/// A record counts as sent when its last byte is accepted, at that time;
+/// records not yet begun carry the time of the write that begins them
+/// (a partial write leaves the rest for the next one, which restamps
+/// it). When the time is up, records not begun are not part of the run
+/// (a timed `--max` flow has no schedule they were due on), and a record
+/// begun but not finished ends truncated by the close: the receiver
+/// drops an incomplete record, and neither side counts it.
+///
+/// `ran` gets the writer's first write and its stop (CLOCK_MONOTONIC).
+fn tcp_bulk(
+    job: &FlowJob,
+    s: &TcpStream,
+    sched: &mut Schedule,
+    acc: &mut SendRec,
+    first_tx: &mut u64,
+    ran: &mut (u64, u64),
+) -> FlowEnd {
+    let mut began = 0;
+    let r = tcp_bulk_loop(job, s, sched, acc, first_tx, &mut began);
+    let stopped = mono_ns();
+    ran.0 = began.min(sched.start_at);
+    ran.1 = sched.end_at.map_or(stopped, |e| stopped.min(e));
+    r
+}
+
+fn tcp_bulk_loop(
+    job: &FlowJob,
+    s: &TcpStream,
+    sched: &mut Schedule,
+    acc: &mut SendRec,
+    first_tx: &mut u64,
+    began: &mut u64,
+) -> FlowEnd {
+    let mut out = s;
+    let max_len = sched.max_len as usize;
+    let cap = job.tcp_write.max(max_len);
+    let mut buf = vec![0u8; cap];
+    job.plan.spec.payload.fill(&mut buf, job.plan.seed);
+    let mut h = header(job);
+    let mut seq: u32 = 0;
+    let mut meta = vec![(0u64, 0u32); (cap / max_len.max(1)).max(1)];
+    let mut b = BulkBatch::new(meta.len());
+    let mut timeout_ns = 0;
+    wait_until(job.t0);
+    let mut pending = sched.next(mono_ns());
+    loop {
+        if let Some(h) = job.halted() {
+            return Ok(Some(h));
+        }
+        let now = mono_ns();
+        if sched.time_up(now) {
+            break;
+        }
+        if b.is_empty() {
+            if pending.is_none() {
+                break;
+            }
+            seq = seq.wrapping_add(b.n as u32);
+            let room = meta.len();
+            let n = gather(sched, &mut pending, now, acc, &mut meta, room, seq);
+            let mut o = 0;
+            for (i, &(_, size)) in meta[..n].iter().enumerate() {
+                h.len = size as u16;
+                h.seq = seq.wrapping_add(i as u32);
+                b.starts[i] = o;
+                let _ = h.encode(&mut buf[o..o + size as usize]);
+                o += size as usize;
+            }
+            b.starts[n] = o;
+            (b.n, b.done, b.off) = (n, 0, 0);
+            if n == 0 {
+                continue;
+            }
+        }
+        // The timeout changes only in the run's last slice.
+        let left = sched.end_at.map_or(u64::MAX, |e| e.saturating_sub(now));
+        let want = BULK_WRITE_SLICE_NS.min(left).max(1_000_000);
+        if want != timeout_ns {
+            let _ = s.set_write_timeout(Some(Duration::from_nanos(want)));
+            timeout_ns = want;
+        }
+        let tx = realtime_ns();
+        if *first_tx == 0 {
+            *first_tx = tx;
+            *began = now;
+        }
+        for i in b.unbegun()..b.n {
+            let rec = &mut buf[b.starts[i]..b.starts[i + 1]];
+            ProbeHeader::stamp_tx(rec, tx);
+            if let Some(k) = &job.probe_key {
+                k.sign(rec);
+            }
+            b.tx[i] = tx;
+        }
+        match out.write(&buf[b.off..b.end()]) {
+            Ok(0) => return Err("TCP data connection closed by the receiver".into()),
+            Ok(k) => {
+                b.off += k;
+                let at = mono_ns();
+                while b.done < b.n && b.starts[b.done + 1] <= b.off {
+                    let size = meta[b.done].1;
+                    let sq = seq.wrapping_add(b.done as u32);
+                    acc.record_sent(at, at, size, sq, b.tx[b.done]);
+                    b.done += 1;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(format!("TCP data connection failed: {e}")),
+        }
+    }
+    Ok(None)
+}
+
+/// A bulk TCP flow's send span is the time its writer ran on the
+/// session's clock (`ran`: its schedule's start, and its stop, no later
+/// than its end), as iperf3 counts a stream's seconds: a flow that the
+/// path held back for its last second still ran for the whole run, and a
+/// thread the host scheduled late still started with the others. Spans
+/// of accepted records would say otherwise: with 60 flows sharing
+/// 1 Gbit/s, whole writes were accepted late or all at once, and flows of
+/// a 5 s run read 0 to 6.4 s. No write takes bytes after the end (its
+/// timeout ends there, to the kernel's timer tick), so the end bounds the
+/// span.
+fn writer_span(send: &mut SendSummary, ran: (u64, u64), cfg: FlowConfig) {
+    let (began, stopped) = ran;
+    if send.packets == 0 || began == 0 || stopped <= began {
+        return;
+    }
+    let d = (stopped - began) as f64 / 1e9;
+    let lb = wirebench_stats::tcp_stream(send.bytes, cfg.mtu, cfg.ip);
+    let bps = |b: u64| b as f64 * 8.0 / d;
+    send.duration_s = d;
+    send.rate_pps = send.packets as f64 / d;
+    send.throughput_bps = wirebench_stats::Throughput {
+        payload: bps(lb.payload),
+        ip: bps(lb.ip),
+        ethernet: bps(lb.ethernet),
+        wire: bps(lb.wire),
+    };
+}
 
 /// Most bytes of records per write of a paced TCP flow: a write blocked
 /// on a full socket buffer waits for this much room, 5 ms at 100 Mbit/s.
@@ -1266,6 +1504,12 @@ pub(crate) fn run_flows(
         .unwrap_or(1);
     let candidate = |f: &FlowPlan| shared_candidate(plan, f);
     let candidates = plan.flows.iter().filter(|f| candidate(f)).count();
+    let bulk_tcp = plan
+        .flows
+        .iter()
+        .filter(|f| forward(f) && f.transport == Transport::Tcp && f.spec.is_max())
+        .count();
+    let tcp_write = bulk_write_bytes(bulk_tcp, cores);
     let pacers = pacers(plan);
     let shared = if pacers > 0 { candidates } else { 0 };
     // Spin before deadlines only while every pacing thread can have a core.
@@ -1306,6 +1550,7 @@ pub(crate) fn run_flows(
             cancel: plan.cancel,
             spin_ns,
             paced,
+            tcp_write,
             log: sink.as_ref().map(|k| k.producer()),
             probe_key: probe_key.clone(),
         };
@@ -1693,6 +1938,7 @@ mod tests {
             cancel: None,
             spin_ns: 0,
             paced: 3,
+            tcp_write: TCP_WRITE_BYTES,
             log: None,
             probe_key: None,
         }
@@ -1809,6 +2055,62 @@ mod tests {
         let s1 = flows[1].acc.acc.summary();
         assert_eq!((s0.packets, s0.not_sent, flows[0].seq), (3, 0, 3));
         assert_eq!((s1.packets, s1.not_sent, flows[1].seq), (0, 2, 0));
+    }
+
+    /// A `--max` TCP flow behind a slow reader stops when its time is up,
+    /// not when its blocked write would have ended; its send span is the
+    /// run's, and exactly the records it counts arrive, numbered from 0,
+    /// followed by at most one record cut short by the close.
+    #[test]
+    fn a_bulk_tcp_flow_stops_on_time_behind_a_slow_reader() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = vec![0u8; 16 << 10];
+            let mut got = Vec::new();
+            loop {
+                std::thread::sleep(Duration::from_millis(1));
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            got
+        });
+        let s = TcpStream::connect(to).unwrap();
+        let mut plan = flow(1.0, 8000, Stop::DurationMs(300));
+        plan.spec = FlowSpec::max_rate(8000).unwrap();
+        plan.transport = Transport::Tcp;
+        let t0 = mono_ns() + 2_000_000;
+        let mut j = job(plan, 1, t0);
+        j.cfg.transport = Transport::Tcp;
+        let out = run_flow(j, DataSock::Tcp(s));
+        let took = mono_ns() - t0;
+        assert_eq!(out.error, None);
+        // The reader takes ~16 MB/s: a 1 MiB write alone would block for
+        // 60 ms, the socket buffer's backlog for longer.
+        assert!(took < 300_000_000 + 150_000_000, "{took} ns");
+        assert!((out.send.duration_s - 0.3).abs() < 0.006, "{:?}", out.send);
+        let n = out.send.packets;
+        assert!(n > 10, "{n}");
+        let got = reader.join().unwrap();
+        let whole = got.len() / 8000;
+        assert_eq!(whole as u64, n, "{} bytes", got.len());
+        for (k, rec) in got.chunks_exact(8000).enumerate() {
+            let h = ProbeHeader::decode_prefix(rec).unwrap();
+            assert_eq!((h.session, h.flow, h.seq, h.len), (7, 1, k as u32, 8000));
+        }
+    }
+
+    #[test]
+    fn bulk_writes_shrink_with_many_flows_down_to_128_kib() {
+        assert_eq!(bulk_write_bytes(1, 2), TCP_WRITE_BYTES);
+        assert_eq!(bulk_write_bytes(2, 2), TCP_WRITE_BYTES);
+        assert_eq!(bulk_write_bytes(4, 2), TCP_WRITE_BYTES / 2);
+        assert_eq!(bulk_write_bytes(60, 2), 128 << 10);
+        assert_eq!(bulk_write_bytes(1000, 0), 128 << 10);
     }
 
     #[test]

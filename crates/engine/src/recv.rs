@@ -556,7 +556,6 @@ fn session(
         live: live_asked && live_ms.is_some() && cfg.live_intervals,
         probe_key: probe_key.clone(),
         udp_buf: budget::default_buffer(budget::UDP_RCVBUF, setups.len(), session_budget),
-        tcp_buf: budget::default_buffer(budget::TCP_RCVBUF, setups.len(), session_budget),
     };
     // Declared before `flows`, so that on every way out the flows' threads
     // (and with them the log producers) are gone before the sink is dropped.
@@ -1085,10 +1084,10 @@ struct FlowAt {
     live: bool,
     /// `--auth probes`: the session's probe key.
     probe_key: Option<ProbeKey>,
-    /// Receive buffers of UDP sockets and TCP connections whose sender did
-    /// not ask (`--window`): [`budget::default_buffer`].
+    /// Receive buffers of UDP sockets whose sender did not ask
+    /// (`--window`): [`budget::default_buffer`]. TCP connections keep the
+    /// kernel's autotuning unless asked (see `tcp_rx`).
     udp_buf: u64,
-    tcp_buf: u64,
 }
 
 /// The log header of a session: what `wirebench decode` needs to recompute
@@ -1191,7 +1190,7 @@ fn open_flow(
         (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
     let cfg = flow_config(s, at.ip);
     let shared = Arc::new(FlowShared {
-        rcvbuf: s.rcvbuf.map_or(at.tcp_buf as usize, |w| w as usize),
+        rcvbuf: s.rcvbuf.map_or(0, |w| w as usize),
         probe_key: at.probe_key.clone(),
         ..FlowShared::default()
     });
@@ -1737,10 +1736,14 @@ fn tcp_rx(
                     continue;
                 }
                 let _ = s.set_nonblocking(true);
-                set_rcvbuf(
-                    s.as_raw_fd(),
-                    if sh.rcvbuf > 0 { sh.rcvbuf } else { 4 << 20 },
-                );
+                // A fixed buffer switches the kernel's receive autotuning
+                // off for the connection: 60 flows with 4 MiB each
+                // advertised windows that overfilled a 1000-packet router
+                // queue (50 000 retransmits where iperf3 -P 60 had 400).
+                // Fixed only when the sender asks (`--window`, iperf3 -w).
+                if sh.rcvbuf > 0 {
+                    set_rcvbuf(s.as_raw_fd(), sh.rcvbuf);
+                }
                 conns.push(TcpConn {
                     stream: s,
                     rd: RecordReader::new(TCP_BUF),

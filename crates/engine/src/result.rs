@@ -209,6 +209,7 @@ pub(crate) fn build_doc(mut p: DocParts) -> ResultDoc {
     if total.received_packets > 0 {
         total.delay_mean_s = delay_weighted / received_packets.max(1.0);
     }
+    total.fairness = fairness(&flows, total.throughput_bps.payload);
     total.loss_ratio = total.lost.map(|l| {
         if total.sent_packets > 0 {
             l as f64 / total.sent_packets as f64
@@ -249,6 +250,36 @@ pub(crate) fn build_doc(mut p: DocParts) -> ResultDoc {
         },
         sessions: Vec::new(),
     }
+}
+
+/// Jain's index and the slowest and fastest of two or more flows
+/// ([`Fairness`]), from each flow's received payload bytes: the flows are
+/// compared over one common span, the span of the run's total
+/// (`total_payload_bps` over all the flows' bytes), so that a flow that
+/// stalled for part of the run is not credited with a rate over its own
+/// shorter span. None with fewer than two flows or nothing received.
+pub fn fairness(flows: &[FlowResult], total_payload_bps: f64) -> Option<Fairness> {
+    if flows.len() < 2 {
+        return None;
+    }
+    let bytes = |f: &FlowResult| f.received.counts.bytes as f64;
+    let sum: f64 = flows.iter().map(bytes).sum();
+    let squares: f64 = flows.iter().map(|f| bytes(f) * bytes(f)).sum();
+    if sum <= 0.0 || squares <= 0.0 || total_payload_bps.is_nan() || total_payload_bps <= 0.0 {
+        return None;
+    }
+    let span_s = sum * 8.0 / total_payload_bps;
+    let by_bytes = |a: &&FlowResult, b: &&FlowResult| bytes(a).total_cmp(&bytes(b));
+    let min = flows.iter().min_by(by_bytes)?;
+    let max = flows.iter().max_by(by_bytes)?;
+    Some(Fairness {
+        jain: sum * sum / (flows.len() as f64 * squares),
+        flows: flows.len(),
+        min_flow: min.id,
+        min_bps: bytes(min) * 8.0 / span_s,
+        max_flow: max.id,
+        max_bps: bytes(max) * 8.0 / span_s,
+    })
 }
 
 /// Share by which a run's wire rate may exceed its link before it is
@@ -355,6 +386,41 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    /// Jain's index: 1 for equal flows, 1/n when one has everything, the
+    /// textbook value in between; min/max over the common span.
+    #[test]
+    fn fairness_is_jains_index_over_the_common_span() {
+        let flow = |id: u16, bytes: u64| {
+            let mut f = FlowResult {
+                id,
+                ..Default::default()
+            };
+            f.received.counts.bytes = bytes;
+            f
+        };
+        let equal: Vec<FlowResult> = (1..=4).map(|i| flow(i, 1000)).collect();
+        // 4000 B over 1 s.
+        let f = fairness(&equal, 32_000.0).unwrap();
+        assert!((f.jain - 1.0).abs() < 1e-12);
+        assert_eq!((f.flows, f.min_bps, f.max_bps), (4, 8000.0, 8000.0));
+        let hog = vec![flow(1, 0), flow(2, 0), flow(3, 3000), flow(4, 0)];
+        let f = fairness(&hog, 24_000.0).unwrap();
+        assert!((f.jain - 0.25).abs() < 1e-12);
+        assert_eq!(
+            (f.min_flow, f.min_bps, f.max_flow, f.max_bps),
+            (1, 0.0, 3, 24_000.0)
+        );
+        // 1, 2, 3: 36 / (3 * 14) = 6/7.
+        let mixed = vec![flow(1, 100), flow(2, 200), flow(3, 300)];
+        let f = fairness(&mixed, 4800.0).unwrap();
+        assert!((f.jain - 6.0 / 7.0).abs() < 1e-12);
+        assert_eq!((f.min_flow, f.max_flow), (1, 3));
+        // 600 B at 4800 bit/s: a 1 s span, so flow 3 read 2400 bit/s.
+        assert!((f.max_bps - 2400.0).abs() < 1e-9);
+        assert_eq!(fairness(&mixed[..1], 4800.0), None);
+        assert_eq!(fairness(&[flow(1, 0), flow(2, 0)], 0.0), None);
     }
 
     #[test]

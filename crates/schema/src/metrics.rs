@@ -99,6 +99,10 @@ pub const METRICS: &[Metric] = &[
     // Only runs with flows both ways (`--bidir`): each direction's share.
     m("throughput_forward_payload_bps", Throughput, "Payload throughput, forward flows (bidir)", BPS, Sum, Higher, Run(|d| bidir_payload(d, Direction::Forward))),
     m("throughput_reverse_payload_bps", Throughput, "Payload throughput, reverse flows (bidir)", BPS, Sum, Higher, Run(|d| bidir_payload(d, Direction::Reverse))),
+    // Runs of two or more flows: how evenly they shared the run (total.fairness).
+    m("fairness_jain", Throughput, "Jain's fairness index over flows", "", Mean, Higher, Run(|d| d.total.fairness.map(|f| f.jain))),
+    m("throughput_min_flow_bps", Throughput, "Payload throughput, slowest flow", BPS, Min, Higher, Run(|d| d.total.fairness.map(|f| f.min_bps))),
+    m("throughput_max_flow_bps", Throughput, "Payload throughput, fastest flow", BPS, Max, Neither, Run(|d| d.total.fairness.map(|f| f.max_bps))),
     m("delay_mean_s", Delay, "One-way delay, mean", "s", WeightedMean, Lower, Flow(|f| Some(f.delay_s.mean))),
     m("delay_min_s", Delay, "One-way delay, min", "s", Min, Lower, Flow(|f| Some(f.delay_s.min))),
     m("delay_p50_s", Delay, "One-way delay, median", "s", Max, Lower, Flow(|f| Some(f.delay_s.p50))),

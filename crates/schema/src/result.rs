@@ -303,6 +303,32 @@ pub struct Total {
     /// so the number is a measurement or emulation error, not a result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub above_bound: Option<bool>,
+    /// How evenly two or more flows shared the run (absent with one flow,
+    /// and in documents written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fairness: Option<Fairness>,
+}
+
+/// How evenly a run's flows shared it: Jain's fairness index over their
+/// received payload throughputs over the run's common span (the union span
+/// of `Total::throughput_bps`), and the slowest and fastest flow on that
+/// span. A flow that received nothing counts, as 0.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default)]
+pub struct Fairness {
+    /// (Σx)² / (n·Σx²) over the n flows' throughputs x: 1 when all are
+    /// equal, 1/n when one flow has everything (R. Jain, D. Chiu, W. Hawe,
+    /// DEC-TR-301, 1984).
+    pub jain: f64,
+    /// Flows the index is over.
+    pub flows: usize,
+    /// Id of the slowest flow.
+    pub min_flow: u16,
+    /// The slowest flow's payload bit/s over the common span.
+    pub min_bps: f64,
+    /// Id of the fastest flow.
+    pub max_flow: u16,
+    /// The fastest flow's payload bit/s over the common span.
+    pub max_bps: f64,
 }
 
 /// The receiving end.
@@ -446,6 +472,14 @@ pub struct TcpInfo {
     pub cwnd_bytes: u64,
     /// Maximum segment size the connection used.
     pub mss: u64,
+    /// The kernel's pacing rate for the connection, bytes per second as
+    /// bit/s (Linux 4.2+; absent elsewhere and in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pacing_rate_bps: Option<f64>,
+    /// Delivery rate of the most recent ACKed data, bit/s (Linux 4.9+;
+    /// absent elsewhere and in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_rate_bps: Option<f64>,
 }
 
 /// One end of a run: its system and how it measured. `os`, `send_path` and

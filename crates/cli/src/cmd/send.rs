@@ -894,6 +894,29 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
             bps(t.throughput_bps.wire)
         ),
     );
+    if let Some(f) = &t.fairness {
+        line(
+            &mut s,
+            "Fairness (Jain)",
+            format!(
+                "{:.3} over {} flows; slowest flow {} {}, fastest flow {} {} (payload, common span)",
+                f.jain,
+                f.flows,
+                f.min_flow,
+                bps(f.min_bps),
+                f.max_flow,
+                bps(f.max_bps)
+            ),
+        );
+    }
+    let retrans: u64 = doc
+        .flows
+        .iter()
+        .filter_map(|f| f.tcp.map(|t| t.retransmits))
+        .sum();
+    if doc.flows.iter().any(|f| f.tcp.is_some()) {
+        line(&mut s, "TCP retransmits", retrans.to_string());
+    }
     if let (Some(link), Some(bound)) = (t.link_rate_bps, t.upper_bound_bps) {
         let pct = 100.0 * t.throughput_bps.wire / link;
         if t.above_bound == Some(true) {

@@ -113,11 +113,24 @@ pub fn tcp_info(sock: &impl AsRawFd) -> Option<TcpInfo> {
     if r != 0 {
         return None;
     }
+    // An older kernel writes a shorter struct: a field it did not reach is
+    // unknown, not zero. Rates are bytes per second; u64::MAX means no
+    // limit (not pacing).
+    let reached = |end: usize| len as usize >= end;
+    let rate = |v: u64, at: usize| (reached(at + 8) && v != u64::MAX).then_some(v as f64 * 8.0);
     Some(TcpInfo {
         retransmits: ti.tcpi_total_retrans as u64,
         rtt_s: ti.tcpi_rtt as f64 * 1e-6,
         cwnd_bytes: ti.tcpi_snd_cwnd as u64 * ti.tcpi_snd_mss as u64,
         mss: ti.tcpi_snd_mss as u64,
+        pacing_rate_bps: rate(
+            ti.tcpi_pacing_rate,
+            std::mem::offset_of!(libc::tcp_info, tcpi_pacing_rate),
+        ),
+        delivery_rate_bps: rate(
+            ti.tcpi_delivery_rate,
+            std::mem::offset_of!(libc::tcp_info, tcpi_delivery_rate),
+        ),
     })
 }
 
@@ -162,6 +175,33 @@ pub fn kernel_release() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A loopback connection that carried data reports its pacing and
+    /// delivery rates (kernels since 4.9 fill both), the rest as before.
+    #[test]
+    fn tcp_info_reads_pacing_and_delivery_rates() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let data = vec![7u8; 1 << 20];
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut got = 0;
+            while got < buf.len() {
+                got += s.read(&mut buf[got..]).unwrap();
+            }
+        });
+        c.write_all(&data).unwrap();
+        reader.join().unwrap();
+        let t = tcp_info(&c).unwrap();
+        assert!(t.mss > 0 && t.cwnd_bytes >= t.mss, "{t:?}");
+        let pacing = t.pacing_rate_bps.unwrap();
+        let delivery = t.delivery_rate_bps.unwrap();
+        // Loopback: well above 1 Mbit/s, below 10 Tbit/s.
+        assert!((1e6..1e13).contains(&pacing), "{t:?}");
+        assert!((1e6..1e13).contains(&delivery), "{t:?}");
+    }
 
     #[test]
     fn snmp_parse() {
