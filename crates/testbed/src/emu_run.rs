@@ -26,13 +26,12 @@
 #[cfg(target_os = "linux")]
 pub(crate) use imp::*;
 
-/// How long before a deadline the loop stops sleeping and spins: a wake-up
-/// from `ppoll` on a busy machine is late by tens of µs.
-pub const SPIN_NS: u64 = 60_000;
-
 #[cfg(target_os = "linux")]
 mod imp {
-    use super::SPIN_NS;
+    /// How long before a deadline the loop stops sleeping and spins: a
+    /// wake-up from `ppoll` on a busy machine is late by tens of µs.
+    const SPIN_NS: u64 = 60_000;
+
     use crate::emu::{Fate, Wire, ETH_HEADER};
     use crate::error::TestbedError;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -543,5 +542,29 @@ mod imp {
                 unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
             }
         }
+    }
+}
+
+/// Test-beds are Linux-only ([`crate::os::supported`] refuses elsewhere
+/// before anything is built); this stand-in keeps the crate building there.
+#[cfg(not(target_os = "linux"))]
+pub(crate) struct Emulator;
+
+#[cfg(not(target_os = "linux"))]
+impl Emulator {
+    pub(crate) fn open(
+        _ends: [&str; 2],
+        _wires: [crate::emu::Wire; 2],
+        _mtu: u32,
+    ) -> Result<Emulator, crate::error::TestbedError> {
+        Err(crate::error::TestbedError::Unsupported(
+            std::env::consts::OS,
+        ))
+    }
+
+    pub(crate) fn spawn(self) -> Result<i32, crate::error::TestbedError> {
+        Err(crate::error::TestbedError::Unsupported(
+            std::env::consts::OS,
+        ))
     }
 }
