@@ -30,7 +30,7 @@ pub(crate) use imp::*;
 mod imp {
     /// How long before a deadline the loop stops sleeping and spins: a
     /// wake-up from `ppoll` on a busy machine is late by tens of µs.
-    const SPIN_NS: u64 = 60_000;
+    const SPIN_NS: u64 = 15_000;
 
     use crate::emu::{Fate, Wire, ETH_HEADER};
     use crate::error::TestbedError;
