@@ -35,7 +35,7 @@ pub enum TestbedError {
     #[error("`{0}` was not found in PATH; install it with `apt-get install iproute2 ethtool`")]
     MissingTool(String),
     /// Delay/jitter/loss asked for on a kernel without netem.
-    #[error("link {link} asks for {what}, but the running kernel lacks sch_netem (the netem queueing discipline); use a kernel with CONFIG_NET_SCH_NETEM or remove delay/jitter/loss from the topology")]
+    #[error("link {link} asks for {what}, which only sch_netem (the netem queueing discipline) does, and the running kernel lacks it; use a kernel with CONFIG_NET_SCH_NETEM or change the link")]
     NoNetem { link: String, what: String },
     /// A command we ran failed.
     #[error("`{cmd}` failed: {msg}")]

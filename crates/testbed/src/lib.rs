@@ -19,6 +19,8 @@
 //! ```
 
 pub mod counters;
+pub mod emu;
+mod emu_run;
 pub mod error;
 pub mod os;
 pub mod plan;
@@ -34,8 +36,9 @@ pub use plan::{IfacePlan, NodePlan, Plan, RoutePlan, SegmentPlan};
 pub use probe::DfOutcome;
 pub use signal::{cleanup_on_signal, interrupted};
 pub use spec::{
-    check_testbed_name, format_rate, load_file, parse_rate, parse_topology, preset, Impairment,
-    LinkOpts, LinkSpec, NodeKind, NodeSpec, TopologySpec, DEFAULT_TXQUEUELEN, PRESETS,
+    check_testbed_name, format_rate, load_file, parse_duration_ns, parse_loss_spec, parse_queue,
+    parse_rate, parse_topology, preset, GeModel, Impairment, JitterDist, LinkOpts, LinkSpec,
+    NodeKind, NodeSpec, QueueLimit, TopologySpec, DEFAULT_TXQUEUELEN, PRESETS,
 };
 pub use testbed::{
     exists, list, rate_qdisc_lines, remove, state_path, LiveIface, PairCheck, Testbed, STATE_DIR,

@@ -97,18 +97,261 @@ impl NodeSpec {
     }
 }
 
-/// Delay, jitter and loss of a link (netem). Only where the kernel has sch_netem.
+/// The law of a link's jitter (netem's `distribution`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JitterDist {
+    /// Uniform in delay ± jitter.
+    #[default]
+    Uniform,
+    /// Normal, mean delay, standard deviation jitter.
+    Normal,
+    /// Pareto (shape 3), mean delay, standard deviation jitter, long tail late.
+    Pareto,
+}
+
+impl JitterDist {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JitterDist::Uniform => "uniform",
+            JitterDist::Normal => "normal",
+            JitterDist::Pareto => "pareto",
+        }
+    }
+}
+
+/// Gilbert–Elliott bursty loss (netem's `loss gemodel p r 1-h 1-k`): a good
+/// and a bad state; per frame the chain moves good→bad with probability
+/// `p` and bad→good with `r`, then loses the frame with the state's loss
+/// probability. Mean loss p/(p+r)·loss_bad + r/(p+r)·loss_good; a stay in
+/// the bad state lasts 1/r frames on average.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GeModel {
+    pub p: f64,
+    pub r: f64,
+    /// Loss probability in the bad state (1−h), default 1.
+    pub loss_bad: f64,
+    /// Loss probability in the good state (1−k), default 0.
+    pub loss_good: f64,
+}
+
+/// Delay, jitter, loss, reordering, duplication and corruption of a link,
+/// the same in both directions. The user-space link emulator does all of
+/// it on any kernel; netem only where the emulator cannot (see
+/// docs/testbed.md, "Link backends").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Impairment {
     pub delay_ns: u64,
     pub jitter_ns: u64,
-    /// Loss probability 0..1.
+    /// Random loss probability 0..1.
     pub loss: f64,
+    #[serde(default)]
+    pub dist: JitterDist,
+    /// Bursty loss instead of `loss`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemodel: Option<GeModel>,
+    /// Fraction of frames delivered after the frame behind them.
+    #[serde(default)]
+    pub reorder: f64,
+    /// Fraction of frames delivered twice.
+    #[serde(default)]
+    pub duplicate: f64,
+    /// Fraction of frames with one bit flipped past the Ethernet header.
+    #[serde(default)]
+    pub corrupt: f64,
 }
 
 impl Impairment {
     pub fn is_none(&self) -> bool {
-        self.delay_ns == 0 && self.jitter_ns == 0 && self.loss == 0.0
+        self.delay_ns == 0
+            && self.jitter_ns == 0
+            && self.loss == 0.0
+            && self.gemodel.is_none()
+            && self.reorder == 0.0
+            && self.duplicate == 0.0
+            && self.corrupt == 0.0
+    }
+
+    /// Whether netem could do all of it (it has every knob but our
+    /// FIFO-preserving jitter and swap-with-next reordering).
+    pub fn netem_line(&self) -> String {
+        let mut s = String::from("netem limit 100000");
+        if self.delay_ns > 0 {
+            s.push_str(&format!(" delay {}us", self.delay_ns / 1000));
+            if self.jitter_ns > 0 {
+                s.push_str(&format!(
+                    " {}us distribution {}",
+                    self.jitter_ns / 1000,
+                    match self.dist {
+                        JitterDist::Uniform => "uniform",
+                        JitterDist::Normal => "normal",
+                        JitterDist::Pareto => "pareto",
+                    }
+                ));
+            }
+        }
+        let pct = |x: f64| {
+            let p = format!("{:.6}", x * 100.0);
+            format!("{}%", p.trim_end_matches('0').trim_end_matches('.'))
+        };
+        if let Some(g) = self.gemodel {
+            s.push_str(&format!(
+                " loss gemodel {} {} {} {}",
+                pct(g.p),
+                pct(g.r),
+                pct(g.loss_bad),
+                pct(g.loss_good)
+            ));
+        } else if self.loss > 0.0 {
+            s.push_str(&format!(" loss {}", pct(self.loss)));
+        }
+        if self.duplicate > 0.0 {
+            s.push_str(&format!(" duplicate {}", pct(self.duplicate)));
+        }
+        if self.corrupt > 0.0 {
+            s.push_str(&format!(" corrupt {}", pct(self.corrupt)));
+        }
+        if self.reorder > 0.0 {
+            s.push_str(&format!(" reorder {}", pct(self.reorder)));
+        }
+        s
+    }
+
+    /// Checks ranges; the error names the field.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let prob = |name: &'static str, v: f64| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err((name, format!("{name} must be 0..100 %")))
+            }
+        };
+        prob("loss", self.loss)?;
+        prob("reorder", self.reorder)?;
+        prob("duplicate", self.duplicate)?;
+        prob("corrupt", self.corrupt)?;
+        if let Some(g) = self.gemodel {
+            for v in [g.p, g.r, g.loss_bad, g.loss_good] {
+                prob("loss", v)?;
+            }
+            if self.loss > 0.0 {
+                return Err(("loss", "give either a loss rate or gemodel".into()));
+            }
+        }
+        if self.jitter_ns > 0 && self.delay_ns == 0 {
+            return Err(("jitter", "jitter needs a delay".into()));
+        }
+        if self.reorder > 0.0 && self.delay_ns == 0 {
+            return Err((
+                "reorder",
+                "reorder needs a delay (a frame can only be passed while it is in flight)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Size of a link's queue (`queue = "1000p"`, `"256KiB"`, `"20ms"`):
+/// frames, bytes, or time at the link rate. Drop-tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueLimit {
+    Packets(u32),
+    Bytes(u64),
+    Time(u64),
+}
+
+impl QueueLimit {
+    /// Bytes the queue holds at `rate_bps` (None for a packet limit).
+    pub fn bytes_at(&self, rate_bps: Option<u64>) -> Option<u64> {
+        match *self {
+            QueueLimit::Packets(_) => None,
+            QueueLimit::Bytes(b) => Some(b),
+            QueueLimit::Time(ns) => {
+                rate_bps.map(|r| (r as u128 * ns as u128 / 8 / 1_000_000_000) as u64)
+            }
+        }
+    }
+}
+
+/// Parses `1000p`, `256KiB`, `64kb`, `1500000b`, `20ms`.
+pub fn parse_queue(s: &str) -> Result<QueueLimit, String> {
+    let t = s.trim();
+    let bad = || format!("`{s}` is not a queue size (e.g. \"1000p\", \"256KiB\", \"20ms\")");
+    if let Some(n) = t.strip_suffix('p') {
+        let v: u32 = n.trim().parse().map_err(|_| bad())?;
+        if !(1..=TXQUEUELEN_MAX).contains(&v) {
+            return Err(format!("`{s}`: 1..={TXQUEUELEN_MAX} packets"));
+        }
+        return Ok(QueueLimit::Packets(v));
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    if matches!(unit.as_str(), "ns" | "us" | "ms" | "s") {
+        let ns = parse_duration_ns(t)?;
+        if ns == 0 {
+            return Err(format!("`{s}`: a queue of zero time holds nothing"));
+        }
+        return Ok(QueueLimit::Time(ns));
+    }
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let mult = match unit.as_str() {
+        "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        _ => return Err(bad()),
+    };
+    let b = v * mult;
+    if !(64.0..=1e10).contains(&b) {
+        return Err(format!("`{s}`: 64 B ..= 10 GB"));
+    }
+    Ok(QueueLimit::Bytes(b.round() as u64))
+}
+
+/// Parses a loss: `"1%"`, `0.01`, or `"gemodel P R [1-H [1-K]]"` (netem's
+/// order: P good→bad, R bad→good, 1−h loss in bad, 1−k loss in good).
+pub fn parse_loss_spec(s: &str) -> Result<(f64, Option<GeModel>), String> {
+    let t = s.trim();
+    let Some(rest) = t.strip_prefix("gemodel") else {
+        return parse_loss(t).map(|l| (l, None));
+    };
+    let v: Vec<f64> = rest
+        .split_whitespace()
+        .map(parse_loss)
+        .collect::<Result<_, _>>()?;
+    if !(2..=4).contains(&v.len()) {
+        return Err(format!(
+            "`{s}`: gemodel takes P R [1-H [1-K]] (e.g. \"gemodel 1% 25%\")"
+        ));
+    }
+    if v[1] == 0.0 {
+        return Err(format!(
+            "`{s}`: R (bad→good) 0 % never leaves the bad state"
+        ));
+    }
+    Ok((
+        0.0,
+        Some(GeModel {
+            p: v[0],
+            r: v[1],
+            loss_bad: v.get(2).copied().unwrap_or(1.0),
+            loss_good: v.get(3).copied().unwrap_or(0.0),
+        }),
+    ))
+}
+
+/// Parses a jitter law name.
+pub fn parse_dist(s: &str) -> Result<JitterDist, String> {
+    match s.trim() {
+        "uniform" => Ok(JitterDist::Uniform),
+        "normal" => Ok(JitterDist::Normal),
+        "pareto" => Ok(JitterDist::Pareto),
+        _ => Err(format!("`{s}`: distribution is uniform, normal or pareto")),
     }
 }
 
@@ -124,6 +367,9 @@ pub struct LinkSpec {
     pub offloads: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub impairment: Option<Impairment>,
+    /// The link's queue at each end; None = the node's `txqueuelen` packets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueLimit>,
 }
 
 impl LinkSpec {
@@ -134,6 +380,7 @@ impl LinkSpec {
             rate_bps: None,
             offloads: false,
             impairment: None,
+            queue: None,
         }
     }
 
@@ -217,6 +464,21 @@ impl TopologySpec {
             if let Some(d) = o.delay_ns {
                 l.impairment.get_or_insert_default().delay_ns = d;
             }
+        }
+    }
+
+    /// Gives every link the same impairment (the CLI's `--delay`,
+    /// `--jitter`, `--loss`, …), replacing what a file said.
+    pub fn impair_all(&mut self, imp: &Impairment) {
+        for l in &mut self.links {
+            l.impairment = (!imp.is_none()).then_some(*imp);
+        }
+    }
+
+    /// Gives every link the same queue (the CLI's `--queue`).
+    pub fn queue_all(&mut self, q: QueueLimit) {
+        for l in &mut self.links {
+            l.queue = Some(q);
         }
     }
 
@@ -320,18 +582,17 @@ impl TopologySpec {
                 }
             }
             if let Some(imp) = &l.impairment {
-                if !(0.0..=1.0).contains(&imp.loss) || imp.loss.is_nan() {
-                    return Err((
-                        Loc::Link(i, "loss"),
-                        format!("link {}: loss must be 0..100 %", l.label()),
-                    ));
-                }
-                if imp.jitter_ns > 0 && imp.delay_ns == 0 {
-                    return Err((
-                        Loc::Link(i, "jitter"),
-                        format!("link {}: jitter needs a delay", l.label()),
-                    ));
-                }
+                imp.check()
+                    .map_err(|(f, m)| (Loc::Link(i, f), format!("link {}: {m}", l.label())))?;
+            }
+            if l.queue.is_some() && l.rate_bps.is_none() {
+                return Err((
+                    Loc::Link(i, "queue"),
+                    format!(
+                        "link {}: a queue fills only behind a rate; give the link a rate",
+                        l.label()
+                    ),
+                ));
             }
         }
         // A bridged segment has one MTU: a bridge silently drops frames larger
@@ -611,7 +872,7 @@ pub fn format_rate(bps: u64) -> String {
     format!("{bps}bit")
 }
 
-/// Parses a duration for netem: `10ms`, `250us`, `1s`, `0.5ms`.
+/// Parses a duration: `10ms`, `250us`, `1s`, `0.5ms`.
 pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
     let split = t
@@ -682,6 +943,11 @@ struct RawLinkSettings {
     delay: Option<toml::Spanned<String>>,
     jitter: Option<toml::Spanned<String>>,
     loss: Option<toml::Spanned<toml::Value>>,
+    distribution: Option<toml::Spanned<String>>,
+    reorder: Option<toml::Spanned<toml::Value>>,
+    duplicate: Option<toml::Spanned<toml::Value>>,
+    corrupt: Option<toml::Spanned<toml::Value>>,
+    queue: Option<toml::Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -694,6 +960,11 @@ struct RawLink {
     delay: Option<toml::Spanned<String>>,
     jitter: Option<toml::Spanned<String>>,
     loss: Option<toml::Spanned<toml::Value>>,
+    distribution: Option<toml::Spanned<String>>,
+    reorder: Option<toml::Spanned<toml::Value>>,
+    duplicate: Option<toml::Spanned<toml::Value>>,
+    corrupt: Option<toml::Spanned<toml::Value>>,
+    queue: Option<toml::Spanned<String>>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -850,13 +1121,41 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
         }
         if let Some(lo) = settings.iter().find_map(|s| s.loss) {
             spans.insert("loss", lo.span().start);
-            imp.loss = match lo.get_ref() {
-                toml::Value::String(s) => parse_loss(s),
-                toml::Value::Float(f) => parse_loss(&f.to_string()),
-                toml::Value::Integer(i) => parse_loss(&i.to_string()),
-                _ => Err("loss must be like \"0.5%\" or a fraction".to_string()),
+            (imp.loss, imp.gemodel) = parse_loss_spec(&value_text(lo.get_ref()))
+                .map_err(|m| ferr(lo.span().start, "loss", m))?;
+        }
+        if let Some(d) = settings.iter().find_map(|s| s.distribution) {
+            spans.insert("distribution", d.span().start);
+            imp.dist =
+                parse_dist(d.get_ref()).map_err(|m| ferr(d.span().start, "distribution", m))?;
+        }
+        for (field, value, slot) in [
+            (
+                "reorder",
+                settings.iter().find_map(|s| s.reorder),
+                &mut imp.reorder,
+            ),
+            (
+                "duplicate",
+                settings.iter().find_map(|s| s.duplicate),
+                &mut imp.duplicate,
+            ),
+            (
+                "corrupt",
+                settings.iter().find_map(|s| s.corrupt),
+                &mut imp.corrupt,
+            ),
+        ] {
+            if let Some(v) = value {
+                spans.insert(field, v.span().start);
+                *slot = parse_loss(&value_text(v.get_ref()))
+                    .map_err(|m| ferr(v.span().start, field, m))?;
             }
-            .map_err(|m| ferr(lo.span().start, "loss", m))?;
+        }
+        if let Some(q) = settings.iter().find_map(|s| s.queue) {
+            spans.insert("queue", q.span().start);
+            link.queue =
+                Some(parse_queue(q.get_ref()).map_err(|m| ferr(q.span().start, "queue", m))?);
         }
         if !imp.is_none() {
             link.impairment = Some(imp);
@@ -895,6 +1194,11 @@ struct RawRef<'a> {
     delay: Option<&'a toml::Spanned<String>>,
     jitter: Option<&'a toml::Spanned<String>>,
     loss: Option<&'a toml::Spanned<toml::Value>>,
+    distribution: Option<&'a toml::Spanned<String>>,
+    reorder: Option<&'a toml::Spanned<toml::Value>>,
+    duplicate: Option<&'a toml::Spanned<toml::Value>>,
+    corrupt: Option<&'a toml::Spanned<toml::Value>>,
+    queue: Option<&'a toml::Spanned<String>>,
 }
 
 impl<'a> RawRef<'a> {
@@ -906,6 +1210,11 @@ impl<'a> RawRef<'a> {
             delay: l.delay.as_ref(),
             jitter: l.jitter.as_ref(),
             loss: l.loss.as_ref(),
+            distribution: l.distribution.as_ref(),
+            reorder: l.reorder.as_ref(),
+            duplicate: l.duplicate.as_ref(),
+            corrupt: l.corrupt.as_ref(),
+            queue: l.queue.as_ref(),
         }
     }
     fn from_defaults(l: &'a RawLinkSettings) -> Self {
@@ -916,7 +1225,20 @@ impl<'a> RawRef<'a> {
             delay: l.delay.as_ref(),
             jitter: l.jitter.as_ref(),
             loss: l.loss.as_ref(),
+            distribution: l.distribution.as_ref(),
+            reorder: l.reorder.as_ref(),
+            duplicate: l.duplicate.as_ref(),
+            corrupt: l.corrupt.as_ref(),
+            queue: l.queue.as_ref(),
         }
+    }
+}
+
+/// A probability written as a string (`"1%"`) or a number (`0.01`).
+fn value_text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 

@@ -14,7 +14,9 @@ use crate::error::TestbedError;
 use crate::plan::{ns_prefix, NodePlan, Plan, BRIDGE};
 use crate::probe::{DfOutcome, ProbePair, V4_OVERHEAD, V6_OVERHEAD};
 use crate::signal;
-use crate::spec::{check_testbed_name, names_of, NodeKind, TopologySpec};
+use crate::spec::{
+    check_testbed_name, format_rate, names_of, LinkSpec, NodeKind, QueueLimit, TopologySpec,
+};
 use crate::sys::{self, in_netns, run, run_input, Tools};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -47,6 +49,99 @@ struct State {
     created_unix_s: u64,
     spec: TopologySpec,
     plan: Plan,
+    /// How each link is made (index = link); empty in state files written
+    /// before the emulator existed.
+    #[serde(default)]
+    backends: Vec<LinkBackend>,
+}
+
+/// How one link is made, chosen per link at `up` (docs/testbed.md, "Link
+/// backends"); `status` and every run's environment say which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkBackend {
+    /// A bare veth pair: as fast as the CPU forwards, no timing.
+    Veth,
+    /// Token bucket only (rate exact, no serialisation delay): links faster
+    /// than the emulator holds, or with offloads on.
+    Tbf,
+    /// Token bucket at both ends (rate, host queue) and the user-space
+    /// emulator on the wire (serialisation, delay, impairments).
+    TbfEmulator,
+    /// Token bucket and the kernel's netem (impairments where the emulator
+    /// cannot go: offloads on, or a rate above its limit).
+    Netem,
+}
+
+impl LinkBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkBackend::Veth => "veth",
+            LinkBackend::Tbf => "tbf",
+            LinkBackend::TbfEmulator => "tbf+emulator",
+            LinkBackend::Netem => "netem",
+        }
+    }
+}
+
+/// The fastest link the user-space emulator is trusted to hold on every
+/// frame size; faster links get tbf alone (docs/testbed.md, measured by
+/// bench/link_emulator.sh).
+pub const EMULATOR_MAX_BPS: u64 = 1_000_000_000;
+
+/// Picks the backend of one link; an error when nothing on this kernel
+/// does what the link asks.
+pub fn choose_backend(l: &LinkSpec, netem: bool) -> Result<LinkBackend, TestbedError> {
+    let imp = l.impairment.is_some_and(|i| !i.is_none());
+    let fast = l.rate_bps.is_some_and(|r| r > EMULATOR_MAX_BPS);
+    if !imp && l.rate_bps.is_none() {
+        return Ok(LinkBackend::Veth);
+    }
+    if !l.offloads && !fast {
+        return Ok(LinkBackend::TbfEmulator);
+    }
+    if !imp {
+        return Ok(LinkBackend::Tbf);
+    }
+    if netem {
+        return Ok(LinkBackend::Netem);
+    }
+    let why = if l.offloads {
+        "offloads are on (the user-space emulator carries frames, not GSO super-packets; set offloads = false)".to_string()
+    } else {
+        format!(
+            "its rate is above the {} the user-space emulator holds",
+            format_rate(EMULATOR_MAX_BPS)
+        )
+    };
+    Err(TestbedError::NoNetem {
+        link: l.label(),
+        what: format!("delay/jitter/loss while {why}"),
+    })
+}
+
+/// Interface names of the wire's two ends in a link's namespace: `wire0`
+/// toward the link's first endpoint, `wire1` toward the second.
+pub const EMU_ENDS: [&str; 2] = ["wire0", "wire1"];
+
+/// Frames the emulator queues per direction before dropping.
+const EMULATOR_QUEUE_FRAMES: usize = 1000;
+
+/// A seed per link and build, so two links never draw the same losses.
+fn seed_for(name: &str, li: usize) -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    name.bytes().fold(
+        t ^ (li as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3),
+    )
+}
+
+/// Namespace of link `li`'s emulator: `_` never occurs in a node name.
+pub fn link_netns(testbed: &str, li: usize) -> String {
+    format!("{}_l{li}", ns_prefix(testbed))
 }
 
 /// An emulated test-bed that is up (or being built by this process).
@@ -55,6 +150,7 @@ pub struct Testbed {
     name: String,
     spec: TopologySpec,
     plan: Plan,
+    backends: Vec<LinkBackend>,
     tools: Tools,
 }
 
@@ -295,6 +391,9 @@ struct Shaping<'a> {
     queue_len: u32,
     /// The node's forwarding cap, packets/s (routers only).
     forward_pps: Option<u64>,
+    /// The link's own queue size, instead of `queue_len` packets.
+    queue: Option<QueueLimit>,
+    /// Given to netem (the emulator's impairments are not qdiscs).
     imp: Option<&'a crate::spec::Impairment>,
 }
 
@@ -329,24 +428,7 @@ fn pps_burst_packets(pps: u64) -> u64 {
 /// (delay/jitter/loss; its own limit) when the link has an impairment.
 fn qdisc_lines(dev: &str, sh: &Shaping) -> Vec<String> {
     let mut v = Vec::new();
-    let netem = sh.imp.filter(|i| !i.is_none()).map(|i| {
-        let mut s = String::from("netem limit 100000");
-        if i.delay_ns > 0 {
-            let _ = write!(s, " delay {}us", i.delay_ns / 1000);
-            if i.jitter_ns > 0 {
-                let _ = write!(s, " {}us", i.jitter_ns / 1000);
-            }
-        }
-        if i.loss > 0.0 {
-            let pct = format!("{:.6}", i.loss * 100.0);
-            let _ = write!(
-                s,
-                " loss {}%",
-                pct.trim_end_matches('0').trim_end_matches('.')
-            );
-        }
-        s
-    });
+    let netem = sh.imp.filter(|i| !i.is_none()).map(|i| i.netem_line());
     let mtu = sh.mtu;
     let mut parent: Option<&str> = None;
     if let Some(r) = sh.rate {
@@ -382,10 +464,16 @@ fn qdisc_lines(dev: &str, sh: &Shaping) -> Vec<String> {
     }
     match (parent, netem) {
         (Some(p), Some(n)) => v.push(format!("qdisc add dev {dev} {p} {n}")),
-        (Some(p), None) => v.push(format!(
-            "qdisc add dev {dev} {p} pfifo limit {}",
-            sh.queue_len
-        )),
+        (Some(p), None) => v.push(match sh.queue.and_then(|q| q.bytes_at(sh.rate)) {
+            Some(b) => format!("qdisc add dev {dev} {p} bfifo limit {b}"),
+            None => {
+                let n = match sh.queue {
+                    Some(QueueLimit::Packets(n)) => n,
+                    _ => sh.queue_len,
+                };
+                format!("qdisc add dev {dev} {p} pfifo limit {n}")
+            }
+        }),
         (None, Some(n)) => v.push(format!("qdisc replace dev {dev} root handle 1: {n}")),
         (None, None) => {}
     }
@@ -404,6 +492,7 @@ pub fn rate_qdisc_lines(dev: &str, rate_bps: u64, mtu: u32, queue_len: u32) -> V
             mtu,
             queue_len,
             forward_pps: None,
+            queue: None,
             imp: None,
         },
     )
@@ -433,18 +522,16 @@ impl Testbed {
         check_testbed_name(name)?;
         spec.validate()?;
         let plan = Plan::new(name, spec)?;
-        if let Some(l) = spec
+        let netem = spec
             .links
             .iter()
-            .find(|l| l.impairment.is_some_and(|i| !i.is_none()))
-        {
-            if !sys::netem_available() {
-                return Err(TestbedError::NoNetem {
-                    link: l.label(),
-                    what: "delay/jitter/loss".into(),
-                });
-            }
-        }
+            .any(|l| l.impairment.is_some_and(|i| !i.is_none()))
+            && sys::netem_available();
+        let backends = spec
+            .links
+            .iter()
+            .map(|l| choose_backend(l, netem))
+            .collect::<Result<Vec<_>, _>>()?;
         sys::check_privileges()?;
         let tools = Tools::find()?;
         let _lock = Lock::take()?;
@@ -453,6 +540,7 @@ impl Testbed {
             name: name.to_string(),
             spec: spec.clone(),
             plan,
+            backends,
             tools,
         };
         let built = (|| {
@@ -487,6 +575,7 @@ impl Testbed {
                 .unwrap_or(0),
             spec: self.spec.clone(),
             plan: self.plan.clone(),
+            backends: self.backends.clone(),
         }
     }
 
@@ -511,12 +600,23 @@ impl Testbed {
         }
         {
             let _s = signal::step();
-            let batch: String = plan
+            let mut batch: String = plan
                 .nodes
                 .iter()
                 .map(|n| format!("netns add {}\n", n.netns))
                 .collect();
+            for li in self.emulated() {
+                let _ = writeln!(batch, "netns add {}", link_netns(&self.name, li));
+            }
             self.ip_batch(None, &batch)?;
+        }
+        for li in self.emulated() {
+            let _s = signal::step();
+            in_netns(&link_netns(&self.name, li), || {
+                // The wire has no addresses and says nothing itself.
+                sys::write_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
+                sys::write_sysctl("net/ipv6/conf/default/disable_ipv6", "1")
+            })?;
         }
         for n in &plan.nodes {
             let _s = signal::step();
@@ -574,13 +674,41 @@ impl Testbed {
                         (np, f.name.clone())
                     })
                     .collect();
-                let _ = writeln!(
-                    batch,
-                    "link add {} netns {} type veth peer name {} netns {}",
-                    ends[0].1, ends[0].0.netns, ends[1].1, ends[1].0.netns
-                );
+                if self.backends[li] == LinkBackend::TbfEmulator {
+                    let wire = link_netns(&self.name, li);
+                    for (k, end) in ends.iter().enumerate() {
+                        let _ = writeln!(
+                            batch,
+                            "link add {} netns {} type veth peer name {} netns {wire}",
+                            end.1, end.0.netns, EMU_ENDS[k]
+                        );
+                    }
+                } else {
+                    let _ = writeln!(
+                        batch,
+                        "link add {} netns {} type veth peer name {} netns {}",
+                        ends[0].1, ends[0].0.netns, ends[1].1, ends[1].0.netns
+                    );
+                }
             }
             self.ip_batch(None, &batch)?;
+        }
+        for li in self.emulated() {
+            let _s = signal::step();
+            let wire = link_netns(&self.name, li);
+            let mtu = self.spec.links[li].mtu;
+            let mut b = String::from("link set lo up\n");
+            for e in EMU_ENDS {
+                let _ = writeln!(b, "link set dev {e} mtu {mtu} up");
+            }
+            self.ip_batch(Some(&wire), &b)?;
+            let ethtool = self.tools.ethtool.clone();
+            in_netns(&wire, move || {
+                for e in EMU_ENDS {
+                    set_offloads(&ethtool, e, false)?;
+                }
+                Ok(())
+            })?;
         }
         for n in &plan.nodes {
             let _s = signal::step();
@@ -619,10 +747,21 @@ impl Testbed {
         for n in &plan.nodes {
             let _s = signal::step();
             let ethtool = self.tools.ethtool.clone();
-            let ifaces = n.ifaces.clone();
+            let ifaces: Vec<(crate::plan::IfacePlan, bool)> = n
+                .ifaces
+                .iter()
+                .map(|f| (f.clone(), self.backends[f.link] == LinkBackend::TbfEmulator))
+                .collect();
             in_netns(&n.netns, move || {
-                for f in &ifaces {
+                for (f, emulated) in &ifaces {
                     set_offloads(&ethtool, &f.name, f.offloads)?;
+                    if *emulated {
+                        // veth leaves checksums to be finished by the
+                        // receiver (CHECKSUM_PARTIAL) only while the skb
+                        // stays one; a frame the emulator reads as bytes
+                        // and writes again would arrive with a wrong one.
+                        run(Command::new(&ethtool).args(["-K", &f.name, "tx", "off"]))?;
+                    }
                 }
                 Ok(())
             })?;
@@ -637,7 +776,10 @@ impl Testbed {
                     mtu: f.mtu,
                     queue_len: node.queue_len(),
                     forward_pps: node.forward_pps,
-                    imp: self.spec.links[f.link].impairment.as_ref(),
+                    queue: self.spec.links[f.link].queue,
+                    imp: (self.backends[f.link] == LinkBackend::Netem)
+                        .then_some(self.spec.links[f.link].impairment.as_ref())
+                        .flatten(),
                 };
                 for line in qdisc_lines(&f.name, &sh) {
                     b.push_str(&line);
@@ -649,6 +791,10 @@ impl Testbed {
                 c.args(["-n", &n.netns, "-batch", "-"]);
                 run_input(&mut c, Some(&b))?;
             }
+        }
+        for li in self.emulated() {
+            let _s = signal::step();
+            self.start_emulator(li)?;
         }
         {
             let _s = signal::step();
@@ -664,6 +810,34 @@ impl Testbed {
         }
         let _s = signal::step();
         write_state(&self.state(true))
+    }
+
+    /// Links made with the user-space emulator.
+    fn emulated(&self) -> Vec<usize> {
+        (0..self.backends.len())
+            .filter(|&li| self.backends[li] == LinkBackend::TbfEmulator)
+            .collect()
+    }
+
+    /// Starts the forwarding process of link `li` in its namespace.
+    fn start_emulator(&self, li: usize) -> Result<(), TestbedError> {
+        let l = &self.spec.links[li];
+        let imp = l.impairment.unwrap_or_default();
+        // The token bucket in front holds the host's queue; the wire's own
+        // queue only ever holds the bucket's burst, so it is sized to never
+        // drop what the bucket lets through.
+        let queue = EMULATOR_QUEUE_FRAMES;
+        let seed = seed_for(&self.name, li);
+        let wires = [
+            crate::emu::Wire::new(l.rate_bps, imp, queue, seed),
+            crate::emu::Wire::new(l.rate_bps, imp, queue, seed ^ 0x5555_5555_5555_5555),
+        ];
+        let mtu = l.mtu;
+        in_netns(&link_netns(&self.name, li), move || {
+            crate::emu_run::Emulator::open(EMU_ENDS, wires, mtu)?.spawn()
+        })
+        .map(|_| ())
+        .map_err(|e| TestbedError::Probe(format!("link {}: emulator: {e}", l.label())))
     }
 
     /// An existing, complete test-bed, from its state file.
@@ -694,10 +868,24 @@ impl Testbed {
                 ),
             });
         }
+        let backends = if st.backends.len() == st.spec.links.len() {
+            st.backends
+        } else {
+            st.spec
+                .links
+                .iter()
+                .map(|l| match (l.rate_bps, l.impairment) {
+                    (None, None) => LinkBackend::Veth,
+                    (_, Some(_)) => LinkBackend::Netem,
+                    (Some(_), None) => LinkBackend::Tbf,
+                })
+                .collect()
+        };
         Ok(Testbed {
             name: st.name,
             spec: st.spec,
             plan: st.plan,
+            backends,
             tools: Tools::find()?,
         })
     }
@@ -728,6 +916,11 @@ impl Testbed {
     /// The computed plan: namespaces, interfaces, addresses, routes.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// How each link is made, in link order.
+    pub fn backends(&self) -> &[LinkBackend] {
+        &self.backends
     }
 
     pub fn hosts(&self) -> Vec<String> {
@@ -1063,6 +1256,7 @@ mod tests {
             mtu,
             queue_len: 1000,
             forward_pps: pps,
+            queue: None,
             imp,
         };
         let v = qdisc_lines("eth0", &sh(Some(100_000_000), 1500, None, None));
@@ -1084,10 +1278,11 @@ mod tests {
             delay_ns: 10_000_000,
             jitter_ns: 1_000_000,
             loss: 0.005,
+            ..Default::default()
         };
         let v = qdisc_lines("eth0", &sh(Some(10_000_000), 1500, None, Some(&imp)));
         assert_eq!(v.len(), 2);
-        assert_eq!(v[1], "qdisc add dev eth0 parent 1:1 handle 10: netem limit 100000 delay 10000us 1000us loss 0.5%");
+        assert_eq!(v[1], "qdisc add dev eth0 parent 1:1 handle 10: netem limit 100000 delay 10000us 1000us distribution uniform loss 0.5%");
         let v = qdisc_lines("eth0", &sh(None, 1500, None, Some(&imp)));
         assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: netem"));
         assert!(qdisc_lines("eth0", &sh(None, 1500, None, None)).is_empty());

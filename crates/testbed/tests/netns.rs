@@ -876,9 +876,13 @@ fn sigterm_during_up_removes_what_was_built() {
     assert_eq!(leftovers(name), Vec::<String>::new());
 }
 
+/// The user-space emulator carries frames, not GSO super-packets: a link
+/// with offloads on and a delay needs netem; where the kernel lacks it,
+/// `up` stops before creating anything. Offloads off, the same link uses
+/// the emulator (see `delay_and_loss_without_netem`).
 #[test]
-fn delay_needs_netem_and_fails_before_creating_anything() {
-    if !root("delay_needs_netem_and_fails_before_creating_anything") {
+fn delay_with_offloads_on_needs_netem_and_fails_before_creating_anything() {
+    if !root("delay_with_offloads_on_needs_netem_and_fails_before_creating_anything") {
         return;
     }
     let _g = heavy();
@@ -896,19 +900,28 @@ endpoints = ["a", "b"]
 rate = "10mbit"
 delay = "20ms"
 loss = "0%"
+offloads = true
 "#;
     let spec = parse_topology(text, Path::new("netem.toml"), &LinkOpts::default()).unwrap();
     assert_eq!(spec.links[0].impairment.unwrap().delay_ns, 20_000_000);
+    let mut plain = spec.clone();
+    plain.links[0].offloads = false;
+    assert_eq!(
+        testbed::choose_backend(&plain.links[0], false).unwrap(),
+        testbed::LinkBackend::TbfEmulator
+    );
     if !sys::netem_available() {
         let e = Testbed::up(name, &spec).unwrap_err();
         assert!(matches!(e, TestbedError::NoNetem { .. }), "{e}");
         assert!(e.to_string().contains("sch_netem"), "{e}");
+        assert!(e.to_string().contains("offloads"), "{e}");
         eprintln!("this kernel has no netem: {e}");
         assert_eq!(leftovers(name), Vec::<String>::new());
         return;
     }
     // Where the kernel has netem: 20 ms each way.
     let tb = Testbed::up(name, &spec).unwrap();
+    assert_eq!(tb.backends(), [testbed::LinkBackend::Netem]);
     let rtt = tb.echo("a", "b", false).unwrap().expect("echo");
     assert!(rtt >= Duration::from_millis(40), "{rtt:?}");
     tb.down().unwrap();
@@ -933,4 +946,224 @@ fn shipped_topology_files_are_valid() {
     let plan = Plan::new("t", &spec).unwrap();
     assert_eq!(plan.expected_path_mtu("h1", "remote", false), Some(1500));
     assert_eq!(plan.expected_path_mtu("h1", "h2", true), Some(9000));
+}
+
+/// Realtime clock in ns, the clock the kernel stamps received datagrams with.
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// Pids of the processes in a namespace (`ip netns pids`).
+fn netns_pids(ns: &str) -> Vec<i32> {
+    let out = Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Whether a process runs (a zombie waiting for a reaper does not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|r| r.trim_start().chars().next()))
+        .flatten()
+        .is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+/// Waits up to 2 s for `pids` to end (SIGKILL is not instantaneous).
+fn all_end(pids: &[i32]) -> bool {
+    let end = Instant::now() + Duration::from_secs(2);
+    while pids.iter().any(|&p| alive(p)) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pids.iter().all(|&p| !alive(p))
+}
+
+/// One-way delays (ns) of `n` datagrams of `payload` bytes sent `gap` apart
+/// from a to b, and how many were lost.
+fn one_way(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> (Vec<u64>, usize) {
+    let (rx, tx) = udp_pair(tb, Duration::from_millis(300));
+    socket_opt(&rx, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut buf = vec![0u8; payload];
+        let start = Instant::now();
+        for i in 0..n {
+            // Absolute deadlines: a late send does not push the rest.
+            let due = start + gap * i as u32;
+            if let Some(d) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d);
+            }
+            buf[..8].copy_from_slice(&realtime_ns().to_le_bytes());
+            let _ = tx.send(&buf);
+        }
+    });
+    let mut buf = vec![0u8; 65536];
+    let mut delays = Vec::with_capacity(n);
+    let end = Instant::now() + gap * n as u32 + Duration::from_secs(10);
+    while Instant::now() < end {
+        match recv_ts(&rx, &mut buf) {
+            Some((len, ts)) if len == payload => {
+                let sent = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                delays.push(ts.saturating_sub(sent));
+            }
+            Some(_) => {}
+            None if sender.is_finished() => break,
+            None => {}
+        }
+    }
+    sender.join().unwrap();
+    let lost = n - delays.len().min(n);
+    (delays, lost)
+}
+
+/// Issue 23, L1: a lone 1518 B frame crosses each 100 Mbit/s hop in its
+/// serialisation time (1538 B on the wire: 123.04 µs), as on Ethernet, not
+/// at once as through a token bucket with credit.
+#[test]
+fn a_lone_frame_takes_its_wire_time_on_every_hop() {
+    if !root("a_lone_frame_takes_its_wire_time_on_every_hop") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tlwire";
+    let _ = remove(name);
+    let o = LinkOpts {
+        rate_bps: Some(100_000_000),
+        ..Default::default()
+    };
+    let tb = Testbed::up(name, &preset("router", &o).unwrap()).unwrap();
+    assert_eq!(
+        tb.backends(),
+        [
+            testbed::LinkBackend::TbfEmulator,
+            testbed::LinkBackend::TbfEmulator
+        ]
+    );
+    // 1472 B of UDP payload is a 1518 B frame (1514 B without FCS).
+    let model = 2.0 * 1538.0 * 8.0 / 100e6 * 1e9;
+    let (d, lost) = one_way(&tb, 1472, 100, Duration::from_millis(20));
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+    assert_eq!(lost, 0);
+    let min = *d.iter().min().unwrap() as f64;
+    let mut s = d.clone();
+    s.sort_unstable();
+    eprintln!(
+        "lone 1518 B frame over 2 x 100 Mbit/s: one-way min {:.1} us, p50 {:.1} us (model {:.1} us)",
+        min / 1e3,
+        s[s.len() / 2] as f64 / 1e3,
+        model / 1e3
+    );
+    // No frame is faster than the wire; the fastest is close to it.
+    assert!(min >= 0.999 * model, "{min} < {model}");
+    assert!(min <= 1.30 * model, "{min} > 1.3 x {model}");
+}
+
+fn delay_loss_spec(extra: &str) -> TopologySpec {
+    let text = format!(
+        r#"
+[[node]]
+name = "a"
+kind = "host"
+[[node]]
+name = "r1"
+kind = "router"
+[[node]]
+name = "b"
+kind = "host"
+[[link]]
+endpoints = ["a", "r1"]
+rate = "100mbit"
+[[link]]
+endpoints = ["r1", "b"]
+rate = "100mbit"
+delay = "20ms"
+{extra}
+"#
+    );
+    parse_topology(&text, Path::new("delay.toml"), &LinkOpts::default()).unwrap()
+}
+
+/// Issue 23, L3: delay and loss on a kernel without netem. 5 000 probes at
+/// 1 000/s: mean one-way delay 20 ms plus two frame times, loss within its
+/// binomial range (50 expected, sd 7).
+#[test]
+fn delay_and_loss_without_netem() {
+    if !root("delay_and_loss_without_netem") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tldelay";
+    let _ = remove(name);
+    let tb = Testbed::up(name, &delay_loss_spec("loss = \"1%\"")).unwrap();
+    let (d, lost) = one_way(&tb, 64, 5000, Duration::from_millis(1));
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+    let mean = d.iter().sum::<u64>() as f64 / d.len() as f64 / 1e6;
+    let loss = lost as f64 / 5000.0 * 100.0;
+    let mut s = d.clone();
+    s.sort_unstable();
+    let q = |f: f64| s[((s.len() - 1) as f64 * f) as usize] as f64 / 1e6;
+    eprintln!(
+        "delay 20 ms, loss 1 %: mean one-way {mean:.3} ms (min {:.3}, p50 {:.3}, p99 {:.3}, max {:.3}), loss {loss:.2} %",
+        q(0.0),
+        q(0.5),
+        q(0.99),
+        q(1.0)
+    );
+    assert!((20.0..=20.4).contains(&mean), "{mean}");
+    assert!((0.55..=1.45).contains(&loss), "{loss}");
+    // Nothing arrives before the delay and the two frame times.
+    assert!(*d.iter().min().unwrap() >= 20_000_000);
+}
+
+/// The emulator is a process in the link's namespace: `down` ends it, and
+/// so does the loss of its interfaces (their namespaces deleted by hand).
+#[test]
+fn emulators_end_with_their_testbed_and_their_interfaces() {
+    if !root("emulators_end_with_their_testbed_and_their_interfaces") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tlgone";
+    let _ = remove(name);
+    let tb = Testbed::up(name, &delay_loss_spec("")).unwrap();
+    let pids: Vec<i32> = (0..2)
+        .flat_map(|li| netns_pids(&testbed::link_netns(name, li)))
+        .collect();
+    assert_eq!(pids.len(), 2, "one emulator per link: {pids:?}");
+    tb.down().unwrap();
+    assert!(all_end(&pids), "{pids:?} outlived down");
+    assert_eq!(leftovers(name), Vec::<String>::new());
+    // Interfaces gone under a running emulator: it notices and exits.
+    let tb = Testbed::up(name, &delay_loss_spec("")).unwrap();
+    let pids = netns_pids(&testbed::link_netns(name, 1));
+    assert_eq!(pids.len(), 1);
+    for n in ["r1", "b"] {
+        let ns = tb.netns(n).unwrap();
+        assert!(Command::new("ip")
+            .args(["netns", "del", &ns])
+            .status()
+            .unwrap()
+            .success());
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while alive(pids[0]) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let gone = !alive(pids[0]);
+    remove(name).unwrap();
+    assert!(
+        gone,
+        "emulator {} kept running without its interfaces",
+        pids[0]
+    );
+    assert_eq!(leftovers(name), Vec::<String>::new());
 }

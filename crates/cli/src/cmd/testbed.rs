@@ -15,8 +15,14 @@ or a TOML topology file (hosts, routers, switches, links with their own MTU,
 rate and offloads; see docs/testbed.md). Every link gets 10.0.N.0/24 and
 fd00:0:0:N::/64; node names resolve inside every node.
 
+A rated link takes each frame's serialisation time (wire bytes x 8 / rate)
+like Ethernet, and delay, jitter and loss work on any kernel: a user-space
+link emulator in the link's own namespace does them (`status` names each
+link's backend).
+
 Examples:
   wirebench testbed up router --rate 100mbit --mtu 1500
+  wirebench testbed up router --rate 100mbit --delay 20ms --jitter 2ms --loss 1%
   wirebench testbed check
   wirebench testbed exec a -- wirebench send -a b -C 1000 -c 1408 -t 5000
   wirebench testbed status --counters
@@ -29,7 +35,7 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 pub enum Sub {
     /// Build a test-bed (replacing an earlier one of the same name).
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// Show nodes, interfaces, addresses, MTUs, rates and offloads.
     Status(StatusArgs),
     /// Check that every host reaches every host over IPv4 and IPv6, and measure each path MTU.
@@ -72,6 +78,90 @@ pub struct UpArgs {
     /// (default 1000, like a NIC's txqueuelen); overrides the file.
     #[arg(long, value_name = "N")]
     pub txqueuelen: Option<u32>,
+    /// Propagation delay of every link, each way, e.g. 20ms, 250us. With
+    /// any of the impairment flags, every link gets exactly the flags given
+    /// (the file's delay/jitter/loss/... are replaced). Works on any
+    /// kernel: the user-space link emulator does it (docs/testbed.md).
+    #[arg(long, value_name = "TIME", help_heading = "Impairments")]
+    pub delay: Option<String>,
+    /// Jitter added to the delay (needs --delay), e.g. 2ms.
+    #[arg(long, value_name = "TIME", help_heading = "Impairments")]
+    pub jitter: Option<String>,
+    /// Law of the jitter: uniform (delay ± jitter), normal or pareto
+    /// (jitter = standard deviation).
+    #[arg(long, value_name = "LAW", help_heading = "Impairments")]
+    pub distribution: Option<String>,
+    /// Frame loss each way: "1%", or Gilbert-Elliott bursts
+    /// "gemodel P R [1-H [1-K]]" (netem's order, e.g. "gemodel 1% 25%").
+    #[arg(long, value_name = "LOSS", help_heading = "Impairments")]
+    pub loss: Option<String>,
+    /// Fraction of frames delivered after the frame behind them, e.g. 1%.
+    #[arg(long, value_name = "PCT", help_heading = "Impairments")]
+    pub reorder: Option<String>,
+    /// Fraction of frames delivered twice.
+    #[arg(long, value_name = "PCT", help_heading = "Impairments")]
+    pub duplicate: Option<String>,
+    /// Fraction of frames with one bit flipped past the Ethernet header.
+    #[arg(long, value_name = "PCT", help_heading = "Impairments")]
+    pub corrupt: Option<String>,
+    /// Drop-tail queue at each end of every rated link: packets (1000p),
+    /// bytes (256KiB) or time at the link rate (20ms); overrides txqueuelen.
+    #[arg(long, value_name = "SIZE")]
+    pub queue: Option<String>,
+}
+
+impl UpArgs {
+    /// The impairment the flags ask for; None when no flag is given.
+    fn impairment(&self) -> anyhow::Result<Option<tb::Impairment>> {
+        let given = [
+            &self.delay,
+            &self.jitter,
+            &self.distribution,
+            &self.loss,
+            &self.reorder,
+            &self.duplicate,
+            &self.corrupt,
+        ]
+        .iter()
+        .any(|f| f.is_some());
+        if !given {
+            return Ok(None);
+        }
+        let time = |flag: &str, v: &Option<String>| -> anyhow::Result<u64> {
+            v.as_deref()
+                .map(|t| tb::parse_duration_ns(t).map_err(|e| bad_input(format!("--{flag}: {e}"))))
+                .unwrap_or(Ok(0))
+        };
+        let frac = |flag: &str, v: &Option<String>| -> anyhow::Result<f64> {
+            match v.as_deref() {
+                None => Ok(0.0),
+                Some(t) => match tb::parse_loss_spec(t) {
+                    Ok((p, None)) => Ok(p),
+                    Ok(_) => Err(bad_input(format!("--{flag}: a fraction like 1%"))),
+                    Err(e) => Err(bad_input(format!("--{flag}: {e}"))),
+                },
+            }
+        };
+        let mut imp = tb::Impairment {
+            delay_ns: time("delay", &self.delay)?,
+            jitter_ns: time("jitter", &self.jitter)?,
+            reorder: frac("reorder", &self.reorder)?,
+            duplicate: frac("duplicate", &self.duplicate)?,
+            corrupt: frac("corrupt", &self.corrupt)?,
+            ..Default::default()
+        };
+        if let Some(l) = &self.loss {
+            (imp.loss, imp.gemodel) =
+                tb::parse_loss_spec(l).map_err(|e| bad_input(format!("--loss: {e}")))?;
+        }
+        if let Some(d) = &self.distribution {
+            imp.dist =
+                tb::spec::parse_dist(d).map_err(|e| bad_input(format!("--distribution: {e}")))?;
+        }
+        imp.check()
+            .map_err(|(f, m)| bad_input(format!("--{f}: {m}")))?;
+        Ok(Some(imp))
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -123,7 +213,7 @@ fn map(e: TestbedError) -> anyhow::Error {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.cmd {
-        Sub::Up(a) => up(a),
+        Sub::Up(a) => up(*a),
         Sub::Status(a) => status(a),
         Sub::Check(a) => check(a),
         Sub::Exec(a) => exec(a),
@@ -175,7 +265,12 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         txqueuelen: a.txqueuelen,
         ..LinkOpts::default()
     };
-    let spec = if PRESETS.contains(&a.topology.as_str()) {
+    let imp = a.impairment()?;
+    let queue = match &a.queue {
+        Some(q) => Some(tb::parse_queue(q).map_err(|e| bad_input(format!("--queue: {e}")))?),
+        None => None,
+    };
+    let mut spec = if PRESETS.contains(&a.topology.as_str()) {
         tb::preset(&a.topology, &o).map_err(map)?
     } else if Path::new(&a.topology).exists() || a.topology.ends_with(".toml") {
         tb::load_file(Path::new(&a.topology), &o).map_err(map)?
@@ -186,6 +281,13 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
             PRESETS.join(", ")
         )));
     };
+    if let Some(i) = &imp {
+        spec.impair_all(i);
+    }
+    if let Some(q) = queue {
+        spec.queue_all(q);
+    }
+    spec.validate().map_err(map)?;
     tb::cleanup_on_signal()?;
     let replacing = tb::exists(&a.name);
     let t = Testbed::up(&a.name, &spec).map_err(map)?;
@@ -312,6 +414,57 @@ fn print_plan(
     if !routers.is_empty() {
         println!("routers (forwarding on): {}", routers.join(", "));
     }
+    for (li, l) in t.spec().links.iter().enumerate() {
+        let backend = t.backends().get(li).map(|b| b.as_str()).unwrap_or("?");
+        println!("link {}: {backend}{}", l.label(), link_detail(l));
+    }
+}
+
+/// What a link does beyond its rate, for `status` (`, delay 20ms ± 2ms
+/// normal, loss 1%, queue 20ms`).
+fn link_detail(l: &tb::LinkSpec) -> String {
+    let mut s = String::new();
+    let ms = |ns: u64| format!("{}ms", ns as f64 / 1e6);
+    let pct = |p: f64| format!("{}%", (p * 1e6).round() / 1e4);
+    if let Some(r) = l.rate_bps {
+        s.push_str(&format!(", {}", format_rate(r)));
+    }
+    if let Some(i) = &l.impairment {
+        if i.delay_ns > 0 {
+            s.push_str(&format!(", delay {}", ms(i.delay_ns)));
+            if i.jitter_ns > 0 {
+                s.push_str(&format!(" ± {} {}", ms(i.jitter_ns), i.dist.as_str()));
+            }
+        }
+        if let Some(g) = i.gemodel {
+            s.push_str(&format!(
+                ", loss gemodel p {} r {} bad {} good {}",
+                pct(g.p),
+                pct(g.r),
+                pct(g.loss_bad),
+                pct(g.loss_good)
+            ));
+        } else if i.loss > 0.0 {
+            s.push_str(&format!(", loss {}", pct(i.loss)));
+        }
+        for (name, v) in [
+            ("reorder", i.reorder),
+            ("duplicate", i.duplicate),
+            ("corrupt", i.corrupt),
+        ] {
+            if v > 0.0 {
+                s.push_str(&format!(", {name} {}", pct(v)));
+            }
+        }
+    }
+    if let Some(q) = l.queue {
+        s.push_str(&match q {
+            tb::QueueLimit::Packets(n) => format!(", queue {n}p"),
+            tb::QueueLimit::Bytes(b) => format!(", queue {b} B"),
+            tb::QueueLimit::Time(ns) => format!(", queue {}", ms(ns)),
+        });
+    }
+    s
 }
 
 fn status(a: StatusArgs) -> anyhow::Result<()> {
@@ -327,6 +480,7 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
             "name": t.name(),
             "spec": t.spec(),
             "plan": t.plan(),
+            "backends": t.backends(),
             "live": live,
             "counters": counters,
         });
