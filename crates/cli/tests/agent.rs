@@ -8,7 +8,7 @@
 
 use std::process::Command;
 use std::time::Duration;
-use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Role, Transport};
+use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Role};
 
 mod common;
 use common::{free_port, BIN};
@@ -16,7 +16,7 @@ use common::{free_port, BIN};
 fn local(node: &str) -> AgentSpec {
     AgentSpec {
         node: node.into(),
-        transport: Transport::Local {
+        channel: Channel::Local {
             program: BIN.into(),
         },
         allow: Allow::default(),
@@ -128,7 +128,7 @@ fn a_missing_agent_binary_says_what_to_install() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let s = AgentSpec {
-        transport: Transport::Local { program: fake },
+        channel: Channel::Local { program: fake },
         ..local("b")
     };
     let e = AgentConn::connect(&s).err().expect("must fail");
@@ -190,7 +190,7 @@ impl Pair {
         let dev = if ns == self.a { "v0" } else { "v1" };
         AgentSpec {
             node: node.into(),
-            transport: Transport::Netns {
+            channel: Channel::Netns {
                 ns: ns.into(),
                 program: BIN.into(),
             },

@@ -8,13 +8,13 @@ use crate::ctl::{Ctl, Recv};
 use crate::live::Forward;
 use crate::plan::SessionPlan;
 use crate::recv::unmap;
-use crate::result::{FlowReport, ReportExtra};
 use crate::sys;
 use crate::EngineError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use wirebench_schema::result::{FlowReport, ReportExtra};
 use wirebench_wire::{ControlMsg, FlowSetup, Transport, CONTROL_VERSION};
 
 /// Clock-offset exchanges before the run; the one with the smallest round
