@@ -140,11 +140,6 @@ fn a_missing_agent_binary_says_what_to_install() {
     );
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn ip(args: &[&str]) {
     let st = Command::new("ip").args(args).status().unwrap();
     assert!(st.success(), "ip {args:?}");
@@ -225,10 +220,10 @@ fn wait_mtu(ns: &str, dev: &str, want: u32) -> u32 {
 
 #[test]
 fn netns_agents_change_mtu_and_restore_it_on_bye_eof_and_sigterm_and_probe_the_path() {
-    if !is_root() {
-        eprintln!(
-            "SKIP: netns_agents_change_mtu_and_restore_it... needs root (network namespaces)"
-        );
+    if !wirebench_testkit::can_run_as_root(
+        "netns_agents_change_mtu_and_restore_it_on_bye_eof_and_sigterm_and_probe_the_path",
+        "root (network namespaces)",
+    ) {
         return;
     }
     let p = Pair::new("m");
@@ -327,8 +322,10 @@ fn root_qdisc(ns: &str, dev: &str) -> (String, String, Option<u64>) {
 
 #[test]
 fn netns_agent_shapes_a_link_rate_and_puts_the_default_qdisc_back() {
-    if !is_root() {
-        eprintln!("SKIP: netns_agent_shapes_a_link_rate... needs root (network namespaces)");
+    if !wirebench_testkit::can_run_as_root(
+        "netns_agent_shapes_a_link_rate_and_puts_the_default_qdisc_back",
+        "root (network namespaces)",
+    ) {
         return;
     }
     let p = Pair::new("r");

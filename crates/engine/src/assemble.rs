@@ -42,9 +42,9 @@ pub(crate) struct DocInputs<'a> {
 pub(crate) fn assemble_doc(mut p: DocInputs) -> ResultDoc {
     let mut flows = Vec::new();
     // Each flow's summary moves from its report into its result (below), so
-    // what is read of the summaries across flows is read first. Copying
-    // them once held every flow's dists twice at the end of a session (some
-    // 5 KiB per flow at 60 flows, beside the report's own 8 KiB).
+    // what is read of the summaries across flows is read first: a copy
+    // would hold every flow's histograms twice at the end of a session
+    // (some 5 KiB per flow at 60 flows, beside the report's own 8 KiB).
     let received_packets: f64 = p
         .reports
         .iter()
@@ -71,7 +71,7 @@ pub(crate) fn assemble_doc(mut p: DocInputs) -> ResultDoc {
         let k = p.reports.iter().position(|r| r.flow_id == id);
         // Without the receiver's report nothing is known of what arrived:
         // the default summary's `lost`/`loss_ratio` are None (unknown),
-        // not 0 (a receiver killed mid-run once read as "lost 0").
+        // not 0: a receiver killed mid-run must not read as "lost 0".
         let s = k
             .map(|k| std::mem::take(&mut p.reports[k].summary))
             .unwrap_or_default();

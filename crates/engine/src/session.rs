@@ -225,7 +225,7 @@ pub(crate) fn collect_report(
 
 /// A report must cover every flow exactly once (ids 1..=n) and cannot
 /// claim more distinct packets than were sent: a receiver answering with no
-/// flows once made a run read "30 sent, 0 received, lost 0", exit 0.
+/// flows must not make a run read "30 sent, 0 received, lost 0", exit 0.
 fn check_report(reports: &[FlowReport], sent: &[u64]) -> Result<(), EngineError> {
     let bad = |m: String| {
         Err(EngineError::Protocol(format!(

@@ -89,8 +89,8 @@ impl Histogram {
                 _ => out.push((x, c)),
             }
         }
-        // Coarsening merges buckets: without this a fitted dist kept the
-        // room of the finer one it came from (up to twice its size, in
+        // Coarsening merges buckets: without this a fitted histogram keeps
+        // the room of the finer one it came from (up to twice its size, in
         // every flow's report).
         out.shrink_to_fit();
         Histogram {
