@@ -1,6 +1,6 @@
 //! The controller's side: opening a byte stream to an agent and calling it.
 //! How the stream is opened is the only difference between kinds of node
-//! ([`Transport`]): a child process, `ip netns exec`, or the system OpenSSH
+//! ([`Channel`]): a child process, `ip netns exec`, or the system OpenSSH
 //! client. Everything above [`AgentConn`] is the same for all three.
 //!
 //! SSH runs with `BatchMode=yes` (a password prompt fails instead of
@@ -25,7 +25,7 @@ use wirebench_testbed::IfaceCounters;
 
 /// How to reach a node's agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transport {
+pub enum Channel {
     /// `PROGRAM agent --stdio` as a child of this process.
     Local { program: PathBuf },
     /// `ip netns exec NS PROGRAM agent --stdio` (an emulated node).
@@ -41,18 +41,18 @@ pub enum Transport {
     },
 }
 
-impl Transport {
+impl Channel {
     /// The command that starts the agent, `extra` appended to its
     /// arguments.
     pub fn command(&self, extra: &[String]) -> Command {
         let agent_args = ["agent".to_string(), "--stdio".to_string()];
         match self {
-            Transport::Local { program } => {
+            Channel::Local { program } => {
                 let mut c = Command::new(program);
                 c.args(agent_args).args(extra);
                 c
             }
-            Transport::Netns { ns, program } => {
+            Channel::Netns { ns, program } => {
                 let ip = crate::host::tool("ip").unwrap_or_else(|| PathBuf::from("ip"));
                 let mut c = Command::new(ip);
                 c.args(["netns", "exec", ns])
@@ -61,7 +61,7 @@ impl Transport {
                     .args(extra);
                 c
             }
-            Transport::Ssh {
+            Channel::Ssh {
                 dest,
                 program,
                 options,
@@ -92,18 +92,18 @@ impl Transport {
     /// `ssh root@10.0.1.1`, `netns wb-x-r1`, `local`.
     pub fn describe(&self) -> String {
         match self {
-            Transport::Local { .. } => "local".into(),
-            Transport::Netns { ns, .. } => format!("netns {ns}"),
-            Transport::Ssh { dest, .. } => format!("ssh {dest}"),
+            Channel::Local { .. } => "local".into(),
+            Channel::Netns { ns, .. } => format!("netns {ns}"),
+            Channel::Ssh { dest, .. } => format!("ssh {dest}"),
         }
     }
 
     fn program(&self) -> String {
         match self {
-            Transport::Local { program } | Transport::Netns { program, .. } => {
+            Channel::Local { program } | Channel::Netns { program, .. } => {
                 program.display().to_string()
             }
-            Transport::Ssh { program, .. } => program.clone(),
+            Channel::Ssh { program, .. } => program.clone(),
         }
     }
 }
@@ -113,7 +113,7 @@ impl Transport {
 pub struct AgentSpec {
     /// Node name in the campaign (used in every error).
     pub node: String,
-    pub transport: Transport,
+    pub channel: Channel,
     pub allow: Allow,
     /// Extra agent arguments (tests: `--protocol-version`).
     pub extra: Vec<String>,
@@ -128,7 +128,7 @@ enum Line {
 /// A connected agent that answered `hello` with our protocol version.
 pub struct AgentConn {
     node: String,
-    transport: Transport,
+    channel: Channel,
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<Line>,
@@ -200,7 +200,7 @@ impl AgentConn {
     /// node, the transport and what to do (binary missing, other protocol
     /// version, SSH refused).
     pub fn connect(spec: &AgentSpec) -> Result<AgentConn, AgentError> {
-        let mut cmd = spec.transport.command(&spec.extra);
+        let mut cmd = spec.channel.command(&spec.extra);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -228,7 +228,7 @@ impl AgentConn {
         };
         let mut conn = AgentConn {
             node: spec.node.clone(),
-            transport: spec.transport.clone(),
+            channel: spec.channel.clone(),
             child,
             stdin: Some(stdin),
             lines: spawn_reader(stdout),
@@ -259,7 +259,7 @@ impl AgentConn {
             }
             Ok(Reply::Hello(h)) => Err(AgentError::Version {
                 node: spec.node.clone(),
-                how: spec.transport.describe(),
+                how: spec.channel.describe(),
                 ours: AGENT_PROTOCOL_VERSION,
                 theirs: h.version,
                 their_release: h.tool_version,
@@ -276,7 +276,7 @@ impl AgentConn {
 
     /// Turns "the stream ended before hello" into what the user can do.
     fn not_started(&mut self, reason: String) -> AgentError {
-        let cmd = format!("{} agent --stdio", self.transport.program());
+        let cmd = format!("{} agent --stdio", self.channel.program());
         let missing = reason.contains("status 127")
             || reason.contains("not found")
             || reason.contains("No such file");
@@ -287,14 +287,14 @@ impl AgentConn {
                 env!("CARGO_PKG_VERSION"),
                 AGENT_PROTOCOL_VERSION
             )
-        } else if matches!(self.transport, Transport::Ssh { .. }) {
+        } else if matches!(self.channel, Channel::Ssh { .. }) {
             "check that `ssh -o BatchMode=yes HOST true` works without a prompt (keys, known_hosts, ~/.ssh/config)".into()
         } else {
             "see the message above".into()
         };
         AgentError::NotStarted {
             node: self.node.clone(),
-            how: self.transport.describe(),
+            how: self.channel.describe(),
             command: cmd,
             reason,
             hint,
@@ -305,8 +305,8 @@ impl AgentConn {
         &self.node
     }
 
-    pub fn transport(&self) -> &Transport {
-        &self.transport
+    pub fn channel(&self) -> &Channel {
+        &self.channel
     }
 
     /// Why the agent went away: exit status and the end of its stderr.

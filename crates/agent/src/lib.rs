@@ -23,7 +23,7 @@ pub mod server;
 #[cfg(windows)]
 mod win;
 
-pub use client::{connect_all, for_each, AgentConn, AgentSpec, Transport, CALL_TIMEOUT};
+pub use client::{connect_all, for_each, AgentConn, AgentSpec, Channel, CALL_TIMEOUT};
 pub use proto::{
     Allow, CpuDelta, CpuSample, HostMeta, Role, AGENT_PROTOCOL_REVISION, AGENT_PROTOCOL_VERSION,
 };

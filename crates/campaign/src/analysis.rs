@@ -887,8 +887,8 @@ mod tests {
         assert!(!run_metrics(&row).contains_key("lost_packets"));
     }
 
-    /// A 5 MiB `-k` transfer once read a completion of 0.020 s, the
-    /// sender's write span, under the 42.5 ms the wire needs.
+    /// A transfer's completion is the receiver's figure, never the sender's
+    /// write span (20 ms for 5 MiB, under the 42.5 ms the wire needs).
     #[test]
     fn completion_is_the_transfers_never_the_write_span() {
         let sent_for = |secs: f64, completion_s: Option<f64>| {
@@ -906,7 +906,8 @@ mod tests {
         assert_eq!(extract_metrics(&k, None)["completion_s"], 0.0440);
     }
 
-    /// 5 MB TCP at 1 Gbit/s once read 103-121 % of the bound, silently.
+    /// A scenario above its physical bound is noted, not reported as a
+    /// result (5 MB of TCP at 1 Gbit/s can read 103-121 % of the bound).
     #[test]
     fn results_above_the_bound_are_noted() {
         let text = r#"

@@ -1,24 +1,24 @@
 //! Delay and jitter distributions of a scenario: every flow's compact
 //! histograms (`flows[].delay_hist` / `ipdv_hist` of each stored result)
 //! merged over the flows and the repetitions — exact sums of counts on a
-//! common grid (see `wirebench_stats::dist`) — for the report's CDF and
+//! common grid (see `wirebench_schema::dist`) — for the report's CDF and
 //! histogram charts. The per-run |IPDV| percentiles of the tables are rows
 //! of the metric table (crate::metrics).
 
 pub use wirebench_schema::dist::ScenarioDist;
 use wirebench_stats::result::ResultDoc;
-pub use wirebench_stats::Dist;
+pub use wirebench_stats::Histogram;
 
 /// Most buckets a scenario's merged dist keeps in the summary.
 pub const MAX_SCENARIO_BUCKETS: usize = 512;
 
 /// A flow's dist when it has a non-empty one (documents from before they
 /// existed have none).
-fn non_empty(d: &Option<Dist>) -> Option<&Dist> {
+fn non_empty(d: &Option<Histogram>) -> Option<&Histogram> {
     d.as_ref().filter(|d| d.count() > 0)
 }
 
-fn add(into: &mut Option<Dist>, d: &Dist) {
+fn add(into: &mut Option<Histogram>, d: &Histogram) {
     match into {
         Some(m) => {
             m.merge(d);
@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn flows_and_runs_merge() {
-        let d = |vals: &[i64]| Dist::from_counts(7, vals.iter().map(|&v| (v, 1)));
+        let d = |vals: &[i64]| Histogram::from_counts(7, vals.iter().map(|&v| (v, 1)));
         let run = |a: &[i64], b: &[i64]| {
             ResultDoc::with_flows(vec![
                 FlowResult {

@@ -253,10 +253,10 @@ proptest! {
     }
 }
 
-/// A few lines of TOML once made `run --estimate` hang: three axes of 1000
-/// values are 10^9 scenarios, expanded one by one with a duplicate check
-/// against all before. Refused at once, naming the block; a [quick] table
-/// cannot grow a matrix past the bound either.
+/// A few lines of TOML can describe more scenarios than can be expanded:
+/// three axes of 1000 values are 10^9. Such a matrix is refused at once,
+/// naming the block; a [quick] table cannot grow a matrix past the bound
+/// either.
 #[test]
 fn a_matrix_too_large_to_expand_is_refused_naming_its_block() {
     let values = |a: u32, b: u32| {

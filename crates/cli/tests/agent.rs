@@ -8,7 +8,7 @@
 
 use std::process::Command;
 use std::time::Duration;
-use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Role, Transport};
+use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Role};
 
 mod common;
 use common::{free_port, BIN};
@@ -16,7 +16,7 @@ use common::{free_port, BIN};
 fn local(node: &str) -> AgentSpec {
     AgentSpec {
         node: node.into(),
-        transport: Transport::Local {
+        channel: Channel::Local {
             program: BIN.into(),
         },
         allow: Allow::default(),
@@ -128,7 +128,7 @@ fn a_missing_agent_binary_says_what_to_install() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let s = AgentSpec {
-        transport: Transport::Local { program: fake },
+        channel: Channel::Local { program: fake },
         ..local("b")
     };
     let e = AgentConn::connect(&s).err().expect("must fail");
@@ -138,11 +138,6 @@ fn a_missing_agent_binary_says_what_to_install() {
         msg.contains("exit status 127") && msg.contains("install wirebench"),
         "{msg}"
     );
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn ip(args: &[&str]) {
@@ -190,7 +185,7 @@ impl Pair {
         let dev = if ns == self.a { "v0" } else { "v1" };
         AgentSpec {
             node: node.into(),
-            transport: Transport::Netns {
+            channel: Channel::Netns {
                 ns: ns.into(),
                 program: BIN.into(),
             },
@@ -225,10 +220,10 @@ fn wait_mtu(ns: &str, dev: &str, want: u32) -> u32 {
 
 #[test]
 fn netns_agents_change_mtu_and_restore_it_on_bye_eof_and_sigterm_and_probe_the_path() {
-    if !is_root() {
-        eprintln!(
-            "SKIP: netns_agents_change_mtu_and_restore_it... needs root (network namespaces)"
-        );
+    if !wirebench_testkit::can_run_as_root(
+        "netns_agents_change_mtu_and_restore_it_on_bye_eof_and_sigterm_and_probe_the_path",
+        "root (network namespaces)",
+    ) {
         return;
     }
     let p = Pair::new("m");
@@ -327,8 +322,10 @@ fn root_qdisc(ns: &str, dev: &str) -> (String, String, Option<u64>) {
 
 #[test]
 fn netns_agent_shapes_a_link_rate_and_puts_the_default_qdisc_back() {
-    if !is_root() {
-        eprintln!("SKIP: netns_agent_shapes_a_link_rate... needs root (network namespaces)");
+    if !wirebench_testkit::can_run_as_root(
+        "netns_agent_shapes_a_link_rate_and_puts_the_default_qdisc_back",
+        "root (network namespaces)",
+    ) {
         return;
     }
     let p = Pair::new("r");

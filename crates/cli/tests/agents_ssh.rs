@@ -22,11 +22,6 @@ use wirebench_testbed::{preset, LinkOpts, Testbed};
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 const NODES: [&str; 3] = ["a", "r1", "b"];
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 struct Lab {
     tb: Option<Testbed>,
     sshd: Vec<(String, Child)>,
@@ -278,8 +273,11 @@ impl Lab {
 
 #[test]
 fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions() {
-    if !is_root() || !Path::new("/usr/sbin/sshd").exists() {
-        eprintln!("SKIP: campaign_over_ssh... needs root and openssh-server (scripts/setup)");
+    if !wirebench_testkit::can_run(
+        "campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions",
+        wirebench_testkit::is_root() && Path::new("/usr/sbin/sshd").exists(),
+        "root and openssh-server (scripts/setup)",
+    ) {
         return;
     }
     let lab = Lab::up();

@@ -34,10 +34,10 @@ fn attempt(file: &Path, db: &Path) -> (std::process::Output, Vec<f64>) {
 
 #[test]
 fn s5_quick_udp_1408_ipv4_reaches_the_upper_bound() {
-    if !wirebench_testbed::sys::is_root() {
-        eprintln!(
-            "SKIP: s5_quick_udp_1408_ipv4_reaches_the_upper_bound needs root (network namespaces)"
-        );
+    if !wirebench_testkit::can_run_as_root(
+        "s5_quick_udp_1408_ipv4_reaches_the_upper_bound",
+        "root (network namespaces)",
+    ) {
         return;
     }
     let file =

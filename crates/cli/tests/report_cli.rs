@@ -255,8 +255,8 @@ fn output_in_missing_directory_is_bad_input() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("-o no/such/dir/r.html"));
 }
 
-/// Security suite, issue #9 item 10: `report` on a full disk left a 0-byte
-/// HTML where the previous report was. Every output now goes through a
+/// Security suite, issue #9 item 10: a full disk never leaves a 0-byte
+/// report where the previous one was. Every output goes through a
 /// temporary file renamed over the old one only when complete: on a full
 /// file system (a 64 KiB tmpfs, filled) the old HTML and JSON stay as they
 /// were, no temporary file is left, and the error names the file and the

@@ -185,10 +185,10 @@ fn agent_nodes_search_runs_through_the_agents() {
 #[test]
 fn testbed_100mbit_found_at_the_ethernet_bound() {
     let _cpu = beside_others();
-    if !wirebench_testbed::sys::is_root() {
-        eprintln!(
-            "SKIP: testbed_100mbit_found_at_the_ethernet_bound needs root (network namespaces)"
-        );
+    if !wirebench_testkit::can_run_as_root(
+        "testbed_100mbit_found_at_the_ethernet_bound",
+        "root (network namespaces)",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -303,8 +303,10 @@ fn testbed_100mbit_found_at_the_ethernet_bound() {
 #[test]
 fn capped_router_found_and_frame_loss_follows_the_cap() {
     let _cpu = alone();
-    if !wirebench_testbed::sys::is_root() {
-        eprintln!("SKIP: capped_router_found_and_frame_loss_follows_the_cap needs root (network namespaces)");
+    if !wirebench_testkit::can_run_as_root(
+        "capped_router_found_and_frame_loss_follows_the_cap",
+        "root (network namespaces)",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -29,9 +29,10 @@ fn exits_2_naming(args: &[&str], needle: &str) {
     );
 }
 
-/// Item 9: `testbed up /dev/zero` grew to 4.2 GB in 3 s; `--script`,
-/// `--idt-file`, `--size-file` and campaign files likewise. Input files
-/// must be regular files of at most 16 MiB.
+/// Item 9: an endless input (`testbed up /dev/zero`, a FIFO) or a huge one
+/// is refused, for topologies, `--script`, `--idt-file`, `--size-file` and
+/// campaign files alike: input files must be regular files of at most
+/// 16 MiB.
 #[test]
 fn endless_or_huge_input_files_exit_2() {
     let dev = "/dev/zero";

@@ -114,18 +114,15 @@ fn f(v: &Value, path: &[&str]) -> f64 {
         .unwrap_or_else(|| panic!("{path:?} missing in {v}"))
 }
 
-/// True (and says SKIP) when the test cannot build namespaces.
-fn skip_unless_root() -> bool {
-    let skip = !wirebench_testbed::sys::is_root();
-    if skip {
-        eprintln!("SKIP: needs root (network namespaces)");
-    }
-    skip
+/// True when the test cannot build namespaces (counted as a skip; a
+/// failure under CI=true).
+fn skip_unless_root(test: &str) -> bool {
+    !wirebench_testkit::can_run_as_root(test, "root (network namespaces)")
 }
 
 #[test]
 fn transfers_complete_no_faster_than_the_wire_and_host_drops_are_split() {
-    if skip_unless_root() {
+    if skip_unless_root("transfers_complete_no_faster_than_the_wire_and_host_drops_are_split") {
         return;
     }
     // S4's transfer: 5 MiB over TCP/IPv6 at 1 Gbit/s, 9000 B MTU. The wire
@@ -205,7 +202,7 @@ fn transfer(bed: &Bed, kbytes: &str, link_rate: &str) -> (Value, String) {
 
 #[test]
 fn a_short_transfer_reads_the_bound_and_more_is_flagged() {
-    if skip_unless_root() {
+    if skip_unless_root("a_short_transfer_reads_the_bound_and_more_is_flagged") {
         return;
     }
     // S4's transfer: 5 MiB of TCP/IPv4 at 1 Gbit/s and MTU 9000 (bound

@@ -171,7 +171,7 @@ fn wine_agent(w: &(String, String), dir: &std::path::Path) -> wirebench_agent::A
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     wirebench_agent::AgentSpec {
         node: "win".into(),
-        transport: wirebench_agent::Transport::Local { program: script },
+        channel: wirebench_agent::Channel::Local { program: script },
         allow: wirebench_agent::Allow::default(),
         extra: vec![],
     }

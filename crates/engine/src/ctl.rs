@@ -173,8 +173,8 @@ impl Ctl {
     /// every flow's report at once.
     pub fn send_report(
         &mut self,
-        flows: impl IntoIterator<Item = crate::result::FlowReport>,
-        extra: &crate::result::ReportExtra,
+        flows: impl IntoIterator<Item = wirebench_schema::result::FlowReport>,
+        extra: &wirebench_schema::result::ReportExtra,
     ) -> Result<(), EngineError> {
         let mut w = std::io::BufWriter::with_capacity(64 << 10, &self.stream);
         wirebench_wire::control::write_report(&mut w, flows, extra)
@@ -325,8 +325,8 @@ mod tests {
     fn long_report_needs_the_raised_limit() {
         let big = ControlMsg::Report {
             flows: vec![],
-            extra: crate::result::ReportExtra {
-                host: crate::result::HostInfo {
+            extra: wirebench_schema::result::ReportExtra {
+                host: wirebench_schema::result::HostInfo {
                     kernel: "y".repeat(6 << 20),
                     ..Default::default()
                 },
@@ -370,12 +370,12 @@ mod tests {
     fn report_is_read_without_holding_the_line() {
         let mut summary = wirebench_stats::RecvSummary::default();
         summary.counts.unique = 5;
-        summary.delay_hist = Some(wirebench_stats::Dist {
+        summary.delay_hist = Some(wirebench_stats::Histogram {
             bits: 7,
             buckets_ns: (0..256).map(|i| (1000 + 9 * i, 3)).collect(),
         });
         let flows: Vec<_> = (1..=400)
-            .map(|i| crate::result::FlowReport {
+            .map(|i| wirebench_schema::result::FlowReport {
                 flow_id: i,
                 summary: summary.clone(),
                 ..Default::default()

@@ -14,8 +14,8 @@
 //! socket (root or CAP_NET_RAW). Linux only for now.
 
 use crate::plan::SessionPlan;
-use crate::result::ResultDoc;
 use crate::EngineError;
+use wirebench_schema::result::ResultDoc;
 use wirebench_wire::{Direction, MeterMode, Transport};
 
 /// Most ICMP echo flows in one run: each has a sending and a receiving
@@ -122,11 +122,11 @@ pub(crate) use linux::run;
 #[cfg(target_os = "linux")]
 mod linux {
     use super::*;
+    use crate::assemble::{assemble_doc, DocInputs};
     use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
     use crate::net::{enable_rx_timestamps, set_rcvbuf, AsRawFd, RecvBatch, SendBatch, BATCH};
     use crate::pacing::{gather, stop_reason, wait_or_stop, FlowEnd, FlowSent, Schedule, SendRec};
     use crate::plan::FlowPlan;
-    use crate::result::{build_doc, DocParts, FlowReport, ReportExtra};
     use crate::session::Offset;
     use crate::sys::{self, CpuClock, CpuTime, HostCpu};
     use socket2::{Domain, Protocol, Socket, Type};
@@ -135,6 +135,7 @@ mod linux {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
+    use wirebench_schema::result::{FlowReport, ReportExtra};
     use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator, RecvSummary};
     use wirebench_wire::{ProbeHeader, PROBE_HEADER_LEN};
 
@@ -566,7 +567,7 @@ mod linux {
         if partial.is_none() && outcomes.iter().any(|o| o.cancelled) {
             partial = Some("interrupted: flows stopped early".into());
         }
-        let doc = build_doc(DocParts {
+        let doc = assemble_doc(DocInputs {
             plan: &plan,
             started_real,
             src: SocketAddr::new(src_ip, 0),

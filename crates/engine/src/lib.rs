@@ -7,9 +7,11 @@
 //! reflection, TCP record framing, and the host counters read around a run
 //! (UDP buffer drops, CPU, TCP_INFO, path MTU). Statistics are computed by
 //! `wirebench-stats`; the engine only feeds it timestamps and sizes, and
-//! assembles the `wirebench.result/1` document ([`result::ResultDoc`]).
+//! assembles the `wirebench.result/1` document (`assemble`; the types are
+//! `wirebench_schema::result`).
 //! Protocol and design notes: `docs/engine.md`.
 
+mod assemble;
 mod auth;
 pub mod budget;
 pub mod clock;
@@ -23,7 +25,6 @@ mod pacing;
 pub mod plan;
 mod records;
 pub mod recv;
-pub mod result;
 mod reverse;
 mod rtt;
 pub mod send;
@@ -34,9 +35,13 @@ pub mod sys;
 pub use multi::run_many;
 pub use plan::{FlowPlan, SessionPlan, Stop};
 pub use recv::{Daemon, DaemonConfig, DaemonStats};
-pub use result::ResultDoc;
 pub use send::run;
+pub use wirebench_schema::result::ResultDoc;
 pub use wirebench_wire::auth::{Cidr, Key};
+
+/// The result document's types under the engine's name, for code that
+/// names them through the engine; new code names `wirebench_schema::result`.
+pub use wirebench_schema::result;
 
 use thiserror::Error;
 

@@ -7,9 +7,9 @@
 //! start; a Ctrl-C (the plans share one cancel flag) stops them all.
 
 use crate::plan::SessionPlan;
-use crate::result::{ResultDoc, SessionPart};
 use crate::EngineError;
 use std::sync::{Arc, Condvar, Mutex};
+use wirebench_schema::result::{ResultDoc, SessionPart};
 
 /// A start line for `n` sessions: each waits at [`Arrival::arrive`] until
 /// all have arrived, or one has failed.
@@ -186,7 +186,7 @@ fn merge(first: Part, rest: Vec<Part>) -> (ResultDoc, Option<String>) {
     let mut received = 0u64;
     let mut lost = Some(0u64);
     let mut payload = [0.0f64; 4];
-    let mut cpu_rx = crate::result::CpuTime::default();
+    let mut cpu_rx = wirebench_schema::result::CpuTime::default();
     doc.total = Default::default();
     for (dest, part, why) in std::iter::once((dest0, first, why0)).chain(rest) {
         let mut ids = Vec::new();

@@ -1456,7 +1456,7 @@ impl UdpFlow {
             let tx = realtime_ns();
             for &(i, out_len) in &queued[..k] {
                 let buf = batch.slot_mut(i);
-                buf[32..40].copy_from_slice(&tx.to_be_bytes());
+                Reflection::stamp_tx(buf, tx);
                 if let Some(key) = &self.sh.probe_key {
                     key.sign(&mut buf[..out_len]);
                 }
@@ -1666,11 +1666,11 @@ impl TcpConn {
         }
         let rlen = reply_len(key.is_some());
         let first_fresh = self.out_head.div_ceil(rlen) * rlen;
-        let tx = realtime_ns().to_be_bytes();
+        let tx = realtime_ns();
         let mut at = first_fresh;
         while at + rlen <= self.out.len() {
             let rec = &mut self.out[at..at + rlen];
-            rec[32..40].copy_from_slice(&tx);
+            Reflection::stamp_tx(rec, tx);
             if let Some(k) = key {
                 k.sign(rec);
             }

@@ -5,11 +5,11 @@
 //! reflections, and [`crate::result`] assembles the document. This module
 //! only sequences them and decides when a run is partial.
 
+use crate::assemble::{assemble_doc, DocInputs};
 use crate::clock::{mono_ns, realtime_ns};
 use crate::live::Forward;
 use crate::pacing::{bind_data, identify, pacer_sockets, run_flows, source_port, DataSock, Launch};
 use crate::plan::SessionPlan;
-use crate::result::{build_doc, DocParts, FlowReport, ReportExtra, ResultDoc};
 use crate::reverse::Local;
 use crate::session::{collect_report, Watcher};
 use crate::sys::{self, CpuClock, CpuTime, HostCpu};
@@ -17,6 +17,7 @@ use crate::EngineError;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use wirebench_schema::result::{FlowReport, ReportExtra, ResultDoc};
 use wirebench_stats::IpVersion;
 use wirebench_wire::{ControlMsg, Direction};
 
@@ -256,7 +257,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         partial = taken_over(&plan, &outcomes, &reports);
     }
 
-    let mut doc = build_doc(DocParts {
+    let mut doc = assemble_doc(DocInputs {
         plan: &plan,
         started_real,
         src: SocketAddr::new(src_ip, 0),

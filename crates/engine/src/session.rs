@@ -8,13 +8,13 @@ use crate::ctl::{Ctl, Recv};
 use crate::live::Forward;
 use crate::plan::SessionPlan;
 use crate::recv::unmap;
-use crate::result::{FlowReport, ReportExtra};
 use crate::sys;
 use crate::EngineError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use wirebench_schema::result::{FlowReport, ReportExtra};
 use wirebench_wire::{ControlMsg, FlowSetup, Transport, CONTROL_VERSION};
 
 /// Clock-offset exchanges before the run; the one with the smallest round
@@ -231,7 +231,7 @@ pub(crate) fn collect_report(
 
 /// A report must cover every flow exactly once (ids 1..=n) and cannot
 /// claim more distinct packets than were sent: a receiver answering with no
-/// flows once made a run read "30 sent, 0 received, lost 0", exit 0.
+/// flows must not make a run read "30 sent, 0 received, lost 0", exit 0.
 fn check_report(reports: &[FlowReport], sent: &[u64]) -> Result<(), EngineError> {
     let bad = |m: String| {
         Err(EngineError::Protocol(format!(

@@ -3,14 +3,16 @@
 //! value lists, campaign files), with limits.
 //!
 //! `std::fs::read_to_string` reads whatever it is given for as long as it
-//! yields bytes: `testbed up /dev/zero` grew to 4.2 GB in 3 s, and a FIFO
-//! blocks forever. Every input file is therefore required to be a regular
+//! yields bytes: `/dev/zero` grows without end (gigabytes in seconds), and
+//! a FIFO blocks forever. Every input file is therefore required to be a regular
 //! file of at most [`MAX_INPUT_BYTES`], checked before and while reading.
 //! It lives in its own crate because the model, test-bed and campaign
 //! crates all read such files and share no other dependency.
 //!
 //! The files wirebench writes go through [`output`] (temporary file, fsync,
 //! rename), so a full disk or a kill never leaves a truncated output.
+
+#![warn(missing_docs)]
 
 pub mod output;
 pub use output::{write_file, OutputError, OutputFile};
@@ -24,19 +26,37 @@ use thiserror::Error;
 /// value list (a million values of a `--size-file` are about 8 MB).
 pub const MAX_INPUT_BYTES: u64 = 16 << 20;
 
+/// Why an input file was not read; every variant names the file.
 #[derive(Debug, Error)]
 pub enum InputError {
+    /// The system refused (missing, no permission, I/O error).
     #[error("{}: cannot read: {source}", path.display())]
     Io {
+        /// The file named.
         path: PathBuf,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// A directory, FIFO, device or socket.
     #[error("{}: not a regular file ({kind})", path.display())]
-    NotRegular { path: PathBuf, kind: &'static str },
+    NotRegular {
+        /// The file named.
+        path: PathBuf,
+        /// What it is instead ("directory", "FIFO", ...).
+        kind: &'static str,
+    },
+    /// Above [`MAX_INPUT_BYTES`], before or while reading.
     #[error("{}: larger than the {} MiB limit for input files", path.display(), MAX_INPUT_BYTES >> 20)]
-    TooLarge { path: PathBuf },
+    TooLarge {
+        /// The file named.
+        path: PathBuf,
+    },
+    /// Read as text but not UTF-8.
     #[error("{}: not UTF-8 text", path.display())]
-    NotText { path: PathBuf },
+    NotText {
+        /// The file named.
+        path: PathBuf,
+    },
 }
 
 impl InputError {

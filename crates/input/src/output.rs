@@ -2,9 +2,9 @@
 //! CSV/SVG/JSON exports, decoded logs) so that a failed write never
 //! destroys what was there before.
 //!
-//! `std::fs::write` truncates the target first: on a full disk `report`
-//! left a 0-byte HTML where the previous report had been, and a killed
-//! writer leaves half a file that looks like a whole one. Every output
+//! `std::fs::write` truncates the target first: on a full disk it leaves
+//! a 0-byte file where the previous one had been, and a killed writer
+//! leaves half a file that looks like a whole one. Every output
 //! therefore goes to a temporary file in the target's directory (same file
 //! system, so the rename is atomic), is flushed to the disk (`fsync`), and
 //! only then renamed over the target. Until the rename, readers see the old
@@ -18,10 +18,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
+/// An output file could not be written (nothing was replaced).
 #[derive(Debug, Error)]
 #[error("{}: cannot write: {source}", path.display())]
 pub struct OutputError {
+    /// The file the caller asked for.
     pub path: PathBuf,
+    /// What the system said.
     #[source]
     pub source: std::io::Error,
 }

@@ -7,7 +7,7 @@
 
 use crate::fmt::{esc, num, scale_for};
 use std::fmt::Write as _;
-use wirebench_schema::dist::Dist;
+use wirebench_schema::dist::Histogram;
 use wirebench_schema::summary::{CampaignSummary, ScenarioSummary};
 
 const W: f64 = 460.0;
@@ -27,7 +27,7 @@ const COLOURS: [&str; 8] = [
 
 /// The x range of a set of dists: smallest value to the largest p99.9
 /// (the far tail would squeeze every curve into one corner).
-fn x_range(ds: &[&Dist]) -> Option<(f64, f64)> {
+fn x_range(ds: &[&Histogram]) -> Option<(f64, f64)> {
     let lo = ds.iter().filter_map(|d| d.quantile(0.0)).reduce(f64::min)?;
     let hi = ds
         .iter()
@@ -59,8 +59,8 @@ fn axes(s: &mut String, w: f64, h: f64, lo: f64, hi: f64, ytop: &str) {
 }
 
 /// One CDF chart: a line per (label, dist).
-fn cdf_chart(title: &str, lines: &[(&str, &Dist)]) -> String {
-    let ds: Vec<&Dist> = lines.iter().map(|l| l.1).collect();
+fn cdf_chart(title: &str, lines: &[(&str, &Histogram)]) -> String {
+    let ds: Vec<&Histogram> = lines.iter().map(|l| l.1).collect();
     let Some((lo, hi)) = x_range(&ds) else {
         return String::new();
     };
@@ -100,7 +100,7 @@ fn cdf_chart(title: &str, lines: &[(&str, &Dist)]) -> String {
 
 /// Shares of the values per bar of `BINS` equal bars from the smallest
 /// value to the p99.9 (values above it are left out: the caption says so).
-fn bins(d: &Dist) -> Option<(f64, f64, Vec<f64>)> {
+fn bins(d: &Histogram) -> Option<(f64, f64, Vec<f64>)> {
     let (lo, hi) = x_range(&[d])?;
     let n = d.count() as f64;
     let mut out = vec![0.0; BINS];
@@ -115,7 +115,7 @@ fn bins(d: &Dist) -> Option<(f64, f64, Vec<f64>)> {
     Some((lo, hi, out))
 }
 
-fn histogram(title: &str, d: &Dist, colour: &str) -> String {
+fn histogram(title: &str, d: &Histogram, colour: &str) -> String {
     let Some((lo, hi, shares)) = bins(d) else {
         return String::new();
     };
@@ -150,7 +150,7 @@ fn histogram(title: &str, d: &Dist, colour: &str) -> String {
     s
 }
 
-fn pct_cells(out: &mut String, d: Option<&Dist>) {
+fn pct_cells(out: &mut String, d: Option<&Histogram>) {
     for q in [0.5, 0.9, 0.99, 0.999] {
         match d.and_then(|d| d.quantile(q)) {
             Some(v) => {
@@ -178,11 +178,11 @@ pub fn dist_section(out: &mut String, s: &CampaignSummary) {
         (
             "One-way delay",
             (|d: &wirebench_schema::dist::ScenarioDist| d.delay.as_ref())
-                as fn(&wirebench_schema::dist::ScenarioDist) -> Option<&Dist>,
+                as fn(&wirebench_schema::dist::ScenarioDist) -> Option<&Histogram>,
         ),
         ("|IPDV|", |d| d.ipdv.as_ref()),
     ] {
-        let lines: Vec<(&str, &Dist)> = with
+        let lines: Vec<(&str, &Histogram)> = with
             .iter()
             .filter_map(|(sc, d)| pick(d).map(|x| (sc.key.as_str(), x)))
             .collect();
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn cdf_steps_and_bins() {
-        let d = Dist::from_counts(7, (1..=100).map(|i| (i * 1000, 1)));
+        let d = Histogram::from_counts(7, (1..=100).map(|i| (i * 1000, 1)));
         let svg = cdf_chart("Delay", &[("a", &d), ("b", &d)]);
         assert_eq!(svg.matches("<polyline").count(), 2);
         let (lo, hi, b) = bins(&d).unwrap();

@@ -14,6 +14,7 @@ use wirebench_schema::summary::CampaignSummary;
 /// The key metrics of one stored run, as the CLI reads them from the store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// The campaign's name.
     pub campaign: String,
     /// Scenario key, as in [`wirebench_schema::summary::ScenarioSummary::key`].
     pub scenario: String,
@@ -21,6 +22,7 @@ pub struct RunRecord {
     pub repetition: u64,
     /// "ok", "failed", ... as the store records it.
     pub status: String,
+    /// Axis name → value as text, as in the scenario's summary.
     pub axes: BTreeMap<String, String>,
     /// Metric key → value in SI units.
     pub metrics: BTreeMap<String, f64>,
@@ -28,6 +30,7 @@ pub struct RunRecord {
 
 /// File names `write_csv` creates inside its directory.
 pub const AGGREGATES_CSV: &str = "aggregates.csv";
+/// The per-run file `write_csv` creates beside [`AGGREGATES_CSV`].
 pub const RUNS_CSV: &str = "runs.csv";
 
 /// Quotes one CSV field when needed.

@@ -7,6 +7,8 @@
 //! [`RunRecord`]s the caller reads from the store). Output is deterministic:
 //! the same input gives the same bytes, so reports can be diffed and archived.
 
+#![warn(missing_docs)]
+
 mod dist;
 mod export;
 mod fmt;
@@ -32,12 +34,16 @@ pub use fmt::esc as escape_html;
 /// Errors of writing reports and exports.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// A file could not be written (the previous one, if any, is intact).
     #[error("cannot write {path}: {source}")]
     Io {
+        /// The file asked for.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
+    /// The summaries could not be encoded as JSON.
     #[error("cannot encode JSON: {0}")]
     Json(#[source] serde_json::Error),
 }
@@ -45,6 +51,7 @@ pub enum ReportError {
 /// Anything that is one or several campaign summaries, so that the render
 /// functions take a single summary, a slice or a vector alike.
 pub trait SummarySet {
+    /// The summaries, in order.
     fn summaries(&self) -> &[CampaignSummary];
 }
 

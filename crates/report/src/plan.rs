@@ -15,7 +15,9 @@ use wirebench_schema::summary::{
 /// Line chart over a numeric x axis, or grouped bars over categories.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChartKind {
+    /// Lines over a numeric x axis (payload, frame size, MTU...).
     Line,
+    /// Grouped bars over categories.
     Bars,
 }
 
@@ -24,30 +26,41 @@ pub enum ChartKind {
 pub struct Point {
     /// Numeric x (line charts) or category index (bars).
     pub x: f64,
+    /// Mean over the repetitions.
     pub mean: f64,
+    /// Half-width of its 95 % confidence interval.
     pub ci95: f64,
+    /// The repetitions vary by more than the studies' 10 % limit.
     pub cv_warning: bool,
     /// Ethernet upper bound for this scenario, drawn on payload throughput.
     pub bound: Option<f64>,
 }
 
+/// The scenarios that share every axis value but x: one line or one
+/// colour of bars.
 #[derive(Debug, Clone)]
 pub struct Series {
+    /// The legend: the series axes' values.
     pub label: String,
+    /// Its points in x order.
     pub points: Vec<Point>,
 }
 
 /// One panel: one metric against x, all series.
 #[derive(Debug, Clone)]
 pub struct Panel<'a> {
+    /// The metric drawn.
     pub metric: &'a MetricInfo,
+    /// Every series, in [`Chart::series_labels`] order.
     pub series: Vec<Series>,
 }
 
 /// One figure: a metric family.
 #[derive(Debug, Clone)]
 pub struct Chart<'a> {
+    /// The family the chart draws.
     pub family: MetricFamily,
+    /// Lines or bars.
     pub kind: ChartKind,
     /// Axis on x (line) or grouping axis (bars); None when nothing varies.
     pub x_axis: Option<String>,
@@ -55,7 +68,9 @@ pub struct Chart<'a> {
     pub categories: Vec<String>,
     /// Series labels in drawing order (the same across panels, so colours match).
     pub series_labels: Vec<String>,
+    /// One panel per metric shown (several for CPU and TCP state).
     pub panels: Vec<Panel<'a>>,
+    /// Some panel draws the Ethernet upper bound.
     pub draws_bound: bool,
     /// Throughput units (the campaign's `[report] units`).
     pub units: ThroughputUnits,
@@ -66,11 +81,15 @@ pub struct Chart<'a> {
 /// How the scenarios of one campaign split into x values and series.
 #[derive(Debug, Clone)]
 pub struct Layout {
+    /// Lines over a numeric x axis, or bars over categories.
     pub kind: ChartKind,
+    /// The axis on x (line) or the grouping axis (bars), if one varies.
     pub x_axis: Option<String>,
     /// Varying axes other than x, in campaign order: they name series.
     pub series_axes: Vec<String>,
+    /// Category labels for bars (index = [`Point::x`]).
     pub categories: Vec<String>,
+    /// Series labels in drawing order.
     pub series_labels: Vec<String>,
     /// Per scenario index: (series index, x value or category index).
     pub place: Vec<(usize, f64)>,
@@ -442,15 +461,21 @@ pub fn layout(s: &CampaignSummary) -> Layout {
     }
 }
 
-/// Metric keys each family's chart prefers, by substring of the key, so the
-/// chart shows what the studies plotted (payload throughput, mean delay...).
+/// The metric key whose chart carries the Ethernet upper bound.
+const PAYLOAD_THROUGHPUT: &str = "throughput_payload_bps";
+
+/// Metric keys (rows of `wirebench_schema::metrics::METRICS`) each family's
+/// chart prefers, in order, so the chart shows what the studies plotted
+/// (payload throughput, mean delay...); a family with none of them draws
+/// its first metric.
 fn preference(f: MetricFamily) -> &'static [&'static str] {
     match f {
-        MetricFamily::Throughput => &["payload"],
-        MetricFamily::Delay | MetricFamily::Rtt => &["mean", "p50"],
-        MetricFamily::Jitter => &["ipdv", "mean", "rfc3550"],
-        MetricFamily::Loss => &["loss_ratio", "ratio", "lost"],
-        MetricFamily::Tcp => &["retrans"],
+        MetricFamily::Throughput => &[PAYLOAD_THROUGHPUT],
+        MetricFamily::Delay => &["delay_mean_s", "delay_p50_s"],
+        MetricFamily::Rtt => &["rtt_mean_s", "rtt_min_s"],
+        MetricFamily::Jitter => &["jitter_mean_abs_ipdv_s", "jitter_rfc3550_s"],
+        MetricFamily::Loss => &["loss_ratio", "lost_packets"],
+        MetricFamily::Tcp => &["tcp_retransmits"],
         MetricFamily::Voip => &["mos", "r_factor"],
         MetricFamily::Cpu | MetricFamily::Completion => &[],
     }
@@ -479,7 +504,7 @@ pub fn metrics_by_family(s: &CampaignSummary) -> BTreeMap<MetricFamily, Vec<&Met
 /// The metric a single-panel family chart shows.
 pub fn primary<'a>(family: MetricFamily, ms: &[&'a MetricInfo]) -> Option<&'a MetricInfo> {
     for p in preference(family) {
-        if let Some(m) = ms.iter().find(|m| m.key.to_ascii_lowercase().contains(p)) {
+        if let Some(m) = ms.iter().find(|m| m.key == *p) {
             return Some(m);
         }
     }
@@ -493,7 +518,7 @@ pub const MAX_CPU_PANELS: usize = 8;
 /// throughput only.
 pub fn bound_applies(m: &MetricInfo, family_metrics: &[&MetricInfo]) -> bool {
     m.family == MetricFamily::Throughput
-        && (m.key.to_ascii_lowercase().contains("payload") || family_metrics.len() == 1)
+        && (m.key == PAYLOAD_THROUGHPUT || family_metrics.len() == 1)
 }
 
 /// One chart per metric family present.
@@ -735,6 +760,30 @@ mod tests {
         let s = summary(&["ip"], Some("payload"), vec![sc(&[("ip", "4")])]);
         let l = layout(&s);
         assert_eq!((l.categories.len(), l.series_labels.len()), (1, 1));
+    }
+
+    /// A preferred key that is not a row of the metric table would never be
+    /// chosen: each must be one, of the family that prefers it.
+    #[test]
+    fn preferred_keys_are_rows_of_the_metric_table() {
+        use MetricFamily as F;
+        for f in [
+            F::Throughput,
+            F::Delay,
+            F::Rtt,
+            F::Jitter,
+            F::Loss,
+            F::Cpu,
+            F::Tcp,
+            F::Voip,
+            F::Completion,
+        ] {
+            for k in preference(f) {
+                let m = wirebench_schema::metrics::metric(k)
+                    .unwrap_or_else(|| panic!("{k} is not in the metric table"));
+                assert_eq!(m.family, f, "{k}");
+            }
+        }
     }
 
     #[test]

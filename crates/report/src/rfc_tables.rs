@@ -20,9 +20,11 @@ pub struct RfcTable {
     pub id: &'static str,
     /// How many leading columns name the row (IP and frame size, or frame size).
     pub lead: usize,
+    /// The caption: test, RFC section and the search's settings.
     pub title: String,
     /// Column names; the first `lead` name the row.
     pub header: Vec<String>,
+    /// One row per size (or per frame size, side by side), as text.
     pub rows: Vec<Vec<String>>,
 }
 

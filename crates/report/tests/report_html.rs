@@ -491,7 +491,7 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
 /// histogram per scenario and the percentile table; without them, none.
 #[test]
 fn distributions_are_charted() {
-    use wirebench_schema::dist::Dist;
+    use wirebench_schema::dist::Histogram;
     use wirebench_schema::dist::ScenarioDist;
     let mut s = common::apps_like();
     assert!(!render_html(&s).contains("<h3>Distributions</h3>"));
@@ -501,8 +501,11 @@ fn distributions_are_charted() {
         let k = i as i64 + 1;
         sc.dist = Some(ScenarioDist {
             runs: 3,
-            delay: Some(Dist::from_counts(7, (1..=1000).map(|v| (v * 1000 * k, 1)))),
-            ipdv: Some(Dist::from_counts(7, (1..=100).map(|v| (v * 100, 1)))),
+            delay: Some(Histogram::from_counts(
+                7,
+                (1..=1000).map(|v| (v * 1000 * k, 1)),
+            )),
+            ipdv: Some(Histogram::from_counts(7, (1..=100).map(|v| (v * 100, 1)))),
         });
     }
     let html = render_html(&s);

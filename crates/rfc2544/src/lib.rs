@@ -14,6 +14,8 @@
 //! - [`latency`]: latency at the found throughput (§26.2) from every
 //!   packet's delay in a result document (`wirebench_schema::rfc2544::latency`).
 
+#![warn(missing_docs)]
+
 pub mod search;
 
 /// The frame sizes and the latency figure are part of the summary contract.

@@ -22,16 +22,22 @@ pub use wirebench_schema::rfc2544::trial::{
     BackToBackResult, FrameLossPoint, ThroughputResult, TrialKind, TrialOutcome, TrialRecord,
 };
 
+/// A search's settings that cannot give an answer.
 #[derive(Debug, Error, PartialEq)]
 pub enum SearchError {
+    /// The loss threshold is not a ratio below 1.
     #[error("loss threshold {0} is outside 0..1 (a ratio: 0.001 is 0.1 %)")]
     Threshold(f64),
+    /// The resolution is not a share of the line rate in (0, 0.5].
     #[error("resolution {0} is outside (0, 0.5] (a ratio of the line rate: 0.005 is 0.5 %)")]
     Resolution(f64),
+    /// The line rate is not a positive number.
     #[error("line rate {0} frames/s is not a positive number")]
     LineRate(f64),
+    /// The frame-loss step is not 1..=50 %.
     #[error("step {0} % is outside 1..=50")]
     Step(u32),
+    /// Back-to-back without a repetition or with a burst under 2 frames.
     #[error("back-to-back needs at least 1 repetition and a longest burst of at least 2 frames")]
     Burst,
 }
@@ -39,18 +45,22 @@ pub enum SearchError {
 /// What to do next.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Step {
+    /// Run this trial and [`record`](Throughput::record) its outcome.
     Trial {
         /// Frames per second to offer; None: as fast as the tester can (unpaced).
         fps: Option<f64>,
         /// A burst of exactly this many frames; None: a trial of the configured length.
         frames: Option<u64>,
+        /// Why the trial is run.
         kind: TrialKind,
     },
+    /// The search has its answer.
     Done,
 }
 
 // ------------------------------------------------------------ throughput
 
+/// Settings of a throughput search (§26.1).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ThroughputConfig {
     /// The line rate of this frame size. None: not known (loopback, a real
@@ -84,6 +94,7 @@ impl Default for ThroughputConfig {
 }
 
 impl ThroughputConfig {
+    /// Refuses settings a search cannot answer (see [`SearchError`]).
     pub fn validate(&self) -> Result<(), SearchError> {
         if !(0.0..1.0).contains(&self.loss_threshold) {
             return Err(SearchError::Threshold(self.loss_threshold));
@@ -108,6 +119,7 @@ enum Phase {
     Done,
 }
 
+/// The throughput search (§26.1) as a state machine (see the module text).
 #[derive(Debug, Clone)]
 pub struct Throughput {
     cfg: ThroughputConfig,
@@ -132,6 +144,7 @@ pub struct Throughput {
 const MAX_VERIFY_FAILURES: u32 = 2;
 
 impl Throughput {
+    /// A search with `cfg`, refused when [`ThroughputConfig::validate`] is.
     pub fn new(cfg: ThroughputConfig) -> Result<Self, SearchError> {
         cfg.validate()?;
         Ok(Throughput {
@@ -157,6 +170,7 @@ impl Throughput {
         self.cfg.resolution * self.ceiling
     }
 
+    /// The trial to run next, or [`Step::Done`].
     pub fn next(&self) -> Step {
         let trial = |fps, kind| Step::Trial {
             fps,
@@ -176,6 +190,7 @@ impl Throughput {
         &self.trials
     }
 
+    /// The answer, once [`Throughput::next`] is [`Step::Done`].
     pub fn result(&self) -> Option<&ThroughputResult> {
         self.result.as_ref()
     }
@@ -184,6 +199,7 @@ impl Throughput {
         o.offered > 0 && o.loss_ratio() <= self.cfg.loss_threshold
     }
 
+    /// Takes what the trial [`Throughput::next`] asked for measured.
     pub fn record(&mut self, o: TrialOutcome) {
         let Step::Trial { fps, frames, kind } = self.next() else {
             return;
@@ -341,6 +357,7 @@ impl FrameLoss {
         })
     }
 
+    /// The load step to run next, or [`Step::Done`].
     pub fn next(&self) -> Step {
         if self.done {
             return Step::Done;
@@ -352,6 +369,7 @@ impl FrameLoss {
         }
     }
 
+    /// Takes what the load step [`FrameLoss::next`] asked for measured.
     pub fn record(&mut self, o: TrialOutcome) {
         if self.done {
             return;
@@ -426,6 +444,7 @@ impl BackToBack {
         })
     }
 
+    /// The burst to send next, or [`Step::Done`].
     pub fn next(&self) -> Step {
         if self.found.len() as u32 >= self.repeats {
             return Step::Done;
@@ -437,6 +456,7 @@ impl BackToBack {
         }
     }
 
+    /// Takes what the burst [`BackToBack::next`] asked for measured.
     pub fn record(&mut self, o: TrialOutcome) {
         if matches!(self.next(), Step::Done) {
             return;
@@ -469,6 +489,7 @@ impl BackToBack {
         }
     }
 
+    /// Every burst so far.
     pub fn trials(&self) -> &[TrialRecord] {
         &self.trials
     }

@@ -2,7 +2,7 @@
 //! values, for CDF and histogram charts and percentiles over several flows
 //! and repetitions.
 //!
-//! A [`Dist`] holds counts on a power-of-two grid with `bits` mantissa
+//! A [`Histogram`] holds counts on a power-of-two grid with `bits` mantissa
 //! bits: every bucket holds values that share their binary exponent and top
 //! `bits + 1` bits, so a bucket is at most 2^-bits of its values wide
 //! (bits = 7: ≤ 0.79 %) and small values are exact. The receiver's per-flow
@@ -27,7 +27,7 @@ const MAX_BITS: u8 = 62;
 
 /// A distribution as counts on a binary grid (see the module text).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Dist {
+pub struct Histogram {
     /// Mantissa bits of the grid: a bucket is at most 2^-bits of its values wide.
     pub bits: u8,
     /// Non-empty buckets in ascending order: [value in ns, count]. The value
@@ -72,9 +72,9 @@ pub fn per_flow_budget(flows: usize) -> usize {
     ((1usize << 17) / flows.max(1)).clamp(32, DIST_MAX_BUCKETS)
 }
 
-impl Dist {
+impl Histogram {
     /// Builds a dist on a grid of `bits` from (value, count) pairs in any order.
-    pub fn from_counts(bits: u8, pairs: impl IntoIterator<Item = (i64, u64)>) -> Dist {
+    pub fn from_counts(bits: u8, pairs: impl IntoIterator<Item = (i64, u64)>) -> Histogram {
         let bits = bits.min(MAX_BITS);
         let mut v: Vec<(i64, u64)> = pairs
             .into_iter()
@@ -89,11 +89,11 @@ impl Dist {
                 _ => out.push((x, c)),
             }
         }
-        // Coarsening merges buckets: without this a fitted dist kept the
-        // room of the finer one it came from (up to twice its size, in
+        // Coarsening merges buckets: without this a fitted histogram keeps
+        // the room of the finer one it came from (up to twice its size, in
         // every flow's report).
         out.shrink_to_fit();
-        Dist {
+        Histogram {
             bits,
             buckets_ns: out,
         }
@@ -111,7 +111,7 @@ impl Dist {
         if bits >= self.bits && self.bits <= MAX_BITS {
             return;
         }
-        *self = Dist::from_counts(bits, std::mem::take(&mut self.buckets_ns));
+        *self = Histogram::from_counts(bits, std::mem::take(&mut self.buckets_ns));
     }
 
     /// Coarsens until at most `max` buckets remain (or the grid has 0 bits:
@@ -123,12 +123,12 @@ impl Dist {
     }
 
     /// Adds `other`'s counts; both end on the coarser of the two grids.
-    pub fn merge(&mut self, other: &Dist) {
+    pub fn merge(&mut self, other: &Histogram) {
         let bits = self.bits.min(other.bits).min(MAX_BITS);
         let pairs = std::mem::take(&mut self.buckets_ns)
             .into_iter()
             .chain(other.buckets_ns.iter().copied());
-        *self = Dist::from_counts(bits, pairs);
+        *self = Histogram::from_counts(bits, pairs);
     }
 
     /// Nearest-rank quantile q ∈ [0, 1] in seconds: the bucket value of rank
@@ -175,10 +175,10 @@ pub struct ScenarioDist {
     pub runs: usize,
     /// One-way delay (RTT for round-trip flows is not included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay: Option<Dist>,
+    pub delay: Option<Histogram>,
     /// |IPDV| between consecutive packets of a flow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipdv: Option<Dist>,
+    pub ipdv: Option<Histogram>,
 }
 
 #[cfg(test)]
@@ -209,8 +209,8 @@ mod tests {
 
     #[test]
     fn merge_fit_and_quantiles() {
-        let a = Dist::from_counts(7, (1..=100).map(|i| (i * 1000, 1)));
-        let b = Dist::from_counts(5, (101..=200).map(|i| (i * 1000, 1)));
+        let a = Histogram::from_counts(7, (1..=100).map(|i| (i * 1000, 1)));
+        let b = Histogram::from_counts(5, (101..=200).map(|i| (i * 1000, 1)));
         let mut m = a.clone();
         m.merge(&b);
         assert_eq!(m.bits, 5);
@@ -228,13 +228,13 @@ mod tests {
         f.fit(10);
         assert!(f.buckets_ns.len() <= 10, "{}", f.buckets_ns.len());
         assert_eq!(f.count(), 200);
-        assert_eq!(Dist::default().quantile(0.5), None);
+        assert_eq!(Histogram::default().quantile(0.5), None);
         // Unsorted or oversized input from a document still works.
-        let odd = Dist {
+        let odd = Histogram {
             bits: 200,
             buckets_ns: vec![(5, 1), (-3, 2), (5, 1)],
         };
-        let mut o = Dist {
+        let mut o = Histogram {
             bits: 7,
             ..Default::default()
         };

@@ -3,7 +3,7 @@
 //! what a sender knows of its own schedule. The accumulators that compute
 //! them are `wirebench_stats::flow`; these are the shapes they produce.
 
-use crate::dist::Dist;
+use crate::dist::Histogram;
 use serde::{Deserialize, Serialize};
 
 /// Maximal runs of consecutive lost sequence numbers.
@@ -176,10 +176,10 @@ pub struct RecvSummary {
     /// flows and repetitions); None when nothing arrived or from an older
     /// receiver.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay_hist: Option<Dist>,
+    pub delay_hist: Option<Histogram>,
     /// |IPDV| = |D_i − D_{i−1}| over consecutive received packets, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipdv_hist: Option<Dist>,
+    pub ipdv_hist: Option<Histogram>,
 }
 
 impl RecvSummary {

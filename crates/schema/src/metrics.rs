@@ -299,8 +299,9 @@ pub fn num(v: &Value, path: &[&str]) -> Option<f64> {
 /// drops); their sum is the answer. Without that list, only counters named
 /// `drops`/`*_dropped` count: a tbf's `overlimits` counts the times the
 /// shaper had to wait for tokens (a packet that waited and then left), and
-/// `*_errors` are not drops either, so neither may be added in (S5 at
-/// 1408 B once read 180 720 "drops" with every drop counter at 0).
+/// `*_errors` are not drops either, so neither may be added in (adding
+/// them, S5 at 1408 B reads some 180 000 "drops" with every drop counter
+/// at 0).
 fn counter_drops(c: &Value) -> Option<f64> {
     if let Some(sites) = c.get("drop_sites").and_then(Value::as_array) {
         return Some(sites.iter().filter_map(|s| num(s, &["count"])).sum());

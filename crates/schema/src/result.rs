@@ -233,10 +233,10 @@ pub struct FlowResult {
     pub intervals: Vec<Interval>,
     /// One-way delays as a compact histogram (docs/results.md "Distributions").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay_hist: Option<crate::dist::Dist>,
+    pub delay_hist: Option<crate::dist::Histogram>,
     /// |IPDV| values as a compact histogram.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipdv_hist: Option<crate::dist::Dist>,
+    pub ipdv_hist: Option<crate::dist::Histogram>,
 }
 
 /// ITU-T G.107 E-model figures for a VoIP flow.

@@ -1,4 +1,4 @@
-//! A compact histogram on the [`crate::dist::Dist`] grid of [`DIST_BITS`]
+//! A compact histogram on the [`crate::dist::Histogram`] grid of [`DIST_BITS`]
 //! mantissa bits: every bucket holds the values that share their binary
 //! exponent and top 8 bits, so it is at most 2^-7 ≈ 0.79 % of its values
 //! wide and values below 256 are exact. It is the per-flow store of the
@@ -20,9 +20,9 @@
 //! with the offset as the exact min/mean/max do, and PDV stays offset-free.
 //! A bucket stands for its largest signed value (for negative values, the
 //! one nearest zero), as [`crate::dist::bucket_value`] defines it, so a
-//! [`Dist`](crate::dist::Dist) built from this store is exact.
+//! [`Histogram`](crate::dist::Histogram) built from this store is exact.
 
-use crate::dist::{Dist, DIST_BITS};
+use crate::dist::{Histogram, DIST_BITS};
 
 /// Bits of a bucket entry that hold its count; the top 14 hold the key.
 /// A bucket that counts past [`COUNT_MAX`] carries the excess to
@@ -207,10 +207,10 @@ impl LogHist {
             .fold(0u64, |a, (_, c)| a.saturating_add(c))
     }
 
-    /// The counts as a [`Dist`] on the grid of `bits` (≤ [`DIST_BITS`]:
+    /// The counts as a [`Histogram`] on the grid of `bits` (≤ [`DIST_BITS`]:
     /// exact at DIST_BITS, coarsened below).
-    pub(crate) fn to_dist(&self, bits: u8) -> Dist {
-        Dist::from_counts(bits.min(DIST_BITS), self.buckets())
+    pub(crate) fn to_dist(&self, bits: u8) -> Histogram {
+        Histogram::from_counts(bits.min(DIST_BITS), self.buckets())
     }
 
     /// Nearest-rank quantile q ∈ [0, 1]: the bucket value of rank ceil(q·N)

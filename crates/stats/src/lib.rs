@@ -25,7 +25,7 @@ pub use wirebench_schema::{dist, framing, opts, result};
 pub use wirebench_schema::{Direction, IpVersion, MeterMode, Transport};
 
 pub use aggregate::{aggregate, pct_change, student_t_975, Agg};
-pub use dist::Dist;
+pub use dist::Histogram;
 pub use flow::{
     loss_text, DelayStats, FlowConfig, Frames, Interval, Jitter, LossBursts, Quantiles,
     RecvAccumulator, RecvCounts, RecvSummary, SendAccumulator, SendSummary, Throughput,

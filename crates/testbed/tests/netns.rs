@@ -20,12 +20,7 @@ fn heavy() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn root(test: &str) -> bool {
-    if sys::is_root() {
-        true
-    } else {
-        eprintln!("SKIP: {test} needs root (network namespaces, veth, tc)");
-        false
-    }
+    wirebench_testkit::can_run(test, sys::is_root(), "root (network namespaces, veth, tc)")
 }
 
 /// Everything with the test-bed's prefix that exists anywhere we create things.

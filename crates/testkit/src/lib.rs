@@ -9,6 +9,11 @@
 //! [`measure_seeing`], when the run itself saw the host stall), and fails
 //! outright otherwise. Exact counts that do not depend on the scheduler belong
 //! outside it (plain asserts), so they are never retried.
+//!
+//! It also owns the one skip rule ([`can_run`]): a test that cannot run on
+//! this host says so and is counted, and fails under `CI=true`.
+
+#![warn(missing_docs)]
 
 use std::time::{Duration, Instant};
 
@@ -175,11 +180,83 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Skips counted so far in this test binary (see [`can_run`]).
+static SKIPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether a test that needs something this host may lack (root, a
+/// program, a kernel feature) can run: `ok` says whether it is there. When
+/// it is not, the test is skipped — it should return at once — and the
+/// skip is counted and printed with the running count, so that a run that
+/// skipped reads as one; under `CI=true` a missing need is a failure
+/// instead (this panics), because a CI run that passes by skipping has
+/// tested nothing. The Linux net selftests do the same with their own
+/// skip exit code (`tools/testing/selftests/net/forwarding/lib.sh`).
+pub fn can_run(test: &str, ok: bool, needs: &str) -> bool {
+    can_run_in(test, ok, needs, ci())
+}
+
+fn can_run_in(test: &str, ok: bool, needs: &str, ci: bool) -> bool {
+    if ok {
+        return true;
+    }
+    assert!(
+        !ci,
+        "{test} cannot run here: it needs {needs} (CI=true counts a skip as a failure)"
+    );
+    let n = SKIPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    eprintln!("SKIP ({n} skipped in this test binary): {test} needs {needs}");
+    false
+}
+
+/// [`can_run`] for tests that need root (network namespaces, veth, tc,
+/// raw sockets).
+pub fn can_run_as_root(test: &str, needs: &str) -> bool {
+    can_run(test, is_root(), needs)
+}
+
+/// Skips counted so far in this test binary.
+pub fn skipped() -> usize {
+    SKIPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// True under a CI run (`CI=true`, as GitHub Actions and most CI set it).
+fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// The process runs as root.
+pub fn is_root() -> bool {
+    #[cfg(unix)]
+    {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        unsafe { libc::geteuid() == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+
+    #[test]
+    fn a_missing_need_is_a_counted_skip_and_a_failure_under_ci() {
+        assert!(can_run_in("t", true, "nothing", true));
+        let before = skipped();
+        assert!(!can_run_in("t", false, "a unicorn", false));
+        assert!(skipped() > before);
+        let under_ci = std::panic::catch_unwind(|| can_run_in("t", false, "a unicorn", true));
+        let msg = under_ci.expect_err("CI=true must fail, not skip");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.contains("needs a unicorn") && msg.contains("CI=true"),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn check_gives_the_reason() {
@@ -191,8 +268,11 @@ mod tests {
     /// reads that contention (on Linux with pressure stall information).
     #[test]
     fn busy_threads_beyond_the_cores_read_as_contention() {
-        if psi_some_total_us().is_none() {
-            eprintln!("SKIP: no /proc/pressure/cpu on this host");
+        if !can_run(
+            "busy_threads_beyond_the_cores_read_as_contention",
+            psi_some_total_us().is_some(),
+            "/proc/pressure/cpu (Linux pressure stall information)",
+        ) {
             return;
         }
         let c = Contention::start();

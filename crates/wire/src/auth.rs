@@ -18,7 +18,7 @@
 //! can never be echoed back as the sender's answer. This crate only computes
 //! and checks; sockets and nonces from a random source are the engine's.
 
-use crate::probe::{FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN};
+use crate::probe::{field, FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::fmt;
@@ -207,7 +207,7 @@ impl ProbeKey {
     /// The bytes a probe's MAC covers, or None when `buf` (the whole
     /// datagram or record) is too short to carry them and the trailer.
     fn covered(buf: &[u8]) -> Option<(&[u8], &[u8])> {
-        let n = if buf.len() > 3 && buf[3] & FLAG_REFLECTED != 0 {
+        let n = if buf.len() > field::FLAGS && buf[field::FLAGS] & FLAG_REFLECTED != 0 {
             RTT_MIN_LEN
         } else {
             PROBE_HEADER_LEN

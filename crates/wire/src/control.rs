@@ -404,7 +404,7 @@ mod tests {
     fn report_lines_read_directly_and_generically() {
         let mut summary = wirebench_schema::flow::RecvSummary::default();
         summary.counts.unique = 7;
-        summary.delay_hist = Some(wirebench_schema::dist::Dist {
+        summary.delay_hist = Some(wirebench_schema::dist::Histogram {
             bits: 7,
             buckets_ns: vec![(-3, 1), (1003, 6)],
         });

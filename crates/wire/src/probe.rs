@@ -18,6 +18,44 @@
 
 use thiserror::Error;
 
+/// Where each field sits, named once: the encoder, the decoders, the
+/// in-place stamps and the authenticator all read these, so nothing else
+/// writes a probe byte by its offset.
+pub mod field {
+    use std::ops::Range;
+
+    /// A byte range of the probe.
+    pub type Field = Range<usize>;
+
+    /// [`super::MAGIC`], big-endian.
+    pub const MAGIC: Field = 0..2;
+    /// [`super::PROBE_VERSION`].
+    pub const VERSION: usize = 2;
+    /// FLAG_* bits.
+    pub const FLAGS: usize = 3;
+    /// Session id.
+    pub const SESSION: Field = 4..8;
+    /// Flow id.
+    pub const FLOW: Field = 8..10;
+    /// Whole datagram / record length.
+    pub const LEN: Field = 10..12;
+    /// Sequence number (low 32 bits).
+    pub const SEQ: Field = 12..16;
+    /// Sender's transmit time, ns.
+    pub const TX_TIME: Field = 16..24;
+    /// Reflector's receive time (RTT mode), ns, right after the header.
+    pub const REFLECT_RX_TIME: Field = 24..32;
+    /// Reflector's transmit time (RTT mode), ns.
+    pub const REFLECT_TX_TIME: Field = 32..40;
+}
+
+/// The bytes of `r` in `buf`, as a fixed-size array (`buf` holds them).
+fn bytes<const N: usize>(buf: &[u8], r: field::Field) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&buf[r]);
+    a
+}
+
 /// "WB" — chosen so that a stray ASCII text or zero-filled buffer never matches.
 pub const MAGIC: u16 = 0x5742;
 /// Version of the probe header layout; probes of another version are refused.
@@ -105,14 +143,14 @@ impl ProbeHeader {
                 need: PROBE_HEADER_LEN,
             });
         }
-        buf[0..2].copy_from_slice(&MAGIC.to_be_bytes());
-        buf[2] = PROBE_VERSION;
-        buf[3] = self.flags;
-        buf[4..8].copy_from_slice(&self.session.to_be_bytes());
-        buf[8..10].copy_from_slice(&self.flow.to_be_bytes());
-        buf[10..12].copy_from_slice(&self.len.to_be_bytes());
-        buf[12..16].copy_from_slice(&self.seq.to_be_bytes());
-        buf[16..24].copy_from_slice(&self.tx_ns.to_be_bytes());
+        buf[field::MAGIC].copy_from_slice(&MAGIC.to_be_bytes());
+        buf[field::VERSION] = PROBE_VERSION;
+        buf[field::FLAGS] = self.flags;
+        buf[field::SESSION].copy_from_slice(&self.session.to_be_bytes());
+        buf[field::FLOW].copy_from_slice(&self.flow.to_be_bytes());
+        buf[field::LEN].copy_from_slice(&self.len.to_be_bytes());
+        buf[field::SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        buf[field::TX_TIME].copy_from_slice(&self.tx_ns.to_be_bytes());
         Ok(())
     }
 
@@ -152,18 +190,18 @@ impl ProbeHeader {
                 need: PROBE_HEADER_LEN,
             });
         }
-        let magic = u16::from_be_bytes([buf[0], buf[1]]);
+        let magic = u16::from_be_bytes(bytes(buf, field::MAGIC));
         if magic != MAGIC {
             return Err(ProbeError::Magic(magic));
         }
-        if buf[2] != PROBE_VERSION {
-            return Err(ProbeError::Version(buf[2]));
+        if buf[field::VERSION] != PROBE_VERSION {
+            return Err(ProbeError::Version(buf[field::VERSION]));
         }
-        let flags = buf[3];
+        let flags = buf[field::FLAGS];
         if flags & !KNOWN_FLAGS != 0 {
             return Err(ProbeError::Flags(flags & !KNOWN_FLAGS));
         }
-        let len = u16::from_be_bytes([buf[10], buf[11]]);
+        let len = u16::from_be_bytes(bytes(buf, field::LEN));
         if (len as usize) < PROBE_HEADER_LEN {
             return Err(ProbeError::Length {
                 field: len,
@@ -172,13 +210,11 @@ impl ProbeHeader {
         }
         Ok(ProbeHeader {
             flags,
-            session: u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]),
-            flow: u16::from_be_bytes([buf[8], buf[9]]),
+            session: u32::from_be_bytes(bytes(buf, field::SESSION)),
+            flow: u16::from_be_bytes(bytes(buf, field::FLOW)),
             len,
-            seq: u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]),
-            tx_ns: u64::from_be_bytes([
-                buf[16], buf[17], buf[18], buf[19], buf[20], buf[21], buf[22], buf[23],
-            ]),
+            seq: u32::from_be_bytes(bytes(buf, field::SEQ)),
+            tx_ns: u64::from_be_bytes(bytes(buf, field::TX_TIME)),
         })
     }
 
@@ -187,14 +223,14 @@ impl ProbeHeader {
     /// re-encoding the rest.
     pub fn stamp_tx(buf: &mut [u8], tx_ns: u64) {
         if buf.len() >= PROBE_HEADER_LEN {
-            buf[16..24].copy_from_slice(&tx_ns.to_be_bytes());
+            buf[field::TX_TIME].copy_from_slice(&tx_ns.to_be_bytes());
         }
     }
 
     /// Rewrites only the sequence number in an already encoded header.
     pub fn stamp_seq(buf: &mut [u8], seq: u32) {
         if buf.len() >= PROBE_HEADER_LEN {
-            buf[12..16].copy_from_slice(&seq.to_be_bytes());
+            buf[field::SEQ].copy_from_slice(&seq.to_be_bytes());
         }
     }
 
@@ -223,9 +259,18 @@ impl Reflection {
                 need: RTT_MIN_LEN,
             });
         }
-        buf[24..32].copy_from_slice(&self.rx_ns.to_be_bytes());
-        buf[32..40].copy_from_slice(&self.tx_ns.to_be_bytes());
+        buf[field::REFLECT_RX_TIME].copy_from_slice(&self.rx_ns.to_be_bytes());
+        buf[field::REFLECT_TX_TIME].copy_from_slice(&self.tx_ns.to_be_bytes());
         Ok(())
+    }
+
+    /// Rewrites only the reflector's transmit time of an already encoded
+    /// reflection: a batch of replies is stamped once, just before it
+    /// leaves. Does nothing on a buffer too short to hold a reflection.
+    pub fn stamp_tx(buf: &mut [u8], tx_ns: u64) {
+        if buf.len() >= RTT_MIN_LEN {
+            buf[field::REFLECT_TX_TIME].copy_from_slice(&tx_ns.to_be_bytes());
+        }
     }
 
     /// Reads the reflector's times from right after the header.
@@ -236,13 +281,9 @@ impl Reflection {
                 need: RTT_MIN_LEN,
             });
         }
-        let mut a = [0u8; 8];
-        let mut b = [0u8; 8];
-        a.copy_from_slice(&buf[24..32]);
-        b.copy_from_slice(&buf[32..40]);
         Ok(Reflection {
-            rx_ns: u64::from_be_bytes(a),
-            tx_ns: u64::from_be_bytes(b),
+            rx_ns: u64::from_be_bytes(bytes(buf, field::REFLECT_RX_TIME)),
+            tx_ns: u64::from_be_bytes(bytes(buf, field::REFLECT_TX_TIME)),
         })
     }
 }
@@ -261,6 +302,35 @@ mod tests {
             seq: 123_456,
             tx_ns: 1_700_000_000_123_456_789,
         }
+    }
+
+    #[test]
+    fn reflection_tx_stamp_rewrites_only_its_field() {
+        let mut buf = [0u8; RTT_MIN_LEN];
+        sample().encode(&mut buf).unwrap();
+        Reflection {
+            rx_ns: 11,
+            tx_ns: 0,
+        }
+        .encode(&mut buf)
+        .unwrap();
+        let before = buf;
+        Reflection::stamp_tx(&mut buf, 0x0102_0304_0506_0708);
+        assert_eq!(
+            Reflection::decode(&buf).unwrap(),
+            Reflection {
+                rx_ns: 11,
+                tx_ns: 0x0102_0304_0506_0708
+            }
+        );
+        assert_eq!(
+            buf[..field::REFLECT_TX_TIME.start],
+            before[..field::REFLECT_TX_TIME.start]
+        );
+        // Too short for a reflection: left alone.
+        let mut short = [0u8; RTT_MIN_LEN - 1];
+        Reflection::stamp_tx(&mut short, u64::MAX);
+        assert_eq!(short, [0u8; RTT_MIN_LEN - 1]);
     }
 
     #[test]

@@ -178,7 +178,8 @@ impl Emulated {
         }
         for who in [snd, rcv] {
             if !list.iter().any(|n| &n.name == who) {
-                // Names the node like the old direct path did.
+                // A sender or receiver the test-bed lacks: the error names
+                // the node, as for runs without agents.
                 tb.netns(who).map_err(tb_err)?;
             }
         }

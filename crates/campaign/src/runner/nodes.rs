@@ -25,7 +25,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use wirebench_agent::proto::{CpuSample, HostMeta};
-use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Role, Transport};
+use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Role};
 
 /// Path-MTU probes per run before a path counts as broken, and the pause
 /// between them: 10 × 300 ms outlasts IPv6 duplicate address detection
@@ -84,15 +84,15 @@ pub(super) struct NodeRun {
     pub interrupted: bool,
 }
 
-fn transport(n: &HostNode, program: &std::path::Path) -> Transport {
+fn channel(n: &HostNode, program: &std::path::Path) -> Channel {
     let local = || n.agent.clone().map(PathBuf::from).unwrap_or(program.into());
     match &n.reach {
-        NodeReach::Local => Transport::Local { program: local() },
-        NodeReach::Netns(ns) => Transport::Netns {
+        NodeReach::Local => Channel::Local { program: local() },
+        NodeReach::Netns(ns) => Channel::Netns {
             ns: ns.clone(),
             program: local(),
         },
-        NodeReach::Ssh { dest, options } => Transport::Ssh {
+        NodeReach::Ssh { dest, options } => Channel::Ssh {
             dest: dest.clone(),
             program: n.agent.clone().unwrap_or_else(|| "wirebench".into()),
             options: options.clone(),
@@ -178,7 +178,7 @@ impl Nodes {
                 };
                 AgentSpec {
                     node: n.name.clone(),
-                    transport: transport(n, &self.program),
+                    channel: channel(n, &self.program),
                     allow: Allow {
                         mtu: all(n.apply_mtu),
                         offloads: all(n.apply_offloads),

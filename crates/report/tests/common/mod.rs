@@ -294,7 +294,7 @@ pub fn apps_like() -> CampaignSummary {
             "Jitter (RFC 3550)",
             "s",
         ),
-        info("voip_mos", MetricFamily::Voip, "MOS", ""),
+        info("mos", MetricFamily::Voip, "MOS", ""),
     ];
     let mut scenarios = Vec::new();
     for (ai, app) in APPS.iter().enumerate() {
@@ -317,7 +317,7 @@ pub fn apps_like() -> CampaignSummary {
                 ),
             );
             if app.starts_with('G') {
-                m.insert("voip_mos".into(), stats(4.1 + 0.05 * ai as f64, 0.005, 20));
+                m.insert("mos".into(), stats(4.1 + 0.05 * ai as f64, 0.005, 20));
             }
             let mut axes = BTreeMap::new();
             axes.insert("app".to_string(), app.to_string());

@@ -1,7 +1,8 @@
-//! The result document `wirebench.result/1`: one JSON object per run, SI
-//! units (seconds, bits per second, bytes), and its assembly from what the
-//! pacer sent and the receiver reported ([`build_doc`]). Field meanings:
-//! docs/engine.md and docs/metrics.md.
+//! Assembles one run's result document (`wirebench.result/1`, the types
+//! are `wirebench_schema::result`) from what the pacer sent and the
+//! receiver reported ([`assemble_doc`]): per-flow figures, totals, the
+//! bound check and the clock notes. Field meanings: docs/engine.md and
+//! docs/metrics.md.
 
 use crate::pacing::FlowSent;
 use crate::plan::{SessionPlan, Stop};
@@ -12,15 +13,15 @@ use wirebench_model::voip::JitterBuffer;
 use wirebench_stats::{IpVersion, Throughput};
 use wirebench_wire::{Direction, Transport};
 
-pub use wirebench_stats::result::*;
+use wirebench_schema::result::*;
 
 /// Formats nanoseconds since the epoch as RFC 3339 UTC with milliseconds.
-pub fn rfc3339(ns: u64) -> String {
+pub(crate) fn rfc3339(ns: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-pub(crate) struct DocParts<'a> {
+pub(crate) struct DocInputs<'a> {
     pub plan: &'a SessionPlan,
     pub started_real: u64,
     pub src: SocketAddr,
@@ -38,12 +39,12 @@ pub(crate) struct DocParts<'a> {
     pub partial: Option<String>,
 }
 
-pub(crate) fn build_doc(mut p: DocParts) -> ResultDoc {
+pub(crate) fn assemble_doc(mut p: DocInputs) -> ResultDoc {
     let mut flows = Vec::new();
     // Each flow's summary moves from its report into its result (below), so
-    // what is read of the summaries across flows is read first. Copying
-    // them once held every flow's dists twice at the end of a session (some
-    // 5 KiB per flow at 60 flows, beside the report's own 8 KiB).
+    // what is read of the summaries across flows is read first: a copy
+    // would hold every flow's histograms twice at the end of a session
+    // (some 5 KiB per flow at 60 flows, beside the report's own 8 KiB).
     let received_packets: f64 = p
         .reports
         .iter()
@@ -70,7 +71,7 @@ pub(crate) fn build_doc(mut p: DocParts) -> ResultDoc {
         let k = p.reports.iter().position(|r| r.flow_id == id);
         // Without the receiver's report nothing is known of what arrived:
         // the default summary's `lost`/`loss_ratio` are None (unknown),
-        // not 0 (a receiver killed mid-run once read as "lost 0").
+        // not 0: a receiver killed mid-run must not read as "lost 0".
         let s = k
             .map(|k| std::mem::take(&mut p.reports[k].summary))
             .unwrap_or_default();
