@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use wirebench_model::FlowSpec;
 use wirebench_stats::{FlowConfig, IpVersion, SendSummary};
-use wirebench_wire::auth::ProbeKey;
+use wirebench_wire::auth::{ProbeKey, AUTH_PROBE_MIN_LEN};
 use wirebench_wire::{Direction, FlowSetup, ProbeHeader, Transport, FLAG_HELLO, PROBE_HEADER_LEN};
 
 /// How often the daemon's session thread looks whether its reverse flows
@@ -107,6 +107,8 @@ enum Port {
 struct RemoteFlow {
     plan: FlowPlan,
     flow_id: u16,
+    /// The UDP source port the sender declared for its hello.
+    declared: Option<u16>,
     mtu: u32,
     port: Option<Port>,
     handle: Option<JoinHandle<FlowSent>>,
@@ -158,6 +160,7 @@ impl Remote {
         self.flows[i] = Some(RemoteFlow {
             plan,
             flow_id: s.flow_id,
+            declared: s.src_port,
             mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
             port: Some(p),
             handle: None,
@@ -199,9 +202,10 @@ impl Remote {
                 probe_key: probe_key.cloned(),
             };
             let plan = f.plan.clone();
+            let from = (peer_ip, f.declared);
             let h = std::thread::Builder::new()
                 .name(format!("wb-rtx-{}", f.flow_id))
-                .spawn(move || send_reverse(plan, port, peer_ip, at))
+                .spawn(move || send_reverse(plan, port, from, at))
                 .map_err(|e| EngineError::io("reverse flow thread", e))?;
             f.handle = Some(h);
         }
@@ -278,11 +282,17 @@ fn is_hello(buf: &[u8], sid: u32, flow: u16) -> bool {
         .is_ok_and(|h| h.is_hello() && h.session == sid && h.flow == flow)
 }
 
-/// A reverse flow's thread on the daemon: finds the sender, then paces.
-fn send_reverse(plan: FlowPlan, port: Port, peer_ip: IpAddr, at: PaceOne) -> FlowSent {
+/// A reverse flow's thread on the daemon: finds the sender (its address,
+/// and the UDP port it declared), then paces.
+fn send_reverse(
+    plan: FlowPlan,
+    port: Port,
+    (peer_ip, declared): (IpAddr, Option<u16>),
+    at: PaceOne,
+) -> FlowSent {
     let deadline = mono_ns() + HELLO_WAIT.as_nanos() as u64;
     let sock = match port {
-        Port::Udp(u) => match udp_peer(&u, peer_ip, &at, deadline) {
+        Port::Udp(u) => match udp_peer(&u, (peer_ip, declared), &at, deadline) {
             Ok(to) => match u.connect(to) {
                 Ok(()) => {
                     set_sndbuf(u.as_raw_fd(), 4 << 20);
@@ -319,11 +329,14 @@ fn still_waiting(at: &PaceOne, deadline: u64) -> Result<(), String> {
 }
 
 /// The address the sender's UDP hello came from: from the session's
-/// sender address only, for this session and flow. Anything else is
-/// ignored; no hello by `deadline` is an error.
+/// sender address only, for this session and flow, and at the port it
+/// declared unless the hello carries a valid probe MAC (a NAT may have
+/// moved the port; the MAC says it is the sender's). An older sender that
+/// declares nothing is taken at any port. Anything else is ignored; no
+/// hello by `deadline` is an error.
 fn udp_peer(
     u: &UdpSocket,
-    peer_ip: IpAddr,
+    (peer_ip, declared): (IpAddr, Option<u16>),
     at: &PaceOne,
     deadline: u64,
 ) -> Result<SocketAddr, String> {
@@ -334,7 +347,10 @@ fn udp_peer(
         still_waiting(at, deadline)?;
         match u.recv_from(&mut buf) {
             Ok((n, from))
-                if unmap(from.ip()) == peer_ip && is_hello(&buf[..n], at.session, at.flow_id) =>
+                if unmap(from.ip()) == peer_ip
+                    && is_hello(&buf[..n], at.session, at.flow_id)
+                    && (declared.is_none_or(|p| p == from.port())
+                        || at.probe_key.as_ref().is_some_and(|k| k.verify(&buf[..n]))) =>
             {
                 return Ok(SocketAddr::new(unmap(from.ip()), from.port()));
             }
@@ -389,14 +405,15 @@ pub(crate) struct Local {
 }
 
 impl Local {
-    /// Connects to every reverse flow's data port (`ports`, in plan order,
-    /// at `dst_ip`), says hello, and starts receiving. `offset_ns`: the
+    /// Connects to every reverse flow's data port (`data`, in plan order,
+    /// at `dst_ip`, with the UDP socket [`bind_local`] bound before
+    /// `Hello`), says hello, and starts receiving. `offset_ns`: the
     /// receiver's clock minus ours, as applied.
     pub(crate) fn open(
         plan: &SessionPlan,
         setups: &[FlowSetup],
         dst_ip: IpAddr,
-        ports: &[u16],
+        data: Vec<(u16, Option<UdpSocket>)>,
         session: u32,
         (offset_ns, error_ns): (i64, u64),
         probe_key: Option<ProbeKey>,
@@ -416,37 +433,48 @@ impl Local {
             error_ns,
             probe_key,
         };
-        for (i, (f, s)) in plan.flows.iter().zip(setups).enumerate() {
+        for ((f, s), (port, bound)) in plan.flows.iter().zip(setups).zip(data) {
             if f.direction != Direction::Reverse {
                 flows.push(None);
                 continue;
             }
-            let to = SocketAddr::new(dst_ip, ports[i]);
+            let to = SocketAddr::new(dst_ip, port);
             let flow = s.flow_id;
-            let mut hello = vec![0u8; PROBE_HEADER_LEN];
+            // With probe MACs a UDP hello carries one, so the daemon may
+            // take its source from it wherever a NAT moved it.
+            let mac = at
+                .probe_key
+                .as_ref()
+                .filter(|_| f.transport == Transport::Udp);
+            let len = if mac.is_some() {
+                AUTH_PROBE_MIN_LEN
+            } else {
+                PROBE_HEADER_LEN
+            };
+            let mut hello = vec![0u8; len];
             ProbeHeader {
                 flags: FLAG_HELLO,
                 session,
                 flow,
-                len: PROBE_HEADER_LEN as u16,
+                len: len as u16,
                 seq: 0,
                 tx_ns: 0,
             }
             .encode(&mut hello)
             .map_err(|e| EngineError::Protocol(format!("hello: {e}")))?;
+            if let Some(k) = mac {
+                k.sign(&mut hello);
+            }
             let connect_err = |e| EngineError::Connect {
                 addr: to.to_string(),
                 source: e,
             };
             let (sock, again) = match f.transport {
                 Transport::Udp => {
-                    let any: IpAddr = if to.is_ipv4() {
-                        Ipv4Addr::UNSPECIFIED.into()
-                    } else {
-                        Ipv6Addr::UNSPECIFIED.into()
+                    let u = match bound {
+                        Some(u) => u,
+                        None => bind_any(dst_ip)?,
                     };
-                    let u = UdpSocket::bind(SocketAddr::new(any, 0))
-                        .map_err(|e| EngineError::io("data socket", e))?;
                     u.connect(to).map_err(connect_err)?;
                     u.send(&hello).map_err(connect_err)?;
                     let again = u.try_clone().ok();
@@ -498,6 +526,34 @@ impl Local {
             .map(|(i, f)| f.and_then(|(rx, _, _)| rx.finish(sent.get(i).copied().flatten())))
             .collect()
     }
+}
+
+/// A UDP socket on the unspecified address of `dst`'s family, any port.
+fn bind_any(dst: IpAddr) -> Result<UdpSocket, EngineError> {
+    let any: IpAddr = if dst.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    UdpSocket::bind(SocketAddr::new(any, 0)).map_err(|e| EngineError::io("data socket", e))
+}
+
+/// The sender's sockets of its reverse UDP flows, by position, bound
+/// before `Hello` so that it declares their ports
+/// ([`FlowSetup::src_port`]): the daemon sends a flow only where its
+/// hello came from, and without probe MACs only from the declared port.
+pub(crate) fn bind_local(
+    plan: &SessionPlan,
+    dst: IpAddr,
+) -> Result<Vec<Option<UdpSocket>>, EngineError> {
+    plan.flows
+        .iter()
+        .map(|f| {
+            (f.direction == Direction::Reverse && f.transport == Transport::Udp)
+                .then(|| bind_any(dst))
+                .transpose()
+        })
+        .collect()
 }
 
 /// The sent side of a reverse flow, as the daemon reported it.

@@ -63,12 +63,15 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let pacer_socks = pacer_sockets(&plan, dst)?;
+    let rev_socks = crate::reverse::bind_local(&plan, dst)?;
     let src_ports: Vec<Option<u16>> = bound
         .iter()
+        .zip(&rev_socks)
         .enumerate()
-        .map(|(i, b)| {
-            b.as_ref()
-                .map(|b| source_port(&plan, i, b.port, &pacer_socks))
+        .map(|(i, (b, r))| match (b, r) {
+            (Some(b), _) => Some(source_port(&plan, i, b.port, &pacer_socks)),
+            (None, Some(r)) => r.local_addr().ok().map(|a| a.port()),
+            (None, None) => None,
         })
         .collect();
     let crate::session::Opened {
@@ -107,7 +110,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         &plan,
         &setups,
         dst_ip,
-        &ports,
+        ports.iter().copied().zip(rev_socks).collect(),
         session,
         (clock.applied_ns(), clock.error_ns),
         probe_key.clone(),

@@ -1355,3 +1355,173 @@ fn undeclared_source_is_learned_only_from_a_datagram_that_passes_every_check() {
         assert_eq!(f["from"], from.to_string(), "{what}");
     }
 }
+
+/// A receiver's report of flow 1 of 30 sent: `unique` taken and
+/// `foreign` datagrams counted on its port.
+fn report_of(unique: u64, foreign: u64) -> String {
+    let mut r = wirebench_engine::result::FlowReport {
+        flow_id: 1,
+        foreign,
+        ..Default::default()
+    };
+    r.summary.counts.unique = unique;
+    r.summary.counts.packets = unique;
+    r.summary.counts.lost = Some(30 - unique);
+    ControlMsg::Report {
+        flows: vec![r],
+        extra: Default::default(),
+    }
+    .to_line()
+}
+
+/// Issue #30 item 1, the sender's side: a flow that (almost) nothing of
+/// reached the measurement while the receiver counted foreign datagrams
+/// on its port was held by someone else (an older receiver that let a
+/// forgery take it, a NAT that moved the port): `send` said 100 % loss and
+/// exited 0. Now the run is partial, saying so; a plain 100 % loss with
+/// nothing foreign is still a measurement.
+#[test]
+fn a_flow_taken_over_is_not_a_measurement() {
+    let h = hostile_receiver(15756, |m| match m {
+        ControlMsg::Stop { .. } => Some(report_of(0, 30)),
+        _ => honest_time(m),
+    });
+    match run_against(15756) {
+        Err(wirebench_engine::EngineError::Partial { reason, doc }) => {
+            assert!(reason.contains("something else held it"), "{reason}");
+            assert!(reason.contains("--auth probes"), "{reason}");
+            assert!(doc.partial);
+        }
+        other => panic!(
+            "a taken-over flow was a result: {:?}",
+            other.map(|d| d.partial)
+        ),
+    }
+    h.join().unwrap();
+    let h = hostile_receiver(15757, |m| match m {
+        ControlMsg::Stop { .. } => Some(report_of(0, 0)),
+        _ => honest_time(m),
+    });
+    let doc = run_against(15757).unwrap();
+    assert!(!doc.partial);
+    assert_eq!(doc.flows[0].received.counts.lost, Some(30));
+    h.join().unwrap();
+}
+
+/// Issue #30 item 1 for reverse flows: the daemon learned where to send a
+/// reverse UDP flow from the first hello of the sender's address, from
+/// any port. Now, without probe MACs, only a hello from the port the
+/// sender declared counts; with them, a hello carrying a valid MAC counts
+/// from any port (a NAT may move it) and an unsigned one from another
+/// port does not. The forger's port gets nothing, the sender all 30.
+#[test]
+fn reverse_flows_go_only_where_the_declared_or_authentic_hello_came_from() {
+    for (mode, rx_port) in [(AuthMode::NoKey, 15758), (AuthMode::ProbeMacs, 15759)] {
+        let rx = Rx::start_with(DaemonConfig {
+            port: rx_port,
+            key: (mode != AuthMode::NoKey).then(|| key(KEY)),
+            ..DaemonConfig::default()
+        });
+        let sid = 0x5ec3_2000 + rx_port as u32;
+        let me = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // With MACs the sender is behind a "NAT": it declared a port its
+        // hello does not come from.
+        let declared = match mode {
+            AuthMode::NoKey => me.local_addr().unwrap().port(),
+            _ => 9,
+        };
+        let model = serde_json::json!({
+            "spec": wirebench_model::FlowSpec::constant(1000.0, 100).unwrap(),
+            "stop": wirebench_engine::Stop::Packets(30),
+            "seed": 1,
+        });
+        let cn = [5u8; NONCE_LEN];
+        let mut c = Client::connect(rx.port);
+        c.send(&ControlMsg::Hello {
+            version: CONTROL_VERSION,
+            session: sid,
+            meter: MeterMode::Owd,
+            flows: vec![FlowSetup {
+                reverse: Some(model),
+                src_port: Some(declared),
+                ..udp_flow(None)
+            }],
+            auth: (mode != AuthMode::NoKey).then(|| auth::to_hex(&cn)),
+            live: false,
+            auth_probes: mode != AuthMode::NoKey,
+        });
+        let mut pk = None;
+        if mode != AuthMode::NoKey {
+            let sn = match c.recv() {
+                ControlMsg::Challenge { nonce, .. } => auth::from_hex("nonce", &nonce).unwrap(),
+                other => panic!("{other:?}"),
+            };
+            c.send(&ControlMsg::Auth {
+                mac: auth::to_hex(&key(KEY).sender_mac(&cn, &sn, sid)),
+            });
+            pk = Some(key(KEY).probe_key(&cn, &sn, sid));
+        }
+        let data = match c.recv() {
+            ControlMsg::Ready {
+                ports,
+                reverse: true,
+                ..
+            } => ports[0],
+            other => panic!("{mode:?}: {other:?}"),
+        };
+        let hello = |from: &UdpSocket, key: Option<&auth::ProbeKey>| {
+            let mut b = [0u8; 40];
+            ProbeHeader {
+                flags: FLAG_HELLO,
+                session: sid,
+                flow: 1,
+                len: 40,
+                seq: 0,
+                tx_ns: 0,
+            }
+            .encode(&mut b)
+            .unwrap();
+            if let Some(k) = key {
+                assert!(k.sign(&mut b));
+            }
+            from.send_to(&b, ("127.0.0.1", data)).unwrap();
+        };
+        // The forger: the sender's address, another port, first.
+        let forger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        hello(&forger, None);
+        std::thread::sleep(Duration::from_millis(50));
+        hello(&me, pk.as_ref());
+        c.send(&ControlMsg::Start);
+        me.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 256];
+        for _ in 0..30 {
+            let (n, _) = me
+                .recv_from(&mut buf)
+                .unwrap_or_else(|e| panic!("{mode:?}: the sender got nothing: {e}"));
+            let h = ProbeHeader::decode_datagram(&buf[..n]).unwrap();
+            assert_eq!((h.session, h.flow), (sid, 1), "{mode:?}");
+        }
+        forger
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        assert!(
+            forger.recv_from(&mut buf).is_err(),
+            "{mode:?}: the forger got data"
+        );
+        c.send(&ControlMsg::Stop {
+            linger_ms: 0,
+            sent: vec![0],
+        });
+        loop {
+            match c.recv() {
+                ControlMsg::Report { flows, .. } => {
+                    assert_eq!(flows[0].sent.as_ref().unwrap().packets, 30, "{mode:?}");
+                    break;
+                }
+                ControlMsg::ReverseDone | ControlMsg::TimeResp { .. } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        c.send(&ControlMsg::Bye);
+    }
+}
