@@ -142,7 +142,9 @@ pub fn summarize_runs(
     campaign: Option<&Campaign>,
     runs: &[RunRow],
 ) -> (Vec<ScenarioSummary>, Vec<String>) {
-    let mut notes = Vec::new();
+    let mut notes = campaign
+        .map(|c| crate::adaptive::notes(c, runs))
+        .unwrap_or_default();
     let planned: Vec<Scenario> = campaign.map(|c| c.expand()).unwrap_or_default();
     let reps = campaign.map(|c| c.repetitions as usize).unwrap_or(0);
     let mut order: Vec<(String, BTreeMap<String, String>, Option<f64>)> = planned
@@ -235,8 +237,14 @@ pub fn summarize_runs(
             key: key.clone(),
             axes: axes.clone(),
             runs_ok: ok,
+            // An adaptive scenario plans its least runs and takes more
+            // until it settles (the notes say how many and which did not).
             runs_planned: if planned.iter().any(|p| &p.key == key) {
-                reps
+                if campaign.is_some_and(|c| c.adaptive.is_some()) {
+                    reps.max(ok)
+                } else {
+                    reps
+                }
             } else {
                 ok
             },

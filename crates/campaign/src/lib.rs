@@ -7,6 +7,7 @@
 //! - [`runner`]: the run loop (test-bed reuse, subprocess send/recv, counters,
 //!   progress, Ctrl-C, resume).
 //! - [`rfc2544`]: RFC 2544 / RFC 5180 searches run as a campaign (`[rfc2544]`).
+//! - [`adaptive`]: adaptive repetitions (run until the headline metric settles).
 //! - [`estimate`]: runs and wall-clock time before a campaign starts.
 //! - [`metrics`]: the metric table (family, unit, combine rule, direction,
 //!   and which field of the typed result document each number comes from;
@@ -16,6 +17,7 @@
 //!   ([`summary::CampaignSummary`], the contract with the report layer,
 //!   `wirebench_schema::summary`).
 
+pub mod adaptive;
 pub mod analysis;
 pub mod campaign;
 pub mod dist;

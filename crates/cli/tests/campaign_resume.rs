@@ -572,3 +572,72 @@ fn a_campaign_grows_on_resume_and_keeps_its_runs() {
     }
     assert_eq!(stored(), third);
 }
+
+/// Issue 25 item 3: adaptive repetitions run each scenario until its
+/// headline metric settles; a rule that cannot be met runs to `max` and is
+/// flagged; a resumed campaign with a higher `max` continues the rule from
+/// the stored runs.
+#[test]
+fn adaptive_repetitions_run_until_settled_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    let db = dir.path().join("w.db");
+    let text = |name: &str, reps: &str| {
+        format!(
+            "name = \"{name}\"\nrepetitions = {reps}\npackets = 40\nlinger_s = 0.1\n[loopback]\n[matrix]\nip = [4, 6]\npayload = [200]\npps = [1000]\n"
+        )
+    };
+    let count = |name: &str| -> Vec<usize> {
+        let s = Store::open_existing(&db).unwrap();
+        let c = s.find_campaign(name).unwrap();
+        let runs = s.runs(c.id).unwrap();
+        assert!(runs.iter().all(|r| r.status == RunStatus::Ok));
+        ["ip=4,payload=200,pps=1000", "ip=6,payload=200,pps=1000"]
+            .iter()
+            .map(|k| runs.iter().filter(|r| r.scenario_key == *k).count())
+            .collect()
+    };
+    // A paced 40-packet run's throughput varies far less than 50 %: both
+    // scenarios settle after their 2 planned runs.
+    std::fs::write(
+        &file,
+        text("settles", "{ min = 2, max = 4, until_cv = 0.5 }"),
+    )
+    .unwrap();
+    let out = campaign(&file, &db, &[]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(count("settles"), [2, 2]);
+    assert!(
+        stdout.contains("2 of 2 scenarios settled after 2 runs"),
+        "{stdout}"
+    );
+
+    // No two delays agree to 1e-6 %: never settles, runs to max, flagged.
+    let never = "{ min = 2, max = 3, until_ci = \"0.000001%\", metric = \"delay_mean_s\" }";
+    std::fs::write(&file, text("never", never)).unwrap();
+    let out = campaign(&file, &db, &[]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(count("never"), [3, 3]);
+    assert!(stdout.contains("0 of 2 scenarios settled"), "{stdout}");
+    assert_eq!(stdout.matches("NOT SETTLED: ip=").count(), 2, "{stdout}");
+
+    // Raising max and resuming continues from the 3 stored runs each.
+    std::fs::write(&file, text("never", &never.replace("max = 3", "max = 4"))).unwrap();
+    let out = campaign(&file, &db, &["--resume"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("kept 6, running 2"), "{stderr}");
+    assert_eq!(count("never"), [4, 4]);
+    let s = Store::open_existing(&db).unwrap();
+    let row = s.find_campaign("never").unwrap();
+    assert_eq!(row.status, "done");
+    let reps: HashSet<u32> = s
+        .runs(row.id)
+        .unwrap()
+        .iter()
+        .map(|r| r.repetition)
+        .collect();
+    assert_eq!(reps, HashSet::from([0, 1, 2, 3]));
+}

@@ -732,6 +732,83 @@ fn check_matrix_size(
     Ok(())
 }
 
+/// `repetitions = N`, or `{ min = 5, max = 30, until_cv = 0.10 }` /
+/// `{ ..., until_ci = "2%" }` with an optional `metric` (the headline the
+/// rule watches; payload throughput unless it says).
+fn check_repetitions_value(
+    ctx: &Ctx,
+    r: &Spanned<toml::Value>,
+) -> Result<(u32, Option<Adaptive>), CampaignError> {
+    let bad = |reason: String| ctx.at(r, "repetitions", reason);
+    let whole = |v: &toml::Value, what: &str| match v {
+        toml::Value::Integer(x) if (1..=10_000).contains(x) => Ok(*x as u32),
+        other => Err(bad(format!("{what}must be 1..=10000, got {other}"))),
+    };
+    let t = match r.get_ref() {
+        toml::Value::Integer(_) => return Ok((whole(r.get_ref(), "")?, None)),
+        toml::Value::Table(t) => t,
+        other => {
+            return Err(bad(format!(
+                "must be a whole number 1..=10000 or a table {{ min = 5, max = 30, until_cv = 0.10 }}, got {other}"
+            )))
+        }
+    };
+    if let Some(k) = t
+        .keys()
+        .find(|k| !["min", "max", "until_cv", "until_ci", "metric"].contains(&k.as_str()))
+    {
+        return Err(bad(format!(
+            "unknown key {k:?} (expected min, max, until_cv or until_ci, metric)"
+        )));
+    }
+    let min = match t.get("min") {
+        Some(v) => whole(v, "min ")?,
+        None => return Err(bad("an adaptive table needs `min` (at least 2)".into())),
+    };
+    let max = match t.get("max") {
+        Some(v) => whole(v, "max ")?,
+        None => return Err(bad("an adaptive table needs `max`".into())),
+    };
+    if min < 2 || max < min {
+        return Err(bad(format!(
+            "needs 2 <= min <= max (a spread needs two runs), got min = {min}, max = {max}"
+        )));
+    }
+    let until = match (t.get("until_cv"), t.get("until_ci")) {
+        (Some(v), None) => match v.as_float().or(v.as_integer().map(|i| i as f64)) {
+            Some(x) if x > 0.0 && x < 10.0 => Until::Cv(x),
+            _ => {
+                return Err(bad(format!(
+                    "until_cv must be a ratio such as 0.10, got {v}"
+                )))
+            }
+        },
+        (None, Some(v)) => match v
+            .as_str()
+            .and_then(|s| s.trim().strip_suffix('%'))
+            .and_then(|s| s.trim().parse::<f64>().ok())
+        {
+            Some(p) if p > 0.0 && p < 100.0 => Until::Ci(p / 100.0),
+            _ => {
+                return Err(bad(format!(
+                    "until_ci must be a percentage of the mean such as \"2%\", got {v}"
+                )))
+            }
+        },
+        _ => {
+            return Err(bad(
+                "give one of until_cv (e.g. 0.10) or until_ci (e.g. \"2%\")".into(),
+            ))
+        }
+    };
+    let metric = match t.get("metric") {
+        None => DEFAULT_SETTLE_METRIC.to_string(),
+        Some(toml::Value::String(m)) if crate::metrics::metric(m).is_some() => m.clone(),
+        Some(other) => return Err(bad(format!("metric must be a metric key such as \"throughput_payload_bps\" or \"delay_mean_s\", got {other}"))),
+    };
+    Ok((min, Some(Adaptive { max, until, metric })))
+}
+
 fn check_repetitions(ctx: &Ctx, r: &Spanned<i64>) -> Result<u32, CampaignError> {
     let x = *r.get_ref();
     if !(1..=10_000).contains(&x) {
@@ -818,9 +895,9 @@ impl Campaign {
             ));
         }
 
-        let repetitions = match &raw.repetitions {
-            Some(r) => check_repetitions(&ctx, r)?,
-            None => 1,
+        let (repetitions, adaptive) = match &raw.repetitions {
+            Some(r) => check_repetitions_value(&ctx, r)?,
+            None => (1, None),
         };
         let length = check_length(&ctx, &raw.duration_s, &raw.packets, &raw.kbytes)?
             .unwrap_or(RunLength::Duration { seconds: 10.0 });
@@ -922,6 +999,7 @@ impl Campaign {
             target,
             matrices,
             repetitions,
+            adaptive,
             length,
             warmup_s,
             pause_s,
@@ -1033,6 +1111,11 @@ impl Campaign {
             Some(r) => check_repetitions(ctx, r)?,
             None => 2,
         };
+        // A quick adaptive campaign stops at twice its repetitions.
+        let min = self.repetitions;
+        if let Some(a) = &mut self.adaptive {
+            a.max = a.max.min(2 * min).max(min);
+        }
         match check_length(ctx, &q.duration_s, &q.packets, &q.kbytes)? {
             Some(l) => self.length = l,
             None => {

@@ -118,12 +118,24 @@ impl Campaign {
 
     /// The most repetitions a scenario may take.
     pub fn repetitions_max(&self) -> u32 {
-        self.repetitions
+        self.adaptive.as_ref().map_or(self.repetitions, |a| a.max)
     }
 
     /// The repetitions as the file gives them.
     pub fn repetitions_text(&self) -> String {
-        self.repetitions.to_string()
+        match &self.adaptive {
+            None => self.repetitions.to_string(),
+            Some(a) => format!(
+                "{}..{} until {} of {}",
+                self.repetitions,
+                a.max,
+                match a.until {
+                    Until::Cv(x) => format!("cv <= {x}"),
+                    Until::Ci(x) => format!("95 % CI <= ±{}%", x * 100.0),
+                },
+                a.metric
+            ),
+        }
     }
 
     /// Total planned runs: scenarios × repetitions.

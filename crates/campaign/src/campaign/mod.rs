@@ -217,7 +217,11 @@ pub struct Campaign {
     pub text: String,
     pub target: Target,
     pub matrices: Vec<Matrix>,
+    /// Runs per scenario; with [`Campaign::adaptive`] the least.
     pub repetitions: u32,
+    /// `repetitions = { min, max, until_cv | until_ci }`: more runs of a
+    /// scenario until its headline metric settles.
+    pub adaptive: Option<Adaptive>,
     pub length: RunLength,
     pub warmup_s: f64,
     pub pause_s: f64,
@@ -242,6 +246,32 @@ pub struct Campaign {
     pub rfc2544: Option<(toml::Value, usize)>,
     /// How the report presents the campaign (`[report]`).
     pub report: ReportOptions,
+}
+
+/// The metric an adaptive rule watches unless the file names another.
+pub const DEFAULT_SETTLE_METRIC: &str = "throughput_payload_bps";
+
+/// Adaptive repetitions: after [`Campaign::repetitions`] runs, a scenario
+/// runs again until the spread of its headline metric over its runs is
+/// within `until`, or it has `max` runs (then it is flagged as never
+/// settled). S3's procedure: repeat until the standard deviation is under
+/// 10 % of the mean.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adaptive {
+    pub max: u32,
+    pub until: Until,
+    /// A key of the metric table.
+    pub metric: String,
+}
+
+/// When a scenario's runs have settled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Until {
+    /// Coefficient of variation (sample sd / |mean|) at most this.
+    Cv(f64),
+    /// Half-width of the 95 % Student-t confidence interval of the mean at
+    /// most this share of |mean| (`until_ci = "2%"`: 0.02).
+    Ci(f64),
 }
 
 /// The typed settings of one scenario.

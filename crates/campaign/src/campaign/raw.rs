@@ -146,7 +146,8 @@ pub(super) struct RawReport {
 pub(super) struct RawCampaign {
     pub(super) name: Option<Spanned<String>>,
     pub(super) description: Option<String>,
-    pub(super) repetitions: Option<Spanned<i64>>,
+    /// A whole number, or the adaptive table `{ min, max, until_cv | until_ci, metric }`.
+    pub(super) repetitions: Option<Spanned<toml::Value>>,
     pub(super) duration_s: Option<Spanned<f64>>,
     pub(super) packets: Option<Spanned<i64>>,
     pub(super) kbytes: Option<Spanned<i64>>,

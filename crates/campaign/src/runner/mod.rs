@@ -36,12 +36,13 @@ pub use order::{plan, PlannedRun};
 pub use session::{Session, SessionRun};
 pub use signals::{install_signal_handlers, stop_requested};
 
+use crate::adaptive;
 use crate::campaign::Campaign;
 use crate::env;
 use crate::store::{NewCampaign, RunStatus, Store, StoreError};
 use bed::make_bed;
 use one_run::{Ctx, RunEnd};
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -216,15 +217,28 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
         })?;
         (id, HashSet::new())
     };
-    let todo: Vec<&PlannedRun> = planned
+    let mut todo: VecDeque<PlannedRun> = planned
         .iter()
         .filter(|p| !done.contains(&(p.scenario.key.clone(), p.repetition)))
+        .cloned()
         .collect();
     let already = planned.len() - todo.len();
+    // An adaptive campaign resumed after its planned runs continues its
+    // rule where the stored runs left it.
+    let mut adaptive_skip: HashSet<String> = HashSet::new();
+    if todo.is_empty() && c.adaptive.is_some() {
+        todo.extend(adaptive::next_round(c, &store.runs(cid)?, &adaptive_skip));
+    }
     if opts.resume {
         eprintln!(
-            "wirebench: --resume: kept {already}, running {}",
-            todo.len()
+            "wirebench: --resume: kept {}, running {}{}",
+            done.len(),
+            todo.len(),
+            if c.adaptive.is_some() {
+                " (and more while scenarios have not settled)"
+            } else {
+                ""
+            }
         );
     }
     let mut out = Outcome {
@@ -245,7 +259,8 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
         .map_err(|e| RunError::io(format!("creating {}", work.display()), e))?;
     let mut bed = make_bed(c, &opts.binary)?;
     let mut ctx = Ctx::new(c, store, opts, work.clone());
-    let pb = progress_bar(planned.len(), already, opts.progress);
+    let mut total = already + todo.len();
+    let pb = progress_bar(total, already, opts.progress);
     let progress = live::Progress::new(pb.clone(), opts.progress_log.as_deref())
         .map_err(|e| RunError::io("opening the progress log", e))?;
     ctx.progress = Some(progress.clone());
@@ -259,11 +274,22 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
         }
     };
     let mut result: Result<(), RunError> = Ok(());
-    for (i, pr) in todo.iter().enumerate() {
+    let mut i = 0;
+    loop {
         if stop_requested() {
             out.interrupted = true;
             break;
         }
+        if todo.is_empty() && c.adaptive.is_some() {
+            let more = adaptive::next_round(c, &store.runs(cid)?, &adaptive_skip);
+            total += more.len();
+            pb.set_length(total as u64);
+            todo.extend(more);
+        }
+        let Some(pr) = todo.pop_front() else {
+            break;
+        };
+        let pr = &pr;
         if i > 0 && c.pause_s > 0.0 {
             let t0 = Instant::now();
             while t0.elapsed().as_secs_f64() < c.pause_s && !stop_requested() {
@@ -278,6 +304,12 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
                 match st {
                     RunStatus::Ok => out.ok += 1,
                     RunStatus::Failed => out.failed += 1,
+                }
+                i += 1;
+                // An extra run that failed is not tried again now (a
+                // scenario that always fails would loop); `--resume` does.
+                if st == RunStatus::Failed && pr.repetition >= c.repetitions {
+                    adaptive_skip.insert(pr.scenario.key.clone());
                 }
                 // Nothing has worked yet and the first runs all failed: the
                 // set-up is broken, not the network; stop instead of failing
@@ -301,7 +333,7 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
                     &pb,
                     format!(
                         "[{n}/{}] {} #{}: {}",
-                        planned.len(),
+                        total,
                         pr.scenario.key,
                         pr.repetition + 1,
                         st.as_str()
@@ -322,9 +354,14 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
     ctx.stop_receiver();
     let down = bed.teardown();
     let _ = std::fs::remove_dir_all(&work);
+    let finished = store.finished(cid)?;
     let status = if out.interrupted || result.is_err() {
         "interrupted"
-    } else if store.finished(cid)?.len() == planned.len() {
+    } else if planned
+        .iter()
+        .all(|p| finished.contains(&(p.scenario.key.clone(), p.repetition)))
+        && adaptive::next_round(c, &store.runs(cid)?, &HashSet::new()).is_empty()
+    {
         "done"
     } else {
         "incomplete"

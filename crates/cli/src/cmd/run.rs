@@ -111,7 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "campaign {:?}: {} scenarios × {} repetitions = {planned} runs on {}{}; estimate: {}",
             c.name,
             c.expand().len(),
-            c.repetitions,
+            c.repetitions_text(),
             c.target.describe(),
             if c.quick { " (quick)" } else { "" },
             est.describe()
