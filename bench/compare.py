@@ -1219,6 +1219,28 @@ def many_rows(args, res):
 
 # --------------------------------------------------------------------------
 
+def tcp_many(args, tools):
+    """Section tcpmany: bench/tcp_many.py (its own test-bed, receivers and
+    clean-up) with this run's tools and TCP seconds; its table as text."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    argv = [sys.executable, os.path.join(here, "tcp_many.py"),
+            "--wirebench", os.path.abspath(args.wirebench),
+            "--secs", fmt_secs(args.tcp_secs),
+            "--tools", ",".join(t for t in ("wirebench", "iperf3", "ditg")
+                                if t in tools)]
+    if args.quick:
+        argv += ["--flows", "1,8,60"]
+    if args.json:
+        argv += ["--json", args.json + ".tcp_many.json"]
+    try:
+        r = subprocess.run(argv, stdout=subprocess.PIPE, text=True,
+                           timeout=3600)
+    except subprocess.TimeoutExpired:
+        return "many TCP flows: bench/tcp_many.py did not finish in 1 h"
+    return r.stdout if r.returncode == 0 else (
+        f"many TCP flows: bench/tcp_many.py exit {r.returncode}\n{r.stdout}")
+
+
 def fmt_secs(s):
     return str(int(s)) if float(s).is_integer() else f"{s:g}"
 
@@ -1529,7 +1551,11 @@ def main():
                          "rate), tcp (goodput), dir (TCP goodput with -R "
                          "and --bidir, wirebench and iperf3), log (cost of "
                          "the receiver's per-packet log), auth (cost of "
-                         "--auth probes); many (sessions of many flows "
+                         "--auth probes); tcpmany (bulk TCP, 1 to 1000 "
+                         "flows on loopback and the 1 Gbit/s router "
+                         "test-bed, beside iperf3 -P and D-ITG: "
+                         "bench/tcp_many.py; not in the default); "
+                         "many (sessions of many flows "
                          "beside D-ITG multi-flow and iperf3 -P; not in "
                          "the default list)")
     ap.add_argument("--reps", type=int, default=None,
@@ -1658,9 +1684,10 @@ def main():
             return 2
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in sections:
-        if s not in ("rate", "max", "tcp", "dir", "log", "auth", "many"):
+        if s not in ("rate", "max", "tcp", "dir", "log", "auth", "many",
+                     "tcpmany"):
             print(f"--sections: unknown section {s!r} (rate, max, tcp, dir, "
-                  "log, auth, many)", file=sys.stderr)
+                  "log, auth, many, tcpmany)", file=sys.stderr)
             return 2
 
     workdir = tempfile.mkdtemp(prefix="wirebench-bench-")
@@ -1717,6 +1744,13 @@ def main():
         log("== many flows in one session: wirebench, D-ITG (a thread per "
             "flow), iperf3 -P")
         many = many_section(args, b, workdir)
+    tcpmany = None
+    if "tcpmany" in sections and "wirebench" not in tools:
+        log("== many TCP flows: left out (no wirebench binary)")
+    elif "tcpmany" in sections:
+        log("== many TCP flows on loopback and the 1 Gbit/s router test-bed:"
+            " bench/tcp_many.py")
+        tcpmany = tcp_many(args, tools)
     elapsed = time.monotonic() - b.t0
     load_after = loadavg()
 
@@ -1733,6 +1767,9 @@ def main():
     if many_table and many_table[1]:
         print()
         print(render(many_table[0], many_table[1], args.markdown))
+    if tcpmany:
+        print()
+        print(tcpmany.rstrip())
     print(f"\n{args.reps} repetitions, medians; rate trials "
           f"{fmt_secs(args.secs)} s, search trials "
           f"{fmt_secs(args.search_secs)} s (max mode + ≤{args.search_steps} "

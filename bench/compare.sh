@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # wirebench vs D-ITG vs iperf3 on loopback, one table of ratios.
 # (Sessions of many flows: `--sections many` here, against D-ITG and
-# iperf3 -P; bench/many_flows.py for wirebench's own pacing modes.)
+# iperf3 -P; bench/many_flows.py for wirebench's own pacing modes. Many bulk
+# TCP flows on loopback and the 1 Gbit/s router test-bed: `--sections
+# tcpmany`, which runs bench/tcp_many.py.)
 #
 #   bench/compare.sh [--quick] [--no-build] [compare.py options...]
 #

@@ -28,7 +28,8 @@ the (at most 64) running sessions.
 Budgets: a session's sockets (one per flow, two for TCP, plus the control
 connection), socket-buffer bytes (per flow 8 MiB UDP / 4 MiB TCP receive
 buffer, or what the sender asks with --window; without --window, flows share
-the session's budget when it is too small for that) and threads (one for the
+the session's budget when it is too small for that, and a TCP connection
+keeps the kernel's autotuned buffer, which the budget counts at that size) and threads (one for the
 session, one per TCP or reverse flow, UDP flows one each up to the CPUs, then
 shared) are reserved at Hello, per session and in total over the sessions
 running at once. A Hello over a budget is refused with a message naming it
