@@ -1167,3 +1167,33 @@ fn emulators_end_with_their_testbed_and_their_interfaces() {
     );
     assert_eq!(leftovers(name), Vec::<String>::new());
 }
+
+/// A controller SIGKILLed after `up` leaves its test-bed (and the
+/// emulators, which are the test-bed's wires) running, as `testbed up`
+/// does on purpose; the next `down` of that name ends every one of them.
+#[test]
+fn emulators_of_a_killed_controller_go_with_the_next_down() {
+    if !root("emulators_of_a_killed_controller_go_with_the_next_down") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tlkill";
+    let _ = remove(name);
+    let mut child = spawn_child(name, false);
+    let end = Instant::now() + Duration::from_secs(60);
+    while read_complete(name) != Some(true) {
+        assert!(Instant::now() < end, "the child never completed up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let links = chain_spec(12).links.len();
+    let pids: Vec<i32> = (0..links)
+        .flat_map(|li| netns_pids(&testbed::link_netns(name, li)))
+        .collect();
+    assert_eq!(pids.len(), links, "one emulator per link: {pids:?}");
+    assert!(pids.iter().all(|&p| alive(p)));
+    assert!(remove(name).unwrap());
+    assert!(all_end(&pids), "{pids:?} outlived down");
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
