@@ -1313,6 +1313,67 @@ mod tests {
         );
     }
 
+    /// A link's own queue replaces the node's packet FIFO: packets stay a
+    /// pfifo, bytes and time (at the link rate) become a bfifo.
+    #[test]
+    fn link_queues() {
+        let sh = |queue| Shaping {
+            rate: Some(100_000_000),
+            mtu: 1500,
+            queue_len: 1000,
+            forward_pps: None,
+            queue,
+            imp: None,
+        };
+        let q = |s: &str| crate::spec::parse_queue(s).unwrap();
+        let line = |queue| qdisc_lines("eth0", &sh(queue))[1].clone();
+        assert_eq!(
+            line(Some(q("50p"))),
+            "qdisc add dev eth0 parent 1:1 handle 10: pfifo limit 50"
+        );
+        assert_eq!(
+            line(Some(q("256KiB"))),
+            "qdisc add dev eth0 parent 1:1 handle 10: bfifo limit 262144"
+        );
+        // 20 ms at 100 Mbit/s: 250 000 B.
+        assert_eq!(
+            line(Some(q("20ms"))),
+            "qdisc add dev eth0 parent 1:1 handle 10: bfifo limit 250000"
+        );
+        assert_eq!(
+            line(None),
+            "qdisc add dev eth0 parent 1:1 handle 10: pfifo limit 1000"
+        );
+    }
+
+    /// Which backend makes a link.
+    #[test]
+    fn backends() {
+        use crate::spec::LinkSpec;
+        let mut l = LinkSpec::new("a", "b");
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::Veth);
+        l.rate_bps = Some(100_000_000);
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::TbfEmulator);
+        l.rate_bps = Some(10_000_000_000);
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::Tbf);
+        l.impairment = Some(Impairment {
+            delay_ns: 1_000_000,
+            ..Default::default()
+        });
+        assert!(matches!(
+            choose_backend(&l, false),
+            Err(TestbedError::NoNetem { .. })
+        ));
+        assert_eq!(choose_backend(&l, true).unwrap(), LinkBackend::Netem);
+        l.rate_bps = None;
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::TbfEmulator);
+        l.offloads = true;
+        assert!(choose_backend(&l, false).is_err());
+        l.impairment = None;
+        l.rate_bps = Some(100_000_000);
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::Tbf);
+    }
+
     #[test]
     fn offload_parsing() {
         let m = parse_offloads("tcp-segmentation-offload: off\ngeneric-segmentation-offload: on\ngeneric-receive-offload: off [fixed]\ntx-udp-segmentation: on\n");
