@@ -20,7 +20,7 @@
 
 pub mod counters;
 pub mod emu;
-mod emu_run;
+pub mod emu_run;
 pub mod error;
 pub mod os;
 pub mod plan;
@@ -31,6 +31,7 @@ pub mod sys;
 pub mod testbed;
 
 pub use counters::{Counters, DropSite, IfaceCounters, QdiscCounters};
+pub use emu_run::WireCounters;
 pub use error::TestbedError;
 pub use plan::{IfacePlan, NodePlan, Plan, RoutePlan, SegmentPlan};
 pub use probe::DfOutcome;

@@ -139,6 +139,11 @@ fn seed_for(name: &str, li: usize) -> u64 {
     )
 }
 
+/// The counters file of link `li`'s emulator.
+fn counters_path(testbed: &str, li: usize) -> PathBuf {
+    Path::new(STATE_DIR).join(format!("{testbed}.link{li}.counters"))
+}
+
 /// Namespace of link `li`'s emulator: `_` never occurs in a node name.
 pub fn link_netns(testbed: &str, li: usize) -> String {
     format!("{}_l{li}", ns_prefix(testbed))
@@ -312,7 +317,16 @@ pub(crate) fn teardown(name: &str) -> Result<(), TestbedError> {
         }
     }
     let sp = state_path(name);
-    for p in [sp.clone(), sp.with_extension("json.tmp")] {
+    let mut files = vec![sp.clone(), sp.with_extension("json.tmp")];
+    let counters = format!("{name}.link");
+    if let Ok(rd) = std::fs::read_dir(STATE_DIR) {
+        files.extend(rd.flatten().map(|e| e.path()).filter(|p| {
+            p.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with(&counters) && f.ends_with(".counters"))
+        }));
+    }
+    for p in files {
         match std::fs::remove_file(&p) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -833,8 +847,18 @@ impl Testbed {
             crate::emu::Wire::new(l.rate_bps, imp, queue, seed ^ 0x5555_5555_5555_5555),
         ];
         let mtu = l.mtu;
+        // Created here: a thread in another network namespace may not be
+        // allowed to create files (seen in a sandboxed container).
+        let path = counters_path(&self.name, li);
+        let counters = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| TestbedError::io(format!("creating {}", path.display()), e))?;
         in_netns(&link_netns(&self.name, li), move || {
-            crate::emu_run::Emulator::open(EMU_ENDS, wires, mtu)?.spawn()
+            crate::emu_run::Emulator::open(EMU_ENDS, wires, mtu, counters)?.spawn()
         })
         .map(|_| ())
         .map_err(|e| TestbedError::Probe(format!("link {}: emulator: {e}", l.label())))
@@ -916,6 +940,18 @@ impl Testbed {
     /// The computed plan: namespaces, interfaces, addresses, routes.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// What each emulated link's wire did, both directions (first
+    /// endpoint → second, then back); None for links without an emulator.
+    pub fn wire_counters(&self) -> Vec<Option<[crate::emu_run::WireCounters; 2]>> {
+        (0..self.backends.len())
+            .map(|li| {
+                (self.backends[li] == LinkBackend::TbfEmulator)
+                    .then(|| crate::emu_run::read_counters(&counters_path(&self.name, li)))
+                    .flatten()
+            })
+            .collect()
     }
 
     /// How each link is made, in link order.
