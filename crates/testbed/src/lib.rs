@@ -1,6 +1,8 @@
 //! Emulated test-beds in Linux network namespaces: hosts, routers and
 //! switches (bridges) joined by veth links with a chosen MTU, link rate
-//! (a token bucket that charges Ethernet's 24 B of preamble, FCS and gap)
+//! (a token bucket that charges Ethernet's 24 B of preamble, FCS and gap),
+//! wire timing and impairments (the user-space wire emulator: serialisation,
+//! delay, jitter, loss, reorder, duplication, corruption; `emu`, `emu_run`)
 //! and offloads; dual-stack addressing and routes; teardown that removes
 //! exactly what was made. It knows nothing of traffic: the campaign layer
 //! runs `wirebench send/recv` inside the nodes via [`Testbed::command`].
