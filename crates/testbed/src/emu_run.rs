@@ -26,6 +26,44 @@
 #[cfg(target_os = "linux")]
 pub(crate) use imp::*;
 
+/// Counter words per direction in an emulator's counters file: frames in,
+/// delivered, lost (loss model), queue drops, buffer drops.
+pub const COUNTERS: usize = 5;
+
+/// One direction's counters, read from the file the emulator updates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WireCounters {
+    /// Frames that reached the wire from the sending end.
+    pub frames_in: u64,
+    /// Frames delivered to the far end (a duplicate counts twice).
+    pub delivered: u64,
+    /// Frames the loss model dropped (random or Gilbert–Elliott).
+    pub lost: u64,
+    /// Frames dropped because the wire's queue was full.
+    pub queue_drops: u64,
+    /// Frames dropped because every frame buffer was in flight.
+    pub buffer_drops: u64,
+}
+
+/// Reads an emulator's counters file: [first→second, second→first].
+pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
+    let b = std::fs::read(path).ok()?;
+    let w = |i: usize| {
+        b.get(i * 8..i * 8 + 8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_ne_bytes)
+            .unwrap_or(0)
+    };
+    let dir = |d: usize| WireCounters {
+        frames_in: w(d * COUNTERS),
+        delivered: w(d * COUNTERS + 1),
+        lost: w(d * COUNTERS + 2),
+        queue_drops: w(d * COUNTERS + 3),
+        buffer_drops: w(d * COUNTERS + 4),
+    };
+    (b.len() >= 2 * COUNTERS * 8).then(|| [dir(0), dir(1)])
+}
+
 #[cfg(target_os = "linux")]
 mod imp {
     /// How long before a deadline the loop stops sleeping and spins: a
@@ -35,6 +73,7 @@ mod imp {
     use crate::emu::{Fate, Wire, ETH_HEADER};
     use crate::error::TestbedError;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// SCHED_FIFO priority of the forwarding process: above the senders and
     /// receivers that run at 50 (`chrt -f 50`, wirebench's and the tests'
@@ -145,6 +184,24 @@ mod imp {
         Ok((fd, ifindex))
     }
 
+    /// Counters of one direction, in a file shared with readers
+    /// ([`super::read_counters`]): frames in, delivered (copies counted),
+    /// lost by the loss model, dropped by the full queue, dropped for want
+    /// of a free buffer.
+    pub(crate) const COUNTERS: usize = super::COUNTERS;
+
+    /// The counter words of one direction, in the shared mapping.
+    struct Counts(*const AtomicU64);
+
+    impl Counts {
+        fn add(&self, k: usize, n: u64) {
+            // SAFETY: the mapping holds 2 × COUNTERS words for the life of
+            // the process (never unmapped), k < COUNTERS, and AtomicU64
+            // has the alignment of the page-aligned u64 words.
+            unsafe { (*self.0.add(k)).fetch_add(n, Ordering::Relaxed) };
+        }
+    }
+
     /// One frame held by the emulator.
     #[derive(Debug, Clone, Copy, Default)]
     struct Held {
@@ -171,10 +228,11 @@ mod imp {
         free: Vec<u32>,
         slot_size: usize,
         data: Vec<u8>,
+        counts: Counts,
     }
 
     impl Dir {
-        fn new(wire: Wire, rx: RawFd, tx: RawFd, slot_size: usize) -> Dir {
+        fn new(wire: Wire, rx: RawFd, tx: RawFd, slot_size: usize, counts: Counts) -> Dir {
             let n = slots_for(&wire, slot_size);
             Dir {
                 wire,
@@ -186,6 +244,7 @@ mod imp {
                 free: (0..n as u32).rev().collect(),
                 slot_size,
                 data: vec![0u8; n * slot_size],
+                counts,
             }
         }
 
@@ -199,6 +258,7 @@ mod imp {
                 let h = self.held[self.head];
                 let off = h.slot as usize * self.slot_size;
                 let frame = &self.data[off..off + h.len as usize];
+                self.counts.add(1, h.copies as u64);
                 for _ in 0..h.copies {
                     // A full socket buffer or a vanished peer loses the
                     // frame, as a wire would; the receive side notices a
@@ -225,9 +285,27 @@ mod imp {
             for _ in 0..batch {
                 let n = self.held.len();
                 let Some(&slot) = self.free.last() else {
-                    // Full: leave the frames to the socket buffer until
-                    // some are delivered (its overflow is the drop).
-                    return Ok(());
+                    // Full: read the frame anyway (the socket buffer must
+                    // not back up behind it) and count it dropped.
+                    let mut sink = [0u8; 1];
+                    // SAFETY: a 1-byte local buffer; MSG_TRUNC discards the rest.
+                    let r = unsafe {
+                        libc::recv(
+                            self.rx,
+                            sink.as_mut_ptr() as *mut libc::c_void,
+                            1,
+                            libc::MSG_TRUNC,
+                        )
+                    };
+                    if r < 0 {
+                        return match errno() {
+                            libc::EAGAIN | libc::EINTR => Ok(()),
+                            _ => Err(()),
+                        };
+                    }
+                    self.counts.add(0, 1);
+                    self.counts.add(4, 1);
+                    continue;
                 };
                 let tail = (self.head + self.len) % n;
                 let off = slot as usize * self.slot_size;
@@ -257,8 +335,10 @@ mod imp {
                     continue;
                 }
                 let arrival = kernel_stamp(&msg, clock_off, now).unwrap_or(now);
+                self.counts.add(0, 1);
                 match self.wire.admit(arrival, len as u32) {
-                    Fate::QueueFull | Fate::Lost => {}
+                    Fate::Lost => self.counts.add(2, 1),
+                    Fate::QueueFull => self.counts.add(3, 1),
                     Fate::Deliver {
                         at,
                         copies,
@@ -347,6 +427,29 @@ mod imp {
         unsafe { libc::ioctl(fd, libc::SIOCGIFNAME, &mut ifr) >= 0 }
     }
 
+    /// Maps the counters file (created by the caller) shared: the emulator
+    /// writes, `status` reads the file. The mapping is never unmapped (it
+    /// lives as long as the emulator; in the parent it is one page).
+    fn map_counters(f: std::fs::File) -> Result<*const AtomicU64, TestbedError> {
+        let what = "mapping the emulator's counters";
+        f.set_len(4096).map_err(|e| TestbedError::io(what, e))?;
+        // SAFETY: a fresh shared mapping of a 4096-byte file we own.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(TestbedError::io(what, std::io::Error::last_os_error()));
+        }
+        Ok(p as *const AtomicU64)
+    }
+
     /// Everything the forwarding loop needs, made before the fork.
     pub(crate) struct Emulator {
         socks: [OwnedFd; 2],
@@ -361,14 +464,19 @@ mod imp {
             ends: [&str; 2],
             wires: [Wire; 2],
             mtu: u32,
+            counters: std::fs::File,
         ) -> Result<Emulator, TestbedError> {
             let (a, ia) = packet_socket(ends[0])?;
             let (b, ib) = packet_socket(ends[1])?;
             let slot = (mtu + ETH_HEADER) as usize;
+            let base = map_counters(counters)?;
+            // SAFETY: the mapping holds 2 × COUNTERS words.
+            let back = unsafe { base.add(COUNTERS) };
             let [w0, w1] = wires;
             let dirs = [
-                Dir::new(w0, a.as_raw_fd(), b.as_raw_fd(), slot),
-                Dir::new(w1, b.as_raw_fd(), a.as_raw_fd(), slot),
+                Dir::new(w0, a.as_raw_fd(), b.as_raw_fd(), slot, Counts(base)),
+                // SAFETY: the mapping holds 2 × COUNTERS words.
+                Dir::new(w1, b.as_raw_fd(), a.as_raw_fd(), slot, Counts(back)),
             ];
             Ok(Emulator {
                 socks: [a, b],
@@ -556,6 +664,7 @@ impl Emulator {
         _ends: [&str; 2],
         _wires: [crate::emu::Wire; 2],
         _mtu: u32,
+        _counters: std::fs::File,
     ) -> Result<Emulator, crate::error::TestbedError> {
         Err(crate::error::TestbedError::Unsupported(
             std::env::consts::OS,

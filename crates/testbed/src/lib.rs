@@ -1,6 +1,8 @@
 //! Emulated test-beds in Linux network namespaces: hosts, routers and
 //! switches (bridges) joined by veth links with a chosen MTU, link rate
-//! (a token bucket that charges Ethernet's 24 B of preamble, FCS and gap)
+//! (a token bucket that charges Ethernet's 24 B of preamble, FCS and gap),
+//! wire timing and impairments (the user-space wire emulator: serialisation,
+//! delay, jitter, loss, reorder, duplication, corruption; `emu`, `emu_run`)
 //! and offloads; dual-stack addressing and routes; teardown that removes
 //! exactly what was made. It knows nothing of traffic: the campaign layer
 //! runs `wirebench send/recv` inside the nodes via [`Testbed::command`].
@@ -20,7 +22,7 @@
 
 pub mod counters;
 pub mod emu;
-mod emu_run;
+pub mod emu_run;
 pub mod error;
 pub mod os;
 pub mod plan;
@@ -31,6 +33,7 @@ pub mod sys;
 pub mod testbed;
 
 pub use counters::{Counters, DropSite, IfaceCounters, QdiscCounters};
+pub use emu_run::WireCounters;
 pub use error::TestbedError;
 pub use plan::{IfacePlan, NodePlan, Plan, RoutePlan, SegmentPlan};
 pub use probe::DfOutcome;

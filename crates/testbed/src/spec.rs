@@ -1495,6 +1495,81 @@ offloads = true
         assert!(preset("router", &bad).is_err());
     }
 
+    /// Impairments and queues in a file: every field parsed, bad values
+    /// named with their line, and the laws' parameters kept.
+    #[test]
+    fn impairments_and_queues() {
+        let t = GOOD.replace(
+            "mtu = 1500\noffloads = true",
+            "mtu = 1500\ndelay = \"20ms\"\njitter = \"2ms\"\ndistribution = \"pareto\"\nloss = \"gemodel 1% 25% 90%\"\nreorder = \"1%\"\nduplicate = 0.001\ncorrupt = \"0.01%\"\nrate = \"10mbit\"\nqueue = \"20ms\"",
+        );
+        let s = parse(&t).unwrap();
+        let l = &s.links[3];
+        let i = l.impairment.unwrap();
+        assert_eq!((i.delay_ns, i.jitter_ns), (20_000_000, 2_000_000));
+        assert_eq!(i.dist, JitterDist::Pareto);
+        assert_eq!(
+            i.gemodel,
+            Some(GeModel {
+                p: 0.01,
+                r: 0.25,
+                loss_bad: 0.9,
+                loss_good: 0.0
+            })
+        );
+        assert_eq!((i.reorder, i.duplicate, i.corrupt), (0.01, 0.001, 0.0001));
+        assert_eq!(l.queue, Some(QueueLimit::Time(20_000_000)));
+        // 20 ms at 10 Mbit/s is 25 000 B.
+        assert_eq!(l.queue.unwrap().bytes_at(l.rate_bps), Some(25_000));
+        assert_eq!(parse_queue("1000p"), Ok(QueueLimit::Packets(1000)));
+        assert_eq!(parse_queue("256KiB"), Ok(QueueLimit::Bytes(262_144)));
+        assert_eq!(parse_queue("64kb"), Ok(QueueLimit::Bytes(64_000)));
+        for bad in ["0p", "lots", "10", "0ms", "1b"] {
+            assert!(parse_queue(bad).is_err(), "{bad}");
+        }
+        let line = |t: &str, s: &str| t.lines().position(|l| l == s).unwrap() + 1;
+        for (from, to, field) in [
+            ("queue = \"20ms\"", "queue = \"20 parsecs\"", "queue"),
+            (
+                "distribution = \"pareto\"",
+                "distribution = \"cauchy\"",
+                "distribution",
+            ),
+            ("reorder = \"1%\"", "reorder = \"150%\"", "reorder"),
+            (
+                "loss = \"gemodel 1% 25% 90%\"",
+                "loss = \"gemodel 1%\"",
+                "loss",
+            ),
+            (
+                "loss = \"gemodel 1% 25% 90%\"",
+                "loss = \"gemodel 1% 0%\"",
+                "loss",
+            ),
+        ] {
+            let b = t.replace(from, to);
+            assert_eq!(file_err(&b), (line(&b, to), field.to_string()), "{to}");
+        }
+        // Rules across fields: jitter and reorder need a delay, a queue a rate.
+        let b = t.replace("delay = \"20ms\"\n", "");
+        assert_eq!(file_err(&b).1, "jitter");
+        let b = t
+            .replace("delay = \"20ms\"\n", "")
+            .replace("jitter = \"2ms\"\n", "");
+        assert_eq!(file_err(&b).1, "reorder");
+        let b = t.replace("rate = \"10mbit\"\n", "");
+        assert_eq!(file_err(&b).1, "queue");
+        // Random loss and gemodel at once is refused.
+        let mut imp = i;
+        imp.loss = 0.01;
+        assert_eq!(imp.check().unwrap_err().0, "loss");
+        // netem gets the same knobs where it is the backend.
+        assert_eq!(
+            i.netem_line(),
+            "netem limit 100000 delay 20000us 2000us distribution pareto loss gemodel 1% 25% 90% 0% duplicate 0.1% corrupt 0.01% reorder 1%"
+        );
+    }
+
     #[test]
     fn hosts_do_not_forward() {
         let t = r#"

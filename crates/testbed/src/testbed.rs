@@ -139,6 +139,11 @@ fn seed_for(name: &str, li: usize) -> u64 {
     )
 }
 
+/// The counters file of link `li`'s emulator.
+fn counters_path(testbed: &str, li: usize) -> PathBuf {
+    Path::new(STATE_DIR).join(format!("{testbed}.link{li}.counters"))
+}
+
 /// Namespace of link `li`'s emulator: `_` never occurs in a node name.
 pub fn link_netns(testbed: &str, li: usize) -> String {
     format!("{}_l{li}", ns_prefix(testbed))
@@ -312,7 +317,16 @@ pub(crate) fn teardown(name: &str) -> Result<(), TestbedError> {
         }
     }
     let sp = state_path(name);
-    for p in [sp.clone(), sp.with_extension("json.tmp")] {
+    let mut files = vec![sp.clone(), sp.with_extension("json.tmp")];
+    let counters = format!("{name}.link");
+    if let Ok(rd) = std::fs::read_dir(STATE_DIR) {
+        files.extend(rd.flatten().map(|e| e.path()).filter(|p| {
+            p.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with(&counters) && f.ends_with(".counters"))
+        }));
+    }
+    for p in files {
         match std::fs::remove_file(&p) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -833,8 +847,18 @@ impl Testbed {
             crate::emu::Wire::new(l.rate_bps, imp, queue, seed ^ 0x5555_5555_5555_5555),
         ];
         let mtu = l.mtu;
+        // Created here: a thread in another network namespace may not be
+        // allowed to create files (seen in a sandboxed container).
+        let path = counters_path(&self.name, li);
+        let counters = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| TestbedError::io(format!("creating {}", path.display()), e))?;
         in_netns(&link_netns(&self.name, li), move || {
-            crate::emu_run::Emulator::open(EMU_ENDS, wires, mtu)?.spawn()
+            crate::emu_run::Emulator::open(EMU_ENDS, wires, mtu, counters)?.spawn()
         })
         .map(|_| ())
         .map_err(|e| TestbedError::Probe(format!("link {}: emulator: {e}", l.label())))
@@ -916,6 +940,18 @@ impl Testbed {
     /// The computed plan: namespaces, interfaces, addresses, routes.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// What each emulated link's wire did, both directions (first
+    /// endpoint → second, then back); None for links without an emulator.
+    pub fn wire_counters(&self) -> Vec<Option<[crate::emu_run::WireCounters; 2]>> {
+        (0..self.backends.len())
+            .map(|li| {
+                (self.backends[li] == LinkBackend::TbfEmulator)
+                    .then(|| crate::emu_run::read_counters(&counters_path(&self.name, li)))
+                    .flatten()
+            })
+            .collect()
     }
 
     /// How each link is made, in link order.
@@ -1311,6 +1347,67 @@ mod tests {
             "{}",
             v[1]
         );
+    }
+
+    /// A link's own queue replaces the node's packet FIFO: packets stay a
+    /// pfifo, bytes and time (at the link rate) become a bfifo.
+    #[test]
+    fn link_queues() {
+        let sh = |queue| Shaping {
+            rate: Some(100_000_000),
+            mtu: 1500,
+            queue_len: 1000,
+            forward_pps: None,
+            queue,
+            imp: None,
+        };
+        let q = |s: &str| crate::spec::parse_queue(s).unwrap();
+        let line = |queue| qdisc_lines("eth0", &sh(queue))[1].clone();
+        assert_eq!(
+            line(Some(q("50p"))),
+            "qdisc add dev eth0 parent 1:1 handle 10: pfifo limit 50"
+        );
+        assert_eq!(
+            line(Some(q("256KiB"))),
+            "qdisc add dev eth0 parent 1:1 handle 10: bfifo limit 262144"
+        );
+        // 20 ms at 100 Mbit/s: 250 000 B.
+        assert_eq!(
+            line(Some(q("20ms"))),
+            "qdisc add dev eth0 parent 1:1 handle 10: bfifo limit 250000"
+        );
+        assert_eq!(
+            line(None),
+            "qdisc add dev eth0 parent 1:1 handle 10: pfifo limit 1000"
+        );
+    }
+
+    /// Which backend makes a link.
+    #[test]
+    fn backends() {
+        use crate::spec::LinkSpec;
+        let mut l = LinkSpec::new("a", "b");
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::Veth);
+        l.rate_bps = Some(100_000_000);
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::TbfEmulator);
+        l.rate_bps = Some(10_000_000_000);
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::Tbf);
+        l.impairment = Some(Impairment {
+            delay_ns: 1_000_000,
+            ..Default::default()
+        });
+        assert!(matches!(
+            choose_backend(&l, false),
+            Err(TestbedError::NoNetem { .. })
+        ));
+        assert_eq!(choose_backend(&l, true).unwrap(), LinkBackend::Netem);
+        l.rate_bps = None;
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::TbfEmulator);
+        l.offloads = true;
+        assert!(choose_backend(&l, false).is_err());
+        l.impairment = None;
+        l.rate_bps = Some(100_000_000);
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::Tbf);
     }
 
     #[test]

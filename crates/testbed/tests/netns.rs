@@ -51,8 +51,16 @@ fn leftovers(name: &str) -> Vec<String> {
             }
         }
     }
-    if state_path(name).exists() {
-        v.push(format!("file {}", state_path(name).display()));
+    // The state file and the emulators' counters files.
+    if let Ok(rd) = std::fs::read_dir(STATE_DIR) {
+        for e in rd.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{name}."))
+            {
+                v.push(format!("file {}", e.path().display()));
+            }
+        }
     }
     v
 }
@@ -1099,7 +1107,19 @@ fn delay_and_loss_without_netem() {
     let _ = remove(name);
     let tb = Testbed::up(name, &delay_loss_spec("loss = \"1%\"")).unwrap();
     let (d, lost) = one_way(&tb, 64, 5000, Duration::from_millis(1));
+    let wires = tb.wire_counters();
     tb.down().unwrap();
+    // The wire r1→b counts what it lost: the probes, and now and then a
+    // neighbour solicitation or its answer.
+    assert!(wires[0].is_some() && wires[1].is_some(), "{wires:?}");
+    let w = wires[1].unwrap()[0];
+    eprintln!("wire r1→b: {w:?}");
+    assert!(w.frames_in >= 5000 && w.queue_drops == 0 && w.buffer_drops == 0);
+    assert!(
+        w.lost.abs_diff(lost as u64) <= 3,
+        "{w:?}, probes lost {lost}"
+    );
+    assert_eq!(w.frames_in, w.delivered + w.lost);
     assert_eq!(leftovers(name), Vec::<String>::new());
     let mean = d.iter().sum::<u64>() as f64 / d.len() as f64 / 1e6;
     let loss = lost as f64 / 5000.0 * 100.0;
@@ -1160,5 +1180,35 @@ fn emulators_end_with_their_testbed_and_their_interfaces() {
         "emulator {} kept running without its interfaces",
         pids[0]
     );
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
+
+/// A controller SIGKILLed after `up` leaves its test-bed (and the
+/// emulators, which are the test-bed's wires) running, as `testbed up`
+/// does on purpose; the next `down` of that name ends every one of them.
+#[test]
+fn emulators_of_a_killed_controller_go_with_the_next_down() {
+    if !root("emulators_of_a_killed_controller_go_with_the_next_down") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tlkill";
+    let _ = remove(name);
+    let mut child = spawn_child(name, false);
+    let end = Instant::now() + Duration::from_secs(60);
+    while read_complete(name) != Some(true) {
+        assert!(Instant::now() < end, "the child never completed up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let links = chain_spec(12).links.len();
+    let pids: Vec<i32> = (0..links)
+        .flat_map(|li| netns_pids(&testbed::link_netns(name, li)))
+        .collect();
+    assert_eq!(pids.len(), links, "one emulator per link: {pids:?}");
+    assert!(pids.iter().all(|&p| alive(p)));
+    assert!(remove(name).unwrap());
+    assert!(all_end(&pids), "{pids:?} outlived down");
     assert_eq!(leftovers(name), Vec::<String>::new());
 }

@@ -483,6 +483,7 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
             "backends": t.backends(),
             "live": live,
             "counters": counters,
+            "wire_counters": counters.as_ref().map(|_| t.wire_counters()),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -519,6 +520,18 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
                     x.qdisc.kind,
                     x.qdisc.drops,
                     x.qdisc.backlog_bytes
+                );
+            }
+        }
+        // What each emulated wire did: frames in, delivered, lost by the
+        // loss model, dropped by its queue or for want of buffers.
+        for (l, w) in t.spec().links.iter().zip(t.wire_counters()) {
+            let Some(w) = w else { continue };
+            for (k, c) in w.iter().enumerate() {
+                let (from, to) = (&l.endpoints[k], &l.endpoints[1 - k]);
+                println!(
+                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}",
+                    c.frames_in, c.delivered, c.lost, c.queue_drops, c.buffer_drops
                 );
             }
         }
