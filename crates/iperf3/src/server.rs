@@ -735,19 +735,11 @@ fn open_streams(
     if ask.transport == Transport::Tcp {
         let (tx, rx) = mpsc::channel();
         lock(&ctx.pending_tcp).insert(cookie, tx);
-        let got = (|| {
-            proto::write_state(ctl, State::CreateStreams)?;
-            let mut v = Vec::with_capacity(n);
-            while v.len() < n {
-                let left = give_up.saturating_sub(mono_ns());
-                match rx.recv_timeout(Duration::from_nanos(left)) {
-                    Ok(c) => v.push(c),
-                    Err(_) => return Err(timeout("TCP")),
-                }
-            }
+        let got = collect(ctl, &rx, n, give_up).ok_or_else(|| timeout("TCP"));
+        let got = got.and_then(|r| r).map(|mut v| {
             v.sort_by_key(|(order, _)| *order);
-            Ok(v.into_iter().map(|(_, s)| Conn::Tcp(s)).collect())
-        })();
+            v.into_iter().map(|(_, s)| Conn::Tcp(s)).collect()
+        });
         lock(&ctx.pending_tcp).remove(&cookie);
         return got;
     }
@@ -767,18 +759,10 @@ fn open_streams(
     }
     let (tx, rx) = mpsc::channel();
     send_cmd(ctx, UdpCmd::Expect { ip, n, tx });
-    let got = (|| {
-        proto::write_state(ctl, State::CreateStreams)?;
-        let mut v = Vec::with_capacity(n);
-        while v.len() < n {
-            let left = give_up.saturating_sub(mono_ns());
-            match rx.recv_timeout(Duration::from_nanos(left)) {
-                Ok(a) => v.push(Conn::Udp(a)),
-                Err(_) => return Err(timeout("UDP")),
-            }
-        }
-        Ok(v)
-    })();
+    let got = collect(ctl, &rx, n, give_up)
+        .ok_or_else(|| timeout("UDP"))
+        .and_then(|r| r)
+        .map(|v| v.into_iter().map(Conn::Udp).collect());
     send_cmd(ctx, UdpCmd::Unexpect { ip });
     lock(&ctx.udp_opening).remove(&ip);
     if got.is_err() {
@@ -787,6 +771,25 @@ fn open_streams(
         send_cmd(ctx, UdpCmd::Forget { addrs });
     }
     got
+}
+
+/// Tells the client to open its streams and takes `n` of them from `rx`;
+/// None when they did not all come by `give_up`.
+fn collect<T>(
+    ctl: &mut TcpStream,
+    rx: &mpsc::Receiver<T>,
+    n: usize,
+    give_up: u64,
+) -> Option<Result<Vec<T>, Iperf3Error>> {
+    if let Err(e) = proto::write_state(ctl, State::CreateStreams) {
+        return Some(Err(e));
+    }
+    let mut v = Vec::with_capacity(n);
+    while v.len() < n {
+        let left = give_up.saturating_sub(mono_ns());
+        v.push(rx.recv_timeout(Duration::from_nanos(left)).ok()?);
+    }
+    Some(Ok(v))
 }
 
 /// `-n`/`-k` of a reverse test: the sender stops at this many bytes or
