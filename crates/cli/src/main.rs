@@ -41,6 +41,8 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Per-node agent a campaign drives over stdin/stdout (locally, in a namespace or over SSH).
     Agent(cmd::agent::Args),
+    /// Prometheus exporter: /probe?target=HOST&module=NAME runs one short measurement, /metrics its own counters.
+    Exporter(cmd::exporter::Args),
     /// Decode a per-packet log (wirebench's or D-ITG's): summary, windowed series, CSV/Parquet export.
     Decode(cmd::decode::Args),
 }
@@ -63,6 +65,7 @@ fn main() {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Agent(a) => cmd::agent::run(a),
         Command::Decode(a) => cmd::decode::run(a),
+        Command::Exporter(a) => cmd::exporter::run(a),
     };
     std::process::exit(exit::code_for(result));
 }

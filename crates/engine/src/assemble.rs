@@ -132,18 +132,8 @@ pub(crate) fn assemble_doc(mut p: DocInputs) -> ResultDoc {
             dst,
             mtu: p.mtu,
             requested: Requested {
-                rate_pps: f.spec.nominal_rate_pps(),
-                payload_bytes: f.spec.nominal_payload_bytes(),
-                model: f.spec.describe(),
-                stop: match f.stop {
-                    Stop::DurationMs(ms) => format!("duration {ms} ms"),
-                    Stop::Packets(n) => format!("packets {n}"),
-                    Stop::KBytes(k) => format!("kbytes {k}"),
-                },
-                seed: f.seed,
                 start_phase_s: crate::pacing::start_phase_ns(p.plan, i) as f64 / 1e9,
-                payload: (f.spec.payload != wirebench_model::Payload::Pattern)
-                    .then(|| f.spec.payload.label()),
+                ..f.requested()
             },
             socket: (!f.opts.is_default()).then(|| f.opts.clone()),
             sent: o.send.clone(),

@@ -54,13 +54,13 @@ struct Counts {
     peers: HashMap<IpAddr, (usize, usize)>,
 }
 
-pub(crate) struct Gate {
+pub struct Gate {
     limits: GateLimits,
     counts: Mutex<Counts>,
 }
 
 /// A held slot; given back when dropped.
-pub(crate) struct Slot {
+pub struct Slot {
     gate: Arc<Gate>,
     ip: IpAddr,
     session: bool,

@@ -49,6 +49,26 @@ pub struct FlowPlan {
 }
 
 impl FlowPlan {
+    /// What the flow asks for, as the result document states it (the
+    /// start phase is the pacer's to fill in).
+    pub fn requested(&self) -> crate::result::Requested {
+        let f = self;
+        crate::result::Requested {
+            rate_pps: f.spec.nominal_rate_pps(),
+            payload_bytes: f.spec.nominal_payload_bytes(),
+            model: f.spec.describe(),
+            stop: match f.stop {
+                Stop::DurationMs(ms) => format!("duration {ms} ms"),
+                Stop::Packets(n) => format!("packets {n}"),
+                Stop::KBytes(k) => format!("kbytes {k}"),
+            },
+            seed: f.seed,
+            start_phase_s: 0.0,
+            payload: (f.spec.payload != wirebench_model::Payload::Pattern)
+                .then(|| f.spec.payload.label()),
+        }
+    }
+
     /// The meter this flow is measured with in session `plan`.
     pub fn meter_in(&self, plan: &SessionPlan) -> MeterMode {
         self.meter.unwrap_or(plan.meter)

@@ -185,6 +185,17 @@ impl Daemon {
         self.stats.clone()
     }
 
+    /// The admission gate (`--allow`, slots), for other protocols served
+    /// beside this daemon (`recv --iperf3`) to share.
+    pub fn gate(&self) -> Arc<Gate> {
+        self.gate.clone()
+    }
+
+    /// The budget ledger, likewise shared.
+    pub fn ledger(&self) -> Arc<Ledger> {
+        self.ledger.clone()
+    }
+
     /// Serves forever.
     pub fn serve(&self) -> Result<(), EngineError> {
         self.serve_until(&AtomicBool::new(false))

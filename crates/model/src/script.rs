@@ -131,14 +131,12 @@ fn parse_transport(opt: &str, v: &str) -> Result<Transport, ScriptError> {
 }
 
 fn parse_meter(opt: &str, v: &str) -> Result<MeterMode, ScriptError> {
-    match v.to_ascii_lowercase().as_str() {
-        "owd" | "owdm" => Ok(MeterMode::Owd),
-        "rtt" | "rttm" => Ok(MeterMode::Rtt),
-        _ => Err(err(
+    v.parse().map_err(|_| {
+        err(
             opt,
             format!("unknown meter {v:?}; owdm (one-way) or rttm (round trip)"),
-        )),
-    }
+        )
+    })
 }
 
 fn num<T: std::str::FromStr>(opt: &str, v: Option<&&str>, what: &str) -> Result<T, ScriptError> {

@@ -166,12 +166,32 @@ impl std::fmt::Display for MeterMode {
 
 impl std::str::FromStr for MeterMode {
     type Err = String;
-    /// "owd" or "rtt", any case.
+    /// "owd" or "rtt", or D-ITG's "owdm"/"rttm", any case (`-m RTTM`).
     fn from_str(s: &str) -> Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
-            "owd" => Ok(MeterMode::Owd),
-            "rtt" => Ok(MeterMode::Rtt),
-            _ => Err(format!("meter must be owd or rtt, got {s:?}")),
+            "owd" | "owdm" => Ok(MeterMode::Owd),
+            "rtt" | "rttm" => Ok(MeterMode::Rtt),
+            _ => Err(format!(
+                "meter must be owd or rtt (D-ITG: owdm, rttm), got {s:?}"
+            )),
         }
+    }
+}
+
+#[cfg(test)]
+mod names {
+    use super::{MeterMode, Transport};
+
+    #[test]
+    fn meter_and_transport_names_as_ditg_writes_them() {
+        for (s, m) in [
+            ("RTTM", MeterMode::Rtt),
+            ("owdm", MeterMode::Owd),
+            ("Rtt", MeterMode::Rtt),
+        ] {
+            assert_eq!(s.parse::<MeterMode>(), Ok(m));
+        }
+        assert!("rtm".parse::<MeterMode>().is_err());
+        assert_eq!("UDP".parse::<Transport>(), Ok(Transport::Udp));
     }
 }

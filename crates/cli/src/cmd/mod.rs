@@ -2,6 +2,7 @@
 pub mod agent;
 pub mod decode;
 pub mod demo;
+pub mod exporter;
 pub mod flowargs;
 pub mod live;
 pub mod recv;

@@ -41,7 +41,8 @@ Examples:
   wirebench recv -p 6000 -q
   wirebench recv --log-dir logs/ # per-packet log of every session
   WIREBENCH_KEY=$(cat key) wirebench recv --allow 192.0.2.0/24
-  WIREBENCH_KEY=$(cat key) wirebench recv --require-auth probes")]
+  WIREBENCH_KEY=$(cat key) wirebench recv --require-auth probes
+  wirebench recv --iperf3        # also an iperf3 server on 5201: iperf3 -c HOST works")]
 pub struct Args {
     /// Address to bind (default: all IPv4 and IPv6 addresses).
     #[arg(short = 'B', value_name = "ADDR")]
@@ -97,6 +98,19 @@ pub struct Args {
     /// Most threads all running sessions may cost together.
     #[arg(long = "total-threads", value_name = "N", default_value_t = budget::TOTAL_BUDGET.threads, help_heading = BUDGETS)]
     pub total_threads: u64,
+    /// Also serve unmodified iperf3 clients (3.x: TCP, UDP -b, -R, --bidir,
+    /// -P, -l, -n/-k, -J) on PORT, TCP and UDP (default 5201), several at
+    /// once, within the same --allow list, slots and budgets. Each session
+    /// is logged on stderr and, with --iperf3-results, kept as a result
+    /// document; UDP streams get per-datagram delay and jitter from
+    /// iperf3's own send stamps (clock offset unknown). RSA authentication
+    /// and SCTP are refused (docs/iperf3.md).
+    #[arg(long = "iperf3", value_name = "PORT", num_args = 0..=1, default_missing_value = "5201")]
+    pub iperf3: Option<u16>,
+    /// Write each iperf3 session's result document (wirebench.result/1,
+    /// iperf3-<ms>-<n>.json) into DIR.
+    #[arg(long = "iperf3-results", value_name = "DIR", requires = "iperf3")]
+    pub iperf3_results: Option<std::path::PathBuf>,
     /// Answer senders like a receiver from before live intervals (tests of
     /// the sender's fallback only).
     #[arg(long = "no-live-intervals", hide = true)]
@@ -200,6 +214,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )));
         }
     }
+    if let Some(d) = &args.iperf3_results {
+        if !d.is_dir() {
+            return Err(bad_input(format!(
+                "--iperf3-results {}: not an existing directory",
+                d.display()
+            )));
+        }
+    }
+    if args.iperf3 == Some(0) {
+        return Err(bad_input("--iperf3: the port must be 1..65535"));
+    }
     let key = crate::key::load(args.key_file.as_deref())?;
     let authenticated = key.is_some();
     if let (Some(mode), false) = (&args.require_auth, authenticated) {
@@ -242,6 +267,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
             );
         }
+    }
+    if let Some(port) = args.iperf3 {
+        let server = wirebench_iperf3::server::Server::bind(
+            wirebench_iperf3::server::ServerConfig {
+                bind,
+                port,
+                verbose: !args.quiet,
+                results_dir: args.iperf3_results.clone(),
+                max_session: Duration::from_secs(args.max_session),
+            },
+            daemon.gate(),
+            daemon.ledger(),
+        )
+        .map_err(|e| bad_input(format!("--iperf3 {port}: {e}")))?;
+        if !args.quiet {
+            if let Some(a) = server.local_addr() {
+                eprintln!("wirebench recv: serving iperf3 clients on {a} (TCP and UDP)");
+            }
+        }
+        std::thread::Builder::new()
+            .name("wb-iperf3-accept".into())
+            .spawn(move || {
+                if let Err(e) = server.serve_until(&std::sync::atomic::AtomicBool::new(false)) {
+                    eprintln!("wirebench recv: iperf3 server stopped: {e}");
+                }
+            })?;
     }
     daemon.serve()?;
     Ok(())

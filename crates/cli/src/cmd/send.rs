@@ -46,9 +46,18 @@ pub struct Args {
     /// Receiver host name or address (where `wirebench recv` runs).
     #[arg(short = 'a', value_name = "DEST")]
     pub dest: Option<String>,
-    /// Receiver's control port (TCP).
-    #[arg(short = 'p', value_name = "PORT", default_value_t = wirebench_engine::DEFAULT_PORT)]
-    pub port: u16,
+    /// Receiver's control port (TCP); default 5400, or 5201 with --iperf3.
+    #[arg(short = 'p', value_name = "PORT")]
+    pub port: Option<u16>,
+    /// DEST runs an unmodified iperf3 server (`iperf3 -s`), not wirebench:
+    /// the flows (any model: -C, -E, --app voip, ...) go to it as iperf3
+    /// streams with iperf3's UDP header, and the summary shows what that
+    /// server measured (datagrams and bytes received, loss, RFC 3550
+    /// jitter) beside wirebench's send figures. Forward one-way flows of one
+    /// transport only; no per-packet delay (an iperf3 server reports none).
+    /// See docs/iperf3.md.
+    #[arg(long = "iperf3")]
+    pub iperf3: bool,
     /// Use IPv4 only when DEST resolves to both families.
     #[arg(short = '4', conflicts_with = "ipv6")]
     pub ipv4: bool,
@@ -196,7 +205,7 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     if args.flows == 0 {
         crate::bail_input!("--flows: must be at least 1");
     }
-    if args.port == 0 {
+    if args.port == Some(0) {
         crate::bail_input!("-p: the receiver's control port must be 1..65535");
     }
     let stop = match (args.duration_ms, args.packets, args.kbytes) {
@@ -358,7 +367,11 @@ fn session_plan(
     flows: Vec<FlowPlan>,
     meter: MeterMode,
 ) -> anyhow::Result<SessionPlan> {
-    let port = args.port;
+    let port = args.port.unwrap_or(if args.iperf3 {
+        wirebench_iperf3::DEFAULT_PORT
+    } else {
+        wirebench_engine::DEFAULT_PORT
+    });
     let mut plan = SessionPlan::new(dest, flows);
     plan.port = port;
     plan.family = if args.ipv4 {
@@ -435,11 +448,10 @@ static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut plans = build_plans(&args)?;
-    // The shutdown is registered first, so it sees the flag as the previous
-    // Ctrl-C left it.
-    signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&INTERRUPTED))
-        .and_then(|_| signal_hook::flag::register(SIGINT, Arc::clone(&INTERRUPTED)))
-        .context("installing the Ctrl-C handler")?;
+    if args.iperf3 {
+        return run_iperf3(&args, plans);
+    }
+    install_ctrl_c()?;
     for plan in &mut plans {
         plan.cancel = Some(&**INTERRUPTED);
         // Resolve up front: an unresolvable name is the user's input.
@@ -491,6 +503,63 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("measurement incomplete, partial result: {reason}");
     }
     written
+}
+
+/// The first Ctrl-C stops the flows (the result is still collected), a
+/// second one exits at once.
+fn install_ctrl_c() -> anyhow::Result<()> {
+    // The shutdown is registered first, so it sees the flag as the previous
+    // Ctrl-C left it.
+    signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&INTERRUPTED))
+        .and_then(|_| signal_hook::flag::register(SIGINT, Arc::clone(&INTERRUPTED)))
+        .context("installing the Ctrl-C handler")?;
+    Ok(())
+}
+
+/// `--iperf3`: the plan against an iperf3 server, its figures beside ours.
+fn run_iperf3(args: &Args, plans: Vec<SessionPlan>) -> anyhow::Result<()> {
+    let [mut plan] = <[SessionPlan; 1]>::try_from(plans)
+        .map_err(|_| bad_input("--iperf3: a script's flows must all go to one iperf3 server"))?;
+    if args.interval_ms.is_some() || args.json_stream {
+        crate::bail_input!("--iperf3: --interval and --json-stream need a wirebench receiver");
+    }
+    wirebench_iperf3::client::check(&plan).map_err(bad_input)?;
+    install_ctrl_c()?;
+    plan.cancel = Some(&**INTERRUPTED);
+    let addr = plan.resolve().map_err(bad_input)?;
+    let json_out = match args.json.as_deref() {
+        Some("-") | None => None,
+        Some(path) => Some(JsonOut::prepare(path).map_err(bad_input)?),
+    };
+    let (doc, view) = wirebench_iperf3::client::run(&plan, addr).map_err(|e| {
+        if e.is_bad_input() {
+            bad_input(e)
+        } else {
+            e.into()
+        }
+    })?;
+    let jitter = view
+        .results
+        .streams
+        .iter()
+        .map(|s| s.jitter)
+        .fold(0.0f64, f64::max);
+    let lost: i64 = view.results.streams.iter().map(|s| s.errors).sum();
+    let line = format!(
+        "iperf3 server at {addr} measured: {} datagrams / {} bytes received, {lost} missing by its count, \
+         jitter {} (RFC 3550, worst stream), server CPU {:.1} %; \
+         delays below are not measured (an iperf3 server reports none)",
+        view.packets_received,
+        view.bytes_received,
+        secs(jitter),
+        view.results.cpu_util_total
+    );
+    if args.json.as_deref() == Some("-") {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+    output(args, &doc, json_out, false)
 }
 
 /// Where `--json FILE` goes: created before the run (a bad path fails
