@@ -1029,3 +1029,114 @@ impl Store {
         Ok(id.is_some())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary::Environment;
+
+    fn doc(bps: f64) -> serde_json::Value {
+        let mut f = wirebench_stats::result::FlowResult::default();
+        f.throughput_bps.payload = bps;
+        serde_json::to_value(wirebench_stats::result::ResultDoc::with_flows(vec![f])).unwrap()
+    }
+
+    fn put(
+        s: &Store,
+        cid: i64,
+        rep: u32,
+        status: RunStatus,
+        d: Option<&serde_json::Value>,
+    ) -> bool {
+        s.record_run(&NewRun {
+            campaign_id: cid,
+            scenario_key: "k",
+            axes: &BTreeMap::new(),
+            repetition: rep,
+            status,
+            result: d,
+            counters: None,
+            command: "",
+            error: None,
+            started_at: "2026-01-01T00:00:00.000Z",
+            ended_at: "2026-01-01T00:00:01.000Z",
+        })
+        .unwrap()
+    }
+
+    fn throughputs(s: &Store) -> Vec<(i64, f64)> {
+        let mut v = Vec::new();
+        s.for_each_value(&RunFilter::default(), |id, k, x| {
+            if k == "throughput_payload_bps" {
+                v.push((id, x));
+            }
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+        v
+    }
+
+    /// Values are extracted when a run is stored, replaced with a failed
+    /// run's retry, and extracted again when the metric table changed.
+    #[test]
+    fn values_follow_the_stored_document_and_the_metric_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let s = Store::open(&path).unwrap();
+        let env = Environment::default();
+        let cid = s
+            .create_campaign(&NewCampaign {
+                name: "c",
+                origin: "c.toml",
+                file_text: "",
+                started_at: "2026-01-01T00:00:00.000Z",
+                environment: &env,
+                planned_runs: 2,
+                quick: false,
+            })
+            .unwrap();
+        assert!(put(&s, cid, 0, RunStatus::Ok, Some(&doc(5.0))));
+        assert!(put(&s, cid, 1, RunStatus::Failed, None));
+        assert_eq!(throughputs(&s), [(1, 5.0)]);
+        // An ok run is never replaced; a failed one is, with its values.
+        assert!(!put(&s, cid, 0, RunStatus::Ok, Some(&doc(9.0))));
+        assert!(put(&s, cid, 1, RunStatus::Ok, Some(&doc(7.0))));
+        assert_eq!(throughputs(&s), [(1, 5.0), (2, 7.0)]);
+        let ok = RunFilter {
+            status: Some(RunStatus::Ok),
+            ..RunFilter::default()
+        };
+        assert_eq!(s.count_runs(&ok).unwrap(), 2);
+
+        // A store extracted with another metric table (or by hand).
+        s.conn
+            .execute_batch(
+                "UPDATE meta SET value = 'older' WHERE key = 'metrics';
+                 DELETE FROM run_metrics WHERE run_id = 2;
+                 UPDATE run_metrics SET value = 1 WHERE run_id = 1;",
+            )
+            .unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        assert_eq!(throughputs(&s), [(1, 5.0), (2, 7.0)]);
+        assert!(!dir.path().join("s.db.schema2.bak").exists());
+
+        // A newer store is refused and left as it is.
+        s.set_meta("schema_version", "3").unwrap();
+        drop(s);
+        match Store::open(&path) {
+            Err(StoreError::Version { found: 3, .. }) => {}
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a schema-3 store opened"),
+        }
+        let c = Connection::open(&path).unwrap();
+        let v: String = c
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(v, "3");
+    }
+}
