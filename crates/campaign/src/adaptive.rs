@@ -63,7 +63,16 @@ pub fn settle(c: &Campaign, runs: &[RunRow]) -> Vec<Settle> {
     let Some(a) = &c.adaptive else {
         return Vec::new();
     };
-    let by_key = values(a, runs);
+    settle_values(c, a, &values(a, runs))
+}
+
+/// [`settle`] over the watched metric's values and the `ok` repetitions,
+/// by scenario key, however they were gathered.
+fn settle_values(
+    c: &Campaign,
+    a: &Adaptive,
+    by_key: &BTreeMap<String, (Vec<f64>, BTreeSet<u32>)>,
+) -> Vec<Settle> {
     c.expand()
         .into_iter()
         .map(|s| {
@@ -116,7 +125,23 @@ pub fn notes(c: &Campaign, runs: &[RunRow]) -> Vec<String> {
     let Some(a) = &c.adaptive else {
         return Vec::new();
     };
-    let all = settle(c, runs);
+    notes_of(c, a, settle(c, runs))
+}
+
+/// [`notes`] from each scenario's values of the watched metric (as a
+/// summary gathers them run by run), by scenario key.
+pub fn notes_from_values(c: &Campaign, values: BTreeMap<String, Vec<f64>>) -> Vec<String> {
+    let Some(a) = &c.adaptive else {
+        return Vec::new();
+    };
+    let by_key = values
+        .into_iter()
+        .map(|(k, v)| (k, (v, BTreeSet::new())))
+        .collect();
+    notes_of(c, a, settle_values(c, a, &by_key))
+}
+
+fn notes_of(c: &Campaign, a: &Adaptive, all: Vec<Settle>) -> Vec<String> {
     let settled: Vec<&Settle> = all.iter().filter(|s| s.settled).collect();
     let mut out = Vec::new();
     let (lo, hi) = (

@@ -9,8 +9,9 @@
 //! worst flow.
 
 use crate::campaign::{parse_selector, Campaign, Scenario};
+use crate::facts::Readable;
 use crate::metrics::num;
-use crate::store::{RunRow, RunStatus, Store, StoreError};
+use crate::store::{RunFilter, RunInfo, RunRow, RunStatus, Store, StoreError};
 use crate::summary::{CampaignSummary, MetricInfo, MetricStats, NodeFigures, ScenarioSummary};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -31,23 +32,26 @@ pub use wirebench_schema::metrics::metric_catalogue;
 pub use wirebench_schema::summary::{above_bound, ABOVE_BOUND_TOLERANCE};
 
 /// Per node of runs through agents (their counters hold `roles`): CPU
-/// busy and softirq shares and the packets dropped on the node, each
-/// aggregated over the runs.
-fn node_figures<'a>(counters: impl Iterator<Item = &'a Value>) -> BTreeMap<String, NodeFigures> {
-    #[derive(Default)]
-    struct Acc {
-        role: String,
-        busy: Vec<f64>,
-        softirq: Vec<f64>,
-        drops: Vec<f64>,
-    }
-    let mut acc: BTreeMap<String, Acc> = BTreeMap::new();
-    for c in counters {
+/// busy and softirq shares and the packets dropped on the node, gathered
+/// one run's counters at a time and then aggregated over the runs.
+#[derive(Default)]
+struct NodeAcc(BTreeMap<String, NodeSamples>);
+
+#[derive(Default)]
+struct NodeSamples {
+    role: String,
+    busy: Vec<f64>,
+    softirq: Vec<f64>,
+    drops: Vec<f64>,
+}
+
+impl NodeAcc {
+    fn add(&mut self, c: &Value) {
         let Some(roles) = c.get("roles").and_then(Value::as_object) else {
-            continue;
+            return;
         };
         for (node, role) in roles {
-            let a = acc.entry(node.clone()).or_default();
+            let a = self.0.entry(node.clone()).or_default();
             a.role = role.as_str().unwrap_or("").to_string();
             if let Some(h) = c
                 .get("cpu")
@@ -75,20 +79,24 @@ fn node_figures<'a>(counters: impl Iterator<Item = &'a Value>) -> BTreeMap<Strin
             }
         }
     }
-    let stats = |v: &[f64]| aggregate(v).map(MetricStats::from);
-    acc.into_iter()
-        .map(|(n, a)| {
-            (
-                n,
-                NodeFigures {
-                    role: a.role,
-                    cpu_busy: stats(&a.busy),
-                    cpu_softirq: stats(&a.softirq),
-                    drops: stats(&a.drops),
-                },
-            )
-        })
-        .collect()
+
+    fn finish(self) -> BTreeMap<String, NodeFigures> {
+        let stats = |v: &[f64]| aggregate(v).map(MetricStats::from);
+        self.0
+            .into_iter()
+            .map(|(n, a)| {
+                (
+                    n,
+                    NodeFigures {
+                        role: a.role,
+                        cpu_busy: stats(&a.busy),
+                        cpu_softirq: stats(&a.softirq),
+                        drops: stats(&a.drops),
+                    },
+                )
+            })
+            .collect()
+    }
 }
 
 /// One value per metric key for one run: its result document and the
@@ -136,262 +144,414 @@ fn baseline_key(
     by_axes.get(&want).cloned()
 }
 
-/// Builds the summary from runs: `planned` gives scenario order and the
-/// planned count; scenarios seen only in runs are appended.
-pub fn summarize_runs(
-    campaign: Option<&Campaign>,
-    runs: &[RunRow],
-) -> (Vec<ScenarioSummary>, Vec<String>) {
-    let mut notes = campaign
-        .map(|c| crate::adaptive::notes(c, runs))
-        .unwrap_or_default();
-    let planned: Vec<Scenario> = campaign.map(|c| c.expand()).unwrap_or_default();
-    let reps = campaign.map(|c| c.repetitions as usize).unwrap_or(0);
-    let mut order: Vec<(String, BTreeMap<String, String>, Option<f64>)> = planned
-        .iter()
-        .map(|s| (s.key.clone(), s.axes.clone(), upper_bound(s)))
-        .collect();
-    for r in runs {
-        if !order.iter().any(|(k, _, _)| *k == r.scenario_key) {
-            order.push((r.scenario_key.clone(), r.axes.clone(), None));
+/// One scenario's figures while its runs are read.
+#[derive(Default)]
+struct ScenarioAcc {
+    samples: BTreeMap<String, Vec<f64>>,
+    ok: usize,
+    runs_above_bound: usize,
+    fragmented: bool,
+    sites: BTreeMap<String, f64>,
+    nodes: NodeAcc,
+    series: crate::series::SeriesAcc,
+    dist: crate::dist::ScenarioDist,
+    systems: std::collections::BTreeSet<String>,
+}
+
+/// Builds a campaign's scenario summaries from its runs fed one at a
+/// time: [`Summarizer::run`] for every run, then any of its metric values,
+/// counters and (for series and histograms) result document. Memory grows
+/// with scenarios and repetitions' numbers, never with documents.
+pub struct Summarizer<'c> {
+    campaign: Option<&'c Campaign>,
+    planned: Vec<Scenario>,
+    /// Scenario key, axes, bound; planned order, then as first seen.
+    order: Vec<(String, BTreeMap<String, String>, Option<f64>)>,
+    index: BTreeMap<String, usize>,
+    acc: Vec<ScenarioAcc>,
+    /// Run id → (scenario, its document read, its status ok).
+    runs: std::collections::HashMap<i64, (usize, bool, bool)>,
+    failed: usize,
+    unreadable: Vec<String>,
+    node_env: Option<serde_json::Map<String, Value>>,
+}
+
+impl<'c> Summarizer<'c> {
+    /// `campaign` gives scenario order and the planned count; scenarios
+    /// seen only in runs are appended.
+    pub fn new(campaign: Option<&'c Campaign>) -> Summarizer<'c> {
+        let planned: Vec<Scenario> = campaign.map(|c| c.expand()).unwrap_or_default();
+        let mut s = Summarizer {
+            campaign,
+            planned: Vec::new(),
+            order: Vec::new(),
+            index: BTreeMap::new(),
+            acc: Vec::new(),
+            runs: std::collections::HashMap::new(),
+            failed: 0,
+            unreadable: Vec::new(),
+            node_env: None,
+        };
+        for p in &planned {
+            s.scenario(&p.key, &p.axes, upper_bound(p));
+        }
+        s.planned = planned;
+        s
+    }
+
+    fn scenario(&mut self, key: &str, axes: &BTreeMap<String, String>, ub: Option<f64>) -> usize {
+        if let Some(&i) = self.index.get(key) {
+            return i;
+        }
+        self.order.push((key.to_string(), axes.clone(), ub));
+        self.acc.push(ScenarioAcc::default());
+        self.index.insert(key.to_string(), self.order.len() - 1);
+        self.order.len() - 1
+    }
+
+    /// One run, with the facts extracted from its document.
+    pub fn run(&mut self, r: &RunInfo) {
+        let i = self.scenario(&r.scenario_key, &r.axes, None);
+        let ok = r.status == RunStatus::Ok;
+        let read = ok && r.facts.readable == Readable::Yes;
+        self.runs.insert(r.id, (i, read, ok));
+        if !ok {
+            self.failed += 1;
+            return;
+        }
+        if !read {
+            // A document this version cannot read is left out and named.
+            self.unreadable.push(format!(
+                "run {} ({}): {}",
+                r.id,
+                r.scenario_key,
+                r.facts.why.as_deref().unwrap_or("not a result document")
+            ));
+            return;
+        }
+        let a = &mut self.acc[i];
+        a.ok += 1;
+        a.runs_above_bound += usize::from(r.facts.above_bound);
+        a.fragmented |= r.facts.fragmented;
+        if let Some(s) = &r.facts.systems {
+            a.systems.insert(s.clone());
         }
     }
-    // Each stored document is read into the typed contract once; a run
-    // whose document this version cannot read is left out and named.
-    let mut unreadable: Vec<String> = Vec::new();
-    let docs: Vec<Option<ResultDoc>> = runs
-        .iter()
-        .map(|r| match r.result_doc() {
-            Some(Ok(d)) if r.status == RunStatus::Ok => Some(d),
-            Some(Err(e)) if r.status == RunStatus::Ok => {
-                unreadable.push(format!("run {} ({}): {e}", r.id, r.scenario_key));
-                None
+
+    /// One metric value of a run already given to [`Summarizer::run`].
+    pub fn value(&mut self, run_id: i64, key: &str, v: f64) {
+        if let Some(&(i, true, _)) = self.runs.get(&run_id) {
+            match self.acc[i].samples.get_mut(key) {
+                Some(s) => s.push(v),
+                None => {
+                    self.acc[i].samples.insert(key.to_string(), vec![v]);
+                }
             }
-            _ => None,
-        })
-        .collect();
-    let ok_docs = |key: &str| -> Vec<(&RunRow, &ResultDoc)> {
-        runs.iter()
-            .zip(&docs)
-            .filter(|(r, _)| r.scenario_key == key)
-            .filter_map(|(r, d)| Some((r, d.as_ref()?)))
-            .collect()
-    };
-    let mut fragmented: Vec<String> = Vec::new();
-    let mut drop_notes: Vec<String> = Vec::new();
-    let failed = runs.iter().filter(|r| r.status != RunStatus::Ok).count();
-    let mut scenarios: Vec<ScenarioSummary> = Vec::new();
-    for (key, axes, ub) in &order {
-        let mut samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        let mut ok = 0;
-        let mut runs_above_bound = 0;
-        for (r, doc) in ok_docs(key) {
-            ok += 1;
-            if doc.total.above_bound == Some(true) {
-                runs_above_bound += 1;
-            }
-            for (k, v) in extract_metrics(doc, r.counters.as_ref()) {
-                samples.entry(k).or_default().push(v);
-            }
-            let frag = doc.flows.iter().any(|f| f.frames.fragmented > 0);
-            if frag && !fragmented.contains(key) {
+        }
+    }
+
+    /// A run's test-bed counters: its drop sites and node figures (ok
+    /// runs) and the nodes' metadata (the latest run that stored some).
+    pub fn counters(&mut self, run_id: i64, c: &Value) {
+        if let Some(m) = c
+            .get("metadata")
+            .and_then(Value::as_object)
+            .filter(|m| !m.is_empty())
+        {
+            self.node_env = Some(m.clone());
+        }
+        let Some(&(i, _, true)) = self.runs.get(&run_id) else {
+            return;
+        };
+        let a = &mut self.acc[i];
+        let list = c.get("drop_sites").and_then(Value::as_array);
+        for site in list.into_iter().flatten() {
+            let name = format!(
+                "{}/{} {}",
+                site.get("node").and_then(Value::as_str).unwrap_or("?"),
+                site.get("iface").and_then(Value::as_str).unwrap_or("?"),
+                site.get("kind").and_then(Value::as_str).unwrap_or("?")
+            );
+            *a.sites.entry(name).or_default() += num(site, &["count"]).unwrap_or(0.0);
+        }
+        a.nodes.add(c);
+    }
+
+    /// A run's result document, for the figures drawn from whole
+    /// documents (series, distributions).
+    pub fn figures(&mut self, run_id: i64, doc: &ResultDoc) {
+        if let Some(&(i, true, _)) = self.runs.get(&run_id) {
+            let a = &mut self.acc[i];
+            a.series.add(doc);
+            crate::dist::add_doc(&mut a.dist, doc);
+        }
+    }
+
+    /// Every agent node's metadata as environment lines (see
+    /// [`node_lines`]), from the latest run that stored them.
+    pub fn node_environment(&self) -> BTreeMap<String, String> {
+        self.node_env.as_ref().map(node_lines).unwrap_or_default()
+    }
+
+    /// The scenario summaries and the notes about them.
+    pub fn finish(self) -> (Vec<ScenarioSummary>, Vec<String>) {
+        let Summarizer {
+            campaign,
+            planned,
+            order,
+            acc,
+            failed,
+            mut unreadable,
+            ..
+        } = self;
+        let mut notes = campaign
+            .map(|c| {
+                let metric = c.adaptive.as_ref().map(|a| a.metric.as_str());
+                let values = order
+                    .iter()
+                    .zip(&acc)
+                    .map(|((key, _, _), a)| {
+                        let v = metric.and_then(|m| a.samples.get(m)).cloned();
+                        (key.clone(), v.unwrap_or_default())
+                    })
+                    .collect();
+                crate::adaptive::notes_from_values(c, values)
+            })
+            .unwrap_or_default();
+        let reps = campaign.map(|c| c.repetitions as usize).unwrap_or(0);
+        let mut fragmented: Vec<String> = Vec::new();
+        let mut drop_notes: Vec<String> = Vec::new();
+        let mut scenarios: Vec<ScenarioSummary> = Vec::new();
+        let mut systems: Vec<Option<String>> = Vec::new();
+        for ((key, axes, ub), a) in order.into_iter().zip(acc) {
+            if a.fragmented {
                 fragmented.push(key.clone());
             }
-        }
-        let mut sites: BTreeMap<String, f64> = BTreeMap::new();
-        for r in runs
-            .iter()
-            .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
-        {
-            let list = r
-                .counters
-                .as_ref()
-                .and_then(|c| c.get("drop_sites"))
-                .and_then(Value::as_array);
-            for site in list.into_iter().flatten() {
-                let name = format!(
-                    "{}/{} {}",
-                    site.get("node").and_then(Value::as_str).unwrap_or("?"),
-                    site.get("iface").and_then(Value::as_str).unwrap_or("?"),
-                    site.get("kind").and_then(Value::as_str).unwrap_or("?")
-                );
-                *sites.entry(name).or_default() += num(site, &["count"]).unwrap_or(0.0);
+            if !a.sites.is_empty() {
+                let mut v: Vec<(String, f64)> = a.sites.into_iter().collect();
+                v.sort_by(|a, b| b.1.total_cmp(&a.1));
+                let list: Vec<String> = v.iter().map(|(n, c)| format!("{n} {c:.0}")).collect();
+                drop_notes.push(format!("{key}: {}", list.join(", ")));
             }
-        }
-        if !sites.is_empty() {
-            let mut v: Vec<(String, f64)> = sites.into_iter().collect();
-            v.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let list: Vec<String> = v.iter().map(|(n, c)| format!("{n} {c:.0}")).collect();
-            drop_notes.push(format!("{key}: {}", list.join(", ")));
-        }
-        let metrics = samples
-            .into_iter()
-            .filter_map(|(k, v)| aggregate(&v).map(|a| (k, MetricStats::from(a))))
-            .collect();
-        let nodes = node_figures(
-            runs.iter()
-                .filter(|r| &r.scenario_key == key && r.status == RunStatus::Ok)
-                .filter_map(|r| r.counters.as_ref()),
-        );
-        scenarios.push(ScenarioSummary {
-            key: key.clone(),
-            axes: axes.clone(),
-            runs_ok: ok,
-            // An adaptive scenario plans its least runs and takes more
-            // until it settles (the notes say how many and which did not).
-            runs_planned: if planned.iter().any(|p| &p.key == key) {
-                if campaign.is_some_and(|c| c.adaptive.is_some()) {
-                    reps.max(ok)
-                } else {
-                    reps
-                }
+            let metrics = a
+                .samples
+                .into_iter()
+                .filter_map(|(k, v)| aggregate(&v).map(|x| (k, MetricStats::from(x))))
+                .collect();
+            let mut sys = a.systems;
+            systems.push(if sys.len() == 1 {
+                sys.pop_first()
             } else {
-                ok
-            },
-            metrics,
-            upper_bound_bps: *ub,
-            runs_above_bound,
-            nodes,
-            series: crate::series::scenario_series(ok_docs(key).into_iter().map(|(_, d)| d)),
-            dist: crate::dist::scenario_dist(ok_docs(key).into_iter().map(|(_, d)| d)),
-        });
-    }
-    if let Some(sel) = campaign
-        .and_then(|c| c.baseline.as_deref())
-        .and_then(parse_selector)
-    {
-        let by_axes: BTreeMap<BTreeMap<String, String>, String> = scenarios
-            .iter()
-            .map(|s| (s.axes.clone(), s.key.clone()))
-            .collect();
-        let means: BTreeMap<String, BTreeMap<String, f64>> = scenarios
-            .iter()
-            .map(|s| {
-                (
-                    s.key.clone(),
-                    s.metrics.iter().map(|(k, m)| (k.clone(), m.mean)).collect(),
-                )
-            })
-            .collect();
-        // Scenarios left without a Δ: the selector names an axis they lack
-        // (another [[matrix]] block) or their counterpart did not run.
-        let mut unmatched: Vec<String> = Vec::new();
-        for s in &mut scenarios {
-            let base = baseline_key(&s.axes, &sel, &by_axes).and_then(|bk| means.get(&bk));
-            let Some(base) = base else {
-                unmatched.push(s.key.clone());
-                continue;
-            };
-            for (k, m) in s.metrics.iter_mut() {
-                m.pct_vs_baseline = base.get(k).and_then(|b| pct_change(m.mean, *b));
-            }
+                None
+            });
+            scenarios.push(ScenarioSummary {
+                // An adaptive scenario plans its least runs and takes more
+                // until it settles (the notes say how many and which did not).
+                runs_planned: if planned.iter().any(|p| p.key == key) {
+                    if campaign.is_some_and(|c| c.adaptive.is_some()) {
+                        reps.max(a.ok)
+                    } else {
+                        reps
+                    }
+                } else {
+                    a.ok
+                },
+                key,
+                axes,
+                runs_ok: a.ok,
+                metrics,
+                upper_bound_bps: ub,
+                runs_above_bound: a.runs_above_bound,
+                nodes: a.nodes.finish(),
+                series: a.series.finish(),
+                dist: (a.dist.runs > 0).then_some(a.dist),
+            });
         }
-        let sel_text = sel
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        if unmatched.len() == scenarios.len() {
-            notes.push(format!(
-                "Baseline {sel_text} matches no scenario: no Δ column."
-            ));
-        } else if !unmatched.is_empty() {
-            let n = unmatched.len();
-            let more = n.saturating_sub(8);
-            let mut list = unmatched[..n.min(8)].join("; ");
-            if more > 0 {
-                list.push_str(&format!("; and {more} more"));
+        if let Some(sel) = campaign
+            .and_then(|c| c.baseline.as_deref())
+            .and_then(parse_selector)
+        {
+            let by_axes: BTreeMap<BTreeMap<String, String>, String> = scenarios
+                .iter()
+                .map(|s| (s.axes.clone(), s.key.clone()))
+                .collect();
+            let means: BTreeMap<String, BTreeMap<String, f64>> = scenarios
+                .iter()
+                .map(|s| {
+                    (
+                        s.key.clone(),
+                        s.metrics.iter().map(|(k, m)| (k.clone(), m.mean)).collect(),
+                    )
+                })
+                .collect();
+            // Scenarios left without a Δ: the selector names an axis they lack
+            // (another [[matrix]] block) or their counterpart did not run.
+            let mut unmatched: Vec<String> = Vec::new();
+            for s in &mut scenarios {
+                let base = baseline_key(&s.axes, &sel, &by_axes).and_then(|bk| means.get(&bk));
+                let Some(base) = base else {
+                    unmatched.push(s.key.clone());
+                    continue;
+                };
+                for (k, m) in s.metrics.iter_mut() {
+                    m.pct_vs_baseline = base.get(k).and_then(|b| pct_change(m.mean, *b));
+                }
             }
-            notes.push(format!(
+            let sel_text = sel
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            if unmatched.len() == scenarios.len() {
+                notes.push(format!(
+                    "Baseline {sel_text} matches no scenario: no Δ column."
+                ));
+            } else if !unmatched.is_empty() {
+                let n = unmatched.len();
+                let more = n.saturating_sub(8);
+                let mut list = unmatched[..n.min(8)].join("; ");
+                if more > 0 {
+                    list.push_str(&format!("; and {more} more"));
+                }
+                notes.push(format!(
                 "Baseline {sel_text} has no counterpart for {n} of {} scenarios (their Δ is empty): {list}.",
                 scenarios.len()
             ));
+            }
         }
-    }
-    // Two checks: the scenario's mean against the Ethernet bound of its
-    // settings, and each run's own check (its packet mix and clock error,
-    // total.above_bound), which also covers models without a fixed size.
-    let above: Vec<String> = scenarios
-        .iter()
-        .filter(|s| s.above_bound())
-        .map(|s| {
-            let mut why = Vec::new();
-            if let (Some(b), Some(m)) = (s.upper_bound_bps, s.metrics.get("throughput_payload_bps"))
-            {
-                if above_bound(m.mean, m.ci95, b) {
+        // Two checks: the scenario's mean against the Ethernet bound of its
+        // settings, and each run's own check (its packet mix and clock error,
+        // total.above_bound), which also covers models without a fixed size.
+        let above: Vec<String> = scenarios
+            .iter()
+            .filter(|s| s.above_bound())
+            .map(|s| {
+                let mut why = Vec::new();
+                if let (Some(b), Some(m)) =
+                    (s.upper_bound_bps, s.metrics.get("throughput_payload_bps"))
+                {
+                    if above_bound(m.mean, m.ci95, b) {
+                        why.push(format!(
+                            "{:.1} % of {:.2} Mbit/s",
+                            100.0 * m.mean / b,
+                            b / 1e6
+                        ));
+                    }
+                }
+                if s.runs_above_bound > 0 {
                     why.push(format!(
-                        "{:.1} % of {:.2} Mbit/s",
-                        100.0 * m.mean / b,
-                        b / 1e6
+                        "{} of {} runs above their own bound",
+                        s.runs_above_bound, s.runs_ok
                     ));
                 }
-            }
-            if s.runs_above_bound > 0 {
-                why.push(format!(
-                    "{} of {} runs above their own bound",
-                    s.runs_above_bound, s.runs_ok
-                ));
-            }
-            format!("{} ({})", s.key, why.join("; "))
-        })
-        .collect();
-    if !above.is_empty() {
-        notes.push(format!(
+                format!("{} ({})", s.key, why.join("; "))
+            })
+            .collect();
+        if !above.is_empty() {
+            notes.push(format!(
             "Above the physical bound: payload throughput exceeds the Ethernet upper bound by more than its 95 % CI (and the shaper's {:.1} % resolution), or runs carried more than their link by more than their own uncertainty (the result's total.above_bound), in {}. No link carries more than its bound; treat these numbers as a measurement or emulation error.",
             ABOVE_BOUND_TOLERANCE * 100.0,
             above.join("; ")
         ));
-    }
-    let noisy: Vec<&str> = scenarios
-        .iter()
-        .filter(|s| {
-            s.metrics
-                .get("throughput_payload_bps")
-                .is_some_and(|m| m.cv_warning)
-        })
-        .map(|s| s.key.as_str())
-        .collect();
-    // RFC 2544 trials of one scenario run at different rates on purpose.
-    let searches = campaign.is_some_and(|c| c.rfc2544.is_some());
-    if !noisy.is_empty() && !searches {
-        notes.push(format!(
-            "{} scenario(s) have a payload-throughput coefficient of variation over 10 %: {}",
-            noisy.len(),
-            noisy.join("; ")
-        ));
-    }
-    if failed > 0 {
-        notes.push(format!("{failed} run(s) failed and are left out of the statistics; `wirebench results list` shows why"));
-    }
-    if !drop_notes.is_empty() {
-        let more = drop_notes.len().saturating_sub(12);
-        drop_notes.truncate(12);
-        let mut n = format!(
+        }
+        let noisy: Vec<&str> = scenarios
+            .iter()
+            .filter(|s| {
+                s.metrics
+                    .get("throughput_payload_bps")
+                    .is_some_and(|m| m.cv_warning)
+            })
+            .map(|s| s.key.as_str())
+            .collect();
+        // RFC 2544 trials of one scenario run at different rates on purpose.
+        let searches = campaign.is_some_and(|c| c.rfc2544.is_some());
+        if !noisy.is_empty() && !searches {
+            notes.push(format!(
+                "{} scenario(s) have a payload-throughput coefficient of variation over 10 %: {}",
+                noisy.len(),
+                noisy.join("; ")
+            ));
+        }
+        if failed > 0 {
+            notes.push(format!("{failed} run(s) failed and are left out of the statistics; `wirebench results list` shows why"));
+        }
+        if !drop_notes.is_empty() {
+            let more = drop_notes.len().saturating_sub(12);
+            drop_notes.truncate(12);
+            let mut n = format!(
             "Packet drops located by test-bed counters (node/interface kind, summed over the runs): {}",
             drop_notes.join("; ")
         );
-        if more > 0 {
-            n.push_str(&format!("; and {more} more scenario(s)"));
+            if more > 0 {
+                n.push_str(&format!("; and {more} more scenario(s)"));
+            }
+            notes.push(n);
         }
-        notes.push(n);
-    }
-    if !fragmented.is_empty() {
-        notes.push(format!(
-            "IP fragmentation detected in: {}",
-            fragmented.join("; ")
-        ));
-    }
-    if !unreadable.is_empty() {
-        let n = unreadable.len();
-        unreadable.truncate(4);
-        notes.push(format!(
+        if !fragmented.is_empty() {
+            notes.push(format!(
+                "IP fragmentation detected in: {}",
+                fragmented.join("; ")
+            ));
+        }
+        if !unreadable.is_empty() {
+            let n = unreadable.len();
+            unreadable.truncate(4);
+            notes.push(format!(
             "{n} run(s) have a result document this version cannot read and are left out of the statistics: {}{}",
             unreadable.join("; "),
             if n > 4 { "; ..." } else { "" }
         ));
+        }
+        add_systems(&mut scenarios, &systems);
+        (scenarios, notes)
     }
-    add_systems(&mut scenarios, runs, &docs);
-    (scenarios, notes)
+}
+
+/// Gives one run held in memory to a summarizer.
+fn feed(s: &mut Summarizer, r: &RunRow) {
+    let doc = match r.result_doc() {
+        Some(Ok(d)) if r.status == RunStatus::Ok => Some(d),
+        _ => None,
+    };
+    let x = match &doc {
+        Some(d) => crate::facts::extract_doc(d, r.counters.as_ref()),
+        None => crate::facts::extract_stored(r.result.as_ref(), r.counters.as_ref()),
+    };
+    s.run(&RunInfo {
+        id: r.id,
+        campaign_id: r.campaign_id,
+        scenario_key: r.scenario_key.clone(),
+        axes: r.axes.clone(),
+        repetition: r.repetition,
+        status: r.status,
+        error: r.error.clone(),
+        started_at: r.started_at.clone(),
+        ended_at: r.ended_at.clone(),
+        throughput_payload_bps: x.metrics.get("throughput_payload_bps").copied(),
+        facts: x.facts,
+    });
+    for (k, v) in &x.metrics {
+        s.value(r.id, k, *v);
+    }
+    if let Some(c) = &r.counters {
+        s.counters(r.id, c);
+    }
+    if let Some(d) = &doc {
+        s.figures(r.id, d);
+    }
+}
+
+/// Builds the summary from runs held in memory (the store's reports read
+/// it run by run instead, [`summarize`]).
+pub fn summarize_runs(
+    campaign: Option<&Campaign>,
+    runs: &[RunRow],
+) -> (Vec<ScenarioSummary>, Vec<String>) {
+    let mut s = Summarizer::new(campaign);
+    for r in runs {
+        feed(&mut s, r);
+    }
+    s.finish()
 }
 
 /// How a report names an operating system (`host.os` of a result).
@@ -424,23 +584,11 @@ pub fn systems(doc: &ResultDoc) -> Option<String> {
 /// were). A `sender` axis that only names the node behind each pair of
 /// systems (one node per pair and back) is then left out of the axes: the
 /// systems say the same in the words of the comparison.
-fn add_systems(scenarios: &mut [ScenarioSummary], runs: &[RunRow], docs: &[Option<ResultDoc>]) {
-    let mut found: Vec<Option<String>> = Vec::with_capacity(scenarios.len());
-    for sc in scenarios.iter() {
-        let mut v: Vec<String> = runs
-            .iter()
-            .zip(docs)
-            .filter(|(r, _)| r.scenario_key == sc.key)
-            .filter_map(|(_, d)| d.as_ref().and_then(systems))
-            .collect();
-        v.sort();
-        v.dedup();
-        found.push(if v.len() == 1 { v.pop() } else { None });
-    }
+fn add_systems(scenarios: &mut [ScenarioSummary], found: &[Option<String>]) {
     if !found.iter().flatten().any(|s| s != "Linux → Linux") {
         return;
     }
-    for (sc, s) in scenarios.iter_mut().zip(&found) {
+    for (sc, s) in scenarios.iter_mut().zip(found) {
         if let Some(s) = s {
             sc.axes.insert("systems".into(), s.clone());
         }
@@ -477,22 +625,41 @@ pub fn summarize(
     campaign_name_or_id: &str,
 ) -> Result<CampaignSummary, AnalysisError> {
     let row = store.find_campaign(campaign_name_or_id)?;
-    let runs = store.runs(row.id)?;
     let mut campaign = Campaign::parse(&row.file_text, &row.origin).ok();
     if row.quick {
         if let Some(c) = campaign.as_mut() {
             let _ = c.apply_quick();
         }
     }
-    let (scenarios, mut notes) = summarize_runs(campaign.as_ref(), &runs);
+    let mut sum = Summarizer::new(campaign.as_ref());
+    // Axis names of runs, for a campaign file that no longer parses.
+    let mut run_axes: std::collections::BTreeSet<String> = Default::default();
+    store.for_each_run(&RunFilter::campaign(row.id), |r| {
+        run_axes.extend(r.axes.keys().cloned());
+        sum.run(&r);
+        Ok::<_, StoreError>(())
+    })?;
+    let ok = RunFilter {
+        status: Some(RunStatus::Ok),
+        ..RunFilter::campaign(row.id)
+    };
+    store.for_each_value(&ok, |id, k, v| {
+        sum.value(id, k, v);
+        Ok::<_, StoreError>(())
+    })?;
+    store.for_each_counters(row.id, |id, c| {
+        sum.counters(id, &c);
+        Ok::<_, StoreError>(())
+    })?;
+    store.for_each_figures_doc(row.id, |id, d| {
+        sum.figures(id, d);
+        Ok::<_, StoreError>(())
+    })?;
+    let node_env = sum.node_environment();
+    let (scenarios, mut notes) = sum.finish();
     let axes = match &campaign {
         Some(c) => c.axis_names(),
-        None => {
-            let mut a: Vec<String> = runs.iter().flat_map(|r| r.axes.keys().cloned()).collect();
-            a.sort();
-            a.dedup();
-            a
-        }
+        None => run_axes.into_iter().collect(),
     };
     if let Some(c) = &campaign {
         if matches!(c.target, crate::campaign::Target::Testbed(_)) {
@@ -518,7 +685,7 @@ pub fn summarize(
         .filter(|m| present.contains(&m.key))
         .collect();
     let mut environment = row.environment.clone();
-    environment.extra.extend(node_environment(&runs));
+    environment.extra.extend(node_env);
     let rfc2544 = match campaign.as_ref().is_some_and(|c| c.rfc2544.is_some()) {
         true => crate::rfc2544::summarize(store, &row)?,
         false => None,
@@ -542,21 +709,11 @@ pub fn summarize(
     })
 }
 
-/// Every agent node's metadata as environment lines (`node r1` → "host
-/// r1, Debian 12, kernel 6.1.0, Xeon E5 × 8; eth1 ixgbe fw 0x8000 mtu
-/// 9000 speed 10000 offloads tso,gro; net.core.rmem_max=…; clock chrony
-/// …"), from the latest run that stored them: what a reader of the report
+/// One `node NAME` environment line per node of a run's `metadata`
+/// (`node r1` → "host r1, Debian 12, kernel 6.1.0, Xeon E5 × 8; eth1
+/// ixgbe fw 0x8000 mtu 9000 speed 10000 offloads tso,gro;
+/// net.core.rmem_max=…; clock chrony …"): what a reader of the report
 /// needs to know the lab ran as described.
-fn node_environment(runs: &[RunRow]) -> BTreeMap<String, String> {
-    runs.iter()
-        .rev()
-        .filter_map(|r| r.counters.as_ref()?.get("metadata")?.as_object())
-        .find(|m| !m.is_empty())
-        .map(node_lines)
-        .unwrap_or_default()
-}
-
-/// One `node NAME` environment line per node of a run's `metadata`.
 pub(crate) fn node_lines(meta: &serde_json::Map<String, Value>) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
@@ -1072,7 +1229,11 @@ app = ["dns"]
         let mut plain = row(0, json!({"nodes": {}}));
         plain.counters = None;
         assert!(summarize_runs(None, &[plain]).0[0].nodes.is_empty());
-        let env = node_environment(&runs);
+        let mut s = Summarizer::new(None);
+        for r in &runs {
+            feed(&mut s, r);
+        }
+        let env = s.node_environment();
         assert_eq!(
             env["node r2"],
             "host r2, Debian 12, kernel 6.1.0, Xeon × 8; eth1 ixgbe fw 0x800 mtu 9000 10000 Mbit/s offloads tcp-segmentation-offload; net.ipv4.ip_forward=1; clock chrony synchronised, offset 12 us"

@@ -28,23 +28,29 @@ fn add(into: &mut Option<Histogram>, d: &Histogram) {
     }
 }
 
+/// Adds one run's result document to a scenario's dists (a run without
+/// histograms adds nothing).
+pub fn add_doc(out: &mut ScenarioDist, doc: &ResultDoc) {
+    let mut any = false;
+    for f in &doc.flows {
+        if let Some(d) = non_empty(&f.delay_hist) {
+            add(&mut out.delay, d);
+            any = true;
+        }
+        if let Some(d) = non_empty(&f.ipdv_hist) {
+            add(&mut out.ipdv, d);
+            any = true;
+        }
+    }
+    out.runs += usize::from(any);
+}
+
 /// The merged dists of a scenario's result documents; None when no run
 /// carries a histogram (results from before they existed).
 pub fn scenario_dist<'a>(docs: impl Iterator<Item = &'a ResultDoc>) -> Option<ScenarioDist> {
     let mut out = ScenarioDist::default();
     for doc in docs {
-        let mut any = false;
-        for f in &doc.flows {
-            if let Some(d) = non_empty(&f.delay_hist) {
-                add(&mut out.delay, d);
-                any = true;
-            }
-            if let Some(d) = non_empty(&f.ipdv_hist) {
-                add(&mut out.ipdv, d);
-                any = true;
-            }
-        }
-        out.runs += usize::from(any);
+        add_doc(&mut out, doc);
     }
     (out.runs > 0).then_some(out)
 }

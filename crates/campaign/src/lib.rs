@@ -4,6 +4,7 @@
 //! - [`campaign`]: the campaign file (TOML), validation, matrix expansion.
 //! - [`store`]: the SQLite results store (one row per run, committed at once).
 //! - [`lock`]: one runner per campaign at a time.
+//! - [`facts`]: what a stored run's document says, read once when it is stored.
 //! - [`runner`]: the run loop (test-bed reuse, subprocess send/recv, counters,
 //!   progress, Ctrl-C, resume).
 //! - [`rfc2544`]: RFC 2544 / RFC 5180 searches run as a campaign (`[rfc2544]`).
@@ -23,6 +24,7 @@ pub mod campaign;
 pub mod dist;
 pub mod env;
 pub mod estimate;
+pub mod facts;
 pub mod lock;
 pub mod rfc2544;
 pub mod runner;

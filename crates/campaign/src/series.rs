@@ -53,56 +53,97 @@ fn run_series(doc: &ResultDoc) -> Option<(f64, RunSeries)> {
     Some((len_s, series))
 }
 
-fn band(
-    runs: &[RunSeries],
-    pick: impl Fn(&(f64, Option<f64>, Option<f64>, f64)) -> Option<f64>,
-) -> Band {
-    let len = runs.iter().map(Vec::len).max().unwrap_or(0);
-    let mut b = Band::default();
-    for k in 0..len {
-        let vals: Vec<f64> = runs
-            .iter()
-            .filter_map(|r| r.get(k).and_then(&pick))
-            .filter(|v| v.is_finite())
-            .collect();
-        if vals.is_empty() {
-            b.mean.push(None);
-            b.min.push(None);
-            b.max.push(None);
-        } else {
-            b.mean
-                .push(Some(vals.iter().sum::<f64>() / vals.len() as f64));
-            b.min.push(vals.iter().copied().reduce(f64::min));
-            b.max.push(vals.iter().copied().reduce(f64::max));
+/// One figure's running band: per interval the sum and count of the
+/// repetitions' values (for the mean) and their smallest and largest.
+#[derive(Debug, Default)]
+struct BandAcc(Vec<(f64, usize, f64, f64)>);
+
+impl BandAcc {
+    fn add(&mut self, k: usize, v: Option<f64>) {
+        if self.0.len() <= k {
+            self.0
+                .resize(k + 1, (0.0, 0, f64::INFINITY, f64::NEG_INFINITY));
+        }
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            let a = &mut self.0[k];
+            *a = (a.0 + v, a.1 + 1, a.2.min(v), a.3.max(v));
         }
     }
-    b
+
+    fn finish(self, len: usize) -> Band {
+        let mut b = Band::default();
+        for k in 0..len {
+            match self.0.get(k) {
+                Some(&(sum, n, min, max)) if n > 0 => {
+                    b.mean.push(Some(sum / n as f64));
+                    b.min.push(Some(min));
+                    b.max.push(Some(max));
+                }
+                _ => {
+                    b.mean.push(None);
+                    b.min.push(None);
+                    b.max.push(None);
+                }
+            }
+        }
+        b
+    }
+}
+
+/// A scenario's series built one run at a time: memory grows with the
+/// length of the series, not with the number of runs.
+#[derive(Debug, Default)]
+pub struct SeriesAcc {
+    len_s: f64,
+    runs: usize,
+    points: usize,
+    bands: [BandAcc; 4],
+}
+
+impl SeriesAcc {
+    /// Adds one run's result document (a run without intervals adds nothing).
+    pub fn add(&mut self, doc: &ResultDoc) {
+        let Some((l, s)) = run_series(doc) else {
+            return;
+        };
+        if l > 0.0 {
+            self.len_s = l;
+        }
+        self.runs += 1;
+        self.points = self.points.max(s.len());
+        for (k, (tp, d, j, lost)) in s.into_iter().enumerate() {
+            self.bands[0].add(k, Some(tp));
+            self.bands[1].add(k, d);
+            self.bands[2].add(k, j);
+            self.bands[3].add(k, Some(lost));
+        }
+    }
+
+    /// The series; None when no run had intervals.
+    pub fn finish(self) -> Option<ScenarioSeries> {
+        if self.runs == 0 {
+            return None;
+        }
+        let [tp, d, j, lost] = self.bands;
+        Some(ScenarioSeries {
+            interval_s: self.len_s,
+            runs: self.runs,
+            throughput_bps: tp.finish(self.points),
+            delay_s: d.finish(self.points),
+            jitter_s: j.finish(self.points),
+            lost: lost.finish(self.points),
+        })
+    }
 }
 
 /// The series of a scenario from its runs' result documents; None when no
 /// run has intervals.
 pub fn scenario_series<'a>(docs: impl Iterator<Item = &'a ResultDoc>) -> Option<ScenarioSeries> {
-    let mut len_s = 0.0;
-    let mut runs = Vec::new();
+    let mut acc = SeriesAcc::default();
     for doc in docs {
-        if let Some((l, s)) = run_series(doc) {
-            if l > 0.0 {
-                len_s = l;
-            }
-            runs.push(s);
-        }
+        acc.add(doc);
     }
-    if runs.is_empty() {
-        return None;
-    }
-    Some(ScenarioSeries {
-        interval_s: len_s,
-        runs: runs.len(),
-        throughput_bps: band(&runs, |x| Some(x.0)),
-        delay_s: band(&runs, |x| x.1),
-        jitter_s: band(&runs, |x| x.2),
-        lost: band(&runs, |x| Some(x.3)),
-    })
+    acc.finish()
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use wirebench_wire::{Direction, Transport};
 use wirebench_schema::result::*;
 
 /// Formats nanoseconds since the epoch as RFC 3339 UTC with milliseconds.
-pub(crate) fn rfc3339(ns: u64) -> String {
+pub fn rfc3339(ns: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
     humantime::format_rfc3339_millis(t).to_string()
 }

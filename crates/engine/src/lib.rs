@@ -32,6 +32,7 @@ mod session;
 mod sockopt;
 pub mod sys;
 
+pub use assemble::rfc3339;
 pub use multi::run_many;
 pub use plan::{FlowPlan, SessionPlan, Stop};
 pub use recv::{Daemon, DaemonConfig, DaemonStats};

@@ -237,7 +237,7 @@ fn merge(first: Part, rest: Vec<Part>) -> (ResultDoc, Option<String>) {
     }
     doc.total.lost = lost;
     doc.total.loss_ratio = lost.map(|l| l as f64 / doc.total.sent_packets.max(1) as f64);
-    doc.total.fairness = crate::result::fairness(&doc.flows, p);
+    doc.total.fairness = crate::assemble::fairness(&doc.flows, p);
     doc.cpu.receiver = cpu_rx;
     let partial = (!reasons.is_empty()).then(|| reasons.join("; "));
     doc.partial = partial.is_some();

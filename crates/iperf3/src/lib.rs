@@ -77,7 +77,7 @@ fn doc_shell(started_real: u64, clock_method: &str) -> wirebench_engine::ResultD
             name: "wirebench".into(),
             version: env!("CARGO_PKG_VERSION").into(),
         },
-        started_at: wirebench_engine::result::rfc3339(started_real),
+        started_at: wirebench_engine::rfc3339(started_real),
         meter: wirebench_wire::MeterMode::Owd,
         host: wirebench_engine::sys::host_info(),
         clock: ClockInfo {

@@ -8,6 +8,7 @@ pub mod live;
 pub mod recv;
 pub mod report;
 pub mod results;
+pub mod results_long;
 pub mod rfc2544;
 pub mod run;
 pub mod send;

@@ -5,7 +5,6 @@
 use crate::exit::bad_input;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use wirebench_campaign::analysis::run_metrics;
 use wirebench_campaign::store::{CampaignRow, Store, StoreError};
 use wirebench_campaign::summary::{CampaignSummary, ThroughputUnits};
 use wirebench_report::RunRecord;
@@ -128,23 +127,10 @@ fn select(store: &Store, wanted: &[String]) -> anyhow::Result<Vec<CampaignRow>> 
 fn run_records(store: &Store, rows: &[CampaignRow]) -> anyhow::Result<Vec<RunRecord>> {
     let mut out = Vec::new();
     for c in rows {
-        let runs = store
-            .runs(c.id)
-            .with_context(|| format!("reading the runs of campaign {}", c.name))?;
-        for r in runs {
-            let mut status = r.status.as_str().to_string();
-            if let Some(e) = r.error.as_deref().filter(|e| !e.is_empty()) {
-                status = format!("{status}: {e}");
-            }
-            out.push(RunRecord {
-                campaign: c.name.clone(),
-                scenario: r.scenario_key.clone(),
-                repetition: u64::from(r.repetition),
-                status,
-                axes: r.axes.clone(),
-                metrics: run_metrics(&r),
-            });
-        }
+        out.extend(
+            crate::cmd::results::run_records(store, c, true)
+                .with_context(|| format!("reading the runs of campaign {}", c.name))?,
+        );
     }
     Ok(out)
 }
