@@ -252,7 +252,7 @@ impl Daemon {
     /// address outside `--allow` gets no answer at all, one over a limit a
     /// one-line error.
     fn admit(&self, stream: &TcpStream, peer: SocketAddr) -> Option<Slot> {
-        match self.gate.admit(unmap(peer.ip())) {
+        match self.gate.admit(unmap(peer.ip()), stream.try_clone().ok()) {
             Ok(slot) => Some(slot),
             Err(refusal) => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);

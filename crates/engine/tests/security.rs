@@ -1525,3 +1525,77 @@ fn reverse_flows_go_only_where_the_declared_or_authentic_hello_came_from() {
         c.send(&ControlMsg::Bye);
     }
 }
+
+/// Issue #30 item 2: 64 slow-writing control connections from 8
+/// addresses (8 each, every per-address limit respected) took all 64
+/// handshake slots, and every sender was refused ("64 connections are in
+/// their handshake"), key or not. Now a newcomer from a lighter address
+/// takes the oldest place of the heaviest one: a legitimate sender is
+/// served within 1 s. And writing a byte every 300 ms does not extend the
+/// 5 s handshake deadline: every slow connection is closed by 6.5 s.
+#[test]
+fn slow_connections_from_a_few_addresses_cannot_lock_out_a_sender() {
+    for (keyed, port) in [(false, 15765), (true, 15766)] {
+        let rx = Rx::start_with(DaemonConfig {
+            port,
+            key: keyed.then(|| key(KEY)),
+            ..DaemonConfig::default()
+        });
+        let t_slow = std::time::Instant::now();
+        let mut slow: Vec<TcpStream> = (0..64)
+            .map(|i| connect_raw(port, &format!("127.0.0.{}", 20 + i % 8)))
+            .collect();
+        // All 64 handshake slots are held.
+        let writer = {
+            let mut streams: Vec<TcpStream> = slow.iter().map(|s| s.try_clone().unwrap()).collect();
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                while t.elapsed() < Duration::from_millis(6_500) {
+                    for s in &mut streams {
+                        let _ = s.write_all(b" ");
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = std::time::Instant::now();
+        let mut c = Client::connect(rx.port);
+        let sid = 0x5ec3_3000 + port as u32;
+        let ready = if keyed {
+            let cn = [3u8; NONCE_LEN];
+            let sn = challenge(&mut c, sid, &cn).unwrap();
+            c.send(&ControlMsg::Auth {
+                mac: auth::to_hex(&key(KEY).sender_mac(&cn, &sn, sid)),
+            });
+            c.recv()
+        } else {
+            c.hello(sid, MeterMode::Owd, vec![udp_flow(None)])
+        };
+        let waited = t0.elapsed();
+        assert!(
+            matches!(ready, ControlMsg::Ready { .. }),
+            "keyed {keyed}: {ready:?}"
+        );
+        assert!(waited < Duration::from_secs(1), "keyed {keyed}: {waited:?}");
+        c.send(&ControlMsg::Start);
+        let f = c.stop(0);
+        assert_eq!(f["summary"]["unique"], 0, "{f}");
+        writer.join().unwrap();
+        // Every slow connection is closed by now, however it kept writing.
+        assert!(t_slow.elapsed() < Duration::from_millis(7_500));
+        for (i, s) in slow.iter_mut().enumerate() {
+            s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+            let mut buf = [0u8; 256];
+            let closed = loop {
+                match std::io::Read::read(s, &mut buf) {
+                    Ok(0) => break true,
+                    // An error line for some ("not a wirebench session").
+                    Ok(_) => {}
+                    Err(e) => break e.kind() == std::io::ErrorKind::ConnectionReset,
+                }
+            };
+            assert!(closed, "keyed {keyed}: slow connection {i} still open");
+        }
+    }
+}
