@@ -127,6 +127,19 @@ pub fn extract_stored(result: Option<&Value>, counters: Option<&Value>) -> Extra
     }
 }
 
+/// [`extract_stored`] of a document as stored text (a migration or repair
+/// reads many: straight into the types, through a JSON value only when
+/// that fails).
+pub fn extract_text(result: Option<&str>, counters: Option<&Value>) -> Extracted {
+    match result.map(read_doc) {
+        Some(Ok(doc)) => extract_doc(&doc, counters),
+        _ => {
+            let v = result.and_then(|t| serde_json::from_str::<Value>(t).ok());
+            extract_stored(v.as_ref(), counters)
+        }
+    }
+}
+
 /// [`extract_stored`] of a document already read.
 pub fn extract_doc(doc: &ResultDoc, counters: Option<&Value>) -> Extracted {
     Extracted {

@@ -406,7 +406,7 @@ impl Store {
                 })
             }
             Some(SCHEMA_VERSION) if self.meta("metrics")?.as_deref() == Some(&signature) => {
-                return Ok(())
+                return self.extract_missing();
             }
             Some(v) if v < SCHEMA_VERSION => self.backup(v)?,
             _ => {}
@@ -451,21 +451,49 @@ impl Store {
         Ok(())
     }
 
+    /// Extracts the values of runs stored without them (rows put in by
+    /// another program, or copied by hand): counting both tables is cheap,
+    /// so every open checks.
+    fn extract_missing(&self) -> Result<(), StoreError> {
+        let count = |t: &str| -> Result<i64, StoreError> {
+            self.conn
+                .query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
+                .map_err(|e| self.sql(e))
+        };
+        if count("runs")? == count("run_facts")? {
+            return Ok(());
+        }
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )
+        .map_err(|e| self.sql(e))?;
+        self.extract_where("NOT EXISTS (SELECT 1 FROM run_facts f WHERE f.run_id = runs.id)")?;
+        tx.commit().map_err(|e| self.sql(e))
+    }
+
     /// (Re)writes every run's extracted values, one run at a time.
     fn extract_all(&self) -> Result<(), StoreError> {
         self.conn
             .execute_batch("DELETE FROM run_metrics; DELETE FROM run_facts;")
             .map_err(|e| self.sql(e))?;
+        self.extract_where("1")
+    }
+
+    fn extract_where(&self, cond: &str) -> Result<(), StoreError> {
         let mut st = self
             .conn
-            .prepare("SELECT id, result, counters FROM runs ORDER BY id")
+            .prepare(&format!(
+                "SELECT id, result, counters FROM runs WHERE {cond} ORDER BY id"
+            ))
             .map_err(|e| self.sql(e))?;
         let mut rows = st.query([]).map_err(|e| self.sql(e))?;
         while let Some(r) = rows.next().map_err(|e| self.sql(e))? {
             let id: i64 = r.get(0).map_err(|e| self.sql(e))?;
-            let result = json_or_null(r.get(1).map_err(|e| self.sql(e))?);
             let counters = json_or_null(r.get(2).map_err(|e| self.sql(e))?);
-            let x = crate::facts::extract_stored(result.as_ref(), counters.as_ref());
+            let result = r.get_ref(1).map_err(|e| self.sql(e))?.as_str_or_null();
+            let result = result.ok().flatten();
+            let x = crate::facts::extract_text(result, counters.as_ref());
             self.write_extracted(id, &x)?;
         }
         Ok(())
@@ -1136,6 +1164,20 @@ mod tests {
         let s = Store::open(&path).unwrap();
         assert_eq!(throughputs(&s), [(1, 5.0), (2, 7.0)]);
         assert!(!dir.path().join("s.db.schema2.bak").exists());
+
+        // A run copied in by another program, without its values.
+        s.conn
+            .execute_batch(
+                "INSERT INTO runs(campaign_id, scenario_key, axes, repetition, status, result,
+                                  command, started_at, ended_at)
+                 SELECT campaign_id, scenario_key, axes, 1000, status, result, command,
+                        started_at, ended_at FROM runs WHERE id = 1",
+            )
+            .unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let got: Vec<f64> = throughputs(&s).into_iter().map(|(_, v)| v).collect();
+        assert_eq!(got, [5.0, 7.0, 5.0]);
 
         // A newer store is refused and left as it is.
         s.set_meta("schema_version", "3").unwrap();
