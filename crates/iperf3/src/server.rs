@@ -193,7 +193,7 @@ impl Server {
         let _ = stream.set_nonblocking(false);
         let ip = unmap(peer.ip());
         let ctx = self.ctx.clone();
-        let slot = match ctx.gate.admit(ip) {
+        let slot = match ctx.gate.admit(ip, stream.try_clone().ok()) {
             Ok(s) => s,
             Err(refusal) => {
                 ctx.stats.refused.fetch_add(1, Ordering::Relaxed);
