@@ -139,10 +139,11 @@ fn transfers_complete_no_faster_than_the_wire_and_host_drops_are_split() {
     let wire_min = 5_242_880.0 * 8.0 * wire_per_payload / 1e9;
     assert!((0.0424..0.0426).contains(&wire_min), "{wire_min}");
     eprintln!("5 MiB: completion {completion:.5} s, wire minimum {wire_min:.5} s");
-    // The wire emulator behind the token bucket schedules every frame from
-    // the last departure: nothing crosses faster than the wire.
+    // A 1 Gbit/s link without impairments is tbf alone (EMULATOR_TIMING_MAX_BPS):
+    // the token bucket (375 us of the rate) may let the first bytes
+    // through at once; nothing else may beat the wire.
     assert!(
-        completion >= wire_min && completion < 0.5,
+        completion >= wire_min - 0.4e-3 && completion < 0.5,
         "completion {completion} s, the wire needs {wire_min} s"
     );
     drop(bed);
