@@ -760,11 +760,13 @@ fn bad_input_creates_nothing() {
     }
 }
 
-/// A long chain, so that `up` takes long enough to be killed in the middle.
+/// A long chain, so that `up` takes long enough to be killed in the middle;
+/// its links are rated under `EMULATOR_TIMING_MAX_BPS`, so each has a wire
+/// emulator to clean up too.
 fn chain_spec(routers: usize) -> TopologySpec {
     let mut t = TopologySpec::chain(routers);
     for l in &mut t.links {
-        l.rate_bps = Some(1_000_000_000);
+        l.rate_bps = Some(100_000_000);
     }
     t
 }
