@@ -124,6 +124,18 @@ pub struct RecvCounts {
     pub loss_bursts: LossBursts,
     /// Packets whose delay was below zero (clock offset larger than the delay).
     pub negative_delays: u64,
+    /// Packets that arrived below the flow's gap-memory horizon: the
+    /// receiver keeps at most a fixed number of sequence gaps per flow and
+    /// forgets the oldest past it (their loss stays counted), so a packet
+    /// arriving that late cannot be told from a duplicate. It counts as
+    /// lost, as a packet past OWAMP's timeout does; non-zero means the
+    /// flow's reordering and duplicate counts are lower bounds.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub beyond_memory: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `lost` for people: "N (x.xxx %)", or "unknown" when the loss is

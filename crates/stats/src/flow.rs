@@ -5,8 +5,9 @@
 //!
 //! Both are fed from the engine's hot path, so `record*` is O(1) with no
 //! allocation in the common case: delays go into sparse log-grid histograms
-//! ([`crate::hist`], 0.79 % buckets) instead of sample vectors, and the set of received sequence numbers is a sorted vector
-//! of received ranges that only grows when a gap opens. All the heavier
+//! ([`crate::hist`], 0.79 % buckets) instead of sample vectors, and the set of received sequence numbers is a sorted deque
+//! of received ranges that only grows when a gap opens, up to
+//! [`MAX_GAPS`] (then the oldest gap is forgotten, its loss kept). All the heavier
 //! arithmetic happens once, in `summary`.
 
 use crate::dist::{DIST_BITS, DIST_MAX_BUCKETS};
@@ -14,6 +15,7 @@ use crate::framing::{tcp_stream, udp_datagram, LayerBytes};
 use crate::hist::LogHist;
 use crate::seq::SeqUnwrapper;
 use crate::{IpVersion, Transport};
+use std::collections::VecDeque;
 pub use wirebench_schema::flow::{
     loss_text, DelayStats, Frames, Interval, Jitter, LossBursts, Quantiles, RecvCounts,
     RecvSummary, SendSummary, Throughput,
@@ -27,6 +29,14 @@ pub use wirebench_schema::flow::{
 pub const MAX_INTERVALS: usize = 1 << 18;
 
 const NS: f64 = 1e9;
+
+/// Most sequence gaps one flow remembers (32 bytes each: 1 MiB). A sender
+/// that skips every other number would otherwise grow the received set by
+/// a range per datagram, and each late arrival would shift half of it.
+/// Past the cap the oldest gap is forgotten: its loss stays counted (and
+/// charged to its interval), a packet that arrives in it later counts as
+/// `beyond_memory`, and the result says so.
+pub const MAX_GAPS: usize = 1 << 15;
 
 /// (t_last − t_first) × N/(N−1) in seconds: N packets sent at a constant
 /// rate r span (N−1)/r, so this makes a constant-rate flow read exactly r.
@@ -93,7 +103,13 @@ struct IntervalAcc {
 pub struct RecvAccumulator {
     cfg: FlowConfig,
     unwrapper: SeqUnwrapper,
-    ranges: Vec<Range>,
+    ranges: VecDeque<Range>,
+    /// Most ranges kept ([`MAX_GAPS`] + 1 unless a test lowers it).
+    max_ranges: usize,
+    /// Gaps forgotten at the bottom of the set: count, total and longest.
+    forgotten: (u64, u64, u64),
+    /// Arrivals at or below the forgotten horizon.
+    beyond_memory: u64,
     packets: u64,
     unique: u64,
     duplicates: u64,
@@ -140,7 +156,10 @@ impl RecvAccumulator {
         Self {
             cfg,
             unwrapper: SeqUnwrapper::new(),
-            ranges: Vec::with_capacity(16),
+            ranges: VecDeque::with_capacity(16),
+            max_ranges: MAX_GAPS + 1,
+            forgotten: (0, 0, 0),
+            beyond_memory: 0,
             packets: 0,
             unique: 0,
             duplicates: 0,
@@ -178,10 +197,46 @@ impl RecvAccumulator {
             .filter(|&i| i < self.max_intervals)
     }
 
-    /// Inserts `s` into the received set. Returns (new, reordered).
+    /// The same accumulator remembering at most `gaps` sequence gaps (at
+    /// least 1), for tests of the cap.
+    pub fn with_max_gaps(mut self, gaps: usize) -> Self {
+        self.max_ranges = gaps.max(1) + 1;
+        self
+    }
+
+    /// Forgets the lowest gap while the set holds more ranges than allowed:
+    /// the two lowest ranges become one, the gap between them stays lost.
+    fn forget_old_gaps(&mut self) {
+        while self.ranges.len() > self.max_ranges {
+            let Some(low) = self.ranges.pop_front() else {
+                return;
+            };
+            let Some(next) = self.ranges.front_mut() else {
+                return;
+            };
+            let gap = next.start - low.end - 1;
+            let (n, total, longest) = &mut self.forgotten;
+            *n += 1;
+            *total = total.saturating_add(gap);
+            *longest = (*longest).max(gap);
+            if let Some(a) = self.intervals.get_mut(next.tag as usize) {
+                a.lost += gap;
+            }
+            next.start = low.start;
+            next.tag = low.tag;
+            next.reorders += low.reorders;
+        }
+    }
+
+    /// Inserts `s` into the received set. Returns (new, reordered); a
+    /// number at or below a forgotten gap is neither (counted apart).
     fn insert_seq(&mut self, s: u64, tag: u32) -> (bool, bool) {
-        let Some(last) = self.ranges.last_mut() else {
-            self.ranges.push(Range {
+        if self.forgotten.0 > 0 && self.ranges.front().is_some_and(|r| s <= r.end) {
+            self.beyond_memory += 1;
+            return (false, false);
+        }
+        let Some(last) = self.ranges.back_mut() else {
+            self.ranges.push_back(Range {
                 start: s,
                 end: s,
                 tag,
@@ -195,12 +250,13 @@ impl RecvAccumulator {
             return (true, false);
         }
         if s > last.end {
-            self.ranges.push(Range {
+            self.ranges.push_back(Range {
                 start: s,
                 end: s,
                 tag,
                 reorders: 0,
             });
+            self.forget_old_gaps();
             return (true, false);
         }
         // s is at or below the highest seen: duplicate or reordered.
@@ -215,9 +271,11 @@ impl RecvAccumulator {
         self.ranges[idx].reorders += 1;
         match (left_adj, right_adj) {
             (true, true) => {
-                let right = self.ranges.remove(idx);
-                self.ranges[idx - 1].end = right.end;
-                self.ranges[idx - 1].reorders += right.reorders;
+                // idx < len (above), so the range is there.
+                if let Some(right) = self.ranges.remove(idx) {
+                    self.ranges[idx - 1].end = right.end;
+                    self.ranges[idx - 1].reorders += right.reorders;
+                }
             }
             (true, false) => self.ranges[idx - 1].end = s,
             (false, true) => self.ranges[idx].start = s,
@@ -234,6 +292,7 @@ impl RecvAccumulator {
                         reorders: 0,
                     },
                 );
+                self.forget_old_gaps();
             }
         }
         (true, true)
@@ -259,9 +318,12 @@ impl RecvAccumulator {
         let iv = self.interval_of(arrival_ns);
         let tag = iv.unwrap_or(self.max_intervals - 1) as u32;
         let s = self.unwrapper.unwrap(seq32);
+        let before = self.beyond_memory;
         let (new, reordered) = self.insert_seq(s, tag);
         if !new {
-            self.duplicates += 1;
+            if self.beyond_memory == before {
+                self.duplicates += 1;
+            }
             return;
         }
         if reordered {
@@ -336,7 +398,7 @@ impl RecvAccumulator {
             delay_sum_ns: self.delay_sum,
             ipdv_sum_ns: self.ipdv_sum,
             ipdv_n: self.ipdv_n,
-            expected: self.ranges.last().map_or(0, |r| r.end.saturating_add(1)),
+            expected: self.ranges.back().map_or(0, |r| r.end.saturating_add(1)),
         }
     }
 
@@ -370,9 +432,7 @@ impl RecvAccumulator {
         };
 
         // Gaps = loss bursts.
-        let mut bursts = 0u64;
-        let mut burst_total = 0u64;
-        let mut burst_max = 0u64;
+        let (mut bursts, mut burst_total, mut burst_max) = self.forgotten;
         let mut add_burst = |len: u64| {
             if len > 0 {
                 bursts += 1;
@@ -532,6 +592,7 @@ impl RecvAccumulator {
                     max_len: burst_max,
                 },
                 negative_delays: self.negative,
+                beyond_memory: self.beyond_memory,
             },
             first_arrival_ns: self.first_ns,
             last_arrival_ns: self.last_ns,
@@ -704,6 +765,70 @@ mod tests {
         for (i, &(s, d)) in pkts.iter().enumerate() {
             acc.record(s, d, 1_000_000_000 + i as u64 * MS as u64, 100);
         }
+    }
+
+    #[test]
+    fn a_million_gaps_stay_within_the_gap_memory_and_are_all_lost() {
+        // Every other number: one gap per datagram.
+        let mut acc = RecvAccumulator::new(udp4(None));
+        let n: u32 = 1_000_000;
+        for k in 0..=n {
+            acc.record(2 * k, MS, 1_000_000_000 + u64::from(k) * 1_000, 100);
+            assert!(acc.ranges.len() <= MAX_GAPS + 1);
+        }
+        assert!(acc.ranges.capacity() <= 2 * (MAX_GAPS + 1));
+        let s = acc.summary(Some(2 * u64::from(n) + 1));
+        assert_eq!(s.counts.unique, u64::from(n) + 1);
+        assert_eq!(s.counts.lost, Some(u64::from(n)));
+        assert_eq!(s.counts.loss_bursts.count, u64::from(n));
+        assert_eq!(s.counts.loss_bursts.max_len, 1);
+        assert_eq!(s.counts.beyond_memory, 0);
+    }
+
+    #[test]
+    fn a_late_packet_below_the_gap_memory_counts_apart_and_stays_lost() {
+        // Gaps at 1, 3, 5, 7; two remembered.
+        let mut acc = RecvAccumulator::new(udp4(Some(4 * MS as u64))).with_max_gaps(2);
+        feed(
+            &mut acc,
+            &[
+                (0, MS),
+                (2, MS),
+                (4, MS),
+                (6, MS),
+                (8, MS),
+                (1, MS),
+                (7, MS),
+            ],
+        );
+        let s = acc.summary(Some(9));
+        // 1 fell below the memory: neither received nor duplicate.
+        assert_eq!(s.counts.beyond_memory, 1);
+        assert_eq!(s.counts.duplicates, 0);
+        // 7 filled a remembered gap: received, reordered.
+        assert_eq!(s.counts.unique, 6);
+        assert_eq!(s.counts.reordered, 1);
+        assert_eq!(s.counts.lost, Some(3));
+        assert_eq!(s.counts.loss_bursts.count, 3);
+        // Each lost number is charged once, to the interval that showed it.
+        let charged: u64 = s.intervals.iter().map(|i| i.lost).sum();
+        assert_eq!(charged, 3);
+    }
+
+    #[test]
+    fn forgetting_gaps_changes_no_count_when_nothing_comes_late() {
+        let seqs: Vec<(u32, i64)> = (0..500u32)
+            .filter(|k| k % 3 != 1 && k % 7 != 2)
+            .map(|k| (k, MS))
+            .collect();
+        let mut full = RecvAccumulator::new(udp4(Some(10 * MS as u64)));
+        let mut capped = RecvAccumulator::new(udp4(Some(10 * MS as u64))).with_max_gaps(5);
+        feed(&mut full, &seqs);
+        feed(&mut capped, &seqs);
+        let (a, b) = (full.summary(Some(520)), capped.summary(Some(520)));
+        assert_eq!(a.counts, b.counts);
+        let lost = |s: &RecvSummary| s.intervals.iter().map(|i| i.lost).collect::<Vec<_>>();
+        assert_eq!(lost(&a), lost(&b));
     }
 
     #[test]
