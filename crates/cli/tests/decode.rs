@@ -590,3 +590,69 @@ fn a_receiver_log_decodes_to_the_result_documents_figures_exactly() {
         assert!((a - b).abs() < 1e-3 * b, "flow {i} duration {a} vs {b}");
     }
 }
+
+#[test]
+fn a_receiver_log_stops_at_its_cap_and_the_daemon_total_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = "15473";
+    // 100 records per session, 150 for the daemon.
+    let mut recv = Command::new(BIN)
+        .args(["recv", "-p", port, "-B", "127.0.0.1", "-q"])
+        .args(["--log-max", "3200", "--log-max-total", "4800", "--log-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _k = Kill(&mut recv);
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        assert!(Instant::now() < end, "recv did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut kept = Vec::new();
+    for _ in 0..2 {
+        let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        let o = wb(&[
+            "send",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-C",
+            "2000",
+            "-c",
+            "100",
+            "-t",
+            "500",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let logs: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(logs.len(), before.len() + 1, "one log per session");
+        let newest = logs
+            .iter()
+            .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+            .unwrap();
+        let d = wb(&["decode", newest.to_str().unwrap(), "--json"]);
+        assert!(d.status.success(), "{}", text(&d));
+        let dec: Value = serde_json::from_slice(&d.stdout).unwrap();
+        let records = dec["records"].as_u64().unwrap();
+        let capped = dec["capped"].as_u64().unwrap_or(0);
+        let dropped = dec["dropped"].as_u64().unwrap();
+        assert_eq!(records + capped + dropped, 1000, "{dec}");
+        kept.push(records);
+        let t = wb(&["decode", newest.to_str().unwrap()]);
+        assert!(text(&t).contains("size cap"), "{}", text(&t));
+    }
+    assert_eq!(kept, vec![100, 50]);
+}

@@ -58,6 +58,39 @@ pub const MAX_SESSION: Duration = Duration::from_secs(86_400);
 /// How often receive threads look at their stop flag.
 const POLL_MS: u64 = 50;
 
+/// Default cap on one session's packet log (`recv --log-max`): 1 GiB, 33 M
+/// records, over a minute at 500 kpps.
+pub const LOG_MAX_SESSION: u64 = 1 << 30;
+/// Default cap on all of a daemon's packet logs (`recv --log-max-total`).
+pub const LOG_MAX_TOTAL: u64 = 10 << 30;
+
+/// Names tried for one session's log before the session is refused: a
+/// name already taken (an earlier session with the same id, or a file or
+/// link someone planted) is never opened, the next suffix is.
+const LOG_NAME_TRIES: u32 = 16;
+
+/// Opens a new log for session `sid` in `dir`: `session-<id>.wblog`, else
+/// `session-<id>-<k>.wblog` for the first k not taken.
+fn open_session_log(
+    dir: &std::path::Path,
+    sid: u32,
+    cap: &wirebench_pktlog::stream::LogCap,
+) -> Result<(LogSink, std::path::PathBuf), wirebench_pktlog::LogError> {
+    let mut k = 0;
+    loop {
+        let name = match k {
+            0 => format!("session-{sid:08x}.wblog"),
+            _ => format!("session-{sid:08x}-{k}.wblog"),
+        };
+        let path = dir.join(name);
+        match LogSink::create_new(&path, cap.clone()) {
+            Ok(s) => return Ok((s, path)),
+            Err(_) if k + 1 < LOG_NAME_TRIES && path.symlink_metadata().is_ok() => k += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
     /// Address to bind; None = `[::]` dual-stack (falls back to 0.0.0.0).
@@ -70,6 +103,11 @@ pub struct DaemonConfig {
     /// Write a per-packet log of every session into this directory
     /// (`session-<id>.wblog`, docs/logs.md).
     pub log_dir: Option<std::path::PathBuf>,
+    /// Most bytes of records one session's log may hold.
+    pub log_max_session: u64,
+    /// Bytes of records all logs of this daemon may still write together
+    /// (shared by clones of the configuration).
+    pub log_total_left: Arc<AtomicU64>,
     /// Serve only senders that prove this key (docs/security.md).
     pub key: Option<Key>,
     /// With a key: serve only senders that also MAC every probe
@@ -97,6 +135,8 @@ impl Default for DaemonConfig {
             verbose: false,
             idle_timeout: SESSION_IDLE,
             log_dir: None,
+            log_max_session: LOG_MAX_SESSION,
+            log_total_left: Arc::new(AtomicU64::new(LOG_MAX_TOTAL)),
             key: None,
             require_probe_auth: false,
             allow: Vec::new(),
@@ -573,9 +613,12 @@ fn session(
     let mut sink = match log_dir {
         None => None,
         Some(dir) => {
-            let path = dir.join(format!("session-{sid:08x}.wblog"));
-            match LogSink::create(&path) {
-                Ok(s) => Some((s, path)),
+            let cap = wirebench_pktlog::stream::LogCap {
+                per_log_bytes: Some(cfg.log_max_session),
+                shared_left: Some(cfg.log_total_left.clone()),
+            };
+            match open_session_log(dir, sid, &cap) {
+                Ok(s) => Some(s),
                 Err(e) => {
                     stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
                     return refuse(&mut ctl, format!("receiver cannot log: {e}"));
@@ -827,14 +870,22 @@ fn session(
                         ..Default::default()
                     };
                     let dropped = k.dropped();
-                    match k.finish(footer) {
-                        Ok(n) if verbose => eprintln!(
-                            "wirebench recv: session {sid:08x}: {n} packets logged to {}{}",
+                    match k.finish_counted(footer) {
+                        // A capped log is said even with -q: it is incomplete.
+                        Ok((n, capped)) if verbose || capped > 0 => eprintln!(
+                            "wirebench recv: session {sid:08x}: {n} packets logged to {}{}{}",
                             path.display(),
                             if dropped > 0 {
                                 format!(", {dropped} NOT logged (disk too slow)")
                             } else {
                                 String::new()
+                            },
+                            match capped {
+                                0 => String::new(),
+                                c => format!(
+                                    ", {c} NOT logged (the log reached its cap: \
+                                     recv --log-max, --log-max-total)"
+                                ),
                             }
                         ),
                         Ok(_) => {}
@@ -1879,6 +1930,30 @@ fn read_records(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_log_takes_a_free_name_and_never_follows_a_planted_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&victim, dir.path().join("session-0000002a.wblog")).unwrap();
+        #[cfg(not(unix))]
+        std::fs::write(dir.path().join("session-0000002a.wblog"), b"x").unwrap();
+        let cap = wirebench_pktlog::stream::LogCap::default();
+        let (sink, path) = open_session_log(dir.path(), 42, &cap).unwrap();
+        assert_eq!(path.file_name().unwrap(), "session-0000002a-1.wblog");
+        drop(sink);
+        // The same id again (an earlier session's log is there): -2.
+        let (_s, path) = open_session_log(dir.path(), 42, &cap).unwrap();
+        assert_eq!(path.file_name().unwrap(), "session-0000002a-2.wblog");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        // Every name taken: refused, nothing opened.
+        for k in 3..LOG_NAME_TRIES {
+            std::fs::write(dir.path().join(format!("session-0000002a-{k}.wblog")), b"x").unwrap();
+        }
+        assert!(open_session_log(dir.path(), 42, &cap).is_err());
+    }
 
     #[test]
     fn naps_only_while_datagrams_arrive_fast() {

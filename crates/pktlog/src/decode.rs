@@ -168,6 +168,9 @@ pub struct Decoded {
     pub records: u64,
     /// Records the writer dropped (the log is incomplete when > 0).
     pub dropped: u64,
+    /// Records the log's size cap kept out (incomplete when > 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub capped: u64,
     pub partial: bool,
     pub flows: Vec<FlowFigures>,
 }
@@ -357,7 +360,12 @@ pub fn decode<R: Read>(
         started_at: meta.started_at.clone(),
         records,
         dropped: footer.as_ref().map_or(0, |f| f.dropped),
+        capped: footer.as_ref().map_or(0, |f| f.capped),
         partial: footer.as_ref().is_some_and(|f| f.partial),
         flows: out,
     })
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

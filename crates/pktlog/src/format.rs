@@ -184,9 +184,17 @@ pub struct LogFooter {
     /// (the log is then incomplete; the run itself was not slowed).
     #[serde(default)]
     pub dropped: u64,
+    /// Records not written because the log reached its size cap
+    /// (`recv --log-max`, `--log-max-total`); the log is then incomplete.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub capped: u64,
     #[serde(default)]
     pub flows: Vec<FlowEnd>,
     /// True when the run was cut short (receiver gone, Ctrl-C).
     #[serde(default)]
     pub partial: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -10,12 +10,16 @@
 //! count lands in the log's footer (`dropped`) so an incomplete log is never
 //! mistaken for a complete one.
 //!
+//! A log may have a size cap ([`LogCap`]: per file, and a budget shared by
+//! every log of a daemon); records past it are not written and are counted
+//! in the footer's `capped`, so a capped log is never mistaken for a whole one.
+//!
 //! Records of one producer stay in order; producers' blocks interleave, so a
 //! log is ordered per flow (one producer per flow), not globally.
 
-use crate::format::{LogFooter, LogMeta, Record};
+use crate::format::{LogFooter, LogMeta, Record, RECORD_LEN};
 use crate::{LogError, LogWriter};
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +33,36 @@ pub const BLOCK: usize = 4096;
 /// 1 MiB per flow, about 30 ms of writer stall at 1 Mpps.
 pub const BLOCKS_PER_PRODUCER: usize = 8;
 
+/// How much one log may hold: records past it are counted, not written.
+#[derive(Debug, Clone, Default)]
+pub struct LogCap {
+    /// Most bytes of records in this file (None: no cap of its own).
+    pub per_log_bytes: Option<u64>,
+    /// Bytes left for every log sharing this budget (a daemon's total),
+    /// taken from as records are written.
+    pub shared_left: Option<Arc<AtomicU64>>,
+}
+
+impl LogCap {
+    /// Records that may still be written of `want`, with `written` in
+    /// this log already; takes them from the shared budget.
+    fn take(&self, want: u64, written: u64) -> u64 {
+        let rec = RECORD_LEN as u64;
+        let mut n = want;
+        if let Some(max) = self.per_log_bytes {
+            n = n.min((max / rec).saturating_sub(written));
+        }
+        if let Some(left) = &self.shared_left {
+            let got = left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                Some(l - (l / rec).min(n) * rec)
+            });
+            let before = got.unwrap_or_else(|l| l);
+            n = (before / rec).min(n);
+        }
+        n
+    }
+}
+
 enum Msg {
     Meta(Box<LogMeta>),
     Block(Vec<Record>, Sender<Vec<Record>>),
@@ -40,6 +74,7 @@ pub struct LogSink {
     tx: Sender<Msg>,
     handle: Option<JoinHandle<Result<u64, LogError>>>,
     dropped: Arc<AtomicU64>,
+    capped: Arc<AtomicU64>,
 }
 
 /// The hot-path end: owned by one thread.
@@ -58,15 +93,40 @@ impl LogSink {
     pub fn create(path: &Path) -> Result<Self, LogError> {
         let file = File::create(path)
             .map_err(|e| LogError::io(&format!("creating {}", path.display()), e))?;
+        Self::start_writer(file, LogCap::default())
+    }
+
+    /// Creates a new file at `path` for a daemon: never an existing name
+    /// and never through a symbolic link (O_EXCL | O_NOFOLLOW, mode 0640),
+    /// so a file or link planted under the name is refused, not
+    /// overwritten; `cap` bounds what it may hold.
+    pub fn create_new(path: &Path, cap: LogCap) -> Result<Self, LogError> {
+        let mut o = OpenOptions::new();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            o.custom_flags(libc::O_NOFOLLOW).mode(0o640);
+        }
+        let file = o
+            .open(path)
+            .map_err(|e| LogError::io(&format!("creating {}", path.display()), e))?;
+        Self::start_writer(file, cap)
+    }
+
+    fn start_writer(file: File, cap: LogCap) -> Result<Self, LogError> {
         let (tx, rx) = channel::<Msg>();
+        let capped = Arc::new(AtomicU64::new(0));
+        let count = capped.clone();
         let handle = std::thread::Builder::new()
             .name("wb-log".into())
-            .spawn(move || writer(BufWriter::with_capacity(1 << 20, file), rx))
+            .spawn(move || writer(BufWriter::with_capacity(1 << 20, file), rx, cap, &count))
             .map_err(|e| LogError::io("starting the log writer", e))?;
         Ok(Self {
             tx,
             handle: Some(handle),
             dropped: Arc::new(AtomicU64::new(0)),
+            capped,
         })
     }
 
@@ -90,6 +150,11 @@ impl LogSink {
         }
     }
 
+    /// Records not written so far because the log reached its cap.
+    pub fn capped(&self) -> u64 {
+        self.capped.load(Ordering::Relaxed)
+    }
+
     /// Records dropped so far by producers already gone.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
@@ -98,11 +163,16 @@ impl LogSink {
     /// Writes the end block once every producer is dropped (drop them
     /// first: their last blocks are sent on drop). `footer.dropped` is set
     /// to the producers' count. Returns the records written.
-    pub fn finish(mut self, mut footer: LogFooter) -> Result<u64, LogError> {
+    pub fn finish(self, footer: LogFooter) -> Result<u64, LogError> {
+        self.finish_counted(footer).map(|(n, _)| n)
+    }
+
+    /// [`LogSink::finish`], also returning the records the cap kept out.
+    pub fn finish_counted(mut self, mut footer: LogFooter) -> Result<(u64, u64), LogError> {
         footer.dropped = self.dropped();
         let _ = self.tx.send(Msg::Finish(Box::new(footer)));
         match self.handle.take().map(|h| h.join()) {
-            Some(Ok(r)) => r,
+            Some(Ok(r)) => r.map(|n| (n, self.capped())),
             _ => Err(LogError::Export("the log writer thread failed".into())),
         }
     }
@@ -120,12 +190,21 @@ impl Drop for LogSink {
     }
 }
 
-fn writer(out: BufWriter<File>, rx: Receiver<Msg>) -> Result<u64, LogError> {
+fn writer(
+    out: BufWriter<File>,
+    rx: Receiver<Msg>,
+    cap: LogCap,
+    capped_out: &AtomicU64,
+) -> Result<u64, LogError> {
     let mut out = Some(out);
     let mut w: Option<LogWriter<BufWriter<File>>> = None;
     let mut pending: Vec<(Vec<Record>, Sender<Vec<Record>>)> = Vec::new();
-    let write = |w: &mut LogWriter<_>, mut b: Vec<Record>, back: Sender<Vec<Record>>| {
-        for r in &b {
+    let mut capped = 0u64;
+    let mut write = |w: &mut LogWriter<_>, mut b: Vec<Record>, back: Sender<Vec<Record>>| {
+        let n = cap.take(b.len() as u64, w.records()) as usize;
+        capped += (b.len() - n) as u64;
+        capped_out.store(capped, Ordering::Relaxed);
+        for r in &b[..n] {
             w.push(r)?;
         }
         b.clear();
@@ -156,7 +235,9 @@ fn writer(out: BufWriter<File>, rx: Receiver<Msg>) -> Result<u64, LogError> {
                     ));
                 };
                 let n = lw.records();
-                lw.finish(*f)?;
+                let mut f = *f;
+                f.capped = capped;
+                lw.finish(f)?;
                 return Ok(n);
             }
         }
@@ -286,6 +367,79 @@ mod tests {
         assert_eq!(r.footer().unwrap().dropped, dropped);
         if dropped == 0 {
             assert_eq!(&next[1..], &[20_000, 20_000, 20_000]);
+        }
+    }
+
+    /// Logs `n` records of flow 1 through `sink` and finishes it.
+    fn log_n(sink: LogSink, n: u64) -> u64 {
+        sink.start(meta());
+        let mut p = sink.producer();
+        for s in 0..n {
+            p.push(Record {
+                flow: 1,
+                seq: s,
+                ..Record::default()
+            });
+            if s % 1000 == 999 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        drop(p);
+        sink.finish(LogFooter::default()).unwrap()
+    }
+
+    #[test]
+    fn a_daemon_log_never_opens_an_existing_name_or_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        std::fs::write(&target, b"keep me").unwrap();
+        let taken = dir.path().join("taken.wblog");
+        std::fs::write(&taken, b"an earlier session").unwrap();
+        assert!(LogSink::create_new(&taken, LogCap::default()).is_err());
+        assert_eq!(std::fs::read(&taken).unwrap(), b"an earlier session");
+        #[cfg(unix)]
+        {
+            let link = dir.path().join("link.wblog");
+            std::os::unix::fs::symlink(&target, &link).unwrap();
+            assert!(LogSink::create_new(&link, LogCap::default()).is_err());
+            // A dangling link is refused too (O_EXCL), not followed.
+            let dangling = dir.path().join("dangling.wblog");
+            std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+            assert!(LogSink::create_new(&dangling, LogCap::default()).is_err());
+            assert!(!dir.path().join("nowhere").exists());
+        }
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+    }
+
+    #[test]
+    fn a_capped_log_stops_at_its_cap_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let total = Arc::new(AtomicU64::new(1500 * RECORD_LEN as u64));
+        let cap = |per: u64| LogCap {
+            per_log_bytes: Some(per * RECORD_LEN as u64),
+            shared_left: Some(total.clone()),
+        };
+        // Own cap 1000 of 3000 records; then the shared budget has 500 left.
+        let a = dir.path().join("a.wblog");
+        assert_eq!(
+            log_n(LogSink::create_new(&a, cap(1000)).unwrap(), 3000),
+            1000
+        );
+        let b = dir.path().join("b.wblog");
+        assert_eq!(
+            log_n(LogSink::create_new(&b, cap(1000)).unwrap(), 3000),
+            500
+        );
+        assert_eq!(total.load(Ordering::Relaxed), 0);
+        for (path, kept) in [(&a, 1000), (&b, 500)] {
+            let mut r = LogReader::open(File::open(path).unwrap()).unwrap();
+            let mut n = 0;
+            while r.next_record().unwrap().is_some() {
+                n += 1;
+            }
+            let f = r.footer().unwrap();
+            assert_eq!(n, kept);
+            assert_eq!(f.capped + f.dropped, 3000 - kept);
         }
     }
 

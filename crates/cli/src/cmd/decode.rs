@@ -338,6 +338,13 @@ fn text_summary(d: &Decoded) -> String {
             d.dropped
         );
     }
+    if d.capped > 0 {
+        let _ = writeln!(
+            out,
+            "WARNING: {} records were not logged (the log reached its size cap, recv --log-max); the figures miss them",
+            d.capped
+        );
+    }
     if d.partial {
         let _ = writeln!(out, "note: the run was cut short (partial)");
     }

@@ -55,8 +55,18 @@ pub struct Args {
     pub quiet: bool,
     /// Write a per-packet log of every session into DIR (session-<id>.wblog,
     /// the receiver side like D-ITG's -x; read it with `wirebench decode`).
+    /// A name already taken is never opened or followed (links included):
+    /// the log goes to session-<id>-1.wblog, -2, ... instead.
     #[arg(short = 'x', long = "log-dir", value_name = "DIR")]
     pub log_dir: Option<std::path::PathBuf>,
+    /// Most bytes one session's log may hold (32 bytes a packet; K, M, G:
+    /// 1024s). Packets past it are not logged; the log's footer and stderr
+    /// say how many.
+    #[arg(long = "log-max", value_name = "BYTES", default_value = "1G", value_parser = parse_bytes)]
+    pub log_max: u64,
+    /// Most bytes all sessions' logs of this daemon may hold together.
+    #[arg(long = "log-max-total", value_name = "BYTES", default_value = "10G", value_parser = parse_bytes)]
+    pub log_max_total: u64,
     /// Serve only senders that prove the pre-shared key in FILE (mode 600;
     /// HMAC challenge-response, the key never crosses the network). The key
     /// may instead be in the WIREBENCH_KEY environment variable.
@@ -238,6 +248,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         port: args.port,
         verbose: !args.quiet,
         log_dir: args.log_dir.clone(),
+        log_max_session: args.log_max,
+        log_total_left: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(args.log_max_total)),
         key,
         require_probe_auth,
         allow,
