@@ -473,31 +473,44 @@ fn ditg_logs_decode_to_what_itgdec_prints() {
     }
 }
 
+/// A loopback receiver daemon logging every session into a directory,
+/// killed when dropped.
+struct LoggingRecv(std::process::Child);
+
+impl LoggingRecv {
+    /// Starts it on `port` and waits for its control port.
+    fn start(port: &str, dir: &Path, extra: &[&str]) -> LoggingRecv {
+        let child = Command::new(BIN)
+            .args(["recv", "-p", port, "-B", "127.0.0.1", "-q"])
+            .args(extra)
+            .arg("--log-dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let recv = LoggingRecv(child);
+        let end = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+            assert!(Instant::now() < end, "recv did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        recv
+    }
+}
+
+impl Drop for LoggingRecv {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn a_receiver_log_decodes_to_the_result_documents_figures_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let port = "15471";
-    let mut recv = Command::new(BIN)
-        .args(["recv", "-p", port, "-B", "127.0.0.1", "-q", "--log-dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Kill<'a>(&'a mut std::process::Child);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _k = Kill(&mut recv);
-    // Wait for the control port.
-    let end = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-        assert!(Instant::now() < end, "recv did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _recv = LoggingRecv::start(port, dir.path(), &[]);
     let send_dir = tempfile::tempdir().unwrap();
     let send_log = send_dir.path().join("send.wblog");
     let o = wb(&[
@@ -596,27 +609,11 @@ fn a_receiver_log_stops_at_its_cap_and_the_daemon_total_holds() {
     let dir = tempfile::tempdir().unwrap();
     let port = "15473";
     // 100 records per session, 150 for the daemon.
-    let mut recv = Command::new(BIN)
-        .args(["recv", "-p", port, "-B", "127.0.0.1", "-q"])
-        .args(["--log-max", "3200", "--log-max-total", "4800", "--log-dir"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Kill<'a>(&'a mut std::process::Child);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _k = Kill(&mut recv);
-    let end = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-        assert!(Instant::now() < end, "recv did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _recv = LoggingRecv::start(
+        port,
+        dir.path(),
+        &["--log-max", "3200", "--log-max-total", "4800"],
+    );
     let mut kept = Vec::new();
     for _ in 0..2 {
         let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
