@@ -19,6 +19,18 @@ pub const UDP_RCVBUF: u64 = crate::recv::UDP_RCVBUF as u64;
 pub const TCP_RCVBUF: u64 = 4 << 20;
 /// Send buffer of a reverse flow's socket (the receiver sends it).
 pub const REVERSE_SNDBUF: u64 = 4 << 20;
+/// Most socket buffer one flow gets, whatever it asks (`--window`): 64 MiB
+/// holds 50 ms at 10 Gbit/s. The daemon sets buffers with SO_RCVBUFFORCE
+/// (root passes `net.core.rmem_max`), so an ask of 2^30 once reserved a
+/// whole session budget per flow, and two such Hellos held the daemon's
+/// total: every other sender was refused while they stayed connected.
+pub const MAX_FLOW_BUF: u64 = 64 << 20;
+
+/// The buffer a flow that asks for `ask` bytes gets.
+pub fn flow_buf(ask: u32) -> u64 {
+    u64::from(ask).min(MAX_FLOW_BUF)
+}
+
 /// Smallest default buffer a flow gets however many flows share the
 /// session's budget (a flow that asks, with `--window`, gets what it asks).
 pub const MIN_DEFAULT_BUF: u64 = 64 << 10;
@@ -121,7 +133,7 @@ pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resource
         let buf = match (&s.reverse, s.rcvbuf) {
             // A reverse flow's send buffer is fixed.
             (Some(_), _) => usual,
-            (None, Some(b)) => u64::from(b),
+            (None, Some(b)) => flow_buf(b),
             (None, None) => default_buffer(usual, n, session),
         };
         r = r.plus(Resources {

@@ -1252,7 +1252,7 @@ fn open_flow(
         (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
     let cfg = flow_config(s, at.ip);
     let shared = Arc::new(FlowShared {
-        rcvbuf: s.rcvbuf.map_or(0, |w| w as usize),
+        rcvbuf: s.rcvbuf.map_or(0, |w| budget::flow_buf(w) as usize),
         probe_key: at.probe_key.clone(),
         ..FlowShared::default()
     });
@@ -1291,7 +1291,8 @@ fn open_flow(
                 .port();
             set_rcvbuf(
                 sock.as_raw_fd(),
-                s.rcvbuf.map_or(at.udp_buf as usize, |w| w as usize),
+                s.rcvbuf
+                    .map_or(at.udp_buf as usize, |w| budget::flow_buf(w) as usize),
             );
             enable_rx_timestamps(sock.as_raw_fd());
             net::enable_rx_marks(sock.as_raw_fd(), local_ip.is_ipv6());

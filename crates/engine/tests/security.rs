@@ -1105,7 +1105,8 @@ fn budgets_refuse_over_budget_hellos_and_share_the_total() {
         e.contains("5 sockets") && e.contains("--session-sockets"),
         "{e}"
     );
-    let e = refused(udp(1, Some(128 << 20)));
+    // Two flows at the per-flow maximum (64 MiB each: an ask above it gets it).
+    let e = refused(udp(2, Some(1 << 30)));
     assert!(
         e.contains("bytes of socket buffers") && e.contains("--session-buffers"),
         "{e}"
@@ -1174,6 +1175,31 @@ fn budgets_refuse_over_budget_hellos_and_share_the_total() {
     }
     drop(b);
     assert!(rx.stats.refused.load(Ordering::Relaxed) >= 3);
+}
+
+#[test]
+fn huge_rcvbuf_hellos_cannot_hold_the_receivers_budget() {
+    // Default budgets: 1 GiB per session, 2 GiB in all.
+    let rx = Rx::start_with(DaemonConfig {
+        port: 15723,
+        ..DaemonConfig::default()
+    });
+    let greedy = |sid: u32| {
+        let mut c = Client::connect(rx.port);
+        let flow = FlowSetup {
+            rcvbuf: Some(1 << 30),
+            ..udp_flow(None)
+        };
+        let m = c.hello(sid, MeterMode::Owd, vec![flow]);
+        assert!(matches!(m, ControlMsg::Ready { .. }), "{m:?}");
+        c
+    };
+    // Two sessions ask 2^30 each and stay connected...
+    let (_a, _b) = (greedy(0x71), greedy(0x72));
+    // ... and an ordinary sender is still served, at once.
+    let mut c = Client::connect(rx.port);
+    let m = c.hello(0x73, MeterMode::Owd, vec![udp_flow(None)]);
+    assert!(matches!(m, ControlMsg::Ready { .. }), "{m:?}");
 }
 
 /// How a session of [`forged_first_datagram_cannot_take_a_flow`] is
