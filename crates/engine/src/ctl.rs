@@ -199,6 +199,15 @@ impl Ctl {
                 .map(|p| p + self.scanned);
             self.scanned = self.buf.len();
             if let Some(pos) = found {
+                // The line is counted whole against the limit, however it
+                // arrived: a line and its newline in one read used to be
+                // parsed at any length.
+                if pos > self.limit {
+                    return Err(EngineError::Protocol(format!(
+                        "control line longer than {} bytes",
+                        self.limit
+                    )));
+                }
                 // Parsed where it lies (a report line can be megabytes),
                 // then dropped from the buffer.
                 let text = String::from_utf8_lossy(&self.buf[..=pos]);
@@ -360,6 +369,27 @@ mod tests {
                 }
                 (false, Err(EngineError::Protocol(m))) => assert!(m.contains("longer")),
                 (_, other) => panic!("raised={raised}: {:?}", other.is_ok()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_counts_against_the_limit_however_it_arrives() {
+        // `limit` bytes before the newline pass, one more is refused, even
+        // when the whole line sits in one read.
+        let msg = ControlMsg::Bye.to_line();
+        let body = msg.trim_end();
+        for (pad, ok) in [(0usize, true), (1, false)] {
+            let (mut ctl, mut peer) = pair();
+            let limit = 64;
+            ctl.set_limit(limit);
+            let line = format!("{body}{}\n", " ".repeat(limit - body.len() + pad));
+            peer.write_all(line.as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            match (ok, ctl.recv(Duration::from_secs(5))) {
+                (true, Ok(Recv::Msg(ControlMsg::Bye))) => {}
+                (false, Err(EngineError::Protocol(m))) => assert!(m.contains("longer than 64")),
+                (_, other) => panic!("pad {pad}: ok={}", other.is_ok()),
             }
         }
     }

@@ -15,6 +15,8 @@
 
 #![warn(missing_docs)]
 
+pub mod fuzz;
+
 use std::time::{Duration, Instant};
 
 /// Share of a run's wall time during which runnable tasks waited for a CPU
