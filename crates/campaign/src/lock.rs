@@ -8,6 +8,14 @@
 //! runner of that campaign is refused at once, naming the holder. The
 //! operating system drops the lock when its holder dies, even by SIGKILL,
 //! so a crash never leaves a campaign locked.
+//!
+//! The lock belongs to the database, not to the name it was opened by: the
+//! lock file sits beside the store's canonical path (symbolic links and
+//! `..` resolved), and on Linux the runner also holds an open-file-
+//! description lock on one byte of the database file itself, at an offset
+//! far past SQLite's own lock bytes chosen by the campaign's name, so a
+//! second name for the same inode (a hard link) is refused too. A second
+//! runner through a symbolic link to the store once ran every run again.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -17,6 +25,8 @@ use std::path::{Path, PathBuf};
 pub struct CampaignLock {
     path: PathBuf,
     file: Option<File>,
+    /// The database file, holding the campaign's byte lock (Linux).
+    db: Option<File>,
 }
 
 /// Why the lock was not taken.
@@ -27,8 +37,11 @@ pub enum LockFailure {
     Io(std::io::Error),
 }
 
-/// The lock file of campaign `name` in the store at `db`.
+/// The lock file of campaign `name` in the store at `db`, beside the
+/// store's canonical path when it exists.
 pub fn lock_path(db: &Path, name: &str) -> PathBuf {
+    let canonical = std::fs::canonicalize(db).ok();
+    let db = canonical.as_deref().unwrap_or(db);
     let mut safe: String = name
         .chars()
         .map(|c| {
@@ -66,6 +79,15 @@ impl CampaignLock {
         Err(LockFailure::Busy(None))
     }
 
+    /// Takes the lock of campaign `name` in the store at `db`: the lock
+    /// file of [`lock_path`], and on Linux the campaign's byte of the
+    /// database file (whatever name the file was reached by).
+    pub fn acquire_for(db: &Path, name: &str) -> Result<CampaignLock, LockFailure> {
+        let mut lock = Self::acquire(&lock_path(db, name))?;
+        lock.db = db_lock::take(db, name)?;
+        Ok(lock)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -79,10 +101,12 @@ impl Drop for CampaignLock {
         {
             let _ = std::fs::remove_file(&self.path);
             drop(self.file.take());
+            drop(self.db.take());
         }
         #[cfg(not(unix))]
         {
             drop(self.file.take());
+            drop(self.db.take());
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -137,6 +161,7 @@ mod sys {
         Ok(Some(CampaignLock {
             path: path.to_path_buf(),
             file: Some(f),
+            db: None,
         }))
     }
 }
@@ -167,6 +192,7 @@ mod sys {
         Ok(Some(CampaignLock {
             path: path.to_path_buf(),
             file: Some(f),
+            db: None,
         }))
     }
 }
@@ -181,7 +207,66 @@ mod sys {
         Ok(Some(CampaignLock {
             path: path.to_path_buf(),
             file: None,
+            db: None,
         }))
+    }
+}
+
+/// The campaign's byte lock on the database file itself.
+#[cfg(target_os = "linux")]
+mod db_lock {
+    use super::LockFailure;
+    use std::fs::File;
+    use std::os::unix::io::AsRawFd;
+    use std::path::Path;
+
+    /// Offsets of the campaign bytes: from 2^41, far past SQLite's lock
+    /// bytes (at 2^30) and any real database's size; advisory locks need
+    /// no data there.
+    const BASE: i64 = 1 << 41;
+
+    /// Locks the campaign's byte; None when the store is not a file that
+    /// can be opened for writing (a new store is created later).
+    pub fn take(db: &Path, name: &str) -> Result<Option<File>, LockFailure> {
+        let Ok(f) = std::fs::OpenOptions::new().read(true).write(true).open(db) else {
+            return Ok(None);
+        };
+        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        // SAFETY: a plain-data struct, all fields set below.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = libc::F_WRLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        fl.l_start = BASE + (h % (1 << 32)) as i64;
+        fl.l_len = 1;
+        // SAFETY: fcntl on a descriptor we own, with a valid flock struct;
+        // an OFD lock belongs to this open file, so SQLite closing its own
+        // descriptors of the same file does not drop it.
+        let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+        if r == 0 {
+            return Ok(Some(f));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EACCES) => Err(LockFailure::Busy(None)),
+            // A file system without them: the lock file alone keeps runners apart.
+            Some(libc::EINVAL) | Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) => Ok(None),
+            _ => Err(LockFailure::Io(e)),
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod db_lock {
+    use super::LockFailure;
+    use std::fs::File;
+    use std::path::Path;
+
+    /// No open-file-description locks here: the lock file keeps runners
+    /// apart (symbolic links resolved, hard links not).
+    pub fn take(_db: &Path, _name: &str) -> Result<Option<File>, LockFailure> {
+        Ok(None)
     }
 }
 
@@ -206,6 +291,36 @@ mod tests {
         assert!(!p.exists(), "lock file left behind");
         let again = CampaignLock::acquire(&p).unwrap();
         assert_eq!(again.path(), p);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_store_reached_by_another_name_is_the_same_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("w.db");
+        std::fs::write(&db, b"").unwrap();
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&db, &link).unwrap();
+        let hard = dir.path().join("sub");
+        std::fs::create_dir(&hard).unwrap();
+        let hard = hard.join("hard.db");
+        std::fs::hard_link(&db, &hard).unwrap();
+        let first = CampaignLock::acquire_for(&db, "sweep").unwrap();
+        let busy = |p: &Path| {
+            matches!(
+                CampaignLock::acquire_for(p, "sweep"),
+                Err(LockFailure::Busy(_))
+            )
+        };
+        assert!(busy(&link), "through a symbolic link");
+        assert!(busy(&dir.path().join("sub/../w.db")), "through ..");
+        #[cfg(target_os = "linux")]
+        assert!(busy(&hard), "through a hard link");
+        // Another campaign of the same store is free.
+        let other = CampaignLock::acquire_for(&link, "other").unwrap();
+        drop((first, other));
+        let again = CampaignLock::acquire_for(&hard, "sweep").unwrap();
+        drop(again);
     }
 
     #[test]

@@ -1010,7 +1010,7 @@ impl Store {
     /// holds it.
     pub fn lock_campaign(&self, name: &str) -> Result<crate::lock::CampaignLock, StoreError> {
         let lock = crate::lock::lock_path(&self.path, name);
-        crate::lock::CampaignLock::acquire(&lock).map_err(|f| match f {
+        crate::lock::CampaignLock::acquire_for(&self.path, name).map_err(|f| match f {
             crate::lock::LockFailure::Busy(holder) => StoreError::Busy {
                 name: name.to_string(),
                 holder,

@@ -81,9 +81,17 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
     // campaign: the others are refused at once, naming the lock; a latecomer
     // that starts after the winner ended finds nothing left. Every missing
     // run is executed exactly once over the three.
-    let three: Vec<_> = (0..3)
-        .map(|_| {
-            campaign(&file, &db, &["--resume"])
+    // One of them reaches the store through a symbolic link (issue #30
+    // item 5): the lock is the database's, not its name's.
+    let link = db.with_file_name("link.db");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&db, &link).unwrap();
+    #[cfg(not(unix))]
+    let link = db.clone();
+    let three: Vec<_> = [&db, &link, &db]
+        .into_iter()
+        .map(|store| {
+            campaign(&file, store, &["--resume"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
