@@ -9,6 +9,8 @@
 //! ends, however it ends ([`Grant`] is dropped). One 256-flow Hello once
 //! cost 257 threads and 256 sockets with 16 MiB buffers each.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use wirebench_wire::FlowSetup;
 
@@ -164,13 +166,37 @@ pub enum OverBudget {
         limit: u64,
         flag: &'static str,
     },
+    #[error("over this sender's share of the receiver: this session needs {need} more {what}, its sessions hold {used} of the {limit} one sender may hold (recv --peer-share {pct} %); end one of them or try again later")]
+    Peer {
+        what: &'static str,
+        need: u64,
+        used: u64,
+        limit: u64,
+        pct: u64,
+    },
+}
+
+/// Default share of each total budget one peer (an IPv4 address or an
+/// IPv6 /64, [`crate::gate::peer_of`]) may hold over all its sessions
+/// (`recv --peer-share`): with 16 sessions per peer of up to a whole
+/// session budget each, one sender could otherwise hold the whole total
+/// and every other sender would be told "receiver busy".
+pub const PEER_SHARE_PCT: u64 = 50;
+
+/// What the running sessions hold: in all, and per peer.
+#[derive(Debug, Default)]
+struct Held {
+    all: Resources,
+    peers: HashMap<IpAddr, Resources>,
 }
 
 /// The resources of the sessions running now, against the budgets.
 #[derive(Debug)]
 pub struct Ledger {
     budgets: Budgets,
-    used: Mutex<Resources>,
+    /// Per cent of each total one peer may hold.
+    peer_pct: u64,
+    used: Mutex<Held>,
 }
 
 /// A session's reservation; given back when dropped.
@@ -178,13 +204,21 @@ pub struct Ledger {
 pub struct Grant {
     ledger: Arc<Ledger>,
     held: Resources,
+    peer: Option<IpAddr>,
 }
 
 impl Ledger {
     pub fn new(budgets: Budgets) -> Arc<Ledger> {
+        Ledger::with_peer_share(budgets, PEER_SHARE_PCT)
+    }
+
+    /// A ledger whose peers may each hold `pct` per cent (1..=100) of
+    /// every total budget.
+    pub fn with_peer_share(budgets: Budgets, pct: u64) -> Arc<Ledger> {
         Arc::new(Ledger {
             budgets,
-            used: Mutex::new(Resources::default()),
+            peer_pct: pct.clamp(1, 100),
+            used: Mutex::new(Held::default()),
         })
     }
 
@@ -194,10 +228,10 @@ impl Ledger {
 
     /// What the running sessions hold now.
     pub fn used(&self) -> Resources {
-        *self.lock()
+        self.lock().all
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Resources> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         // Every change is made whole under the lock, so the counts stay
         // consistent even if a holder panicked.
         self.used.lock().unwrap_or_else(|p| p.into_inner())
@@ -207,6 +241,24 @@ impl Ledger {
     /// (the per-session ones first: those never fit, however long the
     /// sender waits).
     pub fn reserve(self: &Arc<Self>, need: Resources) -> Result<Grant, OverBudget> {
+        self.reserve_inner(need, None)
+    }
+
+    /// [`Ledger::reserve`] for a session of the sender at `from`: also
+    /// within the peer's share of each total.
+    pub fn reserve_for(
+        self: &Arc<Self>,
+        from: IpAddr,
+        need: Resources,
+    ) -> Result<Grant, OverBudget> {
+        self.reserve_inner(need, Some(crate::gate::peer_of(from)))
+    }
+
+    fn reserve_inner(
+        self: &Arc<Self>,
+        need: Resources,
+        peer: Option<IpAddr>,
+    ) -> Result<Grant, OverBudget> {
         let b = &self.budgets;
         let rows = |r: &Resources, t: &Resources| {
             [
@@ -230,7 +282,32 @@ impl Ledger {
                 });
             }
         }
-        let mut used = self.lock();
+        let mut held = self.lock();
+        // At 100 % the totals say it all (and say "receiver busy").
+        if let Some(p) = peer.filter(|_| self.peer_pct < 100) {
+            let mine = held.peers.get(&p).copied().unwrap_or_default();
+            let share = |t: u64| t / 100 * self.peer_pct + t % 100 * self.peer_pct / 100;
+            let cap = Resources {
+                sockets: share(b.total.sockets),
+                buffer_bytes: share(b.total.buffer_bytes),
+                threads: share(b.total.threads),
+            };
+            for ((what, n, limit, _), (_, u, _, _)) in rows(&mine.plus(need), &cap)
+                .into_iter()
+                .zip(rows(&mine, &cap))
+            {
+                if n > limit {
+                    return Err(OverBudget::Peer {
+                        what,
+                        need: n - u,
+                        used: u,
+                        limit,
+                        pct: self.peer_pct,
+                    });
+                }
+            }
+        }
+        let used = held.all;
         let after = used.plus(need);
         for ((what, n, limit, name), (_, u, _, _)) in rows(&after, &b.total)
             .into_iter()
@@ -246,10 +323,15 @@ impl Ledger {
                 });
             }
         }
-        *used = after;
+        held.all = after;
+        if let Some(p) = peer {
+            let mine = held.peers.entry(p).or_default();
+            *mine = mine.plus(need);
+        }
         Ok(Grant {
             ledger: self.clone(),
             held: need,
+            peer,
         })
     }
 }
@@ -272,8 +354,16 @@ fn total_flag(name: &str) -> &'static str {
 
 impl Drop for Grant {
     fn drop(&mut self) {
-        let mut used = self.ledger.lock();
-        *used = used.minus(self.held);
+        let mut held = self.ledger.lock();
+        held.all = held.all.minus(self.held);
+        if let Some(p) = self.peer {
+            if let Some(mine) = held.peers.get_mut(&p) {
+                *mine = mine.minus(self.held);
+                if *mine == Resources::default() {
+                    held.peers.remove(&p);
+                }
+            }
+        }
     }
 }
 
@@ -281,6 +371,61 @@ impl Drop for Grant {
 mod tests {
     use super::*;
     use wirebench_wire::Transport;
+
+    #[test]
+    fn one_peer_holds_at_most_its_share_of_the_totals() {
+        let budgets = Budgets {
+            session: Resources {
+                sockets: 100,
+                buffer_bytes: 100,
+                threads: 100,
+            },
+            total: Resources {
+                sockets: 100,
+                buffer_bytes: 1000,
+                threads: 100,
+            },
+        };
+        let l = Ledger::with_peer_share(budgets, 50);
+        let one = |s| Resources {
+            sockets: s,
+            buffer_bytes: 1,
+            threads: 1,
+        };
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let (b6, c6): (IpAddr, IpAddr) = (
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::ffff".parse().unwrap(),
+        );
+        let g1 = l.reserve_for(a, one(30)).unwrap();
+        let e = l.reserve_for(a, one(30)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                OverBudget::Peer {
+                    used: 30,
+                    limit: 50,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("--peer-share 50 %"), "{e}");
+        // Another sender is served from what is left.
+        let g2 = l.reserve_for(b6, one(40)).unwrap();
+        // The same /64 is the same peer.
+        assert!(matches!(
+            l.reserve_for(c6, one(20)),
+            Err(OverBudget::Peer { .. })
+        ));
+        // A share given back can be taken again.
+        drop(g1);
+        let g3 = l.reserve_for(a, one(50)).unwrap();
+        assert_eq!(l.used().sockets, 90);
+        drop((g2, g3));
+        assert_eq!(l.used(), Resources::default());
+        assert!(l.lock().peers.is_empty());
+    }
 
     fn setup(transport: Transport, rcvbuf: Option<u32>) -> FlowSetup {
         FlowSetup {

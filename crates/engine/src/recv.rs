@@ -122,6 +122,8 @@ pub struct DaemonConfig {
     pub max_session: Duration,
     /// Sockets, socket buffers and threads per session and in total.
     pub budgets: Budgets,
+    /// Per cent of each total budget one peer (address, IPv6 /64) may hold.
+    pub peer_share_pct: u64,
     /// Stream live intervals to senders that ask for them (false only to
     /// play a receiver from before they existed, in tests).
     pub live_intervals: bool,
@@ -143,6 +145,7 @@ impl Default for DaemonConfig {
             sessions_per_peer: SESSIONS_PER_PEER,
             max_session: MAX_SESSION,
             budgets: Budgets::default(),
+            peer_share_pct: budget::PEER_SHARE_PCT,
             live_intervals: true,
         }
     }
@@ -207,7 +210,7 @@ impl Daemon {
             pending_per_peer: PENDING_PER_PEER,
             allow: cfg.allow.clone(),
         });
-        let ledger = Ledger::new(cfg.budgets);
+        let ledger = Ledger::with_peer_share(cfg.budgets, cfg.peer_share_pct);
         Ok(Daemon {
             ledger,
             listener,
@@ -570,7 +573,7 @@ fn session(
     // is opened, and given back when `_grant` goes, however it ends.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let session_budget = &cfg.budgets.session;
-    let _grant = match ledger.reserve(budget::cost(&setups, cores, session_budget)) {
+    let _grant = match ledger.reserve_for(peer.ip(), budget::cost(&setups, cores, session_budget)) {
         Ok(g) => g,
         Err(e) => {
             stats.refused.fetch_add(1, Ordering::Relaxed);

@@ -1085,6 +1085,8 @@ fn budgets_refuse_over_budget_hellos_and_share_the_total() {
                 threads: 100,
             },
         },
+        // The totals are tested here, with every session from one address.
+        peer_share_pct: 100,
         ..DaemonConfig::default()
     });
     let udp = |n: u16, rcvbuf: Option<u32>| -> Vec<FlowSetup> {
@@ -1175,6 +1177,43 @@ fn budgets_refuse_over_budget_hellos_and_share_the_total() {
     }
     drop(b);
     assert!(rx.stats.refused.load(Ordering::Relaxed) >= 3);
+}
+
+#[test]
+fn one_sender_cannot_hold_the_whole_receiver() {
+    // 7 sockets in all; one peer may hold half (3): a session of 2 UDP
+    // flows (3 sockets) fits once, a second from the same address does not.
+    use wirebench_engine::budget::{Budgets, Resources};
+    let rx = Rx::start_with(DaemonConfig {
+        port: 15724,
+        budgets: Budgets {
+            total: Resources {
+                sockets: 7,
+                ..Budgets::default().total
+            },
+            ..Budgets::default()
+        },
+        ..DaemonConfig::default()
+    });
+    let two = || {
+        (1..=2)
+            .map(|id| FlowSetup {
+                flow_id: id,
+                ..udp_flow(None)
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut a = Client::connect(rx.port);
+    assert!(matches!(
+        a.hello(0x81, MeterMode::Owd, two()),
+        ControlMsg::Ready { .. }
+    ));
+    let mut b = Client::connect(rx.port);
+    let e = error_text(b.hello(0x82, MeterMode::Owd, two()));
+    assert!(
+        e.contains("this sender's share") && e.contains("--peer-share 50 %"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -502,7 +502,7 @@ fn session(
         },
         threads: 1 + if tcp { streams } else { ask.reverse } as u64,
     };
-    let _grant = match ctx.ledger.reserve(need) {
+    let _grant = match ctx.ledger.reserve_for(peer.ip(), need) {
         Ok(g) => g,
         Err(over) => {
             deny(&ctl);

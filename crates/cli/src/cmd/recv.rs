@@ -105,6 +105,11 @@ pub struct Args {
     /// Most socket-buffer bytes all running sessions may ask for together.
     #[arg(long = "total-buffers", value_name = "BYTES", default_value = "2G", value_parser = parse_bytes, help_heading = BUDGETS)]
     pub total_buffers: u64,
+    /// Per cent of each total budget the sessions of one sender (an IPv4
+    /// address or an IPv6 /64) may hold together, so one sender cannot
+    /// take the whole receiver.
+    #[arg(long = "peer-share", value_name = "PERCENT", default_value_t = budget::PEER_SHARE_PCT, value_parser = clap::value_parser!(u64).range(1..=100), help_heading = BUDGETS)]
+    pub peer_share: u64,
     /// Most threads all running sessions may cost together.
     #[arg(long = "total-threads", value_name = "N", default_value_t = budget::TOTAL_BUDGET.threads, help_heading = BUDGETS)]
     pub total_threads: u64,
@@ -249,6 +254,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         verbose: !args.quiet,
         log_dir: args.log_dir.clone(),
         log_max_session: args.log_max,
+        peer_share_pct: args.peer_share,
         log_total_left: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(args.log_max_total)),
         key,
         require_probe_auth,
