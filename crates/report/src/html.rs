@@ -11,9 +11,7 @@ use crate::plan::{self, bound_applies, family_title, ChartKind};
 use crate::svg;
 use crate::wide;
 use std::fmt::Write as _;
-use wirebench_schema::summary::{
-    Better, CampaignSummary, MetricInfo, ScenarioSummary, ThroughputUnits,
-};
+use wirebench_schema::summary::{Better, CampaignSummary, MetricInfo, ScenarioSummary};
 
 const CSS: &str = r#"
 :root{color-scheme:light}
@@ -46,6 +44,8 @@ dl.env dt{font-weight:bold}
 dl.env dd{margin:0;font-family:"DejaVu Sans Mono",monospace;white-space:pre-wrap;word-break:break-all}
 pre.campaign-file{background:#f6f6f6;border:1px solid #ddd;padding:10px;font-size:12.5px;overflow-x:auto;white-space:pre}
 .legendnote{font-size:12px;color:#555}
+a.svg-download{font-size:12px;white-space:nowrap}
+@media print{a.svg-download{display:none}}
 @media print{body{max-width:none;margin:0}.tablewrap{overflow:visible}figure.chart{break-inside:avoid}th,td{white-space:normal}}
 "#;
 
@@ -193,7 +193,10 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
     }
     let lay = plan::layout(s);
     let series_note = if lay.series_axes.is_empty() {
-        "all scenarios form one series".to_string()
+        format!(
+            "one series: {}",
+            lay.series_labels.first().map(String::as_str).unwrap_or("")
+        )
     } else {
         format!(
             "one series per combination of {}",
@@ -210,13 +213,14 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
             .count();
         let _ = write!(
             out,
-            "<figure class=\"chart\" data-family=\"{}\" data-kind=\"{}\" data-series-count=\"{}\">\n{}\n<figcaption>{} ({}).</figcaption>\n</figure>\n",
+            "<figure class=\"chart\" data-family=\"{}\" data-kind=\"{}\" data-series-count=\"{}\">\n{}\n<figcaption>{} ({}). {}</figcaption>\n</figure>\n",
             plan::family_key(chart.family),
             if chart.kind == ChartKind::Line { "line" } else { "bars" },
             n_series,
             fig.svg,
             fig.caption,
-            esc(&series_note)
+            esc(&series_note),
+            download_link(&fig.svg, &format!("{}-{}-{}", s.name, fig_base + ci, plan::family_key(chart.family)))
         );
     }
 
@@ -239,8 +243,8 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
             None if s.baseline.is_some() => " Δ: change of the mean against the baseline scenario (green rows); green Δ is better, red worse.".to_string(),
             None => String::new(),
         },
-        if s.report.units == ThroughputUnits::Ditg {
-            " Throughput in D-ITG's Mbps: ITGDec's kbit/s divided by 1024, as the studies printed it."
+        if s.report.units.is_ditg() {
+            " Throughput in D-ITG's units, as the studies printed them: Kbps is ITGDec's kbit/s, Mbps is that divided by 1024."
         } else {
             ""
         }
@@ -256,6 +260,16 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
             }
         }
     }
+}
+
+/// A link that saves the chart as its own SVG file (a `data:` URL: the
+/// report stays one file without scripts).
+pub(crate) fn download_link(svg: &str, name: &str) -> String {
+    format!(
+        "<a class=\"svg-download\" download=\"{}.svg\" href=\"data:image/svg+xml;base64,{}\">Download SVG</a>",
+        esc(&crate::fmt::file_stem(name)),
+        crate::fmt::base64(crate::fmt::standalone_svg(svg).as_bytes())
+    )
 }
 
 /// Width the page gives a table, px (the body's 1180 px less its padding).

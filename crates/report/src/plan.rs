@@ -76,6 +76,9 @@ pub struct Chart<'a> {
     pub units: ThroughputUnits,
     /// Whether a line chart's y axis may start above zero (`[report] zoom`).
     pub zoom: bool,
+    /// CPUs of the measuring host (0: unknown): a "share of one core" is at
+    /// most this many cores.
+    pub cpus: usize,
 }
 
 /// How the scenarios of one campaign split into x values and series.
@@ -167,6 +170,7 @@ pub fn axis_text(axis: &str, value: &str) -> String {
         "payload" => format!("{v} B payload"),
         "frame" => format!("{v} B frames"),
         "mtu" => format!("MTU {v}"),
+        "pps" if v == "max" => "unpaced".into(),
         "pps" => format!("{v} pkt/s"),
         "flows" => format!("{v} flows"),
         "link_rate" => format!("{v} link"),
@@ -222,6 +226,17 @@ pub struct Part {
     pub title: Option<String>,
     /// The campaign restricted to this part's scenarios.
     pub summary: CampaignSummary,
+}
+
+/// Axes whose values name kinds, not quantities, even when they are
+/// written as numbers (`ip = [4, 6]`): a line between IPv4 and IPv6 would
+/// invent values in between, so they are drawn as grouped bars.
+#[rustfmt::skip]
+pub const CATEGORICAL_AXES: &[&str] = &["ip", "transport", "meter", "app", "codec", "pairing", "sender", "systems", "campaign", "offloads", "direction", "cc", "dscp", "idt", "size"];
+
+/// Whether an axis is one of [`CATEGORICAL_AXES`].
+pub fn is_categorical(axis: &str) -> bool {
+    CATEGORICAL_AXES.contains(&axis)
 }
 
 fn numeric(v: &str) -> bool {
@@ -291,7 +306,7 @@ pub fn parts(s: &CampaignSummary) -> Vec<Part> {
         let lone_sub = sub_summary(s, &lone, None);
         let x2 = varying_axes(&lone_sub)
             .into_iter()
-            .filter(|a| Some(a) != lay.x_axis.as_ref())
+            .filter(|a| Some(a) != lay.x_axis.as_ref() && !is_categorical(a))
             .filter(|a| {
                 lone_sub
                     .scenarios
@@ -380,6 +395,12 @@ pub fn parts(s: &CampaignSummary) -> Vec<Part> {
         .collect()
 }
 
+/// Axes a one-series legend names when they hold one value: what a reader
+/// needs to tell the figure from its neighbours (test-bed settings such as
+/// the link rate are in the header's fixed axes).
+#[rustfmt::skip]
+const LEGEND_FIXED: &[&str] = &["ip", "transport", "app", "codec", "pairing", "sender", "systems", "campaign", "payload", "frame", "pps", "mtu"];
+
 /// Decides x axis, chart kind and series for a campaign.
 pub fn layout(s: &CampaignSummary) -> Layout {
     let varying = varying_axes(s);
@@ -400,6 +421,7 @@ pub fn layout(s: &CampaignSummary) -> Layout {
     };
     let numeric = x_axis.as_ref().is_some_and(|x| {
         s.x_axis.as_deref() == Some(x.as_str())
+            && !is_categorical(x)
             && s.scenarios.iter().all(|sc| {
                 axis_value(sc, x)
                     .trim()
@@ -418,11 +440,21 @@ pub fn layout(s: &CampaignSummary) -> Layout {
         .cloned()
         .collect();
 
+    // One series: the legend names what the scenarios share instead (the
+    // application and codec of a part, say), never "all scenarios".
+    let label_axes: Vec<String> = if series_axes.is_empty() {
+        all_axes(s)
+            .into_iter()
+            .filter(|a| Some(a) != x_axis.as_ref() && LEGEND_FIXED.contains(&a.as_str()))
+            .collect()
+    } else {
+        series_axes.clone()
+    };
     let mut categories: Vec<String> = Vec::new();
     let mut series_labels: Vec<String> = Vec::new();
     let mut place = Vec::with_capacity(s.scenarios.len());
     for sc in &s.scenarios {
-        let label = series_label(sc, &series_axes);
+        let label = series_label(sc, &label_axes);
         let si = match series_labels.iter().position(|l| *l == label) {
             Some(i) => i,
             None => {
@@ -593,6 +625,7 @@ pub fn charts(s: &CampaignSummary) -> Vec<Chart<'_>> {
             draws_bound,
             units: s.report.units,
             zoom: s.report.zoom,
+            cpus: s.environment.cpus,
         });
     }
     out

@@ -37,23 +37,26 @@ pub struct Args {
     /// IPv6"); overrides the campaign's `[report] columns`.
     #[arg(long, value_name = "AXIS")]
     pub columns: Option<String>,
-    /// Throughput units: si (bit/s, kbit/s, Mbit/s, Gbit/s) or ditg (the
-    /// studies' D-ITG "Mbps": kbit/s ÷ 1024); overrides `[report] units`.
-    #[arg(long, value_enum, value_name = "UNITS")]
-    pub units: Option<Units>,
+    /// Throughput units: si (bit/s, kbit/s, Mbit/s or Gbit/s, chosen per
+    /// chart and column), ditg (the studies' D-ITG "Kbps" = ITGDec's kbit/s,
+    /// "Mbps" = kbit/s ÷ 1024), or one unit forced on every throughput:
+    /// bit/s, kbit/s, Mbit/s, Gbit/s, Kbps, Mbps; overrides `[report] units`.
+    #[arg(long, value_parser = parse_units, value_name = "UNITS")]
+    pub units: Option<ThroughputUnits>,
     /// Every y axis starts at zero, even where the values differ by a few
     /// per cent (by default such line charts are zoomed, and say so).
     #[arg(long)]
     pub no_zoom: bool,
 }
 
-/// `--units`.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum Units {
-    /// bit/s, kbit/s, Mbit/s, Gbit/s (powers of 1000).
-    Si,
-    /// D-ITG's kbit/s ÷ 1024, called Mbps in the studies.
-    Ditg,
+/// `--units`: the names campaign files accept.
+fn parse_units(s: &str) -> Result<ThroughputUnits, String> {
+    ThroughputUnits::parse(s).ok_or_else(|| {
+        format!(
+            "unknown units {s:?}; one of {}",
+            ThroughputUnits::NAMES.join(", ")
+        )
+    })
 }
 
 /// The parent directory of an output file must exist: a typo there is the
@@ -184,10 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             s.report.columns = Some(c.clone());
         }
         if let Some(u) = args.units {
-            s.report.units = match u {
-                Units::Si => ThroughputUnits::Si,
-                Units::Ditg => ThroughputUnits::Ditg,
-            };
+            s.report.units = u;
         }
         if args.no_zoom {
             s.report.zoom = false;
