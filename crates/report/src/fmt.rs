@@ -138,11 +138,15 @@ pub fn num(v: f64, sig: i32) -> String {
     if !v.is_finite() {
         return "–".to_string();
     }
-    let s = format!("{:.*}", decimals_for(v, sig), v);
-    if s == "-0" {
-        "0".to_string()
-    } else {
-        s
+    no_negative_zero(format!("{:.*}", decimals_for(v, sig), v))
+}
+
+/// A formatted number that rounds to zero reads "0", never "-0" or
+/// "-0.00" (a drop of -0.0001 packets is no drop).
+pub fn no_negative_zero(s: String) -> String {
+    match s.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => s,
     }
 }
 
@@ -154,10 +158,11 @@ pub fn mean_ci(mean: f64, ci: f64) -> String {
     }
     let d = decimals_for(mean, 3).max(if ci > 0.0 { decimals_for(ci, 2) } else { 0 });
     let d = d.min(9);
+    let m = no_negative_zero(format!("{:.*}", d, mean));
     if ci > 0.0 && ci.is_finite() {
-        format!("{:.*} ± {:.*}", d, mean, d, ci)
+        format!("{m} ± {:.*}", d, ci)
     } else {
-        format!("{:.*}", d, mean)
+        m
     }
 }
 
@@ -291,5 +296,14 @@ mod tests {
         assert_eq!(pct(-6.0), "-6.0 %");
         assert_eq!(px(1.0), "1");
         assert_eq!(px(1.255), "1.25");
+        // A real negative stays negative; one that rounds to zero does not.
+        assert_eq!(mean_ci(-0.0001, 0.0), "-0.000100");
+        assert_eq!(mean_ci(-0.0, 0.0), "0");
+        assert_eq!(mean_ci(-0.0, 0.01), "0.000 ± 0.010");
+        assert_eq!(pct(-0.01), "0.0 %");
+        assert_eq!(mean_ci(-0.4, 0.5), "-0.400 ± 0.500");
+        assert!(!num(-1e-12, 3).starts_with('-'));
+        assert_eq!(no_negative_zero("-0.00".into()), "0.00");
+        assert_eq!(no_negative_zero("-0.01".into()), "-0.01");
     }
 }

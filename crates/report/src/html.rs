@@ -233,7 +233,7 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
         .filter(|c| varying.iter().any(|v| v == c));
     let _ = writeln!(
         out,
-        "<p class=\"legendnote\">Mean ± half-width of the 95 % confidence interval (Student t) over the repetitions. <span class=\"cvflag\">cv</span> marks a coefficient of variation above 10 %: the runs disagree and the mean deserves doubt.{}{}</p>",
+        "<p class=\"legendnote\">Mean ± half-width of the 95 % confidence interval (Student t) over the repetitions; the loss ratio is lost ÷ sent over every packet of the repetitions with its Wilson 95 % interval in brackets. <span class=\"cvflag\">cv</span> marks a coefficient of variation above 10 %: the runs disagree and the mean deserves doubt.{}{}</p>",
         match columns {
             Some(c) => format!(
                 " The values of {} stand side by side; Δ: change of the mean against the first of them (green is better, red worse); a mean row closes each sweep over {}.",
@@ -357,21 +357,52 @@ pub(crate) fn higher_is_better(m: &MetricInfo) -> Option<bool> {
     }
 }
 
-/// One display unit per metric over every scenario, so a column's values
-/// compare at a glance.
-pub(crate) fn column_scales(s: &CampaignSummary, ms: &[&MetricInfo]) -> Vec<Scale> {
+/// One display unit per stored unit over the whole family (`family`) and
+/// every scenario, so payload and Ethernet throughput read in the same
+/// unit, in every table the family is split into.
+pub(crate) fn column_scales(
+    s: &CampaignSummary,
+    ms: &[&MetricInfo],
+    family: &[&MetricInfo],
+) -> Vec<Scale> {
     ms.iter()
         .map(|m| {
-            let max = s
-                .scenarios
+            let max = family
                 .iter()
-                .filter_map(|sc| sc.metrics.get(&m.key))
+                .filter(|f| f.unit == m.unit)
+                .flat_map(|f| s.scenarios.iter().filter_map(|sc| sc.metrics.get(&f.key)))
                 .filter(|st| st.mean.is_finite())
                 .map(|st| st.mean.abs())
                 .fold(0.0, f64::max);
             scale_in(&m.unit, max, s.report.units)
         })
         .collect()
+}
+
+/// A cell's text: mean ± CI, or for the loss ratio the share of every
+/// packet of the repetitions with its Wilson interval in brackets (a
+/// Student-t interval over two runs reads "20 ± 257 %").
+pub(crate) fn cell_text(
+    m: &MetricInfo,
+    scn: &ScenarioSummary,
+    st: &wirebench_schema::summary::MetricStats,
+    sc: &Scale,
+) -> String {
+    if m.key == plan::PROPORTION {
+        if let Some((p, lo, hi)) = plan::loss_proportion(scn) {
+            let (p, lo, hi) = (sc.apply(p), sc.apply(lo), sc.apply(hi));
+            let d = crate::fmt::decimals_for(p.max(hi), 3).min(6);
+            return format!(
+                "{} [{:.*}–{:.*}]",
+                crate::fmt::no_negative_zero(format!("{p:.d$}")),
+                d,
+                lo,
+                d,
+                hi
+            );
+        }
+    }
+    mean_ci(sc.apply(st.mean), sc.apply(st.ci95))
 }
 
 /// One table of a family's metrics `ms` (all of `family`, or the part of
@@ -384,7 +415,7 @@ fn family_table(
     family: &[&MetricInfo],
 ) {
     let has_baseline = s.baseline.is_some();
-    let scales = column_scales(s, ms);
+    let scales = column_scales(s, ms, family);
     let bound_metric = ms.iter().position(|m| bound_applies(m, family));
     let any_bound =
         bound_metric.is_some() && s.scenarios.iter().any(|sc| sc.upper_bound_bps.is_some());
@@ -460,7 +491,7 @@ fn family_table(
         for (m, sc) in ms.iter().zip(&scales) {
             match scn.metrics.get(&m.key) {
                 Some(st) if st.n > 0 => {
-                    let cell = mean_ci(sc.apply(st.mean), sc.apply(st.ci95));
+                    let cell = cell_text(m, scn, st, sc);
                     if st.cv_warning {
                         let _ = write!(
                             out,

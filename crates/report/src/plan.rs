@@ -34,6 +34,49 @@ pub struct Point {
     pub cv_warning: bool,
     /// Ethernet upper bound for this scenario, drawn on payload throughput.
     pub bound: Option<f64>,
+    /// An interval that is not mean ± ci95: the Wilson interval of a
+    /// proportion (loss), whose ends are not symmetric about the mean.
+    pub interval: Option<(f64, f64)>,
+}
+
+impl Point {
+    /// Lower and upper end of the point's 95 % interval.
+    pub fn ends(&self) -> (f64, f64) {
+        self.interval
+            .unwrap_or((self.mean - self.ci95, self.mean + self.ci95))
+    }
+}
+
+/// The Wilson score interval of a proportion of `x` successes in `n`
+/// trials at 95 % (z = 1.96; E. B. Wilson, JASA 22, 1927): unlike mean ±
+/// t·sd/√n it stays inside 0…1 and is not zero when no packet was lost.
+pub fn wilson(x: f64, n: f64) -> Option<(f64, f64)> {
+    if n.is_nan() || n <= 0.0 || !(0.0..=n).contains(&x) {
+        return None;
+    }
+    const Z: f64 = 1.959_963_984_540_054;
+    let p = x / n;
+    let z2 = Z * Z;
+    let denom = 1.0 + z2 / n;
+    let centre = (p + z2 / (2.0 * n)) / denom;
+    let half = Z / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
+}
+
+/// The metric whose interval is a Wilson interval: the loss ratio, a
+/// proportion of packets.
+pub const PROPORTION: &str = "loss_ratio";
+
+/// A scenario's loss as a proportion over every packet of its runs:
+/// (lost / sent pooled over the repetitions, Wilson low, Wilson high), from
+/// the `lost_packets` and `packets_sent` means × n. None without counts.
+pub fn loss_proportion(sc: &ScenarioSummary) -> Option<(f64, f64, f64)> {
+    let lost = sc.metrics.get("lost_packets").filter(|m| m.n > 0)?;
+    let sent = sc.metrics.get("packets_sent").filter(|m| m.n > 0)?;
+    let x = (lost.mean * lost.n as f64).round();
+    let n = (sent.mean * sent.n as f64).round();
+    let (lo, hi) = wilson(x, n)?;
+    Some((x / n, lo, hi))
 }
 
 /// The scenarios that share every axis value but x: one line or one
@@ -608,6 +651,11 @@ pub fn charts(s: &CampaignSummary) -> Vec<Chart<'_>> {
                     },
                     cv_warning: st.cv_warning,
                     bound,
+                    interval: if m.key == PROPORTION {
+                        loss_proportion(sc).map(|(_, lo, hi)| (lo, hi))
+                    } else {
+                        None
+                    },
                 });
             }
             for se in &mut series {
@@ -817,6 +865,19 @@ mod tests {
                 assert_eq!(m.family, f, "{k}");
             }
         }
+    }
+
+    /// Wilson's interval, checked against values worked by hand from the
+    /// formula: 0 of 100 gives [0, 3.70 %], 20 of 100 [13.34 %, 28.88 %].
+    #[test]
+    fn wilson_intervals() {
+        let (lo, hi) = wilson(0.0, 100.0).unwrap();
+        assert!(lo.abs() < 1e-12, "{lo}");
+        assert!((hi - 0.036_993).abs() < 1e-5, "{hi}");
+        let (lo, hi) = wilson(20.0, 100.0).unwrap();
+        assert!((lo - 0.133_367).abs() < 1e-5, "{lo}");
+        assert!((hi - 0.288_829).abs() < 1e-5, "{hi}");
+        assert!(wilson(1.0, 0.0).is_none() && wilson(5.0, 4.0).is_none());
     }
 
     #[test]

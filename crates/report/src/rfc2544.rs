@@ -37,6 +37,7 @@ fn point(x: f64, y: f64, bound: Option<f64>) -> Point {
         ci95: 0.0,
         cv_warning: false,
         bound,
+        interval: None,
     }
 }
 

@@ -254,16 +254,17 @@ fn extent(p: &Panel, sc: &Scale) -> (f64, f64, f64) {
     for s in &p.series {
         for pt in &s.points {
             let m = sc.apply(pt.mean);
-            let c = sc.apply(pt.ci95);
-            for v in [m - c, m + c, m] {
+            let (lo, hi) = pt.ends();
+            let (lo, hi) = (sc.apply(lo), sc.apply(hi));
+            for v in [lo, hi, m] {
                 min = min.min(v);
                 max = max.max(v);
             }
             if m > 0.0 {
                 min_pos = min_pos.min(m);
             }
-            if m - c > 0.0 {
-                min_pos = min_pos.min(m - c);
+            if lo > 0.0 {
+                min_pos = min_pos.min(lo);
             }
             if let Some(b) = pt.bound {
                 max = max.max(sc.apply(b));
@@ -921,10 +922,10 @@ fn draw_lines(
         );
         for pt in &s.points {
             let x = xp(pt.x);
-            let m = sc.apply(pt.mean);
-            let ci = sc.apply(pt.ci95);
-            if ci > 0.0 {
-                let (y1, y2) = (yp(m - ci), yp(m + ci));
+            let (lo, hi) = pt.ends();
+            let (lo, hi) = (sc.apply(lo), sc.apply(hi));
+            if hi > lo {
+                let (y1, y2) = (yp(lo), yp(hi));
                 let _ = write!(
                     out,
                     r#"<path class="ci" d="M{x} {y1}V{y2}M{xl} {y1}H{xr}M{xl} {y2}H{xr}" stroke="{c}" stroke-width="1.3" fill="none"/>"#,
@@ -934,7 +935,7 @@ fn draw_lines(
                     xl = px(x - 4.0),
                     xr = px(x + 4.0)
                 );
-                clip_marks(out, ya, yp, x, m, ci, c);
+                clip_marks(out, ya, yp, x, (lo, hi), c);
             }
         }
         for pt in &s.points {
@@ -949,7 +950,7 @@ fn draw_lines(
                 esc(&s.label),
                 esc(chart.x_axis.as_deref().unwrap_or("x")),
                 plain(pt.x),
-                esc(&crate::fmt::mean_ci(m, sc.apply(pt.ci95))),
+                esc(&point_text(pt, sc)),
                 esc(&sc.unit),
                 if pt.cv_warning { " (cv > 10 %)" } else { "" }
             );
@@ -965,13 +966,12 @@ fn clip_marks(
     ya: &YAxis,
     yp: &dyn Fn(f64) -> f64,
     x: f64,
-    m: f64,
-    ci: f64,
+    (lo, hi): (f64, f64),
     c: &str,
 ) {
     for (end, cut, dir) in [
-        (m + ci, m + ci > ya.hi * (1.0 + 1e-9), -1.0),
-        (m - ci, m - ci < ya.lo - ya.hi.abs() * 1e-9, 1.0),
+        (hi, hi > ya.hi * (1.0 + 1e-9), -1.0),
+        (lo, lo < ya.lo - ya.hi.abs() * 1e-9, 1.0),
     ] {
         if !cut || ya.log {
             continue;
@@ -987,6 +987,20 @@ fn clip_marks(
             px(x + 4.5),
             px(y - dir * 6.0),
         );
+    }
+}
+
+/// A point's value for its tooltip: mean ± CI, or the mean with its
+/// asymmetric (Wilson) interval in brackets.
+fn point_text(pt: &crate::plan::Point, sc: &Scale) -> String {
+    match pt.interval {
+        Some((lo, hi)) => format!(
+            "{} [{}–{}]",
+            num(sc.apply(pt.mean), 3),
+            num(sc.apply(lo), 3),
+            num(sc.apply(hi), 3)
+        ),
+        None => crate::fmt::mean_ci(sc.apply(pt.mean), sc.apply(pt.ci95)),
     }
 }
 
@@ -1094,14 +1108,15 @@ fn draw_bars(
                     .get(pt.x as usize)
                     .map(String::as_str)
                     .unwrap_or("")),
-                esc(&crate::fmt::mean_ci(m, sc.apply(pt.ci95))),
+                esc(&point_text(pt, sc)),
                 esc(&sc.unit),
                 if pt.cv_warning { " (cv > 10 %)" } else { "" }
             );
-            let ci = sc.apply(pt.ci95);
+            let (lo, hi) = pt.ends();
+            let (lo, hi) = (sc.apply(lo), sc.apply(hi));
             let xc = x + bw / 2.0;
-            if ci > 0.0 {
-                let (y1, y2) = (yp(m - ci), yp(m + ci));
+            if hi > lo {
+                let (y1, y2) = (yp(lo), yp(hi));
                 let _ = write!(
                     out,
                     r##"<path class="ci" d="M{x} {y1}V{y2}M{xl} {y1}H{xr}M{xl} {y2}H{xr}" stroke="#222222" stroke-width="1.3" fill="none"/>"##,
@@ -1111,7 +1126,7 @@ fn draw_bars(
                     xl = px(xc - 3.5),
                     xr = px(xc + 3.5)
                 );
-                clip_marks(out, ya, yp, xc, m, ci, "#222222");
+                clip_marks(out, ya, yp, xc, (lo, hi), "#222222");
             }
         }
         out.push_str("</g>");
@@ -1186,6 +1201,7 @@ mod tests {
             ci95: 0.0,
             cv_warning: false,
             bound: None,
+            interval: None,
         };
         let panel = |hi: f64| Panel {
             metric: &info,
