@@ -227,6 +227,8 @@ pub fn axis_text(axis: &str, value: &str) -> String {
         "codec" => v.to_string(),
         // Derived from the result documents: "Windows → Linux".
         "systems" => v.to_string(),
+        // A combined report's label, as the user wrote it.
+        "campaign" | "pairing" => v.to_string(),
         _ => format!("{axis} {v}"),
     }
 }

@@ -16,12 +16,7 @@ use wirebench_schema::summary::*;
 /// on a 1 Gbit/s link.
 fn n2(x_axis: &str, xs: &[&str]) -> CampaignSummary {
     let metrics = vec![
-        info(
-            "throughput_payload_bps",
-            MetricFamily::Throughput,
-            "Payload throughput",
-            "bit/s",
-        ),
+        common::payload_info(),
         info("loss_ratio", MetricFamily::Loss, "Loss ratio", "ratio"),
         info(
             "cpu_sender",
