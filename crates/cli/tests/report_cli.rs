@@ -330,3 +330,60 @@ fn full_disk_keeps_the_old_report() {
     left.sort();
     assert_eq!(left, ["all.json", "fill", "r.html"], "temporary files left");
 }
+
+/// Two stores labelled as OS pairings: one section first whose tables put
+/// the pairings in columns and whose charts draw them as series.
+#[test]
+fn two_stores_combine_into_one_table_and_one_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    make_store(&dir.path().join("a.db"));
+    make_store(&dir.path().join("b.db"));
+    let out = wb(
+        &[
+            "report",
+            "a.db",
+            "b.db",
+            "--label",
+            "Windows 7 → Linux",
+            "--label",
+            "Linux → Linux",
+            "--units",
+            "Mbit/s",
+            "-o",
+            "c.html",
+        ],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(dir.path().join("c.html")).unwrap();
+    let combined = html.split("<section").nth(1).unwrap();
+    assert!(combined.contains("Campaign combined: Windows 7 → Linux | Linux → Linux"));
+    // One throughput chart: the two pairings × IPv4/IPv6 as series.
+    let thr: Vec<&str> = combined
+        .split("<figure class=\"chart\"")
+        .filter(|f| f.contains("data-family=\"throughput\""))
+        .collect();
+    assert_eq!(thr.len(), 1);
+    for s in ["Windows 7 → Linux, IPv4", "Linux → Linux, IPv6"] {
+        assert!(thr[0].contains(&format!("data-series=\"{s}\"")), "{s}");
+    }
+    assert!(thr[0].contains("Payload throughput (Mbit/s)"));
+    // One table with both pairings as columns.
+    assert!(combined.contains(
+        "<th>Windows 7 → Linux</th><th>Linux → Linux</th><th>Δ Linux → Linux vs Windows 7 → Linux</th>"
+    ));
+    // Then each campaign's own section.
+    assert_eq!(html.matches("<section class=\"campaign\"").count(), 3);
+
+    // One label for two campaigns, or a unit nobody knows: bad input.
+    let out = wb(&["report", "a.db", "b.db", "--label", "x"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--label: 1 given for 2 campaigns"));
+    let out = wb(&["report", "a.db", "--units", "mbps"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Mbit/s"));
+}

@@ -21,9 +21,13 @@ const HW: f64 = 300.0;
 const HH: f64 = 150.0;
 /// Histogram bars between the smallest value and the 99.9th percentile.
 const BINS: usize = 40;
-const COLOURS: [&str; 8] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-];
+/// The colour of line `i` (the charts' colour-blind-safe palette) and,
+/// once the palette is used up, a dash pattern, so no two lines look alike.
+fn line_style(i: usize) -> (&'static str, &'static str) {
+    const DASHES: [&str; 3] = ["", "6 3", "2 2"];
+    let n = crate::svg::PALETTE_LEN;
+    (crate::svg::colour(i), DASHES[(i / n) % DASHES.len()])
+}
 
 /// The x range of a set of dists: smallest value to the largest p99.9
 /// (the far tail would squeeze every curve into one corner).
@@ -58,21 +62,53 @@ fn axes(s: &mut String, w: f64, h: f64, lo: f64, hi: f64, ytop: &str) {
     );
 }
 
-/// One CDF chart: a line per (label, dist).
+/// One CDF chart: a line per (label, dist). The x axis is logarithmic when
+/// the values span a decade or more (delays from an idle and a loaded path
+/// span five), with a tick per decade.
 fn cdf_chart(title: &str, lines: &[(&str, &Histogram)]) -> String {
     let ds: Vec<&Histogram> = lines.iter().map(|l| l.1).collect();
     let Some((lo, hi)) = x_range(&ds) else {
         return String::new();
     };
-    let x = |v: f64| LEFT + ((v - lo) / (hi - lo)).clamp(0.0, 1.0) * (W - LEFT - RIGHT);
+    let log = lo > 0.0 && hi / lo >= 10.0;
+    let frac = |v: f64| {
+        if log {
+            (v.max(lo).log10() - lo.log10()) / (hi.log10() - lo.log10())
+        } else {
+            (v - lo) / (hi - lo)
+        }
+    };
+    let x = |v: f64| LEFT + frac(v).clamp(0.0, 1.0) * (W - LEFT - RIGHT);
     let y = |f: f64| TOP + (1.0 - f.clamp(0.0, 1.0)) * (H - TOP - BOTTOM);
     let mut s = String::new();
     let _ = write!(
         s,
-        "<svg class=\"cdf\" viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{t}\"><text x=\"{LEFT}\" y=\"13\" font-size=\"11\">{t}: share of packets ≤ x</text>",
+        "<svg class=\"cdf\" data-scale=\"{}\" viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{t}\"><text x=\"{LEFT}\" y=\"13\" font-size=\"11\">{t}: share of packets ≤ x{}</text>",
+        if log { "log" } else { "linear" },
+        if log { " (log scale)" } else { "" },
         t = esc(title)
     );
     axes(&mut s, W, H, lo, hi, "1");
+    if log {
+        let scale = scale_for("s", hi);
+        let y0 = H - BOTTOM;
+        let mut e = lo.log10().ceil() as i32;
+        while f64::from(e) <= hi.log10() {
+            let v = 10f64.powi(e);
+            let xx = x(v);
+            // Decades too close to the end labels would overprint them.
+            if xx - LEFT > 40.0 && W - RIGHT - xx > 40.0 {
+                let _ = write!(
+                    s,
+                    "<path class=\"decade\" d=\"M{xx:.1} {TOP}V{y0}\" stroke=\"#e3e3e3\"/><text x=\"{xx:.1}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\">{} {}</text>",
+                    y0 + 12.0,
+                    num(scale.apply(v), 3),
+                    esc(&scale.unit)
+                );
+            }
+            e += 1;
+        }
+    }
     for (i, (label, d)) in lines.iter().enumerate() {
         // A step per bucket: the share rises at the bucket's value.
         let mut pts: Vec<String> = Vec::new();
@@ -86,11 +122,16 @@ fn cdf_chart(title: &str, lines: &[(&str, &Histogram)]) -> String {
             pts.push(format!("{:.1},{:.1}", x(v), y(f)));
             prev = f;
         }
+        let (colour, dash) = line_style(i);
         let _ = write!(
             s,
-            "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.4\"><title>{}</title></polyline>",
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.6\"{}><title>{}</title></polyline>",
             pts.join(" "),
-            COLOURS[i % COLOURS.len()],
+            if dash.is_empty() {
+                String::new()
+            } else {
+                format!(" stroke-dasharray=\"{dash}\"")
+            },
             esc(label)
         );
     }
@@ -200,8 +241,13 @@ pub fn dist_section(out: &mut String, s: &CampaignSummary) {
     for (i, (sc, _)) in with.iter().enumerate() {
         let _ = writeln!(
             out,
-            "<li><span style=\"display:inline-block;width:14px;height:3px;background:{};vertical-align:middle\"></span> {}</li>",
-            COLOURS[i % COLOURS.len()],
+            "<li><svg width=\"22\" height=\"8\" style=\"vertical-align:middle\"><path d=\"M1 4H21\" stroke=\"{}\" stroke-width=\"2.5\"{}/></svg> {}</li>",
+            line_style(i).0,
+            if line_style(i).1.is_empty() {
+                String::new()
+            } else {
+                format!(" stroke-dasharray=\"{}\"", line_style(i).1)
+            },
             esc(&sc.key)
         );
     }
@@ -211,7 +257,7 @@ pub fn dist_section(out: &mut String, s: &CampaignSummary) {
             out.push_str(&histogram(
                 &format!("Delay, {}", sc.key),
                 dd,
-                COLOURS[i % COLOURS.len()],
+                line_style(i).0,
             ));
             out.push('\n');
         }
@@ -242,5 +288,12 @@ mod tests {
         assert!((total - 1.0).abs() < 1e-9, "{total}");
         assert!(histogram("h", &d, "#000").matches("<rect").count() > 30);
         assert!(cdf_chart("x", &[]).is_empty());
+        // 1 µs to 100 µs: two decades, so a log axis with a tick per decade.
+        assert!(svg.contains("data-scale=\"log\"") && svg.contains("class=\"decade\""));
+        let narrow = Histogram::from_counts(7, (100..=200).map(|i| (i * 1000, 1)));
+        assert!(cdf_chart("x", &[("a", &narrow)]).contains("data-scale=\"linear\""));
+        // Every line looks different, past the palette too.
+        let styles: std::collections::BTreeSet<_> = (0..30).map(line_style).collect();
+        assert_eq!(styles.len(), 30);
     }
 }

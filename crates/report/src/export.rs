@@ -18,8 +18,18 @@ pub struct RunRecord {
     pub campaign: String,
     /// Scenario key, as in [`wirebench_schema::summary::ScenarioSummary::key`].
     pub scenario: String,
-    /// Repetition number within the scenario.
+    /// Repetition number within the scenario, counted from 1 as `wirebench
+    /// results list` shows it (the store's row keeps its own index).
     pub repetition: u64,
+    /// The run's id in the results store (`wirebench results show ID`).
+    #[serde(default)]
+    pub run_id: Option<i64>,
+    /// When the run started and ended (RFC 3339, UTC), as the store has them.
+    #[serde(default)]
+    pub started_at: String,
+    /// See `started_at`.
+    #[serde(default)]
+    pub ended_at: String,
     /// "ok", "failed", ... as the store records it.
     pub status: String,
     /// Axis name → value as text, as in the scenario's summary.
@@ -32,6 +42,8 @@ pub struct RunRecord {
 pub const AGGREGATES_CSV: &str = "aggregates.csv";
 /// The per-run file `write_csv` creates beside [`AGGREGATES_CSV`].
 pub const RUNS_CSV: &str = "runs.csv";
+/// The per-run file in long form (one row per run × metric, with units).
+pub const RUNS_LONG_CSV: &str = "runs_long.csv";
 
 /// Quotes one CSV field when needed.
 pub fn csv_field(s: &str) -> String {
@@ -170,17 +182,87 @@ pub fn aggregates_csv(summaries: &[CampaignSummary]) -> String {
     out
 }
 
-/// One row per run, one column per metric (wide, as spreadsheets like it).
-pub fn runs_csv(runs: &[RunRecord]) -> String {
-    let fixed = ["campaign", "scenario", "repetition", "status"];
+/// The run columns every per-run file starts with.
+const RUN_COLUMNS: [&str; 7] = [
+    "campaign",
+    "run_id",
+    "scenario",
+    "repetition",
+    "status",
+    "started_at",
+    "ended_at",
+];
+
+fn run_fields(r: &RunRecord) -> Vec<String> {
+    vec![
+        r.campaign.clone(),
+        r.run_id.map(|i| i.to_string()).unwrap_or_default(),
+        r.scenario.clone(),
+        r.repetition.to_string(),
+        r.status.clone(),
+        r.started_at.clone(),
+        r.ended_at.clone(),
+    ]
+}
+
+/// Axis columns of the per-run files, first-seen order, and whether a
+/// `paced` column follows them: `pps` holds a number or "max" (unpaced), so
+/// it is written as the number (empty when unpaced) plus `paced` true/false,
+/// and the column stays numeric for a spreadsheet or a data frame.
+fn run_axes(runs: &[RunRecord]) -> (Vec<String>, bool) {
     let mut axes: Vec<String> = Vec::new();
-    let mut metrics: Vec<String> = Vec::new();
     for r in runs {
         for a in r.axes.keys() {
             if !axes.contains(a) {
                 axes.push(a.clone());
             }
         }
+    }
+    let paced = axes.iter().any(|a| a == PPS);
+    (axes, paced)
+}
+
+const PPS: &str = "pps";
+
+fn axis_fields(r: &RunRecord, axes: &[String], paced: bool) -> Vec<String> {
+    let mut out: Vec<String> = axes
+        .iter()
+        .map(|a| {
+            let v = r.axes.get(a).cloned().unwrap_or_default();
+            if a == PPS && v.trim().parse::<f64>().is_err() {
+                String::new()
+            } else {
+                v
+            }
+        })
+        .collect();
+    if paced {
+        let v = r.axes.get(PPS).map(|v| v.trim()).unwrap_or("");
+        out.push(match v {
+            "" => String::new(),
+            v if v.parse::<f64>().is_ok() => "true".into(),
+            _ => "false".into(),
+        });
+    }
+    out
+}
+
+fn run_header(axes: &[String], paced: bool) -> Vec<String> {
+    let mut head: Vec<String> = RUN_COLUMNS.iter().map(|s| s.to_string()).collect();
+    head.extend(axes.iter().map(|a| axis_col(a, &RUN_COLUMNS)));
+    if paced {
+        head.push(axis_col("paced", &RUN_COLUMNS));
+    }
+    head
+}
+
+/// One row per run, one column per metric (wide, as spreadsheets like it).
+/// Every metric column is a number in the SI unit of the metric table
+/// (`runs_long.csv` names it per row); run id and times identify the run.
+pub fn runs_csv(runs: &[RunRecord]) -> String {
+    let (axes, paced) = run_axes(runs);
+    let mut metrics: Vec<String> = Vec::new();
+    for r in runs {
         for m in r.metrics.keys() {
             if !metrics.contains(m) {
                 metrics.push(m.clone());
@@ -189,21 +271,12 @@ pub fn runs_csv(runs: &[RunRecord]) -> String {
     }
     metrics.sort();
     let mut out = String::new();
-    let mut head: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
-    head.extend(axes.iter().map(|a| axis_col(a, &fixed)));
+    let mut head = run_header(&axes, paced);
     head.extend(metrics.iter().cloned());
     csv_line(&mut out, &head);
     for r in runs {
-        let mut row = vec![
-            r.campaign.clone(),
-            r.scenario.clone(),
-            r.repetition.to_string(),
-            r.status.clone(),
-        ];
-        row.extend(
-            axes.iter()
-                .map(|a| r.axes.get(a).cloned().unwrap_or_default()),
-        );
+        let mut row = run_fields(r);
+        row.extend(axis_fields(r, &axes, paced));
         row.extend(
             metrics
                 .iter()
@@ -214,11 +287,44 @@ pub fn runs_csv(runs: &[RunRecord]) -> String {
     out
 }
 
+/// The tidy (long) form: one row per run × metric with its `value` and
+/// `unit` (the metric table's SI unit), for R's tidyverse or pandas'
+/// `pivot`. A run without metrics (failed) keeps one row with an empty
+/// metric, so no run disappears.
+pub fn runs_long_csv(runs: &[RunRecord]) -> String {
+    let (axes, paced) = run_axes(runs);
+    let mut out = String::new();
+    let mut head = run_header(&axes, paced);
+    head.extend(["metric", "value", "unit"].map(String::from));
+    csv_line(&mut out, &head);
+    for r in runs {
+        let mut lead = run_fields(r);
+        lead.extend(axis_fields(r, &axes, paced));
+        if r.metrics.is_empty() {
+            let mut row = lead.clone();
+            row.extend([String::new(), String::new(), String::new()]);
+            csv_line(&mut out, &row);
+        }
+        for (k, v) in &r.metrics {
+            let mut row = lead.clone();
+            row.push(k.clone());
+            row.push(csv_num(*v));
+            row.push(
+                wirebench_schema::metrics::metric(k)
+                    .map(|m| m.unit.to_string())
+                    .unwrap_or_default(),
+            );
+            csv_line(&mut out, &row);
+        }
+    }
+    out
+}
+
 fn write_file(path: &Path, text: &str) -> Result<(), ReportError> {
     crate::write_output(path, text.as_bytes())
 }
 
-/// Writes `aggregates.csv` (always) and `runs.csv` (when runs are given) into
+/// Writes `aggregates.csv` (always), `runs.csv` and `runs_long.csv` (when runs are given) into
 /// `dir`, creating it. Returns the paths written.
 pub fn write_csv(
     dir: &Path,
@@ -236,6 +342,9 @@ pub fn write_csv(
     if let Some(runs) = runs {
         let p = dir.join(RUNS_CSV);
         write_file(&p, &runs_csv(runs))?;
+        written.push(p);
+        let p = dir.join(RUNS_LONG_CSV);
+        write_file(&p, &runs_long_csv(runs))?;
         written.push(p);
     }
     Ok(written)

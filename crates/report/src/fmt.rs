@@ -77,6 +77,7 @@ pub fn scale_for(unit: &str, max_abs: f64) -> Scale {
         }
         "ratio" => s(100.0, "%"),
         "share of one core" => s(100.0, "% of one core"),
+        "share of all its cores" => s(100.0, "% of all cores"),
         "bytes" | "B" => {
             if m >= 1e9 {
                 s(1e-9, "GB")
@@ -93,20 +94,35 @@ pub fn scale_for(unit: &str, max_abs: f64) -> Scale {
 }
 
 /// [`scale_for`] with the campaign's throughput units: `Ditg` shows bit/s
-/// as the studies' D-ITG "Mbps", ITGDec's kbit/s divided by 1024 (bit/s ÷
-/// 1 024 000, S5); every other unit is unchanged.
+/// as the studies' D-ITG figures, ITGDec's kbit/s called "Kbps" below 1
+/// Mbps (the thesis's 73.6 Kbps of G.729.3) and kbit/s divided by 1024
+/// called "Mbps" above (bit/s ÷ 1 024 000, S5); the forced units show
+/// every throughput in the one unit asked for. Other units are unchanged.
 pub fn scale_in(unit: &str, max_abs: f64, units: ThroughputUnits) -> Scale {
-    match (units, unit) {
-        (ThroughputUnits::Ditg, "bit/s" | "bps" | "b/s") => Scale {
-            factor: 1.0 / 1_024_000.0,
-            unit: DITG_MBPS.to_string(),
-        },
-        _ => scale_for(unit, max_abs),
+    use ThroughputUnits as U;
+    if !matches!(unit, "bit/s" | "bps" | "b/s") {
+        return scale_for(unit, max_abs);
+    }
+    let s = |factor: f64, unit: &str| Scale {
+        factor,
+        unit: unit.to_string(),
+    };
+    match units {
+        U::Si => scale_for(unit, max_abs),
+        U::Ditg if max_abs.is_finite() && max_abs.abs() < 1_024_000.0 => s(1e-3, DITG_KBPS),
+        U::Ditg | U::DitgMbps => s(1.0 / 1_024_000.0, DITG_MBPS),
+        U::DitgKbps => s(1e-3, DITG_KBPS),
+        U::Bits => s(1.0, "bit/s"),
+        U::Kbits => s(1e-3, "kbit/s"),
+        U::Mbits => s(1e-6, "Mbit/s"),
+        U::Gbits => s(1e-9, "Gbit/s"),
     }
 }
 
 /// The unit label of D-ITG's "Mbps" (kbit/s ÷ 1024).
 pub const DITG_MBPS: &str = "Mbps, D-ITG: kbit/s ÷ 1024";
+/// The unit label of D-ITG's "Kbps" (ITGDec's kbit/s).
+pub const DITG_KBPS: &str = "Kbps, D-ITG";
 
 /// Decimals needed to show `v` with `sig` significant digits.
 pub fn decimals_for(v: f64, sig: i32) -> usize {
@@ -122,11 +138,15 @@ pub fn num(v: f64, sig: i32) -> String {
     if !v.is_finite() {
         return "–".to_string();
     }
-    let s = format!("{:.*}", decimals_for(v, sig), v);
-    if s == "-0" {
-        "0".to_string()
-    } else {
-        s
+    no_negative_zero(format!("{:.*}", decimals_for(v, sig), v))
+}
+
+/// A formatted number that rounds to zero reads "0", never "-0" or
+/// "-0.00" (a drop of -0.0001 packets is no drop).
+pub fn no_negative_zero(s: String) -> String {
+    match s.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => s,
     }
 }
 
@@ -138,10 +158,11 @@ pub fn mean_ci(mean: f64, ci: f64) -> String {
     }
     let d = decimals_for(mean, 3).max(if ci > 0.0 { decimals_for(ci, 2) } else { 0 });
     let d = d.min(9);
+    let m = no_negative_zero(format!("{:.*}", d, mean));
     if ci > 0.0 && ci.is_finite() {
-        format!("{:.*} ± {:.*}", d, mean, d, ci)
+        format!("{m} ± {:.*}", d, ci)
     } else {
-        format!("{:.*}", d, mean)
+        m
     }
 }
 
@@ -168,6 +189,48 @@ pub fn px(v: f64) -> String {
     } else {
         s.to_string()
     }
+}
+
+/// Standard base64 (RFC 4648 §4, with padding), for `data:` links that let
+/// a reader save one chart as its own file without a script.
+pub fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= c.len() {
+                out.push(char::from(A[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A file name made of the text's letters, digits and dashes.
+pub fn file_stem(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
+/// The `<svg>` element of a chart as a file of its own: the XML namespace an
+/// SVG outside HTML needs, and an XML declaration.
+pub fn standalone_svg(svg: &str) -> String {
+    let ns = concat!("xmlns=\"http", "://www.w3.org/2000/svg\"");
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{}\n",
+        svg.replacen("<svg ", &format!("<svg {ns} "), 1)
+    )
 }
 
 /// A readable name for a matrix axis used on the x axis of a chart.
@@ -208,6 +271,22 @@ mod tests {
     }
 
     #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(i.as_bytes()), o, "{i:?}");
+        }
+        assert_eq!(file_stem("S5: IPv4 / IPv6"), "s5-ipv4-ipv6");
+    }
+
+    #[test]
     fn numbers() {
         assert_eq!(num(941.234, 3), "941");
         assert_eq!(num(0.012345, 3), "0.0123");
@@ -217,5 +296,14 @@ mod tests {
         assert_eq!(pct(-6.0), "-6.0 %");
         assert_eq!(px(1.0), "1");
         assert_eq!(px(1.255), "1.25");
+        // A real negative stays negative; one that rounds to zero does not.
+        assert_eq!(mean_ci(-0.0001, 0.0), "-0.000100");
+        assert_eq!(mean_ci(-0.0, 0.0), "0");
+        assert_eq!(mean_ci(-0.0, 0.01), "0.000 ± 0.010");
+        assert_eq!(pct(-0.01), "0.0 %");
+        assert_eq!(mean_ci(-0.4, 0.5), "-0.400 ± 0.500");
+        assert!(!num(-1e-12, 3).starts_with('-'));
+        assert_eq!(no_negative_zero("-0.00".into()), "0.00");
+        assert_eq!(no_negative_zero("-0.01".into()), "-0.01");
     }
 }

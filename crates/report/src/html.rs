@@ -11,9 +11,7 @@ use crate::plan::{self, bound_applies, family_title, ChartKind};
 use crate::svg;
 use crate::wide;
 use std::fmt::Write as _;
-use wirebench_schema::summary::{
-    Better, CampaignSummary, MetricInfo, ScenarioSummary, ThroughputUnits,
-};
+use wirebench_schema::summary::{Better, CampaignSummary, MetricInfo, ScenarioSummary};
 
 const CSS: &str = r#"
 :root{color-scheme:light}
@@ -46,6 +44,8 @@ dl.env dt{font-weight:bold}
 dl.env dd{margin:0;font-family:"DejaVu Sans Mono",monospace;white-space:pre-wrap;word-break:break-all}
 pre.campaign-file{background:#f6f6f6;border:1px solid #ddd;padding:10px;font-size:12.5px;overflow-x:auto;white-space:pre}
 .legendnote{font-size:12px;color:#555}
+a.svg-download{font-size:12px;white-space:nowrap}
+@media print{a.svg-download{display:none}}
 @media print{body{max-width:none;margin:0}.tablewrap{overflow:visible}figure.chart{break-inside:avoid}th,td{white-space:normal}}
 "#;
 
@@ -193,7 +193,10 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
     }
     let lay = plan::layout(s);
     let series_note = if lay.series_axes.is_empty() {
-        "all scenarios form one series".to_string()
+        format!(
+            "one series: {}",
+            lay.series_labels.first().map(String::as_str).unwrap_or("")
+        )
     } else {
         format!(
             "one series per combination of {}",
@@ -210,13 +213,14 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
             .count();
         let _ = write!(
             out,
-            "<figure class=\"chart\" data-family=\"{}\" data-kind=\"{}\" data-series-count=\"{}\">\n{}\n<figcaption>{} ({}).</figcaption>\n</figure>\n",
+            "<figure class=\"chart\" data-family=\"{}\" data-kind=\"{}\" data-series-count=\"{}\">\n{}\n<figcaption>{} ({}). {}</figcaption>\n</figure>\n",
             plan::family_key(chart.family),
             if chart.kind == ChartKind::Line { "line" } else { "bars" },
             n_series,
             fig.svg,
             fig.caption,
-            esc(&series_note)
+            esc(&series_note),
+            download_link(&fig.svg, &format!("{}-{}-{}", s.name, fig_base + ci, plan::family_key(chart.family)))
         );
     }
 
@@ -229,7 +233,7 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
         .filter(|c| varying.iter().any(|v| v == c));
     let _ = writeln!(
         out,
-        "<p class=\"legendnote\">Mean ± half-width of the 95 % confidence interval (Student t) over the repetitions. <span class=\"cvflag\">cv</span> marks a coefficient of variation above 10 %: the runs disagree and the mean deserves doubt.{}{}</p>",
+        "<p class=\"legendnote\">Mean ± half-width of the 95 % confidence interval (Student t) over the repetitions; the loss ratio is lost ÷ sent over every packet of the repetitions with its Wilson 95 % interval in brackets. <span class=\"cvflag\">cv</span> marks a coefficient of variation above 10 %: the runs disagree and the mean deserves doubt.{}{}</p>",
         match columns {
             Some(c) => format!(
                 " The values of {} stand side by side; Δ: change of the mean against the first of them (green is better, red worse); a mean row closes each sweep over {}.",
@@ -239,8 +243,8 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
             None if s.baseline.is_some() => " Δ: change of the mean against the baseline scenario (green rows); green Δ is better, red worse.".to_string(),
             None => String::new(),
         },
-        if s.report.units == ThroughputUnits::Ditg {
-            " Throughput in D-ITG's Mbps: ITGDec's kbit/s divided by 1024, as the studies printed it."
+        if s.report.units.is_ditg() {
+            " Throughput in D-ITG's units, as the studies printed them: Kbps is ITGDec's kbit/s, Mbps is that divided by 1024."
         } else {
             ""
         }
@@ -256,6 +260,16 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
             }
         }
     }
+}
+
+/// A link that saves the chart as its own SVG file (a `data:` URL: the
+/// report stays one file without scripts).
+pub(crate) fn download_link(svg: &str, name: &str) -> String {
+    format!(
+        "<a class=\"svg-download\" download=\"{}.svg\" href=\"data:image/svg+xml;base64,{}\">Download SVG</a>",
+        esc(&crate::fmt::file_stem(name)),
+        crate::fmt::base64(crate::fmt::standalone_svg(svg).as_bytes())
+    )
 }
 
 /// Width the page gives a table, px (the body's 1180 px less its padding).
@@ -343,21 +357,52 @@ pub(crate) fn higher_is_better(m: &MetricInfo) -> Option<bool> {
     }
 }
 
-/// One display unit per metric over every scenario, so a column's values
-/// compare at a glance.
-pub(crate) fn column_scales(s: &CampaignSummary, ms: &[&MetricInfo]) -> Vec<Scale> {
+/// One display unit per stored unit over the whole family (`family`) and
+/// every scenario, so payload and Ethernet throughput read in the same
+/// unit, in every table the family is split into.
+pub(crate) fn column_scales(
+    s: &CampaignSummary,
+    ms: &[&MetricInfo],
+    family: &[&MetricInfo],
+) -> Vec<Scale> {
     ms.iter()
         .map(|m| {
-            let max = s
-                .scenarios
+            let max = family
                 .iter()
-                .filter_map(|sc| sc.metrics.get(&m.key))
+                .filter(|f| f.unit == m.unit)
+                .flat_map(|f| s.scenarios.iter().filter_map(|sc| sc.metrics.get(&f.key)))
                 .filter(|st| st.mean.is_finite())
                 .map(|st| st.mean.abs())
                 .fold(0.0, f64::max);
             scale_in(&m.unit, max, s.report.units)
         })
         .collect()
+}
+
+/// A cell's text: mean ± CI, or for the loss ratio the share of every
+/// packet of the repetitions with its Wilson interval in brackets (a
+/// Student-t interval over two runs reads "20 ± 257 %").
+pub(crate) fn cell_text(
+    m: &MetricInfo,
+    scn: &ScenarioSummary,
+    st: &wirebench_schema::summary::MetricStats,
+    sc: &Scale,
+) -> String {
+    if m.key == plan::PROPORTION {
+        if let Some((p, lo, hi)) = plan::loss_proportion(scn) {
+            let (p, lo, hi) = (sc.apply(p), sc.apply(lo), sc.apply(hi));
+            let d = crate::fmt::decimals_for(p.max(hi), 3).min(6);
+            return format!(
+                "{} [{:.*}–{:.*}]",
+                crate::fmt::no_negative_zero(format!("{p:.d$}")),
+                d,
+                lo,
+                d,
+                hi
+            );
+        }
+    }
+    mean_ci(sc.apply(st.mean), sc.apply(st.ci95))
 }
 
 /// One table of a family's metrics `ms` (all of `family`, or the part of
@@ -370,7 +415,7 @@ fn family_table(
     family: &[&MetricInfo],
 ) {
     let has_baseline = s.baseline.is_some();
-    let scales = column_scales(s, ms);
+    let scales = column_scales(s, ms, family);
     let bound_metric = ms.iter().position(|m| bound_applies(m, family));
     let any_bound =
         bound_metric.is_some() && s.scenarios.iter().any(|sc| sc.upper_bound_bps.is_some());
@@ -446,7 +491,7 @@ fn family_table(
         for (m, sc) in ms.iter().zip(&scales) {
             match scn.metrics.get(&m.key) {
                 Some(st) if st.n > 0 => {
-                    let cell = mean_ci(sc.apply(st.mean), sc.apply(st.ci95));
+                    let cell = cell_text(m, scn, st, sc);
                     if st.cv_warning {
                         let _ = write!(
                             out,

@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod combine;
 mod dist;
 mod export;
 mod fmt;
@@ -25,9 +26,10 @@ mod wide;
 use std::path::{Path, PathBuf};
 pub use wirebench_schema::summary::CampaignSummary;
 
+pub use combine::{combine, CombineError, CAMPAIGN_AXIS};
 pub use export::{
-    aggregates_csv, csv_field, runs_csv, to_json, write_csv, write_json, RunRecord, AGGREGATES_CSV,
-    JSON_SCHEMA, RUNS_CSV,
+    aggregates_csv, csv_field, runs_csv, runs_long_csv, to_json, write_csv, write_json, RunRecord,
+    AGGREGATES_CSV, JSON_SCHEMA, RUNS_CSV, RUNS_LONG_CSV,
 };
 pub use fmt::esc as escape_html;
 

@@ -34,6 +34,49 @@ pub struct Point {
     pub cv_warning: bool,
     /// Ethernet upper bound for this scenario, drawn on payload throughput.
     pub bound: Option<f64>,
+    /// An interval that is not mean ± ci95: the Wilson interval of a
+    /// proportion (loss), whose ends are not symmetric about the mean.
+    pub interval: Option<(f64, f64)>,
+}
+
+impl Point {
+    /// Lower and upper end of the point's 95 % interval.
+    pub fn ends(&self) -> (f64, f64) {
+        self.interval
+            .unwrap_or((self.mean - self.ci95, self.mean + self.ci95))
+    }
+}
+
+/// The Wilson score interval of a proportion of `x` successes in `n`
+/// trials at 95 % (z = 1.96; E. B. Wilson, JASA 22, 1927): unlike mean ±
+/// t·sd/√n it stays inside 0…1 and is not zero when no packet was lost.
+pub fn wilson(x: f64, n: f64) -> Option<(f64, f64)> {
+    if n.is_nan() || n <= 0.0 || !(0.0..=n).contains(&x) {
+        return None;
+    }
+    const Z: f64 = 1.959_963_984_540_054;
+    let p = x / n;
+    let z2 = Z * Z;
+    let denom = 1.0 + z2 / n;
+    let centre = (p + z2 / (2.0 * n)) / denom;
+    let half = Z / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    Some(((centre - half).max(0.0), (centre + half).min(1.0)))
+}
+
+/// The metric whose interval is a Wilson interval: the loss ratio, a
+/// proportion of packets.
+pub const PROPORTION: &str = "loss_ratio";
+
+/// A scenario's loss as a proportion over every packet of its runs:
+/// (lost / sent pooled over the repetitions, Wilson low, Wilson high), from
+/// the `lost_packets` and `packets_sent` means × n. None without counts.
+pub fn loss_proportion(sc: &ScenarioSummary) -> Option<(f64, f64, f64)> {
+    let lost = sc.metrics.get("lost_packets").filter(|m| m.n > 0)?;
+    let sent = sc.metrics.get("packets_sent").filter(|m| m.n > 0)?;
+    let x = (lost.mean * lost.n as f64).round();
+    let n = (sent.mean * sent.n as f64).round();
+    let (lo, hi) = wilson(x, n)?;
+    Some((x / n, lo, hi))
 }
 
 /// The scenarios that share every axis value but x: one line or one
@@ -76,6 +119,9 @@ pub struct Chart<'a> {
     pub units: ThroughputUnits,
     /// Whether a line chart's y axis may start above zero (`[report] zoom`).
     pub zoom: bool,
+    /// CPUs of the measuring host (0: unknown): a "share of one core" is at
+    /// most this many cores.
+    pub cpus: usize,
 }
 
 /// How the scenarios of one campaign split into x values and series.
@@ -167,6 +213,7 @@ pub fn axis_text(axis: &str, value: &str) -> String {
         "payload" => format!("{v} B payload"),
         "frame" => format!("{v} B frames"),
         "mtu" => format!("MTU {v}"),
+        "pps" if v == "max" => "unpaced".into(),
         "pps" => format!("{v} pkt/s"),
         "flows" => format!("{v} flows"),
         "link_rate" => format!("{v} link"),
@@ -180,6 +227,8 @@ pub fn axis_text(axis: &str, value: &str) -> String {
         "codec" => v.to_string(),
         // Derived from the result documents: "Windows → Linux".
         "systems" => v.to_string(),
+        // A combined report's label, as the user wrote it.
+        "campaign" | "pairing" => v.to_string(),
         _ => format!("{axis} {v}"),
     }
 }
@@ -222,6 +271,17 @@ pub struct Part {
     pub title: Option<String>,
     /// The campaign restricted to this part's scenarios.
     pub summary: CampaignSummary,
+}
+
+/// Axes whose values name kinds, not quantities, even when they are
+/// written as numbers (`ip = [4, 6]`): a line between IPv4 and IPv6 would
+/// invent values in between, so they are drawn as grouped bars.
+#[rustfmt::skip]
+pub const CATEGORICAL_AXES: &[&str] = &["ip", "transport", "meter", "app", "codec", "pairing", "sender", "systems", "campaign", "offloads", "direction", "cc", "dscp", "idt", "size"];
+
+/// Whether an axis is one of [`CATEGORICAL_AXES`].
+pub fn is_categorical(axis: &str) -> bool {
+    CATEGORICAL_AXES.contains(&axis)
 }
 
 fn numeric(v: &str) -> bool {
@@ -291,7 +351,7 @@ pub fn parts(s: &CampaignSummary) -> Vec<Part> {
         let lone_sub = sub_summary(s, &lone, None);
         let x2 = varying_axes(&lone_sub)
             .into_iter()
-            .filter(|a| Some(a) != lay.x_axis.as_ref())
+            .filter(|a| Some(a) != lay.x_axis.as_ref() && !is_categorical(a))
             .filter(|a| {
                 lone_sub
                     .scenarios
@@ -380,6 +440,12 @@ pub fn parts(s: &CampaignSummary) -> Vec<Part> {
         .collect()
 }
 
+/// Axes a one-series legend names when they hold one value: what a reader
+/// needs to tell the figure from its neighbours (test-bed settings such as
+/// the link rate are in the header's fixed axes).
+#[rustfmt::skip]
+const LEGEND_FIXED: &[&str] = &["ip", "transport", "app", "codec", "pairing", "sender", "systems", "campaign", "payload", "frame", "pps", "mtu"];
+
 /// Decides x axis, chart kind and series for a campaign.
 pub fn layout(s: &CampaignSummary) -> Layout {
     let varying = varying_axes(s);
@@ -400,6 +466,7 @@ pub fn layout(s: &CampaignSummary) -> Layout {
     };
     let numeric = x_axis.as_ref().is_some_and(|x| {
         s.x_axis.as_deref() == Some(x.as_str())
+            && !is_categorical(x)
             && s.scenarios.iter().all(|sc| {
                 axis_value(sc, x)
                     .trim()
@@ -418,11 +485,21 @@ pub fn layout(s: &CampaignSummary) -> Layout {
         .cloned()
         .collect();
 
+    // One series: the legend names what the scenarios share instead (the
+    // application and codec of a part, say), never "all scenarios".
+    let label_axes: Vec<String> = if series_axes.is_empty() {
+        all_axes(s)
+            .into_iter()
+            .filter(|a| Some(a) != x_axis.as_ref() && LEGEND_FIXED.contains(&a.as_str()))
+            .collect()
+    } else {
+        series_axes.clone()
+    };
     let mut categories: Vec<String> = Vec::new();
     let mut series_labels: Vec<String> = Vec::new();
     let mut place = Vec::with_capacity(s.scenarios.len());
     for sc in &s.scenarios {
-        let label = series_label(sc, &series_axes);
+        let label = series_label(sc, &label_axes);
         let si = match series_labels.iter().position(|l| *l == label) {
             Some(i) => i,
             None => {
@@ -576,6 +653,11 @@ pub fn charts(s: &CampaignSummary) -> Vec<Chart<'_>> {
                     },
                     cv_warning: st.cv_warning,
                     bound,
+                    interval: if m.key == PROPORTION {
+                        loss_proportion(sc).map(|(_, lo, hi)| (lo, hi))
+                    } else {
+                        None
+                    },
                 });
             }
             for se in &mut series {
@@ -593,6 +675,7 @@ pub fn charts(s: &CampaignSummary) -> Vec<Chart<'_>> {
             draws_bound,
             units: s.report.units,
             zoom: s.report.zoom,
+            cpus: s.environment.cpus,
         });
     }
     out
@@ -784,6 +867,19 @@ mod tests {
                 assert_eq!(m.family, f, "{k}");
             }
         }
+    }
+
+    /// Wilson's interval, checked against values worked by hand from the
+    /// formula: 0 of 100 gives [0, 3.70 %], 20 of 100 [13.34 %, 28.88 %].
+    #[test]
+    fn wilson_intervals() {
+        let (lo, hi) = wilson(0.0, 100.0).unwrap();
+        assert!(lo.abs() < 1e-12, "{lo}");
+        assert!((hi - 0.036_993).abs() < 1e-5, "{hi}");
+        let (lo, hi) = wilson(20.0, 100.0).unwrap();
+        assert!((lo - 0.133_367).abs() < 1e-5, "{lo}");
+        assert!((hi - 0.288_829).abs() < 1e-5, "{hi}");
+        assert!(wilson(1.0, 0.0).is_none() && wilson(5.0, 4.0).is_none());
     }
 
     #[test]

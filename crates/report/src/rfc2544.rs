@@ -37,6 +37,7 @@ fn point(x: f64, y: f64, bound: Option<f64>) -> Point {
         ci95: 0.0,
         cv_warning: false,
         bound,
+        interval: None,
     }
 }
 
@@ -165,6 +166,7 @@ fn throughput_chart(out: &mut String, r: &Rfc2544Summary, id: usize) {
         units: Default::default(),
         // Throughput from 0: the line rates and the loss both start there.
         zoom: false,
+        cpus: 0,
     };
     let caption = if draws_bound {
         "Throughput (RFC 2544 §26.1) against frame size (nominal; 64 B is sent as the smallest frame that carries the probe header; an IMIX is in the table only). Dashed: the line rate of each size (RFC 2544 Appendix A's maximum frame rate)."
@@ -216,6 +218,7 @@ fn loss_chart(out: &mut String, r: &Rfc2544Summary, id: usize) {
         draws_bound: false,
         units: Default::default(),
         zoom: false,
+        cpus: 0,
     };
     let caption = format!(
         "Frame-loss rate (RFC 2544 §26.3): (offered − received) / offered at each offered load, % of the {of}, from 100 % down until two loads lose nothing; one trial per point."

@@ -15,6 +15,8 @@ const PALETTE: [&str; 11] = [
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C564B",
     "#7F7F7F", "#BCBD22", "#9467BD",
 ];
+/// Distinct colours before they repeat.
+pub const PALETTE_LEN: usize = PALETTE.len();
 const MARKERS: usize = 6;
 
 const FIG_W: f64 = 960.0;
@@ -222,6 +224,17 @@ impl YAxis {
         }
     }
 
+    /// Ends a linear axis at `top` when its rounded end lies above it, so
+    /// that no tick reads a value the quantity cannot take.
+    fn clip_top(&mut self, top: f64) {
+        if self.log || top.is_nan() || top <= self.lo || self.hi <= top {
+            return;
+        }
+        self.hi = top;
+        let eps = (self.hi - self.lo) * 1e-9;
+        self.ticks.retain(|t| t.0 <= top + eps);
+    }
+
     /// Fraction 0 (bottom) … 1 (top); values outside are clamped by callers.
     fn frac(&self, v: f64) -> f64 {
         if self.log {
@@ -241,16 +254,17 @@ fn extent(p: &Panel, sc: &Scale) -> (f64, f64, f64) {
     for s in &p.series {
         for pt in &s.points {
             let m = sc.apply(pt.mean);
-            let c = sc.apply(pt.ci95);
-            for v in [m - c, m + c, m] {
+            let (lo, hi) = pt.ends();
+            let (lo, hi) = (sc.apply(lo), sc.apply(hi));
+            for v in [lo, hi, m] {
                 min = min.min(v);
                 max = max.max(v);
             }
             if m > 0.0 {
                 min_pos = min_pos.min(m);
             }
-            if m - c > 0.0 {
-                min_pos = min_pos.min(m - c);
+            if lo > 0.0 {
+                min_pos = min_pos.min(lo);
             }
             if let Some(b) = pt.bound {
                 max = max.max(sc.apply(b));
@@ -270,6 +284,9 @@ fn extent(p: &Panel, sc: &Scale) -> (f64, f64, f64) {
 /// campaign says `zoom = false`.
 pub(crate) fn zoom_from(chart: &Chart, p: &Panel, sc: &Scale) -> Option<f64> {
     if !chart.zoom || chart.kind != ChartKind::Line {
+        return None;
+    }
+    if mean_spread(p).is_some_and(|d| d < NO_VISIBLE_DIFFERENCE) {
         return None;
     }
     let (min, max, _) = extent(p, sc);
@@ -309,6 +326,49 @@ fn wants_log(chart: &Chart, p: &Panel) -> bool {
     }
     lo.is_finite() && hi / lo >= 30.0
 }
+
+/// The largest value the panel's metric can physically take, in display
+/// units: 100 % for ratios and shares of all cores, the host's cores for a
+/// share of one core, 5 for MOS and 100 for the R factor, and the link's
+/// payload bound plus 10 % for throughput (room to show a measurement above
+/// it, which is an error the tables flag). None where nothing bounds it.
+pub(crate) fn physical_limit(chart: &Chart, p: &Panel, sc: &Scale) -> Option<f64> {
+    let m = p.metric;
+    match (m.unit.as_str(), m.key.as_str()) {
+        ("ratio" | "share of all its cores", _) => Some(sc.apply(1.0)),
+        ("share of one core", _) => (chart.cpus > 0).then(|| sc.apply(chart.cpus as f64)),
+        (_, "mos") => Some(5.0),
+        (_, "r_factor") => Some(100.0),
+        ("bit/s", _) => p
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .filter_map(|pt| pt.bound)
+            .reduce(f64::max)
+            .map(|b| sc.apply(b) * 1.1),
+        _ => None,
+    }
+}
+
+/// The spread of a panel's means, (largest − smallest) / largest, when it
+/// has two or more positive means.
+pub(crate) fn mean_spread(p: &Panel) -> Option<f64> {
+    let means: Vec<f64> = p
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|pt| pt.mean))
+        .collect();
+    if means.len() < 2 || means.iter().any(|m| !m.is_finite() || *m <= 0.0) {
+        return None;
+    }
+    let hi = means.iter().copied().fold(f64::MIN, f64::max);
+    let lo = means.iter().copied().fold(f64::MAX, f64::min);
+    Some((hi - lo) / hi)
+}
+
+/// Differences under this share of the largest mean are not drawn larger
+/// than they are (no zoomed axis): the caption says "no visible difference".
+pub(crate) const NO_VISIBLE_DIFFERENCE: f64 = 0.01;
 
 pub struct Figure {
     pub svg: String,
@@ -489,6 +549,23 @@ pub fn render(chart: &Chart, fig_index: usize) -> Figure {
             zoom_from(chart, p, &sc).map(|z| format!("{} {}", num(z, 4), sc.unit))
         })
         .collect();
+    if s_clipped(&out) {
+        caption.push_str(" Error bars ending in an arrowhead are cut at the end of the axis (the physical limit of the quantity, or 1.5 × the largest mean): the interval reaches further, as a wide Student-t interval over few repetitions does; the tables give it whole.");
+    }
+    let flat: Vec<String> = chart
+        .panels
+        .iter()
+        .filter_map(mean_spread)
+        .filter(|d| *d < NO_VISIBLE_DIFFERENCE)
+        .map(|d| format!("{} %", num(d * 100.0, 2)))
+        .collect();
+    if !flat.is_empty() {
+        let _ = write!(
+            caption,
+            " No visible difference: every mean lies within {} of the largest, so the axis is not zoomed to magnify it.",
+            esc(&flat.join(" / "))
+        );
+    }
     if !zoomed.is_empty() {
         let _ = write!(
             caption,
@@ -497,6 +574,10 @@ pub fn render(chart: &Chart, fig_index: usize) -> Figure {
         );
     }
     Figure { svg: out, caption }
+}
+
+fn s_clipped(svg: &str) -> bool {
+    svg.contains("class=\"ci-clipped\"")
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -531,7 +612,7 @@ fn draw_panel(
         raw_min.abs().max(raw_max.abs()),
         chart.units,
     );
-    let (mut min, max, min_pos) = extent(p, &sc);
+    let (mut min, mut max, min_pos) = extent(p, &sc);
     // When no mean is negative the quantity is non-negative (throughput,
     // ratios, counts): a CI reaching below zero is cut at the axis rather
     // than inventing a negative scale.
@@ -543,8 +624,30 @@ fn draw_panel(
         min = min.max(0.0);
     }
     let log = wants_log(chart, p);
+    // The axis ends at the physical limit, or, where nothing bounds the
+    // metric, at 1.5 × the largest mean: an n = 2 confidence interval must
+    // not squeeze the means into the bottom of the chart. Error bars
+    // reaching beyond are cut there and marked.
+    let top_mean = p
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .map(|pt| {
+            sc.apply(pt.mean)
+                .max(pt.bound.map(|b| sc.apply(b)).unwrap_or(f64::MIN))
+        })
+        .fold(f64::MIN, f64::max);
+    let limit = physical_limit(chart, p, &sc);
+    let cap = match limit {
+        Some(l) => Some(l.max(top_mean)),
+        None if top_mean > 0.0 && !log => Some(top_mean * 1.5),
+        None => None,
+    };
+    if let Some(c) = cap {
+        max = max.min(c);
+    }
     let zoomed = !log && zoom_from(chart, p, &sc).is_some();
-    let ya = if !min.is_finite() {
+    let mut ya = if !min.is_finite() {
         YAxis::linear(0.0, 1.0)
     } else if log {
         YAxis::log(min_pos, max)
@@ -553,6 +656,9 @@ fn draw_panel(
     } else {
         YAxis::linear(min, max)
     };
+    if let Some(c) = cap {
+        ya.clip_top(c);
+    }
 
     // Categories may need rotated labels and thus a deeper bottom margin.
     let ml = 74.0;
@@ -582,10 +688,20 @@ fn draw_panel(
 
     let _ = write!(
         out,
-        r#"<g class="panel" data-metric="{}" data-scale="{}"{}>"#,
+        r#"<g class="panel" data-metric="{}" data-scale="{}" data-ymin="{}" data-ymax="{}"{}{}{}>"#,
         esc(&p.metric.key),
         if log { "log" } else { "linear" },
-        if zoomed { r#" data-zoomed="true""# } else { "" }
+        ya.lo,
+        ya.hi,
+        limit
+            .map(|l| format!(r#" data-limit="{l}""#))
+            .unwrap_or_default(),
+        if zoomed { r#" data-zoomed="true""# } else { "" },
+        if mean_spread(p).is_some_and(|d| d < NO_VISIBLE_DIFFERENCE) {
+            r#" data-no-visible-difference="true""#
+        } else {
+            ""
+        }
     );
     if multi {
         let _ = write!(
@@ -656,8 +772,8 @@ fn draw_panel(
         );
     }
     match chart.kind {
-        ChartKind::Line => draw_lines(out, chart, p, &sc, (l, t, r, b), &yp, clip_id),
-        ChartKind::Bars => draw_bars(out, chart, p, &sc, (l, t, r, b), &yp, rotate),
+        ChartKind::Line => draw_lines(out, chart, p, &sc, (l, t, r, b), &ya, clip_id),
+        ChartKind::Bars => draw_bars(out, chart, p, &sc, (l, t, r, b), &ya, rotate),
     }
     // Frame last so it sits above the grid.
     let _ = write!(
@@ -677,9 +793,11 @@ fn draw_lines(
     p: &Panel,
     sc: &Scale,
     (l, t, r, b): (f64, f64, f64, f64),
-    yp: &dyn Fn(f64) -> f64,
+    ya: &YAxis,
     clip_id: usize,
 ) {
+    let yp = |v: f64| b - ya.frac(v).clamp(0.0, 1.0) * (b - t);
+    let yp: &dyn Fn(f64) -> f64 = &yp;
     let xs: Vec<f64> = {
         let mut v: Vec<f64> = p
             .series
@@ -804,10 +922,10 @@ fn draw_lines(
         );
         for pt in &s.points {
             let x = xp(pt.x);
-            let m = sc.apply(pt.mean);
-            let ci = sc.apply(pt.ci95);
-            if ci > 0.0 {
-                let (y1, y2) = (yp(m - ci), yp(m + ci));
+            let (lo, hi) = pt.ends();
+            let (lo, hi) = (sc.apply(lo), sc.apply(hi));
+            if hi > lo {
+                let (y1, y2) = (yp(lo), yp(hi));
                 let _ = write!(
                     out,
                     r#"<path class="ci" d="M{x} {y1}V{y2}M{xl} {y1}H{xr}M{xl} {y2}H{xr}" stroke="{c}" stroke-width="1.3" fill="none"/>"#,
@@ -817,6 +935,7 @@ fn draw_lines(
                     xl = px(x - 4.0),
                     xr = px(x + 4.0)
                 );
+                clip_marks(out, ya, yp, x, (lo, hi), c);
             }
         }
         for pt in &s.points {
@@ -831,12 +950,57 @@ fn draw_lines(
                 esc(&s.label),
                 esc(chart.x_axis.as_deref().unwrap_or("x")),
                 plain(pt.x),
-                esc(&crate::fmt::mean_ci(m, sc.apply(pt.ci95))),
+                esc(&point_text(pt, sc)),
                 esc(&sc.unit),
                 if pt.cv_warning { " (cv > 10 %)" } else { "" }
             );
         }
         out.push_str("</g>");
+    }
+}
+
+/// Marks an error bar cut by the axis: an arrowhead at the cut end, so a
+/// reader knows the interval reaches further (the tables give it whole).
+fn clip_marks(
+    out: &mut String,
+    ya: &YAxis,
+    yp: &dyn Fn(f64) -> f64,
+    x: f64,
+    (lo, hi): (f64, f64),
+    c: &str,
+) {
+    for (end, cut, dir) in [
+        (hi, hi > ya.hi * (1.0 + 1e-9), -1.0),
+        (lo, lo < ya.lo - ya.hi.abs() * 1e-9, 1.0),
+    ] {
+        if !cut || ya.log {
+            continue;
+        }
+        let y = yp(end);
+        let _ = write!(
+            out,
+            r#"<path class="ci-clipped" d="M{} {}L{} {}L{} {}Z" fill="{c}"/>"#,
+            px(x - 4.5),
+            px(y - dir * 6.0),
+            px(x),
+            px(y),
+            px(x + 4.5),
+            px(y - dir * 6.0),
+        );
+    }
+}
+
+/// A point's value for its tooltip: mean ± CI, or the mean with its
+/// asymmetric (Wilson) interval in brackets.
+fn point_text(pt: &crate::plan::Point, sc: &Scale) -> String {
+    match pt.interval {
+        Some((lo, hi)) => format!(
+            "{} [{}–{}]",
+            num(sc.apply(pt.mean), 3),
+            num(sc.apply(lo), 3),
+            num(sc.apply(hi), 3)
+        ),
+        None => crate::fmt::mean_ci(sc.apply(pt.mean), sc.apply(pt.ci95)),
     }
 }
 
@@ -863,10 +1027,12 @@ fn draw_bars(
     chart: &Chart,
     p: &Panel,
     sc: &Scale,
-    (l, _t, r, b): (f64, f64, f64, f64),
-    yp: &dyn Fn(f64) -> f64,
+    (l, t, r, b): (f64, f64, f64, f64),
+    ya: &YAxis,
     rotate: bool,
 ) {
+    let yp = |v: f64| b - ya.frac(v).clamp(0.0, 1.0) * (b - t);
+    let yp: &dyn Fn(f64) -> f64 = &yp;
     let ng = chart.categories.len().max(1);
     let gw = (r - l) / ng as f64;
     // Only series with data take a slot, so bars stay wide.
@@ -942,14 +1108,15 @@ fn draw_bars(
                     .get(pt.x as usize)
                     .map(String::as_str)
                     .unwrap_or("")),
-                esc(&crate::fmt::mean_ci(m, sc.apply(pt.ci95))),
+                esc(&point_text(pt, sc)),
                 esc(&sc.unit),
                 if pt.cv_warning { " (cv > 10 %)" } else { "" }
             );
-            let ci = sc.apply(pt.ci95);
+            let (lo, hi) = pt.ends();
+            let (lo, hi) = (sc.apply(lo), sc.apply(hi));
             let xc = x + bw / 2.0;
-            if ci > 0.0 {
-                let (y1, y2) = (yp(m - ci), yp(m + ci));
+            if hi > lo {
+                let (y1, y2) = (yp(lo), yp(hi));
                 let _ = write!(
                     out,
                     r##"<path class="ci" d="M{x} {y1}V{y2}M{xl} {y1}H{xr}M{xl} {y2}H{xr}" stroke="#222222" stroke-width="1.3" fill="none"/>"##,
@@ -959,6 +1126,7 @@ fn draw_bars(
                     xl = px(xc - 3.5),
                     xr = px(xc + 3.5)
                 );
+                clip_marks(out, ya, yp, xc, (lo, hi), "#222222");
             }
         }
         out.push_str("</g>");
@@ -1033,6 +1201,7 @@ mod tests {
             ci95: 0.0,
             cv_warning: false,
             bound: None,
+            interval: None,
         };
         let panel = |hi: f64| Panel {
             metric: &info,
@@ -1051,6 +1220,7 @@ mod tests {
             draws_bound: false,
             units: Default::default(),
             zoom: true,
+            cpus: 2,
         };
         assert!(wants_log(&chart, &panel(0.403)));
         assert!(!wants_log(&chart, &panel(3.5e-5)));

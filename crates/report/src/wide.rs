@@ -3,9 +3,10 @@
 //! every sweep over the x axis (S3's Table II: "mean over the six lengths:
 //! IPv4 about 6 % more throughput"). Chosen with `[report] columns = "ip"`.
 
-use crate::fmt::{esc, mean_ci, pct, Scale};
-use crate::html::{axes_w, col_w, column_scales, higher_is_better, metric_w, PAGE_W};
+use crate::fmt::{esc, pct, Scale};
+use crate::html::{axes_w, cell_text, col_w, column_scales, higher_is_better, metric_w, PAGE_W};
 use crate::plan::axis_text;
+use crate::plan::bound_applies;
 use std::fmt::Write as _;
 use wirebench_schema::summary::{CampaignSummary, MetricFamily, MetricInfo, ScenarioSummary};
 use wirebench_stats::pct_change;
@@ -100,18 +101,31 @@ pub(crate) fn table(
     let mut chunks: Vec<Vec<&MetricInfo>> = Vec::new();
     let mut w = fixed;
     for m in ms {
-        if chunks.is_empty() || w + per_metric > PAGE_W {
+        // The bound metric brings a bound and a measured/bound column per value.
+        let need = per_metric
+            + if with_bound(s, m, ms) {
+                cols.len() as f64 * (col_w(9) + col_w(8))
+            } else {
+                0.0
+            };
+        if chunks.is_empty() || w + need > PAGE_W {
             chunks.push(Vec::new());
             w = fixed;
         }
-        w += per_metric;
+        w += need;
         if let Some(c) = chunks.last_mut() {
             c.push(m);
         }
     }
     for chunk in chunks {
-        one_table(out, s, &row_axes, col_axis, &cols, x, &rows, &chunk);
+        one_table(out, s, &row_axes, col_axis, &cols, x, &rows, &chunk, ms);
     }
+}
+
+/// Whether `m` carries the upper-bound columns (payload throughput, where
+/// some scenario knows its link rate), as the one-row-per-scenario tables do.
+fn with_bound(s: &CampaignSummary, m: &MetricInfo, family: &[&MetricInfo]) -> bool {
+    bound_applies(m, family) && s.scenarios.iter().any(|sc| sc.upper_bound_bps.is_some())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -124,8 +138,9 @@ fn one_table(
     x: Option<&str>,
     rows: &[Row],
     ms: &[&MetricInfo],
+    family: &[&MetricInfo],
 ) {
-    let scales = column_scales(s, ms);
+    let scales = column_scales(s, ms, family);
     let col_text = |c: &str| {
         let t = axis_text(col_axis, c);
         if t.is_empty() {
@@ -154,9 +169,17 @@ fn one_table(
             esc(&m.label),
             esc(&unit)
         );
+        if with_bound(s, m, family) {
+            let _ = write!(
+                out,
+                "<th colspan=\"{}\">Upper bound{} and measured / bound</th>",
+                2 * cols.len(),
+                esc(&unit)
+            );
+        }
     }
     out.push_str("</tr>\n<tr>");
-    for _ in ms {
+    for m in ms {
         for c in cols {
             let _ = write!(out, "<th>{}</th>", esc(&col_text(c)));
         }
@@ -167,6 +190,15 @@ fn one_table(
                 esc(&col_text(c)),
                 esc(&col_text(cols[0]))
             );
+        }
+        if with_bound(s, m, family) {
+            for c in cols {
+                let _ = write!(
+                    out,
+                    "<th>{c} bound</th><th>{c} measured / bound</th>",
+                    c = esc(&col_text(c))
+                );
+            }
         }
     }
     out.push_str("</tr></thead>\n<tbody>\n");
@@ -189,9 +221,14 @@ fn one_table(
                 })
                 .collect();
             for c in &r.cells {
-                match c.and_then(|c| c.metrics.get(&m.key)).filter(|st| st.n > 0) {
-                    Some(st) => {
-                        let cell = mean_ci(sc.apply(st.mean), sc.apply(st.ci95));
+                match c.and_then(|c| {
+                    c.metrics
+                        .get(&m.key)
+                        .filter(|st| st.n > 0)
+                        .map(|st| (c, st))
+                }) {
+                    Some((scn, st)) => {
+                        let cell = cell_text(m, scn, st, sc);
                         // A throughput above the physical bound (the
                         // scenario's mean or any run's own check): marked.
                         let above = m.family == MetricFamily::Throughput
@@ -217,15 +254,54 @@ fn one_table(
                 }
             }
             delta_cells(out, m, &means);
+            if with_bound(s, m, family) {
+                bound_cells(out, m, &r.cells, sc);
+            }
         }
         out.push_str("</tr>\n");
         // A mean row after the last row of each sweep over x.
         let last_of_group = rows.get(i + 1).is_none_or(|n| n.group != r.group);
         if let (Some(x), true) = (x, last_of_group) {
-            mean_row(out, row_axes, x, rows, r.group, ms, &scales);
+            let bound_cols: Vec<&str> = ms
+                .iter()
+                .filter(|m| with_bound(s, m, family))
+                .map(|m| m.key.as_str())
+                .collect();
+            mean_row(out, row_axes, x, rows, r.group, ms, &scales, &bound_cols);
         }
     }
     out.push_str("</tbody></table></div>\n");
+}
+
+/// Each column's Ethernet upper bound and its measured payload throughput
+/// as a share of it (S5's "within 0.1 % of the framing model"); above the
+/// bound by more than the uncertainty reads "(above bound)" on red.
+fn bound_cells(out: &mut String, m: &MetricInfo, cells: &[Option<&ScenarioSummary>], sc: &Scale) {
+    for c in cells {
+        let b = c.and_then(|c| c.upper_bound_bps).filter(|b| *b > 0.0);
+        let st = c
+            .and_then(|c| c.metrics.get(&m.key))
+            .filter(|st| st.n > 0 && st.mean.is_finite());
+        match (b, st) {
+            (Some(b), Some(st)) => {
+                let share = st.mean / b * 100.0;
+                let _ = write!(out, "<td>{}</td>", crate::fmt::num(sc.apply(b), 4));
+                if wirebench_schema::summary::above_bound(st.mean, st.ci95, b) {
+                    let _ = write!(out, "<td class=\"above\">{share:.1} % (above bound)</td>");
+                } else {
+                    let _ = write!(out, "<td>{share:.1} %</td>");
+                }
+            }
+            (Some(b), None) => {
+                let _ = write!(
+                    out,
+                    "<td>{}</td><td>–</td>",
+                    crate::fmt::num(sc.apply(b), 4)
+                );
+            }
+            _ => out.push_str("<td>–</td><td>–</td>"),
+        }
+    }
 }
 
 /// Δ of every column after the first against the first, coloured by the
@@ -257,6 +333,7 @@ fn delta_cells(out: &mut String, m: &MetricInfo, means: &[Option<f64>]) {
 /// The mean over a sweep's rows of each column, and the change of those
 /// means against the first column. Only rows where every column has the
 /// metric count, so the columns are compared over the same x values.
+#[allow(clippy::too_many_arguments)]
 fn mean_row(
     out: &mut String,
     row_axes: &[String],
@@ -265,6 +342,7 @@ fn mean_row(
     group: usize,
     ms: &[&MetricInfo],
     scales: &[Scale],
+    bound_cols: &[&str],
 ) {
     let members: Vec<&Row> = rows.iter().filter(|r| r.group == group).collect();
     if members.len() < 2 {
@@ -309,6 +387,12 @@ fn mean_row(
             }
         }
         delta_cells(out, m, &means);
+        if bound_cols.contains(&m.key.as_str()) {
+            // A bound averaged over sizes bounds nothing: the rows say it.
+            for _ in 0..ncols {
+                out.push_str("<td>–</td><td>–</td>");
+            }
+        }
     }
     out.push_str("</tr>\n");
 }

@@ -89,13 +89,20 @@ fn runs_csv_and_files() {
         .map(|i| RunRecord {
             campaign: "c,1".into(),
             scenario: "ip=4,payload=64".into(),
-            repetition: i,
+            repetition: i + 1,
+            run_id: Some(40 + i as i64),
+            started_at: format!("2026-11-27T03:0{i}:00.000Z"),
+            ended_at: format!("2026-11-27T03:0{i}:02.000Z"),
             status: if i == 2 {
                 "failed: peer \"gone\"".into()
             } else {
                 "ok".into()
             },
-            axes: BTreeMap::from([("ip".into(), "4".into()), ("payload".into(), "64".into())]),
+            axes: BTreeMap::from([
+                ("ip".into(), "4".into()),
+                ("payload".into(), "64".into()),
+                ("pps".into(), if i == 0 { "max" } else { "1000" }.into()),
+            ]),
             metrics: if i == 2 {
                 BTreeMap::new()
             } else {
@@ -111,26 +118,68 @@ fn runs_csv_and_files() {
         rows[0],
         [
             "campaign",
+            "run_id",
             "scenario",
             "repetition",
             "status",
+            "started_at",
+            "ended_at",
             "ip",
             "payload",
+            "pps",
+            "paced",
             "loss_ratio",
             "throughput_payload_bps"
         ]
     );
     assert_eq!(rows.len(), 4);
     assert_eq!(rows[2][0], "c,1");
-    assert_eq!(rows[2][7].parse::<f64>().unwrap(), 15_360_001.5);
-    assert_eq!(rows[3][3], "failed: peer \"gone\"");
-    assert_eq!(rows[3][7], "");
+    assert_eq!(rows[2][1], "41");
+    assert_eq!(rows[1][3], "1", "repetitions count from 1");
+    assert_eq!(rows[2][5], "2026-11-27T03:01:00.000Z");
+    // pps "max" is an empty number and paced = false, never the text "max".
+    assert_eq!((rows[1][9].as_str(), rows[1][10].as_str()), ("", "false"));
+    assert_eq!(
+        (rows[2][9].as_str(), rows[2][10].as_str()),
+        ("1000", "true")
+    );
+    for r in &rows[1..] {
+        for c in [1, 3, 7, 8, 9, 11, 12] {
+            assert!(
+                r[c].is_empty() || r[c].parse::<f64>().is_ok(),
+                "{c}: {:?}",
+                r[c]
+            );
+        }
+    }
+    assert_eq!(rows[2][12].parse::<f64>().unwrap(), 15_360_001.5);
+    assert_eq!(rows[3][4], "failed: peer \"gone\"");
+    assert_eq!(rows[3][12], "");
+
+    // Long form: one row per run × metric with its unit; the failed run
+    // keeps one row.
+    let long = read_csv(&wirebench_report::runs_long_csv(&runs));
+    let head = &long[0];
+    assert_eq!(&head[head.len() - 3..], ["metric", "value", "unit"]);
+    assert_eq!(long.len(), 1 + 2 + 2 + 1);
+    let thr = long
+        .iter()
+        .find(|r| r[1] == "40" && r[11] == "throughput_payload_bps")
+        .unwrap();
+    assert_eq!(
+        (thr[12].as_str(), thr[13].as_str()),
+        ("15360000.5", "bit/s")
+    );
+    let loss = long.iter().find(|r| r[11] == "loss_ratio").unwrap();
+    assert_eq!(loss[13], "ratio");
+    assert!(long.iter().any(|r| r[1] == "42" && r[11].is_empty()));
 
     let dir = tempfile::tempdir().unwrap();
     let s = vec![common::s5_like(common::S5_FILE), common::apps_like()];
     let out = dir.path().join("csv");
     let written = write_csv(&out, &s, Some(&runs)).unwrap();
-    assert_eq!(written.len(), 2);
+    assert_eq!(written.len(), 3);
+    assert!(out.join("runs_long.csv").exists());
     let agg = std::fs::read_to_string(out.join("aggregates.csv")).unwrap();
     // The union of both campaigns' axes, and rows of both campaigns.
     let rows = read_csv(&agg);
@@ -146,6 +195,9 @@ fn json_round_trips() {
         campaign: "s1".into(),
         scenario: "k".into(),
         repetition: 1,
+        run_id: Some(7),
+        started_at: String::new(),
+        ended_at: String::new(),
         status: "ok".into(),
         axes: BTreeMap::new(),
         metrics: BTreeMap::from([("x".into(), 1.5)]),

@@ -241,10 +241,33 @@ fn self_contained_no_external_references() {
     ] {
         assert!(!lower.contains(bad), "report contains {bad}");
     }
-    // The only hrefs are in-page anchors and the only url() are clip paths.
+    // The only hrefs are in-page anchors and each chart's own SVG (a data:
+    // URL that parses as a standalone SVG), the only url() are clip paths.
+    let mut downloads = 0;
     for (i, _) in lower.match_indices("href=") {
+        const DATA: &str = "href=\"data:image/svg+xml;base64,";
+        if lower[i..].starts_with(DATA) {
+            let b64: String = html[i + DATA.len()..]
+                .chars()
+                .take_while(|c| *c != '"')
+                .collect();
+            let svg = String::from_utf8(decode_base64(&b64)).unwrap();
+            let doc = roxmltree::Document::parse(&svg).expect("standalone SVG parses");
+            assert_eq!(doc.root_element().tag_name().name(), "svg");
+            assert_eq!(
+                doc.root_element().tag_name().namespace(),
+                Some("http://www.w3.org/2000/svg")
+            );
+            downloads += 1;
+            continue;
+        }
         assert!(lower[i..].starts_with("href=\"#"), "non-local href at {i}");
     }
+    assert_eq!(
+        downloads,
+        html.matches("<figure class=\"chart\" data-family").count(),
+        "every chart has its download"
+    );
     for (i, _) in lower.match_indices("url(") {
         assert!(lower[i..].starts_with("url(#"), "non-local url() at {i}");
     }
@@ -560,4 +583,20 @@ fn series_over_time_are_charted_per_scenario() {
             "{title}: one band"
         );
     }
+}
+
+fn decode_base64(s: &str) -> Vec<u8> {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in s.bytes().filter(|c| *c != b'=') {
+        let v = A.iter().position(|a| *a == c).expect("base64 digit") as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
 }

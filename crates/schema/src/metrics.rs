@@ -93,9 +93,12 @@ const CORE: &str = "share of one core";
 #[rustfmt::skip]
 pub const METRICS: &[Metric] = &[
     m("throughput_payload_bps", Throughput, "Payload throughput", BPS, Sum, Higher, Run(|d| run_throughput(d, |t| t.payload))),
-    m("throughput_ip_bps", Throughput, "IP throughput", BPS, Sum, Higher, Run(|d| run_throughput(d, |t| t.ip))),
-    m("throughput_ethernet_bps", Throughput, "Ethernet throughput", BPS, Sum, Higher, Run(|d| run_throughput(d, |t| t.ethernet))),
-    m("throughput_wire_bps", Throughput, "On-wire throughput", BPS, Sum, Higher, Run(|d| run_throughput(d, |t| t.wire))),
+    // Header layers: at one payload rate more IP/Ethernet/wire bits are more
+    // overhead (IPv6's 20 extra header bytes), not an improvement, so their
+    // change is left uncoloured.
+    m("throughput_ip_bps", Throughput, "IP throughput", BPS, Sum, Neither, Run(|d| run_throughput(d, |t| t.ip))),
+    m("throughput_ethernet_bps", Throughput, "Ethernet throughput", BPS, Sum, Neither, Run(|d| run_throughput(d, |t| t.ethernet))),
+    m("throughput_wire_bps", Throughput, "On-wire throughput", BPS, Sum, Neither, Run(|d| run_throughput(d, |t| t.wire))),
     // Only runs with flows both ways (`--bidir`): each direction's share.
     m("throughput_forward_payload_bps", Throughput, "Payload throughput, forward flows (bidir)", BPS, Sum, Higher, Run(|d| bidir_payload(d, Direction::Forward))),
     m("throughput_reverse_payload_bps", Throughput, "Payload throughput, reverse flows (bidir)", BPS, Sum, Higher, Run(|d| bidir_payload(d, Direction::Reverse))),

@@ -181,16 +181,69 @@ pub struct Environment {
     pub extra: BTreeMap<String, String>,
 }
 
-/// How throughput is shown in reports.
+/// How throughput is shown in reports: a unit chosen per chart and table
+/// column from its largest value (`si`, `ditg`), or one forced on every
+/// throughput figure (`"Mbit/s"`, D-ITG's `"Kbps"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
 pub enum ThroughputUnits {
-    /// SI: bit/s, kbit/s, Mbit/s, Gbit/s (powers of 1000).
+    /// SI: bit/s, kbit/s, Mbit/s, Gbit/s (powers of 1000), chosen per chart.
     #[default]
+    #[serde(rename = "si")]
     Si,
-    /// The studies' D-ITG figure: ITGDec's kbit/s divided by 1024, called
-    /// "Mbps" (S5), i.e. bit/s ÷ 1 024 000.
+    /// The studies' D-ITG figures, chosen per chart: ITGDec's kbit/s called
+    /// "Kbps" below 1 Mbps, else kbit/s divided by 1024 called "Mbps" (S5).
+    #[serde(rename = "ditg")]
     Ditg,
+    /// Always bit/s.
+    #[serde(rename = "bit/s")]
+    Bits,
+    /// Always kbit/s (1000 bit/s).
+    #[serde(rename = "kbit/s")]
+    Kbits,
+    /// Always Mbit/s.
+    #[serde(rename = "Mbit/s")]
+    Mbits,
+    /// Always Gbit/s.
+    #[serde(rename = "Gbit/s")]
+    Gbits,
+    /// Always D-ITG's "Kbps" (ITGDec's kbit/s, 1000 bit/s).
+    #[serde(rename = "Kbps")]
+    DitgKbps,
+    /// Always D-ITG's "Mbps" (kbit/s ÷ 1024).
+    #[serde(rename = "Mbps")]
+    DitgMbps,
+}
+
+impl ThroughputUnits {
+    /// Every accepted spelling, as campaign files and `--units` write it.
+    pub const NAMES: &'static [&'static str] = &[
+        "si", "ditg", "bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Kbps", "Mbps",
+    ];
+
+    /// Parses one of [`Self::NAMES`] (exact, as units are case-sensitive:
+    /// "Mbit/s" is not "mbit/s").
+    pub fn parse(s: &str) -> Option<Self> {
+        use ThroughputUnits::*;
+        Some(match s.trim() {
+            "si" => Si,
+            "ditg" => Ditg,
+            "bit/s" => Bits,
+            "kbit/s" => Kbits,
+            "Mbit/s" => Mbits,
+            "Gbit/s" => Gbits,
+            "Kbps" => DitgKbps,
+            "Mbps" => DitgMbps,
+            _ => return None,
+        })
+    }
+
+    /// True for the D-ITG flavours (the report explains their "Mbps").
+    pub fn is_ditg(self) -> bool {
+        matches!(
+            self,
+            ThroughputUnits::Ditg | ThroughputUnits::DitgKbps | ThroughputUnits::DitgMbps
+        )
+    }
 }
 
 /// How the report presents a campaign: the campaign file's `[report]`

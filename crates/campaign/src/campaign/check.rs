@@ -1054,17 +1054,17 @@ impl Campaign {
             o.columns = Some(axis.to_string());
         }
         if let Some(u) = &r.units {
-            o.units = match u.get_ref().trim() {
-                "si" => ThroughputUnits::Si,
-                "ditg" => ThroughputUnits::Ditg,
-                other => {
-                    return Err(ctx.at(
-                        u,
-                        "units",
-                        format!("units must be \"si\" or \"ditg\", got {other:?}"),
-                    ))
-                }
-            };
+            o.units = ThroughputUnits::parse(u.get_ref()).ok_or_else(|| {
+                ctx.at(
+                    u,
+                    "units",
+                    format!(
+                        "units must be one of {}, got {:?}",
+                        ThroughputUnits::NAMES.join(", "),
+                        u.get_ref().trim()
+                    ),
+                )
+            })?;
         }
         if let Some(z) = r.zoom {
             o.zoom = z;

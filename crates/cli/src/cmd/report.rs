@@ -10,10 +10,26 @@ use wirebench_campaign::summary::{CampaignSummary, ThroughputUnits};
 use wirebench_report::RunRecord;
 
 #[derive(clap::Args)]
+#[command(
+    after_help = "Combining campaigns: `wirebench report win7-lin.db lin-lin.db --label \"Windows 7 → Linux\" --label \"Linux → Linux\"` draws both in one section first: one table with a column per label and one chart with a series per label."
+)]
 pub struct Args {
-    /// Results store (SQLite file written by `wirebench run`).
-    #[arg(long, value_name = "FILE", default_value = "wirebench.db")]
-    pub db: PathBuf,
+    /// Results stores to combine into one section (each store's campaigns,
+    /// or those named by --campaign, in order); with one store the same as
+    /// --db.
+    #[arg(value_name = "DB")]
+    pub dbs: Vec<PathBuf>,
+    /// Results store (SQLite file written by `wirebench run`); default
+    /// wirebench.db when no DB is given.
+    #[arg(long, value_name = "FILE", conflicts_with = "dbs")]
+    pub db: Option<PathBuf>,
+    /// Combine the campaigns into one section first, this label naming the
+    /// next campaign (in store order, then --campaign order), e.g.
+    /// "Windows 7 → Linux": one table with a column per label, one chart
+    /// with a series per label. Repeat once per campaign. Without --label,
+    /// two or more DBs are combined under their campaign names.
+    #[arg(long, value_name = "TEXT")]
+    pub label: Vec<String>,
     /// Campaign to report, by name (its latest run) or numeric id; repeat for
     /// several. Default: the latest campaign of every name in the store.
     #[arg(long, value_name = "NAME")]
@@ -37,23 +53,26 @@ pub struct Args {
     /// IPv6"); overrides the campaign's `[report] columns`.
     #[arg(long, value_name = "AXIS")]
     pub columns: Option<String>,
-    /// Throughput units: si (bit/s, kbit/s, Mbit/s, Gbit/s) or ditg (the
-    /// studies' D-ITG "Mbps": kbit/s ÷ 1024); overrides `[report] units`.
-    #[arg(long, value_enum, value_name = "UNITS")]
-    pub units: Option<Units>,
+    /// Throughput units: si (bit/s, kbit/s, Mbit/s or Gbit/s, chosen per
+    /// chart and column), ditg (the studies' D-ITG "Kbps" = ITGDec's kbit/s,
+    /// "Mbps" = kbit/s ÷ 1024), or one unit forced on every throughput:
+    /// bit/s, kbit/s, Mbit/s, Gbit/s, Kbps, Mbps; overrides `[report] units`.
+    #[arg(long, value_parser = parse_units, value_name = "UNITS")]
+    pub units: Option<ThroughputUnits>,
     /// Every y axis starts at zero, even where the values differ by a few
     /// per cent (by default such line charts are zoomed, and say so).
     #[arg(long)]
     pub no_zoom: bool,
 }
 
-/// `--units`.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum Units {
-    /// bit/s, kbit/s, Mbit/s, Gbit/s (powers of 1000).
-    Si,
-    /// D-ITG's kbit/s ÷ 1024, called Mbps in the studies.
-    Ditg,
+/// `--units`: the names campaign files accept.
+fn parse_units(s: &str) -> Result<ThroughputUnits, String> {
+    ThroughputUnits::parse(s).ok_or_else(|| {
+        format!(
+            "unknown units {s:?}; one of {}",
+            ThroughputUnits::NAMES.join(", ")
+        )
+    })
 }
 
 /// The parent directory of an output file must exist: a typo there is the
@@ -135,19 +154,32 @@ fn run_records(store: &Store, rows: &[CampaignRow]) -> anyhow::Result<Vec<RunRec
     Ok(out)
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    if !args.db.exists() {
+/// Checks a store path named by `flag` before anything is read.
+fn check_store(flag: &str, db: &Path) -> anyhow::Result<()> {
+    if !db.exists() {
         return Err(bad_input(format!(
-            "--db {}: results store does not exist (write one with `wirebench run CAMPAIGN.toml --db {}`)",
-            args.db.display(),
-            args.db.display()
+            "{flag} {}: results store does not exist (write one with `wirebench run CAMPAIGN.toml --db {}`)",
+            db.display(),
+            db.display()
         )));
     }
-    if args.db.is_dir() {
+    if db.is_dir() {
         return Err(bad_input(format!(
-            "--db {}: is a directory, not a results store",
-            args.db.display()
+            "{flag} {}: is a directory, not a results store",
+            db.display()
         )));
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let (dbs, flag): (Vec<PathBuf>, &str) = match (&args.db, args.dbs.is_empty()) {
+        (Some(d), _) => (vec![d.clone()], "--db"),
+        (None, true) => (vec![PathBuf::from("wirebench.db")], "--db"),
+        (None, false) => (args.dbs.clone(), "DB"),
+    };
+    for db in &dbs {
+        check_store(flag, db)?;
     }
     check_parent("-o", &args.output)?;
     if let Some(j) = &args.json {
@@ -162,14 +194,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
 
-    let store = Store::open_existing(&args.db)
-        .map_err(|e| bad_input(format!("--db {}: {e}", args.db.display())))?;
-    let rows = select(&store, &args.campaign)?;
-    let mut summaries: Vec<CampaignSummary> = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let s = wirebench_campaign::summarize(&store, &r.id.to_string())
-            .with_context(|| format!("summarising campaign {} (id {})", r.name, r.id))?;
-        summaries.push(s);
+    // Every (store, campaign) in order: store order, then --campaign order.
+    let mut summaries: Vec<CampaignSummary> = Vec::new();
+    let mut runs: Vec<RunRecord> = Vec::new();
+    let want_runs = args.csv.is_some() || args.json.is_some();
+    for db in &dbs {
+        let store = Store::open_existing(db)
+            .map_err(|e| bad_input(format!("{flag} {}: {e}", db.display())))?;
+        let rows = select(&store, &args.campaign)?;
+        for r in &rows {
+            let s = wirebench_campaign::summarize(&store, &r.id.to_string())
+                .with_context(|| format!("summarising campaign {} (id {})", r.name, r.id))?;
+            summaries.push(s);
+        }
+        if want_runs {
+            runs.extend(run_records(&store, &rows)?);
+        }
     }
 
     for s in &mut summaries {
@@ -184,31 +224,50 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             s.report.columns = Some(c.clone());
         }
         if let Some(u) = args.units {
-            s.report.units = match u {
-                Units::Si => ThroughputUnits::Si,
-                Units::Ditg => ThroughputUnits::Ditg,
-            };
+            s.report.units = u;
         }
         if args.no_zoom {
             s.report.zoom = false;
         }
     }
 
+    if !args.label.is_empty() || dbs.len() > 1 {
+        let labels: Vec<String> = if args.label.is_empty() {
+            summaries.iter().map(|s| s.name.clone()).collect()
+        } else if args.label.len() == summaries.len() {
+            args.label.clone()
+        } else {
+            let names: Vec<&str> = summaries.iter().map(|s| s.name.as_str()).collect();
+            return Err(bad_input(format!(
+                "--label: {} given for {} campaigns ({}); give one per campaign, in that order",
+                args.label.len(),
+                summaries.len(),
+                names.join(", ")
+            )));
+        };
+        let parts: Vec<(String, CampaignSummary)> =
+            labels.into_iter().zip(summaries.iter().cloned()).collect();
+        let mut combined =
+            wirebench_report::combine(&parts).map_err(|e| bad_input(format!("--label: {e}")))?;
+        if let Some(c) = &args.columns {
+            if wirebench_report::plan::varying_axes(&combined).contains(c) {
+                combined.report.columns = Some(c.clone());
+            }
+        }
+        summaries.insert(0, combined);
+    }
+
     wirebench_report::write_html(&summaries, &args.output)?;
     let scenarios: usize = summaries.iter().map(|s| s.scenarios.len()).sum();
     println!(
-        "wrote {} ({} campaign{}, {} scenarios)",
+        "wrote {} ({} campaign section{}, {} scenarios)",
         args.output.display(),
         summaries.len(),
         if summaries.len() == 1 { "" } else { "s" },
         scenarios
     );
 
-    let runs = if args.csv.is_some() || args.json.is_some() {
-        Some(run_records(&store, &rows)?)
-    } else {
-        None
-    };
+    let runs = want_runs.then_some(runs);
     if let Some(dir) = &args.csv {
         for p in wirebench_report::write_csv(dir, &summaries, runs.as_deref())? {
             println!("wrote {}", p.display());

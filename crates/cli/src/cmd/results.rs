@@ -145,7 +145,11 @@ pub(crate) fn run_records(
         out.push(wirebench_report::RunRecord {
             campaign: c.name.clone(),
             scenario: r.scenario_key,
-            repetition: u64::from(r.repetition),
+            // Counted from 1, as `results list` shows it.
+            repetition: u64::from(r.repetition) + 1,
+            run_id: Some(r.id),
+            started_at: r.started_at,
+            ended_at: r.ended_at,
             status,
             axes: r.axes,
             metrics: BTreeMap::new(),

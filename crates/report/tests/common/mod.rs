@@ -50,6 +50,16 @@ pub fn stats(mean: f64, cv: f64, n: usize) -> MetricStats {
     }
 }
 
+/// The payload-throughput row of the metric table.
+pub fn payload_info() -> MetricInfo {
+    info(
+        "throughput_payload_bps",
+        MetricFamily::Throughput,
+        "Payload throughput",
+        "bit/s",
+    )
+}
+
 /// Gamess–Suros bound of UDP payload throughput at 100 Mbit/s, MTU 1500.
 pub fn udp_bound(payload: f64, ip: u32, rate: f64) -> f64 {
     let (h, frag_data, frag_hdr) = if ip == 4 {
@@ -89,12 +99,7 @@ pub const PAYLOADS: [u32; 13] = [
 pub fn s5_like(campaign_file: &str) -> CampaignSummary {
     let mut rng = Lcg(7);
     let metrics = vec![
-        info(
-            "throughput_payload_bps",
-            MetricFamily::Throughput,
-            "Payload throughput",
-            "bit/s",
-        ),
+        payload_info(),
         info(
             "throughput_ethernet_bps",
             MetricFamily::Throughput,
@@ -276,12 +281,7 @@ pub const APPS: [&str; 7] = [
 pub fn apps_like() -> CampaignSummary {
     let mut rng = Lcg(11);
     let metrics = vec![
-        info(
-            "throughput_payload_bps",
-            MetricFamily::Throughput,
-            "Payload throughput",
-            "bit/s",
-        ),
+        payload_info(),
         info(
             "delay_mean_s",
             MetricFamily::Delay,
