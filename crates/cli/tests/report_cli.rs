@@ -158,7 +158,7 @@ fn report_writes_html_csv_and_json_from_the_store() {
     }
     // Line charts over payload, one per family, 2 series (ip 4 / ip 6).
     for fam in ["throughput", "delay", "jitter", "loss", "cpu"] {
-        let tag = format!("<figure class=\"chart\" data-family=\"{fam}\" data-kind=\"line\" data-series-count=\"2\">");
+        let tag = format!("<figure class=\"chart\" data-family=\"{fam}\" data-kind=\"line\" data-series-count=\"2\" data-x=\"payload\">");
         assert_eq!(html.matches(&tag).count(), 1, "{fam}");
     }
     assert!(html.contains("# report CLI fixture: &lt;script&gt;alert(1)&lt;/script&gt;"));

@@ -213,10 +213,11 @@ fn part_body(out: &mut String, s: &CampaignSummary, fig_base: usize, nested: boo
             .count();
         let _ = write!(
             out,
-            "<figure class=\"chart\" data-family=\"{}\" data-kind=\"{}\" data-series-count=\"{}\">\n{}\n<figcaption>{} ({}). {}</figcaption>\n</figure>\n",
+            "<figure class=\"chart\" data-family=\"{}\" data-kind=\"{}\" data-series-count=\"{}\" data-x=\"{}\">\n{}\n<figcaption>{} ({}). {}</figcaption>\n</figure>\n",
             plan::family_key(chart.family),
             if chart.kind == ChartKind::Line { "line" } else { "bars" },
             n_series,
+            esc(chart.x_axis.as_deref().unwrap_or("")),
             fig.svg,
             fig.caption,
             esc(&series_note),

@@ -510,11 +510,17 @@ pub fn layout(s: &CampaignSummary) -> Layout {
         let x = match (&x_axis, kind) {
             (Some(xa), ChartKind::Line) => axis_value(sc, xa).trim().parse::<f64>().unwrap_or(0.0),
             (Some(xa), ChartKind::Bars) => {
-                let v = axis_value(sc, xa);
-                match categories.iter().position(|c| c == v) {
+                // Kinds read as a reader says them ("IPv6", "UDP"), other
+                // values as written.
+                let raw = axis_value(sc, xa);
+                let v = match axis_text(xa, raw) {
+                    t if is_categorical(xa) && !t.is_empty() => t,
+                    _ => raw.to_string(),
+                };
+                match categories.iter().position(|c| *c == v) {
                     Some(i) => i as f64,
                     None => {
-                        categories.push(v.to_string());
+                        categories.push(v);
                         (categories.len() - 1) as f64
                     }
                 }
