@@ -1232,13 +1232,20 @@ def tcp_many(args, tools):
         argv += ["--flows", "1,8,60"]
     if args.json:
         argv += ["--json", args.json + ".tcp_many.json"]
+    return side_script(argv, 3600, "many TCP flows")
+
+
+def side_script(argv, timeout, what):
+    """Runs a bench script of its own (test-bed, receivers, clean-up) and
+    returns its table as text, or what went wrong."""
+    name = os.path.basename(argv[1])
     try:
         r = subprocess.run(argv, stdout=subprocess.PIPE, text=True,
-                           timeout=3600)
+                           timeout=timeout)
     except subprocess.TimeoutExpired:
-        return "many TCP flows: bench/tcp_many.py did not finish in 1 h"
+        return f"{what}: bench/{name} did not finish in {timeout // 60} min"
     return r.stdout if r.returncode == 0 else (
-        f"many TCP flows: bench/tcp_many.py exit {r.returncode}\n{r.stdout}")
+        f"{what}: bench/{name} exit {r.returncode}\n{r.stdout}")
 
 
 def xdp_line_rate(args):
@@ -1250,13 +1257,7 @@ def xdp_line_rate(args):
             "--reps", str(args.reps), "--secs", fmt_secs(args.secs)]
     if args.json:
         argv += ["--json", args.json + ".xdp.json"]
-    try:
-        r = subprocess.run(argv, stdout=subprocess.PIPE, text=True,
-                           timeout=1800)
-    except subprocess.TimeoutExpired:
-        return "AF_XDP path: bench/xdp_line_rate.py did not finish in 30 min"
-    return r.stdout if r.returncode == 0 else (
-        f"AF_XDP path: bench/xdp_line_rate.py exit {r.returncode}\n{r.stdout}")
+    return side_script(argv, 1800, "AF_XDP path")
 
 
 def fmt_secs(s):

@@ -176,6 +176,32 @@ fn a_paced_xdp_session_delivers_every_probe_over_ipv4_and_ipv6() {
         assert_eq!(f["received"]["foreign"], 0, "{dest}");
         assert_eq!(f["ip_version"], if dest.contains(':') { 6 } else { 4 });
     }
+    // Two flows: the socket path at both ends, each saying why.
+    let out = bed
+        .send(
+            "10.0.1.2",
+            &[
+                "--flows", "2", "-C", "2000", "-c", "64", "-z", "1000", "--json", "-",
+            ],
+        )
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let send_path = v["host"]["send_path"].as_str().unwrap_or_default();
+    assert!(
+        send_path.starts_with("sendmmsg (--xdp eth0 not used: 2 flows"),
+        "{send_path}"
+    );
+    let rx = v["receiver"]["host"]["rx_timestamps"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(rx.starts_with("kernel (XDP not used: 2 UDP flows"), "{rx}");
+    assert_eq!(v["total"]["received_packets"], 2000, "{}", v["total"]);
     // The session is over: its program and socket went with it.
     assert!(
         eventually(|| !xdp_attached("b")),

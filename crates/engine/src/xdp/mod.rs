@@ -259,6 +259,16 @@ impl Drop for Claim {
     }
 }
 
+/// Ok when `ip` is one of `iface`'s addresses, else why not: the XDP path
+/// only sees what crosses that interface.
+pub(crate) fn on_iface(iface: &str, ip: IpAddr) -> Result<(), String> {
+    match sys::iface_has(iface, ip) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!("{ip} is not an address of {iface}")),
+        Err(e) => Err(format!("{iface}: {e}")),
+    }
+}
+
 /// The MAC address of `iface`.
 pub fn mac_of(iface: &str) -> Result<[u8; 6], XdpError> {
     let s =
@@ -371,5 +381,12 @@ mod tests {
         assert_eq!(parse_mac("02:fc:00:00:00"), None);
         assert_eq!(parse_mac("02:fc:00:00:00:01:07"), None);
         assert_eq!(parse_mac("zz:fc:00:00:00:01"), None);
+    }
+
+    #[test]
+    fn only_an_interfaces_own_addresses_are_on_it() {
+        assert_eq!(on_iface("lo", "127.0.0.1".parse().unwrap()), Ok(()));
+        assert!(on_iface("lo", "192.0.2.1".parse().unwrap()).is_err());
+        assert!(on_iface("no-such-if0", "127.0.0.1".parse().unwrap()).is_err());
     }
 }

@@ -59,7 +59,10 @@ pub(crate) fn take(
         return (udp, Some(Err("another session holds the XDP path".into())));
     };
     let port = match udp[0].1.sock.local_addr() {
-        Ok(a) => a.port(),
+        Ok(a) => match super::on_iface(iface, crate::recv::unmap(a.ip())) {
+            Ok(()) => a.port(),
+            Err(why) => return (udp, Some(Err(why))),
+        },
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
     let steer = match Steer::open(iface, &[port], Action::Redirect) {

@@ -264,6 +264,48 @@ pub(crate) fn ifindex(name: &str) -> io::Result<u32> {
     }
 }
 
+/// Whether interface `iface` holds address `ip` (getifaddrs).
+pub(crate) fn iface_has(iface: &str, ip: std::net::IpAddr) -> io::Result<bool> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut found = false;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs built, alive until
+        // freeifaddrs; its name is a NUL-terminated string and its address,
+        // when not null, a sockaddr of the family it names.
+        let (name, addr) = unsafe {
+            let c = &*cur;
+            cur = c.ifa_next;
+            (std::ffi::CStr::from_ptr(c.ifa_name), c.ifa_addr)
+        };
+        if addr.is_null() || name.to_bytes() != iface.as_bytes() {
+            continue;
+        }
+        // SAFETY: as above; the family says which sockaddr it is.
+        let a = unsafe {
+            match i32::from((*addr).sa_family) {
+                libc::AF_INET => {
+                    let v = &*(addr as *const libc::sockaddr_in);
+                    Some(std::net::IpAddr::from(v.sin_addr.s_addr.to_ne_bytes()))
+                }
+                libc::AF_INET6 => {
+                    let v = &*(addr as *const libc::sockaddr_in6);
+                    Some(std::net::IpAddr::from(v.sin6_addr.s6_addr))
+                }
+                _ => None,
+            }
+        };
+        found |= a == Some(ip);
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(found)
+}
+
 /// An anonymous shared mapping, unmapped on drop.
 struct Mmap {
     ptr: *mut u8,

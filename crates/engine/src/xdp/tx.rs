@@ -325,6 +325,7 @@ fn try_choose(
     };
     let src_port = s.local_addr().map_err(|e| e.to_string())?.port();
     let idx = super::ifindex(iface).map_err(|e| e.to_string())?;
+    super::on_iface(iface, src_ip)?;
     let dst_mac = super::neighbour(idx, dst_ip)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no neighbour entry for {dst_ip} on {iface} (not on its link?)"))?;
