@@ -857,10 +857,12 @@ fn session(
                 #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
                 let mut host = sys::host_info();
                 #[cfg(target_os = "linux")]
-                crate::xdp::rx::describe(&mut host, &xdp);
+                let ring_drops = crate::xdp::rx::describe(&mut host, &xdp);
+                #[cfg(not(target_os = "linux"))]
+                let ring_drops = 0;
                 let extra = ReportExtra {
                     host,
-                    rcvbuf_errors: snmp1.saturating_sub(snmp0),
+                    rcvbuf_errors: snmp1.saturating_sub(snmp0) + ring_drops,
                     foreign_control: foreign1.saturating_sub(foreign0),
                     cpu_s: cpu,
                 };

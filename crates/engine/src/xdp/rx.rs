@@ -13,7 +13,8 @@ use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack};
 use crate::recv::{UdpFlow, Worker, WorkerOutcome, POLL_MS};
 use crate::sys::{CpuClock, CpuTime};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Where receive times of the XDP path come from, for the document.
 pub(crate) const RX_STAMP: &str = "af_xdp ring pick-up";
@@ -24,8 +25,10 @@ const SPINS: u32 = 2000;
 
 /// The session's UDP flows waiting for a receive thread (position, state).
 pub(crate) type UdpFlows = Vec<(usize, Box<UdpFlow>)>;
-/// Whether the XDP path was taken: Ok(how), Err(why not); None: not asked.
-pub(crate) type Taken = Option<Result<String, String>>;
+/// Whether the XDP path was taken: Ok(how it attached, and the frames its
+/// rings dropped, set when the session's receive thread ends), Err(why
+/// not); None: not asked.
+pub(crate) type Taken = Option<Result<(String, Arc<AtomicU64>), String>>;
 
 /// Takes the session's UDP flows onto the XDP path of `iface` when it can:
 /// one UDP flow, one-way (no reflections), and no other session on the
@@ -70,32 +73,40 @@ pub(crate) fn take(
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
     let desc = steer.describe();
+    let drops = Arc::new(AtomicU64::new(0));
+    let dropped = drops.clone();
     let Some((i, flow)) = udp.pop() else {
         return (udp, None);
     };
     match std::thread::Builder::new()
         .name(format!("wb-xdp-rx-{}", flow.rx.flow_id))
-        .spawn(move || serve(*flow, steer, port, claim))
+        .spawn(move || serve(*flow, steer, port, claim, &dropped))
     {
         Ok(h) => {
             workers.push(Worker {
                 flows: vec![i],
                 handle: Some(h),
             });
-            (udp, Some(Ok(desc)))
+            (udp, Some(Ok((desc, drops))))
         }
         Err(e) => (udp, Some(Err(format!("receive thread: {e}")))),
     }
 }
 
-/// Sets the receiving host's `rx_timestamps` for the report: where the
-/// XDP path took them, or the socket path's with why XDP was not used.
-pub(crate) fn describe(host: &mut wirebench_schema::result::HostInfo, taken: &Taken) {
+/// Sets the receiving host's `rx_timestamps` for the report (where the
+/// XDP path took them, or the socket path's with why XDP was not used) and
+/// returns the frames the rings dropped for want of room (the receiving
+/// host's drops, as UDP receive-buffer errors are on the socket path).
+pub(crate) fn describe(host: &mut wirebench_schema::result::HostInfo, taken: &Taken) -> u64 {
     match taken {
-        None => {}
-        Some(Ok(how)) => host.rx_timestamps = format!("{RX_STAMP} ({how})"),
+        None => 0,
+        Some(Ok((how, drops))) => {
+            host.rx_timestamps = format!("{RX_STAMP} ({how})");
+            drops.load(Ordering::Relaxed)
+        }
         Some(Err(why)) => {
-            host.rx_timestamps = format!("{} (XDP not used: {why})", host.rx_timestamps)
+            host.rx_timestamps = format!("{} (XDP not used: {why})", host.rx_timestamps);
+            0
         }
     }
 }
@@ -113,7 +124,13 @@ fn prime(steer: &mut Steer) -> ([Desc; BATCH], [u64; BATCH]) {
 }
 
 /// Receives flow `f` from the rings of `steer` until the session stops it.
-fn serve(mut f: UdpFlow, mut steer: Steer, port: u16, _claim: Claim) -> WorkerOutcome {
+fn serve(
+    mut f: UdpFlow,
+    mut steer: Steer,
+    port: u16,
+    _claim: Claim,
+    dropped: &AtomicU64,
+) -> WorkerOutcome {
     crate::clock::raise_priority();
     tighten_timer_slack();
     let cpu0 = CpuTime::thread();
@@ -171,6 +188,8 @@ fn serve(mut f: UdpFlow, mut steer: Steer, port: u16, _claim: Claim) -> WorkerOu
         }
     }
     f.acc.finish_live();
+    let st = steer.stats();
+    dropped.store(st.rx_dropped + st.rx_ring_full, Ordering::Relaxed);
     WorkerOutcome {
         accs: vec![(f.acc.acc, f.acc.marks.seen())],
         cpu: CpuTime::thread().since(cpu0),
