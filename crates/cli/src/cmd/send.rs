@@ -399,6 +399,9 @@ fn session_plan(
     plan.pacing = args.pacing;
     plan.phases = args.phases;
     plan.link_rate_bps = args.link_rate;
+    if let Some(iface) = &args.xdp {
+        check_xdp_iface(iface)?;
+    }
     plan.xdp = args.xdp.clone();
     if args.json_stream && args.json.as_deref() == Some("-") {
         crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");
@@ -1047,4 +1050,17 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
         );
     }
     s
+}
+
+/// `--xdp IFACE` names an interface of this host (a path that cannot be
+/// taken for other reasons falls back to sockets and says why).
+#[cfg(target_os = "linux")]
+fn check_xdp_iface(iface: &str) -> anyhow::Result<()> {
+    wirebench_engine::xdp::ifindex(iface).map_err(|e| bad_input(format!("--xdp: {e}")))?;
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn check_xdp_iface(_iface: &str) -> anyhow::Result<()> {
+    Err(bad_input("--xdp: AF_XDP is Linux only"))
 }
