@@ -1232,13 +1232,32 @@ def tcp_many(args, tools):
         argv += ["--flows", "1,8,60"]
     if args.json:
         argv += ["--json", args.json + ".tcp_many.json"]
+    return side_script(argv, 3600, "many TCP flows")
+
+
+def side_script(argv, timeout, what):
+    """Runs a bench script of its own (test-bed, receivers, clean-up) and
+    returns its table as text, or what went wrong."""
+    name = os.path.basename(argv[1])
     try:
         r = subprocess.run(argv, stdout=subprocess.PIPE, text=True,
-                           timeout=3600)
+                           timeout=timeout)
     except subprocess.TimeoutExpired:
-        return "many TCP flows: bench/tcp_many.py did not finish in 1 h"
+        return f"{what}: bench/{name} did not finish in {timeout // 60} min"
     return r.stdout if r.returncode == 0 else (
-        f"many TCP flows: bench/tcp_many.py exit {r.returncode}\n{r.stdout}")
+        f"{what}: bench/{name} exit {r.returncode}\n{r.stdout}")
+
+
+def xdp_line_rate(args):
+    """Section xdp: bench/xdp_line_rate.py (its own test-bed, receivers and
+    clean-up; root); its table as text."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    argv = [sys.executable, os.path.join(here, "xdp_line_rate.py"),
+            "--wirebench", os.path.abspath(args.wirebench),
+            "--reps", str(args.reps), "--secs", fmt_secs(args.secs)]
+    if args.json:
+        argv += ["--json", args.json + ".xdp.json"]
+    return side_script(argv, 1800, "AF_XDP path")
 
 
 def fmt_secs(s):
@@ -1554,7 +1573,11 @@ def main():
                          "--auth probes); tcpmany (bulk TCP, 1 to 1000 "
                          "flows on loopback and the 1 Gbit/s router "
                          "test-bed, beside iperf3 -P and D-ITG: "
-                         "bench/tcp_many.py; not in the default); "
+                         "bench/tcp_many.py; not in the default); xdp "
+                         "(64 B on the direct veth test-bed: send/recv --xdp "
+                         "beside the socket path, iperf3, D-ITG and the veth "
+                         "path's own limit, root: bench/xdp_line_rate.py; not "
+                         "in the default); "
                          "many (sessions of many flows "
                          "beside D-ITG multi-flow and iperf3 -P; not in "
                          "the default list)")
@@ -1685,9 +1708,9 @@ def main():
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     for s in sections:
         if s not in ("rate", "max", "tcp", "dir", "log", "auth", "many",
-                     "tcpmany"):
+                     "tcpmany", "xdp"):
             print(f"--sections: unknown section {s!r} (rate, max, tcp, dir, "
-                  "log, auth, many, tcpmany)", file=sys.stderr)
+                  "log, auth, many, tcpmany, xdp)", file=sys.stderr)
             return 2
 
     workdir = tempfile.mkdtemp(prefix="wirebench-bench-")
@@ -1751,6 +1774,13 @@ def main():
         log("== many TCP flows on loopback and the 1 Gbit/s router test-bed:"
             " bench/tcp_many.py")
         tcpmany = tcp_many(args, tools)
+    xdp = None
+    if "xdp" in sections and "wirebench" not in tools:
+        log("== AF_XDP path: left out (no wirebench binary)")
+    elif "xdp" in sections:
+        log("== 64 B on the direct test-bed: --xdp, socket path, iperf3, D-ITG,"
+            " the veth path's limit: bench/xdp_line_rate.py")
+        xdp = xdp_line_rate(args)
     elapsed = time.monotonic() - b.t0
     load_after = loadavg()
 
@@ -1770,6 +1800,9 @@ def main():
     if tcpmany:
         print()
         print(tcpmany.rstrip())
+    if xdp:
+        print()
+        print(xdp.rstrip())
     print(f"\n{args.reps} repetitions, medians; rate trials "
           f"{fmt_secs(args.secs)} s, search trials "
           f"{fmt_secs(args.search_secs)} s (max mode + ≤{args.search_steps} "

@@ -41,7 +41,7 @@ if [[ -z "${WIREBENCH:-}" ]]; then
     target="${CARGO_TARGET_DIR:-$root/target}"
     if ((build)); then
         echo "building wirebench (release)..." >&2
-        (cd "$root" && cargo build --release -q -p wirebench) >&2
+        (cd "$root" && cargo build --release -q -p wirebench && cargo build --release -q -p wirebench-engine --example xdp_path) >&2
     fi
     WIREBENCH="$target/release/wirebench"
 fi

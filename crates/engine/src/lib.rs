@@ -31,6 +31,8 @@ pub mod send;
 mod session;
 mod sockopt;
 pub mod sys;
+#[cfg(target_os = "linux")]
+pub mod xdp;
 
 pub use assemble::rfc3339;
 pub use multi::run_many;

@@ -120,6 +120,9 @@ pub struct SessionPlan {
     /// Set by [`crate::multi::run_many`]: the sessions of one run with
     /// several receivers send `Start` together.
     pub together: Option<std::sync::Arc<crate::multi::Together>>,
+    /// `--xdp IFACE`: send by the AF_XDP path of this interface when the
+    /// session allows it (Linux; docs/engine.md, "AF_XDP path").
+    pub xdp: Option<String>,
 }
 
 /// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
@@ -211,6 +214,7 @@ impl SessionPlan {
             live: None,
             link_rate_bps: None,
             together: None,
+            xdp: None,
         }
     }
 

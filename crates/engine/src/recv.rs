@@ -56,7 +56,7 @@ pub const MAX_SESSIONS: usize = 64;
 /// hold a slot indefinitely by keeping its session alive.
 pub const MAX_SESSION: Duration = Duration::from_secs(86_400);
 /// How often receive threads look at their stop flag.
-const POLL_MS: u64 = 50;
+pub(crate) const POLL_MS: u64 = 50;
 
 /// Default cap on one session's packet log (`recv --log-max`): 1 GiB, 33 M
 /// records, over a minute at 500 kpps.
@@ -127,6 +127,9 @@ pub struct DaemonConfig {
     /// Stream live intervals to senders that ask for them (false only to
     /// play a receiver from before they existed, in tests).
     pub live_intervals: bool,
+    /// `--xdp IFACE`: receive a session's UDP flow by the AF_XDP path of
+    /// this interface when it can (Linux; docs/engine.md, "AF_XDP path").
+    pub xdp: Option<String>,
 }
 
 impl Default for DaemonConfig {
@@ -147,6 +150,7 @@ impl Default for DaemonConfig {
             budgets: Budgets::default(),
             peer_share_pct: budget::PEER_SHARE_PCT,
             live_intervals: true,
+            xdp: None,
         }
     }
 }
@@ -350,13 +354,13 @@ pub(crate) fn unmap(ip: IpAddr) -> IpAddr {
 
 /// Shared between a session and one of its receive threads.
 #[derive(Default)]
-struct FlowShared {
-    stop: AtomicBool,
-    offset_ns: AtomicI64,
+pub(crate) struct FlowShared {
+    pub(crate) stop: AtomicBool,
+    pub(crate) offset_ns: AtomicI64,
     /// Error bound of the offset; delays below its negative are flagged.
     error_ns: AtomicI64,
     negative_beyond_error: AtomicU64,
-    foreign: AtomicU64,
+    pub(crate) foreign: AtomicU64,
     /// Receiver clock at `Start` (0: not yet): bounds the sequence numbers
     /// the sender can have reached.
     start_ns: AtomicU64,
@@ -412,13 +416,13 @@ impl FlowShared {
 /// What a receive thread hands back: for each flow it served (in the
 /// order of [`Worker::flows`]) its accumulator and the IP marking seen on
 /// its data packets (UDP; None when untold), and its CPU time.
-struct WorkerOutcome {
-    accs: Vec<FlowRecv>,
-    cpu: CpuTime,
+pub(crate) struct WorkerOutcome {
+    pub(crate) accs: Vec<FlowRecv>,
+    pub(crate) cpu: CpuTime,
 }
 
 /// A flow's statistics and the IP marking its packets carried.
-type FlowRecv = (RecvAccumulator, Option<MarksSeen>);
+pub(crate) type FlowRecv = (RecvAccumulator, Option<MarksSeen>);
 
 struct SessionFlow {
     flow_id: u16,
@@ -426,9 +430,9 @@ struct SessionFlow {
 }
 
 /// A receive thread and the flows (positions in the session) it serves.
-struct Worker {
-    flows: Vec<usize>,
-    handle: Option<JoinHandle<WorkerOutcome>>,
+pub(crate) struct Worker {
+    pub(crate) flows: Vec<usize>,
+    pub(crate) handle: Option<JoinHandle<WorkerOutcome>>,
 }
 
 /// A session's flows and the receive threads serving them: one per TCP
@@ -670,6 +674,12 @@ fn session(
             }
         }
     }
+    #[cfg(target_os = "linux")]
+    let (udp, xdp) = crate::xdp::rx::take(cfg.xdp.as_deref(), udp, &mut flows.1);
+    #[cfg(target_os = "linux")]
+    if let (Some(Err(why)), true) = (&xdp, verbose) {
+        eprintln!("wirebench recv: session {sid:08x}: socket path, not XDP: {why}");
+    }
     if let Err(e) = start_udp_workers(udp, &mut flows.1) {
         stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
         return refuse(&mut ctl, format!("receiver: {e}"));
@@ -898,9 +908,15 @@ fn session(
                         ),
                     }
                 }
+                #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+                let mut host = sys::host_info();
+                #[cfg(target_os = "linux")]
+                let ring_drops = crate::xdp::rx::describe(&mut host, &xdp);
+                #[cfg(not(target_os = "linux"))]
+                let ring_drops = 0;
                 let extra = ReportExtra {
-                    host: sys::host_info(),
-                    rcvbuf_errors: snmp1.saturating_sub(snmp0),
+                    host,
+                    rcvbuf_errors: snmp1.saturating_sub(snmp0) + ring_drops,
                     foreign_control: foreign1.saturating_sub(foreign0),
                     cpu_s: cpu,
                 };
@@ -1194,25 +1210,25 @@ fn log_meta(
 
 /// A flow's statistics and, when the session is logged, its log producer:
 /// every admitted probe goes into both, in the same order.
-struct Recorder {
-    acc: RecvAccumulator,
+pub(crate) struct Recorder {
+    pub(crate) acc: RecvAccumulator,
     log: Option<LogProducer>,
     /// DSCP / TTL / flow label of the admitted datagrams.
-    marks: MarksTally,
+    pub(crate) marks: MarksTally,
     /// Cuts live intervals (sessions that stream them).
-    live: Option<LiveTap>,
+    pub(crate) live: Option<LiveTap>,
 }
 
 impl Recorder {
     /// The socket was quiet: close the live intervals that have ended.
-    fn tick(&mut self) {
+    pub(crate) fn tick(&mut self) {
         if let Some(t) = self.live.as_mut() {
             t.tick(realtime_ns(), &self.acc);
         }
     }
 
     /// The flow ended: close the last live intervals.
-    fn finish_live(&mut self) {
+    pub(crate) fn finish_live(&mut self) {
         if let Some(t) = self.live.as_mut() {
             t.finish(&self.acc);
         }
@@ -1402,21 +1418,21 @@ fn start_udp_workers(
 }
 
 /// Who a UDP flow's receive thread accepts probes from and reflects to.
-struct UdpRx {
+pub(crate) struct UdpRx {
     sid: u32,
-    flow_id: u16,
+    pub(crate) flow_id: u16,
     max_len: usize,
-    reflect: bool,
+    pub(crate) reflect: bool,
     /// The session's sender: probes from any other address are foreign.
     peer_ip: IpAddr,
 }
 
 /// One UDP flow as its receive thread holds it.
-struct UdpFlow {
-    sock: UdpSocket,
-    acc: Recorder,
-    sh: Arc<FlowShared>,
-    rx: UdpRx,
+pub(crate) struct UdpFlow {
+    pub(crate) sock: UdpSocket,
+    pub(crate) acc: Recorder,
+    pub(crate) sh: Arc<FlowShared>,
+    pub(crate) rx: UdpRx,
     /// The sender's data address: its address as seen on the control
     /// connection, at the port it declared ([`FlowSetup::src_port`]), else
     /// (probe MACs, or an older sender) the port of the first datagram that
@@ -1434,10 +1450,6 @@ impl UdpFlow {
         let n = batch.recv(self.sock.as_raw_fd())?;
         let fallback_ts = realtime_ns();
         let offset = self.sh.offset_ns.load(Ordering::Relaxed);
-        let (sid, flow_id, peer_ip) = (self.rx.sid, self.rx.flow_id, self.rx.peer_ip);
-        // A worker's batch slots fit its largest flow: longer than this
-        // flow's largest probe is foreign, as a truncated datagram is.
-        let longest = self.rx.max_len.max(RTT_MIN_LEN);
         let mut queued = [(0usize, 0usize); BATCH];
         let reply_min = reply_len(self.sh.probe_key.is_some());
         let mut k = 0;
@@ -1453,51 +1465,10 @@ impl UdpFlow {
                 .source(i)
                 .map(|a| SocketAddr::new(unmap(a.ip()), a.port()));
             let d = batch.data(i);
-            let h = match ProbeHeader::decode_datagram(d) {
-                Ok(h)
-                    if h.session == sid
-                        && h.flow == flow_id
-                        && !h.is_reflected()
-                        && !h.is_hello()
-                        && d.len() <= longest =>
-                {
-                    h
-                }
-                _ => {
-                    self.sh.foreign.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            };
-            let ours = match (self.registered, from) {
-                (Some(r), Some(f)) => r == f,
-                (None, Some(f)) => f.ip() == peer_ip,
-                (_, None) => false,
-            };
-            if !ours {
-                self.sh.foreign.fetch_add(1, Ordering::Relaxed);
+            let Some(h) = self.accept(d, from, ts, offset) else {
                 continue;
-            }
-            // With probe MACs, a probe of this session and flow from the
-            // sender's address that does not carry a valid one is forged:
-            // counted, never recorded or reflected.
-            if self.sh.probe_key.as_ref().is_some_and(|k| !k.verify(d)) {
-                self.sh.forged.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
+            };
             let len = d.len();
-            let Some(delay) = self.sh.admit(&self.acc.acc, &h, ts, offset) else {
-                continue;
-            };
-            // An undeclared source is learned only from a datagram that
-            // passed every check above (with probe MACs: an authentic one),
-            // so no single forged datagram can make the real ones foreign.
-            if self.sh.from.get().is_none() {
-                if let Some(f) = from {
-                    self.registered = Some(f);
-                    let _ = self.sh.from.set(f);
-                }
-            }
-            self.acc.record(&h, delay, ts, len);
             let m = batch.marks(i);
             self.acc.marks.see(m.tos, m.ttl, m.flow_label);
             if self.rx.reflect && h.is_rtt() {
@@ -1530,6 +1501,66 @@ impl UdpFlow {
             batch.flush_replies(self.sock.as_raw_fd(), k);
         }
         Ok((n, last_ts))
+    }
+
+    /// Takes one datagram `d` from `from` received at `ts`: a probe of
+    /// this session and flow from the sender, authentic and plausible, is
+    /// recorded and returned; anything else is counted (foreign, forged,
+    /// implausible) and dropped. Shared by the socket and AF_XDP paths.
+    pub(crate) fn accept(
+        &mut self,
+        d: &[u8],
+        from: Option<SocketAddr>,
+        ts: u64,
+        offset: i64,
+    ) -> Option<ProbeHeader> {
+        let (sid, flow_id, peer_ip) = (self.rx.sid, self.rx.flow_id, self.rx.peer_ip);
+        // A worker's batch slots fit its largest flow: longer than this
+        // flow's largest probe is foreign, as a truncated datagram is.
+        let longest = self.rx.max_len.max(RTT_MIN_LEN);
+        let h = match ProbeHeader::decode_datagram(d) {
+            Ok(h)
+                if h.session == sid
+                    && h.flow == flow_id
+                    && !h.is_reflected()
+                    && !h.is_hello()
+                    && d.len() <= longest =>
+            {
+                h
+            }
+            _ => {
+                self.sh.foreign.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        };
+        let ours = match (self.registered, from) {
+            (Some(r), Some(f)) => r == f,
+            (None, Some(f)) => f.ip() == peer_ip,
+            (_, None) => false,
+        };
+        if !ours {
+            self.sh.foreign.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        // With probe MACs, a probe of this session and flow from the
+        // sender's address that does not carry a valid one is forged:
+        // counted, never recorded or reflected.
+        if self.sh.probe_key.as_ref().is_some_and(|k| !k.verify(d)) {
+            self.sh.forged.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let delay = self.sh.admit(&self.acc.acc, &h, ts, offset)?;
+        // An undeclared source is learned only from a datagram that
+        // passed every check above (with probe MACs: an authentic one),
+        // so no single forged datagram can make the real ones foreign.
+        if self.sh.from.get().is_none() {
+            if let Some(f) = from {
+                self.registered = Some(f);
+                let _ = self.sh.from.set(f);
+            }
+        }
+        self.acc.record(&h, delay, ts, d.len());
+        Some(h)
     }
 }
 

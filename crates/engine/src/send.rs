@@ -8,7 +8,7 @@
 use crate::assemble::{assemble_doc, DocInputs};
 use crate::clock::{mono_ns, realtime_ns};
 use crate::live::Forward;
-use crate::pacing::{bind_data, identify, pacer_sockets, run_flows, source_port, DataSock, Launch};
+use crate::pacing::{bind_data, identify, pacer_sockets, source_port, DataSock, Launch};
 use crate::plan::SessionPlan;
 use crate::reverse::Local;
 use crate::session::{collect_report, Watcher};
@@ -157,7 +157,14 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         probe_key,
         pacer_socks,
     };
-    let mut outcomes = match run_flows(&plan, socks, launch) {
+    #[cfg(target_os = "linux")]
+    let mut xdp =
+        crate::xdp::tx::choose(&plan, &socks, src_ip, dst_ip, ports.first().copied(), mtu);
+    #[cfg(target_os = "linux")]
+    let ran = crate::xdp::tx::run_flows(&plan, socks, launch, &mut xdp);
+    #[cfg(not(target_os = "linux"))]
+    let ran = crate::pacing::run_flows(&plan, socks, launch);
+    let mut outcomes = match ran {
         Ok(o) => o,
         Err(e) => {
             let _ = watcher.finish();
@@ -278,6 +285,10 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     });
     if let Some(f) = &forward {
         f.fill_tcp(&mut doc.flows);
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(p) = xdp.send_path(plan.xdp.as_deref().unwrap_or_default()) {
+        doc.host.send_path = p;
     }
     match partial {
         None => Ok(doc),

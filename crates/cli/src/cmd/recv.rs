@@ -126,6 +126,18 @@ pub struct Args {
     /// iperf3-<ms>-<n>.json) into DIR.
     #[arg(long = "iperf3-results", value_name = "DIR", requires = "iperf3")]
     pub iperf3_results: Option<std::path::PathBuf>,
+    /// Receive by the AF_XDP path of IFACE (Linux, root): an XDP program
+    /// steers a session's data port to AF_XDP sockets, everything else
+    /// (control, other traffic) passes to the kernel. Taken for one-way
+    /// sessions of one UDP flow, one session at a time; others use the
+    /// socket path and the report says why. The program is removed when the
+    /// session ends, and with the process however it ends (a BPF link).
+    #[arg(long = "xdp", value_name = "IFACE")]
+    pub xdp: Option<String>,
+    /// Detach any wirebench XDP program still held on the --xdp interface
+    /// (by a hung wirebench), print how many, and exit.
+    #[arg(long = "xdp-cleanup", requires = "xdp")]
+    pub xdp_cleanup: bool,
     /// Answer senders like a receiver from before live intervals (tests of
     /// the sender's fallback only).
     #[arg(long = "no-live-intervals", hide = true)]
@@ -240,6 +252,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.iperf3 == Some(0) {
         return Err(bad_input("--iperf3: the port must be 1..65535"));
     }
+    if let Some(iface) = &args.xdp {
+        let removed = xdp_cleanup(iface)?;
+        if args.xdp_cleanup {
+            println!("{iface}: {removed} wirebench XDP program(s) detached");
+            return Ok(());
+        }
+    }
     let key = crate::key::load(args.key_file.as_deref())?;
     let authenticated = key.is_some();
     if let (Some(mode), false) = (&args.require_auth, authenticated) {
@@ -263,6 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_session: Duration::from_secs(args.max_session),
         budgets,
         live_intervals: !args.no_live_intervals,
+        xdp: args.xdp.clone(),
         ..DaemonConfig::default()
     })
     .map_err(|e| {
@@ -314,4 +334,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     daemon.serve()?;
     Ok(())
+}
+
+/// Detaches what a hung wirebench left on `iface` (a killed one leaves
+/// nothing: its BPF link died with it); a missing interface is bad input.
+#[cfg(target_os = "linux")]
+fn xdp_cleanup(iface: &str) -> anyhow::Result<usize> {
+    wirebench_engine::xdp::ifindex(iface).map_err(|e| bad_input(format!("--xdp: {e}")))?;
+    Ok(wirebench_engine::xdp::cleanup(iface)?)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn xdp_cleanup(_iface: &str) -> anyhow::Result<usize> {
+    Err(bad_input("--xdp: AF_XDP is Linux only"))
 }

@@ -173,6 +173,14 @@ pub struct Args {
     /// uncertainty (total.above_bound; a warning in the summary).
     #[arg(long = "link-rate", value_name = "RATE", value_parser = parse_link_rate)]
     pub link_rate: Option<u64>,
+    /// Send through an AF_XDP socket on IFACE (Linux, root): frames go
+    /// straight to the driver's ring, past the socket layer, for small
+    /// packets at line rate (`recv --xdp` is the receiving half). Taken for
+    /// one forward one-way UDP flow to a neighbour on IFACE within its MTU;
+    /// otherwise the socket path runs and the result's host.send_path says
+    /// why. docs/engine.md, "AF_XDP path".
+    #[arg(long = "xdp", value_name = "IFACE")]
+    pub xdp: Option<String>,
 }
 
 fn parse_link_rate(s: &str) -> Result<u64, String> {
@@ -391,6 +399,10 @@ fn session_plan(
     plan.pacing = args.pacing;
     plan.phases = args.phases;
     plan.link_rate_bps = args.link_rate;
+    if let Some(iface) = &args.xdp {
+        check_xdp_iface(iface)?;
+    }
+    plan.xdp = args.xdp.clone();
     if args.json_stream && args.json.as_deref() == Some("-") {
         crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");
     }
@@ -485,6 +497,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             });
         }
     };
+    if args.xdp.is_some() && !doc.host.send_path.starts_with("af_xdp") {
+        eprintln!("wirebench send: {}", doc.host.send_path);
+    }
     // The summary is printed whatever then happens to the file.
     let live_printed = printer
         .as_ref()
@@ -1035,4 +1050,17 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
         );
     }
     s
+}
+
+/// `--xdp IFACE` names an interface of this host (a path that cannot be
+/// taken for other reasons falls back to sockets and says why).
+#[cfg(target_os = "linux")]
+fn check_xdp_iface(iface: &str) -> anyhow::Result<()> {
+    wirebench_engine::xdp::ifindex(iface).map_err(|e| bad_input(format!("--xdp: {e}")))?;
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn check_xdp_iface(_iface: &str) -> anyhow::Result<()> {
+    Err(bad_input("--xdp: AF_XDP is Linux only"))
 }

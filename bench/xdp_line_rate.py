@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Small packets on the `direct` test-bed (a -- b over veth, root): the
+AF_XDP path beside the socket path, iperf3 and D-ITG, and the veth path's
+own limit. bench/compare.sh runs it as `--sections xdp`.
+
+Rows, 64-byte UDP payloads, medians of --reps runs:
+  path limit, XDP drop   frames/s b's XDP program dropped while an AF_XDP
+                         flood ran on a (the xdp_path example): what the
+                         kernel carries over veth on this host
+  path limit, AF_XDP rx  the same, taken off AF_XDP rings on b
+  wirebench --xdp        send --xdp / recv --xdp, --max: delivered pps, loss
+  wirebench socket path  send / recv, --max
+  iperf3                 -u -b 0 -l 64
+  D-ITG                  -C 2000000 -c 64 (its own pacing at full speed)
+and paced --xdp flows at 100 kpps and 1 Mpps: achieved rate error and the
+p99 schedule error (sent.schedule_error_s).
+
+Delivered pps = packets received / the sender's duration. The test-bed
+(`wbxdpb`) and every process this script starts are removed at the end,
+also on Ctrl-C.
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+NAME = "wbxdpb"
+A, B = f"wb-{NAME}-a", f"wb-{NAME}-b"
+DST4 = "10.0.1.2"
+SIZE = 64
+PROCS = []
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def ns(node, argv):
+    return ["ip", "netns", "exec", node] + argv
+
+
+def run(argv, timeout):
+    try:
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=timeout)
+        return r.returncode, r.stdout
+    except subprocess.TimeoutExpired:
+        return 124, ""
+
+
+def start(argv):
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    PROCS.append(p)
+    return p
+
+
+def stop(p):
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    out = p.stdout.read() if p.stdout else ""
+    return out
+
+
+def cleanup(wb):
+    for p in PROCS:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    subprocess.run([wb, "testbed", "down", "--name", NAME],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def path_limit(xdp_path, mode, secs):
+    """frames/s the XDP sink on b saw while a flooded (None on failure)."""
+    sink = start(ns(B, [xdp_path, "sink", "eth0", "9000", mode, str(secs)]))
+    time.sleep(0.5)
+    rc, out = run(ns(A, [xdp_path, "flood", "eth0", "10.0.1.1:9001",
+                         f"{DST4}:9000", str(SIZE), str(secs + 1)]), secs + 30)
+    try:
+        sink.wait(15)
+    except subprocess.TimeoutExpired:
+        pass
+    text = stop(sink)
+    if rc != 0:
+        log(f"  flood failed: {out.strip()[-200:]}")
+        return None
+    for line in text.splitlines():
+        if line.startswith("sink:"):
+            # "sink: matched N frames in S s = R pps; received M = Q pps; ..."
+            parts = line.split("=")
+            matched = float(parts[1].split()[0])
+            received = float(parts[2].split()[0])
+            return matched if mode == "drop" else received
+    log(f"  sink said: {text.strip()[-200:]}")
+    return None
+
+
+def wirebench(wb, port, args, secs, xdp):
+    """(delivered pps, loss, document) of one wirebench run (None on failure)."""
+    rx = start(ns(B, [wb, "recv", "-q", "-p", str(port)]
+                  + (["--xdp", "eth0"] if xdp else [])))
+    time.sleep(0.8)
+    out = tempfile.mktemp(prefix="wbxdp-", suffix=".json")
+    argv = [wb, "send", "-a", DST4, "-4", "-p", str(port), "-c", str(SIZE),
+            "-t", str(int(secs * 1000)), "--json", out] + args
+    if xdp:
+        argv += ["--xdp", "eth0"]
+    rc, text = run(ns(A, argv), secs + 40)
+    stop(rx)
+    try:
+        with open(out) as f:
+            d = json.load(f)
+        os.unlink(out)
+    except (OSError, ValueError):
+        log(f"  wirebench failed (rc {rc}): {text.strip()[-200:]}")
+        return None
+    fl = d["flows"][0]
+    s, r = fl["sent"]["packets"], fl["received"]["packets"]
+    dur = fl["sent"]["duration_s"] or 1e-9
+    if xdp and not d["host"]["send_path"].startswith("af_xdp"):
+        log(f"  not the XDP path: {d['host']['send_path']}")
+        return None
+    return r / dur, (s - r) / max(s, 1), d
+
+
+def iperf3(secs):
+    srv = start(ns(B, ["iperf3", "-s", "-1", "-p", "5299"]))
+    time.sleep(0.8)
+    rc, text = run(ns(A, ["iperf3", "-c", DST4, "-p", "5299", "-u", "-b", "0",
+                          "-l", str(SIZE), "-t", str(secs), "-J"]), secs + 30)
+    stop(srv)
+    try:
+        s = json.loads(text)["end"]["sum"]
+        return (s["packets"] - s["lost_packets"]) / s["seconds"], s["lost_percent"] / 100
+    except (ValueError, KeyError):
+        log(f"  iperf3 failed (rc {rc})")
+        return None
+
+
+def ditg(secs, workdir):
+    recv = start(ns(B, ["ITGRecv"]))
+    time.sleep(0.8)
+    rlog = os.path.join(workdir, "itg-r.log")
+    rc, text = run(ns(A, ["ITGSend", "-a", DST4, "-T", "UDP", "-C", "2000000",
+                          "-c", str(SIZE), "-t", str(int(secs * 1000)),
+                          "-x", rlog]), secs + 30)
+    time.sleep(0.5)
+    stop(recv)
+    rc2, dec = run(["ITGDec", rlog], 60)
+    pk = tm = None
+    for line in dec.splitlines():
+        if "Total packets" in line:
+            pk = float(line.split("=")[1])
+        if "Total time" in line:
+            tm = float(line.split("=")[1].split()[0])
+    if not pk or not tm:
+        log(f"  D-ITG failed (rc {rc}/{rc2})")
+        return None
+    return pk / tm, None
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--wirebench", required=True)
+    ap.add_argument("--xdp-path", default=None,
+                    help="the xdp_path example binary (default: beside wirebench)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--secs", type=float, default=2.0)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    wb = os.path.abspath(args.wirebench)
+    xdp_path = args.xdp_path or os.path.join(os.path.dirname(wb), "examples", "xdp_path")
+    if os.geteuid() != 0:
+        print("xdp: needs root (network namespaces, XDP); left out")
+        return 0
+    if not os.access(xdp_path, os.X_OK):
+        print(f"xdp: no {xdp_path} (cargo build --release -p wirebench-engine "
+              "--example xdp_path); left out")
+        return 0
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    workdir = tempfile.mkdtemp(prefix="wbxdp-")
+    load0 = loadavg()
+    rows = {k: [] for k in ("drop", "count", "xdp", "sock", "iperf3", "ditg")}
+    loss = {k: [] for k in ("xdp", "sock", "iperf3")}
+    paced = {100000: [], 1000000: []}
+    try:
+        rc, out = run([wb, "testbed", "up", "direct", "--name", NAME], 120)
+        if rc != 0:
+            print(f"xdp: testbed up failed: {out.strip()[-300:]}")
+            return 1
+        # Neighbour entries for the flood (the sessions make their own).
+        run(ns(A, ["bash", "-c", f"echo x > /dev/udp/{DST4}/9"]), 5)
+        time.sleep(0.3)
+        for rep in range(args.reps):
+            log(f"xdp rep {rep + 1}/{args.reps}")
+            rows["drop"].append(path_limit(xdp_path, "drop", args.secs))
+            rows["count"].append(path_limit(xdp_path, "count", args.secs))
+            for key, xdp in (("xdp", True), ("sock", False)):
+                r = wirebench(wb, 15490 + rep, ["--max"], args.secs, xdp)
+                rows[key].append(r and r[0])
+                loss[key].append(r and r[1])
+            r = iperf3(args.secs)
+            rows["iperf3"].append(r and r[0])
+            loss["iperf3"].append(r and r[1])
+            r = ditg(args.secs, workdir)
+            rows["ditg"].append(r and r[0])
+            for pps in paced:
+                r = wirebench(wb, 15495 + rep, ["-C", str(pps)], args.secs, True)
+                if r:
+                    s = r[2]["flows"][0]["sent"]
+                    paced[pps].append(((s["rate_pps"] - pps) / pps,
+                                       s["schedule_error_s"]["p99"],
+                                       r[1]))
+    finally:
+        cleanup(wb)
+    load1 = loadavg()
+
+    def kpps(v):
+        return "-" if v is None else f"{v / 1e3:.0f}"
+
+    def pctv(v):
+        return "-" if v is None else f"{v * 100:.2f} %"
+
+    limit = med(rows["drop"])
+    print(f"\n64 B UDP on the direct test-bed (veth), medians of {args.reps}, "
+          f"{args.secs:g} s runs; load average {load0:.2f} -> {load1:.2f}")
+    print(f"{'row':34} {'kpps':>7} {'loss':>9} {'of limit':>9}")
+    names = [("drop", "path limit (XDP drop on b)"),
+             ("count", "path limit (AF_XDP rx on b)"),
+             ("xdp", "wirebench --xdp --max"),
+             ("sock", "wirebench socket path --max"),
+             ("iperf3", "iperf3 -u -b 0 -l 64"),
+             ("ditg", "D-ITG -C 2000000 -c 64")]
+    for k, label in names:
+        v = med(rows[k])
+        of = "-" if v is None or not limit else f"{v / limit:.2f}"
+        print(f"{label:34} {kpps(v):>7} {pctv(med(loss.get(k, []))):>9} {of:>9}")
+    x, s, i = med(rows["xdp"]), med(rows["sock"]), med(rows["iperf3"])
+    if x and s:
+        print(f"--xdp / socket path: {x / s:.2f}")
+    if x and i:
+        print(f"--xdp / iperf3: {x / i:.2f}")
+    for pps, rs in paced.items():
+        if rs:
+            print(f"paced --xdp {pps / 1e3:.0f} kpps: rate error "
+                  f"{med([r[0] for r in rs]) * 100:+.3f} %, schedule error p99 "
+                  f"{med([r[1] for r in rs]) * 1e6:.0f} us, loss "
+                  f"{med([r[2] for r in rs]) * 100:.2f} %")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "loss": loss,
+                       "paced": {str(k): v for k, v in paced.items()},
+                       "load": [load0, load1]}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,262 @@
+//! The AF_XDP path on a real veth test-bed (`direct`, root): a paced
+//! session sent and received by XDP delivers every probe over IPv4 and
+//! IPv6 and writes a valid document that says which path and timestamps it
+//! used; SIGKILL of either end leaves no XDP program on the interface and
+//! no AF_XDP socket behind (the namespace's count in /proc/net/protocols). Runs are short (a second of traffic at most).
+#![cfg(target_os = "linux")]
+
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+const NAME: &str = "wbxdp";
+const PORT: &str = "15481";
+
+static ONE_BED: Mutex<()> = Mutex::new(());
+
+fn ns(node: &str) -> String {
+    format!("wb-{NAME}-{node}")
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `ip netns exec NODE cmd...` output as text.
+fn in_node(node: &str, cmd: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns(node)])
+        .args(cmd)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether NODE's eth0 has an XDP program attached.
+fn xdp_attached(node: &str) -> bool {
+    in_node(node, &["ip", "link", "show", "eth0"]).contains("prog/xdp")
+}
+
+/// AF_XDP sockets open in NODE's namespace: the XDP line of
+/// /proc/net/protocols (per namespace; `ss --xdp` needs xsk_diag, which
+/// not every kernel has).
+fn xsk_count(node: &str) -> usize {
+    in_node(node, &["cat", "/proc/net/protocols"])
+        .lines()
+        .find(|l| l.starts_with("XDP "))
+        .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
+        .expect("an XDP line in /proc/net/protocols")
+}
+
+/// Waits up to 5 s for `cond`.
+fn eventually(cond: impl Fn() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// The `direct` test-bed and a `recv --xdp eth0` in node b; both go away
+/// on drop, also when an assertion fails.
+struct Bed {
+    recv: Option<Child>,
+    _one: MutexGuard<'static, ()>,
+}
+
+impl Bed {
+    fn up() -> Bed {
+        let one = ONE_BED.lock().unwrap_or_else(|e| e.into_inner());
+        let out = Command::new(BIN)
+            .args(["testbed", "up", "direct", "--name", NAME])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "testbed up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut bed = Bed {
+            recv: None,
+            _one: one,
+        };
+        bed.recv = Some(
+            Command::new("ip")
+                .args(["netns", "exec", &ns("b"), BIN, "recv", "-q", "-p", PORT])
+                .args(["--xdp", "eth0"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let up = eventually(|| in_node("b", &["ss", "-Htln"]).contains(&format!(":{PORT}")));
+        assert!(up, "receiver did not come up");
+        bed
+    }
+
+    fn send(&self, dest: &str, args: &[&str]) -> Child {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns("a"),
+                BIN,
+                "send",
+                "-a",
+                dest,
+                "-p",
+                PORT,
+            ])
+            .args(["--xdp", "eth0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.recv.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new(BIN)
+            .args(["testbed", "down", "--name", NAME])
+            .output();
+    }
+}
+
+#[test]
+fn a_paced_xdp_session_delivers_every_probe_over_ipv4_and_ipv6() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    let bed = Bed::up();
+    for dest in ["10.0.1.2", "fd00:0:0:1::2"] {
+        let out = bed
+            .send(
+                dest,
+                &["-C", "20000", "-c", "64", "-z", "10000", "--json", "-"],
+            )
+            .wait_with_output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "send to {dest}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        wirebench_engine::result::ResultDoc::from_stored(&v).expect("a valid result document");
+        let send_path = v["host"]["send_path"].as_str().unwrap_or_default();
+        assert!(
+            send_path.starts_with("af_xdp eth0") && send_path.contains("ring hand-off"),
+            "{dest}: sent by {send_path}"
+        );
+        let rx = v["receiver"]["host"]["rx_timestamps"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            rx.starts_with("af_xdp ring pick-up"),
+            "{dest}: received by {rx}"
+        );
+        let f = &v["flows"][0];
+        assert_eq!(f["sent"]["packets"], 10000, "{dest}");
+        assert_eq!(f["received"]["packets"], 10000, "{dest}: {f}");
+        assert_eq!(f["received"]["foreign"], 0, "{dest}");
+        assert_eq!(f["ip_version"], if dest.contains(':') { 6 } else { 4 });
+    }
+    // Two flows: the socket path at both ends, each saying why.
+    let out = bed
+        .send(
+            "10.0.1.2",
+            &[
+                "--flows", "2", "-C", "2000", "-c", "64", "-z", "1000", "--json", "-",
+            ],
+        )
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let send_path = v["host"]["send_path"].as_str().unwrap_or_default();
+    assert!(
+        send_path.starts_with("sendmmsg (--xdp eth0 not used: 2 flows"),
+        "{send_path}"
+    );
+    let rx = v["receiver"]["host"]["rx_timestamps"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(rx.starts_with("kernel (XDP not used: 2 UDP flows"), "{rx}");
+    assert_eq!(v["total"]["received_packets"], 2000, "{}", v["total"]);
+    // The session is over: its program and socket went with it.
+    assert!(
+        eventually(|| !xdp_attached("b")),
+        "XDP program left after the session"
+    );
+    assert_eq!(xsk_count("b"), 0);
+}
+
+#[test]
+fn sigkill_of_either_end_leaves_no_xdp_program_or_socket() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    let mut bed = Bed::up();
+    let mut sender = bed.send("10.0.1.2", &["-C", "1000", "-c", "64", "-t", "20000"]);
+    // Mid-session: the program is on b's eth0, a socket at each end.
+    let running = eventually(|| xdp_attached("b") && xsk_count("b") > 0 && xsk_count("a") > 0);
+    let (a, b) = (xsk_count("a"), xsk_count("b"));
+    sender.kill().unwrap();
+    let _ = sender.wait();
+    assert!(
+        running,
+        "the XDP session did not start (a: {a}, b: {b} sockets)"
+    );
+    assert!(
+        eventually(|| xsk_count("a") == 0),
+        "AF_XDP socket left in a"
+    );
+    let recv = bed.recv.as_mut().unwrap();
+    recv.kill().unwrap();
+    let _ = recv.wait();
+    bed.recv = None;
+    assert!(
+        eventually(|| !xdp_attached("b")),
+        "XDP program left on b's eth0"
+    );
+    assert!(
+        eventually(|| xsk_count("b") == 0),
+        "AF_XDP socket left in b"
+    );
+    // Nothing for --xdp-cleanup to find either.
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns("b"),
+            BIN,
+            "recv",
+            "--xdp",
+            "eth0",
+            "--xdp-cleanup",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 wirebench XDP program"));
+}

@@ -1,0 +1,108 @@
+//! The veth path's own limit, without wirebench's sessions: an AF_XDP
+//! flood on one end, an XDP sink on the other (bench/compare.sh runs it
+//! on the `direct` test-bed; docs/engine.md, "AF_XDP path").
+//!
+//! ```text
+//! xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS   (frames sent)
+//! xdp_path sink IFACE PORT drop|count SECS                 (frames/s seen)
+//! ```
+//! The flood's destination MAC is the neighbour entry of DST_IP on IFACE
+//! (ping it first). Linux only; needs root.
+
+#[cfg(target_os = "linux")]
+fn main() -> std::process::ExitCode {
+    use std::process::ExitCode;
+    use wirebench_engine::xdp;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = || {
+        eprintln!(
+            "usage: xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS\n       xdp_path sink IFACE PORT drop|count SECS"
+        );
+        ExitCode::from(2)
+    };
+    let num = |s: &str| s.parse::<f64>().ok();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["flood", iface, src, dst, size, secs] => {
+            let (Ok(src), Ok(dst), Ok(size), Some(secs)) = (
+                src.parse::<std::net::SocketAddr>(),
+                dst.parse::<std::net::SocketAddr>(),
+                size.parse::<u32>(),
+                num(secs),
+            ) else {
+                return usage();
+            };
+            let run = || -> Result<(u64, String), String> {
+                let idx = xdp::ifindex(iface).map_err(|e| e.to_string())?;
+                let dst_mac = xdp::neighbour(idx, dst.ip())
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("no neighbour entry for {} on {iface}", dst.ip()))?;
+                let ep = xdp::Endpoints {
+                    src_mac: xdp::mac_of(iface).map_err(|e| e.to_string())?,
+                    dst_mac,
+                    src,
+                    dst,
+                };
+                let mut port = xdp::TxPort::open(iface).map_err(|e| e.to_string())?;
+                let sent = xdp::flood(&mut port, ep, size, secs)?;
+                Ok((sent, port.describe()))
+            };
+            match run() {
+                Ok((sent, mode)) => {
+                    println!(
+                        "flood: {sent} frames in {secs} s = {:.0} pps offered ({mode})",
+                        sent as f64 / secs
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("xdp_path flood: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        ["sink", iface, port, action, secs] => {
+            let action = match *action {
+                "drop" => xdp::Action::Drop,
+                "count" => xdp::Action::Redirect,
+                _ => return usage(),
+            };
+            let (Ok(port), Some(secs)) = (port.parse::<u16>(), num(secs)) else {
+                return usage();
+            };
+            match xdp::sink(iface, port, action, secs, 10.0) {
+                Ok(c) => {
+                    let rate = |n: u64| n as f64 / c.secs.max(1e-9);
+                    println!(
+                        "sink: matched {} frames in {:.3} s = {:.0} pps; received {} = {:.0} pps; \
+                         ring full {}, fill empty {}, dropped {} ({})",
+                        c.matched,
+                        c.secs,
+                        rate(c.matched),
+                        c.received,
+                        rate(c.received),
+                        c.stats.rx_ring_full,
+                        c.stats.rx_fill_empty,
+                        c.stats.rx_dropped,
+                        c.mode
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("xdp_path sink: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        _ => usage(),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    eprintln!("xdp_path: AF_XDP is Linux only");
+}

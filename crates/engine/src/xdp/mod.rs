@@ -1,0 +1,392 @@
+//! The AF_XDP data path (Linux): UDP probes leave through an AF_XDP
+//! socket's transmit ring and arrive through one's receive ring, bypassing
+//! the socket layer that limits the `sendmmsg`/`recvmmsg` path to well
+//! under a million small packets per second.
+//!
+//! Shape: [`TxPort::open`] / [`Steer::open`] take an interface (and queue)
+//! and give batch send / batch receive with timestamps; `tx` and `rx` drive
+//! them with the engine's own schedule, accounting and probe format. The
+//! kernel objects (program, maps, link, sockets) are file descriptors held
+//! by these values: closing them — by drop, exit or SIGKILL — removes
+//! them, so nothing stays attached. Crate choice and modes: docs/engine.md,
+//! "AF_XDP path".
+
+pub(crate) mod frame;
+mod prog;
+pub(crate) mod rx;
+mod sys;
+pub(crate) mod tx;
+
+pub use frame::Endpoints;
+pub use prog::Action;
+pub use rx::{sink, SinkCount};
+pub use sys::XskStats;
+pub use tx::flood;
+
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use thiserror::Error;
+
+/// Bytes per UMEM frame: one page holds two, and any probe up to a
+/// 1500-byte MTU fits with its headers.
+pub(crate) const FRAME_SIZE: u32 = 2048;
+/// UMEM frames of a transmit socket.
+pub(crate) const FRAMES: u32 = 4096;
+/// Descriptors per transmit ring.
+pub(crate) const RING: u32 = 2048;
+/// UMEM frames of a receive socket, and descriptors of its rings: what a
+/// receiver descheduled for a while can hold (at 1.5 Mpps, 11 ms; the
+/// socket path's 8 MiB buffer holds about as many small datagrams).
+pub(crate) const RX_FRAMES: u32 = 16384;
+pub(crate) const RX_RING: u32 = RX_FRAMES;
+/// An empty descriptor, to initialise batches.
+pub(crate) const NO_DESC: sys::Desc = sys::Desc {
+    addr: 0,
+    len: 0,
+    options: 0,
+};
+/// Descriptors handed over per batch.
+pub(crate) const BATCH: usize = 64;
+
+#[derive(Debug, Error)]
+pub enum XdpError {
+    #[error("interface {iface}: {source}")]
+    Iface {
+        iface: String,
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Kernel {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("the kernel refused the XDP program: {source}; verifier: {log}")]
+    Verifier { source: std::io::Error, log: String },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+fn kernel(what: &'static str) -> impl FnOnce(std::io::Error) -> XdpError {
+    move |source| XdpError::Kernel { what, source }
+}
+
+/// An interface's index, or an error naming it.
+pub fn ifindex(iface: &str) -> Result<u32, XdpError> {
+    sys::ifindex(iface).map_err(|source| XdpError::Iface {
+        iface: iface.to_string(),
+        source,
+    })
+}
+
+/// How a socket ended up bound: "zero-copy" or "copy".
+fn mode_name(m: sys::Mode) -> &'static str {
+    match m {
+        sys::Mode::ZeroCopy => "zero-copy",
+        sys::Mode::Copy => "copy",
+    }
+}
+
+/// The receive queues of `iface` (at least 1).
+fn rx_queues(iface: &str) -> u32 {
+    std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                .count() as u32
+        })
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The XDP program on an interface steering the registered UDP ports to
+/// AF_XDP sockets (one per receive queue), or dropping them.
+pub struct Steer {
+    socks: Vec<sys::Xsk>,
+    ports: OwnedFd,
+    // The link holds the program on the interface; drop order: link first.
+    _link: OwnedFd,
+    _prog: OwnedFd,
+    _xsks: OwnedFd,
+    /// "native" or "generic" (skb) XDP.
+    pub attach: &'static str,
+}
+
+impl Steer {
+    /// Loads the program for `ports` on `iface`, native XDP where the
+    /// driver has it, else generic; with [`Action::Redirect`] an AF_XDP
+    /// socket per receive queue.
+    pub fn open(iface: &str, ports: &[u16], action: Action) -> Result<Steer, XdpError> {
+        let idx = ifindex(iface)?;
+        let port_map = sys::map_create(sys::MAP_ARRAY, 4, 8, 65536, "wb_ports")
+            .map_err(kernel("BPF port map"))?;
+        let queues = rx_queues(iface);
+        let xsk_map = sys::map_create(sys::MAP_XSKMAP, 4, 4, queues.max(1), "wb_xsks")
+            .map_err(kernel("BPF XSKMAP"))?;
+        let code = prog::program(port_map.as_raw_fd(), xsk_map.as_raw_fd(), action);
+        let prog = sys::prog_load(&code, prog::PROG_NAME)
+            .map_err(|(source, log)| XdpError::Verifier { source, log })?;
+        let mut socks = Vec::new();
+        if action == Action::Redirect {
+            for q in 0..queues {
+                let x = sys::Xsk::open(
+                    idx,
+                    q,
+                    sys::XskConfig {
+                        frames: RX_FRAMES,
+                        frame_size: FRAME_SIZE,
+                        ring: RX_RING,
+                        rx: true,
+                        tx: false,
+                    },
+                )
+                .map_err(kernel("AF_XDP receive socket"))?;
+                let fd = x.raw_fd() as u32;
+                sys::map_update(&xsk_map, &q.to_ne_bytes(), &fd.to_ne_bytes())
+                    .map_err(kernel("XSKMAP entry"))?;
+                socks.push(x);
+            }
+        }
+        for &p in ports {
+            sys::map_update(
+                &port_map,
+                &prog::port_key(p).to_ne_bytes(),
+                &1u64.to_ne_bytes(),
+            )
+            .map_err(kernel("BPF port map entry"))?;
+        }
+        let (link, attach) = match sys::xdp_link(&prog, idx, sys::XDP_FLAGS_DRV) {
+            Ok(l) => (l, "native"),
+            Err(_) => (
+                sys::xdp_link(&prog, idx, sys::XDP_FLAGS_SKB).map_err(|source| {
+                    XdpError::Iface {
+                        iface: iface.to_string(),
+                        source,
+                    }
+                })?,
+                "generic",
+            ),
+        };
+        Ok(Steer {
+            socks,
+            ports: port_map,
+            _link: link,
+            _prog: prog,
+            _xsks: xsk_map,
+            attach,
+        })
+    }
+
+    /// Frames the program has matched on `port` so far.
+    pub fn matched(&self, port: u16) -> u64 {
+        let mut v = [0u8; 8];
+        match sys::map_lookup(&self.ports, &prog::port_key(port).to_ne_bytes(), &mut v) {
+            Ok(()) => u64::from_ne_bytes(v).saturating_sub(1),
+            Err(_) => 0,
+        }
+    }
+
+    /// "native XDP, copy mode" and the like, for the result document.
+    pub fn describe(&self) -> String {
+        match self.socks.first() {
+            Some(s) => format!("{} XDP, AF_XDP {} mode", self.attach, mode_name(s.mode)),
+            None => format!("{} XDP", self.attach),
+        }
+    }
+
+    /// Drop counters of the receive sockets, summed.
+    pub fn stats(&self) -> XskStats {
+        self.socks.iter().fold(XskStats::default(), |a, s| {
+            let b = s.stats();
+            XskStats {
+                rx_dropped: a.rx_dropped + b.rx_dropped,
+                rx_invalid: a.rx_invalid + b.rx_invalid,
+                tx_invalid: a.tx_invalid + b.tx_invalid,
+                rx_ring_full: a.rx_ring_full + b.rx_ring_full,
+                rx_fill_empty: a.rx_fill_empty + b.rx_fill_empty,
+            }
+        })
+    }
+}
+
+/// A transmit-only AF_XDP socket on queue 0 of an interface.
+pub struct TxPort {
+    xsk: sys::Xsk,
+}
+
+impl TxPort {
+    pub fn open(iface: &str) -> Result<TxPort, XdpError> {
+        let idx = ifindex(iface)?;
+        let xsk = sys::Xsk::open(
+            idx,
+            0,
+            sys::XskConfig {
+                frames: FRAMES,
+                frame_size: FRAME_SIZE,
+                ring: RING,
+                rx: false,
+                tx: true,
+            },
+        )
+        .map_err(kernel("AF_XDP transmit socket"))?;
+        Ok(TxPort { xsk })
+    }
+
+    /// "AF_XDP copy mode" / "AF_XDP zero-copy mode".
+    pub fn describe(&self) -> String {
+        format!("AF_XDP {} mode", mode_name(self.xsk.mode))
+    }
+}
+
+/// Only one session at a time may hold an interface's XDP program and
+/// queue sockets in this process.
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Held while a session uses the XDP path.
+pub(crate) struct Claim(());
+
+impl Claim {
+    pub(crate) fn take() -> Option<Claim> {
+        BUSY.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+            .then_some(Claim(()))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        BUSY.store(false, Ordering::Release);
+    }
+}
+
+/// Ok when `ip` is one of `iface`'s addresses, else why not: the XDP path
+/// only sees what crosses that interface.
+pub(crate) fn on_iface(iface: &str, ip: IpAddr) -> Result<(), String> {
+    match sys::iface_has(iface, ip) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!("{ip} is not an address of {iface}")),
+        Err(e) => Err(format!("{iface}: {e}")),
+    }
+}
+
+/// The MAC address of `iface`.
+pub fn mac_of(iface: &str) -> Result<[u8; 6], XdpError> {
+    let s =
+        std::fs::read_to_string(format!("/sys/class/net/{iface}/address")).map_err(|source| {
+            XdpError::Iface {
+                iface: iface.to_string(),
+                source,
+            }
+        })?;
+    parse_mac(s.trim())
+        .ok_or_else(|| XdpError::Unsupported(format!("{iface}: no Ethernet address")))
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut m = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut m {
+        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
+    }
+    parts.next().is_none().then_some(m)
+}
+
+/// The link-layer address the kernel's neighbour table holds for `ip` on
+/// interface `ifindex` (RTM_GETNEIGH dump), if it holds one.
+pub fn neighbour(ifindex: u32, ip: IpAddr) -> Result<Option<[u8; 6]>, XdpError> {
+    const RTM_NEWNEIGH: u16 = 28;
+    const RTM_GETNEIGH: u16 = 30;
+    const NDA_DST: u16 = 1;
+    const NDA_LLADDR: u16 = 2;
+    const NUD_VALID: u16 = 0x02 | 0x04 | 0x08 | 0x10 | 0x40 | 0x80;
+    let family = if ip.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    } as u8;
+    // nlmsghdr (16) + ndmsg (12).
+    let mut req = [0u8; 28];
+    req[0..4].copy_from_slice(&28u32.to_ne_bytes());
+    req[4..6].copy_from_slice(&RTM_GETNEIGH.to_ne_bytes());
+    req[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+    req[16] = family;
+    let want: Vec<u8> = match ip {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    let mut found = None;
+    sys::netlink_dump(&req, |ty, m| {
+        if ty != RTM_NEWNEIGH || m.len() < 12 || found.is_some() {
+            return;
+        }
+        let idx = u32::from_ne_bytes([m[4], m[5], m[6], m[7]]);
+        let state = u16::from_ne_bytes([m[8], m[9]]);
+        if idx != ifindex || state & NUD_VALID == 0 {
+            return;
+        }
+        let (mut dst, mut ll) = (None, None);
+        let mut a = &m[12..];
+        while a.len() >= 4 {
+            let len = usize::from(u16::from_ne_bytes([a[0], a[1]]));
+            let ty = u16::from_ne_bytes([a[2], a[3]]);
+            if len < 4 || len > a.len() {
+                break;
+            }
+            match ty {
+                NDA_DST => dst = Some(&a[4..len]),
+                NDA_LLADDR if len == 10 => ll = a[4..10].try_into().ok(),
+                _ => {}
+            }
+            a = &a[((len + 3) & !3).min(a.len())..];
+        }
+        if dst == Some(&want[..]) {
+            found = ll;
+        }
+    })
+    .map_err(kernel("neighbour table"))?;
+    Ok(found)
+}
+
+/// Detaches every wirebench XDP program from `iface` that a link still
+/// holds (a process that hangs on to one); returns how many. Links die
+/// with their last descriptor, so after a crash or SIGKILL there are none.
+pub fn cleanup(iface: &str) -> Result<usize, XdpError> {
+    let idx = ifindex(iface)?;
+    let mut n = 0;
+    for l in sys::xdp_links().map_err(kernel("BPF link list"))? {
+        if l.ifindex == idx && l.prog_name == prog::PROG_NAME {
+            sys::link_detach(l.id).map_err(kernel("BPF link detach"))?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Whether any wirebench XDP program is attached to `iface` (tests).
+pub fn attached(iface: &str) -> Result<bool, XdpError> {
+    let idx = ifindex(iface)?;
+    Ok(sys::xdp_links()
+        .map_err(kernel("BPF link list"))?
+        .iter()
+        .any(|l| l.ifindex == idx && l.prog_name == prog::PROG_NAME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse_strictly() {
+        assert_eq!(parse_mac("02:fc:00:00:00:01"), Some([2, 0xfc, 0, 0, 0, 1]));
+        assert_eq!(parse_mac("02:fc:00:00:00"), None);
+        assert_eq!(parse_mac("02:fc:00:00:00:01:07"), None);
+        assert_eq!(parse_mac("zz:fc:00:00:00:01"), None);
+    }
+
+    #[test]
+    fn only_an_interfaces_own_addresses_are_on_it() {
+        assert_eq!(on_iface("lo", "127.0.0.1".parse().unwrap()), Ok(()));
+        assert!(on_iface("lo", "192.0.2.1".parse().unwrap()).is_err());
+        assert!(on_iface("no-such-if0", "127.0.0.1".parse().unwrap()).is_err());
+    }
+}

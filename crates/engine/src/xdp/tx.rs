@@ -1,0 +1,392 @@
+//! The sender's side of the AF_XDP path: one UDP flow paced by the
+//! engine's own schedule ([`crate::pacing::Schedule`], `gather`) and
+//! accounted by its `SendRec`, with frames instead of datagrams. Every
+//! UMEM frame is written once (headers and payload at the flow's largest
+//! size); per packet only the probe header, the lengths and checksums are
+//! patched. The transmit time is taken once per batch, just before the
+//! descriptors are handed to the ring.
+
+use super::frame::{self, Endpoints};
+use super::sys::Desc;
+use super::{TxPort, BATCH, FRAMES, FRAME_SIZE};
+use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
+use crate::pacing::{gather, min_probe_len, wait_or_stop, FlowSent, Schedule, SendRec};
+use crate::pacing::{DataSock, Launch};
+use crate::plan::{FlowPlan, SessionPlan};
+use crate::EngineError;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use wirebench_stats::FlowConfig;
+use wirebench_wire::auth::ProbeKey;
+use wirebench_wire::{Direction, MeterMode, Transport};
+use wirebench_wire::{ProbeHeader, PROBE_HEADER_LEN};
+
+/// Where the transmit times of the XDP path are taken, for the document.
+pub(crate) const TX_STAMP: &str = "tx time at ring hand-off";
+
+/// Everything a flow needs besides its port and endpoints.
+pub(crate) struct TxFlow {
+    pub plan: FlowPlan,
+    pub flow_id: u16,
+    pub session: u32,
+    pub t0: u64,
+    pub cfg: FlowConfig,
+    pub abort: Arc<AtomicBool>,
+    pub cancel: Option<&'static AtomicBool>,
+    pub spin_ns: u64,
+    pub probe_key: Option<ProbeKey>,
+}
+
+impl TxPort {
+    /// Writes the headers for `ep` and the payload `fill` gives into every
+    /// frame; returns the free list (every frame).
+    fn prepare(&mut self, ep: &Endpoints, fill: impl Fn(&mut [u8])) -> Vec<u64> {
+        let mut free = Vec::with_capacity(FRAMES as usize);
+        for i in (0..FRAMES).rev() {
+            let addr = u64::from(i) * u64::from(FRAME_SIZE);
+            if let Some(f) = self.xsk.frame_mut(addr, FRAME_SIZE as usize) {
+                frame::write_headers(f, ep);
+                fill(&mut f[ep.header_len()..]);
+                free.push(addr);
+            }
+        }
+        free
+    }
+
+    /// Moves completed frames back to the free list.
+    fn reclaim(&mut self, free: &mut Vec<u64>) {
+        let mut done = [0u64; BATCH];
+        loop {
+            let n = self.xsk.completed(&mut done);
+            free.extend_from_slice(&done[..n]);
+            if n < BATCH {
+                return;
+            }
+        }
+    }
+}
+
+/// Largest probe payload the path can carry for `ep`'s address family.
+pub(crate) fn max_payload(v6: bool) -> u32 {
+    FRAME_SIZE - frame::header_len(v6) as u32
+}
+
+/// Sends flow `f` through `port` to `ep` and returns what it sent.
+pub(crate) fn send_flow(port: &mut TxPort, ep: Endpoints, f: TxFlow) -> FlowSent {
+    raise_priority();
+    tighten_timer_slack();
+    let mut sched = match Schedule::new(&f.plan, f.t0, min_probe_len(f.probe_key.is_some())) {
+        Ok(s) => s,
+        Err(e) => return FlowSent::failed(&e),
+    };
+    if sched.max_len > max_payload(ep.v6()) {
+        return FlowSent::failed("payload larger than an XDP frame");
+    }
+    let mut acc = SendRec::new(f.cfg, None, f.flow_id);
+    let (plan, hl, v6) = (&f.plan, ep.header_len(), ep.v6());
+    let mut free = port.prepare(&ep, |p| {
+        if let Some(rest) = p.get_mut(PROBE_HEADER_LEN..) {
+            plan.spec.payload.fill(rest, plan.seed);
+        }
+    });
+    let mut h = ProbeHeader {
+        flags: 0,
+        session: f.session,
+        flow: f.flow_id,
+        len: PROBE_HEADER_LEN as u16,
+        seq: 0,
+        tx_ns: 0,
+    };
+    let mut seq: u32 = 0;
+    let mut first_tx = 0;
+    let mut meta = [(0u64, 0u32); BATCH];
+    let mut descs = [super::NO_DESC; BATCH];
+    wait_until(f.t0);
+    let mut pending = sched.next(mono_ns());
+    let end = loop {
+        if pending.is_none() {
+            break Ok(None);
+        }
+        if let Some(h) = crate::pacing::stop_reason(&f.abort, f.cancel) {
+            break Ok(Some(h));
+        }
+        let (at, _) = pending.unwrap_or_default();
+        let now = if sched.max {
+            mono_ns()
+        } else {
+            match wait_or_stop(&f.abort, f.cancel, at, f.spin_ns) {
+                Ok(t) => t,
+                Err(h) => break Ok(Some(h)),
+            }
+        };
+        port.reclaim(&mut free);
+        let room = free.len().min(port.xsk.tx_room(BATCH));
+        if room == 0 {
+            // The kernel has not taken the last frames yet: push it on.
+            if let Err(e) = port.xsk.kick() {
+                break Err(format!("AF_XDP transmit: {e}"));
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        let n = gather(
+            &mut sched,
+            &mut pending,
+            now,
+            &mut acc,
+            &mut meta,
+            room,
+            seq,
+        );
+        if n == 0 {
+            continue;
+        }
+        for (i, &(_, size)) in meta[..n].iter().enumerate() {
+            let addr = free.pop().unwrap_or_default();
+            let len = hl + size as usize;
+            descs[i] = Desc {
+                addr,
+                len: len as u32,
+                options: 0,
+            };
+            h.len = size as u16;
+            h.seq = seq.wrapping_add(i as u32);
+            if let Some(fr) = port.xsk.frame_mut(addr, len) {
+                let _ = h.encode(&mut fr[hl..]);
+            }
+        }
+        let tx = realtime_ns();
+        if first_tx == 0 {
+            first_tx = tx;
+        }
+        for d in &descs[..n] {
+            if let Some(fr) = port.xsk.frame_mut(d.addr, d.len as usize) {
+                ProbeHeader::stamp_tx(&mut fr[hl..], tx);
+                if let Some(k) = &f.probe_key {
+                    k.sign(&mut fr[hl..]);
+                }
+                frame::finish(fr, v6);
+            }
+        }
+        let actual = mono_ns();
+        match port.xsk.send(&descs[..n]) {
+            Ok(k) if k == n => {}
+            Ok(_) | Err(_) => {
+                // tx_room promised the room: a refusal here is the kernel's.
+                break Err("AF_XDP transmit ring refused frames".into());
+            }
+        }
+        for (j, &(at, size)) in meta[..n].iter().enumerate() {
+            let s = seq.wrapping_add(j as u32);
+            acc.record_sent(if sched.max { actual } else { at }, actual, size, s, tx);
+        }
+        seq = seq.wrapping_add(n as u32);
+    };
+    // Frames on the ring are sent, not lost: wait (bounded) until the
+    // kernel completed them, so the receiver's count is final at Stop.
+    let drain_by = mono_ns() + 1_000_000_000;
+    while free.len() < FRAMES as usize && mono_ns() < drain_by {
+        let _ = port.xsk.kick();
+        port.reclaim(&mut free);
+        std::thread::yield_now();
+    }
+    FlowSent::ran(first_tx, acc.summary(&sched), None, end)
+}
+
+/// Sends `size`-byte UDP payloads (probe-less filler) to `ep` as fast as
+/// the ring takes them for `secs` seconds: the path-limit measurement.
+/// Returns the frames the kernel completed.
+pub fn flood(port: &mut TxPort, ep: Endpoints, size: u32, secs: f64) -> Result<u64, String> {
+    if size > max_payload(ep.v6()) || (size as usize) < PROBE_HEADER_LEN {
+        return Err(format!(
+            "size {size}: not between {PROBE_HEADER_LEN} and {}",
+            max_payload(ep.v6())
+        ));
+    }
+    raise_priority();
+    let len = ep.header_len() + size as usize;
+    let mut free = port.prepare(&ep, |p| p.fill(0x5a));
+    for &a in &free {
+        if let Some(fr) = port.xsk.frame_mut(a, len) {
+            frame::finish(fr, ep.v6());
+        }
+    }
+    let total = free.len();
+    let mut descs = [Desc {
+        addr: 0,
+        len: len as u32,
+        options: 0,
+    }; BATCH];
+    let mut sent = 0u64;
+    let end = mono_ns() + (secs * 1e9) as u64;
+    while mono_ns() < end {
+        port.reclaim(&mut free);
+        let n = free.len().min(port.xsk.tx_room(BATCH));
+        if n == 0 {
+            port.xsk.kick().map_err(|e| e.to_string())?;
+            continue;
+        }
+        for d in &mut descs[..n] {
+            d.addr = free.pop().unwrap_or_default();
+        }
+        sent += port.xsk.send(&descs[..n]).map_err(|e| e.to_string())? as u64;
+    }
+    let drain_by = mono_ns() + 1_000_000_000;
+    while free.len() < total && mono_ns() < drain_by {
+        let _ = port.xsk.kick();
+        port.reclaim(&mut free);
+    }
+    Ok(sent - (total - free.len()) as u64)
+}
+
+/// What a session asked of the XDP path and got.
+pub(crate) enum Chosen {
+    /// `--xdp` not given.
+    NotAsked,
+    /// Asked for, not taken: why (the socket path runs instead).
+    Fallback(String),
+    /// The flow goes out of this port, framed for these endpoints.
+    Xdp(Box<(TxPort, Endpoints)>),
+}
+
+impl Chosen {
+    /// `host.send_path` of the document.
+    pub(crate) fn send_path(&self, iface: &str) -> Option<String> {
+        match self {
+            Chosen::NotAsked => None,
+            Chosen::Fallback(why) => Some(format!(
+                "{} (--xdp {iface} not used: {why})",
+                crate::net::SEND_PATH
+            )),
+            Chosen::Xdp(x) => Some(format!("af_xdp {iface}, {}, {TX_STAMP}", x.0.describe())),
+        }
+    }
+}
+
+/// Decides whether the session's flow can leave by the XDP path of
+/// `plan.xdp`: one forward one-way UDP flow without socket options or a
+/// packet log, to a neighbour on that interface, within its MTU.
+/// `socks` are the flows' connected data sockets (their ports are the
+/// probes' source ports).
+pub(crate) fn choose(
+    plan: &SessionPlan,
+    socks: &[Option<DataSock>],
+    src_ip: IpAddr,
+    dst_ip: IpAddr,
+    dst_port: Option<u16>,
+    mtu: u32,
+) -> Chosen {
+    let Some(iface) = plan.xdp.as_deref() else {
+        return Chosen::NotAsked;
+    };
+    match try_choose(plan, iface, socks, src_ip, dst_ip, dst_port, mtu) {
+        Ok(x) => Chosen::Xdp(Box::new(x)),
+        Err(why) => Chosen::Fallback(why),
+    }
+}
+
+fn try_choose(
+    plan: &SessionPlan,
+    iface: &str,
+    socks: &[Option<DataSock>],
+    src_ip: IpAddr,
+    dst_ip: IpAddr,
+    dst_port: Option<u16>,
+    mtu: u32,
+) -> Result<(TxPort, Endpoints), String> {
+    let [f] = plan.flows.as_slice() else {
+        return Err(format!(
+            "{} flows (the XDP path sends one per session)",
+            plan.flows.len()
+        ));
+    };
+    if f.direction != Direction::Forward || f.transport != Transport::Udp {
+        return Err("only forward UDP flows".into());
+    }
+    if f.meter_in(plan) != MeterMode::Owd {
+        return Err("RTT meter (reflections come back by the socket path)".into());
+    }
+    if !f.opts.is_default() {
+        return Err("socket options (marking, buffers) apply to the socket path only".into());
+    }
+    if plan.log.is_some() {
+        return Err("-l packet logs are written by the socket path".into());
+    }
+    let hl = frame::header_len(dst_ip.is_ipv6()) as u32;
+    let biggest = f.spec.max_payload();
+    if biggest + hl - 14 > mtu || biggest > max_payload(dst_ip.is_ipv6()) {
+        return Err(format!(
+            "{biggest}-byte payloads exceed the MTU {mtu} (the XDP path does not fragment)"
+        ));
+    }
+    let (Some(Some(DataSock::Udp(s))), Some(dst_port)) = (socks.first(), dst_port) else {
+        return Err("no UDP data socket".into());
+    };
+    let src_port = s.local_addr().map_err(|e| e.to_string())?.port();
+    let idx = super::ifindex(iface).map_err(|e| e.to_string())?;
+    super::on_iface(iface, src_ip)?;
+    let dst_mac = super::neighbour(idx, dst_ip)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no neighbour entry for {dst_ip} on {iface} (not on its link?)"))?;
+    let ep = Endpoints {
+        src_mac: super::mac_of(iface).map_err(|e| e.to_string())?,
+        dst_mac,
+        src: SocketAddr::new(src_ip, src_port),
+        dst: SocketAddr::new(dst_ip, dst_port),
+    };
+    let port = TxPort::open(iface).map_err(|e| e.to_string())?;
+    Ok((port, ep))
+}
+
+/// Runs the session's flows: by the XDP path when it was chosen, else by
+/// the socket path ([`crate::pacing::run_flows`]).
+pub(crate) fn run_flows(
+    plan: &SessionPlan,
+    socks: Vec<Option<DataSock>>,
+    launch: Launch,
+    chosen: &mut Chosen,
+) -> Result<Vec<FlowSent>, EngineError> {
+    let x = match std::mem::replace(chosen, Chosen::NotAsked) {
+        Chosen::Xdp(x) => x,
+        other => {
+            *chosen = other;
+            return crate::pacing::run_flows(plan, socks, launch);
+        }
+    };
+    let (mut port, ep) = *x;
+    let f = plan.flows[0].clone();
+    let job = TxFlow {
+        cfg: FlowConfig {
+            transport: f.transport,
+            ip: launch.ip,
+            mtu: launch.mtu,
+            interval_ns: plan.interval_ms.map(|m| m * 1_000_000),
+        },
+        plan: f,
+        flow_id: 1,
+        session: launch.session,
+        t0: launch.t0,
+        abort: launch.abort,
+        cancel: plan.cancel,
+        spin_ns: crate::clock::SPIN_NS,
+        probe_key: launch.probe_key,
+    };
+    let h = std::thread::Builder::new()
+        .name("wb-xdp-tx-1".into())
+        .spawn(move || {
+            let sent = send_flow(&mut port, ep, job);
+            (sent, port)
+        })
+        .map_err(|e| EngineError::io("flow thread", e))?;
+    let sent = match h.join() {
+        Ok((sent, port)) => {
+            *chosen = Chosen::Xdp(Box::new((port, ep)));
+            sent
+        }
+        Err(_) => FlowSent::failed("flow thread panicked"),
+    };
+    // The data sockets stay open to the end: they hold the source port.
+    drop(socks);
+    Ok(vec![sent])
+}
