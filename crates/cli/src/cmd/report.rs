@@ -11,8 +11,16 @@ use wirebench_report::RunRecord;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Results store (SQLite file written by `wirebench run`).
-    #[arg(long, value_name = "FILE", default_value = "wirebench.db")]
+    /// Results store: an SQLite file, or a PostgreSQL database a lab shares,
+    /// postgres://USER@HOST[:PORT]/DB (the password from PGPASSWORD or
+    /// ~/.pgpass, never from the URL; docs/campaigns.md "Results store").
+    #[arg(
+        long,
+        value_name = "FILE|URL",
+        default_value = "wirebench.db",
+        env = "WIREBENCH_DB",
+        hide_env_values = true
+    )]
     pub db: PathBuf,
     /// Campaign to report, by name (its latest run) or numeric id; repeat for
     /// several. Default: the latest campaign of every name in the store.
@@ -136,14 +144,15 @@ fn run_records(store: &Store, rows: &[CampaignRow]) -> anyhow::Result<Vec<RunRec
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if !args.db.exists() {
+    let url = wirebench_campaign::store::is_postgres(&args.db);
+    if !url && !args.db.exists() {
         return Err(bad_input(format!(
             "--db {}: results store does not exist (write one with `wirebench run CAMPAIGN.toml --db {}`)",
             args.db.display(),
             args.db.display()
         )));
     }
-    if args.db.is_dir() {
+    if !url && args.db.is_dir() {
         return Err(bad_input(format!(
             "--db {}: is a directory, not a results store",
             args.db.display()
@@ -162,8 +171,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
 
-    let store = Store::open_existing(&args.db)
-        .map_err(|e| bad_input(format!("--db {}: {e}", args.db.display())))?;
+    let store = Store::open_existing(&args.db).map_err(|e| match e {
+        StoreError::Missing(_) | StoreError::BadUrl { .. } => {
+            bad_input(format!("--db {}: {e}", args.db.display()))
+        }
+        e => anyhow::Error::new(e).context(format!("--db {}", args.db.display())),
+    })?;
     let rows = select(&store, &args.campaign)?;
     let mut summaries: Vec<CampaignSummary> = Vec::with_capacity(rows.len());
     for r in &rows {
