@@ -3,6 +3,9 @@
 //! reads and summaries as SQLite, two stores writing at once lose and
 //! double nothing, and the campaign lock holds across connections.
 
+// The test server runs on Unix only (testkit::pg).
+#![cfg(unix)]
+
 use serde_json::json;
 use std::collections::BTreeMap;
 use wirebench_campaign::store::{NewCampaign, NewRun, RunFilter, RunStatus, Store, StoreError};

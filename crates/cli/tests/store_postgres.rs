@@ -5,6 +5,9 @@
 //! one is SIGKILLed and resumed, and the database ends with exactly 1 000
 //! runs, none doubled; a password in the URL is refused unshown.
 
+// The test server runs on Unix only (testkit::pg).
+#![cfg(unix)]
+
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
