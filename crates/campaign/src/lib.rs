@@ -2,7 +2,8 @@
 //! per-scenario aggregation that reports are drawn from.
 //!
 //! - [`campaign`]: the campaign file (TOML), validation, matrix expansion.
-//! - [`store`]: the SQLite results store (one row per run, committed at once).
+//! - [`store`]: the results store, SQLite or a shared PostgreSQL (one row per
+//!   run, committed at once).
 //! - [`lock`]: one runner per campaign at a time.
 //! - [`facts`]: what a stored run's document says, read once when it is stored.
 //! - [`runner`]: the run loop (test-bed reuse, subprocess send/recv, counters,

@@ -12,10 +12,14 @@
 //!
 //! It also owns the one skip rule ([`can_run`]): a test that cannot run on
 //! this host says so and is counted, and fails under `CI=true`.
+//!
+//! [`pg`] starts a real PostgreSQL server for the results-store tests.
 
 #![warn(missing_docs)]
 
 pub mod fuzz;
+#[cfg(unix)]
+pub mod pg;
 
 use std::time::{Duration, Instant};
 

@@ -960,6 +960,20 @@ impl Campaign {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "campaign".into()),
         };
+        let store = match &raw.store {
+            None => None,
+            Some(s) => {
+                let t = s.get_ref().trim();
+                if t.is_empty() {
+                    return Err(ctx.at(s, "store", "store must not be empty"));
+                }
+                if crate::store::postgres::is_url(t) {
+                    crate::store::postgres::Target::check(t)
+                        .map_err(|why| ctx.at(s, "store", why))?;
+                }
+                Some(t.to_string())
+            }
+        };
         let quick_overrides = match &raw.quick {
             None => None,
             Some(q) => {
@@ -994,6 +1008,7 @@ impl Campaign {
         let mut c = Campaign {
             name,
             description: raw.description.clone().unwrap_or_default(),
+            store,
             origin: origin.to_string(),
             text: text.to_string(),
             target,

@@ -212,6 +212,10 @@ pub struct Matrix {
 pub struct Campaign {
     pub name: String,
     pub description: String,
+    /// `store = "…"`: the results store `run` writes to when `--db` is
+    /// not given (an SQLite file, relative to the campaign file, or a
+    /// `postgres://` URL).
+    pub store: Option<String>,
     pub origin: String,
     /// The campaign file exactly as read.
     pub text: String,

@@ -146,6 +146,7 @@ pub(super) struct RawReport {
 pub(super) struct RawCampaign {
     pub(super) name: Option<Spanned<String>>,
     pub(super) description: Option<String>,
+    pub(super) store: Option<Spanned<String>>,
     /// A whole number, or the adaptive table `{ min, max, until_cv | until_ci, metric }`.
     pub(super) repetitions: Option<Spanned<toml::Value>>,
     pub(super) duration_s: Option<Spanned<f64>>,

@@ -89,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let c = Campaign::parse(text, "demo (built in)").map_err(bad_input)?;
     let binary = binary_path(args.binary)?;
-    let store = Store::open(&args.db).map_err(anyhow::Error::new)?;
+    let store = Store::open(&args.db).map_err(crate::cmd::results::store_err)?;
     install_signal_handlers().map_err(anyhow::Error::new)?;
     eprintln!(
         "wirebench demo: {} scenarios × {} repetitions on {} (about {} s)",

@@ -19,9 +19,18 @@ pub struct Args {
     /// --db.
     #[arg(value_name = "DB")]
     pub dbs: Vec<PathBuf>,
-    /// Results store (SQLite file written by `wirebench run`); default
-    /// wirebench.db when no DB is given.
-    #[arg(long, value_name = "FILE", conflicts_with = "dbs")]
+    /// Results store: an SQLite file written by `wirebench run`, or a
+    /// PostgreSQL database a lab shares, postgres://USER@HOST[:PORT]/DB (the
+    /// password from PGPASSWORD or ~/.pgpass, never from the URL;
+    /// docs/campaigns.md "Results store"); default wirebench.db when no DB
+    /// is given.
+    #[arg(
+        long,
+        value_name = "FILE|URL",
+        conflicts_with = "dbs",
+        env = "WIREBENCH_DB",
+        hide_env_values = true
+    )]
     pub db: Option<PathBuf>,
     /// Combine the campaigns into one section first, this label naming the
     /// next campaign (in store order, then --campaign order), e.g.
@@ -156,14 +165,15 @@ fn run_records(store: &Store, rows: &[CampaignRow]) -> anyhow::Result<Vec<RunRec
 
 /// Checks a store path named by `flag` before anything is read.
 fn check_store(flag: &str, db: &Path) -> anyhow::Result<()> {
-    if !db.exists() {
+    let url = wirebench_campaign::store::is_postgres(db);
+    if !url && !db.exists() {
         return Err(bad_input(format!(
             "{flag} {}: results store does not exist (write one with `wirebench run CAMPAIGN.toml --db {}`)",
             db.display(),
             db.display()
         )));
     }
-    if db.is_dir() {
+    if !url && db.is_dir() {
         return Err(bad_input(format!(
             "{flag} {}: is a directory, not a results store",
             db.display()
@@ -199,8 +209,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut runs: Vec<RunRecord> = Vec::new();
     let want_runs = args.csv.is_some() || args.json.is_some();
     for db in &dbs {
-        let store = Store::open_existing(db)
-            .map_err(|e| bad_input(format!("{flag} {}: {e}", db.display())))?;
+        let store = Store::open_existing(db).map_err(|e| match e {
+            StoreError::Missing(_) | StoreError::BadUrl { .. } => {
+                bad_input(format!("{flag} {}: {e}", db.display()))
+            }
+            e => anyhow::Error::new(e).context(format!("{flag} {}", db.display())),
+        })?;
         let rows = select(&store, &args.campaign)?;
         for r in &rows {
             let s = wirebench_campaign::summarize(&store, &r.id.to_string())

@@ -13,11 +13,15 @@ use wirebench_campaign::{CampaignRow, RunStatus, Store, StoreError};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Results store (SQLite).
+    /// Results store: an SQLite file, or a PostgreSQL database a lab shares,
+    /// postgres://USER@HOST[:PORT]/DB (the password from PGPASSWORD or
+    /// ~/.pgpass, never from the URL; docs/campaigns.md "Results store").
     #[arg(
         long,
-        value_name = "FILE",
+        value_name = "FILE|URL",
         default_value = "wirebench.db",
+        env = "WIREBENCH_DB",
+        hide_env_values = true,
         global = true
     )]
     pub db: PathBuf,
@@ -86,9 +90,13 @@ pub enum StatusArg {
     Failed,
 }
 
-fn store_err(e: StoreError) -> anyhow::Error {
+/// A store error as the CLI reports it: what the user named wrong (a
+/// missing store or campaign, a bad URL) exits 2.
+pub(crate) fn store_err(e: StoreError) -> anyhow::Error {
     match e {
-        StoreError::Missing(_) | StoreError::NoCampaign(_) => bad_input(e),
+        StoreError::Missing(_) | StoreError::NoCampaign(_) | StoreError::BadUrl { .. } => {
+            bad_input(e)
+        }
         other => anyhow::Error::new(other),
     }
 }

@@ -102,8 +102,17 @@ pub struct Args {
     /// Test-bed name (namespaces wb-NAME-NODE).
     #[arg(long, value_name = "NAME", default_value = "rfc")]
     pub tb_name: String,
-    /// Results store (SQLite), created if missing.
-    #[arg(long, value_name = "FILE", default_value = "wirebench.db")]
+    /// Results store: an SQLite file, or a PostgreSQL database a lab shares,
+    /// postgres://USER@HOST[:PORT]/DB (the password from PGPASSWORD or
+    /// ~/.pgpass, never from the URL; docs/campaigns.md "Results store").
+    /// Created if missing.
+    #[arg(
+        long,
+        value_name = "FILE|URL",
+        default_value = "wirebench.db",
+        env = "WIREBENCH_DB",
+        hide_env_values = true
+    )]
     pub db: PathBuf,
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -285,7 +294,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // Validate the block now, so bad flags exit 2 before anything is built.
     wirebench_campaign::rfc2544::Rfc2544Config::from_campaign(&c).map_err(flag_error)?;
     let binary = binary_path(a.binary.clone())?;
-    let store = Store::open(&a.db).map_err(anyhow::Error::new)?;
+    let store = Store::open(&a.db).map_err(crate::cmd::results::store_err)?;
     install_signal_handlers().map_err(anyhow::Error::new)?;
     let opts = RunOptions {
         binary,

@@ -5,7 +5,7 @@
 
 use crate::exit::bad_input;
 use anyhow::Context;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use wirebench_campaign::analysis::{summarize, text_table, DEFAULT_TABLE_METRICS};
 use wirebench_campaign::runner::{install_signal_handlers, run_campaign, RunError, RunOptions};
 use wirebench_campaign::{Campaign, Store};
@@ -15,9 +15,13 @@ pub struct Args {
     /// The campaign file (TOML; see docs/campaigns.md).
     #[arg(value_name = "CAMPAIGN.toml")]
     pub campaign: PathBuf,
-    /// Results store (SQLite), created if missing.
-    #[arg(long, value_name = "FILE", default_value = "wirebench.db")]
-    pub db: PathBuf,
+    /// Results store: an SQLite file, or a PostgreSQL database a lab shares,
+    /// postgres://USER@HOST[:PORT]/DB (the password from PGPASSWORD or
+    /// ~/.pgpass, never from the URL; docs/campaigns.md "Results store").
+    /// Created if missing. Default: the campaign file's `store`, else the
+    /// WIREBENCH_DB environment variable, else wirebench.db.
+    #[arg(long, value_name = "FILE|URL")]
+    pub db: Option<PathBuf>,
     /// Continue the latest campaign of the same name: finished runs are kept, the rest are run.
     /// The file may have grown since (more repetitions, axis values, blocks, report settings):
     /// only the new runs run; a change to what finished runs were measured with is refused.
@@ -69,6 +73,26 @@ pub fn binary_path(binary: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Where `run` stores a campaign: `--db`, else the campaign file's `store`
+/// (a file relative to the campaign file), else `WIREBENCH_DB`, else
+/// wirebench.db.
+fn store_target(flag: Option<&Path>, c: &Campaign) -> PathBuf {
+    if let Some(f) = flag {
+        return f.to_path_buf();
+    }
+    if let Some(s) = &c.store {
+        if wirebench_campaign::store::is_postgres(Path::new(s)) {
+            return PathBuf::from(s);
+        }
+        let dir = Path::new(&c.origin).parent().unwrap_or(Path::new(""));
+        return dir.join(s);
+    }
+    std::env::var_os("WIREBENCH_DB")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("wirebench.db"))
+}
+
 pub fn map_run_error(e: RunError) -> anyhow::Error {
     match e {
         RunError::BadInput(m) => bad_input(m),
@@ -91,7 +115,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let binary = binary_path(args.binary.clone())?;
-    let store = Store::open(&args.db).map_err(anyhow::Error::new)?;
+    let db = store_target(args.db.as_deref(), &c);
+    let store = Store::open(&db).map_err(crate::cmd::results::store_err)?;
     install_signal_handlers().map_err(anyhow::Error::new)?;
     let opts = RunOptions {
         binary,
@@ -103,7 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         progress_log: args.progress_log.clone(),
     };
     if c.rfc2544.is_some() {
-        return run_rfc2544(&c, &store, &opts, &args);
+        return run_rfc2544(&c, &store, &opts, &args, &db);
     }
     let planned = c.planned_runs();
     if !args.quiet {
@@ -126,10 +151,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!(
             "wirebench: interrupted; {stored} of {} runs are stored in {} (campaign {}). Continue with: wirebench run {} --db {} --resume{}",
             out.planned,
-            args.db.display(),
+            db.display(),
             out.campaign_id,
             args.campaign.display(),
-            args.db.display(),
+            db.display(),
             if c.quick { " --quick" } else { "" }
         );
         std::process::exit(130);
@@ -146,21 +171,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         out.ok,
         out.failed,
         out.already_done,
-        args.db.display()
+        db.display()
     );
     if out.failed > 0 {
         anyhow::bail!(
             "{} run(s) failed (see `wirebench results list {} --db {}`); rerun with --resume to retry them",
             out.failed,
             out.campaign_id,
-            args.db.display()
+            db.display()
         );
     }
     Ok(())
 }
 
 /// A campaign with an `[rfc2544]` block: the searches instead of a matrix.
-fn run_rfc2544(c: &Campaign, store: &Store, opts: &RunOptions, args: &Args) -> anyhow::Result<()> {
+fn run_rfc2544(
+    c: &Campaign,
+    store: &Store,
+    opts: &RunOptions,
+    args: &Args,
+    db: &Path,
+) -> anyhow::Result<()> {
     let quiet = args.quiet;
     let mut say = |line: String| {
         if !quiet {
@@ -171,7 +202,7 @@ fn run_rfc2544(c: &Campaign, store: &Store, opts: &RunOptions, args: &Args) -> a
     if out.interrupted {
         eprintln!(
             "wirebench: interrupted; the trials so far are stored in {} (campaign {})",
-            args.db.display(),
+            db.display(),
             out.campaign_id
         );
         std::process::exit(130);

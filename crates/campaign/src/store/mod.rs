@@ -1,5 +1,7 @@
-//! The results store: one SQLite file holding every campaign and every run
-//! with its full result document.
+//! The results store: every campaign and every run with its full result
+//! document, in one SQLite file (the embedded default) or in a PostgreSQL
+//! database a lab shares ([`postgres`]); both hold the same tables and
+//! answer every query the same (the SQL is written once, [`db`]).
 //!
 //! Each run is its own transaction, committed the moment the run ends, so
 //! a crash (even SIGKILL) loses at most the run in flight. The unique key
@@ -8,7 +10,9 @@
 //! An `ok` run whose stored document no longer reads as a result (damaged
 //! by hand, a disk, another program) is not finished: it is listed as
 //! failed, and [`Store::requeue_unreadable`] lets a resume run it again.
-//! One runner per campaign at a time: [`Store::lock_campaign`].
+//! One runner per campaign at a time: [`Store::lock_campaign`], a lock
+//! file beside an SQLite store, an advisory lock in PostgreSQL, so that
+//! several controllers sharing one database keep the rule.
 //!
 //! Beside each run the store keeps what its document says
 //! ([`crate::facts`]): one row per metric in `run_metrics` and the run's
@@ -19,8 +23,11 @@
 //! filled in when first opened; a store extracted by a release with
 //! another metric table is extracted again.
 
+mod db;
+pub mod postgres;
+
 use crate::summary::Environment;
-use rusqlite::{params, Connection, OptionalExtension};
+use db::{Conn, DbError, Dialect, Row, Val};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -46,6 +53,23 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("results store {url}: {source}")]
+    Pg {
+        url: String,
+        #[source]
+        source: ::postgres::Error,
+    },
+    #[error("results store {url}: cannot connect{hint}: {source}")]
+    Connect {
+        url: String,
+        hint: String,
+        #[source]
+        source: ::postgres::Error,
+    },
+    #[error("results store {url}: {why}")]
+    BadUrl { url: String, why: String },
+    #[error("results store {0}: a callback of a streamed read used the store (it is busy until the read ends)")]
+    Reentered(String),
     #[error("results store {0} does not exist")]
     Missing(String),
     #[error("no campaign {0:?} in the results store")]
@@ -187,12 +211,11 @@ impl RunFilter {
     }
 
     /// The WHERE condition on `runs r` and its parameters.
-    fn sql(&self) -> (String, Vec<rusqlite::types::Value>) {
-        use rusqlite::types::Value as V;
-        let mut cond = vec!["1".to_string()];
+    fn sql(&self) -> (String, Vec<Val>) {
+        let mut cond = vec!["1 = 1".to_string()];
         let mut args = Vec::new();
         if let Some(id) = self.campaign_id {
-            args.push(V::Integer(id));
+            args.push(Val::from(id));
             cond.push(format!("r.campaign_id = ?{}", args.len()));
         }
         let readable =
@@ -203,17 +226,18 @@ impl RunFilter {
             None => {}
         }
         if let Some(t) = &self.since {
-            args.push(V::Text(t.clone()));
+            args.push(Val::from(t.as_str()));
             cond.push(format!("r.started_at >= ?{}", args.len()));
         }
         (cond.join(" AND "), args)
     }
 
-    fn limit_sql(&self) -> String {
-        match self.limit {
-            Some(n) => format!("LIMIT {n} OFFSET {}", self.offset),
-            None if self.offset > 0 => format!("LIMIT -1 OFFSET {}", self.offset),
-            None => String::new(),
+    fn limit_sql(&self, dialect: Dialect) -> String {
+        match (self.limit, dialect) {
+            (Some(n), _) => format!("LIMIT {n} OFFSET {}", self.offset),
+            (None, _) if self.offset == 0 => String::new(),
+            (None, Dialect::Sqlite) => format!("LIMIT -1 OFFSET {}", self.offset),
+            (None, Dialect::Postgres) => format!("OFFSET {}", self.offset),
         }
     }
 }
@@ -247,11 +271,22 @@ pub struct NewRun<'a> {
 }
 
 pub struct Store {
-    conn: Connection,
+    conn: Conn,
+    /// The file, or the URL of a PostgreSQL store (which never holds a
+    /// password, so it may be shown).
     path: PathBuf,
+    pg: Option<postgres::Target>,
 }
 
-const SCHEMA: &str = "
+/// True when `target` names a PostgreSQL database (`postgres://…` or
+/// `postgresql://…`) rather than an SQLite file.
+pub fn is_postgres(target: &Path) -> bool {
+    target.to_str().is_some_and(postgres::is_url)
+}
+
+/// The schema-2 tables as SQLite spells them ([`postgres::SCHEMA`] for
+/// PostgreSQL).
+const SQLITE_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -310,16 +345,24 @@ fn metrics_signature() -> String {
         .join(",")
 }
 
-fn json_or_null(s: Option<String>) -> Option<serde_json::Value> {
-    s.and_then(|t| serde_json::from_str(&t).ok())
+fn json_or_null(s: Option<&str>) -> Option<serde_json::Value> {
+    s.and_then(|t| serde_json::from_str(t).ok())
 }
 
 /// The SQL test for a stored result that still reads as a result document
-/// (the same test as [`unreadable`], done by SQLite without loading it).
+/// (the same test as [`unreadable`], done by the database without loading
+/// it): true or false, never null.
 /// (CASE, not AND: SQLite may evaluate json_extract on text that is not JSON,
 /// and that is an error, not a false.)
-const READABLE_SQL: &str = "(CASE WHEN json_valid(result)
-     THEN json_extract(result, '$.schema') IS 'wirebench.result/1' ELSE 0 END)";
+fn readable_sql(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Sqlite => {
+            "(CASE WHEN json_valid(result)
+             THEN json_extract(result, '$.schema') IS 'wirebench.result/1' ELSE 0 END)"
+        }
+        Dialect::Postgres => "wirebench_readable(result)",
+    }
+}
 
 /// Why a stored `ok` result is not a result document, if it is not.
 fn unreadable(v: Option<&serde_json::Value>) -> Option<&'static str> {
@@ -343,16 +386,52 @@ pub struct Unreadable {
     pub why: String,
 }
 
+/// A transaction on the store's connection, rolled back when dropped
+/// before [`Tx::commit`] (an error on the way out of it).
+struct Tx<'a> {
+    store: &'a Store,
+    open: bool,
+}
+
+impl Tx<'_> {
+    fn commit(mut self) -> Result<(), StoreError> {
+        self.open = false;
+        self.store
+            .conn
+            .batch("COMMIT")
+            .map_err(|e| self.store.err(e))
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.store.conn.batch("ROLLBACK");
+        }
+    }
+}
+
 impl Store {
-    /// Opens (creating if needed) the store at `path`.
-    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
-        let path = path.as_ref().to_path_buf();
+    /// Opens (creating if needed) the store at `target`: an SQLite file,
+    /// or a PostgreSQL database named by a `postgres://` URL ([`is_postgres`]).
+    pub fn open(target: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Store::open_as(target.as_ref(), true)
+    }
+
+    fn open_as(target: &Path, create: bool) -> Result<Store, StoreError> {
+        if is_postgres(target) {
+            return Store::open_postgres(target.to_str().unwrap_or_default(), create);
+        }
+        if !create && !target.exists() {
+            return Err(StoreError::Missing(target.display().to_string()));
+        }
+        let path = target.to_path_buf();
         let p = path.display().to_string();
         let sql = |source| StoreError::Sql {
             path: p.clone(),
             source,
         };
-        let conn = Connection::open(&path).map_err(sql)?;
+        let conn = rusqlite::Connection::open(&path).map_err(sql)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(sql)?;
         // WAL lets a report read while a campaign writes; FULL sync makes a
@@ -363,28 +442,101 @@ impl Store {
             .map_err(sql)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(sql)?;
-        conn.execute_batch(SCHEMA).map_err(sql)?;
-        let store = Store { conn, path };
+        conn.execute_batch(SQLITE_SCHEMA).map_err(sql)?;
+        let store = Store {
+            conn: Conn::Lite(conn),
+            path,
+            pg: None,
+        };
         store.upgrade()?;
         Ok(store)
     }
 
+    fn open_postgres(url: &str, create: bool) -> Result<Store, StoreError> {
+        let target = postgres::Target::parse(url)?;
+        let mut client = target.connect()?;
+        let found: bool = client
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[&format!("{}.meta", postgres::SCHEMA_NAME)],
+            )
+            .and_then(|r| r.try_get(0))
+            .map_err(|e| target.err(e))?;
+        if !found && !create {
+            return Err(StoreError::Missing(format!(
+                "{url} (no {} schema in that database)",
+                postgres::SCHEMA_NAME
+            )));
+        }
+        if !found {
+            // Serialised: two controllers opening a new database at once
+            // would otherwise both create the same tables.
+            let mut tx = client.transaction().map_err(|e| target.err(e))?;
+            tx.execute(
+                "SELECT pg_advisory_xact_lock($1)",
+                &[&postgres::UPGRADE_LOCK],
+            )
+            .and_then(|_| {
+                tx.batch_execute(&format!(
+                    "CREATE SCHEMA IF NOT EXISTS {0}; SET LOCAL search_path TO {0}; {1}",
+                    postgres::SCHEMA_NAME,
+                    postgres::SCHEMA
+                ))
+            })
+            .map_err(|e| target.err(e))?;
+            tx.commit().map_err(|e| target.err(e))?;
+        }
+        let store = Store {
+            conn: Conn::pg(client),
+            path: PathBuf::from(url),
+            pg: Some(target),
+        };
+        store.upgrade()?;
+        Ok(store)
+    }
+
+    /// Begins a transaction; `for_write` makes SQLite take its write lock
+    /// now (a second writer waits here, not at its first write), and makes
+    /// PostgreSQL serialise it with other controllers' upgrades.
+    fn begin(&self, upgrade: bool) -> Result<Tx<'_>, StoreError> {
+        let sql = match self.conn.dialect() {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN",
+        };
+        self.conn.batch(sql).map_err(|e| self.err(e))?;
+        let tx = Tx {
+            store: self,
+            open: true,
+        };
+        if upgrade && self.conn.dialect() == Dialect::Postgres {
+            self.conn
+                .execute(
+                    "SELECT pg_advisory_xact_lock(?1)",
+                    &[Val::from(postgres::UPGRADE_LOCK)],
+                )
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(tx)
+    }
+
     fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.conn
-            .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| self.sql(e))
+            .first(
+                "SELECT value FROM meta WHERE key = ?1",
+                &[Val::from(key)],
+                |r| r.string(0),
+            )
+            .map_err(|e| self.err(e))
     }
 
     fn set_meta(&self, key: &str, value: &str) -> Result<(), StoreError> {
         self.conn
             .execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
-                params![key, value],
+                "INSERT INTO meta(key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                &[Val::from(key), Val::from(value)],
             )
-            .map_err(|e| self.sql(e))?;
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 
@@ -411,13 +563,9 @@ impl Store {
             Some(v) if v < SCHEMA_VERSION => self.backup(v)?,
             _ => {}
         }
-        // IMMEDIATE: a second process opening the store at the same time
-        // waits here and then finds the work done.
-        let tx = rusqlite::Transaction::new_unchecked(
-            &self.conn,
-            rusqlite::TransactionBehavior::Immediate,
-        )
-        .map_err(|e| self.sql(e))?;
+        // A second process opening the store at the same time waits here
+        // and then finds the work done.
+        let tx = self.begin(true)?;
         let now = version(self)?;
         if now != Some(SCHEMA_VERSION) || self.meta("metrics")?.as_deref() != Some(&signature) {
             if now.is_some() {
@@ -426,13 +574,16 @@ impl Store {
             self.set_meta("schema_version", &SCHEMA_VERSION.to_string())?;
             self.set_meta("metrics", &signature)?;
         }
-        tx.commit().map_err(|e| self.sql(e))
+        tx.commit()
     }
 
     /// Copies the store to `PATH.schemaV.bak` (the first free name) before
     /// a migration changes it; a store that cannot be copied is not
-    /// migrated.
+    /// migrated. (Only SQLite stores were ever written before schema 2.)
     fn backup(&self, from_version: i64) -> Result<(), StoreError> {
+        let Conn::Lite(conn) = &self.conn else {
+            return Ok(());
+        };
         let base = format!("{}.schema{from_version}.bak", self.path.display());
         let backup = (0..)
             .map(|n| match n {
@@ -441,8 +592,7 @@ impl Store {
             })
             .find(|p| !Path::new(p).exists())
             .unwrap_or(base);
-        self.conn
-            .execute("VACUUM INTO ?1", params![backup])
+        conn.execute("VACUUM INTO ?1", [&backup])
             .map_err(|source| StoreError::Backup {
                 path: self.path.display().to_string(),
                 backup,
@@ -453,105 +603,149 @@ impl Store {
 
     /// Extracts the values of runs stored without them (rows put in by
     /// another program, or copied by hand): counting both tables is cheap,
-    /// so every open checks.
+    /// so every open checks (in one statement, so that runs committed
+    /// meanwhile by another controller count in both).
     fn extract_missing(&self) -> Result<(), StoreError> {
-        let count = |t: &str| -> Result<i64, StoreError> {
-            self.conn
-                .query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
-                .map_err(|e| self.sql(e))
-        };
-        if count("runs")? == count("run_facts")? {
+        let missing = self
+            .conn
+            .first(
+                "SELECT (SELECT count(*) FROM runs) - (SELECT count(*) FROM run_facts)",
+                &[],
+                |r| r.int(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if missing == Some(0) {
             return Ok(());
         }
-        let tx = rusqlite::Transaction::new_unchecked(
-            &self.conn,
-            rusqlite::TransactionBehavior::Immediate,
-        )
-        .map_err(|e| self.sql(e))?;
+        let tx = self.begin(true)?;
         self.extract_where("NOT EXISTS (SELECT 1 FROM run_facts f WHERE f.run_id = runs.id)")?;
-        tx.commit().map_err(|e| self.sql(e))
+        tx.commit()
     }
 
     /// (Re)writes every run's extracted values, one run at a time.
     fn extract_all(&self) -> Result<(), StoreError> {
         self.conn
-            .execute_batch("DELETE FROM run_metrics; DELETE FROM run_facts;")
-            .map_err(|e| self.sql(e))?;
-        self.extract_where("1")
+            .batch("DELETE FROM run_metrics; DELETE FROM run_facts;")
+            .map_err(|e| self.err(e))?;
+        self.extract_where("1 = 1")
     }
 
     fn extract_where(&self, cond: &str) -> Result<(), StoreError> {
-        let mut st = self
-            .conn
-            .prepare(&format!(
-                "SELECT id, result, counters FROM runs WHERE {cond} ORDER BY id"
-            ))
-            .map_err(|e| self.sql(e))?;
-        let mut rows = st.query([]).map_err(|e| self.sql(e))?;
-        while let Some(r) = rows.next().map_err(|e| self.sql(e))? {
-            let id: i64 = r.get(0).map_err(|e| self.sql(e))?;
-            let counters = json_or_null(r.get(2).map_err(|e| self.sql(e))?);
-            let result = r.get_ref(1).map_err(|e| self.sql(e))?.as_str_or_null();
-            let result = result.ok().flatten();
-            let x = crate::facts::extract_text(result, counters.as_ref());
-            self.write_extracted(id, &x)?;
+        // Read first, written after: PostgreSQL's connection cannot write
+        // while it streams. Ids only, then one document at a time.
+        let mut ids = Vec::new();
+        self.each(
+            &format!("SELECT id FROM runs WHERE {cond} ORDER BY id"),
+            &[],
+            |r| {
+                ids.push(r.int(0).map_err(|e| self.err(e))?);
+                Ok::<_, StoreError>(())
+            },
+        )?;
+        for id in ids {
+            let x = self
+                .conn
+                .first(
+                    "SELECT result, counters FROM runs WHERE id = ?1",
+                    &[Val::from(id)],
+                    |r| {
+                        let counters = json_or_null(r.opt_str(1)?);
+                        Ok(crate::facts::extract_text(r.opt_str(0)?, counters.as_ref()))
+                    },
+                )
+                .map_err(|e| self.err(e))?;
+            if let Some(x) = x {
+                self.write_extracted(id, &x)?;
+            }
         }
         Ok(())
     }
 
     /// Replaces a run's extracted values.
     fn write_extracted(&self, run_id: i64, x: &crate::facts::Extracted) -> Result<(), StoreError> {
-        let sql = |e| self.sql(e);
+        let sql = |e| self.err(e);
+        let id = Val::from(run_id);
         self.conn
-            .prepare_cached("DELETE FROM run_metrics WHERE run_id = ?1")
-            .and_then(|mut s| s.execute(params![run_id]))
-            .map_err(sql)?;
-        let mut put = self
-            .conn
-            .prepare_cached("INSERT INTO run_metrics(run_id, key, value) VALUES (?1, ?2, ?3)")
+            .execute(
+                "DELETE FROM run_metrics WHERE run_id = ?1",
+                std::slice::from_ref(&id),
+            )
             .map_err(sql)?;
         for (k, v) in &x.metrics {
-            put.execute(params![run_id, k, v]).map_err(sql)?;
+            self.conn
+                .execute(
+                    "INSERT INTO run_metrics(run_id, key, value) VALUES (?1, ?2, ?3)",
+                    &[id.clone(), Val::from(k.as_str()), Val::from(*v)],
+                )
+                .map_err(sql)?;
         }
         let f = &x.facts;
         self.conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO run_facts(run_id, readable, why, above_bound, fragmented, systems, figures)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            .execute(
+                "INSERT INTO run_facts(run_id, readable, why, above_bound, fragmented, systems, figures)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT(run_id) DO UPDATE SET readable = excluded.readable,
+                    why = excluded.why, above_bound = excluded.above_bound,
+                    fragmented = excluded.fragmented, systems = excluded.systems,
+                    figures = excluded.figures",
+                &[
+                    id,
+                    Val::from(f.readable as i64),
+                    Val::from(f.why.as_deref()),
+                    Val::from(i64::from(f.above_bound)),
+                    Val::from(i64::from(f.fragmented)),
+                    Val::from(f.systems.as_deref()),
+                    Val::from(f.figures_bits()),
+                ],
             )
-            .and_then(|mut s| {
-                s.execute(params![
-                    run_id,
-                    f.readable as i64,
-                    f.why,
-                    f.above_bound,
-                    f.fragmented,
-                    f.systems,
-                    f.figures_bits()
-                ])
-            })
             .map_err(sql)?;
         Ok(())
     }
 
-    /// Opens an existing store; an error if the file is not there (readers
-    /// should not create empty stores by typo).
-    pub fn open_existing(path: impl AsRef<Path>) -> Result<Store, StoreError> {
-        if !path.as_ref().exists() {
-            return Err(StoreError::Missing(path.as_ref().display().to_string()));
-        }
-        Store::open(path)
+    /// Opens an existing store; an error if the file (or, in PostgreSQL,
+    /// the store's schema) is not there: readers should not create empty
+    /// stores by typo.
+    pub fn open_existing(target: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Store::open_as(target.as_ref(), false)
     }
 
+    /// The store's file, or its PostgreSQL URL (which holds no password).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    fn sql(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sql {
-            path: self.path.display().to_string(),
-            source,
+    fn err(&self, e: DbError) -> StoreError {
+        let path = self.path.display().to_string();
+        match e {
+            DbError::Lite(source) => StoreError::Sql { path, source },
+            DbError::Pg(source) => StoreError::Pg { url: path, source },
+            DbError::Reentered => StoreError::Reentered(path),
         }
+    }
+
+    /// Streams a query's rows to `each` (see [`Conn::each`]).
+    fn each<E: From<StoreError>>(
+        &self,
+        sql: &str,
+        params: &[Val],
+        mut each: impl FnMut(&Row) -> Result<(), E>,
+    ) -> Result<(), E> {
+        /// A database error and the callback's own, kept apart.
+        enum Either<E> {
+            Db(DbError),
+            Caller(E),
+        }
+        impl<E> From<DbError> for Either<E> {
+            fn from(e: DbError) -> Self {
+                Either::Db(e)
+            }
+        }
+        self.conn
+            .each(sql, params, |r| each(r).map_err(Either::Caller))
+            .map_err(|e| match e {
+                Either::Db(d) => E::from(self.err(d)),
+                Either::Caller(c) => c,
+            })
     }
 
     /// Records a new campaign and returns its id.
@@ -566,27 +760,39 @@ impl Store {
             quick,
             ..
         } = *c;
-        self.conn
-            .execute(
+        let id = self
+            .conn
+            .first(
                 "INSERT INTO campaigns(name, origin, file_text, started_at, environment, planned_runs, quick, status)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running')",
-                params![name, origin, file_text, started_at, env, planned_runs as i64, quick as i64],
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running') RETURNING id",
+                &[
+                    Val::from(name),
+                    Val::from(origin),
+                    Val::from(file_text),
+                    Val::from(started_at),
+                    Val::from(env),
+                    Val::from(planned_runs as i64),
+                    Val::from(i64::from(quick)),
+                ],
+                |r| r.int(0),
             )
-            .map_err(|e| self.sql(e))?;
-        Ok(self.conn.last_insert_rowid())
+            .map_err(|e| self.err(e))?;
+        id.ok_or_else(|| StoreError::NoCampaign(name.to_string()))
+    }
+
+    fn update_campaign(&self, sql: &str, params: &[Val]) -> Result<(), StoreError> {
+        self.conn.execute(sql, params).map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     /// Replaces the campaign's environment record (agent campaigns add
     /// every node's metadata once their agents answered).
     pub fn set_environment(&self, id: i64, env: &Environment) -> Result<(), StoreError> {
         let text = serde_json::to_string(env).unwrap_or_else(|_| "{}".into());
-        self.conn
-            .execute(
-                "UPDATE campaigns SET environment = ?1 WHERE id = ?2",
-                params![text, id],
-            )
-            .map_err(|e| self.sql(e))?;
-        Ok(())
+        self.update_campaign(
+            "UPDATE campaigns SET environment = ?1 WHERE id = ?2",
+            &[Val::from(text), Val::from(id)],
+        )
     }
 
     /// A resumed campaign whose file grew: the new file text and plan.
@@ -596,64 +802,60 @@ impl Store {
         file_text: &str,
         planned_runs: usize,
     ) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE campaigns SET file_text = ?1, planned_runs = ?2 WHERE id = ?3",
-                params![file_text, planned_runs as i64, id],
-            )
-            .map_err(|e| self.sql(e))?;
-        Ok(())
+        self.update_campaign(
+            "UPDATE campaigns SET file_text = ?1, planned_runs = ?2 WHERE id = ?3",
+            &[
+                Val::from(file_text),
+                Val::from(planned_runs as i64),
+                Val::from(id),
+            ],
+        )
     }
 
     pub fn set_campaign_status(&self, id: i64, status: &str) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE campaigns SET status = ?1 WHERE id = ?2",
-                params![status, id],
-            )
-            .map_err(|e| self.sql(e))?;
-        Ok(())
+        self.update_campaign(
+            "UPDATE campaigns SET status = ?1 WHERE id = ?2",
+            &[Val::from(status), Val::from(id)],
+        )
     }
 
-    fn row_to_campaign(r: &rusqlite::Row) -> rusqlite::Result<CampaignRow> {
-        let env: String = r.get(5)?;
+    fn row_to_campaign(r: &Row) -> Result<CampaignRow, DbError> {
         Ok(CampaignRow {
-            id: r.get(0)?,
-            name: r.get(1)?,
-            origin: r.get(2)?,
-            file_text: r.get(3)?,
-            started_at: r.get(4)?,
-            environment: serde_json::from_str(&env).unwrap_or_default(),
-            planned_runs: r.get(6)?,
-            quick: r.get::<_, i64>(7)? != 0,
-            status: r.get(8)?,
+            id: r.int(0)?,
+            name: r.string(1)?,
+            origin: r.string(2)?,
+            file_text: r.string(3)?,
+            started_at: r.string(4)?,
+            environment: serde_json::from_str(r.str(5)?).unwrap_or_default(),
+            planned_runs: r.int(6)?,
+            quick: r.int(7)? != 0,
+            status: r.string(8)?,
         })
     }
 
     const CAMPAIGN_COLS: &'static str =
         "id, name, origin, file_text, started_at, environment, planned_runs, quick, status";
 
+    fn campaign_rows(&self, cond: &str, params: &[Val]) -> Result<Vec<CampaignRow>, StoreError> {
+        let mut out = Vec::new();
+        self.each(
+            &format!("SELECT {} FROM campaigns {cond}", Self::CAMPAIGN_COLS),
+            params,
+            |r| {
+                out.push(Self::row_to_campaign(r).map_err(|e| self.err(e))?);
+                Ok::<_, StoreError>(())
+            },
+        )?;
+        Ok(out)
+    }
+
     /// All campaigns, oldest first.
     pub fn campaigns(&self) -> Result<Vec<CampaignRow>, StoreError> {
-        let q = format!("SELECT {} FROM campaigns ORDER BY id", Self::CAMPAIGN_COLS);
-        let mut st = self.conn.prepare(&q).map_err(|e| self.sql(e))?;
-        let rows = st
-            .query_map([], Self::row_to_campaign)
-            .map_err(|e| self.sql(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.sql(e))?;
-        Ok(rows)
+        self.campaign_rows("ORDER BY id", &[])
     }
 
     pub fn campaign(&self, id: i64) -> Result<Option<CampaignRow>, StoreError> {
-        let q = format!(
-            "SELECT {} FROM campaigns WHERE id = ?1",
-            Self::CAMPAIGN_COLS
-        );
-        self.conn
-            .query_row(&q, params![id], Self::row_to_campaign)
-            .optional()
-            .map_err(|e| self.sql(e))
+        Ok(self.campaign_rows("WHERE id = ?1", &[Val::from(id)])?.pop())
     }
 
     /// A campaign by numeric id, or the latest one with that name.
@@ -668,23 +870,21 @@ impl Store {
     }
 
     pub fn latest_by_name(&self, name: &str) -> Result<Option<CampaignRow>, StoreError> {
-        let q = format!(
-            "SELECT {} FROM campaigns WHERE name = ?1 ORDER BY id DESC LIMIT 1",
-            Self::CAMPAIGN_COLS
-        );
-        self.conn
-            .query_row(&q, params![name], Self::row_to_campaign)
-            .optional()
-            .map_err(|e| self.sql(e))
+        Ok(self
+            .campaign_rows(
+                "WHERE name = ?1 ORDER BY id DESC LIMIT 1",
+                &[Val::from(name)],
+            )?
+            .pop())
     }
 
     /// The latest campaign, if any.
     pub fn latest(&self) -> Result<Option<CampaignRow>, StoreError> {
-        Ok(self.campaigns()?.pop())
+        Ok(self.campaign_rows("ORDER BY id DESC LIMIT 1", &[])?.pop())
     }
 
     /// All runs of a campaign in the order they were stored, with their
-    /// documents (for one campaign's resume and RFC 2544 searches; lists,
+    /// documents (for one campaign's resume and adaptive rounds; lists,
     /// exports and reports read [`Store::for_each_run`] instead).
     pub fn runs(&self, campaign_id: i64) -> Result<Vec<RunRow>, StoreError> {
         self.run_rows("campaign_id = ?1", campaign_id)
@@ -720,20 +920,10 @@ impl Store {
         arg: i64,
         mut each: impl FnMut(RunRow) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut st = self
-            .conn
-            .prepare(&format!(
-                "SELECT id, campaign_id, scenario_key, axes, repetition, status, result, counters,
-                        command, error, started_at, ended_at
-                 FROM runs WHERE {cond} ORDER BY id"
-            ))
-            .map_err(|e| self.sql(e))?;
-        let mut rows = st.query(params![arg]).map_err(|e| self.sql(e))?;
-        let row = |r: &rusqlite::Row| -> rusqlite::Result<RunRow> {
-            let axes: String = r.get(3)?;
-            let mut status = RunStatus::parse(&r.get::<_, String>(5)?);
-            let result = json_or_null(r.get(6)?);
-            let mut error: Option<String> = r.get(9)?;
+        let row = |r: &Row| -> Result<RunRow, DbError> {
+            let mut status = RunStatus::parse(r.str(5)?);
+            let result = json_or_null(r.opt_str(6)?);
+            let mut error = r.opt_string(9)?;
             if status == RunStatus::Ok {
                 if let Some(why) = unreadable(result.as_ref()) {
                     status = RunStatus::Failed;
@@ -743,37 +933,42 @@ impl Store {
                 }
             }
             Ok(RunRow {
-                id: r.get(0)?,
-                campaign_id: r.get(1)?,
-                scenario_key: r.get(2)?,
-                axes: serde_json::from_str(&axes).unwrap_or_default(),
-                repetition: r.get::<_, i64>(4)? as u32,
+                id: r.int(0)?,
+                campaign_id: r.int(1)?,
+                scenario_key: r.string(2)?,
+                axes: serde_json::from_str(r.str(3)?).unwrap_or_default(),
+                repetition: r.int(4)? as u32,
                 status,
                 result,
-                counters: json_or_null(r.get(7)?),
-                command: r.get(8)?,
+                counters: json_or_null(r.opt_str(7)?),
+                command: r.string(8)?,
                 error,
-                started_at: r.get(10)?,
-                ended_at: r.get(11)?,
+                started_at: r.string(10)?,
+                ended_at: r.string(11)?,
             })
         };
-        while let Some(r) = rows.next().map_err(|e| self.sql(e))? {
-            each(row(r).map_err(|e| self.sql(e))?)?;
-        }
-        Ok(())
+        self.each(
+            &format!(
+                "SELECT id, campaign_id, scenario_key, axes, repetition, status, result, counters,
+                        command, error, started_at, ended_at
+                 FROM runs WHERE {cond} ORDER BY id"
+            ),
+            &[Val::from(arg)],
+            |r| each(row(r).map_err(|e| self.err(e))?),
+        )
     }
 
     /// How many runs the filter selects (before its limit and offset).
     pub fn count_runs(&self, filter: &RunFilter) -> Result<u64, StoreError> {
         let (cond, args) = filter.sql();
         self.conn
-            .query_row(
+            .first(
                 &format!("SELECT count(*) FROM runs r WHERE {cond}"),
-                rusqlite::params_from_iter(args),
-                |r| r.get::<_, i64>(0),
+                &args,
+                |r| r.int(0),
             )
-            .map(|n| n as u64)
-            .map_err(|e| self.sql(e))
+            .map(|n| n.unwrap_or(0) as u64)
+            .map_err(|e| self.err(e))
     }
 
     /// Runs of the filter in id order, one at a time and without their
@@ -791,26 +986,19 @@ impl Store {
              FROM runs r LEFT JOIN run_facts f ON f.run_id = r.id
              LEFT JOIN run_metrics m ON m.run_id = r.id AND m.key = 'throughput_payload_bps'
              WHERE {cond} ORDER BY r.id {}",
-            filter.limit_sql()
+            filter.limit_sql(self.conn.dialect())
         );
-        let mut st = self.conn.prepare(&q).map_err(|e| self.sql(e))?;
-        let mut rows = st
-            .query(rusqlite::params_from_iter(args))
-            .map_err(|e| self.sql(e))?;
-        while let Some(r) = rows.next().map_err(|e| self.sql(e))? {
-            let info = Self::row_to_info(r).map_err(|e| self.sql(e))?;
-            each(info)?;
-        }
-        Ok(())
+        self.each(&q, &args, |r| {
+            each(Self::row_to_info(r).map_err(|e| self.err(e))?)
+        })
     }
 
-    fn row_to_info(r: &rusqlite::Row) -> rusqlite::Result<RunInfo> {
+    fn row_to_info(r: &Row) -> Result<RunInfo, DbError> {
         use crate::facts::{Readable, RunFacts};
-        let axes: String = r.get(3)?;
-        let readable = Readable::from_i64(r.get::<_, Option<i64>>(9)?.unwrap_or(0));
-        let why: Option<String> = r.get(10)?;
-        let mut status = RunStatus::parse(&r.get::<_, String>(5)?);
-        let mut error: Option<String> = r.get(6)?;
+        let readable = Readable::from_i64(r.opt_int(9)?.unwrap_or(0));
+        let why = r.opt_string(10)?;
+        let mut status = RunStatus::parse(r.str(5)?);
+        let mut error = r.opt_string(6)?;
         if status == RunStatus::Ok && readable == Readable::No {
             status = RunStatus::Failed;
             error = Some(format!(
@@ -818,27 +1006,27 @@ impl Store {
                 why.as_deref().unwrap_or("not a result document")
             ));
         }
-        let figures = r.get::<_, Option<i64>>(14)?.unwrap_or(0);
+        let figures = r.opt_int(14)?.unwrap_or(0);
         Ok(RunInfo {
-            id: r.get(0)?,
-            campaign_id: r.get(1)?,
-            scenario_key: r.get(2)?,
-            axes: serde_json::from_str(&axes).unwrap_or_default(),
-            repetition: r.get::<_, i64>(4)? as u32,
+            id: r.int(0)?,
+            campaign_id: r.int(1)?,
+            scenario_key: r.string(2)?,
+            axes: serde_json::from_str(r.str(3)?).unwrap_or_default(),
+            repetition: r.int(4)? as u32,
             status,
             error,
-            started_at: r.get(7)?,
-            ended_at: r.get(8)?,
+            started_at: r.string(7)?,
+            ended_at: r.string(8)?,
             facts: RunFacts {
                 readable,
                 why,
-                above_bound: r.get::<_, Option<bool>>(11)?.unwrap_or(false),
-                fragmented: r.get::<_, Option<bool>>(12)?.unwrap_or(false),
-                systems: r.get(13)?,
+                above_bound: r.opt_int(11)?.unwrap_or(0) != 0,
+                fragmented: r.opt_int(12)?.unwrap_or(0) != 0,
+                systems: r.opt_string(13)?,
                 has_series: figures & 1 != 0,
                 has_dist: figures & 2 != 0,
             },
-            throughput_payload_bps: r.get(15)?,
+            throughput_payload_bps: r.opt_real(15)?,
         })
     }
 
@@ -854,22 +1042,13 @@ impl Store {
             "SELECT m.run_id, m.key, m.value FROM run_metrics m
              WHERE m.run_id IN (SELECT r.id FROM runs r WHERE {cond} ORDER BY r.id {})
              ORDER BY m.run_id, m.key",
-            filter.limit_sql()
+            filter.limit_sql(self.conn.dialect())
         );
-        let mut st = self.conn.prepare(&q).map_err(|e| self.sql(e))?;
-        let mut rows = st
-            .query(rusqlite::params_from_iter(args))
-            .map_err(|e| self.sql(e))?;
-        while let Some(r) = rows.next().map_err(|e| self.sql(e))? {
-            let id: i64 = r.get(0).map_err(|e| self.sql(e))?;
-            let key = r
-                .get_ref(1)
-                .and_then(|v| Ok(v.as_str()?))
-                .map_err(|e| self.sql(e))?;
-            let v: f64 = r.get(2).map_err(|e| self.sql(e))?;
-            each(id, key, v)?;
-        }
-        Ok(())
+        self.each(&q, &args, |r| {
+            let (id, key, v) = (|| Ok::<_, DbError>((r.int(0)?, r.str(1)?, r.real(2)?)))()
+                .map_err(|e| self.err(e))?;
+            each(id, key, v)
+        })
     }
 
     /// The test-bed counters of a campaign's runs that stored some, in run
@@ -879,21 +1058,19 @@ impl Store {
         campaign_id: i64,
         mut each: impl FnMut(i64, serde_json::Value) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT id, counters FROM runs WHERE campaign_id = ?1 AND counters IS NOT NULL
-                 ORDER BY id",
-            )
-            .map_err(|e| self.sql(e))?;
-        let mut rows = st.query(params![campaign_id]).map_err(|e| self.sql(e))?;
-        while let Some(r) = rows.next().map_err(|e| self.sql(e))? {
-            let id: i64 = r.get(0).map_err(|e| self.sql(e))?;
-            if let Some(v) = json_or_null(r.get(1).map_err(|e| self.sql(e))?) {
-                each(id, v)?;
-            }
-        }
-        Ok(())
+        self.each(
+            "SELECT id, counters FROM runs WHERE campaign_id = ?1 AND counters IS NOT NULL
+             ORDER BY id",
+            &[Val::from(campaign_id)],
+            |r| {
+                let (id, v) = (|| Ok::<_, DbError>((r.int(0)?, json_or_null(r.opt_str(1)?))))()
+                    .map_err(|e| self.err(e))?;
+                match v {
+                    Some(v) => each(id, v),
+                    None => Ok(()),
+                }
+            },
+        )
     }
 
     /// The result documents of a campaign's ok runs that carry series or
@@ -903,43 +1080,38 @@ impl Store {
         campaign_id: i64,
         mut each: impl FnMut(i64, &wirebench_stats::result::ResultDoc) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT r.id, r.result FROM runs r JOIN run_facts f ON f.run_id = r.id
-                 WHERE r.campaign_id = ?1 AND r.status = 'ok' AND f.readable = 2 AND f.figures != 0
-                 ORDER BY r.id",
-            )
-            .map_err(|e| self.sql(e))?;
-        let mut rows = st.query(params![campaign_id]).map_err(|e| self.sql(e))?;
-        while let Some(r) = rows.next().map_err(|e| self.sql(e))? {
-            let id: i64 = r.get(0).map_err(|e| self.sql(e))?;
-            let text = r
-                .get_ref(1)
-                .and_then(|v| Ok(v.as_str()?))
-                .map_err(|e| self.sql(e))?;
-            // Damaged since it was stored: the figures go without it.
-            if let Ok(doc) = crate::facts::read_doc(text) {
-                each(id, &doc)?;
-            }
-        }
-        Ok(())
+        self.each(
+            "SELECT r.id, r.result FROM runs r JOIN run_facts f ON f.run_id = r.id
+             WHERE r.campaign_id = ?1 AND r.status = 'ok' AND f.readable = 2 AND f.figures != 0
+             ORDER BY r.id",
+            &[Val::from(campaign_id)],
+            |r| {
+                let (id, text) =
+                    (|| Ok::<_, DbError>((r.int(0)?, r.opt_str(1)?)))().map_err(|e| self.err(e))?;
+                // Damaged since it was stored: the figures go without it.
+                match text.map(crate::facts::read_doc) {
+                    Some(Ok(doc)) => each(id, &doc),
+                    _ => Ok(()),
+                }
+            },
+        )
     }
 
     /// Per campaign id: its runs that finished with a readable result.
     pub fn ok_counts(&self) -> Result<BTreeMap<i64, i64>, StoreError> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT r.campaign_id, count(*) FROM runs r JOIN run_facts f ON f.run_id = r.id
-                 WHERE r.status = 'ok' AND f.readable > 0 GROUP BY r.campaign_id",
-            )
-            .map_err(|e| self.sql(e))?;
-        let out = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(|e| self.sql(e))?
-            .collect::<Result<BTreeMap<_, _>, _>>()
-            .map_err(|e| self.sql(e))?;
+        let mut out = BTreeMap::new();
+        self.each(
+            "SELECT r.campaign_id, count(*) FROM runs r JOIN run_facts f ON f.run_id = r.id
+             WHERE r.status = 'ok' AND f.readable > 0 GROUP BY r.campaign_id",
+            &[],
+            |r| {
+                out.insert(
+                    r.int(0).map_err(|e| self.err(e))?,
+                    r.int(1).map_err(|e| self.err(e))?,
+                );
+                Ok::<_, StoreError>(())
+            },
+        )?;
         Ok(out)
     }
 
@@ -948,16 +1120,17 @@ impl Store {
     pub fn finished(&self, campaign_id: i64) -> Result<HashSet<(String, u32)>, StoreError> {
         let q = format!(
             "SELECT scenario_key, repetition FROM runs
-             WHERE campaign_id = ?1 AND status = 'ok' AND {READABLE_SQL}"
+             WHERE campaign_id = ?1 AND status = 'ok' AND {}",
+            readable_sql(self.conn.dialect())
         );
-        let mut st = self.conn.prepare(&q).map_err(|e| self.sql(e))?;
-        let set = st
-            .query_map(params![campaign_id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u32))
-            })
-            .map_err(|e| self.sql(e))?
-            .collect::<Result<HashSet<_>, _>>()
-            .map_err(|e| self.sql(e))?;
+        let mut set = HashSet::new();
+        self.each(&q, &[Val::from(campaign_id)], |r| {
+            set.insert((
+                r.string(0).map_err(|e| self.err(e))?,
+                r.int(1).map_err(|e| self.err(e))? as u32,
+            ));
+            Ok::<_, StoreError>(())
+        })?;
         Ok(set)
     }
 
@@ -967,61 +1140,64 @@ impl Store {
     pub fn requeue_unreadable(&self, campaign_id: i64) -> Result<Vec<Unreadable>, StoreError> {
         let q = format!(
             "SELECT id, scenario_key, repetition, result FROM runs
-             WHERE campaign_id = ?1 AND status = 'ok' AND NOT coalesce({READABLE_SQL}, 0)"
+             WHERE campaign_id = ?1 AND status = 'ok' AND NOT {}",
+            readable_sql(self.conn.dialect())
         );
-        let mut st = self.conn.prepare(&q).map_err(|e| self.sql(e))?;
-        let rows = st
-            .query_map(params![campaign_id], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)? as u32,
-                    r.get::<_, Option<String>>(3)?,
-                ))
-            })
-            .map_err(|e| self.sql(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.sql(e))?;
+        let mut rows = Vec::new();
+        self.each(&q, &[Val::from(campaign_id)], |r| {
+            let row = (|| {
+                let why = unreadable(json_or_null(r.opt_str(3)?).as_ref())
+                    .unwrap_or("not a result document");
+                Ok::<_, DbError>((r.int(0)?, r.string(1)?, r.int(2)? as u32, why))
+            })();
+            rows.push(row.map_err(|e| self.err(e))?);
+            Ok::<_, StoreError>(())
+        })?;
         let mut out = Vec::new();
-        for (id, scenario_key, repetition, text) in rows {
-            let why = unreadable(json_or_null(text).as_ref())
-                .unwrap_or("not a result document")
-                .to_string();
+        for (id, scenario_key, repetition, why) in rows {
             self.conn
                 .execute(
                     "UPDATE runs SET status = 'failed', error = ?1 WHERE id = ?2",
-                    params![
-                        format!("the stored result no longer reads ({why}); run again by --resume"),
-                        id
+                    &[
+                        Val::from(format!(
+                            "the stored result no longer reads ({why}); run again by --resume"
+                        )),
+                        Val::from(id),
                     ],
                 )
-                .map_err(|e| self.sql(e))?;
+                .map_err(|e| self.err(e))?;
             out.push(Unreadable {
                 scenario_key,
                 repetition,
-                why,
+                why: why.to_string(),
             });
         }
         Ok(out)
     }
 
-    /// Takes the campaign's runner lock (see [`crate::lock`]): held until
-    /// the returned value is dropped; refused at once when another process
-    /// holds it.
-    pub fn lock_campaign(&self, name: &str) -> Result<crate::lock::CampaignLock, StoreError> {
+    /// Takes the campaign's runner lock (see [`crate::lock`]; in
+    /// PostgreSQL an advisory lock every controller of the database
+    /// sees): held until the returned value is dropped; refused at once
+    /// when another process holds it.
+    pub fn lock_campaign(&self, name: &str) -> Result<StoreLock, StoreError> {
+        if let Some(pg) = &self.pg {
+            return pg.lock(name).map(StoreLock::Postgres);
+        }
         let lock = crate::lock::lock_path(&self.path, name);
-        crate::lock::CampaignLock::acquire_for(&self.path, name).map_err(|f| match f {
-            crate::lock::LockFailure::Busy(holder) => StoreError::Busy {
-                name: name.to_string(),
-                holder,
-                lock: lock.display().to_string(),
-            },
-            crate::lock::LockFailure::Io(source) => StoreError::Lock {
-                path: self.path.display().to_string(),
-                lock: lock.display().to_string(),
-                source,
-            },
-        })
+        crate::lock::CampaignLock::acquire_for(&self.path, name)
+            .map(StoreLock::File)
+            .map_err(|f| match f {
+                crate::lock::LockFailure::Busy(holder) => StoreError::Busy {
+                    name: name.to_string(),
+                    holder,
+                    lock: lock.display().to_string(),
+                },
+                crate::lock::LockFailure::Io(source) => StoreError::Lock {
+                    path: self.path.display().to_string(),
+                    lock: lock.display().to_string(),
+                    source,
+                },
+            })
     }
 
     /// Commits one run with its extracted values ([`crate::facts`]), in
@@ -1031,14 +1207,10 @@ impl Store {
         let axes = serde_json::to_string(run.axes).unwrap_or_else(|_| "{}".into());
         let result = run.result.map(|v| v.to_string());
         let counters = run.counters.map(|v| v.to_string());
-        let tx = rusqlite::Transaction::new_unchecked(
-            &self.conn,
-            rusqlite::TransactionBehavior::Immediate,
-        )
-        .map_err(|e| self.sql(e))?;
-        let id: Option<i64> = self
+        let tx = self.begin(false)?;
+        let id = self
             .conn
-            .query_row(
+            .first(
                 "INSERT INTO runs(campaign_id, scenario_key, axes, repetition, status, result, counters,
                                   command, error, started_at, ended_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
@@ -1048,30 +1220,37 @@ impl Store {
                     started_at = excluded.started_at, ended_at = excluded.ended_at
                  WHERE runs.status != 'ok'
                  RETURNING id",
-                params![
-                    run.campaign_id,
-                    run.scenario_key,
-                    axes,
-                    run.repetition as i64,
-                    run.status.as_str(),
-                    result,
-                    counters,
-                    run.command,
-                    run.error,
-                    run.started_at,
-                    run.ended_at
+                &[
+                    Val::from(run.campaign_id),
+                    Val::from(run.scenario_key),
+                    Val::from(axes),
+                    Val::from(i64::from(run.repetition)),
+                    Val::from(run.status.as_str()),
+                    Val::from(result),
+                    Val::from(counters),
+                    Val::from(run.command),
+                    Val::from(run.error),
+                    Val::from(run.started_at),
+                    Val::from(run.ended_at),
                 ],
-                |r| r.get(0),
+                |r| r.int(0),
             )
-            .optional()
-            .map_err(|e| self.sql(e))?;
+            .map_err(|e| self.err(e))?;
         if let Some(id) = id {
             let x = crate::facts::extract_stored(run.result, run.counters);
             self.write_extracted(id, &x)?;
         }
-        tx.commit().map_err(|e| self.sql(e))?;
+        tx.commit()?;
         Ok(id.is_some())
     }
+}
+
+/// A campaign's runner lock, whichever store holds it; released when
+/// dropped (and by the OS or the server when its holder dies).
+#[derive(Debug)]
+pub enum StoreLock {
+    File(crate::lock::CampaignLock),
+    Postgres(postgres::CampaignLock),
 }
 
 #[cfg(test)]
@@ -1154,7 +1333,7 @@ mod tests {
 
         // A store extracted with another metric table (or by hand).
         s.conn
-            .execute_batch(
+            .batch(
                 "UPDATE meta SET value = 'older' WHERE key = 'metrics';
                  DELETE FROM run_metrics WHERE run_id = 2;
                  UPDATE run_metrics SET value = 1 WHERE run_id = 1;",
@@ -1167,7 +1346,7 @@ mod tests {
 
         // A run copied in by another program, without its values.
         s.conn
-            .execute_batch(
+            .batch(
                 "INSERT INTO runs(campaign_id, scenario_key, axes, repetition, status, result,
                                   command, started_at, ended_at)
                  SELECT campaign_id, scenario_key, axes, 1000, status, result, command,
@@ -1187,7 +1366,7 @@ mod tests {
             Err(e) => panic!("{e}"),
             Ok(_) => panic!("a schema-3 store opened"),
         }
-        let c = Connection::open(&path).unwrap();
+        let c = rusqlite::Connection::open(&path).unwrap();
         let v: String = c
             .query_row(
                 "SELECT value FROM meta WHERE key = 'schema_version'",
