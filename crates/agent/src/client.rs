@@ -242,6 +242,8 @@ impl AgentConn {
                 pid: 0,
                 net_admin: false,
                 revision: 0,
+                mgmt: Vec::new(),
+                recovered: Vec::new(),
             },
         };
         let reply = conn.call(
@@ -548,6 +550,23 @@ impl AgentConn {
     pub fn pmtu_probe(&mut self, dest: IpAddr, port: u16) -> Result<Option<u32>, AgentError> {
         match self.call(Op::PmtuProbe { dest, port }, CALL_TIMEOUT)? {
             Reply::Pmtu { mtu } => Ok(mtu),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
+    /// The interface the node's route to each address leaves by (agent
+    /// revision 2).
+    pub fn route_ifaces(
+        &mut self,
+        dests: &[IpAddr],
+    ) -> Result<BTreeMap<IpAddr, String>, AgentError> {
+        match self.call(
+            Op::RouteIfaces {
+                dests: dests.to_vec(),
+            },
+            CALL_TIMEOUT,
+        )? {
+            Reply::RouteIfaces { ifaces } => Ok(ifaces),
             r => Err(self.unexpected(r)),
         }
     }

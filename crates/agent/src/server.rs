@@ -17,7 +17,7 @@ use crate::child::{adopt, detach, listening, stop_child, tail};
 use crate::host;
 use crate::proto::{
     Allow, HelloInfo, Op, ProcTicks, ProcessState, Reply, Request, Response, Role, MAX_LINE,
-    MAX_STREAM_BUFFER, REVISION_STREAM,
+    MAX_STREAM_BUFFER, REVISION_LAB, REVISION_STREAM,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -308,6 +308,8 @@ pub struct Agent {
     hello: bool,
     responders: BTreeMap<u16, PeerResponder>,
     eof: Arc<AtomicBool>,
+    /// Interfaces carrying this agent's SSH connection: never changed.
+    mgmt: Vec<String>,
 }
 
 enum Step {
@@ -324,7 +326,26 @@ impl Agent {
             hello: false,
             responders: BTreeMap::new(),
             eof: Arc::new(AtomicBool::new(false)),
+            mgmt: host::mgmt_ifaces(),
         }
+    }
+
+    /// Whether the campaign's `list` lets `iface` be changed; the
+    /// management path never is, whatever the list says, so that no
+    /// campaign can cut the controller off.
+    fn may_change(&self, list: &[String], iface: &str, what: &str) -> Result<(), String> {
+        if self.mgmt.iter().any(|m| m == iface) {
+            return Err(format!(
+                "{iface} carries this agent's own SSH connection (the management path); wirebench never changes it"
+            ));
+        }
+        if !list.iter().any(|i| i == iface || i == "*") {
+            return Err(format!(
+                "{what} is not allowed by the campaign (allowed: {})",
+                list_or_none(list)
+            ));
+        }
+        Ok(())
     }
 
     /// A handle for a signal thread: `cleanup()` then exit.
@@ -429,6 +450,12 @@ impl Agent {
                     pid: std::process::id(),
                     net_admin: host::net_admin(),
                     revision: self.cfg.revision,
+                    mgmt: if self.cfg.revision >= REVISION_LAB {
+                        self.mgmt.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    recovered: Vec::new(),
                 };
                 if version != self.cfg.version {
                     // Answer with our version so the controller can name
@@ -533,6 +560,15 @@ impl Agent {
                 self.responders.remove(&port);
                 (Reply::Done, Step::Go)
             }
+            Op::RouteIfaces { dests } => (
+                Reply::RouteIfaces {
+                    ifaces: dests
+                        .into_iter()
+                        .filter_map(|d| Some((d, host::route_iface(d)?)))
+                        .collect(),
+                },
+                Step::Go,
+            ),
             Op::Bye => {
                 self.responders.clear();
                 let actions = self.shared.cleanup();
@@ -542,12 +578,11 @@ impl Agent {
     }
 
     fn set_mtu(&mut self, iface: &str, mtu: u32) -> Result<(), String> {
-        if !self.allow.mtu.iter().any(|i| i == iface || i == "*") {
-            return Err(format!(
-                "changing the MTU of {iface} is not allowed by the campaign (allowed: {})",
-                list_or_none(&self.allow.mtu)
-            ));
-        }
+        self.may_change(
+            &self.allow.mtu,
+            iface,
+            &format!("changing the MTU of {iface}"),
+        )?;
         if !(68..=65535).contains(&mtu) {
             return Err(format!("MTU {mtu} is outside 68..=65535"));
         }
@@ -567,12 +602,11 @@ impl Agent {
     }
 
     fn set_offloads(&mut self, iface: &str, on: bool) -> Result<(), String> {
-        if !self.allow.offloads.iter().any(|i| i == iface || i == "*") {
-            return Err(format!(
-                "changing the offloads of {iface} is not allowed by the campaign (allowed: {})",
-                list_or_none(&self.allow.offloads)
-            ));
-        }
+        self.may_change(
+            &self.allow.offloads,
+            iface,
+            &format!("changing the offloads of {iface}"),
+        )?;
         let old = read_features(iface)?;
         let new: Vec<(String, bool)> = old.iter().map(|(k, _)| (k.clone(), on)).collect();
         if old == new {
@@ -591,12 +625,7 @@ impl Agent {
     /// someone else configured could not be put back exactly, so it is
     /// refused rather than replaced.
     fn set_rate(&mut self, iface: &str, rate: Option<u64>) -> Result<(), String> {
-        if !self.allow.rate.iter().any(|i| i == iface || i == "*") {
-            return Err(format!(
-                "shaping {iface} is not allowed by the campaign (allowed: {})",
-                list_or_none(&self.allow.rate)
-            ));
-        }
+        self.may_change(&self.allow.rate, iface, &format!("shaping {iface}"))?;
         let ours = self
             .shared
             .lock()

@@ -1,8 +1,11 @@
 #![cfg(unix)]
-//! Real nodes over SSH, as root: OpenSSH's sshd runs inside each node of a
-//! `router` test-bed (a — r1 — b) on its test-bed address, with a key pair
-//! and client configuration made for the test, and a campaign whose
-//! `[[hosts.node]]`s say `ssh = "root@ADDR"` runs from node a:
+//! Real nodes over SSH, as root: a `router` test-bed (a — r1 — b) is the
+//! data path, and a management network apart from it joins every node's
+//! `mgmt0` to a controller namespace, as in a lab where the administrator
+//! logs in on another interface. OpenSSH's sshd runs inside each node on
+//! its management address, with a key pair and client configuration made
+//! for the test, and a campaign whose `[[hosts.node]]`s say
+//! `ssh = "root@MGMT"` runs from the controller namespace:
 //!
 //! - end to end through SSH, with router CPU and counters stored and MTUs
 //!   changed on all three nodes and restored afterwards;
@@ -27,6 +30,9 @@ struct Lab {
     sshd: Vec<(String, Child)>,
     dir: tempfile::TempDir,
     made_run_sshd: bool,
+    /// The controller's namespace, holding one end of every management
+    /// link (deleting it deletes them).
+    ctl: String,
 }
 
 impl Drop for Lab {
@@ -35,6 +41,9 @@ impl Drop for Lab {
             let _ = c.kill();
             let _ = c.wait();
         }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ctl])
+            .status();
         if let Some(tb) = self.tb.take() {
             let _ = tb.down();
         }
@@ -50,12 +59,12 @@ fn sh(cmd: &mut Command) {
 }
 
 impl Lab {
-    fn up() -> Lab {
+    fn up(name: &str) -> Lab {
         let o = LinkOpts {
             mtu: Some(1500),
             ..LinkOpts::default()
         };
-        let tb = Testbed::up("agssh", &preset("router", &o).unwrap()).unwrap();
+        let tb = Testbed::up(name, &preset("router", &o).unwrap()).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         sh(Command::new("ssh-keygen")
@@ -83,14 +92,57 @@ impl Lab {
             sshd: Vec::new(),
             dir,
             made_run_sshd,
+            ctl: format!("{name}-ctl-{}", std::process::id()),
         };
+        sh(Command::new("ip").args(["netns", "add", &lab.ctl]));
+        for (k, n) in NODES.iter().enumerate() {
+            let ns = lab.ns(n);
+            let ctl = lab.ctl.clone();
+            let ip = |args: &[&str]| sh(Command::new("ip").args(args));
+            ip(&[
+                "-n",
+                &ctl,
+                "link",
+                "add",
+                &format!("m-{n}"),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "mgmt0",
+                "netns",
+                &ns,
+            ]);
+            ip(&[
+                "-n",
+                &ctl,
+                "addr",
+                "add",
+                &format!("10.254.{k}.1/24"),
+                "dev",
+                &format!("m-{n}"),
+            ]);
+            ip(&["-n", &ctl, "link", "set", &format!("m-{n}"), "up"]);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("10.254.{k}.2/24"),
+                "dev",
+                "mgmt0",
+            ]);
+            ip(&["-n", &ns, "link", "set", "mgmt0", "up"]);
+        }
+        sh(Command::new("ip").args(["-n", &lab.ctl, "link", "set", "lo", "up"]));
         for n in NODES {
-            let addr = lab.addr(n);
+            let addr = lab.mgmt(n);
             let cfg = lab.dir.path().join(format!("sshd_{n}"));
             std::fs::write(
                 &cfg,
                 format!(
-                    "ListenAddress {addr}\nPort 22\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+                    "ListenAddress {addr}\nListenAddress {data}\nPort 22\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+                    data = lab.addr(n),
                     hk = lab.dir.path().join("host").display(),
                     ak = lab.dir.path().join("authorized_keys").display()
                 ),
@@ -119,10 +171,10 @@ impl Lab {
             let t0 = Instant::now();
             loop {
                 let ok = lab
-                    .in_a(
+                    .in_ctl(
                         Command::new("ssh")
                             .args(lab.ssh_args())
-                            .arg(format!("root@{}", lab.addr(n)))
+                            .arg(format!("root@{}", lab.mgmt(n)))
                             .arg("true"),
                     )
                     .stderr(Stdio::null())
@@ -154,6 +206,12 @@ impl Lab {
         self.tb().addr(n, false).unwrap().to_string()
     }
 
+    /// A node's management address (where its sshd listens).
+    fn mgmt(&self, n: &str) -> String {
+        let k = NODES.iter().position(|m| *m == n).unwrap();
+        format!("10.254.{k}.2")
+    }
+
     fn ssh_args(&self) -> Vec<String> {
         vec![
             "-F".into(),
@@ -163,14 +221,12 @@ impl Lab {
         ]
     }
 
-    /// A command run inside node a (the controller's seat).
-    fn in_a<'c>(&self, c: &'c mut Command) -> &'c mut Command {
+    /// A command run in the controller's namespace.
+    fn in_ctl<'c>(&self, c: &'c mut Command) -> &'c mut Command {
         let prog = c.get_program().to_owned();
         let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
         *c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns("a")])
-            .arg(prog)
-            .args(args);
+        c.args(["netns", "exec", &self.ctl]).arg(prog).args(args);
         c
     }
 
@@ -180,7 +236,8 @@ impl Lab {
             format!("name = \"{name}\"\nlinger_s = 0.2\nrepetitions = 2\n{extra}\n[hosts]\n");
         for (n, role) in [("a", "sender"), ("r1", "router"), ("b", "receiver")] {
             t.push_str(&format!(
-                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{addr}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\napply_link_rate = true\n",
+                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{mgmt}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\napply_link_rate = true\n",
+                mgmt = self.mgmt(n),
                 addr = self.addr(n),
                 cfg = cfg.display()
             ));
@@ -202,7 +259,7 @@ impl Lab {
             .arg(&db)
             .arg("-q")
             .args(more);
-        let c = self.in_a(&mut c);
+        let c = self.in_ctl(&mut c);
         if let Some((k, v)) = env {
             c.env(k, v);
         }
@@ -250,6 +307,28 @@ impl Lab {
             .all(|n| self.mtus(n).iter().all(|&m| m == 1500))
     }
 
+    /// Polls every node's interface MTUs until stopped: (node, iface) →
+    /// every MTU seen.
+    fn watch_mtus(&self) -> Watch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let nss: Vec<(String, String)> =
+            NODES.iter().map(|n| (n.to_string(), self.ns(n))).collect();
+        let s = stop.clone();
+        let h = std::thread::spawn(move || {
+            let mut seen = Seen::new();
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                for (n, ns) in &nss {
+                    for (i, m) in link_mtus(ns) {
+                        seen.entry((n.clone(), i)).or_default().insert(m);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            seen
+        });
+        Watch { stop, h }
+    }
+
     /// PIDs of the per-connection sshd processes of node `n`.
     fn sessions(&self, n: &str) -> Vec<i32> {
         let daemon = self.sshd.iter().find(|(m, _)| m == n).unwrap().1.id();
@@ -271,6 +350,35 @@ impl Lab {
     }
 }
 
+type Seen = std::collections::BTreeMap<(String, String), std::collections::BTreeSet<u32>>;
+
+struct Watch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    h: std::thread::JoinHandle<Seen>,
+}
+
+impl Watch {
+    fn stop(self) -> Seen {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.h.join().unwrap()
+    }
+}
+
+/// (interface, MTU) of every non-loopback interface in a namespace.
+fn link_mtus(ns: &str) -> Vec<(String, u32)> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "link", "show"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["ifname"] != "lo")
+        .filter_map(|l| Some((l["ifname"].as_str()?.to_string(), l["mtu"].as_u64()? as u32)))
+        .collect()
+}
+
 #[test]
 fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions() {
     if !wirebench_testkit::can_run(
@@ -280,21 +388,38 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     ) {
         return;
     }
-    let lab = Lab::up();
+    let lab = Lab::up("agssh");
 
-    // 1. End to end through SSH, MTU 1500 and 9000 set on all three nodes.
-    // (with a warm-up before every run, sent through the same agents)
+    // 1. End to end through SSH, MTU 1500 and 9000 set on all three nodes
+    // (with a warm-up before every run, sent through the same agents).
+    // The router has no `interfaces`, as in docs/agents.md: its
+    // management interface must stay as it was while the others change.
     let f = lab.campaign(
         "ssh",
         "packets = 300\nwarmup_s = 0.2",
         "mtu = [1500, 9000]\nlink_rate = [\"50mbit\"]",
     );
+    let watch = lab.watch_mtus();
     let out = lab.run(&f, &[], None);
+    let seen = watch.stop();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    for n in NODES {
+        assert_eq!(
+            seen[&(n.to_string(), "mgmt0".to_string())],
+            [1500].into(),
+            "{n}"
+        );
+    }
+    for (n, i) in [("a", "eth0"), ("r1", "eth0"), ("r1", "eth1"), ("b", "eth0")] {
+        assert!(
+            seen[&(n.to_string(), i.to_string())].contains(&9000),
+            "{n}/{i} never had MTU 9000: {seen:?}"
+        );
+    }
     assert!(lab.all_1500(), "MTUs not restored");
     assert!(lab.default_qdiscs(), "link-rate shapers left behind");
     let st = lab.store();
@@ -320,7 +445,7 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
         assert!(fwd >= 300, "router forwarded {fwd}");
         assert_eq!(
             o["metadata"]["r1"]["interfaces"].as_array().unwrap().len(),
-            3
+            4
         );
         assert!(
             r.command.starts_with("warm-up a: wirebench send") && r.command.contains("\na: "),
@@ -331,6 +456,9 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
         for (n, i) in [("a", "eth0"), ("r1", "eth0"), ("r1", "eth1"), ("b", "eth0")] {
             assert_eq!(o["nodes"][n][i]["qdisc"]["kind"], "tbf", "{n}/{i}: {o}");
         }
+        for n in NODES {
+            assert_ne!(o["nodes"][n]["mgmt0"]["qdisc"]["kind"], "tbf", "{n}: {o}");
+        }
     }
 
     // 2. A lost agent mid-campaign: kill r1's sshd session processes while
@@ -340,7 +468,7 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     let mut c = Command::new(BIN);
     c.arg("run").arg(&f).arg("--db").arg(&db).arg("-q");
     let mut camp = lab
-        .in_a(&mut c)
+        .in_ctl(&mut c)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -421,7 +549,54 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     }
     assert!(lab.all_1500());
 
-    // 3. Agents of another protocol version: named, nothing run.
+    // 3. A campaign that would change the management path is refused
+    // before anything runs, naming the node and the interface: the router
+    // told to shape mgmt0, and a receiver reached over its data address.
+    let f = lab.campaign("mgmt", "packets = 300", "mtu = [9000]");
+    let t = std::fs::read_to_string(&f).unwrap().replacen(
+        "role = \"router\"\n",
+        "role = \"router\"\ninterfaces = [\"eth0\", \"mgmt0\"]\n",
+        1,
+    );
+    std::fs::write(&f, t).unwrap();
+    let out = lab.run(&f, &[], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("node r1: interface mgmt0 carries the agent's own SSH connection (the management path), which wirebench never changes; take it out of `interfaces`"),
+        "{err}"
+    );
+    // The controller reaches b's data address through b's mgmt0 (b
+    // accepts it there), so its SSH session lands on eth0's address.
+    sh(Command::new("ip").args([
+        "-n",
+        &lab.ctl,
+        "route",
+        "add",
+        &format!("{}/32", lab.addr("b")),
+        "via",
+        &lab.mgmt("b"),
+    ]));
+    let f = lab.campaign("mgmt2", "packets = 300", "mtu = [9000]");
+    let t = std::fs::read_to_string(&f).unwrap().replacen(
+        &format!("ssh = \"root@{}\"", lab.mgmt("b")),
+        &format!("ssh = \"root@{}\"", lab.addr("b")),
+        1,
+    );
+    std::fs::write(&f, t).unwrap();
+    let out = lab.run(&f, &[], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "node b: interface eth0 carries both data traffic and the agent's own SSH connection"
+        ),
+        "{err}"
+    );
+    assert!(lab.all_1500());
+    assert!(lab.default_qdiscs());
+
+    // 4. Agents of another protocol version: named, nothing run.
     let f = lab.campaign("ver", "packets = 300", "mtu = [1500]");
     let out = lab.run(
         &f,

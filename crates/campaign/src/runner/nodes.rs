@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use wirebench_agent::proto::{CpuSample, HostMeta};
+use wirebench_agent::proto::{CpuSample, HostMeta, REVISION_LAB};
 use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Role};
 
 /// Path-MTU probes per run before a path counts as broken, and the pause
@@ -100,16 +100,12 @@ fn channel(n: &HostNode, program: &std::path::Path) -> Channel {
     }
 }
 
-/// Interfaces holding one of the node's data addresses; routers: every
-/// interface that is up (they forward on all of them).
-fn default_ifaces(n: &HostNode, meta: &HostMeta) -> Vec<String> {
+/// Interfaces holding one of the node's data addresses.
+fn holding_ifaces(n: &HostNode, meta: &HostMeta) -> Vec<String> {
     meta.interfaces
         .iter()
         .filter(|i| i.name != "lo")
         .filter(|i| {
-            if n.role == NodeRole::Router {
-                return i.up;
-            }
             i.addresses.iter().any(|a| {
                 let ip = a.split('/').next().and_then(|x| x.parse::<IpAddr>().ok());
                 ip.is_some() && (ip == n.ipv4 || ip == n.ipv6)
@@ -117,6 +113,21 @@ fn default_ifaces(n: &HostNode, meta: &HostMeta) -> Vec<String> {
         })
         .map(|i| i.name.clone())
         .collect()
+}
+
+/// The refusal for a campaign that would change the management path.
+fn mgmt_refusal(n: &HostNode, iface: &str) -> RunError {
+    RunError::BadInput(if n.interfaces.is_empty() {
+        format!(
+            "node {}: interface {iface} carries both data traffic and the agent's own SSH connection (the management path), which wirebench never changes; reach the node over an address on another interface, or leave apply_mtu/apply_offloads/apply_link_rate off for it",
+            n.name
+        )
+    } else {
+        format!(
+            "node {}: interface {iface} carries the agent's own SSH connection (the management path), which wirebench never changes; take it out of `interfaces`",
+            n.name
+        )
+    })
 }
 
 fn lost(e: &AgentError) -> bool {
@@ -215,20 +226,7 @@ impl Nodes {
         for (i, m) in metas {
             match m {
                 Ok(Ok(m)) => {
-                    let n = &self.nodes[i];
-                    self.ifaces[i] = if n.interfaces.is_empty() {
-                        default_ifaces(n, &m)
-                    } else {
-                        n.interfaces.clone()
-                    };
-                    if (n.apply_mtu || n.apply_offloads || n.apply_link_rate)
-                        && self.ifaces[i].is_empty()
-                    {
-                        return Err(RunError::BadInput(format!(
-                            "node {}: apply_mtu/apply_offloads/apply_link_rate but no interface holds its data address; name them with `interfaces`",
-                            n.name
-                        )));
-                    }
+                    self.ifaces[i] = self.resolve_ifaces(i, &m)?;
                     self.meta[i] = Some(m);
                 }
                 Ok(Err(e)) => return Err(RunError::Agent(e.to_string())),
@@ -236,6 +234,65 @@ impl Nodes {
             }
         }
         Ok(())
+    }
+
+    /// The interfaces `apply_*` act on: `interfaces` if given; otherwise
+    /// those holding the node's data addresses, and on routers those its
+    /// routes to the other nodes' data addresses leave by (an interface
+    /// without a data path, such as the one an administrator logs in on,
+    /// is never among them). Refused when one is the management path.
+    fn resolve_ifaces(&mut self, i: usize, meta: &HostMeta) -> Result<Vec<String>, RunError> {
+        let n = self.nodes[i].clone();
+        if !(n.apply_mtu || n.apply_offloads || n.apply_link_rate) {
+            return Ok(Vec::new());
+        }
+        let Some(c) = self.conns[i].as_mut() else {
+            return Ok(Vec::new());
+        };
+        let ifaces = if !n.interfaces.is_empty() {
+            n.interfaces.clone()
+        } else if n.role == NodeRole::Router {
+            if c.hello.revision < REVISION_LAB {
+                return Err(RunError::BadInput(format!(
+                    "node {}: its agent (wirebench {}, agent protocol revision {}) cannot say which interfaces carry the data path; name them with `interfaces`, or install wirebench {} there",
+                    n.name,
+                    c.hello.tool_version,
+                    c.hello.revision,
+                    env!("CARGO_PKG_VERSION")
+                )));
+            }
+            let dests: Vec<IpAddr> = self
+                .nodes
+                .iter()
+                .filter(|o| o.role != NodeRole::Router)
+                .flat_map(|o| [o.ipv4, o.ipv6])
+                .flatten()
+                .collect();
+            let routes = c
+                .route_ifaces(&dests)
+                .map_err(|e| RunError::Agent(e.to_string()))?;
+            let mut v: Vec<String> = routes.into_values().collect();
+            v.sort();
+            v.dedup();
+            v
+        } else {
+            holding_ifaces(&n, meta)
+        };
+        if ifaces.is_empty() {
+            return Err(RunError::BadInput(format!(
+                "node {}: apply_mtu/apply_offloads/apply_link_rate but {}; name them with `interfaces`",
+                n.name,
+                if n.role == NodeRole::Router {
+                    "no route to the other nodes' data addresses leaves by an interface"
+                } else {
+                    "no interface holds its data address"
+                }
+            )));
+        }
+        if let Some(m) = ifaces.iter().find(|f| c.hello.mgmt.contains(f)) {
+            return Err(mgmt_refusal(&n, m));
+        }
+        Ok(ifaces)
     }
 
     fn drop_node(&mut self, i: usize) {
