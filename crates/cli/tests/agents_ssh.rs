@@ -232,8 +232,12 @@ impl Lab {
 
     fn campaign(&self, name: &str, extra: &str, matrix: &str) -> PathBuf {
         let cfg = self.dir.path().join("ssh_config");
-        let mut t =
-            format!("name = \"{name}\"\nlinger_s = 0.2\nrepetitions = 2\n{extra}\n[hosts]\n");
+        let reps = if extra.contains("repetitions") {
+            ""
+        } else {
+            "repetitions = 2\n"
+        };
+        let mut t = format!("name = \"{name}\"\nlinger_s = 0.2\n{reps}{extra}\n[hosts]\n");
         for (n, role) in [("a", "sender"), ("r1", "router"), ("b", "receiver")] {
             t.push_str(&format!(
                 "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{mgmt}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\napply_link_rate = true\n",
@@ -264,6 +268,21 @@ impl Lab {
             c.env(k, v);
         }
         c.output().unwrap()
+    }
+
+    /// `run FILE` in the background, stderr piped.
+    fn start(&self, file: &Path) -> Child {
+        let mut c = Command::new(BIN);
+        c.arg("run")
+            .arg(file)
+            .arg("--db")
+            .arg(self.dir.path().join("c.db"))
+            .arg("-q");
+        self.in_ctl(&mut c)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 
     fn store(&self) -> Store {
@@ -379,12 +398,19 @@ fn link_mtus(ns: &str) -> Vec<(String, u32)> {
         .collect()
 }
 
-#[test]
-fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions() {
-    if !wirebench_testkit::can_run(
-        "campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions",
+/// Root and sshd, or the test says why it skips.
+fn can_run(test: &str) -> bool {
+    wirebench_testkit::can_run(
+        test,
         wirebench_testkit::is_root() && Path::new("/usr/sbin/sshd").exists(),
         "root and openssh-server (scripts/setup)",
+    )
+}
+
+#[test]
+fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions() {
+    if !can_run(
+        "campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions",
     ) {
         return;
     }
@@ -465,14 +491,7 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     // the second run is going.
     let f = lab.campaign("lost", "duration_s = 3", "mtu = [9000]");
     let db = lab.dir.path().join("c.db");
-    let mut c = Command::new(BIN);
-    c.arg("run").arg(&f).arg("--db").arg(&db).arg("-q");
-    let mut camp = lab
-        .in_ctl(&mut c)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut camp = lab.start(&f);
     let t0 = Instant::now();
     let killed_during = loop {
         assert!(
@@ -617,4 +636,155 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     let c = st.latest_by_name("ver").unwrap().unwrap();
     assert!(st.runs(c.id).unwrap().is_empty());
     assert!(lab.all_1500());
+}
+
+/// Every interface's MTU and the node's qdisc list, to compare a node with
+/// itself before and after.
+fn node_state(ns: &str) -> (Vec<(String, u32)>, String) {
+    let q = Command::new("tc")
+        .args(["-n", ns, "qdisc", "show"])
+        .output()
+        .unwrap();
+    (
+        link_mtus(ns),
+        String::from_utf8_lossy(&q.stdout).into_owned(),
+    )
+}
+
+/// PIDs of the wirebench agents running in namespace `ns`.
+fn agents_in(ns: &str) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(format!("/run/netns/{ns}")).unwrap().ino();
+    let want = format!("net:[{ino}]");
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let is_agent = cmd.split(|&b| b == 0).any(|a| a == b"agent")
+            && cmd.split(|&b| b == 0).any(|a| a == b"--stdio")
+            && cmd.split(|&b| b == 0).next() == Some(BIN.as_bytes());
+        let net = std::fs::read_link(e.path().join("ns/net")).ok();
+        if is_agent && net.is_some_and(|n| n.to_string_lossy() == want) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// The acceptance: the receiver's and then the router's agent are
+/// SIGKILLed (nobody can restore in-process) during MTU 9000, shaped runs.
+/// The campaign finishes its other runs, each killed agent's successor
+/// puts back what the journal on its node says before anything else and
+/// the run notes say so, `--resume` completes the campaign, and every
+/// interface of every node ends as it was before.
+#[test]
+fn sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on() {
+    if !can_run("sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on") {
+        return;
+    }
+    let lab = Lab::up("wblab");
+    let before: Vec<_> = NODES.iter().map(|n| node_state(&lab.ns(n))).collect();
+    let f = lab.campaign(
+        "kill",
+        "repetitions = 4\nduration_s = 2",
+        "mtu = [9000]\nlink_rate = [\"50mbit\"]",
+    );
+    let db = lab.dir.path().join("c.db");
+    let mut camp = lab.start(&f);
+    let stored = || {
+        Store::open(&db)
+            .ok()
+            .and_then(|s| {
+                let c = s.latest_by_name("kill").ok()??;
+                Some(s.runs(c.id).ok()?.len())
+            })
+            .unwrap_or(0)
+    };
+    let kill_during = |camp: &mut Child, node: &str, after_runs: usize| {
+        let t0 = Instant::now();
+        // The run is under way once the node's data link is jumbo again.
+        loop {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "run {after_runs} never started"
+            );
+            if camp.try_wait().unwrap().is_some() {
+                let mut e = String::new();
+                std::io::Read::read_to_string(camp.stderr.as_mut().unwrap(), &mut e).unwrap();
+                panic!("the campaign ended early: {e}");
+            }
+            let jumbo = link_mtus(&lab.ns(node))
+                .iter()
+                .any(|(i, m)| i == "eth0" && *m == 9000);
+            if stored() == after_runs && jumbo {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        let pids = agents_in(&lab.ns(node));
+        assert_eq!(pids.len(), 1, "agents of {node}: {pids:?}");
+        // SAFETY: killing an agent this test's campaign started.
+        unsafe { libc::kill(pids[0], libc::SIGKILL) };
+    };
+    kill_during(&mut camp, "b", 0);
+    kill_during(&mut camp, "r1", 2);
+    let t0 = Instant::now();
+    while camp.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "campaign hangs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = camp.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let st = lab.store();
+    let c = st.latest_by_name("kill").unwrap().unwrap();
+    let runs = st.runs(c.id).unwrap();
+    assert_eq!(runs.len(), 4, "the campaign went on: {err}");
+    let failed: Vec<_> = runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Failed)
+        .collect();
+    assert_eq!(failed.len(), 2, "{runs:?}\n{err}");
+    for (r, node) in failed.iter().zip(["b", "r1"]) {
+        let why = r.error.as_deref().unwrap_or("");
+        assert!(
+            why.starts_with(&format!("node {node}: agent lost: ")),
+            "{why}"
+        );
+        assert!(!why.contains(&format!("node {node}: node {node}")), "{why}");
+    }
+    // Each successor said what it put back, in the run notes and on
+    // stderr.
+    let notes: Vec<String> = runs
+        .iter()
+        .filter_map(|r| r.counters.as_ref())
+        .flat_map(|o| o["notes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    for node in ["b", "r1"] {
+        let n = notes
+            .iter()
+            .find(|n| {
+                n.starts_with(&format!(
+                    "node {node}: an earlier agent there ended without restoring"
+                ))
+            })
+            .unwrap_or_else(|| panic!("no note for {node}: {notes:?}\n{err}"));
+        assert!(n.contains("restored eth0 mtu 1500"), "{n}");
+        assert!(n.contains("restored eth0 default root qdisc"), "{n}");
+        assert!(err.contains(n.as_str()), "{err}");
+    }
+    let out = lab.run(&f, &["--resume"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = st.runs(c.id).unwrap();
+    assert!(runs.iter().all(|r| r.status == RunStatus::Ok), "{runs:?}");
+    for (n, b) in NODES.iter().zip(&before) {
+        assert_eq!(&node_state(&lab.ns(n)), b, "node {n} differs from before");
+    }
 }

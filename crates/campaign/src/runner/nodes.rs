@@ -56,6 +56,12 @@ pub(super) struct Nodes {
     /// Sender nodes already named for an agent too old to relay
     /// intervals (the note is given once).
     no_stream_noted: BTreeSet<usize>,
+    /// Every agent connected once: a failed reconnect fails a run, not
+    /// the campaign.
+    connected_once: bool,
+    /// Said once, stored with the next run (`notes`): what reconnected
+    /// agents put back from their dead predecessors' journals.
+    notes: Vec<String>,
 }
 
 /// Where a run's live intervals go: its label in the progress.
@@ -152,6 +158,8 @@ impl Nodes {
             extra,
             planned_pmtu: BTreeMap::new(),
             no_stream_noted: BTreeSet::new(),
+            connected_once: false,
+            notes: Vec::new(),
         }
     }
 
@@ -203,7 +211,18 @@ impl Nodes {
         let mut errs = Vec::new();
         for (i, r) in missing.iter().zip(res) {
             match r {
-                Ok(c) => self.conns[*i] = Some(c),
+                Ok(c) => {
+                    if !c.hello.recovered.is_empty() {
+                        let n = format!(
+                            "node {}: an earlier agent there ended without restoring (killed?); this one put back: {}",
+                            self.nodes[*i].name,
+                            c.hello.recovered.join("; ")
+                        );
+                        eprintln!("wirebench: {n}");
+                        self.notes.push(n);
+                    }
+                    self.conns[*i] = Some(c)
+                }
                 Err(e) => errs.push(e.to_string()),
             }
         }
@@ -233,6 +252,7 @@ impl Nodes {
                 Err(_) => return Err(RunError::Agent("metadata thread panicked".into())),
             }
         }
+        self.connected_once = true;
         Ok(())
     }
 
@@ -305,7 +325,19 @@ impl Nodes {
     /// keeps a receiver on every receiver node. Lost agents are dropped
     /// and the reason returned (the run is then stored as failed).
     fn ensure(&mut self, s: &Scenario) -> Result<Option<String>, RunError> {
-        self.connect()?;
+        match self.connect() {
+            // A node lost during the campaign that cannot be reached again
+            // fails this run; the next one tries again.
+            Err(RunError::Agent(e)) if self.connected_once => {
+                for i in 0..self.nodes.len() {
+                    if self.meta[i].is_some() && self.conns[i].is_none() {
+                        self.drop_node(i);
+                    }
+                }
+                return Ok(Some(e));
+            }
+            r => r?,
+        }
         let l = s.settings.link;
         let want = (l.mtu, l.offloads, l.rate_bps);
         for i in 0..self.nodes.len() {
@@ -579,13 +611,15 @@ impl Nodes {
                     if lost(&e) {
                         self.drop_node(i);
                     }
-                    errors.push(format!("node {name}: {e}"));
+                    // The cause first: the senders' complaints follow from it.
+                    errors.insert(0, e.to_string());
                 }
                 _ => errors.push(format!("node {name}: agent lost before the run")),
             }
         }
         let sites = nodes_delta.drop_sites();
         out.observed = json!({
+            "notes": std::mem::take(&mut self.notes),
             "nodes": nodes_delta.nodes,
             "drop_sites": sites,
             "cpu": cpu,
@@ -732,9 +766,12 @@ impl Nodes {
                             out.refused |= p.code == Some(2);
                             out.errors.push(format!(
                                 "{name}: sender exited with {}: {}",
-                                p.code
-                                    .map(|c| format!("status {c}"))
-                                    .unwrap_or_else(|| format!("signal {:?}", p.signal)),
+                                p.code.map(|c| format!("status {c}")).unwrap_or_else(|| {
+                                    match p.signal {
+                                        Some(sig) => wirebench_agent::client::signal_name(sig),
+                                        None => "an unknown status".into(),
+                                    }
+                                }),
                                 p.stderr
                             ));
                         }
