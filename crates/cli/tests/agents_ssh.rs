@@ -487,6 +487,33 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
         }
     }
 
+    // 1b. `run --check` of that lab: names what apply_* would touch and
+    // the management path, measures the path, and changes nothing.
+    let states = || -> Vec<_> { NODES.iter().map(|n| node_state(&lab.ns(n))).collect() };
+    let before = states();
+    let out = lab.run(&f, &["--check"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(states(), before, "--check changed something");
+    for n in NODES {
+        assert!(text.contains(&format!("node {n} (")), "{n} missing: {text}");
+    }
+    for l in [
+        "  management path (never changed): mgmt0\n",
+        "  apply_mtu would touch:\n    eth0: mtu 1500, root qdisc ",
+        "    eth1: mtu 1500, root qdisc ",
+        &format!("path MTU a->b ({}): 1500\n", lab.addr("b")),
+        "nothing would be refused\n",
+    ] {
+        assert!(text.contains(l), "{l:?} not in:\n{text}");
+    }
+    assert!(!text.contains("    mgmt0:"), "{text}");
+    assert!(text.contains("  clock: "), "{text}");
+
     // 2. A lost agent mid-campaign: kill r1's sshd session processes while
     // the second run is going.
     let f = lab.campaign("lost", "duration_s = 3", "mtu = [9000]");

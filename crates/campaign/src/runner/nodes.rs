@@ -832,6 +832,143 @@ impl Nodes {
         })
     }
 
+    /// `run --check`: connects every agent (which refuses what would touch
+    /// the management path), and describes per node what `apply_*` would
+    /// touch with its current MTU, root qdisc and offloads, the clock's
+    /// sync state and the versions; then the path MTU of every pair. Sets
+    /// nothing (the probe only forgets cached path MTUs).
+    pub(super) fn check(&mut self) -> Result<String, RunError> {
+        self.connect()?;
+        let mut out = String::new();
+        let mut refused = Vec::new();
+        for i in 0..self.nodes.len() {
+            let n = self.nodes[i].clone();
+            let (Some(c), Some(m)) = (self.conns[i].as_mut(), self.meta[i].as_ref()) else {
+                continue;
+            };
+            let qdiscs = c.counters().map_err(|e| RunError::Agent(e.to_string()))?;
+            let h = &c.hello;
+            out.push_str(&format!(
+                "node {} ({}, {}): host {}, wirebench {}, agent protocol {} revision {}, {}\n",
+                n.name,
+                n.role.as_str(),
+                c.channel().describe(),
+                h.hostname,
+                h.tool_version,
+                h.version,
+                h.revision,
+                if h.net_admin {
+                    "may change links"
+                } else {
+                    "cannot change links (no CAP_NET_ADMIN)"
+                }
+            ));
+            if !h.mgmt.is_empty() {
+                out.push_str(&format!(
+                    "  management path (never changed): {}\n",
+                    h.mgmt.join(", ")
+                ));
+            }
+            for r in &h.recovered {
+                out.push_str(&format!("  put back from a dead agent's journal: {r}\n"));
+            }
+            let clock = &m.clock;
+            let sync = match (&clock.chrony, clock.timesyncd) {
+                (Some(t), _) => format!("chrony: {t}"),
+                (None, Some(true)) => "systemd-timesyncd synchronised".into(),
+                (None, Some(false)) => "systemd-timesyncd NOT synchronised".into(),
+                (None, None) => "no chrony or systemd-timesyncd found".into(),
+            };
+            let ptp = if clock.ptp_daemons.is_empty() {
+                String::new()
+            } else {
+                format!("; PTP: {}", clock.ptp_daemons.join(", "))
+            };
+            out.push_str(&format!("  clock: {sync}{ptp}\n"));
+            for (on, what) in [
+                (n.apply_mtu, "apply_mtu"),
+                (n.apply_offloads, "apply_offloads"),
+                (n.apply_link_rate, "apply_link_rate"),
+            ] {
+                if !on {
+                    continue;
+                }
+                out.push_str(&format!("  {what} would touch:\n"));
+                for f in &self.ifaces[i] {
+                    let Some(im) = m.interfaces.iter().find(|x| &x.name == f) else {
+                        out.push_str(&format!("    {f}: not on this host\n"));
+                        refused.push(format!("node {}: no interface {f}", n.name));
+                        continue;
+                    };
+                    let offl: Vec<String> = [
+                        "tcp-segmentation-offload",
+                        "generic-segmentation-offload",
+                        "generic-receive-offload",
+                    ]
+                    .iter()
+                    .zip(["tso", "gso", "gro"])
+                    .filter_map(|(long, short)| {
+                        im.offloads
+                            .get(*long)
+                            .map(|on| format!("{short} {}", if *on { "on" } else { "off" }))
+                    })
+                    .collect();
+                    out.push_str(&format!(
+                        "    {f}: mtu {}, root qdisc {}, {}\n",
+                        im.mtu,
+                        qdiscs
+                            .get(f)
+                            .map(|q| q.qdisc.kind.as_str())
+                            .filter(|k| !k.is_empty())
+                            .unwrap_or("unknown"),
+                        if offl.is_empty() {
+                            "offloads unknown".to_string()
+                        } else {
+                            offl.join(" ")
+                        }
+                    ));
+                }
+                if !h.net_admin {
+                    refused.push(format!(
+                        "node {}: {what} needs CAP_NET_ADMIN, which its agent lacks",
+                        n.name
+                    ));
+                }
+            }
+        }
+        for (i, n) in self.nodes.clone().iter().enumerate() {
+            if n.role != NodeRole::Sender {
+                continue;
+            }
+            let Some(ri) = n.to.as_deref().and_then(|t| self.index(t)) else {
+                continue;
+            };
+            for dest in [self.nodes[ri].ipv4, self.nodes[ri].ipv6]
+                .into_iter()
+                .flatten()
+            {
+                let key = format!("{}->{}", n.name, self.nodes[ri].name);
+                match self.path_mtu(i, ri, dest) {
+                    Ok(Some(m)) => out.push_str(&format!("path MTU {key} ({dest}): {m}\n")),
+                    Ok(None) => {
+                        out.push_str(&format!("path MTU {key} ({dest}): no probe arrived\n"));
+                        refused.push(format!("{key}: no path-MTU probe reached {dest}"));
+                    }
+                    Err(e) => return Err(RunError::Agent(e)),
+                }
+            }
+        }
+        if refused.is_empty() {
+            out.push_str("nothing would be refused\n");
+        } else {
+            out.push_str("would be refused:\n");
+            for r in refused {
+                out.push_str(&format!("  {r}\n"));
+            }
+        }
+        Ok(out)
+    }
+
     /// Stops the receivers and ends every session (each agent restores
     /// what it changed), all at once. Err names what could not be restored.
     pub(super) fn teardown(&mut self) -> Result<(), RunError> {
