@@ -110,11 +110,30 @@ fn mac(iface: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// The effective user's name from /etc/passwd (`ip netns exec` and
+/// services may run without USER set).
+fn user_of_euid() -> Option<String> {
+    #[cfg(unix)]
+    {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() }.to_string();
+        let pw = std::fs::read_to_string("/etc/passwd").ok()?;
+        pw.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.get(2) == Some(&uid.as_str())).then(|| f[0].to_string())
+        })
+    }
+    #[cfg(not(unix))]
+    None
+}
+
 /// Who holds a node, written into the lock file for the next one to read.
 fn holder_text() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "?".into());
+        .ok()
+        .or_else(user_of_euid)
+        .unwrap_or_else(|| "?".into());
     let from = std::env::var("SSH_CONNECTION")
         .ok()
         .and_then(|c| host::ssh_connection_addrs(&c))

@@ -12,7 +12,7 @@ use std::time::Duration;
 use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Role};
 
 mod common;
-use common::{free_port, BIN};
+use common::{assert_agents_doc_quotes, free_port, BIN};
 
 fn local(node: &str) -> AgentSpec {
     AgentSpec {
@@ -423,6 +423,14 @@ fn a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_hold
         )) && m.ends_with("; wait until its campaign ends, or ask its owner"),
         "{m}"
     );
+    let host = a.hello.hostname.clone();
+    assert_agents_doc_quotes(
+        &m,
+        &[
+            ("node a2:", "node r1:"),
+            (&format!(" on {host},"), " on r1,"),
+        ],
+    );
     // Only observing is not holding: that agent connects.
     drop(AgentConn::connect(&p.spec(&p.a, "observer", false)).unwrap());
     // SAFETY: killing the agent we started (ip netns exec execs it).
@@ -439,14 +447,21 @@ fn a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_hold
         assert!(out.status.success(), "{out:?}");
         String::from_utf8(out.stdout).unwrap()
     };
+    let said = restore();
     assert_eq!(
-        restore(),
+        said,
         "restored v0 mtu 1400\nrestored v0 default root qdisc\n"
     );
+    for l in said.lines() {
+        assert_agents_doc_quotes(l, &[("v0", "eth0")]);
+    }
     assert_eq!(mtu_in(&p.a, "v0"), 1400);
     assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
-    assert!(
-        restore().starts_with("nothing to restore: no journal of a dead agent in "),
-        "twice"
-    );
+    let said = restore();
+    let dir = said
+        .trim()
+        .strip_prefix("nothing to restore: no journal of a dead agent in ")
+        .expect("nothing the second time")
+        .to_string();
+    assert_agents_doc_quotes(&said, &[(dir.as_str(), "DIR")]);
 }

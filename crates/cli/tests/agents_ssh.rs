@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 use wirebench_campaign::{RunStatus, Store};
 use wirebench_testbed::{preset, LinkOpts, Testbed};
 
+mod common;
+use common::assert_agents_doc_quotes;
+
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 const NODES: [&str; 3] = ["a", "r1", "b"];
 
@@ -398,6 +401,14 @@ fn link_mtus(ns: &str) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// One lab at a time: two labs' sshds and campaigns at once on a shared
+/// 2-core host made logins time out (kex reset) under load.
+static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_lab() -> std::sync::MutexGuard<'static, ()> {
+    ONE_LAB.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Root and sshd, or the test says why it skips.
 fn can_run(test: &str) -> bool {
     wirebench_testkit::can_run(
@@ -414,6 +425,7 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     ) {
         return;
     }
+    let _one = one_lab();
     let lab = Lab::up("agssh");
 
     // 1. End to end through SSH, MTU 1500 and 9000 set on all three nodes
@@ -612,6 +624,7 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
         err.contains("node r1: interface mgmt0 carries the agent's own SSH connection (the management path), which wirebench never changes; take it out of `interfaces`"),
         "{err}"
     );
+    assert_agents_doc_quotes(err.trim().trim_start_matches("wirebench: "), &[]);
     // The controller reaches b's data address through b's mgmt0 (b
     // accepts it there), so its SSH session lands on eth0's address.
     sh(Command::new("ip").args([
@@ -711,6 +724,7 @@ fn sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on() {
     if !can_run("sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on") {
         return;
     }
+    let _one = one_lab();
     let lab = Lab::up("wblab");
     let before: Vec<_> = NODES.iter().map(|n| node_state(&lab.ns(n))).collect();
     let f = lab.campaign(
@@ -781,6 +795,10 @@ fn sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on() {
             "{why}"
         );
         assert!(!why.contains(&format!("node {node}: node {node}")), "{why}");
+        assert_agents_doc_quotes(
+            why.lines().next().unwrap_or(""),
+            &[(&format!("node {node}:"), "node r1:")],
+        );
     }
     // Each successor said what it put back, in the run notes and on
     // stderr.
@@ -802,6 +820,10 @@ fn sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on() {
         assert!(n.contains("restored eth0 mtu 1500"), "{n}");
         assert!(n.contains("restored eth0 default root qdisc"), "{n}");
         assert!(err.contains(n.as_str()), "{err}");
+        assert_agents_doc_quotes(
+            &format!("wirebench: {n}"),
+            &[(&format!("node {node}:"), "node rcv:")],
+        );
     }
     let out = lab.run(&f, &["--resume"], None);
     assert!(
