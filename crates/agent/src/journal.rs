@@ -298,6 +298,7 @@ impl Journal {
     }
 }
 
+#[cfg_attr(not(unix), allow(dead_code))]
 enum LockErr {
     Held,
     Io(std::io::Error),
