@@ -242,6 +242,8 @@ impl AgentConn {
                 pid: 0,
                 net_admin: false,
                 revision: 0,
+                mgmt: Vec::new(),
+                recovered: Vec::new(),
             },
         };
         let reply = conn.call(
@@ -552,6 +554,23 @@ impl AgentConn {
         }
     }
 
+    /// The interface the node's route to each address leaves by (agent
+    /// revision 2).
+    pub fn route_ifaces(
+        &mut self,
+        dests: &[IpAddr],
+    ) -> Result<BTreeMap<IpAddr, String>, AgentError> {
+        match self.call(
+            Op::RouteIfaces {
+                dests: dests.to_vec(),
+            },
+            CALL_TIMEOUT,
+        )? {
+            Reply::RouteIfaces { ifaces } => Ok(ifaces),
+            r => Err(self.unexpected(r)),
+        }
+    }
+
     pub fn pmtu_close(&mut self, port: u16) -> Result<(), AgentError> {
         self.done(Op::PmtuClose { port })
     }
@@ -600,13 +619,28 @@ fn describe_status(s: std::process::ExitStatus) -> String {
     {
         use std::os::unix::process::ExitStatusExt;
         if let Some(sig) = s.signal() {
-            return format!("killed by signal {sig}");
+            return format!("killed by {}", signal_name(sig));
         }
     }
     match s.code() {
         Some(c) => format!("exit status {c}"),
         None => s.to_string(),
     }
+}
+
+/// `SIGKILL (9)`: the name a user looks up, the number for the rest.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} ({sig})")
 }
 
 fn last_lines(s: &str, n: usize) -> String {

@@ -306,6 +306,63 @@ pub fn parse_ip_addr(text: &str) -> Vec<IfaceMeta> {
     out
 }
 
+/// The interface the route to `dest` leaves by (`ip -j route get`).
+pub fn route_iface(dest: std::net::IpAddr) -> Option<String> {
+    let ip = tool("ip")?;
+    let t = output(Command::new(ip).args(["-j", "route", "get", &dest.to_string()]))?;
+    parse_route_get(&t)
+}
+
+/// `dev` of the first entry of `ip -j route get` output.
+pub fn parse_route_get(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let dev = v.as_array()?.first()?.get("dev")?.as_str()?;
+    (dev != "lo").then(|| dev.to_string())
+}
+
+/// The interfaces carrying this agent's own SSH connection: the one that
+/// holds the server address of `SSH_CONNECTION` ("client port server
+/// port") and the one the route back to the client leaves by (they differ
+/// with asymmetric routing). Empty when the agent was not started by sshd.
+pub fn mgmt_ifaces() -> Vec<String> {
+    let Ok(conn) = std::env::var("SSH_CONNECTION") else {
+        return Vec::new();
+    };
+    let (client, server) = match ssh_connection_addrs(&conn) {
+        Some(a) => a,
+        None => return Vec::new(),
+    };
+    let mut v = Vec::new();
+    let addrs = tool("ip")
+        .and_then(|ip| output(Command::new(ip).args(["-j", "addr", "show"])))
+        .map(|t| parse_ip_addr(&t))
+        .unwrap_or_default();
+    for i in &addrs {
+        let holds = i
+            .addresses
+            .iter()
+            .any(|a| a.split('/').next().and_then(|x| x.parse().ok()) == Some(server));
+        if holds && i.name != "lo" {
+            v.push(i.name.clone());
+        }
+    }
+    v.extend(route_iface(client));
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// (client, server) addresses of an `SSH_CONNECTION` value; an IPv6
+/// address may carry a `%zone`.
+pub fn ssh_connection_addrs(v: &str) -> Option<(std::net::IpAddr, std::net::IpAddr)> {
+    let f: Vec<&str> = v.split_whitespace().collect();
+    let addr = |s: &str| s.split('%').next()?.parse().ok();
+    match f.as_slice() {
+        [c, _, s, _] => Some((addr(c)?, addr(s)?)),
+        _ => None,
+    }
+}
+
 /// Current MTU of an interface.
 pub fn iface_mtu(iface: &str) -> Option<u32> {
     #[cfg(windows)]
@@ -514,6 +571,22 @@ mod tests {
         assert_eq!(v[0].mtu, 9000);
         assert!(v[0].up);
         assert_eq!(v[0].addresses, vec!["10.0.1.1/24", "fd00::1/64"]);
+    }
+
+    #[test]
+    fn management_path_parsers() {
+        let (c, s) = ssh_connection_addrs("10.9.0.1 51234 10.9.0.2 22").unwrap();
+        assert_eq!(
+            (c.to_string(), s.to_string()),
+            ("10.9.0.1".into(), "10.9.0.2".into())
+        );
+        let (c, _) = ssh_connection_addrs("fe80::1%eth0 5 fe80::2%eth0 22").unwrap();
+        assert_eq!(c.to_string(), "fe80::1");
+        assert!(ssh_connection_addrs("garbage").is_none());
+        let r = r#"[{"dst":"10.0.2.2","gateway":"10.0.1.254","dev":"eth1","prefsrc":"10.0.1.1","flags":[],"uid":0,"cache":[]}]"#;
+        assert_eq!(parse_route_get(r).as_deref(), Some("eth1"));
+        assert_eq!(parse_route_get(r#"[{"dst":"127.0.0.1","dev":"lo"}]"#), None);
+        assert_eq!(parse_route_get("[]"), None);
     }
 
     #[cfg(target_os = "linux")]

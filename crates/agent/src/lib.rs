@@ -10,6 +10,8 @@
 //! - [`client`]: the controller's connection, over a local child, `ip netns
 //!   exec` or OpenSSH, with one code path above the transport;
 //! - [`host`]: the host readers the agent uses;
+//! - [`journal`]: the record on disk of every change, which outlives an
+//!   agent that dies without restoring, and the node's lock;
 //! - `win`: the same on Windows, and its way of tying children to the
 //!   agent and of cleaning up on console events.
 //!
@@ -18,6 +20,7 @@
 pub mod child;
 pub mod client;
 pub mod host;
+pub mod journal;
 pub mod proto;
 pub mod server;
 #[cfg(windows)]

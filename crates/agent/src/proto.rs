@@ -15,7 +15,10 @@
 //! a sender started with `stream` relays its interval lines in the `wait`
 //! and `stop` replies (`stream`), so the controller shows live figures
 //! while an agent-driven run goes on; with an older agent the run works the
-//! same, without them.
+//! same, without them. Revision 2: `hello` names the management interfaces
+//! (the ones carrying the agent's own SSH connection) and what the agent
+//! restored from a dead predecessor's journal; `route_ifaces` says which
+//! interface leads to each data address.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -25,9 +28,13 @@ use wirebench_testbed::IfaceCounters;
 /// Version of this protocol; bumped on any incompatible change.
 pub const AGENT_PROTOCOL_VERSION: u32 = 2;
 /// Additions within [`AGENT_PROTOCOL_VERSION`] (see the module notes).
-pub const AGENT_PROTOCOL_REVISION: u32 = 1;
+pub const AGENT_PROTOCOL_REVISION: u32 = 2;
 /// First revision whose agents relay a sender's interval lines.
 pub const REVISION_STREAM: u32 = 1;
+/// First revision whose agents name their management interfaces at
+/// `hello`, answer `route_ifaces`, keep a journal on disk and report what
+/// they recovered from it.
+pub const REVISION_LAB: u32 = 2;
 /// Interval lines an agent holds for the controller between two `wait`s;
 /// beyond that the oldest are dropped (a stalled controller must not make
 /// the agent grow).
@@ -132,6 +139,10 @@ pub enum Op {
     PmtuClose {
         port: u16,
     },
+    /// Revision 2: the interface the route to each address leaves by.
+    RouteIfaces {
+        dests: Vec<IpAddr>,
+    },
     /// Restore, stop the children and exit.
     Bye,
 }
@@ -170,6 +181,10 @@ pub enum Reply {
     Pmtu {
         mtu: Option<u32>,
     },
+    /// Address → outgoing interface; addresses without a route are absent.
+    RouteIfaces {
+        ifaces: BTreeMap<IpAddr, String>,
+    },
     Error {
         message: String,
     },
@@ -188,6 +203,14 @@ pub struct HelloInfo {
     /// before revisions).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub revision: u32,
+    /// Revision 2: interfaces carrying the agent's own SSH connection (the
+    /// management path). The agent refuses to change them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mgmt: Vec<String>,
+    /// Revision 2: what this agent put back from the journal of one that
+    /// died without restoring (`restored eth0 mtu 1500`, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovered: Vec<String>,
 }
 
 impl HelloInfo {
@@ -510,7 +533,7 @@ mod tests {
             reply: Reply::Process(p),
         };
         assert_eq!(back.line(), old_state);
-        // A revision-1 hello and start carry them.
+        // A hello of this revision carries it.
         let hello = Request {
             id: 1,
             op: Op::Hello {
@@ -521,7 +544,17 @@ mod tests {
         };
         let back: Request = serde_json::from_str(&hello.line()).unwrap();
         assert_eq!(back, hello);
-        assert!(hello.line().contains(r#""revision":1"#));
+        assert!(hello
+            .line()
+            .contains(&format!(r#""revision":{AGENT_PROTOCOL_REVISION}"#)));
+        // A revision-1 agent's hello (no management list, nothing
+        // recovered) reads with both empty.
+        let old_hello = r#"{"id":1,"reply":"hello","version":2,"tool_version":"0.1.0","hostname":"h","pid":5,"net_admin":true,"revision":1}"#;
+        let r: Response = serde_json::from_str(old_hello).unwrap();
+        let Reply::Hello(h) = r.reply else {
+            panic!("{r:?}")
+        };
+        assert!(h.mgmt.is_empty() && h.recovered.is_empty() && h.revision == 1);
     }
 
     #[test]

@@ -15,9 +15,10 @@
 
 use crate::child::{adopt, detach, listening, stop_child, tail};
 use crate::host;
+use crate::journal::{Before, Journal, JournalError};
 use crate::proto::{
     Allow, HelloInfo, Op, ProcTicks, ProcessState, Reply, Request, Response, Role, MAX_LINE,
-    MAX_STREAM_BUFFER, REVISION_STREAM,
+    MAX_STREAM_BUFFER, REVISION_LAB, REVISION_STREAM,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -42,25 +43,6 @@ pub struct AgentConfig {
     pub revision: u32,
     /// wirebench release, reported at hello and in metadata.
     pub tool_version: String,
-}
-
-/// One thing the session changed and how to put it back.
-#[derive(Debug, Clone)]
-enum Change {
-    Mtu {
-        iface: String,
-        old: u32,
-    },
-    /// Short ethtool feature names (`tso`) → value before the change.
-    Offloads {
-        iface: String,
-        old: Vec<(String, bool)>,
-    },
-    /// A tbf root qdisc put where the kernel's default root was (handle
-    /// `0:`); deleting ours brings the default back.
-    Rate {
-        iface: String,
-    },
 }
 
 struct Proc {
@@ -119,7 +101,12 @@ impl StreamBuf {
 
 #[derive(Default)]
 struct State {
-    changes: Vec<Change>,
+    /// Every change of this session: the interface and what it had
+    /// before (a rate: the default root qdisc our tbf replaced).
+    changes: Vec<(String, Before)>,
+    /// The node's journal on disk, held while the session may change
+    /// links.
+    journal: Option<Journal>,
     procs: BTreeMap<u32, Proc>,
     next_handle: u32,
 }
@@ -150,34 +137,41 @@ impl Shared {
     }
 
     /// Restores every change (newest first, so the first value recorded
-    /// for an interface wins) and returns what was done.
+    /// for an interface wins) and returns what was done; the journal on
+    /// disk goes when everything went back.
     pub fn restore(&self) -> Vec<String> {
         let changes = std::mem::take(&mut self.lock().changes);
         let mut done = Vec::new();
-        for c in changes.into_iter().rev() {
-            let r = match &c {
-                Change::Mtu { iface, old } => {
-                    set_mtu_now(iface, *old).map(|_| format!("{iface} mtu {old}"))
-                }
-                Change::Rate { iface } => run_tool("tc", &["qdisc", "del", "dev", iface, "root"])
-                    .map(|_| format!("{iface} default root qdisc")),
-                Change::Offloads { iface, old } => set_features(iface, old).map(|_| {
-                    let v: Vec<String> = old
-                        .iter()
-                        .map(|(k, on)| format!("{k} {}", if *on { "on" } else { "off" }))
-                        .collect();
-                    format!("{iface} {}", v.join(" "))
-                }),
-            };
-            match r {
+        let mut failed = false;
+        for (iface, before) in changes.into_iter().rev() {
+            match put_back(&iface, &before) {
                 Ok(s) => done.push(format!("restored {s}")),
                 Err(e) => {
                     eprintln!("wirebench agent: restoring failed: {e}");
+                    failed = true;
                     done.push(format!("FAILED to restore: {e}"));
                 }
             }
         }
+        if !failed {
+            if let Some(j) = self.lock().journal.as_mut() {
+                if let Err(e) = j.clear() {
+                    done.push(format!("FAILED to remove the journal: {e}"));
+                }
+            }
+        }
         done
+    }
+
+    /// Writes what `iface` has before a change to the journal on disk;
+    /// the change may only follow when this succeeded.
+    fn journal(&self, iface: &str, before: &Before) -> Result<(), String> {
+        match self.lock().journal.as_mut() {
+            Some(j) => j
+                .record(iface, before.clone())
+                .map_err(|e| format!("not changed, the journal could not be written: {e}")),
+            None => Ok(()),
+        }
     }
 
     /// Stops every child, restores every change, removes the work
@@ -239,6 +233,29 @@ fn run_tool(name: &str, args: &[&str]) -> Result<(), String> {
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ))
+    }
+}
+
+/// Puts back what `iface` had; the text names what now holds.
+pub(crate) fn put_back(iface: &str, before: &Before) -> Result<String, String> {
+    match before {
+        Before::Mtu { mtu } => set_mtu_now(iface, *mtu).map(|_| format!("{iface} mtu {mtu}")),
+        Before::DefaultRoot => {
+            // Only a tbf can be ours; anything else was put there since by
+            // someone else and is theirs.
+            let (kind, handle) = root_qdisc(iface)?;
+            if handle != "0:" && kind == "tbf" {
+                run_tool("tc", &["qdisc", "del", "dev", iface, "root"])?;
+            }
+            Ok(format!("{iface} default root qdisc"))
+        }
+        Before::Offloads { features } => set_features(iface, features).map(|_| {
+            let v: Vec<String> = features
+                .iter()
+                .map(|(k, on)| format!("{k} {}", if *on { "on" } else { "off" }))
+                .collect();
+            format!("{iface} {}", v.join(" "))
+        }),
     }
 }
 
@@ -308,6 +325,8 @@ pub struct Agent {
     hello: bool,
     responders: BTreeMap<u16, PeerResponder>,
     eof: Arc<AtomicBool>,
+    /// Interfaces carrying this agent's SSH connection: never changed.
+    mgmt: Vec<String>,
 }
 
 enum Step {
@@ -324,7 +343,26 @@ impl Agent {
             hello: false,
             responders: BTreeMap::new(),
             eof: Arc::new(AtomicBool::new(false)),
+            mgmt: host::mgmt_ifaces(),
         }
+    }
+
+    /// Whether the campaign's `list` lets `iface` be changed; the
+    /// management path never is, whatever the list says, so that no
+    /// campaign can cut the controller off.
+    fn may_change(&self, list: &[String], iface: &str, what: &str) -> Result<(), String> {
+        if self.mgmt.iter().any(|m| m == iface) {
+            return Err(format!(
+                "{iface} carries this agent's own SSH connection (the management path); wirebench never changes it"
+            ));
+        }
+        if !list.iter().any(|i| i == iface || i == "*") {
+            return Err(format!(
+                "{what} is not allowed by the campaign (allowed: {})",
+                list_or_none(list)
+            ));
+        }
+        Ok(())
     }
 
     /// A handle for a signal thread: `cleanup()` then exit.
@@ -429,6 +467,12 @@ impl Agent {
                     pid: std::process::id(),
                     net_admin: host::net_admin(),
                     revision: self.cfg.revision,
+                    mgmt: if self.cfg.revision >= REVISION_LAB {
+                        self.mgmt.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    recovered: Vec::new(),
                 };
                 if version != self.cfg.version {
                     // Answer with our version so the controller can name
@@ -438,6 +482,32 @@ impl Agent {
                         self.cfg.tool_version, self.cfg.version
                     );
                     return (Reply::Hello(info), Step::End);
+                }
+                // Before anything else: what a dead agent left goes back,
+                // and a session that may change links holds the node.
+                let changes =
+                    !(allow.mtu.is_empty() && allow.offloads.is_empty() && allow.rate.is_empty());
+                let mut info = info;
+                match Journal::open(&crate::journal::state_dir()) {
+                    Ok((j, recovered)) => {
+                        for r in &recovered {
+                            eprintln!(
+                                "wirebench agent: a previous agent died without restoring: {r}"
+                            );
+                        }
+                        if self.cfg.revision >= REVISION_LAB {
+                            info.recovered = recovered;
+                        }
+                        if changes {
+                            self.shared.lock().journal = Some(j);
+                        }
+                    }
+                    Err(e @ JournalError::Busy { .. }) if changes => return err(e.to_string()),
+                    Err(e) if changes => {
+                        return err(format!("cannot keep a journal of its changes: {e}"))
+                    }
+                    // Only observing: nothing of ours to guard.
+                    Err(_) => {}
                 }
                 self.hello = true;
                 self.allow = allow;
@@ -533,6 +603,15 @@ impl Agent {
                 self.responders.remove(&port);
                 (Reply::Done, Step::Go)
             }
+            Op::RouteIfaces { dests } => (
+                Reply::RouteIfaces {
+                    ifaces: dests
+                        .into_iter()
+                        .filter_map(|d| Some((d, host::route_iface(d)?)))
+                        .collect(),
+                },
+                Step::Go,
+            ),
             Op::Bye => {
                 self.responders.clear();
                 let actions = self.shared.cleanup();
@@ -542,12 +621,11 @@ impl Agent {
     }
 
     fn set_mtu(&mut self, iface: &str, mtu: u32) -> Result<(), String> {
-        if !self.allow.mtu.iter().any(|i| i == iface || i == "*") {
-            return Err(format!(
-                "changing the MTU of {iface} is not allowed by the campaign (allowed: {})",
-                list_or_none(&self.allow.mtu)
-            ));
-        }
+        self.may_change(
+            &self.allow.mtu,
+            iface,
+            &format!("changing the MTU of {iface}"),
+        )?;
         if !(68..=65535).contains(&mtu) {
             return Err(format!("MTU {mtu} is outside 68..=65535"));
         }
@@ -555,35 +633,30 @@ impl Agent {
         if old == mtu {
             return Ok(());
         }
-        set_mtu_now(iface, mtu)?;
-        let mut st = self.shared.lock();
+        let before = Before::Mtu { mtu: old };
+        self.shared.journal(iface, &before)?;
         // The first recorded value is the one to go back to; restoring
-        // newest-first reaches it last.
-        st.changes.push(Change::Mtu {
-            iface: iface.to_string(),
-            old,
-        });
-        Ok(())
+        // newest-first reaches it last. Recorded before the change: a
+        // half-made one is put back too.
+        self.shared.lock().changes.push((iface.to_string(), before));
+        set_mtu_now(iface, mtu)
     }
 
     fn set_offloads(&mut self, iface: &str, on: bool) -> Result<(), String> {
-        if !self.allow.offloads.iter().any(|i| i == iface || i == "*") {
-            return Err(format!(
-                "changing the offloads of {iface} is not allowed by the campaign (allowed: {})",
-                list_or_none(&self.allow.offloads)
-            ));
-        }
+        self.may_change(
+            &self.allow.offloads,
+            iface,
+            &format!("changing the offloads of {iface}"),
+        )?;
         let old = read_features(iface)?;
         let new: Vec<(String, bool)> = old.iter().map(|(k, _)| (k.clone(), on)).collect();
         if old == new {
             return Ok(());
         }
-        set_features(iface, &new)?;
-        self.shared.lock().changes.push(Change::Offloads {
-            iface: iface.to_string(),
-            old,
-        });
-        Ok(())
+        let before = Before::Offloads { features: old };
+        self.shared.journal(iface, &before)?;
+        self.shared.lock().changes.push((iface.to_string(), before));
+        set_features(iface, &new)
     }
 
     /// Shapes `iface` to `rate` bit/s on the wire (None: back to the
@@ -591,18 +664,13 @@ impl Agent {
     /// someone else configured could not be put back exactly, so it is
     /// refused rather than replaced.
     fn set_rate(&mut self, iface: &str, rate: Option<u64>) -> Result<(), String> {
-        if !self.allow.rate.iter().any(|i| i == iface || i == "*") {
-            return Err(format!(
-                "shaping {iface} is not allowed by the campaign (allowed: {})",
-                list_or_none(&self.allow.rate)
-            ));
-        }
+        self.may_change(&self.allow.rate, iface, &format!("shaping {iface}"))?;
         let ours = self
             .shared
             .lock()
             .changes
             .iter()
-            .any(|c| matches!(c, Change::Rate { iface: i } if i == iface));
+            .any(|(i, b)| i == iface && *b == Before::DefaultRoot);
         if rate == Some(0) {
             return Err("link rate 0 bit/s".into());
         }
@@ -622,16 +690,18 @@ impl Agent {
             self.shared
                 .lock()
                 .changes
-                .retain(|c| !matches!(c, Change::Rate { iface: i } if i == iface));
+                .retain(|(i, b)| !(i == iface && *b == Before::DefaultRoot));
         }
         let Some(rate) = rate else {
             return Ok(());
         };
         let mtu = host::iface_mtu(iface).ok_or_else(|| format!("no interface {iface}"))?;
         // Journalled before the first command: a half-made tbf is removed too.
-        self.shared.lock().changes.push(Change::Rate {
-            iface: iface.to_string(),
-        });
+        self.shared.journal(iface, &Before::DefaultRoot)?;
+        self.shared
+            .lock()
+            .changes
+            .push((iface.to_string(), Before::DefaultRoot));
         for line in wirebench_testbed::rate_qdisc_lines(iface, rate, mtu, tx_queue_len(iface)) {
             let args: Vec<&str> = line.split_whitespace().collect();
             run_tool("tc", &args)?;

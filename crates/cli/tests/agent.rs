@@ -3,15 +3,16 @@
 //! transports: hello and the version check, metadata, CPU and counters,
 //! receivers and senders with the sender's result document, MTU changes
 //! refused unless allowed and restored on bye, end of input and SIGTERM,
-//! link-rate shaping (tbf) set, replaced and removed likewise, and the
-//! path-MTU probe between two agents.
+//! link-rate shaping (tbf) set, replaced and removed likewise, the
+//! path-MTU probe between two agents, and the journal on disk: a held node
+//! names its holder, `agent --restore` undoes a SIGKILLed agent's changes.
 
 use std::process::Command;
 use std::time::Duration;
 use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Role};
 
 mod common;
-use common::{free_port, BIN};
+use common::{assert_agents_doc_quotes, free_port, BIN};
 
 fn local(node: &str) -> AgentSpec {
     AgentSpec {
@@ -391,4 +392,76 @@ fn netns_agent_shapes_a_link_rate_and_puts_the_default_qdisc_back() {
     assert_eq!(root_qdisc(&p.a, "v0").0, "pfifo");
     a.bye().unwrap();
     drop(b);
+}
+
+/// A SIGKILLed agent cannot restore; its journal on disk can: `wirebench
+/// agent --restore` puts back the first MTU and the default root qdisc.
+/// While it lived, a second agent that wanted to change links there was
+/// refused with the holder named. The messages are the ones
+/// docs/agents.md quotes.
+#[test]
+fn a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_holder() {
+    if !wirebench_testkit::can_run_as_root(
+        "a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_holder",
+        "root (network namespaces)",
+    ) {
+        return;
+    }
+    let p = Pair::new("j");
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    a.set_mtu("v0", 1300).unwrap();
+    a.set_mtu("v0", 1280).unwrap();
+    a.set_rate("v0", Some(10_000_000)).unwrap();
+    let e = AgentConn::connect(&p.spec(&p.a, "a2", true))
+        .err()
+        .expect("a second holder");
+    let m = e.to_string();
+    assert!(
+        m.starts_with(&format!(
+            "node a2: this node is in use by another wirebench agent (pid {} on ",
+            a.hello.pid
+        )) && m.ends_with("; wait until its campaign ends, or ask its owner"),
+        "{m}"
+    );
+    let host = a.hello.hostname.clone();
+    assert_agents_doc_quotes(
+        &m,
+        &[
+            ("node a2:", "node r1:"),
+            (&format!(" on {host},"), " on r1,"),
+        ],
+    );
+    // Only observing is not holding: that agent connects.
+    drop(AgentConn::connect(&p.spec(&p.a, "observer", false)).unwrap());
+    // SAFETY: killing the agent we started (ip netns exec execs it).
+    unsafe { libc::kill(a.hello.pid as i32, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(mtu_in(&p.a, "v0"), 1280, "nobody can restore a SIGKILL");
+    assert_eq!(root_qdisc(&p.a, "v0").0, "tbf");
+    drop(a);
+    let restore = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &p.a, BIN, "agent", "--restore"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let said = restore();
+    assert_eq!(
+        said,
+        "restored v0 mtu 1400\nrestored v0 default root qdisc\n"
+    );
+    for l in said.lines() {
+        assert_agents_doc_quotes(l, &[("v0", "eth0")]);
+    }
+    assert_eq!(mtu_in(&p.a, "v0"), 1400);
+    assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
+    let said = restore();
+    let dir = said
+        .trim()
+        .strip_prefix("nothing to restore: no journal of a dead agent in ")
+        .expect("nothing the second time")
+        .to_string();
+    assert_agents_doc_quotes(&said, &[(dir.as_str(), "DIR")]);
 }

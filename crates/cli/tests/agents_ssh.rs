@@ -1,8 +1,11 @@
 #![cfg(unix)]
-//! Real nodes over SSH, as root: OpenSSH's sshd runs inside each node of a
-//! `router` test-bed (a — r1 — b) on its test-bed address, with a key pair
-//! and client configuration made for the test, and a campaign whose
-//! `[[hosts.node]]`s say `ssh = "root@ADDR"` runs from node a:
+//! Real nodes over SSH, as root: a `router` test-bed (a — r1 — b) is the
+//! data path, and a management network apart from it joins every node's
+//! `mgmt0` to a controller namespace, as in a lab where the administrator
+//! logs in on another interface. OpenSSH's sshd runs inside each node on
+//! its management address, with a key pair and client configuration made
+//! for the test, and a campaign whose `[[hosts.node]]`s say
+//! `ssh = "root@MGMT"` runs from the controller namespace:
 //!
 //! - end to end through SSH, with router CPU and counters stored and MTUs
 //!   changed on all three nodes and restored afterwards;
@@ -19,6 +22,9 @@ use std::time::{Duration, Instant};
 use wirebench_campaign::{RunStatus, Store};
 use wirebench_testbed::{preset, LinkOpts, Testbed};
 
+mod common;
+use common::assert_agents_doc_quotes;
+
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 const NODES: [&str; 3] = ["a", "r1", "b"];
 
@@ -27,6 +33,9 @@ struct Lab {
     sshd: Vec<(String, Child)>,
     dir: tempfile::TempDir,
     made_run_sshd: bool,
+    /// The controller's namespace, holding one end of every management
+    /// link (deleting it deletes them).
+    ctl: String,
 }
 
 impl Drop for Lab {
@@ -35,6 +44,9 @@ impl Drop for Lab {
             let _ = c.kill();
             let _ = c.wait();
         }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.ctl])
+            .status();
         if let Some(tb) = self.tb.take() {
             let _ = tb.down();
         }
@@ -50,12 +62,12 @@ fn sh(cmd: &mut Command) {
 }
 
 impl Lab {
-    fn up() -> Lab {
+    fn up(name: &str) -> Lab {
         let o = LinkOpts {
             mtu: Some(1500),
             ..LinkOpts::default()
         };
-        let tb = Testbed::up("agssh", &preset("router", &o).unwrap()).unwrap();
+        let tb = Testbed::up(name, &preset("router", &o).unwrap()).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         sh(Command::new("ssh-keygen")
@@ -83,14 +95,57 @@ impl Lab {
             sshd: Vec::new(),
             dir,
             made_run_sshd,
+            ctl: format!("{name}-ctl-{}", std::process::id()),
         };
+        sh(Command::new("ip").args(["netns", "add", &lab.ctl]));
+        for (k, n) in NODES.iter().enumerate() {
+            let ns = lab.ns(n);
+            let ctl = lab.ctl.clone();
+            let ip = |args: &[&str]| sh(Command::new("ip").args(args));
+            ip(&[
+                "-n",
+                &ctl,
+                "link",
+                "add",
+                &format!("m-{n}"),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "mgmt0",
+                "netns",
+                &ns,
+            ]);
+            ip(&[
+                "-n",
+                &ctl,
+                "addr",
+                "add",
+                &format!("10.254.{k}.1/24"),
+                "dev",
+                &format!("m-{n}"),
+            ]);
+            ip(&["-n", &ctl, "link", "set", &format!("m-{n}"), "up"]);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("10.254.{k}.2/24"),
+                "dev",
+                "mgmt0",
+            ]);
+            ip(&["-n", &ns, "link", "set", "mgmt0", "up"]);
+        }
+        sh(Command::new("ip").args(["-n", &lab.ctl, "link", "set", "lo", "up"]));
         for n in NODES {
-            let addr = lab.addr(n);
+            let addr = lab.mgmt(n);
             let cfg = lab.dir.path().join(format!("sshd_{n}"));
             std::fs::write(
                 &cfg,
                 format!(
-                    "ListenAddress {addr}\nPort 22\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+                    "ListenAddress {addr}\nListenAddress {data}\nPort 22\nHostKey {hk}\nAuthorizedKeysFile {ak}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n",
+                    data = lab.addr(n),
                     hk = lab.dir.path().join("host").display(),
                     ak = lab.dir.path().join("authorized_keys").display()
                 ),
@@ -119,10 +174,10 @@ impl Lab {
             let t0 = Instant::now();
             loop {
                 let ok = lab
-                    .in_a(
+                    .in_ctl(
                         Command::new("ssh")
                             .args(lab.ssh_args())
-                            .arg(format!("root@{}", lab.addr(n)))
+                            .arg(format!("root@{}", lab.mgmt(n)))
                             .arg("true"),
                     )
                     .stderr(Stdio::null())
@@ -154,6 +209,12 @@ impl Lab {
         self.tb().addr(n, false).unwrap().to_string()
     }
 
+    /// A node's management address (where its sshd listens).
+    fn mgmt(&self, n: &str) -> String {
+        let k = NODES.iter().position(|m| *m == n).unwrap();
+        format!("10.254.{k}.2")
+    }
+
     fn ssh_args(&self) -> Vec<String> {
         vec![
             "-F".into(),
@@ -163,24 +224,27 @@ impl Lab {
         ]
     }
 
-    /// A command run inside node a (the controller's seat).
-    fn in_a<'c>(&self, c: &'c mut Command) -> &'c mut Command {
+    /// A command run in the controller's namespace.
+    fn in_ctl<'c>(&self, c: &'c mut Command) -> &'c mut Command {
         let prog = c.get_program().to_owned();
         let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
         *c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns("a")])
-            .arg(prog)
-            .args(args);
+        c.args(["netns", "exec", &self.ctl]).arg(prog).args(args);
         c
     }
 
     fn campaign(&self, name: &str, extra: &str, matrix: &str) -> PathBuf {
         let cfg = self.dir.path().join("ssh_config");
-        let mut t =
-            format!("name = \"{name}\"\nlinger_s = 0.2\nrepetitions = 2\n{extra}\n[hosts]\n");
+        let reps = if extra.contains("repetitions") {
+            ""
+        } else {
+            "repetitions = 2\n"
+        };
+        let mut t = format!("name = \"{name}\"\nlinger_s = 0.2\n{reps}{extra}\n[hosts]\n");
         for (n, role) in [("a", "sender"), ("r1", "router"), ("b", "receiver")] {
             t.push_str(&format!(
-                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{addr}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\napply_link_rate = true\n",
+                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{mgmt}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\napply_link_rate = true\n",
+                mgmt = self.mgmt(n),
                 addr = self.addr(n),
                 cfg = cfg.display()
             ));
@@ -202,11 +266,26 @@ impl Lab {
             .arg(&db)
             .arg("-q")
             .args(more);
-        let c = self.in_a(&mut c);
+        let c = self.in_ctl(&mut c);
         if let Some((k, v)) = env {
             c.env(k, v);
         }
         c.output().unwrap()
+    }
+
+    /// `run FILE` in the background, stderr piped.
+    fn start(&self, file: &Path) -> Child {
+        let mut c = Command::new(BIN);
+        c.arg("run")
+            .arg(file)
+            .arg("--db")
+            .arg(self.dir.path().join("c.db"))
+            .arg("-q");
+        self.in_ctl(&mut c)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 
     fn store(&self) -> Store {
@@ -250,6 +329,28 @@ impl Lab {
             .all(|n| self.mtus(n).iter().all(|&m| m == 1500))
     }
 
+    /// Polls every node's interface MTUs until stopped: (node, iface) →
+    /// every MTU seen.
+    fn watch_mtus(&self) -> Watch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let nss: Vec<(String, String)> =
+            NODES.iter().map(|n| (n.to_string(), self.ns(n))).collect();
+        let s = stop.clone();
+        let h = std::thread::spawn(move || {
+            let mut seen = Seen::new();
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                for (n, ns) in &nss {
+                    for (i, m) in link_mtus(ns) {
+                        seen.entry((n.clone(), i)).or_default().insert(m);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            seen
+        });
+        Watch { stop, h }
+    }
+
     /// PIDs of the per-connection sshd processes of node `n`.
     fn sessions(&self, n: &str) -> Vec<i32> {
         let daemon = self.sshd.iter().find(|(m, _)| m == n).unwrap().1.id();
@@ -271,30 +372,92 @@ impl Lab {
     }
 }
 
-#[test]
-fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions() {
-    if !wirebench_testkit::can_run(
-        "campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions",
+type Seen = std::collections::BTreeMap<(String, String), std::collections::BTreeSet<u32>>;
+
+struct Watch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    h: std::thread::JoinHandle<Seen>,
+}
+
+impl Watch {
+    fn stop(self) -> Seen {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.h.join().unwrap()
+    }
+}
+
+/// (interface, MTU) of every non-loopback interface in a namespace.
+fn link_mtus(ns: &str) -> Vec<(String, u32)> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-j", "link", "show"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["ifname"] != "lo")
+        .filter_map(|l| Some((l["ifname"].as_str()?.to_string(), l["mtu"].as_u64()? as u32)))
+        .collect()
+}
+
+/// One lab at a time: two labs' sshds and campaigns at once on a shared
+/// 2-core host made logins time out (kex reset) under load.
+static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_lab() -> std::sync::MutexGuard<'static, ()> {
+    ONE_LAB.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Root and sshd, or the test says why it skips.
+fn can_run(test: &str) -> bool {
+    wirebench_testkit::can_run(
+        test,
         wirebench_testkit::is_root() && Path::new("/usr/sbin/sshd").exists(),
         "root and openssh-server (scripts/setup)",
+    )
+}
+
+#[test]
+fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions() {
+    if !can_run(
+        "campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_versions",
     ) {
         return;
     }
-    let lab = Lab::up();
+    let _one = one_lab();
+    let lab = Lab::up("agssh");
 
-    // 1. End to end through SSH, MTU 1500 and 9000 set on all three nodes.
-    // (with a warm-up before every run, sent through the same agents)
+    // 1. End to end through SSH, MTU 1500 and 9000 set on all three nodes
+    // (with a warm-up before every run, sent through the same agents).
+    // The router has no `interfaces`, as in docs/agents.md: its
+    // management interface must stay as it was while the others change.
     let f = lab.campaign(
         "ssh",
         "packets = 300\nwarmup_s = 0.2",
         "mtu = [1500, 9000]\nlink_rate = [\"50mbit\"]",
     );
+    let watch = lab.watch_mtus();
     let out = lab.run(&f, &[], None);
+    let seen = watch.stop();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    for n in NODES {
+        assert_eq!(
+            seen[&(n.to_string(), "mgmt0".to_string())],
+            [1500].into(),
+            "{n}"
+        );
+    }
+    for (n, i) in [("a", "eth0"), ("r1", "eth0"), ("r1", "eth1"), ("b", "eth0")] {
+        assert!(
+            seen[&(n.to_string(), i.to_string())].contains(&9000),
+            "{n}/{i} never had MTU 9000: {seen:?}"
+        );
+    }
     assert!(lab.all_1500(), "MTUs not restored");
     assert!(lab.default_qdiscs(), "link-rate shapers left behind");
     let st = lab.store();
@@ -320,7 +483,7 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
         assert!(fwd >= 300, "router forwarded {fwd}");
         assert_eq!(
             o["metadata"]["r1"]["interfaces"].as_array().unwrap().len(),
-            3
+            4
         );
         assert!(
             r.command.starts_with("warm-up a: wirebench send") && r.command.contains("\na: "),
@@ -331,20 +494,43 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
         for (n, i) in [("a", "eth0"), ("r1", "eth0"), ("r1", "eth1"), ("b", "eth0")] {
             assert_eq!(o["nodes"][n][i]["qdisc"]["kind"], "tbf", "{n}/{i}: {o}");
         }
+        for n in NODES {
+            assert_ne!(o["nodes"][n]["mgmt0"]["qdisc"]["kind"], "tbf", "{n}: {o}");
+        }
     }
+
+    // 1b. `run --check` of that lab: names what apply_* would touch and
+    // the management path, measures the path, and changes nothing.
+    let states = || -> Vec<_> { NODES.iter().map(|n| node_state(&lab.ns(n))).collect() };
+    let before = states();
+    let out = lab.run(&f, &["--check"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(states(), before, "--check changed something");
+    for n in NODES {
+        assert!(text.contains(&format!("node {n} (")), "{n} missing: {text}");
+    }
+    for l in [
+        "  management path (never changed): mgmt0\n",
+        "  apply_mtu would touch:\n    eth0: mtu 1500, root qdisc ",
+        "    eth1: mtu 1500, root qdisc ",
+        &format!("path MTU a->b ({}): 1500\n", lab.addr("b")),
+        "nothing would be refused\n",
+    ] {
+        assert!(text.contains(l), "{l:?} not in:\n{text}");
+    }
+    assert!(!text.contains("    mgmt0:"), "{text}");
+    assert!(text.contains("  clock: "), "{text}");
 
     // 2. A lost agent mid-campaign: kill r1's sshd session processes while
     // the second run is going.
     let f = lab.campaign("lost", "duration_s = 3", "mtu = [9000]");
     let db = lab.dir.path().join("c.db");
-    let mut c = Command::new(BIN);
-    c.arg("run").arg(&f).arg("--db").arg(&db).arg("-q");
-    let mut camp = lab
-        .in_a(&mut c)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut camp = lab.start(&f);
     let t0 = Instant::now();
     let killed_during = loop {
         assert!(
@@ -421,7 +607,55 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     }
     assert!(lab.all_1500());
 
-    // 3. Agents of another protocol version: named, nothing run.
+    // 3. A campaign that would change the management path is refused
+    // before anything runs, naming the node and the interface: the router
+    // told to shape mgmt0, and a receiver reached over its data address.
+    let f = lab.campaign("mgmt", "packets = 300", "mtu = [9000]");
+    let t = std::fs::read_to_string(&f).unwrap().replacen(
+        "role = \"router\"\n",
+        "role = \"router\"\ninterfaces = [\"eth0\", \"mgmt0\"]\n",
+        1,
+    );
+    std::fs::write(&f, t).unwrap();
+    let out = lab.run(&f, &[], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("node r1: interface mgmt0 carries the agent's own SSH connection (the management path), which wirebench never changes; take it out of `interfaces`"),
+        "{err}"
+    );
+    assert_agents_doc_quotes(err.trim().trim_start_matches("wirebench: "), &[]);
+    // The controller reaches b's data address through b's mgmt0 (b
+    // accepts it there), so its SSH session lands on eth0's address.
+    sh(Command::new("ip").args([
+        "-n",
+        &lab.ctl,
+        "route",
+        "add",
+        &format!("{}/32", lab.addr("b")),
+        "via",
+        &lab.mgmt("b"),
+    ]));
+    let f = lab.campaign("mgmt2", "packets = 300", "mtu = [9000]");
+    let t = std::fs::read_to_string(&f).unwrap().replacen(
+        &format!("ssh = \"root@{}\"", lab.mgmt("b")),
+        &format!("ssh = \"root@{}\"", lab.addr("b")),
+        1,
+    );
+    std::fs::write(&f, t).unwrap();
+    let out = lab.run(&f, &[], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "node b: interface eth0 carries both data traffic and the agent's own SSH connection"
+        ),
+        "{err}"
+    );
+    assert!(lab.all_1500());
+    assert!(lab.default_qdiscs());
+
+    // 4. Agents of another protocol version: named, nothing run.
     let f = lab.campaign("ver", "packets = 300", "mtu = [1500]");
     let out = lab.run(
         &f,
@@ -442,4 +676,164 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     let c = st.latest_by_name("ver").unwrap().unwrap();
     assert!(st.runs(c.id).unwrap().is_empty());
     assert!(lab.all_1500());
+}
+
+/// Every interface's MTU and the node's qdisc list, to compare a node with
+/// itself before and after.
+fn node_state(ns: &str) -> (Vec<(String, u32)>, String) {
+    let q = Command::new("tc")
+        .args(["-n", ns, "qdisc", "show"])
+        .output()
+        .unwrap();
+    (
+        link_mtus(ns),
+        String::from_utf8_lossy(&q.stdout).into_owned(),
+    )
+}
+
+/// PIDs of the wirebench agents running in namespace `ns`.
+fn agents_in(ns: &str) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(format!("/run/netns/{ns}")).unwrap().ino();
+    let want = format!("net:[{ino}]");
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let is_agent = cmd.split(|&b| b == 0).any(|a| a == b"agent")
+            && cmd.split(|&b| b == 0).any(|a| a == b"--stdio")
+            && cmd.split(|&b| b == 0).next() == Some(BIN.as_bytes());
+        let net = std::fs::read_link(e.path().join("ns/net")).ok();
+        if is_agent && net.is_some_and(|n| n.to_string_lossy() == want) {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// The acceptance: the receiver's and then the router's agent are
+/// SIGKILLed (nobody can restore in-process) during MTU 9000, shaped runs.
+/// The campaign finishes its other runs, each killed agent's successor
+/// puts back what the journal on its node says before anything else and
+/// the run notes say so, `--resume` completes the campaign, and every
+/// interface of every node ends as it was before.
+#[test]
+fn sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on() {
+    if !can_run("sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on") {
+        return;
+    }
+    let _one = one_lab();
+    let lab = Lab::up("wblab");
+    let before: Vec<_> = NODES.iter().map(|n| node_state(&lab.ns(n))).collect();
+    let f = lab.campaign(
+        "kill",
+        "repetitions = 4\nduration_s = 2",
+        "mtu = [9000]\nlink_rate = [\"50mbit\"]",
+    );
+    let db = lab.dir.path().join("c.db");
+    let mut camp = lab.start(&f);
+    let stored = || {
+        Store::open(&db)
+            .ok()
+            .and_then(|s| {
+                let c = s.latest_by_name("kill").ok()??;
+                Some(s.runs(c.id).ok()?.len())
+            })
+            .unwrap_or(0)
+    };
+    let kill_during = |camp: &mut Child, node: &str, after_runs: usize| {
+        let t0 = Instant::now();
+        // The run is under way once the node's data link is jumbo again.
+        loop {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "run {after_runs} never started"
+            );
+            if camp.try_wait().unwrap().is_some() {
+                let mut e = String::new();
+                std::io::Read::read_to_string(camp.stderr.as_mut().unwrap(), &mut e).unwrap();
+                panic!("the campaign ended early: {e}");
+            }
+            let jumbo = link_mtus(&lab.ns(node))
+                .iter()
+                .any(|(i, m)| i == "eth0" && *m == 9000);
+            if stored() == after_runs && jumbo {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        let pids = agents_in(&lab.ns(node));
+        assert_eq!(pids.len(), 1, "agents of {node}: {pids:?}");
+        // SAFETY: killing an agent this test's campaign started.
+        unsafe { libc::kill(pids[0], libc::SIGKILL) };
+    };
+    kill_during(&mut camp, "b", 0);
+    kill_during(&mut camp, "r1", 2);
+    let t0 = Instant::now();
+    while camp.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "campaign hangs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = camp.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let st = lab.store();
+    let c = st.latest_by_name("kill").unwrap().unwrap();
+    let runs = st.runs(c.id).unwrap();
+    assert_eq!(runs.len(), 4, "the campaign went on: {err}");
+    let failed: Vec<_> = runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Failed)
+        .collect();
+    assert_eq!(failed.len(), 2, "{runs:?}\n{err}");
+    for (r, node) in failed.iter().zip(["b", "r1"]) {
+        let why = r.error.as_deref().unwrap_or("");
+        assert!(
+            why.starts_with(&format!("node {node}: agent lost: ")),
+            "{why}"
+        );
+        assert!(!why.contains(&format!("node {node}: node {node}")), "{why}");
+        assert_agents_doc_quotes(
+            why.lines().next().unwrap_or(""),
+            &[(&format!("node {node}:"), "node r1:")],
+        );
+    }
+    // Each successor said what it put back, in the run notes and on
+    // stderr.
+    let notes: Vec<String> = runs
+        .iter()
+        .filter_map(|r| r.counters.as_ref())
+        .flat_map(|o| o["notes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    for node in ["b", "r1"] {
+        let n = notes
+            .iter()
+            .find(|n| {
+                n.starts_with(&format!(
+                    "node {node}: an earlier agent there ended without restoring"
+                ))
+            })
+            .unwrap_or_else(|| panic!("no note for {node}: {notes:?}\n{err}"));
+        assert!(n.contains("restored eth0 mtu 1500"), "{n}");
+        assert!(n.contains("restored eth0 default root qdisc"), "{n}");
+        assert!(err.contains(n.as_str()), "{err}");
+        assert_agents_doc_quotes(
+            &format!("wirebench: {n}"),
+            &[(&format!("node {node}:"), "node rcv:")],
+        );
+    }
+    let out = lab.run(&f, &["--resume"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = st.runs(c.id).unwrap();
+    assert!(runs.iter().all(|r| r.status == RunStatus::Ok), "{runs:?}");
+    for (n, b) in NODES.iter().zip(&before) {
+        assert_eq!(&node_state(&lab.ns(n)), b, "node {n} differs from before");
+    }
 }

@@ -154,6 +154,27 @@ fn grown(
 pub const FAIL_FAST_RUNS: usize = 3;
 
 /// Runs (or resumes) a campaign into `store`.
+/// `run --check` of a `[[hosts.node]]` campaign: what it would touch and
+/// refuse on every node, changing nothing (see `Nodes::check`).
+pub fn check_nodes(c: &Campaign, binary: &std::path::Path) -> Result<String, RunError> {
+    let crate::campaign::Target::Hosts(h) = &c.target else {
+        return Err(RunError::BadInput(
+            "--check: only a campaign with [[hosts.node]] has nodes to check".into(),
+        ));
+    };
+    if h.nodes.is_empty() {
+        return Err(RunError::BadInput(
+            "--check: only a campaign with [[hosts.node]] has nodes to check".into(),
+        ));
+    }
+    let mut nodes = nodes::Nodes::new(h.nodes.clone(), binary.to_path_buf());
+    let r = nodes.check();
+    let end = nodes.teardown();
+    let text = r?;
+    end?;
+    Ok(text)
+}
+
 pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Outcome, RunError> {
     let planned = plan(c);
     let mut env_ = env::collect(&c.target.describe(), &opts.tool_version);

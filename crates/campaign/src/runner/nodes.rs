@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use wirebench_agent::proto::{CpuSample, HostMeta};
+use wirebench_agent::proto::{CpuSample, HostMeta, REVISION_LAB};
 use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Role};
 
 /// Path-MTU probes per run before a path counts as broken, and the pause
@@ -56,6 +56,12 @@ pub(super) struct Nodes {
     /// Sender nodes already named for an agent too old to relay
     /// intervals (the note is given once).
     no_stream_noted: BTreeSet<usize>,
+    /// Every agent connected once: a failed reconnect fails a run, not
+    /// the campaign.
+    connected_once: bool,
+    /// Said once, stored with the next run (`notes`): what reconnected
+    /// agents put back from their dead predecessors' journals.
+    notes: Vec<String>,
 }
 
 /// Where a run's live intervals go: its label in the progress.
@@ -100,16 +106,12 @@ fn channel(n: &HostNode, program: &std::path::Path) -> Channel {
     }
 }
 
-/// Interfaces holding one of the node's data addresses; routers: every
-/// interface that is up (they forward on all of them).
-fn default_ifaces(n: &HostNode, meta: &HostMeta) -> Vec<String> {
+/// Interfaces holding one of the node's data addresses.
+fn holding_ifaces(n: &HostNode, meta: &HostMeta) -> Vec<String> {
     meta.interfaces
         .iter()
         .filter(|i| i.name != "lo")
         .filter(|i| {
-            if n.role == NodeRole::Router {
-                return i.up;
-            }
             i.addresses.iter().any(|a| {
                 let ip = a.split('/').next().and_then(|x| x.parse::<IpAddr>().ok());
                 ip.is_some() && (ip == n.ipv4 || ip == n.ipv6)
@@ -117,6 +119,21 @@ fn default_ifaces(n: &HostNode, meta: &HostMeta) -> Vec<String> {
         })
         .map(|i| i.name.clone())
         .collect()
+}
+
+/// The refusal for a campaign that would change the management path.
+fn mgmt_refusal(n: &HostNode, iface: &str) -> RunError {
+    RunError::BadInput(if n.interfaces.is_empty() {
+        format!(
+            "node {}: interface {iface} carries both data traffic and the agent's own SSH connection (the management path), which wirebench never changes; reach the node over an address on another interface, or leave apply_mtu/apply_offloads/apply_link_rate off for it",
+            n.name
+        )
+    } else {
+        format!(
+            "node {}: interface {iface} carries the agent's own SSH connection (the management path), which wirebench never changes; take it out of `interfaces`",
+            n.name
+        )
+    })
 }
 
 fn lost(e: &AgentError) -> bool {
@@ -141,6 +158,8 @@ impl Nodes {
             extra,
             planned_pmtu: BTreeMap::new(),
             no_stream_noted: BTreeSet::new(),
+            connected_once: false,
+            notes: Vec::new(),
         }
     }
 
@@ -192,7 +211,18 @@ impl Nodes {
         let mut errs = Vec::new();
         for (i, r) in missing.iter().zip(res) {
             match r {
-                Ok(c) => self.conns[*i] = Some(c),
+                Ok(c) => {
+                    if !c.hello.recovered.is_empty() {
+                        let n = format!(
+                            "node {}: an earlier agent there ended without restoring (killed?); this one put back: {}",
+                            self.nodes[*i].name,
+                            c.hello.recovered.join("; ")
+                        );
+                        eprintln!("wirebench: {n}");
+                        self.notes.push(n);
+                    }
+                    self.conns[*i] = Some(c)
+                }
                 Err(e) => errs.push(e.to_string()),
             }
         }
@@ -215,27 +245,74 @@ impl Nodes {
         for (i, m) in metas {
             match m {
                 Ok(Ok(m)) => {
-                    let n = &self.nodes[i];
-                    self.ifaces[i] = if n.interfaces.is_empty() {
-                        default_ifaces(n, &m)
-                    } else {
-                        n.interfaces.clone()
-                    };
-                    if (n.apply_mtu || n.apply_offloads || n.apply_link_rate)
-                        && self.ifaces[i].is_empty()
-                    {
-                        return Err(RunError::BadInput(format!(
-                            "node {}: apply_mtu/apply_offloads/apply_link_rate but no interface holds its data address; name them with `interfaces`",
-                            n.name
-                        )));
-                    }
+                    self.ifaces[i] = self.resolve_ifaces(i, &m)?;
                     self.meta[i] = Some(m);
                 }
                 Ok(Err(e)) => return Err(RunError::Agent(e.to_string())),
                 Err(_) => return Err(RunError::Agent("metadata thread panicked".into())),
             }
         }
+        self.connected_once = true;
         Ok(())
+    }
+
+    /// The interfaces `apply_*` act on: `interfaces` if given; otherwise
+    /// those holding the node's data addresses, and on routers those its
+    /// routes to the other nodes' data addresses leave by (an interface
+    /// without a data path, such as the one an administrator logs in on,
+    /// is never among them). Refused when one is the management path.
+    fn resolve_ifaces(&mut self, i: usize, meta: &HostMeta) -> Result<Vec<String>, RunError> {
+        let n = self.nodes[i].clone();
+        if !(n.apply_mtu || n.apply_offloads || n.apply_link_rate) {
+            return Ok(Vec::new());
+        }
+        let Some(c) = self.conns[i].as_mut() else {
+            return Ok(Vec::new());
+        };
+        let ifaces = if !n.interfaces.is_empty() {
+            n.interfaces.clone()
+        } else if n.role == NodeRole::Router {
+            if c.hello.revision < REVISION_LAB {
+                return Err(RunError::BadInput(format!(
+                    "node {}: its agent (wirebench {}, agent protocol revision {}) cannot say which interfaces carry the data path; name them with `interfaces`, or install wirebench {} there",
+                    n.name,
+                    c.hello.tool_version,
+                    c.hello.revision,
+                    env!("CARGO_PKG_VERSION")
+                )));
+            }
+            let dests: Vec<IpAddr> = self
+                .nodes
+                .iter()
+                .filter(|o| o.role != NodeRole::Router)
+                .flat_map(|o| [o.ipv4, o.ipv6])
+                .flatten()
+                .collect();
+            let routes = c
+                .route_ifaces(&dests)
+                .map_err(|e| RunError::Agent(e.to_string()))?;
+            let mut v: Vec<String> = routes.into_values().collect();
+            v.sort();
+            v.dedup();
+            v
+        } else {
+            holding_ifaces(&n, meta)
+        };
+        if ifaces.is_empty() {
+            return Err(RunError::BadInput(format!(
+                "node {}: apply_mtu/apply_offloads/apply_link_rate but {}; name them with `interfaces`",
+                n.name,
+                if n.role == NodeRole::Router {
+                    "no route to the other nodes' data addresses leaves by an interface"
+                } else {
+                    "no interface holds its data address"
+                }
+            )));
+        }
+        if let Some(m) = ifaces.iter().find(|f| c.hello.mgmt.contains(f)) {
+            return Err(mgmt_refusal(&n, m));
+        }
+        Ok(ifaces)
     }
 
     fn drop_node(&mut self, i: usize) {
@@ -248,7 +325,19 @@ impl Nodes {
     /// keeps a receiver on every receiver node. Lost agents are dropped
     /// and the reason returned (the run is then stored as failed).
     fn ensure(&mut self, s: &Scenario) -> Result<Option<String>, RunError> {
-        self.connect()?;
+        match self.connect() {
+            // A node lost during the campaign that cannot be reached again
+            // fails this run; the next one tries again.
+            Err(RunError::Agent(e)) if self.connected_once => {
+                for i in 0..self.nodes.len() {
+                    if self.meta[i].is_some() && self.conns[i].is_none() {
+                        self.drop_node(i);
+                    }
+                }
+                return Ok(Some(e));
+            }
+            r => r?,
+        }
         let l = s.settings.link;
         let want = (l.mtu, l.offloads, l.rate_bps);
         for i in 0..self.nodes.len() {
@@ -522,13 +611,15 @@ impl Nodes {
                     if lost(&e) {
                         self.drop_node(i);
                     }
-                    errors.push(format!("node {name}: {e}"));
+                    // The cause first: the senders' complaints follow from it.
+                    errors.insert(0, e.to_string());
                 }
                 _ => errors.push(format!("node {name}: agent lost before the run")),
             }
         }
         let sites = nodes_delta.drop_sites();
         out.observed = json!({
+            "notes": std::mem::take(&mut self.notes),
             "nodes": nodes_delta.nodes,
             "drop_sites": sites,
             "cpu": cpu,
@@ -675,9 +766,12 @@ impl Nodes {
                             out.refused |= p.code == Some(2);
                             out.errors.push(format!(
                                 "{name}: sender exited with {}: {}",
-                                p.code
-                                    .map(|c| format!("status {c}"))
-                                    .unwrap_or_else(|| format!("signal {:?}", p.signal)),
+                                p.code.map(|c| format!("status {c}")).unwrap_or_else(|| {
+                                    match p.signal {
+                                        Some(sig) => wirebench_agent::client::signal_name(sig),
+                                        None => "an unknown status".into(),
+                                    }
+                                }),
                                 p.stderr
                             ));
                         }
@@ -736,6 +830,143 @@ impl Nodes {
             }
             e.to_string()
         })
+    }
+
+    /// `run --check`: connects every agent (which refuses what would touch
+    /// the management path), and describes per node what `apply_*` would
+    /// touch with its current MTU, root qdisc and offloads, the clock's
+    /// sync state and the versions; then the path MTU of every pair. Sets
+    /// nothing (the probe only forgets cached path MTUs).
+    pub(super) fn check(&mut self) -> Result<String, RunError> {
+        self.connect()?;
+        let mut out = String::new();
+        let mut refused = Vec::new();
+        for i in 0..self.nodes.len() {
+            let n = self.nodes[i].clone();
+            let (Some(c), Some(m)) = (self.conns[i].as_mut(), self.meta[i].as_ref()) else {
+                continue;
+            };
+            let qdiscs = c.counters().map_err(|e| RunError::Agent(e.to_string()))?;
+            let h = &c.hello;
+            out.push_str(&format!(
+                "node {} ({}, {}): host {}, wirebench {}, agent protocol {} revision {}, {}\n",
+                n.name,
+                n.role.as_str(),
+                c.channel().describe(),
+                h.hostname,
+                h.tool_version,
+                h.version,
+                h.revision,
+                if h.net_admin {
+                    "may change links"
+                } else {
+                    "cannot change links (no CAP_NET_ADMIN)"
+                }
+            ));
+            if !h.mgmt.is_empty() {
+                out.push_str(&format!(
+                    "  management path (never changed): {}\n",
+                    h.mgmt.join(", ")
+                ));
+            }
+            for r in &h.recovered {
+                out.push_str(&format!("  put back from a dead agent's journal: {r}\n"));
+            }
+            let clock = &m.clock;
+            let sync = match (&clock.chrony, clock.timesyncd) {
+                (Some(t), _) => format!("chrony: {t}"),
+                (None, Some(true)) => "systemd-timesyncd synchronised".into(),
+                (None, Some(false)) => "systemd-timesyncd NOT synchronised".into(),
+                (None, None) => "no chrony or systemd-timesyncd found".into(),
+            };
+            let ptp = if clock.ptp_daemons.is_empty() {
+                String::new()
+            } else {
+                format!("; PTP: {}", clock.ptp_daemons.join(", "))
+            };
+            out.push_str(&format!("  clock: {sync}{ptp}\n"));
+            for (on, what) in [
+                (n.apply_mtu, "apply_mtu"),
+                (n.apply_offloads, "apply_offloads"),
+                (n.apply_link_rate, "apply_link_rate"),
+            ] {
+                if !on {
+                    continue;
+                }
+                out.push_str(&format!("  {what} would touch:\n"));
+                for f in &self.ifaces[i] {
+                    let Some(im) = m.interfaces.iter().find(|x| &x.name == f) else {
+                        out.push_str(&format!("    {f}: not on this host\n"));
+                        refused.push(format!("node {}: no interface {f}", n.name));
+                        continue;
+                    };
+                    let offl: Vec<String> = [
+                        "tcp-segmentation-offload",
+                        "generic-segmentation-offload",
+                        "generic-receive-offload",
+                    ]
+                    .iter()
+                    .zip(["tso", "gso", "gro"])
+                    .filter_map(|(long, short)| {
+                        im.offloads
+                            .get(*long)
+                            .map(|on| format!("{short} {}", if *on { "on" } else { "off" }))
+                    })
+                    .collect();
+                    out.push_str(&format!(
+                        "    {f}: mtu {}, root qdisc {}, {}\n",
+                        im.mtu,
+                        qdiscs
+                            .get(f)
+                            .map(|q| q.qdisc.kind.as_str())
+                            .filter(|k| !k.is_empty())
+                            .unwrap_or("unknown"),
+                        if offl.is_empty() {
+                            "offloads unknown".to_string()
+                        } else {
+                            offl.join(" ")
+                        }
+                    ));
+                }
+                if !h.net_admin {
+                    refused.push(format!(
+                        "node {}: {what} needs CAP_NET_ADMIN, which its agent lacks",
+                        n.name
+                    ));
+                }
+            }
+        }
+        for (i, n) in self.nodes.clone().iter().enumerate() {
+            if n.role != NodeRole::Sender {
+                continue;
+            }
+            let Some(ri) = n.to.as_deref().and_then(|t| self.index(t)) else {
+                continue;
+            };
+            for dest in [self.nodes[ri].ipv4, self.nodes[ri].ipv6]
+                .into_iter()
+                .flatten()
+            {
+                let key = format!("{}->{}", n.name, self.nodes[ri].name);
+                match self.path_mtu(i, ri, dest) {
+                    Ok(Some(m)) => out.push_str(&format!("path MTU {key} ({dest}): {m}\n")),
+                    Ok(None) => {
+                        out.push_str(&format!("path MTU {key} ({dest}): no probe arrived\n"));
+                        refused.push(format!("{key}: no path-MTU probe reached {dest}"));
+                    }
+                    Err(e) => return Err(RunError::Agent(e)),
+                }
+            }
+        }
+        if refused.is_empty() {
+            out.push_str("nothing would be refused\n");
+        } else {
+            out.push_str("would be refused:\n");
+            for r in refused {
+                out.push_str(&format!("  {r}\n"));
+            }
+        }
+        Ok(out)
     }
 
     /// Stops the receivers and ends every session (each agent restores

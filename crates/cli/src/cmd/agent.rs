@@ -13,12 +13,22 @@ and senders, samples CPU and interface counters, reports metadata, and sets
 MTU/offloads only on the interfaces the campaign allows; everything it
 changed is restored when the session ends, its input closes, or it gets
 SIGHUP/SIGINT/SIGTERM (Windows: a console Ctrl-C, Ctrl-Break or close
-event). Changing links needs CAP_NET_ADMIN; without it, and on Windows, the
-agent only observes. See docs/agents.md and docs/platforms.md.")]
+event). Every change is first written to a journal on the node
+(/var/lib/wirebench for root, else $XDG_STATE_HOME/wirebench or
+~/.local/state/wirebench; WIREBENCH_STATE_DIR overrides), so what an agent
+killed with SIGKILL left is put back by the next agent on that node before
+anything else, or by hand with `wirebench agent --restore`. The interfaces
+carrying the agent's own SSH connection are never changed. Changing links
+needs CAP_NET_ADMIN; without it, and on Windows, the agent only observes.
+See docs/agents.md and docs/platforms.md.")]
 pub struct Args {
-    /// Speak the agent protocol on stdin/stdout (the only mode).
-    #[arg(long)]
+    /// Speak the agent protocol on stdin/stdout.
+    #[arg(long, conflicts_with = "restore")]
     pub stdio: bool,
+    /// Put back what a dead agent's journal on this node (this network
+    /// namespace) says it changed, print it, and exit.
+    #[arg(long)]
+    pub restore: bool,
     /// The wirebench binary receivers and senders run (default: this one).
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
@@ -31,8 +41,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.restore {
+        return restore();
+    }
     if !args.stdio {
-        crate::bail_input!("`wirebench agent` needs --stdio (it is started by `wirebench run`, see docs/agents.md)");
+        crate::bail_input!("`wirebench agent` needs --stdio (it is started by `wirebench run`, see docs/agents.md) or --restore");
     }
     let program = match args.binary {
         Some(p) => p,
@@ -52,5 +65,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     wirebench_agent::server::cleanup_on_signal(agent.shared())
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
     agent.serve(std::io::stdin(), std::io::stdout().lock());
+    Ok(())
+}
+
+/// `--restore`: what the next agent would do first, by hand.
+fn restore() -> anyhow::Result<()> {
+    use wirebench_agent::journal::{state_dir, Journal};
+    let dir = state_dir();
+    let (_held, done) = Journal::open(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if done.is_empty() {
+        println!(
+            "nothing to restore: no journal of a dead agent in {}",
+            dir.display()
+        );
+        return Ok(());
+    }
+    for d in &done {
+        println!("{d}");
+    }
+    if done.iter().any(|d| d.starts_with("FAILED")) {
+        anyhow::bail!(
+            "some changes could not be put back; the journal in {} is kept for the next try",
+            dir.display()
+        );
+    }
     Ok(())
 }

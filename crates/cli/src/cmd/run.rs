@@ -39,6 +39,12 @@ pub struct Args {
     /// Print how many runs the campaign has and how long it will take, then exit.
     #[arg(long)]
     pub estimate: bool,
+    /// [[hosts.node]] campaigns: connect to every node and print what the
+    /// campaign would touch there (the interfaces each apply_* changes, with
+    /// their MTU, root qdisc and offloads now), the path MTU of every pair,
+    /// clock sync, versions, and what would be refused; changes nothing.
+    #[arg(long, conflicts_with_all = ["estimate", "resume"])]
+    pub check: bool,
     /// Append progress to FILE as JSON lines: each run's start and end and,
     /// for campaigns with interval_ms, the live figures of every interval
     /// (throughput, delay, loss; what the progress bar shows) while it runs,
@@ -115,6 +121,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let binary = binary_path(args.binary.clone())?;
+    if args.check {
+        let text = wirebench_campaign::runner::check_nodes(&c, &binary).map_err(map_run_error)?;
+        print!("{text}");
+        return Ok(());
+    }
     let db = store_target(args.db.as_deref(), &c);
     let store = Store::open(&db).map_err(crate::cmd::results::store_err)?;
     install_signal_handlers().map_err(anyhow::Error::new)?;

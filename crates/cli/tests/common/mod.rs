@@ -293,3 +293,39 @@ pub fn watch_progress(mut cmd: Command, log: &Path) -> Watched {
         stderr,
     }
 }
+
+/// Fails unless docs/agents.md quotes `printed` (after `subst`, which maps
+/// this test's names to the doc's): digits count as one, so pids, times and
+/// addresses may differ; a quote ending in `…` matches what starts with it.
+pub fn assert_agents_doc_quotes(printed: &str, subst: &[(&str, &str)]) {
+    fn digits(s: &str) -> String {
+        let mut out = String::with_capacity(s.len());
+        for c in s.chars() {
+            if c.is_ascii_digit() {
+                if !out.ends_with('#') {
+                    out.push('#');
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/agents.md"))
+        .unwrap();
+    let doc = digits(&doc);
+    let mut a = printed.trim().to_string();
+    for (from, to) in subst {
+        a = a.replace(from, to);
+    }
+    let a = digits(&a);
+    let quoted = doc.contains(&a)
+        || doc
+            .split(['`', '\n'])
+            .filter_map(|q| q.split_once('…').map(|(p, _)| p.trim()))
+            .any(|p| p.len() > 20 && a.starts_with(p));
+    assert!(
+        quoted,
+        "docs/agents.md does not quote what the program printed:\n{a}"
+    );
+}
