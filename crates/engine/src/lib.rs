@@ -17,7 +17,6 @@ pub mod budget;
 pub mod clock;
 pub mod ctl;
 pub mod gate;
-mod icmp;
 pub mod live;
 pub mod multi;
 mod net;
@@ -31,6 +30,7 @@ pub mod send;
 mod session;
 mod sockopt;
 pub mod sys;
+pub mod transport;
 
 pub use assemble::rfc3339;
 pub use multi::run_many;

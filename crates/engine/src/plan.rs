@@ -225,7 +225,7 @@ impl SessionPlan {
                 self.flows.len()
             )));
         }
-        crate::icmp::check(self)?;
+        crate::transport::icmp::check(self)?;
         if self.auth_probes && self.key.is_none() {
             return Err(EngineError::BadPlan(
                 "--auth probes: needs the pre-shared key (--key-file or WIREBENCH_KEY)".into(),

@@ -8,11 +8,12 @@
 use crate::assemble::{assemble_doc, DocInputs};
 use crate::clock::{mono_ns, realtime_ns};
 use crate::live::Forward;
-use crate::pacing::{bind_data, identify, pacer_sockets, run_flows, source_port, DataSock, Launch};
+use crate::pacing::{pacer_sockets, run_flows, source_port, Launch};
 use crate::plan::SessionPlan;
 use crate::reverse::Local;
 use crate::session::{collect_report, Watcher};
 use crate::sys::{self, CpuClock, CpuTime, HostCpu};
+use crate::transport::{bind_data, Ident};
 use crate::EngineError;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -38,8 +39,8 @@ pub(crate) const START_LEAD_PER_FLOW_NS: u64 = 50_000;
 pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     plan.validate()?;
     // ICMP echo flows: no receiver, no session (crate::icmp).
-    if crate::icmp::is_icmp(&plan) {
-        return crate::icmp::run(plan);
+    if crate::transport::icmp::is_icmp(&plan) {
+        return crate::transport::icmp::run(plan);
     }
     // With several receivers: a place at the common start line, given up
     // (releasing the others) if this session fails before it.
@@ -101,9 +102,11 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             socks.push(None);
             continue;
         };
-        let mut sock = b.connect(f, ports[i])?;
-        identify(&mut sock, session, (i + 1) as u16)?;
-        socks.push(Some(sock));
+        let id = Ident {
+            session,
+            flow: (i + 1) as u16,
+        };
+        socks.push(Some(b.connect(f, ports[i], id)?));
     }
     let reverse = crate::reverse::any(&plan);
     let local = Local::open(
@@ -129,9 +132,10 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let watch_live = forward.as_ref().map(|f| {
         let tcp = socks
             .iter()
-            .map(|s| match s {
-                Some(DataSock::Tcp(t)) => t.try_clone().ok(),
-                _ => None,
+            .map(|s| {
+                s.as_ref()
+                    .and_then(|s| s.tcp_stream())
+                    .and_then(|t| t.try_clone().ok())
             })
             .collect();
         (f.clone(), tcp)

@@ -18,6 +18,25 @@ use crate::EngineError;
 use wirebench_schema::result::ResultDoc;
 use wirebench_wire::{Direction, MeterMode, Transport};
 
+/// ICMP echo's declaration.
+pub(crate) const CAPS: super::Caps = super::Caps {
+    name: "icmp",
+    connection_oriented: false,
+    via_receiver: false,
+    tcp_info: false,
+    tcp_options: false,
+    shares_pacer: false,
+    needs_privilege: true,
+};
+
+/// ICMP echo's entry in the transport table: no receiver session, so
+/// nothing to connect ([`run`] opens its own sockets).
+pub(crate) const OPS: super::Ops = super::Ops {
+    caps: CAPS,
+    socket: None,
+    connect: |_, _, _, _| Err(super::not_in_session(Transport::Icmp)),
+};
+
 /// Most ICMP echo flows in one run: each has a sending and a receiving
 /// thread of its own.
 pub const MAX_ICMP_FLOWS: usize = 256;
