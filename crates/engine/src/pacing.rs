@@ -7,7 +7,7 @@
 //! [`LATE_LIMIT_NS`] ago when its turn comes is not sent and counted
 //! `not_sent`, as is a packet the kernel refused; neither is network loss.
 
-use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack};
+use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
 use crate::plan::{clip_to_budget, FlowPlan, Pacing, Phases, SessionPlan, Stop};
 use crate::rtt::RttRx;
 use crate::sys::TcpInfo;
@@ -312,7 +312,7 @@ pub(crate) fn run_flow(mut job: FlowJob, mut sock: DataSock) -> FlowSent {
     // clocked by their ACKs, not by a timer, and 60 of them raised took
     // the CPU from the receiver on the same host (their writes then
     // shrink: `bulk_write_bytes`).
-    let crowd = caps(job.plan.transport).connection_oriented && job.tcp_write < TCP_WRITE_BYTES;
+    let crowd = sock.caps().connection_oriented && job.tcp_write < TCP_WRITE_BYTES;
     if !job.plan.spec.is_max() || (job.paced == 0 && !crowd) {
         raise_priority();
     }
@@ -406,6 +406,43 @@ pub(crate) fn wait_or_stop(
         }
         crate::clock::sleep_until(now + SLICE);
     }
+}
+
+/// A flow's send loop, the part every transport shares: waits for the
+/// start and then for each due packet (a `--max` flow does not wait),
+/// gathers what is due (at most `room`, into `meta`) and hands the batch
+/// to `send` with the flow's next sequence number, which `send` advances
+/// past the packets it numbered. `send` returning an error ends the flow.
+pub(crate) fn each_batch(
+    job: &FlowJob,
+    sched: &mut Schedule,
+    acc: &mut SendRec,
+    meta: &mut [(u64, u32)],
+    room: usize,
+    mut send: impl FnMut(&[(u64, u32)], &mut SendRec, &mut u32) -> Result<(), String>,
+) -> FlowEnd {
+    let mut seq: u32 = 0;
+    wait_until(job.t0);
+    let mut pending = sched.next(mono_ns());
+    while let Some((at, _)) = pending {
+        if let Some(h) = job.halted() {
+            return Ok(Some(h));
+        }
+        let now = if sched.max {
+            mono_ns()
+        } else {
+            match wait_or_halt(job, at) {
+                Ok(t) => t,
+                Err(h) => return Ok(Some(h)),
+            }
+        };
+        let n = gather(sched, &mut pending, now, acc, meta, room, seq);
+        if n == 0 {
+            continue;
+        }
+        send(&meta[..n], acc, &mut seq)?;
+    }
+    Ok(None)
 }
 
 /// A flow's end: Ok (done or cancelled) or a hard error.

@@ -17,6 +17,9 @@ pub(crate) mod icmp;
 pub(crate) mod tcp;
 pub(crate) mod udp;
 
+#[cfg(test)]
+mod null;
+
 use crate::pacing::{FlowEnd, FlowJob, FlowSent, Schedule, SendRec};
 use crate::plan::FlowPlan;
 use crate::rtt::{Reflected, RttRx};
@@ -54,6 +57,9 @@ pub struct Caps {
 /// makes one call per flow ([`FlowTx::pace`]); the batch loop inside is
 /// the transport's.
 pub(crate) trait FlowTx: Send {
+    /// What this end's transport declares.
+    fn caps(&self) -> &'static Caps;
+
     /// Sends the flow's schedule `sched` on this end until it ends or the
     /// job halts: gathers the due packets ([`crate::pacing::gather`]),
     /// frames them, sends them as one batch, and records each in `acc`.

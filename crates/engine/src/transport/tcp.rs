@@ -6,7 +6,7 @@
 use super::{connect_err, hello_record, Caps, DataSock, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, realtime_ns, wait_until};
 use crate::net::AsRawFd;
-use crate::pacing::{gather, header, wait_or_halt, FlowEnd, FlowJob, FlowSent, Schedule, SendRec};
+use crate::pacing::{each_batch, gather, header, FlowEnd, FlowJob, FlowSent, Schedule, SendRec};
 use crate::plan::FlowPlan;
 use crate::rtt::{Reflected, RttRx};
 use crate::session::CONNECT_TIMEOUT;
@@ -75,6 +75,10 @@ impl TcpTx {
 }
 
 impl FlowTx for TcpTx {
+    fn caps(&self) -> &'static Caps {
+        &CAPS
+    }
+
     fn pace(
         &mut self,
         job: &FlowJob,
@@ -535,41 +539,23 @@ fn tcp_send(
     // written over it.
     job.plan.spec.payload.fill(&mut buf, job.plan.seed);
     let mut h = header(job);
-    let mut seq: u32 = 0;
     let mut meta = vec![(0u64, 0u32); (cap / max_len.max(1)).max(1)];
-    wait_until(job.t0);
-    let mut pending = sched.next(mono_ns());
-    while pending.is_some() {
-        if let Some(h) = job.halted() {
-            return Ok(Some(h));
-        }
-        let (at, _) = pending.unwrap_or_default();
-        let now = if sched.max {
-            mono_ns()
-        } else {
-            match wait_or_halt(job, at) {
-                Ok(t) => t,
-                Err(h) => return Ok(Some(h)),
-            }
-        };
-        // A paced flow behind its schedule writes its backlog in pieces, so
-        // a write blocked on a slow path ends soon after the run does.
-        let room = if sched.max {
-            meta.len()
-        } else {
-            meta.len()
-                .min((PACED_TCP_WRITE_BYTES / max_len.max(1)).max(1))
-        };
-        let n = gather(sched, &mut pending, now, acc, &mut meta, room, seq);
-        if n == 0 {
-            continue;
-        }
+    let max = sched.max;
+    // A paced flow behind its schedule writes its backlog in pieces, so
+    // a write blocked on a slow path ends soon after the run does.
+    let room = if max {
+        meta.len()
+    } else {
+        meta.len()
+            .min((PACED_TCP_WRITE_BYTES / max_len.max(1)).max(1))
+    };
+    let r = each_batch(job, sched, acc, &mut meta, room, |due, acc, seq| {
         let tx = realtime_ns();
         if *first_tx == 0 {
             *first_tx = tx;
         }
         let mut off = 0;
-        for (i, &(_, size)) in meta[..n].iter().enumerate() {
+        for (i, &(_, size)) in due.iter().enumerate() {
             h.len = size as u16;
             h.seq = seq.wrapping_add(i as u32);
             h.tx_ns = tx;
@@ -582,19 +568,22 @@ fn tcp_send(
         }
         let actual = mono_ns();
         if let Err(e) = out.write_all(&buf[..off]) {
-            for &(at, size) in &meta[..n] {
-                acc.record_not_sent(1, at, seq, size);
+            for &(at, size) in due {
+                acc.record_not_sent(1, at, *seq, size);
             }
             return Err(format!("TCP data connection failed: {e}"));
         }
-        for (j, &(at, size)) in meta[..n].iter().enumerate() {
+        for (j, &(at, size)) in due.iter().enumerate() {
             let sq = seq.wrapping_add(j as u32);
-            acc.record_sent(if sched.max { actual } else { at }, actual, size, sq, tx);
+            acc.record_sent(if max { actual } else { at }, actual, size, sq, tx);
         }
-        seq = seq.wrapping_add(n as u32);
+        *seq = seq.wrapping_add(due.len() as u32);
+        Ok(())
+    });
+    if matches!(r, Ok(None)) {
+        let _ = out.flush();
     }
-    let _ = out.flush();
-    Ok(None)
+    r
 }
 
 #[cfg(test)]

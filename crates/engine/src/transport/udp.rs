@@ -4,10 +4,10 @@
 //! ([`run_shared`]), so that packets of several flows leave in one call.
 
 use super::{connect_err, Caps, DataSock, FlowTx, Ident, Ops};
-use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
+use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack};
 use crate::net::{set_sndbuf, AsRawFd, RawFd, SendBatch, BATCH};
 use crate::pacing::{
-    gather, header, wait_or_halt, wait_or_stop, FlowEnd, FlowJob, FlowSent, Schedule, SendRec,
+    each_batch, gather, header, wait_or_stop, FlowEnd, FlowJob, FlowSent, Schedule, SendRec,
 };
 use crate::plan::FlowPlan;
 use crate::rtt::{Reflected, RttRx};
@@ -61,6 +61,10 @@ fn connect(
 pub(crate) struct UdpTx(pub UdpSocket);
 
 impl FlowTx for UdpTx {
+    fn caps(&self) -> &'static Caps {
+        &CAPS
+    }
+
     fn pace(
         &mut self,
         job: &FlowJob,
@@ -177,43 +181,25 @@ fn udp_send(
     let mut batch = SendBatch::new(sched.max_len as usize);
     fill_payload(&mut batch, &job.plan);
     let mut h = header(job);
-    let mut seq: u32 = 0;
     let mut meta = [(0u64, 0u32); BATCH];
-    wait_until(job.t0);
-    let mut pending = sched.next(mono_ns());
     let mut refused = 0u64;
-    while pending.is_some() {
-        if let Some(h) = job.halted() {
-            return Ok(Some(h));
-        }
-        let (at, _) = pending.unwrap_or_default();
-        let now = if sched.max {
-            mono_ns()
-        } else {
-            match wait_or_halt(job, at) {
-                Ok(t) => t,
-                Err(h) => return Ok(Some(h)),
-            }
-        };
-        let n = gather(sched, &mut pending, now, acc, &mut meta, BATCH, seq);
-        if n == 0 {
-            continue;
-        }
+    let max = sched.max;
+    each_batch(job, sched, acc, &mut meta, BATCH, |due, acc, seq| {
         let mut out = UdpOut {
             fd,
             h: &mut h,
-            seq: &mut seq,
+            seq,
             first_tx,
             refused: &mut refused,
             key: job.probe_key.as_ref(),
         };
-        out.send(&mut batch, &meta[..n], acc, sched.max);
+        out.send(&mut batch, due, acc, max);
         // Every send refused for a long stretch: the receiver's port is gone.
         if refused > 1000 && acc.packets() == 0 {
             return Err("receiver refuses the data port".into());
         }
-    }
-    Ok(None)
+        Ok(())
+    })
 }
 
 /// Where a flow on a shared pacer sends from.
