@@ -1,4 +1,4 @@
-//! The receiver's resource budgets (docs/security.md, issue #9 item 5):
+//! The receiver's resource budgets (docs/security.md):
 //! sockets, socket-buffer bytes and threads, per session and in total over
 //! the sessions running at once.
 //!
@@ -27,8 +27,11 @@ pub const MIN_DEFAULT_BUF: u64 = 64 << 10;
 /// budget of them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Resources {
+    /// Sockets (UDP sockets, TCP listeners and connections).
     pub sockets: u64,
+    /// Socket buffer bytes asked of the kernel.
     pub buffer_bytes: u64,
+    /// Threads.
     pub threads: u64,
 }
 
@@ -138,18 +141,29 @@ pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resource
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OverBudget {
     #[error("over the receiver's budget: this session needs {need} {what}, at most {limit} per session (recv {flag})")]
+    /// More than one session may hold.
     Session {
+        /// Which resource.
         what: &'static str,
+        /// What the session needs.
         need: u64,
+        /// The per-session budget.
         limit: u64,
+        /// The `recv` flag that sets it.
         flag: &'static str,
     },
     #[error("receiver busy: this session needs {need} {what}, and the sessions running hold {used} of the {limit} in all (recv {flag}); try again later")]
+    /// More than the sessions running leave free.
     Total {
+        /// Which resource.
         what: &'static str,
+        /// What the session needs.
         need: u64,
+        /// What the running sessions hold.
         used: u64,
+        /// The total budget.
         limit: u64,
+        /// The `recv` flag that sets it.
         flag: &'static str,
     },
 }
@@ -169,6 +183,7 @@ pub struct Grant {
 }
 
 impl Ledger {
+    /// An empty ledger under `budgets`.
     pub fn new(budgets: Budgets) -> Arc<Ledger> {
         Arc::new(Ledger {
             budgets,
@@ -176,6 +191,7 @@ impl Ledger {
         })
     }
 
+    /// The budgets it applies.
     pub fn budgets(&self) -> &Budgets {
         &self.budgets
     }

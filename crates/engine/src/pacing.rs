@@ -470,8 +470,9 @@ pub(crate) fn header(job: &FlowJob) -> ProbeHeader {
 
 /// Hopelessly late packets skipped per [`gather`] call at most, so that a
 /// schedule far beyond what the host can send still returns to the loop
-/// (and its Ctrl-C check) every few microseconds: `-C 1e12` once skipped
-/// for 40 s on a 3 s run, deaf to SIGINT.
+/// (and its Ctrl-C check) every few microseconds: skipping a schedule of
+/// `-C 1e12` in one go takes far longer than the run and ignores SIGINT
+/// meanwhile.
 const SKIP_CHUNK: u64 = 4096;
 
 /// Gathers into `meta` every packet due at `now` (at least the pending
@@ -491,8 +492,8 @@ pub(crate) fn gather(
     let mut skipped = 0;
     // A timed flow ends on time: once its end (and the grace for a late
     // wake-up) has passed, what is still due could not leave in time and is
-    // not sent (a saturated 2 s TCP run once sent its 1 s backlog and
-    // lasted 3.0 s).
+    // not sent (else a saturated run sends its backlog after its end and
+    // lasts longer than asked).
     let over = !sched.max
         && sched
             .end_at
@@ -527,6 +528,8 @@ pub(crate) struct Launch {
     pub probe_key: Option<ProbeKey>,
     /// The shared pacers' sockets ([`pacer_sockets`]), pacer by pacer.
     pub pacer_socks: Vec<UdpSocket>,
+    /// Set when the program cancels the run: flows stop generating.
+    pub cancel: Option<&'static AtomicBool>,
 }
 
 /// The sockets the shared pacers of `plan` send from, bound before
@@ -606,6 +609,7 @@ pub(crate) fn run_flows(
         abort,
         probe_key,
         pacer_socks,
+        cancel,
     } = launch;
     // Spin before deadlines only while every paced flow can have a core.
     let forward = |f: &FlowPlan| f.direction == wirebench_wire::Direction::Forward;
@@ -674,7 +678,7 @@ pub(crate) fn run_flows(
             t0: t0 + start_phase_ns(plan, i),
             cfg,
             abort: abort.clone(),
-            cancel: plan.cancel,
+            cancel,
             spin_ns,
             paced,
             tcp_write,

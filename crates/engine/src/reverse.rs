@@ -89,7 +89,7 @@ fn parse_model(s: &FlowSetup, v: &serde_json::Value) -> Result<FlowPlan, String>
         meter: None,
     };
     SessionPlan::new("", vec![plan.clone()])
-        .validate()
+        .check()
         .map_err(|e| e.to_string())?;
     if plan.spec.max_payload() > s.max_len.max(PROBE_HEADER_LEN as u32) {
         return Err(format!(

@@ -23,16 +23,22 @@ mod imp {
     use super::*;
     use std::os::fd::AsRawFd;
 
+    /// Message too long (a datagram above the path MTU with DF set).
     pub const EMSGSIZE: i32 = libc::EMSGSIZE;
+    /// Connection refused (an ICMP port unreachable came back).
     pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
+    /// No route to host.
     pub const EHOSTUNREACH: i32 = libc::EHOSTUNREACH;
+    /// Network unreachable.
     pub const ENETUNREACH: i32 = libc::ENETUNREACH;
 
+    /// True when the effective user is root.
     pub fn euid_is_root() -> bool {
         // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() == 0 }
     }
 
+    /// True when `p` is a file someone may execute.
     pub fn is_executable(p: &std::path::Path) -> bool {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(p)
@@ -49,6 +55,7 @@ mod imp {
         Ok(())
     }
 
+    /// Takes an exclusive `flock` on `f`, waiting for it.
     pub fn lock_exclusive(f: &File) -> std::io::Result<()> {
         // SAFETY: flock on an fd we own.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
@@ -57,6 +64,7 @@ mod imp {
         Ok(())
     }
 
+    /// Releases the `flock` on `f`.
     pub fn unlock(f: &File) {
         // SAFETY: unlocking our own fd.
         unsafe {
@@ -64,6 +72,7 @@ mod imp {
         }
     }
 
+    /// Sends SIGKILL to `pid`.
     pub fn kill_hard(pid: i32) {
         // SAFETY: kill(2) has no memory preconditions.
         unsafe {

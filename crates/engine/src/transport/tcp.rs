@@ -121,9 +121,9 @@ impl FlowTx for TcpTx {
     }
 }
 
-/// Bytes of records per TCP write (see `tcp_send`). Measured on loopback
-/// (bench/compare.sh, medians of 3): 256 KiB gave 21.0 Gbit/s with 512 B
-/// records and 22.2 with 64 000 B; 1 MiB gives 27.7 and 40.3.
+/// Bytes of records per TCP write (see `tcp_send`): larger writes cost
+/// fewer syscalls per byte; docs/performance.md has the loopback figures
+/// for this size and smaller ones.
 pub(crate) const TCP_WRITE_BYTES: usize = 1 << 20;
 
 /// Bytes of records per write of each of `flows` `--max` TCP flows on
@@ -193,8 +193,8 @@ impl BulkBatch {
 /// them until the run's time is up, and stops then, on the session's
 /// clock, whatever the path's speed. Each write may block at most
 /// [`BULK_WRITE_SLICE_NS`] (less at the end): a write of the whole
-/// buffer blocked on a path shared by 60 flows once held a flow for
-/// 0.5 s past its end, or recorded every record of a run at its start.
+/// buffer, blocked on a path shared by many flows, would hold the flow
+/// past its end or record a run's records all at its start.
 /// A record counts as sent when its last byte is accepted, at that time;
 /// records not yet begun carry the time of the write that begins them
 /// (a partial write leaves the rest for the next one, which restamps
@@ -529,9 +529,9 @@ fn tcp_send(
 ) -> FlowEnd {
     let mut out = s;
     // One write carries as many whole records as fit in TCP_WRITE_BYTES,
-    // whatever their size: with a 64-record cap, 512 B records went out
-    // 32 KiB per write and goodput was 0.85x iperf3's (128 KiB writes);
-    // see docs/performance.md. Both buffers are allocated once per flow.
+    // whatever their size: a cap on records would make small records go
+    // out in small writes (docs/performance.md). Both buffers are
+    // allocated once per flow.
     let max_len = sched.max_len as usize;
     let cap = TCP_WRITE_BYTES.max(max_len);
     let mut buf = vec![0u8; cap];
