@@ -110,16 +110,18 @@ pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resource
     };
     let mut udp = 0u64;
     for s in setups {
-        let (sockets, usual, threads) = match (&s.reverse, s.transport) {
-            (Some(_), wirebench_wire::Transport::Udp) => (1, REVERSE_SNDBUF, 1),
-            (Some(_), wirebench_wire::Transport::Tcp) => (2, REVERSE_SNDBUF, 1),
-            (None, wirebench_wire::Transport::Udp) => {
-                udp += 1;
-                (1, UDP_RCVBUF, 0)
-            }
-            (None, wirebench_wire::Transport::Tcp) => (2, TCP_RCVBUF, 1),
+        let c = crate::transport::caps(s.transport);
+        let (sockets, usual, threads) = if !c.via_receiver {
             // Refused with the Hello (limits::FlowSetup::check): no receiver part.
-            (_, wirebench_wire::Transport::Icmp) => (0, 0, 0),
+            (0, 0, 0)
+        } else if s.reverse.is_some() {
+            (c.rx_sockets, REVERSE_SNDBUF, 1)
+        } else if c.connection_oriented {
+            (c.rx_sockets, TCP_RCVBUF, 1)
+        } else {
+            // Datagram flows share the receive workers.
+            udp += 1;
+            (c.rx_sockets, UDP_RCVBUF, 0)
         };
         let buf = match (&s.reverse, s.rcvbuf) {
             // A reverse flow's send buffer is fixed.

@@ -13,7 +13,7 @@ use crate::rtt::RttRx;
 use crate::sys::TcpInfo;
 use crate::transport::tcp::{bulk_write_bytes, run_bulk_shared, TCP_WRITE_BYTES};
 use crate::transport::udp::run_shared;
-use crate::transport::{caps, DataSock};
+use crate::transport::{caps, DataSock, FlowRun};
 use crate::EngineError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -330,7 +330,12 @@ pub(crate) fn run_flow(mut job: FlowJob, mut sock: DataSock) -> FlowSent {
         None
     };
     let mut first_tx = 0;
-    let r = sock.pace(&job, &mut sched, &mut acc, &mut first_tx);
+    let r = sock.pace(FlowRun {
+        job: &job,
+        sched: &mut sched,
+        acc: &mut acc,
+        first_tx: &mut first_tx,
+    });
     let mut sent = FlowSent::ran(first_tx, acc.summary(&sched), reflector, r);
     sock.ended(&job, &mut sent);
     sent

@@ -354,13 +354,15 @@ impl SessionPlan {
             if let Some(dev) = &f.opts.bind_dev {
                 crate::sockopt::check_dev(dev)?;
             }
-            if f.transport == Transport::Icmp && f.opts.data_port.is_some() {
+            let caps = crate::transport::caps(f.transport);
+            if !caps.via_receiver && f.opts.data_port.is_some() {
                 return Err(EngineError::BadPlan(format!(
-                    "-rp/--data-port: flow {} is ICMP echo; it has no receiver data port",
-                    i + 1
+                    "-rp/--data-port: flow {} is {}; it has no receiver data port",
+                    i + 1,
+                    f.transport.as_str().to_uppercase()
                 )));
             }
-            if f.transport != Transport::Tcp {
+            if !caps.tcp_options {
                 if let Some(opt) = f.opts.tcp_only() {
                     return Err(EngineError::BadPlan(format!(
                         "{opt}: flow {} is {}; the option applies to TCP flows (-T tcp)",

@@ -126,9 +126,13 @@ mod imp {
 
     // Never equal to an OS error: the probes that compare with them only
     // run inside a test-bed, which these systems cannot build.
+    /// Stands for EMSGSIZE (message too long).
     pub const EMSGSIZE: i32 = i32::MIN;
+    /// Stands for ECONNREFUSED.
     pub const ECONNREFUSED: i32 = i32::MIN + 1;
+    /// Stands for EHOSTUNREACH.
     pub const EHOSTUNREACH: i32 = i32::MIN + 2;
+    /// Stands for ENETUNREACH.
     pub const ENETUNREACH: i32 = i32::MIN + 3;
 
     fn unsupported() -> std::io::Error {
@@ -138,26 +142,33 @@ mod imp {
         )
     }
 
+    /// Always false: no test-bed privileges here.
     pub fn euid_is_root() -> bool {
         false
     }
 
+    /// True when `p` is a file.
     pub fn is_executable(p: &std::path::Path) -> bool {
         p.is_file()
     }
 
+    /// Unsupported here.
     pub fn enter_netns(_ns: &File) -> std::io::Result<()> {
         Err(unsupported())
     }
 
+    /// Unsupported here.
     pub fn lock_exclusive(_f: &File) -> std::io::Result<()> {
         Err(unsupported())
     }
 
+    /// Does nothing here.
     pub fn unlock(_f: &File) {}
 
+    /// Does nothing here.
     pub fn kill_hard(_pid: i32) {}
 
+    /// Unsupported here.
     pub fn set_dont_fragment(_s: &UdpSocket, _v6: bool) -> std::io::Result<()> {
         Err(unsupported())
     }

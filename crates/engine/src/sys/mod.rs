@@ -53,15 +53,18 @@ mod unknown {
         0
     }
 
+    /// None: TCP_INFO is not read on this system.
     pub fn tcp_info(_sock: &impl AsRawFd) -> Option<TcpInfo> {
         None
     }
 
+    /// None: the path MTU is not read on this system.
     pub fn path_mtu(_sock: &impl AsRawFd, _v6: bool) -> Option<u32> {
         None
     }
 
     #[cfg(unix)]
+    /// None: the interface MTU is not read on this system.
     pub fn interface_mtu() -> Option<u32> {
         None
     }

@@ -26,6 +26,8 @@ pub(crate) const CAPS: super::Caps = super::Caps {
     tcp_info: false,
     tcp_options: false,
     shares_pacer: false,
+    rx_sockets: 0,
+    kernel_udp_drops: false,
     needs_privilege: true,
 };
 

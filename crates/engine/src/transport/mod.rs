@@ -1,6 +1,6 @@
-//! The transport interface: what the pacer, the session and reverse flows
-//! ask of a transport, so that UDP, TCP and ICMP echo each live in one
-//! module behind it instead of a `match` in every loop.
+//! The transport interface: what the sending side (the pacer, the session,
+//! the receiver's end of reverse flows) asks of a transport, so that UDP,
+//! TCP and ICMP echo each live in one module behind it, not in every loop.
 //!
 //! A transport declares itself ([`Caps`], looked up once per flow with
 //! [`caps`]), opens a flow's sending end ([`bind_data`], then
@@ -9,9 +9,8 @@
 //! the per-packet loop is the transport's own, statically dispatched, so
 //! the interface costs nothing per packet.
 //!
-//! Adding a transport: a module here (its `Caps` and a `FlowTx`), and its
-//! arm in [`caps`] and [`BoundData::connect`]; docs/engine.md lists the
-//! files.
+//! Adding a transport: a module here (its [`Ops`] entry and a `FlowTx`),
+//! and its `mod` line and arm in [`ops`]; docs/engine.md lists the files.
 
 pub(crate) mod icmp;
 pub(crate) mod tcp;
@@ -51,6 +50,12 @@ pub struct Caps {
     /// Opening a socket may need privileges (root, CAP_NET_RAW or
     /// `net.ipv4.ping_group_range`).
     pub needs_privilege: bool,
+    /// Sockets a flow holds on the receiver (its receive budget).
+    pub rx_sockets: u64,
+    /// The kernel's UDP buffer drop counters (sender `SndbufErrors`,
+    /// receiver `RcvbufErrors`) count this transport's packets, so a
+    /// flow's losses are split between the hosts and the network.
+    pub kernel_udp_drops: bool,
 }
 
 /// A flow's connected sending end, as the pacer drives it. The pacer
@@ -60,17 +65,10 @@ pub(crate) trait FlowTx: Send {
     /// What this end's transport declares.
     fn caps(&self) -> &'static Caps;
 
-    /// Sends the flow's schedule `sched` on this end until it ends or the
-    /// job halts: gathers the due packets ([`crate::pacing::gather`]),
-    /// frames them, sends them as one batch, and records each in `acc`.
-    /// `first_tx` gets the CLOCK_REALTIME of the first packet sent.
-    fn pace(
-        &mut self,
-        job: &FlowJob,
-        sched: &mut Schedule,
-        acc: &mut SendRec,
-        first_tx: &mut u64,
-    ) -> FlowEnd;
+    /// Sends the flow's schedule on this end until it ends or the job
+    /// halts: gathers the due packets ([`crate::pacing::each_batch`]),
+    /// frames them, sends them as one batch, and records each.
+    fn pace(&mut self, run: FlowRun<'_>) -> FlowEnd;
 
     /// The round-trip meter's reader of reflected probes, on a clone of
     /// this end.
@@ -92,6 +90,18 @@ pub(crate) trait FlowTx: Send {
     fn tcp_stream(&self) -> Option<&TcpStream> {
         None
     }
+}
+
+/// What [`FlowTx::pace`] works on: the flow, its schedule, its accounting.
+pub(crate) struct FlowRun<'a> {
+    /// The flow and its session.
+    pub job: &'a FlowJob,
+    /// Its departures.
+    pub sched: &'a mut Schedule,
+    /// Where each sent and not-sent packet is recorded.
+    pub acc: &'a mut SendRec,
+    /// Gets the CLOCK_REALTIME of the first packet sent.
+    pub first_tx: &'a mut u64,
 }
 
 /// A flow's sending end, whatever its transport.

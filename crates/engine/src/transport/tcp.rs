@@ -3,7 +3,7 @@
 //! fast as the socket takes them ([`tcp_bulk`]), or, more flows than CPUs,
 //! share one writer thread per CPU ([`run_bulk_shared`]).
 
-use super::{connect_err, hello_record, Caps, DataSock, FlowTx, Ident, Ops};
+use super::{connect_err, hello_record, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, realtime_ns, wait_until};
 use crate::net::AsRawFd;
 use crate::pacing::{each_batch, gather, header, FlowEnd, FlowJob, FlowSent, Schedule, SendRec};
@@ -27,6 +27,8 @@ pub(crate) const CAPS: Caps = Caps {
     tcp_info: true,
     tcp_options: true,
     shares_pacer: false,
+    rx_sockets: 2,
+    kernel_udp_drops: false,
     needs_privilege: false,
 };
 
@@ -79,20 +81,14 @@ impl FlowTx for TcpTx {
         &CAPS
     }
 
-    fn pace(
-        &mut self,
-        job: &FlowJob,
-        sched: &mut Schedule,
-        acc: &mut SendRec,
-        first_tx: &mut u64,
-    ) -> FlowEnd {
-        if sched.max {
+    fn pace(&mut self, r: FlowRun<'_>) -> FlowEnd {
+        if r.sched.max {
             let mut ran = (0, 0);
-            let r = tcp_bulk(job, &self.s, sched, acc, first_tx, &mut ran);
+            let end = tcp_bulk(r.job, &self.s, r.sched, r.acc, r.first_tx, &mut ran);
             self.ran = Some(ran);
-            r
+            end
         } else {
-            tcp_send(job, &self.s, sched, acc, first_tx)
+            tcp_send(r.job, &self.s, r.sched, r.acc, r.first_tx)
         }
     }
 

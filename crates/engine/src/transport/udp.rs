@@ -3,7 +3,7 @@
 //! instead share a pacer thread and its unconnected socket
 //! ([`run_shared`]), so that packets of several flows leave in one call.
 
-use super::{connect_err, Caps, DataSock, FlowTx, Ident, Ops};
+use super::{connect_err, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack};
 use crate::net::{set_sndbuf, AsRawFd, RawFd, SendBatch, BATCH};
 use crate::pacing::{
@@ -30,6 +30,8 @@ pub(crate) const CAPS: Caps = Caps {
     tcp_info: false,
     tcp_options: false,
     shares_pacer: true,
+    rx_sockets: 1,
+    kernel_udp_drops: true,
     needs_privilege: false,
 };
 
@@ -65,14 +67,8 @@ impl FlowTx for UdpTx {
         &CAPS
     }
 
-    fn pace(
-        &mut self,
-        job: &FlowJob,
-        sched: &mut Schedule,
-        acc: &mut SendRec,
-        first_tx: &mut u64,
-    ) -> FlowEnd {
-        udp_send(job, &self.0, sched, acc, first_tx)
+    fn pace(&mut self, r: FlowRun<'_>) -> FlowEnd {
+        udp_send(r.job, &self.0, r.sched, r.acc, r.first_tx)
     }
 
     fn reflector(&self, r: &Reflected) -> std::io::Result<RttRx> {

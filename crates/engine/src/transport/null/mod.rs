@@ -3,9 +3,9 @@
 //! [`Caps`] and a [`FlowTx`]) and that the pacer runs a flow over one
 //! without knowing which; its registration is one line in `transport/mod.rs`.
 
-use super::{Caps, DataSock, FlowTx};
+use super::{Caps, DataSock, FlowRun, FlowTx};
 use crate::net::BATCH;
-use crate::pacing::{each_batch, header, FlowEnd, FlowJob, Schedule, SendRec};
+use crate::pacing::{each_batch, header, FlowEnd};
 use crate::rtt::{Reflected, RttRx};
 use std::net::{TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +20,8 @@ pub(crate) const CAPS: Caps = Caps {
     tcp_info: false,
     tcp_options: false,
     shares_pacer: false,
+    rx_sockets: 0,
+    kernel_udp_drops: false,
     needs_privilege: false,
 };
 
@@ -56,13 +58,13 @@ impl FlowTx for NullTx {
         &CAPS
     }
 
-    fn pace(
-        &mut self,
-        job: &FlowJob,
-        sched: &mut Schedule,
-        acc: &mut SendRec,
-        first_tx: &mut u64,
-    ) -> FlowEnd {
+    fn pace(&mut self, r: FlowRun<'_>) -> FlowEnd {
+        let FlowRun {
+            job,
+            sched,
+            acc,
+            first_tx,
+        } = r;
         let mut h = header(job);
         let mut meta = [(0u64, 0u32); BATCH];
         let max = sched.max;
