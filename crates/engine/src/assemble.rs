@@ -11,7 +11,7 @@ use crate::sys;
 use std::net::{IpAddr, SocketAddr};
 use wirebench_model::voip::JitterBuffer;
 use wirebench_stats::{IpVersion, Throughput};
-use wirebench_wire::{Direction, Transport};
+use wirebench_wire::Direction;
 
 use wirebench_schema::result::*;
 
@@ -83,7 +83,9 @@ pub(crate) fn assemble_doc(mut p: DocInputs) -> ResultDoc {
         // receiver's buffers, the rest is the network's.
         let share = |drops: u64, cap: u64| {
             // A reverse flow's hosts swap roles; its losses stay unsplit.
-            if total_lost > 0 && f.transport == Transport::Udp && f.direction == Direction::Forward
+            if total_lost > 0
+                && crate::transport::caps(f.transport).kernel_udp_drops
+                && f.direction == Direction::Forward
             {
                 (((drops.min(total_lost) as f64) * lost as f64 / total_lost as f64).round() as u64)
                     .min(cap)

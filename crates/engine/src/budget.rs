@@ -1,4 +1,4 @@
-//! The receiver's resource budgets (docs/security.md, issue #9 item 5):
+//! The receiver's resource budgets (docs/security.md):
 //! sockets, socket-buffer bytes and threads, per session and in total over
 //! the sessions running at once.
 //!
@@ -41,8 +41,11 @@ pub const MIN_DEFAULT_BUF: u64 = 64 << 10;
 /// budget of them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Resources {
+    /// Sockets (UDP sockets, TCP listeners and connections).
     pub sockets: u64,
+    /// Socket buffer bytes asked of the kernel.
     pub buffer_bytes: u64,
+    /// Threads.
     pub threads: u64,
 }
 
@@ -121,16 +124,18 @@ pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resource
     };
     let mut udp = 0u64;
     for s in setups {
-        let (sockets, usual, threads) = match (&s.reverse, s.transport) {
-            (Some(_), wirebench_wire::Transport::Udp) => (1, REVERSE_SNDBUF, 1),
-            (Some(_), wirebench_wire::Transport::Tcp) => (2, REVERSE_SNDBUF, 1),
-            (None, wirebench_wire::Transport::Udp) => {
-                udp += 1;
-                (1, UDP_RCVBUF, 0)
-            }
-            (None, wirebench_wire::Transport::Tcp) => (2, TCP_RCVBUF, 1),
+        let c = crate::transport::caps(s.transport);
+        let (sockets, usual, threads) = if !c.via_receiver {
             // Refused with the Hello (limits::FlowSetup::check): no receiver part.
-            (_, wirebench_wire::Transport::Icmp) => (0, 0, 0),
+            (0, 0, 0)
+        } else if s.reverse.is_some() {
+            (c.rx_sockets, REVERSE_SNDBUF, 1)
+        } else if c.connection_oriented {
+            (c.rx_sockets, TCP_RCVBUF, 1)
+        } else {
+            // Datagram flows share the receive workers.
+            udp += 1;
+            (c.rx_sockets, UDP_RCVBUF, 0)
         };
         let buf = match (&s.reverse, s.rcvbuf) {
             // A reverse flow's send buffer is fixed.
@@ -152,26 +157,43 @@ pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resource
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OverBudget {
     #[error("over the receiver's budget: this session needs {need} {what}, at most {limit} per session (recv {flag})")]
+    /// More than one session may hold.
     Session {
+        /// Which resource.
         what: &'static str,
+        /// What the session needs.
         need: u64,
+        /// The per-session budget.
         limit: u64,
+        /// The `recv` flag that sets it.
         flag: &'static str,
     },
     #[error("receiver busy: this session needs {need} {what}, and the sessions running hold {used} of the {limit} in all (recv {flag}); try again later")]
+    /// More than the sessions running leave free.
     Total {
+        /// Which resource.
         what: &'static str,
+        /// What the session needs.
         need: u64,
+        /// What the running sessions hold.
         used: u64,
+        /// The total budget.
         limit: u64,
+        /// The `recv` flag that sets it.
         flag: &'static str,
     },
     #[error("over this sender's share of the receiver: this session needs {need} more {what}, its sessions hold {used} of the {limit} one sender may hold (recv --peer-share {pct} %); end one of them or try again later")]
+    /// The sender's sessions together would pass its share of a total.
     Peer {
+        /// The resource.
         what: &'static str,
+        /// What this session adds.
         need: u64,
+        /// What the sender's running sessions hold.
         used: u64,
+        /// The share one sender may hold.
         limit: u64,
+        /// The share, per cent of the total (`recv --peer-share`).
         pct: u64,
     },
 }
@@ -208,6 +230,7 @@ pub struct Grant {
 }
 
 impl Ledger {
+    /// An empty ledger under `budgets`.
     pub fn new(budgets: Budgets) -> Arc<Ledger> {
         Ledger::with_peer_share(budgets, PEER_SHARE_PCT)
     }
@@ -222,6 +245,7 @@ impl Ledger {
         })
     }
 
+    /// The budgets it applies.
     pub fn budgets(&self) -> &Budgets {
         &self.budgets
     }

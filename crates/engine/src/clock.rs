@@ -92,6 +92,8 @@ mod imp {
     /// so the spin window is wider there.
     #[cfg(windows)]
     pub const SPIN_NS: u64 = 2_000_000;
+    /// Below this distance from a deadline the pacer spins instead of
+    /// sleeping.
     #[cfg(not(windows))]
     pub const SPIN_NS: u64 = 200_000;
 

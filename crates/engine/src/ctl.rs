@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use wirebench_wire::control::{MAX_CONTROL_LINE, REPORT_PREFIX};
 use wirebench_wire::ControlMsg;
 
+/// One control connection: JSON lines, each at most a set length, read
+/// with deadlines.
 pub struct Ctl {
     stream: TcpStream,
     buf: Vec<u8>,
@@ -24,7 +26,7 @@ pub struct Ctl {
 pub const REPORT_LINE_LIMIT: usize = 64 << 20;
 
 /// Longest error text from the peer that is passed on: a hostile receiver
-/// once sent 3 MB to be printed verbatim.
+/// must not have megabytes printed verbatim.
 pub const MAX_REMOTE_ERROR: usize = 512;
 
 /// The peer's error text made safe to print: at most [`MAX_REMOTE_ERROR`]
@@ -128,6 +130,7 @@ impl Read for LineRead<'_> {
 
 /// What a read with a deadline produced.
 pub enum Recv {
+    /// A whole message.
     Msg(ControlMsg),
     /// Nothing complete arrived before the deadline.
     Timeout,
@@ -136,6 +139,7 @@ pub enum Recv {
 }
 
 impl Ctl {
+    /// A control connection on `stream`.
     pub fn new(stream: TcpStream) -> Self {
         let _ = stream.set_nodelay(true);
         Ctl {
@@ -151,6 +155,7 @@ impl Ctl {
         self.limit = limit;
     }
 
+    /// The connection's socket.
     pub fn stream(&self) -> &TcpStream {
         &self.stream
     }

@@ -4,16 +4,17 @@
 //! answer to the challenge, not yet in) and becomes a *session* only once
 //! it is a valid (authenticated) one. The two have separate pools, both
 //! capped in total and per peer address, so that idle or unauthenticated
-//! connections cannot take the slots real sessions need: 64 kept-alive
-//! Hellos, or 200 idle connections from one address, once locked every
-//! other sender out. `--allow` is checked before any of this.
+//! connections cannot take the slots real sessions need (a few dozen
+//! kept-alive Hellos, or idle connections from one address, would
+//! otherwise lock every other sender out). `--allow` is checked before any
+//! of this.
 //!
 //! A peer is an IPv4 address or an IPv6 /64 (one host usually holds a
 //! whole /64, so counting its addresses one by one would give it 2^64
 //! shares). When every pending slot is taken, a newcomer whose peer holds
 //! fewer of them than the peer holding the most takes that peer's oldest
-//! (its connection is shut down): 64 slow connections from 8 addresses
-//! once locked every sender out for as long as they kept reconnecting.
+//! (its connection is shut down), so slow connections from a few
+//! addresses cannot lock every sender out by reconnecting.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, Shutdown, TcpStream};
@@ -36,9 +37,13 @@ pub const SESSIONS_PER_PEER: usize = 16;
 /// The limits a [`Gate`] applies.
 #[derive(Debug, Clone)]
 pub struct GateLimits {
+    /// Sessions running at once, in all.
     pub max_sessions: usize,
+    /// Sessions running at once from one address.
     pub sessions_per_peer: usize,
+    /// Connections in their handshake at once, in all.
     pub max_pending: usize,
+    /// Connections in their handshake at once from one address.
     pub pending_per_peer: usize,
     /// Only these blocks may connect (empty: everyone).
     pub allow: Vec<Cidr>,
@@ -48,14 +53,19 @@ pub struct GateLimits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error("address not allowed")]
+    /// The peer's address is outside `--allow`.
     NotAllowed,
     #[error("receiver busy: {0} connections are in their handshake")]
+    /// Too many connections in their handshake (the limit).
     Pending(usize),
     #[error("receiver busy: {0} connections from your address are in their handshake")]
+    /// Too many handshakes from this address (its limit).
     PeerPending(usize),
     #[error("receiver busy: {0} sessions running")]
+    /// Too many sessions running (the limit).
     Busy(usize),
     #[error("receiver busy: your address already runs {0} sessions (its limit)")]
+    /// Too many sessions from this address (its limit).
     PeerBusy(usize),
 }
 
@@ -155,6 +165,8 @@ impl Counts {
     }
 }
 
+/// The receiver's connection slots: who may connect, and how many
+/// handshakes and sessions run at once, in all and per address.
 pub struct Gate {
     limits: GateLimits,
     counts: Mutex<Counts>,
@@ -171,6 +183,7 @@ pub struct Slot {
 }
 
 impl Gate {
+    /// A gate applying `limits`.
     pub fn new(limits: GateLimits) -> Arc<Gate> {
         Arc::new(Gate {
             limits,

@@ -11,13 +11,14 @@
 //! `wirebench_schema::result`).
 //! Protocol and design notes: `docs/engine.md`.
 
+#![warn(missing_docs)]
+
 mod assemble;
 mod auth;
 pub mod budget;
 pub mod clock;
 pub mod ctl;
 pub mod gate;
-mod icmp;
 pub mod live;
 pub mod multi;
 mod net;
@@ -31,14 +32,15 @@ pub mod send;
 mod session;
 mod sockopt;
 pub mod sys;
+pub mod transport;
 #[cfg(target_os = "linux")]
 pub mod xdp;
 
 pub use assemble::rfc3339;
 pub use multi::run_many;
-pub use plan::{FlowPlan, SessionPlan, Stop};
+pub use plan::{CheckedPlan, FlowPlan, Hooks, SessionPlan, Stop};
 pub use recv::{Daemon, DaemonConfig, DaemonStats};
-pub use send::run;
+pub use send::{run, run_checked};
 pub use wirebench_schema::result::ResultDoc;
 pub use wirebench_wire::auth::{Cidr, Key};
 
@@ -51,6 +53,7 @@ use thiserror::Error;
 /// Default control port (TCP).
 pub const DEFAULT_PORT: u16 = 5400;
 
+/// What can go wrong in a run or in the receiver daemon.
 #[derive(Debug, Error)]
 pub enum EngineError {
     /// The plan asks for something impossible (the CLI maps this to exit 2).
@@ -62,32 +65,49 @@ pub enum EngineError {
     /// Binding failed, e.g. the port is in use.
     #[error("cannot bind {addr}: {source}")]
     Bind {
+        /// The address.
         addr: String,
+        /// The system's error.
         source: std::io::Error,
     },
+    /// A connection to the receiver failed.
     #[error("cannot connect to {addr}: {source}")]
     Connect {
+        /// The address.
         addr: String,
+        /// The system's error.
         source: std::io::Error,
     },
+    /// A system call failed.
     #[error("{what}: {source}")]
     Io {
+        /// What was being done.
         what: String,
+        /// The system's error.
         source: std::io::Error,
     },
+    /// The peer broke the control protocol.
     #[error("control protocol: {0}")]
     Protocol(String),
+    /// The receiver refused the session, saying why.
     #[error("receiver refused: {0}")]
     Remote(String),
+    /// The peer went away mid-session.
     #[error("peer gone: {0}")]
     PeerGone(String),
     /// The run failed part-way; the document holds what was measured, with
     /// `partial: true`.
     #[error("measurement incomplete: {reason}")]
-    Partial { reason: String, doc: Box<ResultDoc> },
+    Partial {
+        /// Why the run is incomplete.
+        reason: String,
+        /// What was measured.
+        doc: Box<ResultDoc>,
+    },
 }
 
 impl EngineError {
+    /// An [`EngineError::Io`] while doing `what`.
     pub fn io(what: &str, source: std::io::Error) -> Self {
         EngineError::Io {
             what: what.to_string(),

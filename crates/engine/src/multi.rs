@@ -6,7 +6,7 @@
 //! ([`run_many`]). A session that cannot open stops the others before they
 //! start; a Ctrl-C (the plans share one cancel flag) stops them all.
 
-use crate::plan::SessionPlan;
+use crate::plan::{CheckedPlan, Hooks};
 use crate::EngineError;
 use std::sync::{Arc, Condvar, Mutex};
 use wirebench_schema::result::{ResultDoc, SessionPart};
@@ -22,6 +22,7 @@ pub struct Together {
 }
 
 impl Together {
+    /// A start line for `n` sessions.
     pub fn new(n: usize) -> Arc<Together> {
         Arc::new(Together {
             n,
@@ -85,21 +86,27 @@ impl Drop for Arrival {
 /// merges their documents: flows renumbered 1.. in plan order, totals over
 /// all, `sessions` naming each receiver's flows, clock and counters. Any
 /// part partial: the whole is, and the error is [`EngineError::Partial`].
-pub fn run_many(plans: Vec<SessionPlan>) -> Result<ResultDoc, EngineError> {
+/// `hooks.live` streams the intervals of a lone receiver only; with
+/// several, the series are in the document.
+pub fn run_many(plans: Vec<CheckedPlan>, hooks: Hooks) -> Result<ResultDoc, EngineError> {
     if plans.len() == 1 {
         if let Some(p) = plans.into_iter().next() {
-            return crate::send::run(p);
+            return crate::send::run_checked(p, hooks);
         }
         return Err(EngineError::BadPlan("no receiver".into()));
     }
     let together = Together::new(plans.len());
     let mut handles = Vec::new();
-    for (k, mut p) in plans.into_iter().enumerate() {
-        p.together = Some(together.clone());
+    for (k, p) in plans.into_iter().enumerate() {
+        let hooks = Hooks {
+            cancel: hooks.cancel,
+            live: None,
+            together: Some(together.clone()),
+        };
         let dest = p.dest.clone();
         let h = std::thread::Builder::new()
             .name(format!("wb-session-{k}"))
-            .spawn(move || crate::send::run(p));
+            .spawn(move || crate::send::run_checked(p, hooks));
         match h {
             Ok(h) => handles.push((dest, h)),
             Err(e) => {

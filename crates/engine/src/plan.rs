@@ -27,16 +27,24 @@ pub enum Stop {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Family {
     #[default]
+    /// Whatever the name resolves to first.
     Any,
+    /// IPv4 only (`-4`).
     V4,
+    /// IPv6 only (`-6`).
     V6,
 }
 
 #[derive(Debug, Clone)]
+/// One flow of a session.
 pub struct FlowPlan {
+    /// Its traffic model: departures, sizes, payload.
     pub spec: FlowSpec,
+    /// UDP, TCP or ICMP echo (`-T`).
     pub transport: Transport,
+    /// When it stops generating.
     pub stop: Stop,
+    /// Seed of the model's draws.
     pub seed: u64,
     /// Socket options of this flow (marking); the default changes nothing.
     pub opts: SockOpts,
@@ -76,13 +84,18 @@ impl FlowPlan {
 }
 
 #[derive(Debug, Clone)]
+/// What one session with one receiver is asked to do: plain data, checked
+/// once by [`SessionPlan::check`].
 pub struct SessionPlan {
     /// Host name or address of the receiver.
     pub dest: String,
     /// Its control port.
     pub port: u16,
+    /// Address family preference.
     pub family: Family,
+    /// The session's meter (`-m`); a flow may set its own.
     pub meter: MeterMode,
+    /// The flows, in flow id order (ids from 1).
     pub flows: Vec<FlowPlan>,
     /// How long the receiver keeps listening after the last flow stopped.
     pub linger_ms: u64,
@@ -90,10 +103,6 @@ pub struct SessionPlan {
     pub interval_ms: Option<u64>,
     /// The command line or campaign name, stored in the document.
     pub command: Option<String>,
-    /// When set (e.g. by a SIGINT handler), flows stop generating; the
-    /// session still collects the receiver's report and the document is
-    /// marked partial.
-    pub cancel: Option<&'static AtomicBool>,
     /// Playout (jitter) buffer depth VoIP flows are judged against, in ms:
     /// packets later than the fastest one plus this count as lost in the
     /// E-model.
@@ -110,19 +119,43 @@ pub struct SessionPlan {
     pub pacing: Pacing,
     /// Where each flow's schedule starts within its first mean gap.
     pub phases: Phases,
-    /// With `interval_ms`: where the intervals the receiver streams during
-    /// the run go (`--interval` lines, `--json-stream`).
-    pub live: Option<crate::live::Live>,
     /// The path's bottleneck link rate in bit/s on the wire, when known
     /// (`--link-rate`): the result then carries the run's physical bound
     /// and flags throughput above it (`total.above_bound`).
     pub link_rate_bps: Option<u64>,
-    /// Set by [`crate::multi::run_many`]: the sessions of one run with
-    /// several receivers send `Start` together.
-    pub together: Option<std::sync::Arc<crate::multi::Together>>,
     /// `--xdp IFACE`: send by the AF_XDP path of this interface when the
     /// session allows it (Linux; docs/engine.md, "AF_XDP path").
     pub xdp: Option<String>,
+}
+
+/// A [`SessionPlan`] that passed [`SessionPlan::check`]: what
+/// [`crate::send::run_checked`] and [`crate::run_many`] take, so nothing
+/// downstream checks it again. Read-only: a change would need a new check.
+#[derive(Debug, Clone)]
+pub struct CheckedPlan(SessionPlan);
+
+impl std::ops::Deref for CheckedPlan {
+    type Target = SessionPlan;
+    fn deref(&self) -> &SessionPlan {
+        &self.0
+    }
+}
+
+/// What a run is handed besides its plan: handles into the running
+/// program, which a plan (plain data: compared, stored, sent) does not
+/// carry.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// When set (e.g. by a SIGINT handler), flows stop generating; the
+    /// session still collects the receiver's report and the document is
+    /// marked partial.
+    pub cancel: Option<&'static AtomicBool>,
+    /// With the plan's `interval_ms`: where the intervals the receiver
+    /// streams during the run go (`--interval` lines, `--json-stream`).
+    pub live: Option<crate::live::Live>,
+    /// Set by [`crate::run_many`]: the sessions of one run with several
+    /// receivers send `Start` together.
+    pub(crate) together: Option<std::sync::Arc<crate::multi::Together>>,
 }
 
 /// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
@@ -159,8 +192,8 @@ pub enum Phases {
 pub const MAX_PACED_PPS: u64 = 10_000_000;
 
 /// A paced flow's rate must be one a pacer can follow ([`MAX_PACED_PPS`]):
-/// `-C 1e12` once ran 40 s on a 3 s run, and `-N 0 0` (all gaps 0) drew
-/// 399 M packets in 200 ms.
+/// beyond it a run overruns its duration (`-C 1e12`) or draws hundreds of
+/// millions of packets in a moment (`-N 0 0`: every gap 0).
 pub(crate) fn check_rate(flow: usize, spec: &FlowSpec) -> Result<(), EngineError> {
     if spec.is_max() {
         return Ok(());
@@ -194,6 +227,7 @@ pub const MAX_LINGER_MS: u64 = 60_000;
 pub use wirebench_wire::limits::MAX_FLOWS;
 
 impl SessionPlan {
+    /// A session to `dest` with `flows` and every other setting at its default.
     pub fn new(dest: impl Into<String>, flows: Vec<FlowPlan>) -> Self {
         SessionPlan {
             dest: dest.into(),
@@ -204,22 +238,25 @@ impl SessionPlan {
             linger_ms: 2000,
             interval_ms: None,
             command: None,
-            cancel: None,
             jitter_buffer_ms: DEFAULT_JITTER_BUFFER_MS,
             log: None,
             key: None,
             auth_probes: false,
             pacing: Pacing::Auto,
             phases: Phases::Spread,
-            live: None,
             link_rate_bps: None,
-            together: None,
             xdp: None,
         }
     }
 
-    /// Checks everything that can be checked without the network.
-    pub fn validate(&self) -> Result<(), EngineError> {
+    /// Checks everything that can be checked without the network, once:
+    /// what the sender runs is the [`CheckedPlan`] this returns.
+    pub fn check(self) -> Result<CheckedPlan, EngineError> {
+        self.validate()?;
+        Ok(CheckedPlan(self))
+    }
+
+    fn validate(&self) -> Result<(), EngineError> {
         if self.flows.is_empty() {
             return Err(EngineError::BadPlan("the session has no flows".into()));
         }
@@ -229,7 +266,7 @@ impl SessionPlan {
                 self.flows.len()
             )));
         }
-        crate::icmp::check(self)?;
+        crate::transport::icmp::check(self)?;
         if self.auth_probes && self.key.is_none() {
             return Err(EngineError::BadPlan(
                 "--auth probes: needs the pre-shared key (--key-file or WIREBENCH_KEY)".into(),
@@ -321,13 +358,15 @@ impl SessionPlan {
             if let Some(dev) = &f.opts.bind_dev {
                 crate::sockopt::check_dev(dev)?;
             }
-            if f.transport == Transport::Icmp && f.opts.data_port.is_some() {
+            let caps = crate::transport::caps(f.transport);
+            if !caps.via_receiver && f.opts.data_port.is_some() {
                 return Err(EngineError::BadPlan(format!(
-                    "-rp/--data-port: flow {} is ICMP echo; it has no receiver data port",
-                    i + 1
+                    "-rp/--data-port: flow {} is {}; it has no receiver data port",
+                    i + 1,
+                    f.transport.as_str().to_uppercase()
                 )));
             }
-            if f.transport != Transport::Tcp {
+            if !caps.tcp_options {
                 if let Some(opt) = f.opts.tcp_only() {
                     return Err(EngineError::BadPlan(format!(
                         "{opt}: flow {} is {}; the option applies to TCP flows (-T tcp)",
@@ -433,9 +472,14 @@ mod tests {
                 meter: None,
             }],
         );
-        assert!(p.validate().unwrap_err().to_string().contains("-z"));
+        assert!(p.clone().check().unwrap_err().to_string().contains("-z"));
         p.flows[0].stop = Stop::Packets(1);
         p.linger_ms = 10 * MAX_LINGER_MS;
-        assert!(p.validate().unwrap_err().to_string().contains("--linger"));
+        assert!(p
+            .clone()
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("--linger"));
     }
 }

@@ -92,9 +92,11 @@ fn open_session_log(
 }
 
 #[derive(Debug, Clone)]
+/// How a receiver daemon listens and what it allows.
 pub struct DaemonConfig {
     /// Address to bind; None = `[::]` dual-stack (falls back to 0.0.0.0).
     pub bind: Option<IpAddr>,
+    /// Control port.
     pub port: u16,
     /// Print one line per session event on stderr.
     pub verbose: bool,
@@ -158,8 +160,11 @@ impl Default for DaemonConfig {
 /// Counters of the whole daemon, readable while it serves.
 #[derive(Debug, Default)]
 pub struct DaemonStats {
+    /// Sessions that reached `Ready`.
     pub sessions_started: AtomicU64,
+    /// Sessions that ended with their report sent.
     pub sessions_completed: AtomicU64,
+    /// Sessions that ended in an error.
     pub sessions_failed: AtomicU64,
     /// Control connections that were not a wirebench session.
     pub foreign_control: AtomicU64,
@@ -167,9 +172,12 @@ pub struct DaemonStats {
     pub refused: AtomicU64,
     /// Sessions that did not authenticate (no key, wrong key, replay).
     pub auth_failed: AtomicU64,
+    /// Sessions running now.
     pub active: AtomicUsize,
 }
 
+/// The receiver daemon: a control listener serving sessions, each on its
+/// own thread.
 pub struct Daemon {
     listener: TcpListener,
     cfg: Arc<DaemonConfig>,
@@ -179,6 +187,7 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// Binds the control port as `cfg` says.
     pub fn bind(cfg: DaemonConfig) -> Result<Daemon, EngineError> {
         if cfg.require_probe_auth && cfg.key.is_none() {
             // Probe MACs are keyed from the handshake: without a key every
@@ -224,10 +233,12 @@ impl Daemon {
         })
     }
 
+    /// The address the control port is bound to.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.local_addr().ok()
     }
 
+    /// The daemon's counters, to read while it serves.
     pub fn stats(&self) -> Arc<DaemonStats> {
         self.stats.clone()
     }
@@ -1727,8 +1738,8 @@ fn declared_source(s: &FlowSetup, peer_ip: IpAddr, probe_macs: bool) -> Option<S
 /// Most simultaneous connections on one TCP data port; more are foreign.
 const MAX_TCP_CONNS: usize = 8;
 /// Time a TCP data connection has to send its first record of this
-/// session and flow: eight connections that never sent a byte once held
-/// every slot of a data port, and the real stream got 0 records in.
+/// session and flow, so that connections that never send a byte cannot
+/// hold every slot of a data port and keep the real stream out.
 pub const TCP_IDENTIFY: Duration = Duration::from_secs(2);
 const TCP_BUF: usize = 256 << 10;
 

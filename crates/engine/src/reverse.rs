@@ -18,10 +18,13 @@
 
 use crate::clock::{mono_ns, SPIN_NS};
 use crate::net::{set_sndbuf, AsRawFd};
-use crate::pacing::{pace_one, DataSock, FlowSent, PaceOne};
+use crate::pacing::{pace_one, FlowSent, PaceOne};
 use crate::plan::{FlowPlan, SessionPlan, Stop};
 use crate::recv::{unmap, LocalAt, LocalRx, LocalSock};
 use crate::session::CONNECT_TIMEOUT;
+use crate::transport::tcp::TcpTx;
+use crate::transport::udp::UdpTx;
+use crate::transport::DataSock;
 use crate::EngineError;
 use serde::{Deserialize, Serialize};
 use std::io::{ErrorKind, Read, Write};
@@ -86,7 +89,7 @@ fn parse_model(s: &FlowSetup, v: &serde_json::Value) -> Result<FlowPlan, String>
         meter: None,
     };
     SessionPlan::new("", vec![plan.clone()])
-        .validate()
+        .check()
         .map_err(|e| e.to_string())?;
     if plan.spec.max_payload() > s.max_len.max(PROBE_HEADER_LEN as u32) {
         return Err(format!(
@@ -296,7 +299,7 @@ fn send_reverse(
             Ok(to) => match u.connect(to) {
                 Ok(()) => {
                     set_sndbuf(u.as_raw_fd(), 4 << 20);
-                    DataSock::Udp(u)
+                    Box::new(UdpTx(u)) as DataSock
                 }
                 Err(e) => return failed(format!("cannot connect to {to}: {e}")),
             },
@@ -306,7 +309,7 @@ fn send_reverse(
             Ok(s) => {
                 let _ = s.set_nodelay(crate::sockopt::nodelay(&plan.opts, &plan.spec));
                 let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-                DataSock::Tcp(s)
+                Box::new(TcpTx::new(s))
             }
             Err(e) => return failed(e),
         },

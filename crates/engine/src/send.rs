@@ -8,11 +8,12 @@
 use crate::assemble::{assemble_doc, DocInputs};
 use crate::clock::{mono_ns, realtime_ns};
 use crate::live::Forward;
-use crate::pacing::{bind_data, identify, pacer_sockets, source_port, DataSock, Launch};
-use crate::plan::SessionPlan;
+use crate::pacing::{pacer_sockets, source_port, Launch};
+use crate::plan::{CheckedPlan, Hooks, SessionPlan};
 use crate::reverse::Local;
 use crate::session::{collect_report, Watcher};
 use crate::sys::{self, CpuClock, CpuTime, HostCpu};
+use crate::transport::{bind_data, Ident};
 use crate::EngineError;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -36,14 +37,19 @@ pub(crate) const START_LEAD_PER_FLOW_NS: u64 = 50_000;
 /// breaks part-way (the receiver vanished), the error is
 /// [`EngineError::Partial`] carrying the document with `partial: true`.
 pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
-    plan.validate()?;
+    run_checked(plan.check()?, Hooks::default())
+}
+
+/// [`run`] for a plan already checked, with the program's handles
+/// (Ctrl-C flag, live sink).
+pub fn run_checked(plan: CheckedPlan, hooks: Hooks) -> Result<ResultDoc, EngineError> {
     // ICMP echo flows: no receiver, no session (crate::icmp).
-    if crate::icmp::is_icmp(&plan) {
-        return crate::icmp::run(plan);
+    if crate::transport::icmp::is_icmp(&plan) {
+        return crate::transport::icmp::run(&plan, &hooks);
     }
     // With several receivers: a place at the common start line, given up
     // (releasing the others) if this session fails before it.
-    let mut arrival = crate::multi::Arrival::new(plan.together.clone());
+    let mut arrival = crate::multi::Arrival::new(hooks.together.clone());
     // A socket per flow: thousands of flows pass the default 1024 files.
     if plan.flows.len() > 256 {
         crate::sys::raise_open_files_limit();
@@ -85,7 +91,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         live,
         setups,
         probe_key,
-    } = crate::session::open(&plan, addr, &src_ports)?;
+    } = crate::session::open(&plan, addr, &src_ports, hooks.live.is_some())?;
     let mut ctl = ctl;
     let ip = if dst_ip.is_ipv4() {
         IpVersion::V4
@@ -101,9 +107,11 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
             socks.push(None);
             continue;
         };
-        let mut sock = b.connect(f, ports[i])?;
-        identify(&mut sock, session, (i + 1) as u16)?;
-        socks.push(Some(sock));
+        let id = Ident {
+            session,
+            flow: (i + 1) as u16,
+        };
+        socks.push(Some(b.connect(f, ports[i], id)?));
     }
     let reverse = crate::reverse::any(&plan);
     let local = Local::open(
@@ -116,7 +124,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         probe_key.clone(),
     )?;
 
-    let forward = match (&plan.live, live) {
+    let forward = match (&hooks.live, live) {
         (sink, true) => Some(Arc::new(Forward::new(sink.clone(), plan.flows.len()))),
         (Some(sink), false) if plan.interval_ms.is_some() => {
             sink.0.unsupported();
@@ -129,9 +137,10 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     let watch_live = forward.as_ref().map(|f| {
         let tcp = socks
             .iter()
-            .map(|s| match s {
-                Some(DataSock::Tcp(t)) => t.try_clone().ok(),
-                _ => None,
+            .map(|s| {
+                s.as_ref()
+                    .and_then(|s| s.tcp_stream())
+                    .and_then(|t| t.try_clone().ok())
             })
             .collect();
         (f.clone(), tcp)
@@ -156,6 +165,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
         abort: abort.clone(),
         probe_key,
         pacer_socks,
+        cancel: hooks.cancel,
     };
     #[cfg(target_os = "linux")]
     let mut xdp =
@@ -175,7 +185,7 @@ pub fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
     while reverse
         && !watcher.reverse_done()
         && !abort.load(std::sync::atomic::Ordering::Relaxed)
-        && !plan
+        && !hooks
             .cancel
             .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
     {

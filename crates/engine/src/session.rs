@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use wirebench_schema::result::{FlowReport, ReportExtra};
-use wirebench_wire::{ControlMsg, FlowSetup, Transport, CONTROL_VERSION};
+use wirebench_wire::{ControlMsg, FlowSetup, CONTROL_VERSION};
 
 /// Clock-offset exchanges before the run; the one with the smallest round
 /// trip is used.
@@ -50,11 +50,13 @@ pub(crate) struct Opened {
 
 /// Connects to the receiver and runs the session up to (not including)
 /// `Start`. `src_ports`: each flow's data socket's source port, declared
-/// in `Hello` (None: a reverse flow).
+/// in `Hello` (None: a reverse flow); `live_sink`: the program shows
+/// intervals as they come.
 pub(crate) fn open(
     plan: &SessionPlan,
     addr: SocketAddr,
     src_ports: &[Option<u16>],
+    live_sink: bool,
 ) -> Result<Opened, EngineError> {
     let ctl_stream = connect_control(plan, addr)?;
     let mut ctl = Ctl::new(ctl_stream);
@@ -69,7 +71,11 @@ pub(crate) fn open(
     // TCP flows with intervals also stream them without a live sink: the
     // sender reads its TCP_INFO as each interval arrives, for the result.
     let live_asked = plan.interval_ms.is_some()
-        && (plan.live.is_some() || plan.flows.iter().any(|f| f.transport == Transport::Tcp));
+        && (live_sink
+            || plan
+                .flows
+                .iter()
+                .any(|f| crate::transport::caps(f.transport).tcp_info));
     let setups: Vec<FlowSetup> = plan
         .flows
         .iter()

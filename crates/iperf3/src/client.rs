@@ -82,8 +82,13 @@ pub fn check(plan: &SessionPlan) -> Result<Transport, Iperf3Error> {
     Ok(transport)
 }
 
-/// Runs `plan` against the iperf3 server at `addr`.
-pub fn run(plan: &SessionPlan, addr: SocketAddr) -> Result<(ResultDoc, ServerView), Iperf3Error> {
+/// Runs `plan` against the iperf3 server at `addr`; `cancel` (a Ctrl-C
+/// flag) stops the flows early.
+pub fn run(
+    plan: &SessionPlan,
+    addr: SocketAddr,
+    cancel: Option<&'static AtomicBool>,
+) -> Result<(ResultDoc, ServerView), Iperf3Error> {
     let transport = check(plan)?;
     let udp = transport == Transport::Udp;
     let mut ctl = TcpStream::connect_timeout(&addr, STEP_TIMEOUT)
@@ -147,7 +152,6 @@ pub fn run(plan: &SessionPlan, addr: SocketAddr) -> Result<(ResultDoc, ServerVie
     let cpu0 = CpuTime::process();
     let started_real = realtime_ns();
     let t0 = mono_ns() + 1_000_000;
-    let cancel = plan.cancel;
     let sent: Vec<FlowSent> = std::thread::scope(|s| {
         let hs: Vec<_> = plan
             .flows

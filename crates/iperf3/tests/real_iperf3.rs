@@ -269,7 +269,7 @@ fn models_sent_to_a_real_iperf3_server_are_counted_by_it() {
         plan.port = port;
         plan.linger_ms = 300;
         let addr = plan.resolve().unwrap();
-        wirebench_iperf3::client::run(&plan, addr).unwrap()
+        wirebench_iperf3::client::run(&plan, addr, None).unwrap()
     };
     // The acceptance case, shortened: 1000 pps x 512 B.
     let (doc, view) = run(

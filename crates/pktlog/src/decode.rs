@@ -32,7 +32,9 @@ type Peeked<R> = Chain<Cursor<Vec<u8>>, R>;
 
 /// A log being read, whichever its format.
 pub enum Source<R: Read> {
+    /// A wirebench packet log (`wirebench.pktlog/1`).
     Wirebench(LogReader<Peeked<R>>),
+    /// A D-ITG binary log (ITGSend `-l`, ITGRecv `-x`).
     DItg(DitgReader<Peeked<R>>),
 }
 
@@ -63,6 +65,7 @@ impl<R: Read> Source<R> {
         })
     }
 
+    /// Which format the log is in.
     pub fn format(&self) -> Format {
         match self {
             Source::Wirebench(_) => Format::Wirebench,
@@ -78,6 +81,7 @@ impl<R: Read> Source<R> {
         }
     }
 
+    /// The next record, or None at the end of the log.
     pub fn next_record(&mut self) -> Result<Option<Record>, LogError> {
         match self {
             Source::Wirebench(r) => r.next_record(),
@@ -113,11 +117,17 @@ pub struct DecodeOptions {
 /// the result document's `sent` there is no schedule error.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SentFigures {
+    /// Packets sent.
     pub packets: u64,
+    /// Payload bytes sent.
     pub bytes: u64,
+    /// First to last send, in seconds.
     pub duration_s: f64,
+    /// Packets per second over `duration_s`.
     pub rate_pps: f64,
+    /// Packets the sender logged as not sent.
     pub not_sent: u64,
+    /// Send throughput at each layer.
     pub throughput_bps: Throughput,
 }
 
@@ -125,15 +135,21 @@ pub struct SentFigures {
 /// Delay, jitter and loss are None in sender logs, which only know sends.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Window {
+    /// Flow id.
     pub flow: u16,
     /// Window start, seconds after the flow's first packet.
     pub t_s: f64,
+    /// Packets in the window.
     pub packets: u64,
     /// Payload bits per second over the window's length.
     pub bitrate_bps: f64,
+    /// Packets per second over the window's length.
     pub packet_rate_pps: f64,
+    /// Mean one-way delay of the window's packets.
     pub delay_mean_s: Option<f64>,
+    /// Mean delay variation (RFC 3550) over the window.
     pub jitter_s: Option<f64>,
+    /// Packets missing from the window's sequence range.
     pub lost: Option<u64>,
 }
 
@@ -141,6 +157,7 @@ pub struct Window {
 #[derive(Debug, Clone, Serialize)]
 pub struct FlowFigures {
     #[serde(flatten)]
+    /// The flow as the log header describes it.
     pub meta: FlowMeta,
     /// Receiver logs: what arrived (the result document's `received`,
     /// `delay_s`, `jitter_s`, `throughput_bps`); intervals are in `series`.
@@ -153,25 +170,34 @@ pub struct FlowFigures {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rtt: Option<RecvSummary>,
     #[serde(skip)]
+    /// Windows of the flow's series, when a window length was asked.
     pub series: Vec<Window>,
 }
 
 /// A decoded log.
 #[derive(Debug, Clone, Serialize)]
 pub struct Decoded {
+    /// Name and version of this document's layout.
     pub schema: &'static str,
+    /// The log's format.
     pub format: Format,
+    /// Which end wrote the log.
     pub side: Side,
+    /// The meter of the run (`owd` or `rtt`).
     pub meter: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// RFC 3339 start of the run, when the log says.
     pub started_at: Option<String>,
+    /// Records read.
     pub records: u64,
     /// Records the writer dropped (the log is incomplete when > 0).
     pub dropped: u64,
     /// Records the log's size cap kept out (incomplete when > 0).
     #[serde(skip_serializing_if = "is_zero")]
     pub capped: u64,
+    /// True when the run was cut short or the log is incomplete.
     pub partial: bool,
+    /// Figures per flow, in flow id order.
     pub flows: Vec<FlowFigures>,
 }
 

@@ -142,6 +142,7 @@ pub struct DitgReader<R: Read> {
 }
 
 impl<R: Read> DitgReader<R> {
+    /// A reader of the D-ITG log `inp`; `mtu` frames its packets (D-ITG logs carry no MTU).
     pub fn new(inp: R, mtu: u32) -> Self {
         Self {
             inp,

@@ -20,12 +20,14 @@ pub struct CsvRecords<W: Write> {
 }
 
 impl<W: Write> CsvRecords<W> {
+    /// Writes the header line to `out`.
     pub fn new(mut out: W) -> Result<Self, LogError> {
         writeln!(out, "{}\r", RECORD_COLUMNS.join(","))
             .map_err(|e| LogError::io("writing CSV", e))?;
         Ok(Self { out })
     }
 
+    /// Writes one record; `delay_ns` is its one-way delay when known.
     pub fn push(&mut self, r: &Record, delay_ns: Option<i64>) -> Result<(), LogError> {
         let res = match (r.received(), delay_ns) {
             (true, Some(d)) => writeln!(
@@ -47,6 +49,7 @@ impl<W: Write> CsvRecords<W> {
         res.map_err(|e| LogError::io("writing CSV", e))
     }
 
+    /// Flushes and hands back the writer.
     pub fn finish(mut self) -> Result<W, LogError> {
         self.out
             .flush()
@@ -139,6 +142,7 @@ mod pq {
     }
 
     impl<W: Write + Send> ParquetRecords<W> {
+        /// Starts a Parquet file on `out`.
         pub fn new(out: W) -> Result<Self, LogError> {
             let schema = Arc::new(parse_message_type(SCHEMA).map_err(pe)?);
             let props = Arc::new(
@@ -162,6 +166,7 @@ mod pq {
             })
         }
 
+        /// Adds one record; `delay_ns` is its one-way delay when known.
         pub fn push(&mut self, r: &Record, delay_ns: Option<i64>) -> Result<(), LogError> {
             // Parquet has no unsigned physical types: the bits are stored
             // as signed and the logical type says to read them unsigned.

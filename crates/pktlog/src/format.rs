@@ -127,6 +127,7 @@ pub enum Side {
 /// What the statistics need to know about one flow of the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowMeta {
+    /// Flow id, as in the records.
     pub id: u16,
     /// "udp" or "tcp".
     pub transport: String,
@@ -135,8 +136,10 @@ pub struct FlowMeta {
     /// Path MTU the framing model used.
     pub mtu: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Source address of the flow's packets, when known.
     pub src: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Destination address, when known.
     pub dst: Option<String>,
 }
 
@@ -144,6 +147,7 @@ pub struct FlowMeta {
 /// the records alone.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogMeta {
+    /// Which end wrote the log.
     pub side: Side,
     /// "owd" or "rtt".
     pub meter: String,
@@ -160,18 +164,21 @@ pub struct LogMeta {
     /// clock offset when it was applied, else 0); receiver logs only.
     #[serde(default)]
     pub delay_offset_ns: i64,
+    /// The flows of the run.
     pub flows: Vec<FlowMeta>,
 }
 
 /// Per-flow facts known only when the run ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowEnd {
+    /// Flow id.
     pub id: u16,
     /// Packets the sender sent (sequence numbers 0..sent); loss is counted
     /// against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent: Option<u64>,
     #[serde(default)]
+    /// Packets the sender could not send (counted neither sent nor lost).
     pub not_sent: u64,
 }
 
@@ -189,6 +196,7 @@ pub struct LogFooter {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub capped: u64,
     #[serde(default)]
+    /// End facts per flow.
     pub flows: Vec<FlowEnd>,
     /// True when the run was cut short (receiver gone, Ctrl-C).
     #[serde(default)]

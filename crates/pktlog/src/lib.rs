@@ -7,6 +7,8 @@
 //! decode` reads them back. Kept apart from `wirebench-stats` because that
 //! crate stays free of files.
 
+#![warn(missing_docs)]
+
 pub mod decode;
 pub mod ditg;
 pub mod export;
@@ -25,31 +27,55 @@ use thiserror::Error;
 /// from the start of the file.
 #[derive(Debug, Error)]
 pub enum LogError {
+    /// The file does not start with the log's signature.
     #[error("not a wirebench packet log (the first 8 bytes are not its signature)")]
     NotALog,
+    /// Neither format was recognised from the first bytes.
     #[error(
         "neither a wirebench packet log nor a D-ITG binary log (ITGSend -l / ITGRecv -x); \
          name the format with --format if it is one of them"
     )]
     Unrecognised,
+    /// A log version this reader does not know.
     #[error("packet log version {0} is not supported (this wirebench reads version 1)")]
     Version(u16),
+    /// The header's metadata does not parse.
     #[error("packet log header: {0}")]
     Header(String),
     #[error("packet log truncated at byte {offset}: {what}")]
-    Truncated { offset: u64, what: &'static str },
+    /// The file ends inside a block.
+    Truncated {
+        /// Where the block began.
+        offset: u64,
+        /// Which block.
+        what: &'static str,
+    },
     #[error("packet log corrupt at byte {offset}: {what}")]
-    Corrupt { offset: u64, what: String },
+    /// A block's content is impossible.
+    Corrupt {
+        /// Where the block began.
+        offset: u64,
+        /// What is wrong with it.
+        what: String,
+    },
     #[error(
         "packet log ends after {records} records without its end block (the writer did not \
          finish: it crashed, was killed, or is still running)"
     )]
-    Unfinished { records: u64 },
+    /// The records end without the end block.
+    Unfinished {
+        /// Records read before the end of the file.
+        records: u64,
+    },
+    /// An export could not be written as asked.
     #[error("{0}")]
     Export(String),
+    /// Reading or writing failed.
     #[error("{what}: {source}")]
     Io {
+        /// What was being read or written.
         what: String,
+        /// The system's error.
         source: std::io::Error,
     },
 }

@@ -14,10 +14,15 @@ use std::collections::BTreeMap;
 pub struct QdiscCounters {
     /// Root qdisc kind (`tbf`, `noqueue`, `netem`, …).
     pub kind: String,
+    /// Bytes the qdisc sent.
     pub sent_bytes: u64,
+    /// Packets the qdisc sent.
     pub sent_packets: u64,
+    /// Packets the qdisc dropped.
     pub drops: u64,
+    /// Times the qdisc was over its limit (tbf: the rate held a packet back).
     pub overlimits: u64,
+    /// Packets handed back to the qdisc by the device.
     pub requeues: u64,
     /// A gauge: bytes queued when the snapshot was taken (not differenced).
     pub backlog_bytes: u64,
@@ -28,14 +33,23 @@ pub struct QdiscCounters {
 /// Kernel interface statistics (`rtnl_link_stats64`) plus the qdisc.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IfaceCounters {
+    /// Packets received.
     pub rx_packets: u64,
+    /// Bytes received.
     pub rx_bytes: u64,
+    /// Packets dropped on receive.
     pub rx_dropped: u64,
+    /// Receive errors.
     pub rx_errors: u64,
+    /// Packets sent.
     pub tx_packets: u64,
+    /// Bytes sent.
     pub tx_bytes: u64,
+    /// Packets dropped on transmit.
     pub tx_dropped: u64,
+    /// Transmit errors.
     pub tx_errors: u64,
+    /// The root qdisc's counters.
     pub qdisc: QdiscCounters,
 }
 
@@ -50,20 +64,25 @@ impl IfaceCounters {
 /// One place where packets were dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DropSite {
+    /// Node of the interface.
     pub node: String,
+    /// Interface name inside the node's namespace.
     pub iface: String,
     /// `qdisc`, `rx` (device receive drops) or `tx` (device transmit drops).
     pub kind: String,
+    /// Packets dropped there.
     pub count: u64,
 }
 
 /// A snapshot: node → interface → counters. Loopback is left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
+    /// Counters by node name, then interface name.
     pub nodes: BTreeMap<String, BTreeMap<String, IfaceCounters>>,
 }
 
 impl Counters {
+    /// The counters of `iface` on `node`, if the snapshot has them.
     pub fn get(&self, node: &str, iface: &str) -> Option<&IfaceCounters> {
         self.nodes.get(node)?.get(iface)
     }

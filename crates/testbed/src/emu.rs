@@ -26,10 +26,12 @@ use crate::testbed::{WIRE_MIN_FRAME, WIRE_OVERHEAD};
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator starting from `seed` (the same seed, the same draws).
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -101,9 +103,13 @@ pub enum Fate {
     /// the end of the Ethernet header; `reorder` asks the caller to send it
     /// after the next frame instead of before.
     Deliver {
+        /// Delivery time.
         at: u64,
+        /// How many copies arrive.
         copies: u8,
+        /// The bit to flip, if the frame is corrupted.
         corrupt_bit: Option<u32>,
+        /// Send after the next frame.
         reorder: bool,
     },
 }
@@ -120,7 +126,9 @@ fn wire_bytes(frame_len: u32) -> u64 {
 /// One direction of one link: its clock, its queue limit and its laws.
 #[derive(Debug, Clone)]
 pub struct Wire {
+    /// Link rate in bit/s on the wire; None: no rate limit.
     pub rate_bps: Option<u64>,
+    /// Delay, jitter, loss and the other laws of this direction.
     pub imp: Impairment,
     /// Most frames waiting for or on the wire; more are dropped (drop-tail).
     pub queue_frames: usize,
@@ -141,6 +149,7 @@ pub struct Wire {
 }
 
 impl Wire {
+    /// One direction at `rate_bps` with `imp`, a queue of `queue_frames` frames, its draws seeded by `seed`.
     pub fn new(rate_bps: Option<u64>, imp: Impairment, queue_frames: usize, seed: u64) -> Wire {
         let queue_frames = queue_frames.max(1);
         Wire {

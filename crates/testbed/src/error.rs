@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+/// What can go wrong building, using or removing a test-bed.
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {
     /// The topology, an option or a name is wrong; nothing was touched.
@@ -11,16 +12,23 @@ pub enum TestbedError {
     /// A topology file is wrong at a given line and field; nothing was touched.
     #[error("{path}:{line}: field `{field}`: {msg}")]
     File {
+        /// The file.
         path: PathBuf,
+        /// Its line, from 1.
         line: usize,
+        /// The field on that line.
         field: String,
+        /// What is wrong.
         msg: String,
     },
     /// A node name the test-bed does not have.
     #[error("test-bed `{testbed}` has no node `{node}` (nodes: {known})")]
     UnknownNode {
+        /// The test-bed.
         testbed: String,
+        /// The name asked for.
         node: String,
+        /// The names it has, comma-separated.
         known: String,
     },
     /// No state file: the test-bed is not up.
@@ -36,20 +44,37 @@ pub enum TestbedError {
     MissingTool(String),
     /// Delay/jitter/loss asked for on a kernel without netem.
     #[error("link {link} asks for {what}, which only sch_netem (the netem queueing discipline) does, and the running kernel lacks it; use a kernel with CONFIG_NET_SCH_NETEM or change the link")]
-    NoNetem { link: String, what: String },
+    NoNetem {
+        /// The link, `a—b`.
+        link: String,
+        /// What it asks for.
+        what: String,
+    },
     /// A command we ran failed.
     #[error("`{cmd}` failed: {msg}")]
-    Command { cmd: String, msg: String },
+    Command {
+        /// The command line.
+        cmd: String,
+        /// Its error output or status.
+        msg: String,
+    },
     /// A system call or file operation failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done.
         context: String,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
     /// The state file is unreadable.
     #[error("state file {path}: {msg}")]
-    State { path: PathBuf, msg: String },
+    State {
+        /// The state file.
+        path: PathBuf,
+        /// What is wrong with it.
+        msg: String,
+    },
     /// Test-beds are Linux network namespaces; this system is another one.
     #[error("the emulated test-bed needs Linux (network namespaces, veth, tc); this system is {0}. send, recv and agent run here; build test-beds on a Linux host")]
     Unsupported(&'static str),

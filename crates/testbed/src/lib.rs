@@ -20,6 +20,8 @@
 //! # Ok::<(), wirebench_testbed::TestbedError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod counters;
 pub mod emu;
 pub mod emu_run;

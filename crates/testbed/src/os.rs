@@ -23,16 +23,22 @@ mod imp {
     use super::*;
     use std::os::fd::AsRawFd;
 
+    /// Message too long (a datagram above the path MTU with DF set).
     pub const EMSGSIZE: i32 = libc::EMSGSIZE;
+    /// Connection refused (an ICMP port unreachable came back).
     pub const ECONNREFUSED: i32 = libc::ECONNREFUSED;
+    /// No route to host.
     pub const EHOSTUNREACH: i32 = libc::EHOSTUNREACH;
+    /// Network unreachable.
     pub const ENETUNREACH: i32 = libc::ENETUNREACH;
 
+    /// True when the effective user is root.
     pub fn euid_is_root() -> bool {
         // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() == 0 }
     }
 
+    /// True when `p` is a file someone may execute.
     pub fn is_executable(p: &std::path::Path) -> bool {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(p)
@@ -49,6 +55,7 @@ mod imp {
         Ok(())
     }
 
+    /// Takes an exclusive `flock` on `f`, waiting for it.
     pub fn lock_exclusive(f: &File) -> std::io::Result<()> {
         // SAFETY: flock on an fd we own.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
@@ -57,6 +64,7 @@ mod imp {
         Ok(())
     }
 
+    /// Releases the `flock` on `f`.
     pub fn unlock(f: &File) {
         // SAFETY: unlocking our own fd.
         unsafe {
@@ -64,6 +72,7 @@ mod imp {
         }
     }
 
+    /// Sends SIGKILL to `pid`.
     pub fn kill_hard(pid: i32) {
         // SAFETY: kill(2) has no memory preconditions.
         unsafe {
@@ -117,9 +126,13 @@ mod imp {
 
     // Never equal to an OS error: the probes that compare with them only
     // run inside a test-bed, which these systems cannot build.
+    /// Stands for EMSGSIZE (message too long).
     pub const EMSGSIZE: i32 = i32::MIN;
+    /// Stands for ECONNREFUSED.
     pub const ECONNREFUSED: i32 = i32::MIN + 1;
+    /// Stands for EHOSTUNREACH.
     pub const EHOSTUNREACH: i32 = i32::MIN + 2;
+    /// Stands for ENETUNREACH.
     pub const ENETUNREACH: i32 = i32::MIN + 3;
 
     fn unsupported() -> std::io::Error {
@@ -129,26 +142,33 @@ mod imp {
         )
     }
 
+    /// Always false: no test-bed privileges here.
     pub fn euid_is_root() -> bool {
         false
     }
 
+    /// True when `p` is a file.
     pub fn is_executable(p: &std::path::Path) -> bool {
         p.is_file()
     }
 
+    /// Unsupported here.
     pub fn enter_netns(_ns: &File) -> std::io::Result<()> {
         Err(unsupported())
     }
 
+    /// Unsupported here.
     pub fn lock_exclusive(_f: &File) -> std::io::Result<()> {
         Err(unsupported())
     }
 
+    /// Does nothing here.
     pub fn unlock(_f: &File) {}
 
+    /// Does nothing here.
     pub fn kill_hard(_pid: i32) {}
 
+    /// Unsupported here.
     pub fn set_dont_fragment(_s: &UdpSocket, _v6: bool) -> std::io::Result<()> {
         Err(unsupported())
     }

@@ -23,16 +23,23 @@ pub fn ns_prefix(testbed: &str) -> String {
 pub const BRIDGE: &str = "br0";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One interface of a node, as the test-bed sets it up.
 pub struct IfacePlan {
     /// Interface name inside the node's namespace (`eth0`, `eth1`, …).
     pub name: String,
     /// Index of the link in the spec.
     pub link: usize,
+    /// Index of its segment (the link's subnet, or a switch's bridge domain).
     pub segment: usize,
+    /// Node at the other end of the link.
     pub peer_node: String,
+    /// Interface at the other end.
     pub peer_iface: String,
+    /// Link MTU.
     pub mtu: u32,
+    /// Link rate in bit/s; None: unshaped.
     pub rate_bps: Option<u64>,
+    /// Segmentation and receive offloads on.
     pub offloads: bool,
     /// None on switch ports (they bridge) .
     pub v4: Option<Ipv4Addr>,
@@ -41,37 +48,56 @@ pub struct IfacePlan {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One static route of a node.
 pub struct RoutePlan {
     /// `10.0.3.0/24` or `fd00:0:0:3::/64`.
     pub dest: String,
+    /// Next hop.
     pub via: IpAddr,
+    /// Interface towards the next hop.
     pub dev: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One node: its namespace, interfaces and routes.
 pub struct NodePlan {
+    /// Node name.
     pub name: String,
+    /// Host, router or switch.
     pub kind: NodeKind,
+    /// Its network namespace.
     pub netns: String,
+    /// Its interfaces.
     pub ifaces: Vec<IfacePlan>,
+    /// Its static routes.
     pub routes: Vec<RoutePlan>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One IP subnet: a link, or the links of a switch.
 pub struct SegmentPlan {
+    /// Segment number (the third octet of its IPv4 subnet).
     pub id: usize,
+    /// IPv4 subnet, e.g. `10.0.3.0/24`.
     pub v4_net: String,
+    /// IPv6 subnet; None when a link below 1280 B is in it.
     pub v6_net: Option<String>,
+    /// Smallest MTU of its links.
     pub mtu: u32,
+    /// Indices of its links in the spec.
     pub links: Vec<usize>,
     /// Members that have addresses: (node, interface).
     pub members: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Everything a test-bed is made of, computed from its spec before anything is created.
 pub struct Plan {
+    /// Test-bed name.
     pub testbed: String,
+    /// Its nodes.
     pub nodes: Vec<NodePlan>,
+    /// Its segments.
     pub segments: Vec<SegmentPlan>,
 }
 
@@ -233,6 +259,7 @@ impl Plan {
         Ok(plan)
     }
 
+    /// The node called `name`.
     pub fn node(&self, name: &str) -> Option<&NodePlan> {
         self.nodes.iter().find(|n| n.name == name)
     }

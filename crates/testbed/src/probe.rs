@@ -66,6 +66,7 @@ pub struct PeerResponder {
 }
 
 impl PeerResponder {
+    /// Binds the UDP echo responder to `addr`, on a port of the kernel's choice.
     pub fn bind(addr: IpAddr) -> Result<PeerResponder, TestbedError> {
         use std::sync::atomic::{AtomicBool, Ordering};
         let sock = UdpSocket::bind(SocketAddr::new(addr, 0))
@@ -98,6 +99,7 @@ impl PeerResponder {
         })
     }
 
+    /// The port it answers on.
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -11,20 +11,24 @@ use std::path::Path;
 pub const DEFAULT_MTU: u32 = 1500;
 /// The link MTU range Linux veth devices accept (IPv4 minimum to IP maximum).
 pub const MTU_MIN: u32 = 68;
+/// Largest link MTU accepted.
 pub const MTU_MAX: u32 = 65535;
 /// IPv6 needs at least this link MTU (RFC 8200 §5); below it a link carries IPv4 only.
 pub const IPV6_MIN_MTU: u32 = 1280;
 /// Link rates accepted, bits per second (1 kbit/s … 400 Gbit/s).
 pub const RATE_MIN: u64 = 1_000;
+/// Fastest link rate accepted, bit/s.
 pub const RATE_MAX: u64 = 400_000_000_000;
 /// Longest node name; namespaces are named `wb-<testbed>-<node>`.
 pub const NODE_NAME_MAX: usize = 32;
 
 /// Packet-rate caps accepted for a router's `forward_pps` (packets/s).
 pub const FORWARD_PPS_MIN: u64 = 1;
+/// Highest `forward_pps` accepted.
 pub const FORWARD_PPS_MAX: u64 = 100_000_000;
 /// Interface queue lengths accepted (packets); Linux's default is 1000.
 pub const TXQUEUELEN_MIN: u32 = 1;
+/// Longest interface queue accepted (packets).
 pub const TXQUEUELEN_MAX: u32 = 1_000_000;
 /// Queue length of every shaped interface unless a node says otherwise:
 /// the default `txqueuelen` of a Linux Ethernet device.
@@ -35,12 +39,17 @@ pub const DEFAULT_TXQUEUELEN: u32 = 1000;
 /// (`--txqueuelen`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkOpts {
+    /// Link MTU (`--mtu`).
     pub mtu: Option<u32>,
+    /// Link rate in bit/s (`--rate`).
     pub rate_bps: Option<u64>,
+    /// Offloads on or off (`--offloads`).
     pub offloads: Option<bool>,
     #[serde(default)]
+    /// Routers' packet-rate cap (`--forward-pps`).
     pub forward_pps: Option<u64>,
     #[serde(default)]
+    /// Interface queue length (`--txqueuelen`).
     pub txqueuelen: Option<u32>,
     /// One-way propagation delay added on every link (the link's `delay`).
     #[serde(default)]
@@ -51,12 +60,16 @@ pub struct LinkOpts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeKind {
+    /// Sends and receives (no forwarding).
     Host,
+    /// Forwards between its links.
     Router,
+    /// Bridges its links into one segment.
     Switch,
 }
 
 impl NodeKind {
+    /// The name used in topology files.
     pub fn as_str(self) -> &'static str {
         match self {
             NodeKind::Host => "host",
@@ -67,8 +80,11 @@ impl NodeKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One node of a topology.
 pub struct NodeSpec {
+    /// Node name, unique in the topology.
     pub name: String,
+    /// What the node is.
     pub kind: NodeKind,
     /// Routers only: the most packets per second the node forwards out of
     /// each of its interfaces, whatever their size (a software router's
@@ -82,6 +98,7 @@ pub struct NodeSpec {
 }
 
 impl NodeSpec {
+    /// A node `name` of `kind` with default settings.
     pub fn new(name: &str, kind: NodeKind) -> NodeSpec {
         NodeSpec {
             name: name.to_string(),
@@ -111,6 +128,7 @@ pub enum JitterDist {
 }
 
 impl JitterDist {
+    /// The name used in topology files.
     pub fn as_str(self) -> &'static str {
         match self {
             JitterDist::Uniform => "uniform",
@@ -127,7 +145,9 @@ impl JitterDist {
 /// the bad state lasts 1/r frames on average.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GeModel {
+    /// Probability of moving from the good state to the bad one, per frame.
     pub p: f64,
+    /// Probability of moving from the bad state to the good one, per frame.
     pub r: f64,
     /// Loss probability in the bad state (1−h), default 1.
     pub loss_bad: f64,
@@ -141,11 +161,14 @@ pub struct GeModel {
 /// docs/testbed.md, "Link backends").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Impairment {
+    /// Added one-way delay, ns.
     pub delay_ns: u64,
+    /// Delay variation around it, ns.
     pub jitter_ns: u64,
     /// Random loss probability 0..1.
     pub loss: f64,
     #[serde(default)]
+    /// The law the jitter is drawn from.
     pub dist: JitterDist,
     /// Bursty loss instead of `loss`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,6 +185,7 @@ pub struct Impairment {
 }
 
 impl Impairment {
+    /// True when the impairment changes nothing.
     pub fn is_none(&self) -> bool {
         self.delay_ns == 0
             && self.jitter_ns == 0
@@ -256,8 +280,11 @@ impl Impairment {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QueueLimit {
+    /// At most this many frames.
     Packets(u32),
+    /// At most this many bytes.
     Bytes(u64),
+    /// At most this long at the link rate, ns.
     Time(u64),
 }
 
@@ -358,7 +385,9 @@ pub fn parse_dist(s: &str) -> Result<JitterDist, String> {
 /// One point-to-point cable between two nodes (a node may be a switch).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkSpec {
+    /// The two nodes it joins.
     pub endpoints: [String; 2],
+    /// Link MTU.
     pub mtu: u32,
     /// Link rate in bits per second on the wire (the token bucket charges
     /// preamble, FCS and inter-frame gap); `None` = as fast as the CPU goes.
@@ -366,6 +395,7 @@ pub struct LinkSpec {
     /// Segmentation/receive offloads (TSO, GSO, GRO, UDP GSO) on both ends.
     pub offloads: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Delay, jitter, loss and other laws; None: a clean link.
     pub impairment: Option<Impairment>,
     /// The link's queue at each end; None = the node's `txqueuelen` packets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -373,6 +403,7 @@ pub struct LinkSpec {
 }
 
 impl LinkSpec {
+    /// A link between `a` and `b` with default settings.
     pub fn new(a: &str, b: &str) -> LinkSpec {
         LinkSpec {
             endpoints: [a.to_string(), b.to_string()],
@@ -395,7 +426,9 @@ impl LinkSpec {
 pub struct TopologySpec {
     /// Where it came from: the preset name or the file path.
     pub source: String,
+    /// Its nodes.
     pub nodes: Vec<NodeSpec>,
+    /// Its links.
     pub links: Vec<LinkSpec>,
 }
 
@@ -433,10 +466,12 @@ pub(crate) enum Loc {
 }
 
 impl TopologySpec {
+    /// The node called `name`.
     pub fn node(&self, name: &str) -> Option<&NodeSpec> {
         self.nodes.iter().find(|n| n.name == name)
     }
 
+    /// What the node called `name` is.
     pub fn kind(&self, name: &str) -> Option<NodeKind> {
         self.node(name).map(|n| n.kind)
     }
@@ -1605,9 +1640,8 @@ endpoints = ["m", "b"]
 mod path_tests {
     use super::*;
 
-    /// Security suite, issue #9 item 12: a chain longer than the TTL was
-    /// built and then failed `check`; now it is refused before anything
-    /// is created, naming the limit.
+    /// A chain longer than the TTL is refused before anything is
+    /// created, naming the limit.
     #[test]
     fn paths_longer_than_the_ttl_are_refused() {
         let chain = TopologySpec::chain;

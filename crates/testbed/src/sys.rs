@@ -32,12 +32,16 @@ fn is_executable(p: &Path) -> bool {
 /// The tools a test-bed needs, located once.
 #[derive(Debug, Clone)]
 pub struct Tools {
+    /// The `ip` command (iproute2).
     pub ip: PathBuf,
+    /// The `tc` command (iproute2).
     pub tc: PathBuf,
+    /// The `ethtool` command.
     pub ethtool: PathBuf,
 }
 
 impl Tools {
+    /// Finds the three in PATH; the first missing one is the error.
     pub fn find() -> Result<Tools, TestbedError> {
         crate::os::supported()?;
         Ok(Tools {
@@ -50,6 +54,7 @@ impl Tools {
 
 /// Capability bit numbers (linux/capability.h).
 pub const CAP_NET_ADMIN: u64 = 12;
+/// CAP_SYS_ADMIN (namespaces).
 pub const CAP_SYS_ADMIN: u64 = 21;
 
 /// This process's effective capability set (0 when unknown).
@@ -76,6 +81,7 @@ pub fn check_privileges() -> Result<(), TestbedError> {
     }
 }
 
+/// True when this process may build a test-bed ([`check_privileges`]).
 pub fn is_root() -> bool {
     check_privileges().is_ok()
 }

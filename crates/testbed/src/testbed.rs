@@ -36,6 +36,7 @@ pub const WIRE_OVERHEAD: u32 = 24;
 /// Minimum Ethernet frame (64 B with FCS) plus preamble and gap, on the wire.
 pub const WIRE_MIN_FRAME: u32 = 84;
 
+/// Where the state of test-bed `name` is kept.
 pub fn state_path(name: &str) -> PathBuf {
     Path::new(STATE_DIR).join(format!("{name}.json"))
 }
@@ -74,6 +75,7 @@ pub enum LinkBackend {
 }
 
 impl LinkBackend {
+    /// The backend's name in documents and `testbed show`.
     pub fn as_str(self) -> &'static str {
         match self {
             LinkBackend::Veth => "veth",
@@ -172,9 +174,13 @@ pub struct Testbed {
 /// Result of checking one ordered host pair over one IP version.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PairCheck {
+    /// Host the probe left from.
     pub from: String,
+    /// Host it was sent to.
     pub to: String,
+    /// Over IPv6 (else IPv4).
     pub v6: bool,
+    /// Address probed; None when the host has none in this family.
     pub to_addr: Option<IpAddr>,
     /// The round trip of our UDP echo, if it came back.
     pub rtt_s: Option<f64>,
@@ -187,6 +193,8 @@ pub struct PairCheck {
 }
 
 impl PairCheck {
+    /// True when the pair was skipped, or answered with the path MTU the
+    /// plan implies.
     pub fn ok(&self) -> bool {
         self.skipped.is_some()
             || (self.rtt_s.is_some()
@@ -939,10 +947,12 @@ impl Testbed {
         signal::disown(&self.name);
     }
 
+    /// The test-bed's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// Its topology.
     pub fn spec(&self) -> &TopologySpec {
         &self.spec
     }
@@ -969,14 +979,17 @@ impl Testbed {
         &self.backends
     }
 
+    /// Names of its hosts.
     pub fn hosts(&self) -> Vec<String> {
         names_of(&self.spec, NodeKind::Host)
     }
 
+    /// Names of its routers.
     pub fn routers(&self) -> Vec<String> {
         names_of(&self.spec, NodeKind::Router)
     }
 
+    /// Names of its switches.
     pub fn switches(&self) -> Vec<String> {
         names_of(&self.spec, NodeKind::Switch)
     }
@@ -1225,7 +1238,9 @@ const ECHO_TRIES: u32 = 5;
 /// Live state of one interface.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveIface {
+    /// Interface MTU.
     pub mtu: u32,
+    /// The interface is up.
     pub up: bool,
     /// Root qdisc kind as `ip link` reports it (`tbf`, `noqueue`, …).
     pub qdisc: String,

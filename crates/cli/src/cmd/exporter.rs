@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wirebench_engine::plan::{FlowPlan, SessionPlan, Stop};
+use wirebench_engine::plan::{FlowPlan, Hooks, SessionPlan, Stop};
 use wirebench_engine::result::ResultDoc;
 use wirebench_model::{dist::Dist, FlowSpec, IdtModel, SizeModel};
 use wirebench_wire::{Direction, MeterMode, Transport};
@@ -181,7 +181,7 @@ struct Counters {
     in_flight: AtomicUsize,
 }
 
-/// Cancel flags a probe's plan can point at (`SessionPlan::cancel` wants
+/// Cancel flags a probe's plan can point at (`Hooks::cancel` wants
 /// a `'static`): one per concurrent probe slot, reused.
 static CANCEL: [AtomicBool; MAX_SLOTS] = [const { AtomicBool::new(false) }; MAX_SLOTS];
 const MAX_SLOTS: usize = 64;
@@ -447,13 +447,17 @@ fn probe(req: &Request, ex: &Exporter) -> (&'static str, String) {
         plan.meter = module.meter;
         plan.linger_ms = PROBE_LINGER_MS;
         plan.key = module.key.clone();
-        plan.cancel = Some(&CANCEL[slot]);
         plan.command = Some(format!("wirebench exporter probe {target} module {name}"));
         let (tx, rx) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("wb-probe".into())
             .spawn(move || {
-                let _ = tx.send(wirebench_engine::run(plan));
+                let mut hooks = Hooks::default();
+                hooks.cancel = Some(&CANCEL[slot]);
+                let run = plan
+                    .check()
+                    .and_then(|p| wirebench_engine::run_checked(p, hooks));
+                let _ = tx.send(run);
             });
         let wait = Duration::from_secs_f64((timeout - ANSWER_MARGIN_S).max(0.05));
         match spawned.map_err(|e| e.to_string()) {

@@ -9,7 +9,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
-use wirebench_engine::plan::{Family, FlowPlan, Pacing, Phases, SessionPlan, Stop};
+use wirebench_engine::plan::{
+    CheckedPlan, Family, FlowPlan, Hooks, Pacing, Phases, SessionPlan, Stop,
+};
 use wirebench_engine::result::{FlowResult, MarksSeen, ResultDoc, SockOpts};
 use wirebench_engine::EngineError;
 use wirebench_model::script::FlowDirection;
@@ -209,7 +211,7 @@ fn parse_pacing(s: &str) -> Result<Pacing, String> {
 }
 
 /// The sessions of the run: one per receiver (a script may name several).
-fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
+fn build_plans(args: &Args) -> anyhow::Result<Vec<CheckedPlan>> {
     if args.flows == 0 {
         crate::bail_input!("--flows: must be at least 1");
     }
@@ -226,7 +228,7 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<SessionPlan>> {
     let cli_opts = args.sock.to_opts();
     let seed = args.seed.unwrap_or_else(rand_seed);
     // ICMP echo flows measure round trips: -m rtt is implied (below), -m owd
-    // refused (SessionPlan::validate, naming -m).
+    // refused (SessionPlan::check, naming -m).
     let meter = args.meter.unwrap_or_default();
     let dest = args.dest.clone();
     let mut script_meter: Option<MeterMode> = None;
@@ -374,7 +376,7 @@ fn session_plan(
     dest: String,
     flows: Vec<FlowPlan>,
     meter: MeterMode,
-) -> anyhow::Result<SessionPlan> {
+) -> anyhow::Result<CheckedPlan> {
     let port = args.port.unwrap_or(if args.iperf3 {
         wirebench_iperf3::DEFAULT_PORT
     } else {
@@ -420,8 +422,7 @@ fn session_plan(
         plan.auth_probes = mode == "probes";
     }
     plan.command = Some(std::env::args().collect::<Vec<_>>().join(" "));
-    plan.validate().map_err(bad_input)?;
-    Ok(plan)
+    plan.check().map_err(bad_input)
 }
 
 /// The flows with their directions applied: a bidir flow becomes two,
@@ -459,13 +460,14 @@ fn rand_seed() -> u64 {
 static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut plans = build_plans(&args)?;
+    let plans = build_plans(&args)?;
     if args.iperf3 {
         return run_iperf3(&args, plans);
     }
     install_ctrl_c()?;
-    for plan in &mut plans {
-        plan.cancel = Some(&**INTERRUPTED);
+    let mut hooks = Hooks::default();
+    hooks.cancel = Some(&**INTERRUPTED);
+    for plan in &plans {
         // Resolve up front: an unresolvable name is the user's input.
         plan.resolve().map_err(bad_input)?;
     }
@@ -479,11 +481,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     // Live lines come from one receiver's stream; with several, the
     // series are in the document only.
-    let printer = match plans.as_mut_slice() {
-        [one] => live_printer(&args, one),
+    let printer = match plans.as_slice() {
+        [one] => live_printer(&args, one, &mut hooks),
         _ => None,
     };
-    let (doc, failure) = match wirebench_engine::run_many(plans) {
+    let (doc, failure) = match wirebench_engine::run_many(plans, hooks) {
         Ok(doc) => (doc, None),
         Err(EngineError::Partial { reason, doc }) => (*doc, Some(reason)),
         Err(e) => {
@@ -532,27 +534,27 @@ fn install_ctrl_c() -> anyhow::Result<()> {
 }
 
 /// `--iperf3`: the plan against an iperf3 server, its figures beside ours.
-fn run_iperf3(args: &Args, plans: Vec<SessionPlan>) -> anyhow::Result<()> {
-    let [mut plan] = <[SessionPlan; 1]>::try_from(plans)
+fn run_iperf3(args: &Args, plans: Vec<CheckedPlan>) -> anyhow::Result<()> {
+    let [plan] = <[CheckedPlan; 1]>::try_from(plans)
         .map_err(|_| bad_input("--iperf3: a script's flows must all go to one iperf3 server"))?;
     if args.interval_ms.is_some() || args.json_stream {
         crate::bail_input!("--iperf3: --interval and --json-stream need a wirebench receiver");
     }
     wirebench_iperf3::client::check(&plan).map_err(bad_input)?;
     install_ctrl_c()?;
-    plan.cancel = Some(&**INTERRUPTED);
     let addr = plan.resolve().map_err(bad_input)?;
     let json_out = match args.json.as_deref() {
         Some("-") | None => None,
         Some(path) => Some(JsonOut::prepare(path).map_err(bad_input)?),
     };
-    let (doc, view) = wirebench_iperf3::client::run(&plan, addr).map_err(|e| {
-        if e.is_bad_input() {
-            bad_input(e)
-        } else {
-            e.into()
-        }
-    })?;
+    let (doc, view) =
+        wirebench_iperf3::client::run(&plan, addr, Some(&**INTERRUPTED)).map_err(|e| {
+            if e.is_bad_input() {
+                bad_input(e)
+            } else {
+                e.into()
+            }
+        })?;
     let jitter = view
         .results
         .streams
@@ -609,8 +611,8 @@ fn write_pretty(w: impl Write, doc: &ResultDoc) -> std::io::Result<()> {
 }
 
 /// The live output of `--interval` / `--json-stream`, registered in the
-/// plan (not when stdout carries the JSON document).
-fn live_printer(args: &Args, plan: &mut SessionPlan) -> Option<Arc<LivePrinter>> {
+/// run's hooks (not when stdout carries the JSON document).
+fn live_printer(args: &Args, plan: &SessionPlan, hooks: &mut Hooks) -> Option<Arc<LivePrinter>> {
     let mode = if args.json_stream {
         Mode::JsonStream
     } else if args.interval_ms.is_some() && args.json.as_deref() != Some("-") {
@@ -630,7 +632,7 @@ fn live_printer(args: &Args, plan: &mut SessionPlan) -> Option<Arc<LivePrinter>>
             "command": plan.command,
         }));
     }
-    plan.live = Some(Live(p.clone()));
+    hooks.live = Some(Live(p.clone()));
     Some(p)
 }
 

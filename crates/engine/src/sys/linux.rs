@@ -96,6 +96,7 @@ pub fn process_cpu() -> CpuTime {
     from_rusage(libc::RUSAGE_SELF)
 }
 
+/// The kernel's TCP_INFO of a TCP socket; None when it cannot be read.
 pub fn tcp_info(sock: &impl AsRawFd) -> Option<TcpInfo> {
     // SAFETY: tcp_info is plain integers; all zeros is valid.
     let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };

@@ -53,15 +53,18 @@ mod unknown {
         0
     }
 
+    /// None: TCP_INFO is not read on this system.
     pub fn tcp_info(_sock: &impl AsRawFd) -> Option<TcpInfo> {
         None
     }
 
+    /// None: the path MTU is not read on this system.
     pub fn path_mtu(_sock: &impl AsRawFd, _v6: bool) -> Option<u32> {
         None
     }
 
     #[cfg(unix)]
+    /// None: the interface MTU is not read on this system.
     pub fn interface_mtu() -> Option<u32> {
         None
     }
@@ -87,20 +90,26 @@ fn from_rusage(who: libc::c_int) -> CpuTime {
 /// ([`host_cpu_share`] knows their length).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostCpu {
+    /// Time in user mode.
     pub user: u64,
+    /// Time in the kernel.
     pub system: u64,
+    /// Time serving software interrupts (the network stack's receive work).
     pub softirq: u64,
+    /// Idle time.
     pub idle: u64,
     /// Time the hypervisor ran something else on these (virtual) CPUs.
     pub steal: u64,
 }
 
 impl HostCpu {
+    /// Reads the host's counters now.
     pub fn read() -> Self {
         imp::host_cpu()
     }
 }
 
+/// Shares of the host's CPU time between two readings `secs` apart.
 pub fn host_cpu_share(a: HostCpu, b: HostCpu, secs: f64) -> HostCpuShare {
     let hz = imp::host_cpu_ticks_per_s();
     let f = |x: u64, y: u64| {
@@ -140,6 +149,7 @@ impl CpuClock for CpuTime {
     }
 }
 
+/// What the result document says about this host.
 pub fn host_info() -> HostInfo {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get() as u32)

@@ -44,6 +44,7 @@ pub fn host_cpu() -> HostCpu {
     }
 }
 
+/// Length of a second in the host counters' ticks (100 ns).
 pub fn host_cpu_ticks_per_s() -> f64 {
     1e7
 }
@@ -55,6 +56,7 @@ fn cpu_time(kernel: FILETIME, user: FILETIME) -> CpuTime {
     }
 }
 
+/// CPU time of the calling thread.
 pub fn thread_cpu() -> CpuTime {
     let (mut c, mut e, mut k, mut u) = (ZERO, ZERO, ZERO, ZERO);
     // SAFETY: the pseudo-handle of the calling thread; four FILETIMEs we own.
@@ -64,6 +66,7 @@ pub fn thread_cpu() -> CpuTime {
     cpu_time(k, u)
 }
 
+/// CPU time of this process.
 pub fn process_cpu() -> CpuTime {
     let (mut c, mut e, mut k, mut u) = (ZERO, ZERO, ZERO, ZERO);
     // SAFETY: the pseudo-handle of this process; four FILETIMEs we own.
@@ -126,20 +129,31 @@ pub struct IfRow {
     /// The interface's alias ("Ethernet", "Wi-Fi"), as `netsh` and
     /// PowerShell name it.
     pub name: String,
+    /// A loopback interface.
     pub loopback: bool,
+    /// Operationally up.
     pub up: bool,
+    /// Interface MTU.
     pub mtu: u32,
     /// "aa:bb:cc:dd:ee:ff"; None without a hardware address.
     pub mac: Option<String>,
     /// Receive link speed in bit/s (0: unknown).
     pub speed_bps: u64,
+    /// Packets received.
     pub rx_packets: u64,
+    /// Bytes received.
     pub rx_bytes: u64,
+    /// Packets discarded on receive.
     pub rx_dropped: u64,
+    /// Receive errors.
     pub rx_errors: u64,
+    /// Packets sent.
     pub tx_packets: u64,
+    /// Bytes sent.
     pub tx_bytes: u64,
+    /// Packets discarded on send.
     pub tx_dropped: u64,
+    /// Send errors.
     pub tx_errors: u64,
 }
 
@@ -226,10 +240,15 @@ pub fn interface_mtu() -> Option<u32> {
 /// `idle`, `dpc` and `interrupt`, as Windows reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CoreTimes {
+    /// Idle time.
     pub idle: u64,
+    /// Kernel time, idle, DPC and interrupt time included.
     pub kernel: u64,
+    /// User time.
     pub user: u64,
+    /// Deferred procedure call time.
     pub dpc: u64,
+    /// Hardware interrupt time.
     pub interrupt: u64,
 }
 

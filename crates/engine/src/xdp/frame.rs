@@ -41,13 +41,18 @@ mod field {
 /// Who a flow's frames go from and to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Endpoints {
+    /// This interface's MAC address.
     pub src_mac: [u8; 6],
+    /// The next hop's MAC address.
     pub dst_mac: [u8; 6],
+    /// The flow's source address and port.
     pub src: SocketAddr,
+    /// The receiver's data address and port.
     pub dst: SocketAddr,
 }
 
 impl Endpoints {
+    /// Whether the frames are IPv6.
     pub fn v6(&self) -> bool {
         self.dst.is_ipv6()
     }

@@ -49,20 +49,34 @@ pub(crate) const NO_DESC: sys::Desc = sys::Desc {
 /// Descriptors handed over per batch.
 pub(crate) const BATCH: usize = 64;
 
+/// Why the AF_XDP path could not be set up.
 #[derive(Debug, Error)]
 pub enum XdpError {
+    /// The interface is missing or unusable.
     #[error("interface {iface}: {source}")]
     Iface {
+        /// Its name.
         iface: String,
+        /// What the kernel said.
         source: std::io::Error,
     },
+    /// A bpf(2) or socket call failed.
     #[error("{what}: {source}")]
     Kernel {
+        /// The call.
         what: &'static str,
+        /// What the kernel said.
         source: std::io::Error,
     },
+    /// The verifier refused the steering program.
     #[error("the kernel refused the XDP program: {source}; verifier: {log}")]
-    Verifier { source: std::io::Error, log: String },
+    Verifier {
+        /// What the kernel said.
+        source: std::io::Error,
+        /// The verifier's log.
+        log: String,
+    },
+    /// This interface or kernel cannot do it.
     #[error("{0}")]
     Unsupported(String),
 }
@@ -215,6 +229,7 @@ pub struct TxPort {
 }
 
 impl TxPort {
+    /// Opens an AF_XDP socket on queue 0 of `iface` for sending.
     pub fn open(iface: &str) -> Result<TxPort, XdpError> {
         let idx = ifindex(iface)?;
         let xsk = sys::Xsk::open(

@@ -205,6 +205,7 @@ pub struct SinkCount {
     pub received: u64,
     /// How long the sink ran, from its first frame on.
     pub secs: f64,
+    /// The socket's own counters at the end.
     pub stats: super::XskStats,
     /// How the program and sockets attached.
     pub mode: String,

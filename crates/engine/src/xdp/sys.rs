@@ -552,7 +552,9 @@ fn getsockopt<T: Copy>(fd: RawFd, opt: libc::c_int, v: &mut T) -> io::Result<()>
 pub struct XskStats {
     /// Frames dropped for other reasons than a full ring.
     pub rx_dropped: u64,
+    /// Received descriptors the kernel found invalid.
     pub rx_invalid: u64,
+    /// Transmit descriptors the kernel found invalid.
     pub tx_invalid: u64,
     /// Frames dropped because the RX ring was full.
     pub rx_ring_full: u64,

@@ -10,9 +10,10 @@ use super::frame::{self, Endpoints};
 use super::sys::Desc;
 use super::{TxPort, BATCH, FRAMES, FRAME_SIZE};
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
+use crate::pacing::Launch;
 use crate::pacing::{gather, min_probe_len, wait_or_stop, FlowSent, Schedule, SendRec};
-use crate::pacing::{DataSock, Launch};
 use crate::plan::{FlowPlan, SessionPlan};
+use crate::transport::DataSock;
 use crate::EngineError;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
@@ -320,7 +321,12 @@ fn try_choose(
             "{biggest}-byte payloads exceed the MTU {mtu} (the XDP path does not fragment)"
         ));
     }
-    let (Some(Some(DataSock::Udp(s))), Some(dst_port)) = (socks.first(), dst_port) else {
+    let (Some(Some(s)), Some(dst_port)) = (
+        socks
+            .first()
+            .map(|d| d.as_ref().and_then(|d| d.udp_socket())),
+        dst_port,
+    ) else {
         return Err("no UDP data socket".into());
     };
     let src_port = s.local_addr().map_err(|e| e.to_string())?.port();
@@ -368,7 +374,7 @@ pub(crate) fn run_flows(
         session: launch.session,
         t0: launch.t0,
         abort: launch.abort,
-        cancel: plan.cancel,
+        cancel: launch.cancel,
         spin_ns: crate::clock::SPIN_NS,
         probe_key: launch.probe_key,
     };

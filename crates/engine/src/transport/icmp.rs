@@ -13,10 +13,31 @@
 //! identifier and hands each socket only its own replies), else a raw
 //! socket (root or CAP_NET_RAW). Linux only for now.
 
-use crate::plan::SessionPlan;
+use crate::plan::{Hooks, SessionPlan};
 use crate::EngineError;
 use wirebench_schema::result::ResultDoc;
 use wirebench_wire::{Direction, MeterMode, Transport};
+
+/// ICMP echo's declaration.
+pub(crate) const CAPS: super::Caps = super::Caps {
+    name: "icmp",
+    connection_oriented: false,
+    via_receiver: false,
+    tcp_info: false,
+    tcp_options: false,
+    shares_pacer: false,
+    rx_sockets: 0,
+    kernel_udp_drops: false,
+    needs_privilege: true,
+};
+
+/// ICMP echo's entry in the transport table: no receiver session, so
+/// nothing to connect ([`run`] opens its own sockets).
+pub(crate) const OPS: super::Ops = super::Ops {
+    caps: CAPS,
+    socket: None,
+    connect: |_, _, _, _| Err(super::not_in_session(Transport::Icmp)),
+};
 
 /// Most ICMP echo flows in one run: each has a sending and a receiving
 /// thread of its own.
@@ -110,7 +131,7 @@ pub(crate) fn check(plan: &SessionPlan) -> Result<(), EngineError> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn run(_plan: SessionPlan) -> Result<ResultDoc, EngineError> {
+pub(crate) fn run(_plan: &SessionPlan, _hooks: &Hooks) -> Result<ResultDoc, EngineError> {
     Err(EngineError::BadPlan(
         "-T icmp: ICMP echo flows are supported on Linux only, not on this system".into(),
     ))
@@ -448,8 +469,8 @@ mod linux {
 
     /// Runs an ICMP echo session: every flow paced to the destination,
     /// replies collected until `linger_ms` after the last request.
-    pub(crate) fn run(plan: SessionPlan) -> Result<ResultDoc, EngineError> {
-        let mut arrival = crate::multi::Arrival::new(plan.together.clone());
+    pub(crate) fn run(plan: &SessionPlan, hooks: &Hooks) -> Result<ResultDoc, EngineError> {
+        let mut arrival = crate::multi::Arrival::new(hooks.together.clone());
         let dst: SocketAddr = plan.resolve()?;
         let dst = SocketAddr::new(dst.ip(), 0);
         let ip = if dst.is_ipv4() {
@@ -508,7 +529,7 @@ mod linux {
                         t0,
                         cfg,
                         abort: abort.clone(),
-                        cancel: plan.cancel,
+                        cancel: hooks.cancel,
                     };
                     s.spawn(move || send_flow(&job, e))
                 })
@@ -523,7 +544,7 @@ mod linux {
         });
         // The last replies are still on their way.
         let until = mono_ns() + plan.linger_ms * 1_000_000;
-        while mono_ns() < until && stop_reason(&abort, plan.cancel).is_none() {
+        while mono_ns() < until && stop_reason(&abort, hooks.cancel).is_none() {
             std::thread::sleep(Duration::from_millis(10));
         }
         let stopped_mono = mono_ns();
@@ -568,7 +589,7 @@ mod linux {
             partial = Some("interrupted: flows stopped early".into());
         }
         let doc = assemble_doc(DocInputs {
-            plan: &plan,
+            plan,
             started_real,
             src: SocketAddr::new(src_ip, 0),
             dst_ip: dst.ip(),

@@ -1,0 +1,733 @@
+//! TCP: a connection per flow carrying length-framed records. Paced flows
+//! write each batch of due records in one `write`; `--max` flows write as
+//! fast as the socket takes them ([`tcp_bulk`]), or, more flows than CPUs,
+//! share one writer thread per CPU ([`run_bulk_shared`]).
+
+use super::{connect_err, hello_record, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
+use crate::clock::{mono_ns, realtime_ns, wait_until};
+use crate::net::AsRawFd;
+use crate::pacing::{each_batch, gather, header, FlowEnd, FlowJob, FlowSent, Schedule, SendRec};
+use crate::plan::FlowPlan;
+use crate::rtt::{Reflected, RttRx};
+use crate::session::CONNECT_TIMEOUT;
+use crate::sys;
+use crate::EngineError;
+use socket2::{Protocol, Socket, Type};
+use std::io::{ErrorKind, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+use wirebench_stats::{FlowConfig, SendSummary};
+use wirebench_wire::ProbeHeader;
+
+/// TCP's declaration.
+pub(crate) const CAPS: Caps = Caps {
+    name: "tcp",
+    connection_oriented: true,
+    via_receiver: true,
+    tcp_info: true,
+    tcp_options: true,
+    shares_pacer: false,
+    rx_sockets: 2,
+    kernel_udp_drops: false,
+    needs_privilege: false,
+};
+
+/// TCP's entry in the transport table.
+pub(crate) const OPS: Ops = Ops {
+    caps: CAPS,
+    socket: Some((Type::STREAM, Protocol::TCP)),
+    connect,
+};
+
+/// Longest a paced flow's `write` may block before it fails the flow.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects, then names the session and flow on the fresh connection
+/// ([`hello_record`]): the receiver closes connections that have not
+/// identified within 2 s, and a flow's first probe may come later than
+/// that (`-d` start delay, slow rates).
+fn connect(
+    sock: Socket,
+    peer: SocketAddr,
+    f: &FlowPlan,
+    id: Ident,
+) -> Result<DataSock, EngineError> {
+    sock.connect_timeout(&peer.into(), CONNECT_TIMEOUT)
+        .map_err(connect_err(peer))?;
+    let mut s: TcpStream = sock.into();
+    let _ = s.set_nodelay(crate::sockopt::nodelay(&f.opts, &f.spec));
+    let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+    s.write_all(&hello_record(id)?)
+        .map_err(|e| EngineError::io("TCP data connection", e))?;
+    Ok(Box::new(TcpTx::new(s)))
+}
+
+/// A TCP flow's connected sending end.
+pub(crate) struct TcpTx {
+    s: TcpStream,
+    /// A `--max` flow's writer span (first write, stop; CLOCK_MONOTONIC).
+    ran: Option<(u64, u64)>,
+}
+
+impl TcpTx {
+    /// The sending end of an accepted or connected, identified stream.
+    pub(crate) fn new(s: TcpStream) -> TcpTx {
+        TcpTx { s, ran: None }
+    }
+}
+
+impl FlowTx for TcpTx {
+    fn caps(&self) -> &'static Caps {
+        &CAPS
+    }
+
+    fn pace(&mut self, r: FlowRun<'_>) -> FlowEnd {
+        if r.sched.max {
+            let mut ran = (0, 0);
+            let end = tcp_bulk(r.job, &self.s, r.sched, r.acc, r.first_tx, &mut ran);
+            self.ran = Some(ran);
+            end
+        } else {
+            tcp_send(r.job, &self.s, r.sched, r.acc, r.first_tx)
+        }
+    }
+
+    fn reflector(&self, r: &Reflected) -> std::io::Result<RttRx> {
+        Ok(RttRx::start_tcp(self.s.try_clone()?, r))
+    }
+
+    fn ended(&self, job: &FlowJob, sent: &mut FlowSent) {
+        if let Some(ran) = self.ran {
+            writer_span(&mut sent.send, ran, job.cfg);
+        }
+        sent.tcp = Some(sys::tcp_info(&self.s).unwrap_or_default());
+        sent.tcp_cc = crate::sockopt::tcp_cc(&self.s);
+    }
+
+    fn into_udp(self: Box<Self>) -> Result<std::net::UdpSocket, DataSock> {
+        Err(self)
+    }
+
+    fn into_tcp(self: Box<Self>) -> Result<TcpStream, DataSock> {
+        Ok(self.s)
+    }
+
+    fn tcp_stream(&self) -> Option<&TcpStream> {
+        Some(&self.s)
+    }
+}
+
+/// Bytes of records per TCP write (see `tcp_send`): larger writes cost
+/// fewer syscalls per byte; docs/performance.md has the loopback figures
+/// for this size and smaller ones.
+pub(crate) const TCP_WRITE_BYTES: usize = 1 << 20;
+
+/// Bytes of records per write of each of `flows` `--max` TCP flows on
+/// `cores` CPUs: [`TCP_WRITE_BYTES`] while each flow can have a CPU, then
+/// shared out, down to iperf3's 128 KiB. The write buffer is the flow's
+/// one allocation; 1 000 flows of 1 MiB each would hold 1 GiB.
+pub(crate) fn bulk_write_bytes(flows: usize, cores: usize) -> usize {
+    const FLOOR: usize = 128 << 10;
+    if flows <= cores.max(1) {
+        return TCP_WRITE_BYTES;
+    }
+    (TCP_WRITE_BYTES * cores.max(1) / flows).clamp(FLOOR, TCP_WRITE_BYTES)
+}
+
+/// Longest a `--max` TCP flow's `write` may block (SO_SNDTIMEO) before
+/// the flow looks at its stop flags and clock again; in its last slice the
+/// timeout is what is left of the run, so the flow stops on time.
+const BULK_WRITE_SLICE_NS: u64 = 50_000_000;
+
+/// The records of a `--max` TCP flow's write buffer: offsets, and which
+/// have been handed to the kernel.
+struct BulkBatch {
+    /// Record i occupies `starts[i]..starts[i + 1]` of the buffer.
+    starts: Vec<usize>,
+    /// Transmit time (CLOCK_REALTIME) stamped into each record.
+    tx: Vec<u64>,
+    /// Records in the buffer.
+    n: usize,
+    /// Records wholly handed to the kernel.
+    done: usize,
+    /// Bytes handed to the kernel.
+    off: usize,
+}
+
+impl BulkBatch {
+    fn new(records: usize) -> BulkBatch {
+        BulkBatch {
+            starts: vec![0; records + 1],
+            tx: vec![0; records],
+            n: 0,
+            done: 0,
+            off: 0,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.done == self.n
+    }
+
+    fn end(&self) -> usize {
+        self.starts[self.n]
+    }
+
+    /// First record of which no byte has been written: from it on, the
+    /// records can still be stamped with the time of the write that
+    /// starts them.
+    fn unbegun(&self) -> usize {
+        if self.done < self.n && self.starts[self.done] < self.off {
+            self.done + 1
+        } else {
+            self.done
+        }
+    }
+}
+
+/// A `--max` TCP flow: writes whole records as fast as the socket takes
+/// them until the run's time is up, and stops then, on the session's
+/// clock, whatever the path's speed. Each write may block at most
+/// [`BULK_WRITE_SLICE_NS`] (less at the end): a write of the whole
+/// buffer, blocked on a path shared by many flows, would hold the flow
+/// past its end or record a run's records all at its start.
+/// A record counts as sent when its last byte is accepted, at that time;
+/// records not yet begun carry the time of the write that begins them
+/// (a partial write leaves the rest for the next one, which restamps
+/// it). When the time is up, records not begun are not part of the run
+/// (a timed `--max` flow has no schedule they were due on), and a record
+/// begun but not finished ends truncated by the close: the receiver
+/// drops an incomplete record, and neither side counts it.
+///
+/// `ran` gets the writer's first write and its stop (CLOCK_MONOTONIC).
+fn tcp_bulk(
+    job: &FlowJob,
+    s: &TcpStream,
+    sched: &mut Schedule,
+    acc: &mut SendRec,
+    first_tx: &mut u64,
+    ran: &mut (u64, u64),
+) -> FlowEnd {
+    let mut w = BulkWriter::new(job, sched);
+    let mut timeout_ns = 0;
+    wait_until(job.t0);
+    w.pending = sched.next(mono_ns());
+    let r = loop {
+        if let Some(h) = job.halted() {
+            break Ok(Some(h));
+        }
+        let now = mono_ns();
+        // The timeout changes only in the run's last slice.
+        let left = sched.end_at.map_or(u64::MAX, |e| e.saturating_sub(now));
+        let want = BULK_WRITE_SLICE_NS.min(left).max(1_000_000);
+        if want != timeout_ns {
+            let _ = s.set_write_timeout(Some(Duration::from_nanos(want)));
+            timeout_ns = want;
+        }
+        match w.write_once(job, s, sched, acc, now) {
+            Ok(true) => {}
+            Ok(false) => break Ok(None),
+            Err(e) => break Err(e),
+        }
+    };
+    *first_tx = w.first_tx;
+    *ran = w.ran(sched, mono_ns());
+    r
+}
+
+/// One bulk TCP flow's writing between writes: the write buffer of
+/// records, which of them the kernel has, and the schedule's next record.
+struct BulkWriter {
+    buf: Vec<u8>,
+    meta: Vec<(u64, u32)>,
+    b: BulkBatch,
+    h: ProbeHeader,
+    /// Sequence number of the buffer's first record.
+    seq: u32,
+    pending: Option<(u64, u32)>,
+    first_tx: u64,
+    /// CLOCK_MONOTONIC of the first write (0: none yet).
+    began: u64,
+}
+
+impl BulkWriter {
+    fn new(job: &FlowJob, sched: &Schedule) -> BulkWriter {
+        let max_len = sched.max_len as usize;
+        let cap = job.tcp_write.max(max_len);
+        let mut buf = vec![0u8; cap];
+        job.plan.spec.payload.fill(&mut buf, job.plan.seed);
+        let records = (cap / max_len.max(1)).max(1);
+        BulkWriter {
+            buf,
+            meta: vec![(0, 0); records],
+            b: BulkBatch::new(records),
+            h: header(job),
+            seq: 0,
+            pending: None,
+            first_tx: 0,
+            began: 0,
+        }
+    }
+
+    /// The writer's span for [`writer_span`]: from the schedule's start
+    /// (or its first write, if earlier) to `stopped`, the end at the
+    /// latest.
+    fn ran(&self, sched: &Schedule, stopped: u64) -> (u64, u64) {
+        (
+            self.began.min(sched.start_at),
+            sched.end_at.map_or(stopped, |e| stopped.min(e)),
+        )
+    }
+
+    /// One write of what the buffer holds, refilled from the schedule when
+    /// it is empty. Ok(false) when the flow's time is up or its records
+    /// are out; a write the socket refuses for now (full buffer, timeout)
+    /// is Ok(true) with nothing written.
+    fn write_once(
+        &mut self,
+        job: &FlowJob,
+        s: &TcpStream,
+        sched: &mut Schedule,
+        acc: &mut SendRec,
+        now: u64,
+    ) -> Result<bool, String> {
+        if sched.time_up(now) {
+            return Ok(false);
+        }
+        let b = &mut self.b;
+        if b.is_empty() {
+            if self.pending.is_none() {
+                return Ok(false);
+            }
+            self.seq = self.seq.wrapping_add(b.n as u32);
+            let room = self.meta.len();
+            let n = gather(
+                sched,
+                &mut self.pending,
+                now,
+                acc,
+                &mut self.meta,
+                room,
+                self.seq,
+            );
+            let mut o = 0;
+            for (i, &(_, size)) in self.meta[..n].iter().enumerate() {
+                self.h.len = size as u16;
+                self.h.seq = self.seq.wrapping_add(i as u32);
+                b.starts[i] = o;
+                let _ = self.h.encode(&mut self.buf[o..o + size as usize]);
+                o += size as usize;
+            }
+            b.starts[n] = o;
+            (b.n, b.done, b.off) = (n, 0, 0);
+            if n == 0 {
+                return Ok(true);
+            }
+        }
+        let tx = realtime_ns();
+        if self.first_tx == 0 {
+            self.first_tx = tx;
+            self.began = now;
+        }
+        for i in b.unbegun()..b.n {
+            let rec = &mut self.buf[b.starts[i]..b.starts[i + 1]];
+            ProbeHeader::stamp_tx(rec, tx);
+            if let Some(k) = &job.probe_key {
+                k.sign(rec);
+            }
+            b.tx[i] = tx;
+        }
+        let mut out = s;
+        match out.write(&self.buf[b.off..b.end()]) {
+            Ok(0) => Err("TCP data connection closed by the receiver".into()),
+            Ok(k) => {
+                b.off += k;
+                let at = mono_ns();
+                while b.done < b.n && b.starts[b.done + 1] <= b.off {
+                    let size = self.meta[b.done].1;
+                    let sq = self.seq.wrapping_add(b.done as u32);
+                    acc.record_sent(at, at, size, sq, b.tx[b.done]);
+                    b.done += 1;
+                }
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(true)
+            }
+            Err(e) => Err(format!("TCP data connection failed: {e}")),
+        }
+    }
+}
+
+/// One bulk TCP flow on a shared writer ([`run_bulk_shared`]).
+struct SharedBulk {
+    idx: usize,
+    job: FlowJob,
+    s: TcpStream,
+    sched: Schedule,
+    acc: SendRec,
+    w: BulkWriter,
+    /// How the flow ended (None while it runs) and when.
+    end: Option<FlowEnd>,
+    stopped: u64,
+}
+
+/// Bulk TCP flows more than the CPUs, served by one writer thread per CPU
+/// in rounds, as iperf3 serves its streams: the writer waits until some
+/// of its flows' sockets have room (`poll`), then gives each of those one
+/// write of up to [`bulk_write_bytes`], and again, until each flow's time
+/// is up. With a thread per flow, 256 flows on 2 CPUs shared a 1 Gbit/s
+/// link with a Jain index of 0.35 (some flows read 0) where iperf3 -P
+/// read 1.00: the threads that the scheduler ran kept the link. The
+/// sockets are non-blocking; a flow's records, stamps, stop and send
+/// span are those of [`tcp_bulk`].
+pub(crate) fn run_bulk_shared(jobs: Vec<(usize, FlowJob, TcpStream)>) -> Vec<(usize, FlowSent)> {
+    let mut done = Vec::with_capacity(jobs.len());
+    let mut flows = Vec::with_capacity(jobs.len());
+    for (idx, mut job, s) in jobs {
+        let sched = match Schedule::new(&job.plan, job.t0, job.min_len()) {
+            Ok(x) => x,
+            Err(e) => {
+                done.push((idx, FlowSent::failed(&e)));
+                continue;
+            }
+        };
+        if let Err(e) = s.set_nonblocking(true) {
+            done.push((idx, FlowSent::failed(&format!("TCP data connection: {e}"))));
+            continue;
+        }
+        let acc = SendRec::new(job.cfg, job.log.take(), job.flow_id);
+        let w = BulkWriter::new(&job, &sched);
+        flows.push(SharedBulk {
+            idx,
+            job,
+            s,
+            sched,
+            acc,
+            w,
+            end: None,
+            stopped: 0,
+        });
+    }
+    if let Some(t0) = flows.iter().map(|f| f.job.t0).min() {
+        wait_until(t0);
+    }
+    let now = mono_ns();
+    for f in &mut flows {
+        f.w.pending = f.sched.next(now);
+    }
+    let mut pfds = Vec::with_capacity(flows.len());
+    let mut live = Vec::with_capacity(flows.len());
+    loop {
+        let now = mono_ns();
+        let halt = flows.first().and_then(|f| f.job.halted());
+        pfds.clear();
+        live.clear();
+        let mut next_end = BULK_WRITE_SLICE_NS;
+        for (k, f) in flows.iter_mut().enumerate() {
+            if f.end.is_some() {
+                continue;
+            }
+            if halt.is_some() || f.sched.time_up(now) {
+                f.end = Some(Ok(halt));
+                f.stopped = now;
+                continue;
+            }
+            if let Some(e) = f.sched.end_at {
+                next_end = next_end.min(e - now);
+            }
+            pfds.push(crate::net::pollfd(f.s.as_raw_fd(), crate::net::POLLOUT));
+            live.push(k);
+        }
+        if live.is_empty() {
+            break;
+        }
+        let timeout_ms = next_end.div_ceil(1_000_000).max(1) as i32;
+        if crate::net::poll(&mut pfds, timeout_ms) <= 0 {
+            continue;
+        }
+        let now = mono_ns();
+        for (j, &k) in live.iter().enumerate() {
+            if pfds[j].revents == 0 {
+                continue;
+            }
+            let f = &mut flows[k];
+            let r = f.w.write_once(&f.job, &f.s, &mut f.sched, &mut f.acc, now);
+            match r {
+                Ok(true) => {}
+                Ok(false) => f.end = Some(Ok(None)),
+                Err(e) => f.end = Some(Err(e)),
+            }
+            if f.end.is_some() {
+                f.stopped = mono_ns();
+            }
+        }
+    }
+    for f in flows {
+        let mut send = f.acc.summary(&f.sched);
+        writer_span(&mut send, f.w.ran(&f.sched, f.stopped), f.job.cfg);
+        let end = f.end.unwrap_or(Ok(None));
+        done.push((
+            f.idx,
+            FlowSent {
+                tcp: Some(sys::tcp_info(&f.s).unwrap_or_default()),
+                tcp_cc: crate::sockopt::tcp_cc(&f.s),
+                ..FlowSent::ran(f.w.first_tx, send, None, end)
+            },
+        ));
+    }
+    done
+}
+
+/// A bulk TCP flow's send span is the time its writer ran on the
+/// session's clock (`ran`: its schedule's start, and its stop, no later
+/// than its end), as iperf3 counts a stream's seconds: a flow that the
+/// path held back for its last second still ran for the whole run, and a
+/// thread the host scheduled late still started with the others. Spans
+/// of accepted records would say otherwise: with 60 flows sharing
+/// 1 Gbit/s, whole writes were accepted late or all at once, and flows of
+/// a 5 s run read 0 to 6.4 s. No write takes bytes after the end (its
+/// timeout ends there, to the kernel's timer tick), so the end bounds the
+/// span.
+fn writer_span(send: &mut SendSummary, ran: (u64, u64), cfg: FlowConfig) {
+    let (began, stopped) = ran;
+    if send.packets == 0 || began == 0 || stopped <= began {
+        return;
+    }
+    let d = (stopped - began) as f64 / 1e9;
+    let lb = wirebench_stats::tcp_stream(send.bytes, cfg.mtu, cfg.ip);
+    let bps = |b: u64| b as f64 * 8.0 / d;
+    send.duration_s = d;
+    send.rate_pps = send.packets as f64 / d;
+    send.throughput_bps = wirebench_stats::Throughput {
+        payload: bps(lb.payload),
+        ip: bps(lb.ip),
+        ethernet: bps(lb.ethernet),
+        wire: bps(lb.wire),
+    };
+}
+
+/// Most bytes of records per write of a paced TCP flow: a write blocked
+/// on a full socket buffer waits for this much room, 5 ms at 100 Mbit/s.
+const PACED_TCP_WRITE_BYTES: usize = 64 << 10;
+
+fn tcp_send(
+    job: &FlowJob,
+    s: &TcpStream,
+    sched: &mut Schedule,
+    acc: &mut SendRec,
+    first_tx: &mut u64,
+) -> FlowEnd {
+    let mut out = s;
+    // One write carries as many whole records as fit in TCP_WRITE_BYTES,
+    // whatever their size: a cap on records would make small records go
+    // out in small writes (docs/performance.md). Both buffers are
+    // allocated once per flow.
+    let max_len = sched.max_len as usize;
+    let cap = TCP_WRITE_BYTES.max(max_len);
+    let mut buf = vec![0u8; cap];
+    // The stream cycles through the content; each record's header is
+    // written over it.
+    job.plan.spec.payload.fill(&mut buf, job.plan.seed);
+    let mut h = header(job);
+    let mut meta = vec![(0u64, 0u32); (cap / max_len.max(1)).max(1)];
+    let max = sched.max;
+    // A paced flow behind its schedule writes its backlog in pieces, so
+    // a write blocked on a slow path ends soon after the run does.
+    let room = if max {
+        meta.len()
+    } else {
+        meta.len()
+            .min((PACED_TCP_WRITE_BYTES / max_len.max(1)).max(1))
+    };
+    let r = each_batch(job, sched, acc, &mut meta, room, |due, acc, seq| {
+        let tx = realtime_ns();
+        if *first_tx == 0 {
+            *first_tx = tx;
+        }
+        let mut off = 0;
+        for (i, &(_, size)) in due.iter().enumerate() {
+            h.len = size as u16;
+            h.seq = seq.wrapping_add(i as u32);
+            h.tx_ns = tx;
+            let rec = &mut buf[off..off + size as usize];
+            let _ = h.encode(rec);
+            if let Some(k) = &job.probe_key {
+                k.sign(rec);
+            }
+            off += size as usize;
+        }
+        let actual = mono_ns();
+        if let Err(e) = out.write_all(&buf[..off]) {
+            for &(at, size) in due {
+                acc.record_not_sent(1, at, *seq, size);
+            }
+            return Err(format!("TCP data connection failed: {e}"));
+        }
+        for (j, &(at, size)) in due.iter().enumerate() {
+            let sq = seq.wrapping_add(j as u32);
+            acc.record_sent(if max { actual } else { at }, actual, size, sq, tx);
+        }
+        *seq = seq.wrapping_add(due.len() as u32);
+        Ok(())
+    });
+    if matches!(r, Ok(None)) {
+        let _ = out.flush();
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pacing::run_flow;
+    use crate::pacing::tests::{flow, job};
+    use crate::plan::Stop;
+    use wirebench_model::FlowSpec;
+    use wirebench_wire::Transport;
+
+    /// A `--max` TCP flow behind a slow reader stops when its time is up,
+    /// not when its blocked write would have ended; its send span is the
+    /// run's, and exactly the records it counts arrive, numbered from 0,
+    /// followed by at most one record cut short by the close.
+    #[test]
+    fn a_bulk_tcp_flow_stops_on_time_behind_a_slow_reader() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = vec![0u8; 16 << 10];
+            let mut got = Vec::new();
+            loop {
+                std::thread::sleep(Duration::from_millis(1));
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            got
+        });
+        let s = TcpStream::connect(to).unwrap();
+        let mut plan = flow(1.0, 8000, Stop::DurationMs(300));
+        plan.spec = FlowSpec::max_rate(8000).unwrap();
+        plan.transport = Transport::Tcp;
+        let t0 = mono_ns() + 2_000_000;
+        let mut j = job(plan, 1, t0);
+        j.cfg.transport = Transport::Tcp;
+        let out = run_flow(j, Box::new(TcpTx::new(s)));
+        let took = mono_ns() - t0;
+        assert_eq!(out.error, None);
+        // The reader takes ~16 MB/s: a 1 MiB write alone would block for
+        // 60 ms, the socket buffer's backlog for longer.
+        assert!(took < 300_000_000 + 150_000_000, "{took} ns");
+        assert!((out.send.duration_s - 0.3).abs() < 0.006, "{:?}", out.send);
+        let n = out.send.packets;
+        assert!(n > 10, "{n}");
+        let got = reader.join().unwrap();
+        let whole = got.len() / 8000;
+        assert_eq!(whole as u64, n, "{} bytes", got.len());
+        for (k, rec) in got.chunks_exact(8000).enumerate() {
+            let h = ProbeHeader::decode_prefix(rec).unwrap();
+            assert_eq!((h.session, h.flow, h.seq, h.len), (7, 1, k as u32, 8000));
+        }
+    }
+
+    /// Four bulk TCP flows on one shared writer, read round-robin by a
+    /// slow reader: each stops on time with a whole run's send span, the
+    /// records each counts arrive intact and in order, and the writer's
+    /// rounds share the reader's pace evenly.
+    #[test]
+    fn a_shared_writer_serves_its_bulk_flows_in_rounds_and_stops_on_time() {
+        use std::io::Read;
+        const REC: usize = 8000;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        let socks: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(to).unwrap()).collect();
+        let mut peers: Vec<std::net::TcpStream> = (0..4).map(|_| l.accept().unwrap().0).collect();
+        // Connections are accepted in the order they connected; the reader
+        // knows each one by the flow id in its records.
+        let reader = std::thread::spawn(move || {
+            for p in &peers {
+                p.set_nonblocking(true).unwrap();
+            }
+            let mut got = vec![Vec::new(); peers.len()];
+            let mut open = peers.len();
+            let mut buf = vec![0u8; 8 << 10];
+            while open > 0 {
+                std::thread::sleep(Duration::from_millis(1));
+                open = 0;
+                for (p, g) in peers.iter_mut().zip(&mut got) {
+                    match p.read(&mut buf) {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            g.extend_from_slice(&buf[..n]);
+                            open += 1;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => open += 1,
+                        Err(_) => {}
+                    }
+                }
+            }
+            got
+        });
+        let t0 = mono_ns() + 2_000_000;
+        let jobs: Vec<(usize, FlowJob, TcpStream)> = socks
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut plan = flow(1.0, REC as u32, Stop::DurationMs(400));
+                plan.spec = FlowSpec::max_rate(REC as u32).unwrap();
+                plan.transport = Transport::Tcp;
+                let mut j = job(plan, i as u16 + 1, t0);
+                j.cfg.transport = Transport::Tcp;
+                j.tcp_write = 128 << 10;
+                (i, j, s)
+            })
+            .collect();
+        let mut out = run_bulk_shared(jobs);
+        let took = mono_ns() - t0;
+        assert!(took < 400_000_000 + 150_000_000, "{took} ns");
+        out.sort_by_key(|(i, _)| *i);
+        let got = reader.join().unwrap();
+        let mut bytes = Vec::new();
+        for (i, o) in &out {
+            assert_eq!(o.error, None);
+            assert!((o.send.duration_s - 0.4).abs() < 0.008, "{:?}", o.send);
+            let n = o.send.packets;
+            let g = got
+                .iter()
+                .find(|g| {
+                    g.len() >= REC && ProbeHeader::decode_prefix(g).unwrap().flow == *i as u16 + 1
+                })
+                .unwrap();
+            assert_eq!((g.len() / REC) as u64, n, "flow {}", i + 1);
+            for (k, rec) in g.chunks_exact(REC).enumerate() {
+                let h = ProbeHeader::decode_prefix(rec).unwrap();
+                assert_eq!(
+                    (h.flow, h.seq, usize::from(h.len)),
+                    (*i as u16 + 1, k as u32, REC)
+                );
+            }
+            bytes.push(n as f64);
+        }
+        let (lo, hi) = bytes
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        assert!(lo > 0.0 && hi / lo < 2.0, "{bytes:?}");
+    }
+
+    #[test]
+    fn bulk_writes_shrink_with_many_flows_down_to_128_kib() {
+        assert_eq!(bulk_write_bytes(1, 2), TCP_WRITE_BYTES);
+        assert_eq!(bulk_write_bytes(2, 2), TCP_WRITE_BYTES);
+        assert_eq!(bulk_write_bytes(4, 2), TCP_WRITE_BYTES / 2);
+        assert_eq!(bulk_write_bytes(60, 2), 128 << 10);
+        assert_eq!(bulk_write_bytes(1000, 0), 128 << 10);
+    }
+}
