@@ -83,9 +83,12 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
     // run is executed exactly once over the three.
     // One of them reaches the store through a symbolic link (issue #30
     // item 5): the lock is the database's, not its name's.
-    let link = db.with_file_name("link.db");
     #[cfg(unix)]
-    std::os::unix::fs::symlink(&db, &link).unwrap();
+    let link = {
+        let link = db.with_file_name("link.db");
+        std::os::unix::fs::symlink(&db, &link).unwrap();
+        link
+    };
     #[cfg(not(unix))]
     let link = db.clone();
     let three: Vec<_> = [&db, &link, &db]

@@ -93,6 +93,7 @@ pub(crate) trait FlowTx: Send {
 
     /// The UDP socket, for a path that sends the flow's datagrams itself
     /// from the same port (the AF_XDP path).
+    #[cfg(target_os = "linux")]
     fn udp_socket(&self) -> Option<&UdpSocket> {
         None
     }

@@ -83,6 +83,7 @@ impl FlowTx for UdpTx {
         Err(self)
     }
 
+    #[cfg(target_os = "linux")]
     fn udp_socket(&self) -> Option<&UdpSocket> {
         Some(&self.0)
     }
