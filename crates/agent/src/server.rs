@@ -375,19 +375,28 @@ impl Agent {
         R: Read + Send + 'static,
         W: Write,
     {
-        let (tx, rx) = mpsc::channel::<Result<String, String>>();
+        // Ok(Ok(line)), Ok(Err(why)) for a line answered with an error and
+        // skipped (not UTF-8), Err(why) for the end of the input.
+        let (tx, rx) = mpsc::channel::<Result<Result<String, String>, String>>();
         let eof = self.eof.clone();
         std::thread::spawn(move || {
             let mut r = BufReader::new(input);
             loop {
-                let mut line = String::new();
-                match r.by_ref().take(MAX_LINE as u64 + 1).read_line(&mut line) {
+                let mut bytes = Vec::new();
+                match r
+                    .by_ref()
+                    .take(MAX_LINE as u64 + 1)
+                    .read_until(b'\n', &mut bytes)
+                {
                     Ok(0) => break,
-                    Ok(_) if line.len() > MAX_LINE => {
+                    // The limit counts the line without its newline.
+                    Ok(n) if n > MAX_LINE && bytes.last() != Some(&b'\n') => {
                         let _ = tx.send(Err(format!("request line over {MAX_LINE} bytes")));
                         break;
                     }
                     Ok(_) => {
+                        let line = String::from_utf8(bytes)
+                            .map_err(|_| "bad request: the line is not UTF-8 text".to_string());
                         if tx.send(Ok(line)).is_err() {
                             break;
                         }
@@ -402,7 +411,23 @@ impl Agent {
         });
         while let Ok(msg) = rx.recv() {
             let line = match msg {
-                Ok(l) => l,
+                Ok(Ok(l)) => l,
+                Ok(Err(why)) => {
+                    let resp = Response {
+                        id: 0,
+                        reply: Reply::Error { message: why },
+                    };
+                    let mut text = resp.line();
+                    text.push('\n');
+                    if output
+                        .write_all(text.as_bytes())
+                        .and_then(|_| output.flush())
+                        .is_err()
+                    {
+                        break;
+                    }
+                    continue;
+                }
                 Err(e) => {
                     eprintln!("wirebench agent: {e}");
                     break;
@@ -890,5 +915,33 @@ fn finish(handle: u32, mut p: Proc) -> ProcessState {
         result,
         stream,
         stream_dropped,
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::*;
+
+    #[test]
+    fn a_line_that_is_not_utf8_gets_an_error_line_and_the_agent_goes_on() {
+        let agent = Agent::new(AgentConfig {
+            program: PathBuf::from("/nonexistent"),
+            version: crate::AGENT_PROTOCOL_VERSION,
+            revision: crate::AGENT_PROTOCOL_REVISION,
+            tool_version: "test".into(),
+        });
+        let mut input = b"{\"id\":1,\"op\":\"cpu\xff\"}\n".to_vec();
+        input.extend_from_slice(b"{\"id\":2,\"op\":\"cpu\"}\n");
+        let mut out = Vec::new();
+        agent.serve(std::io::Cursor::new(input), &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].contains("not UTF-8"), "{text}");
+        // The next request was read and answered (hello must come first).
+        assert!(
+            lines[1].contains("\"id\":2") && lines[1].contains("hello"),
+            "{text}"
+        );
     }
 }
