@@ -10,14 +10,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use wirebench_campaign::campaign::Campaign;
 use wirebench_campaign::store::{NewCampaign, NewRun, RunStatus, Store};
 use wirebench_campaign::summary::Environment;
 use wirebench_stats::result::{Cpu, CpuTime, FlowResult, HostCpuShare, ResultDoc, TcpInfo};
 use wirebench_stats::{DelayStats, Jitter, Throughput};
-
-const CHROMIUM: &str = "/usr/bin/chromium";
+use wirebench_testkit::chromium;
 
 fn examples() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
@@ -171,46 +170,15 @@ fn attr(tag: &str, name: &str) -> Option<String> {
 /// Loads the page at 1400 px with a probe that writes into the title how
 /// far the page and its widest table reach beyond the window.
 fn overflow(html: &str, dir: &Path) -> (i64, i64) {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} not found: install chromium (scripts/setup)"
-    );
     let probe = html.replace(
         "</body>",
         "<script>let t=0;for(const e of document.querySelectorAll('table')){t=Math.max(t,e.getBoundingClientRect().right-document.documentElement.clientWidth)}for(const e of document.querySelectorAll('.tablewrap')){t=Math.max(t,e.scrollWidth-e.clientWidth)}document.title='page='+(document.documentElement.scrollWidth-document.documentElement.clientWidth)+';table='+Math.ceil(t)+';';</script></body>",
     );
-    let file = dir.join("probe.html");
-    std::fs::write(&file, probe).unwrap();
-    let out = Command::new(CHROMIUM)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--window-size=1400,2000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .arg(format!("file://{}", file.display()))
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "chromium failed");
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let num = |k: &str| -> i64 {
-        let i = dom.find(k).unwrap_or_else(|| panic!("probe ran ({k})")) + k.len();
-        dom[i..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == '-')
-            .collect::<String>()
-            .parse()
-            .unwrap()
-    };
-    (num("page="), num("table="))
+    let dom = chromium::dump_dom(&probe, dir, 1400);
+    (
+        chromium::number_after(&dom, "page="),
+        chromium::number_after(&dom, "table="),
+    )
 }
 
 fn check_report(name: &str, html: &str, dir: &Path) {

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+
 use wirebench_report::plan::{charts, parts, ChartKind};
 use wirebench_report::render_html;
 use wirebench_schema::summary::{CampaignSummary, MetricStats, ScenarioSummary, ThroughputUnits};
@@ -203,47 +203,12 @@ fn small_effects_get_a_zoomed_axis_unless_switched_off() {
 /// Loads the report in headless Chromium with a probe script appended that
 /// writes the widest horizontal overflow of any table into the title.
 fn widest_overflow(html: &str, dir: &Path) -> i64 {
-    const CHROMIUM: &str = "/usr/bin/chromium";
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} not found: install chromium (apt-get install chromium)"
-    );
     let probe = html.replace(
         "</body>",
         "<script>let w=0;for(const e of document.querySelectorAll('.tablewrap')){w=Math.max(w,e.scrollWidth-e.clientWidth)}document.title='overflow='+w;</script></body>",
     );
-    let file = dir.join("probe.html");
-    std::fs::write(&file, probe).unwrap();
-    let out_file = dir.join("dom.html");
-    let out = std::fs::File::create(&out_file).unwrap();
-    let child = Command::new(CHROMIUM)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--window-size=1280,2000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .arg(format!("file://{}", file.display()))
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    common::wait_chromium(child);
-    let dom = std::fs::read_to_string(&out_file).unwrap();
-    let i = dom.find("overflow=").expect("probe ran") + "overflow=".len();
-    dom[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '-')
-        .collect::<String>()
-        .parse()
-        .unwrap()
+    let dom = wirebench_testkit::chromium::dump_dom(&probe, dir, 1280);
+    wirebench_testkit::chromium::number_after(&dom, "overflow=")
 }
 
 /// S5 with every throughput layer and percentile: a family of many

@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod chromium;
 pub mod fuzz;
 #[cfg(unix)]
 pub mod pg;
