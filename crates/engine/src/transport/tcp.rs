@@ -3,6 +3,8 @@
 //! fast as the socket takes them ([`tcp_bulk`]), or, more flows than CPUs,
 //! share one writer thread per CPU ([`run_bulk_shared`]).
 
+pub(crate) mod rx;
+
 use super::{connect_err, hello_record, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, realtime_ns, wait_until};
 use crate::net::AsRawFd;
@@ -37,6 +39,9 @@ pub(crate) const OPS: Ops = Ops {
     caps: CAPS,
     socket: Some((Type::STREAM, Protocol::TCP)),
     connect,
+    listen: Some(rx::listen),
+    dial: Some(rx::dial),
+    reverse: Some(rx::reverse_port),
 };
 
 /// Longest a paced flow's `write` may block before it fails the flow.
