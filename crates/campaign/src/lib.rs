@@ -19,6 +19,8 @@
 //!   ([`summary::CampaignSummary`], the contract with the report layer,
 //!   `wirebench_schema::summary`).
 
+#![warn(missing_docs)]
+
 pub mod adaptive;
 pub mod analysis;
 pub mod campaign;

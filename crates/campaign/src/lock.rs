@@ -34,6 +34,7 @@ pub struct CampaignLock {
 pub enum LockFailure {
     /// Another process holds it; its pid when it wrote one.
     Busy(Option<u32>),
+    /// The lock file could not be opened, locked or written.
     Io(std::io::Error),
 }
 
@@ -88,6 +89,7 @@ impl CampaignLock {
         Ok(lock)
     }
 
+    /// The lock file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
