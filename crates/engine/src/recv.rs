@@ -14,20 +14,18 @@
 
 use crate::auth::receiver_handshake;
 use crate::budget::{self, Budgets, Ledger};
-use crate::clock::{mono_ns, realtime_ns};
+use crate::clock::realtime_ns;
 use crate::ctl::{Ctl, Recv};
 use crate::gate::{
     Gate, GateLimits, Refusal, Slot, MAX_PENDING, PENDING_PER_PEER, SESSIONS_PER_PEER,
 };
 use crate::live::{self, LiveQueue};
-use crate::net::{self, set_rcvbuf, AsRawFd};
-use crate::records::{Fill, RecordReader};
+use crate::net::{self, AsRawFd};
 use crate::result::{FlowReport, ReportExtra};
 use crate::sys::{self, CpuClock, CpuTime};
 pub(crate) use crate::transport::rx::unmap;
 use crate::transport::rx::{
-    flow_report, reply_len, rx_flow, DataPort, FlowRecv, FlowShared, RxAt, RxEnd, RxFlow,
-    WorkerOutcome, POLL_MS,
+    flow_report, rx_flow, DataPort, FlowRecv, FlowShared, RxAt, RxEnd, WorkerOutcome,
 };
 use crate::EngineError;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -40,11 +38,9 @@ use std::time::Duration;
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
 use wirebench_stats::IpVersion;
-use wirebench_wire::auth::{Cidr, Key, ProbeKey};
+use wirebench_wire::auth::{Cidr, Key};
 use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
-use wirebench_wire::{
-    ControlMsg, FlowSetup, MeterMode, Reflection, CONTROL_VERSION, FLAG_REFLECTED,
-};
+use wirebench_wire::{ControlMsg, FlowSetup, MeterMode, CONTROL_VERSION};
 
 /// A session whose sender says nothing on the control connection for this
 /// long is abandoned (the sender sends a keep-alive every second).
@@ -896,34 +892,6 @@ fn session(
     }
 }
 
-/// One TCP connection we opened ourselves, read until the peer closes it or
-/// the flow is stopped (the sender's end of a reverse TCP flow).
-pub(crate) fn tcp_rx_stream(stream: TcpStream, mut rf: RxFlow) -> WorkerOutcome {
-    let cpu0 = CpuTime::thread();
-    let _ = stream.set_nonblocking(true);
-    let mut conn = TcpConn {
-        stream,
-        rd: RecordReader::new(TCP_BUF),
-        out: Vec::new(),
-        out_head: 0,
-        accepted_ns: mono_ns(),
-        identified: false,
-        from: None,
-    };
-    rf.reflect = false;
-    while !rf.sh.stop.load(Ordering::Relaxed) {
-        let mut pfd = [net::pollfd(conn.stream.as_raw_fd(), net::POLLIN)];
-        if net::poll(&mut pfd, POLL_MS as i32) <= 0 {
-            rf.acc.tick();
-            continue;
-        }
-        if !read_records(&mut conn, &mut rf) {
-            break;
-        }
-    }
-    rf.outcome(CpuTime::thread().since(cpu0))
-}
-
 /// Opens flow `s`'s data port on `local_ip` by its transport's receive
 /// side; gives the port, the state the session shares with the flow's
 /// receive loop, and the receiving end to run.
@@ -986,219 +954,6 @@ fn log_meta(
                 dst: Some(local_ip.to_string()),
             })
             .collect(),
-    }
-}
-
-/// Most simultaneous connections on one TCP data port; more are foreign.
-const MAX_TCP_CONNS: usize = 8;
-/// Time a TCP data connection has to send its first record of this
-/// session and flow, so that connections that never send a byte cannot
-/// hold every slot of a data port and keep the real stream out.
-pub const TCP_IDENTIFY: Duration = Duration::from_secs(2);
-const TCP_BUF: usize = 256 << 10;
-
-/// Reflections queued beyond this (the sender does not read them) are
-/// dropped; the sender counts them as round-trip loss.
-const TCP_OUT_MAX: usize = 1 << 20;
-
-struct TcpConn {
-    stream: TcpStream,
-    rd: RecordReader,
-    /// Reflection records ([`reply_len`] bytes each) waiting to be written.
-    out: Vec<u8>,
-    /// Bytes of `out` already written.
-    out_head: usize,
-    /// When it was accepted (monotonic ns), and whether a record of this
-    /// session and flow has arrived on it since.
-    accepted_ns: u64,
-    identified: bool,
-    /// The peer as accepted, until the connection identifies (then it is
-    /// the flow's `from`); None on the sender's end of a reverse flow.
-    from: Option<SocketAddr>,
-}
-
-impl TcpConn {
-    /// Writes queued reflections. Records not yet started get their
-    /// transmit time now (and, with probe MACs, their MAC), so queueing
-    /// time counts as dwell, not as path. Returns false when the
-    /// connection failed.
-    fn flush(&mut self, key: Option<&ProbeKey>) -> bool {
-        if self.out_head >= self.out.len() {
-            return true;
-        }
-        let rlen = reply_len(key.is_some());
-        let first_fresh = self.out_head.div_ceil(rlen) * rlen;
-        let tx = realtime_ns();
-        let mut at = first_fresh;
-        while at + rlen <= self.out.len() {
-            let rec = &mut self.out[at..at + rlen];
-            Reflection::stamp_tx(rec, tx);
-            if let Some(k) = key {
-                k.sign(rec);
-            }
-            at += rlen;
-        }
-        loop {
-            match self.stream.write(&self.out[self.out_head..]) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    self.out_head += n;
-                    if self.out_head >= self.out.len() {
-                        self.out.clear();
-                        self.out_head = 0;
-                        return true;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
-        }
-    }
-}
-
-pub(crate) fn tcp_rx(listener: TcpListener, mut rf: RxFlow) -> WorkerOutcome {
-    let cpu0 = CpuTime::thread();
-    let peer = rf.source.unwrap_or(SocketAddr::new(rf.peer_ip, 0));
-    let (sh, reflect) = (rf.sh.clone(), rf.reflect);
-    let mut conns: Vec<TcpConn> = Vec::new();
-    let mut pfds: Vec<net::PollFd> = Vec::with_capacity(MAX_TCP_CONNS + 1);
-    while !sh.stop.load(Ordering::Relaxed) {
-        drop_unidentified(&mut conns, &sh);
-        pfds.clear();
-        pfds.push(net::pollfd(listener.as_raw_fd(), net::POLLIN));
-        for c in &conns {
-            let want_out = c.out_head < c.out.len();
-            let out = if want_out { net::POLLOUT } else { 0 };
-            pfds.push(net::pollfd(c.stream.as_raw_fd(), net::POLLIN | out));
-        }
-        let r = net::poll(&mut pfds, POLL_MS as i32);
-        if r <= 0 {
-            rf.acc.tick();
-            continue;
-        }
-        let polled = pfds.len() - 1;
-        if pfds[0].revents != 0 {
-            while let Ok((s, from)) = listener.accept() {
-                // Only the session's sender may connect (from the port it
-                // declared, when it did): anyone else would hold one of the
-                // few connection slots (and get reflections).
-                // Up to twice the limit for a moment: `drop_unidentified`
-                // makes room by closing a silent one, not the newcomer.
-                let theirs = unmap(from.ip()) == peer.ip()
-                    && (peer.port() == 0 || from.port() == peer.port());
-                if conns.len() >= 2 * MAX_TCP_CONNS || !theirs {
-                    sh.foreign.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let _ = s.set_nonblocking(true);
-                // A fixed buffer switches the kernel's receive autotuning
-                // off for the connection: 60 flows with 4 MiB each
-                // advertised windows that overfilled a 1000-packet router
-                // queue (50 000 retransmits where iperf3 -P 60 had 400).
-                // Fixed only when the sender asks (`--window`, iperf3 -w).
-                if sh.rcvbuf > 0 {
-                    set_rcvbuf(s.as_raw_fd(), sh.rcvbuf);
-                }
-                conns.push(TcpConn {
-                    stream: s,
-                    rd: RecordReader::new(TCP_BUF),
-                    out: Vec::with_capacity(if reflect { 64 << 10 } else { 0 }),
-                    out_head: 0,
-                    accepted_ns: mono_ns(),
-                    identified: false,
-                    from: Some(SocketAddr::new(unmap(from.ip()), from.port())),
-                });
-            }
-        }
-        // Backwards, so that swap_remove only moves an already handled
-        // connection into the freed place.
-        for ci in (0..polled).rev() {
-            if pfds[ci + 1].revents == 0 {
-                continue;
-            }
-            let ok =
-                read_records(&mut conns[ci], &mut rf) && conns[ci].flush(sh.probe_key.as_ref());
-            if !ok {
-                conns.swap_remove(ci);
-            }
-        }
-    }
-    rf.outcome(CpuTime::thread().since(cpu0))
-}
-
-/// Closes data connections that have not sent a record of their session
-/// within [`TCP_IDENTIFY`], and, while more than [`MAX_TCP_CONNS`] are
-/// open, the oldest silent one (the newest if all have identified). Each
-/// one closed counts as foreign.
-fn drop_unidentified(conns: &mut Vec<TcpConn>, sh: &FlowShared) {
-    let now = mono_ns();
-    let limit = TCP_IDENTIFY.as_nanos() as u64;
-    let before = conns.len();
-    conns.retain(|c| c.identified || now.saturating_sub(c.accepted_ns) < limit);
-    while conns.len() > MAX_TCP_CONNS {
-        let victim = conns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !c.identified)
-            .min_by_key(|(_, c)| c.accepted_ns)
-            .map_or(conns.len() - 1, |(i, _)| i);
-        conns.swap_remove(victim);
-    }
-    let dropped = before - conns.len();
-    if dropped > 0 {
-        sh.foreign.fetch_add(dropped as u64, Ordering::Relaxed);
-    }
-}
-
-/// Reads what is available and records every complete record. Returns false
-/// when the connection is to be dropped (closed, or not ours).
-fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
-    let (sid, flow_id, reflect) = (rf.sid, rf.flow_id, rf.reflect);
-    let rlen = reply_len(rf.sh.probe_key.is_some());
-    loop {
-        let ts = match c.rd.fill(&mut c.stream) {
-            Fill::Data(ts) => ts,
-            Fill::Again => return true,
-            Fill::Closed => return false,
-        };
-        let offset = rf.sh.offset_ns.load(Ordering::Relaxed);
-        let out = &mut c.out;
-        let identified = &mut c.identified;
-        let framed = c.rd.drain(
-            |h| h.session == sid && h.flow == flow_id,
-            |h, rec| {
-                *identified = true;
-                if h.is_hello() || rf.take(h, rec, ts, offset).is_none() {
-                    return;
-                }
-                if reflect && h.is_rtt() && out.len() + rlen <= TCP_OUT_MAX {
-                    let mut rh = *h;
-                    rh.flags |= FLAG_REFLECTED;
-                    rh.len = rlen as u16;
-                    let at = out.len();
-                    out.resize(at + rlen, 0);
-                    let rec = &mut out[at..];
-                    let _ = rh.encode(rec);
-                    let _ = Reflection {
-                        rx_ns: ts,
-                        tx_ns: 0,
-                    }
-                    .encode(rec);
-                }
-            },
-        );
-        if !framed {
-            // Not a record stream of this flow (or it lost framing): the
-            // whole connection is foreign.
-            rf.sh.foreign();
-            return false;
-        }
-        if c.identified {
-            if let Some(f) = c.from.take() {
-                let _ = rf.sh.from.set(f);
-            }
-        }
     }
 }
 

@@ -29,7 +29,7 @@ pub(crate) const CAPS: Caps = Caps {
     tcp_info: true,
     tcp_options: true,
     shares_pacer: false,
-    rx_sockets: 2,
+    rx_sockets: 1 + rx::GRANTED_CONNS as u64,
     kernel_udp_drops: false,
     needs_privilege: false,
 };
