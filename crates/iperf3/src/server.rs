@@ -66,8 +66,11 @@ pub struct ServerConfig {
 /// Counters of the iperf3 server, readable while it serves.
 #[derive(Debug, Default)]
 pub struct ServerStats {
+    /// Sessions admitted (cookie read, a slot taken).
     pub sessions_started: AtomicU64,
+    /// Sessions that exchanged results.
     pub sessions_completed: AtomicU64,
+    /// Sessions that ended in an error (refusals included).
     pub sessions_failed: AtomicU64,
     /// Connections or sessions refused (`--allow`, slots, budgets, what
     /// cannot be mapped).
@@ -153,6 +156,7 @@ impl Server {
         self.tcp.local_addr().ok()
     }
 
+    /// The server's counters, shared with whoever reports them.
     pub fn stats(&self) -> Arc<ServerStats> {
         self.ctx.stats.clone()
     }
