@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+mod measure;
 pub mod proto;
 pub mod server;
 

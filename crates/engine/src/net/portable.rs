@@ -99,6 +99,7 @@ pub struct RecvBatch {
 }
 
 impl RecvBatch {
+    /// Slots of `slot` bytes each, allocated once.
     pub fn new(slot: usize) -> Box<Self> {
         Box::new(RecvBatch {
             slot,
