@@ -6,20 +6,11 @@
 
 mod common;
 
-use common::{free_port, send_json, u, Recv, BIN};
+use common::{free_port, prometheus, send_json, u, wait_listening, Recv, BIN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// GET on 127.0.0.1:port; the whole answer ("" when the server closed
 /// without one).
@@ -35,17 +26,6 @@ fn get(port: u16, path: &str) -> String {
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
-}
-
-fn wait_listening(port: u16) {
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "nothing listens on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -98,28 +78,13 @@ fn prometheus_scrapes_what_the_receiver_served() {
     assert!(get(metrics, "/nothing").starts_with("HTTP/1.1 404"));
 
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("prom.yml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let _prom = prometheus(
+        dir.path(),
+        &format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: wirebench_recv\n    static_configs:\n      - targets: [\"127.0.0.1:{metrics}\"]\n"
         ),
-    )
-    .unwrap();
-    let _prom = Kill(
-        Command::new("prometheus")
-            .args([
-                &format!("--config.file={}", cfg.display()),
-                &format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-                &format!("--web.listen-address=127.0.0.1:{prom}"),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus"),
+        prom,
     );
-    wait_listening(prom);
     let query = |q: &str| -> Option<f64> {
         let body = get(prom, &format!("/api/v1/query?query={q}"));
         let body = body.split_once("\r\n\r\n").map_or("", |(_, b)| b);

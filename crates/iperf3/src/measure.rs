@@ -90,10 +90,69 @@ impl UdpRx {
     }
 }
 
+/// A stream is finished once nothing arrived on it for this long after
+/// TEST_END (what was sent before it is still landing) ...
+pub(crate) const QUIET_NS: u64 = 50_000_000;
+/// ... and at the latest this long after TEST_END.
+pub(crate) const DRAIN_MAX_NS: u64 = 2_000_000_000;
+
+/// When a stream being read is over, once the test has ended.
+#[derive(Default)]
+pub(crate) struct Drain {
+    last_data: u64,
+    start: u64,
+}
+
+impl Drain {
+    /// Data arrived at `now`.
+    pub(crate) fn data(&mut self, now: u64) {
+        self.last_data = now;
+    }
+
+    /// True when the stream is finished: the test has ended (`draining`)
+    /// and the stream has been quiet for [`QUIET_NS`], or the drain took
+    /// [`DRAIN_MAX_NS`].
+    pub(crate) fn over(&mut self, draining: bool, now: u64) -> bool {
+        if !draining {
+            return false;
+        }
+        if self.start == 0 {
+            self.start = now;
+        }
+        now.saturating_sub(self.last_data.max(self.start)) >= QUIET_NS
+            || now - self.start >= DRAIN_MAX_NS
+    }
+}
+
+/// A read that timed out or was interrupted: the stream goes on.
+pub(crate) fn transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use wirebench_engine::clock::{mono_ns, realtime_ns};
+
+    #[test]
+    fn a_stream_drains_until_quiet_or_the_bound() {
+        let mut d = Drain::default();
+        d.data(1_000);
+        assert!(!d.over(false, 10 * QUIET_NS), "the test runs");
+        let t = 2 * QUIET_NS;
+        assert!(!d.over(true, t), "the drain starts now");
+        d.data(t + QUIET_NS / 2);
+        assert!(!d.over(true, t + QUIET_NS));
+        assert!(d.over(true, t + 2 * QUIET_NS));
+        let mut busy = Drain::default();
+        busy.over(true, 1);
+        busy.data(DRAIN_MAX_NS);
+        assert!(busy.over(true, DRAIN_MAX_NS + 1), "the bound");
+    }
 
     #[test]
     fn stamps_are_measured_on_the_nearer_clock() {

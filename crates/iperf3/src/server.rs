@@ -9,7 +9,7 @@
 //! port, so sessions from many clients run at once without SO_REUSEPORT.
 //! TCP data connections are matched to their session by cookie.
 
-use crate::measure::{UdpRx, ASSUMED_MTU};
+use crate::measure::{transient, Drain, UdpRx, ASSUMED_MTU, DRAIN_MAX_NS, QUIET_NS};
 use crate::proto::{self, errno, udp_header, Params, Results, Retransmits, State, StreamResult};
 use crate::Iperf3Error;
 use std::collections::{HashMap, HashSet};
@@ -30,11 +30,6 @@ use wirebench_wire::{Direction, Transport};
 const COOKIE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a client has to send its parameters, open its streams, answer.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
-/// A receiving stream is finished once nothing arrived on it for this long
-/// after the client's TEST_END (what was sent before it is still landing).
-const QUIET_NS: u64 = 50_000_000;
-/// ... and at the latest this long after TEST_END.
-const DRAIN_MAX_NS: u64 = 2_000_000_000;
 /// A reverse sender stops this long (plus four round trips of the control
 /// connection) before the client's timer ends, so that what it sent has
 /// arrived when the client stops counting.
@@ -823,7 +818,7 @@ impl Cap {
 }
 
 /// Reads a TCP stream the client sends on until it closes, or until it
-/// has been quiet for [`QUIET_NS`] after TEST_END.
+/// has been quiet after TEST_END ([`Drain`]).
 fn tcp_receive(mut s: TcpStream, len: usize, draining: &AtomicBool) -> Outcome {
     let mut buf = vec![0u8; len.max(1)];
     let _ = s.set_read_timeout(Some(Duration::from_millis(10)));
@@ -831,30 +826,19 @@ fn tcp_receive(mut s: TcpStream, len: usize, draining: &AtomicBool) -> Outcome {
         from: s.peer_addr().ok(),
         ..Outcome::default()
     };
-    let mut last_data = mono_ns();
-    let mut drain_start = 0;
+    let mut drain = Drain::default();
     loop {
         match s.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 o.count(n as u64, 0);
-                last_data = mono_ns();
+                drain.data(mono_ns());
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
+            Err(e) if transient(&e) => {}
             Err(_) => break,
         }
-        if draining.load(Ordering::Relaxed) {
-            let now = mono_ns();
-            if drain_start == 0 {
-                drain_start = now;
-            }
-            if now.saturating_sub(last_data) >= QUIET_NS || now - drain_start >= DRAIN_MAX_NS {
-                break;
-            }
+        if drain.over(draining.load(Ordering::Relaxed), mono_ns()) {
+            break;
         }
     }
     o
@@ -898,11 +882,7 @@ fn tcp_send(
                     blocks += 1;
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
+            Err(e) if transient(&e) => {}
             Err(_) => break,
         }
     }
