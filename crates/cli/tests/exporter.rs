@@ -2,21 +2,13 @@
 //! `prometheus`, installed by scripts/setup), and its answers to bad and
 //! hopeless probes. Every process is started here and killed on drop.
 
+mod common;
+
+use common::{prometheus, wait_listening, Kill, BIN};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn start(cmd: &mut Command) -> Kill {
     Kill(
@@ -26,17 +18,6 @@ fn start(cmd: &mut Command) -> Kill {
             .spawn()
             .expect("start"),
     )
-}
-
-fn wait_listening(port: u16) {
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "nothing listens on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// GET on 127.0.0.1:port; (status line, body).
@@ -73,20 +54,13 @@ fn prometheus_scrapes_a_probe_of_a_loopback_receiver() {
     wait_listening(recv_port);
     wait_listening(exp_port);
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("prom.yml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let _prom = prometheus(
+        dir.path(),
+        &format!(
             "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\nscrape_configs:\n  - job_name: wirebench\n    metrics_path: /probe\n    params:\n      target: [\"127.0.0.1:{recv_port}\"]\n    static_configs:\n      - targets: [\"127.0.0.1:{exp_port}\"]\n"
         ),
-    )
-    .unwrap();
-    let _prom = start(Command::new("prometheus").args([
-        &format!("--config.file={}", cfg.display()),
-        &format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-        &format!("--web.listen-address=127.0.0.1:{prom_port}"),
-    ]));
-    wait_listening(prom_port);
+        prom_port,
+    );
     let query = |q: &str| -> Vec<serde_json::Value> {
         let (_, body) = get(prom_port, &format!("/api/v1/query?query={q}"), "");
         serde_json::from_str::<serde_json::Value>(&body)

@@ -38,6 +38,10 @@ pub mod xdp;
 
 pub use assemble::rfc3339;
 pub use multi::run_many;
+/// The batched datagram receive (`recvmmsg` with kernel stamps on Linux,
+/// one datagram a call elsewhere), for receive loops outside the engine
+/// (the iperf3 server).
+pub use net::{enable_rx_timestamps, AsRawFd, RecvBatch};
 pub use plan::{CheckedPlan, FlowPlan, Hooks, SessionPlan, Stop};
 pub use recv::{Daemon, DaemonConfig, DaemonStats};
 pub use send::{run, run_checked};

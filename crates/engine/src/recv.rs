@@ -171,6 +171,14 @@ pub struct DaemonStats {
     pub auth_failed: AtomicU64,
     /// Sessions running now.
     pub active: AtomicUsize,
+    /// Flows of the sessions started.
+    pub flows: AtomicU64,
+    /// Data packets the completed sessions' flows received (counted when
+    /// a session reports, so the receive path pays nothing per packet).
+    pub packets_received: AtomicU64,
+    /// Packets on the completed sessions' data sockets that were not
+    /// their data (counted when a session reports).
+    pub foreign_packets: AtomicU64,
 }
 
 /// The receiver daemon: a control listener serving sessions, each on its
@@ -513,6 +521,9 @@ fn session(
         }
     };
     stats.sessions_started.fetch_add(1, Ordering::Relaxed);
+    stats
+        .flows
+        .fetch_add(setups.len() as u64, Ordering::Relaxed);
     if verbose {
         eprintln!(
             "wirebench recv: session {sid:08x} from {peer}: {} flow(s), meter {meter:?}",
@@ -809,6 +820,8 @@ fn session(
                         playout,
                     );
                     r.summary.fit_dists(budget);
+                    stats.packets_received.fetch_add(r.summary.counts.packets, Ordering::Relaxed);
+                    stats.foreign_packets.fetch_add(r.foreign, Ordering::Relaxed);
                     Some(r)
                 });
                 if let Some((k, path)) = sink.take() {

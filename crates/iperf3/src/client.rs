@@ -3,9 +3,13 @@
 //! stream per flow, with iperf3's UDP header on every datagram; the
 //! result holds wirebench's own send figures beside what the iperf3
 //! server measured (bytes, datagrams received, loss, RFC 3550 jitter).
-//! An iperf3 server reports no per-packet delay, so the document's delay
-//! figures stay empty and `clock.method` says why.
+//! An iperf3 server reports no per-packet delay, so the delay figures of
+//! what we send stay empty and `clock.method` says why. With `-R` or
+//! `--bidir` the server sends constant streams (`-b`, `-l`) that we
+//! measure per datagram from its own send stamps, the clock offset
+//! unknown.
 
+use crate::measure::UdpRx;
 use crate::proto::{self, udp_header, Params, Results, Retransmits, State, StreamResult};
 use crate::Iperf3Error;
 use std::io::{Read, Write};
@@ -16,13 +20,13 @@ use wirebench_engine::clock::{mono_ns, realtime_ns, wait_until};
 use wirebench_engine::plan::{clip_to_budget, FlowPlan, SessionPlan, Stop};
 use wirebench_engine::result::{CpuTime, FlowResult, Received, ResultDoc, Total};
 use wirebench_engine::sys::CpuClock;
-use wirebench_stats::{FlowConfig, IpVersion, SendAccumulator, Throughput};
+use wirebench_model::{IdtModel, SizeModel};
+use wirebench_stats::{FlowConfig, IpVersion, SendAccumulator, SendSummary, Throughput};
 use wirebench_wire::{Direction, MeterMode, Transport};
 
 /// Time the server gets for each step of the exchange.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Path MTU assumed for the framing model of the send figures.
-const ASSUMED_MTU: u32 = 1500;
+use crate::measure::{transient, Drain, ASSUMED_MTU};
 
 /// What the iperf3 server said about the test, beside the document.
 #[derive(Debug, Clone)]
@@ -48,18 +52,37 @@ pub fn check(plan: &SessionPlan) -> Result<Transport, Iperf3Error> {
     if plan.flows.iter().any(|f| f.transport != transport) {
         return bad("every flow must use one transport (iperf3 runs a test over one)");
     }
-    if plan.flows.len() > proto::MAX_STREAMS as usize {
-        return bad(&format!(
-            "at most {} flows (iperf3's limit of parallel streams)",
-            proto::MAX_STREAMS
-        ));
-    }
     if plan
         .flows
         .iter()
-        .any(|f| f.direction != Direction::Forward || f.meter_in(plan) != MeterMode::Owd)
+        .any(|f| f.meter_in(plan) != MeterMode::Owd)
     {
-        return bad("only forward one-way flows (no -R, --bidir or -m rtt: an iperf3 server neither reflects nor plays a model)");
+        return bad("one-way flows only (no -m rtt: an iperf3 server does not reflect)");
+    }
+    let (fwd, rev) = split(plan);
+    if !(fwd.is_empty() || rev.is_empty() || fwd.len() == rev.len()) {
+        return bad("flows of one direction, or as many forward as reverse (iperf3 --bidir runs -P streams each way)");
+    }
+    if rev.len() > proto::MAX_STREAMS as usize || fwd.len() > proto::MAX_STREAMS as usize {
+        return bad(&format!(
+            "at most {} flows each way (iperf3's limit of parallel streams)",
+            proto::MAX_STREAMS
+        ));
+    }
+    if let Some(first) = rev.first() {
+        let c = served(first)?;
+        for f in &rev {
+            if served(f)? != c {
+                return bad("-R/--bidir: every reverse flow must have the same rate, size and duration (iperf3 sets them once per test)");
+            }
+        }
+        let fwd_max = fwd.iter().map(|f| f.spec.max_payload()).max().unwrap_or(0);
+        if fwd_max > c.size {
+            return bad(&format!(
+                "--bidir: forward sizes up to {fwd_max} B, but the server reads blocks of the reverse size {} B",
+                c.size
+            ));
+        }
     }
     if plan.key.is_some() {
         return bad("an iperf3 server has no wirebench key (--key-file, WIREBENCH_KEY)");
@@ -82,6 +105,52 @@ pub fn check(plan: &SessionPlan) -> Result<Transport, Iperf3Error> {
     Ok(transport)
 }
 
+/// The flows we send and the flows the server sends, in plan order.
+fn split(plan: &SessionPlan) -> (Vec<&FlowPlan>, Vec<&FlowPlan>) {
+    plan.flows
+        .iter()
+        .partition(|f| f.direction == Direction::Forward)
+}
+
+/// What an iperf3 server can send for a reverse flow: one block size at a
+/// constant rate (or as fast as it can), for a time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Served {
+    size: u32,
+    /// Bits per second of payload; 0: unpaced (`--max`).
+    bps: u64,
+    ms: u64,
+}
+
+fn served(f: &FlowPlan) -> Result<Served, Iperf3Error> {
+    let bad = |m: &str| Err(Iperf3Error::BadPlan(format!("--iperf3 -R/--bidir: {m}")));
+    let s = &f.spec;
+    let SizeModel::Constant { bytes } = s.size else {
+        return bad("the server sends one block size: give -c BYTES");
+    };
+    let bps = match s.idt {
+        IdtModel::Constant { pps } => (pps * f64::from(bytes) * 8.0).round() as u64,
+        IdtModel::Max => 0,
+        IdtModel::Random(_) => {
+            return bad("the server paces at a constant rate: give -C PPS, --rate or --max")
+        }
+    };
+    if s.burst.is_some() || s.packetize.is_some() || s.transfer_bytes.is_some() || s.app.is_some() {
+        return bad("the server plays no application model, bursts or transfers");
+    }
+    if s.start_delay_ms > 0 {
+        return bad("-d: the server starts its streams with the test");
+    }
+    let Stop::DurationMs(ms) = f.stop else {
+        return bad("the server's streams run for a time: give -t MS (not -z or -k)");
+    };
+    Ok(Served {
+        size: bytes,
+        bps,
+        ms,
+    })
+}
+
 /// Runs `plan` against the iperf3 server at `addr`; `cancel` (a Ctrl-C
 /// flag) stops the flows early.
 pub fn run(
@@ -91,6 +160,8 @@ pub fn run(
 ) -> Result<(ResultDoc, ServerView), Iperf3Error> {
     let transport = check(plan)?;
     let udp = transport == Transport::Udp;
+    let (fwd, rev) = split(plan);
+    let rev_served = rev.first().map(|f| served(f)).transpose()?;
     let mut ctl = TcpStream::connect_timeout(&addr, STEP_TIMEOUT)
         .map_err(|e| Iperf3Error::io(format!("cannot connect to {addr}"), e))?;
     let _ = ctl.set_nodelay(true);
@@ -123,68 +194,120 @@ pub fn run(
     let params = Params {
         tcp: !udp,
         udp,
-        // The server only shows it; a finite flow (-z, -k) ends the test
-        // itself by TEST_END.
+        // The server only shows it (and bounds the test by it): our
+        // TEST_END ends the test, to the millisecond.
         time: longest_ms.div_ceil(1000),
-        parallel: plan.flows.len() as u32,
+        parallel: fwd.len().max(rev.len()) as u32,
+        reverse: fwd.is_empty(),
+        bidirectional: !fwd.is_empty() && !rev.is_empty(),
         len,
-        bandwidth: plan
-            .flows
-            .iter()
-            .filter_map(|f| {
-                f.spec
-                    .nominal_rate_pps()
-                    .map(|r| r * f.spec.nominal_payload_bytes() * 8.0)
-            })
-            .sum::<f64>() as u64,
+        // Per stream: what the server sends at; else only shown.
+        bandwidth: match rev_served {
+            Some(c) => c.bps,
+            None => fwd
+                .iter()
+                .filter_map(|f| {
+                    f.spec
+                        .nominal_rate_pps()
+                        .map(|r| r * f.spec.nominal_payload_bytes() * 8.0)
+                })
+                .sum::<f64>() as u64,
+        },
         pacing_timer: 1000,
         client_version: Some(format!("wirebench {}", env!("CARGO_PKG_VERSION"))),
         ..Params::default()
     };
     proto::write_json(&mut ctl, &params)?;
     expect(&mut ctl, State::CreateStreams)?;
+    // iperf3's order: the streams we send on first, then those we receive.
     let mut socks = Vec::with_capacity(plan.flows.len());
-    for _ in &plan.flows {
+    for _ in 0..plan.flows.len() {
         socks.push(open_stream(addr, udp, &cookie)?);
+    }
+    let mut rev_socks = socks.split_off(fwd.len());
+    for s in &mut rev_socks {
+        if let StreamSock::Udp(u) = s {
+            u.set_read_timeout(Some(Duration::from_millis(10)))
+                .map_err(Iperf3Error::control)?;
+        }
     }
     expect(&mut ctl, State::TestStart)?;
     expect(&mut ctl, State::TestRunning)?;
     let cpu0 = CpuTime::process();
     let started_real = realtime_ns();
     let t0 = mono_ns() + 1_000_000;
-    let sent: Vec<FlowSent> = std::thread::scope(|s| {
-        let hs: Vec<_> = plan
-            .flows
+    let draining = AtomicBool::new(false);
+    let stopped =
+        |now: u64, end: u64| now >= end || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+    let (sent, got, elapsed_s, ended) = std::thread::scope(|s| {
+        let draining = &draining;
+        let senders: Vec<_> = fwd
             .iter()
             .zip(socks)
             .map(|(f, sock)| s.spawn(move || send_flow(f, sock, t0, cancel)))
             .collect();
-        hs.into_iter()
+        let receivers: Vec<_> = rev_socks
+            .into_iter()
+            .map(|sock| s.spawn(move || receive_stream(sock, len as usize, draining)))
+            .collect();
+        let sent: Vec<FlowSent> = senders
+            .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| FlowSent::failed("sender thread panicked"))
             })
-            .collect()
+            .collect();
+        if let Some(c) = rev_served {
+            let end = t0 + c.ms * 1_000_000;
+            while !stopped(mono_ns(), end) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let elapsed_s = (mono_ns().saturating_sub(t0)) as f64 / 1e9;
+        // An iperf3 server stops reading its streams at TEST_END: the last
+        // datagrams get the plan's linger time to land first (RFC 2544's
+        // 2 s by default, as for a wirebench receiver).
+        if !fwd.is_empty() {
+            std::thread::sleep(Duration::from_millis(plan.linger_ms));
+        }
+        let ended = proto::write_state(&mut ctl, State::TestEnd);
+        draining.store(true, Ordering::Relaxed);
+        let got: Vec<Got> = receivers
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect();
+        (sent, got, elapsed_s, ended)
     });
-    let elapsed_s = (mono_ns().saturating_sub(t0)) as f64 / 1e9;
-    // An iperf3 server stops reading its streams at TEST_END: the last
-    // datagrams get the plan's linger time to land first (RFC 2544's 2 s
-    // by default, as for a wirebench receiver).
-    std::thread::sleep(Duration::from_millis(plan.linger_ms));
-    proto::write_state(&mut ctl, State::TestEnd)?;
+    ended?;
     expect(&mut ctl, State::ExchangeResults)?;
     let ours = Results {
         sender_has_retransmits: Retransmits(None),
         streams: sent
             .iter()
-            .enumerate()
-            .map(|(i, f)| StreamResult {
-                id: proto::stream_id(i),
+            .map(|f| StreamResult {
                 bytes: f.acc.summary().bytes,
-                retransmits: Retransmits(None),
                 packets: f.acc.packets() as i64,
-                end_time: elapsed_s,
                 ..StreamResult::default()
+            })
+            .chain(got.iter().map(|g| match &g.rx {
+                Some(rx) => StreamResult {
+                    bytes: rx.bytes,
+                    packets: rx.highest as i64,
+                    errors: rx.summary.counts.lost.unwrap_or(0) as i64,
+                    jitter: rx.summary.jitter_s.rfc3550,
+                    ..StreamResult::default()
+                },
+                None => StreamResult {
+                    bytes: g.bytes,
+                    ..StreamResult::default()
+                },
+            }))
+            .enumerate()
+            .map(|(i, r)| StreamResult {
+                id: proto::stream_id(i),
+                retransmits: Retransmits(None),
+                end_time: elapsed_s,
+                ..r
             })
             .collect(),
         ..Results::default()
@@ -202,20 +325,103 @@ pub fn run(
         addr,
         ctl.local_addr().ok(),
         started_real,
-        &sent,
+        (&sent, &got),
         &theirs,
         cpu,
         transport,
     );
+    let forward = || {
+        doc.flows
+            .iter()
+            .filter(|f| f.direction == Direction::Forward)
+    };
     let view = ServerView {
-        packets_received: doc.flows.iter().map(|f| f.received.counts.packets).sum(),
-        bytes_received: doc.flows.iter().map(|f| f.received.counts.bytes).sum(),
+        packets_received: forward().map(|f| f.received.counts.packets).sum(),
+        bytes_received: forward().map(|f| f.received.counts.bytes).sum(),
         results: theirs,
     };
     if let Some(e) = sent.iter().find_map(|f| f.error.clone()) {
         return Err(Iperf3Error::Protocol(format!("a flow failed: {e}")));
     }
     Ok((doc, view))
+}
+
+/// What we measured of a stream the server sent.
+#[derive(Default)]
+struct Got {
+    /// UDP: per datagram.
+    rx: Option<UdpRx>,
+    /// Payload bytes (TCP: all of the stream).
+    bytes: u64,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+/// Reads a stream the server sends until it closes, or until it has been
+/// quiet after TEST_END ([`Drain`]).
+fn receive_stream(sock: StreamSock, len: usize, draining: &AtomicBool) -> Got {
+    let mut buf = vec![0u8; len.max(udp_header::len(true)) + 1];
+    let mut g = Got::default();
+    let mut drain = Drain::default();
+    let ip = match &sock {
+        StreamSock::Udp(s) => s.peer_addr(),
+        StreamSock::Tcp(s) => s.peer_addr(),
+    }
+    .map_or(IpVersion::V4, |a| {
+        if a.is_ipv6() {
+            IpVersion::V6
+        } else {
+            IpVersion::V4
+        }
+    });
+    if let StreamSock::Udp(_) = sock {
+        g.rx = Some(UdpRx::new(false, ip));
+    }
+    if let StreamSock::Tcp(s) = &sock {
+        let _ = s.set_read_timeout(Some(Duration::from_millis(10)));
+    }
+    loop {
+        let r = match &sock {
+            StreamSock::Udp(s) => s.recv(&mut buf),
+            StreamSock::Tcp(s) => {
+                let mut r: &TcpStream = s;
+                r.read(&mut buf)
+            }
+        };
+        match r {
+            Ok(0) if matches!(sock, StreamSock::Tcp(_)) => break,
+            Ok(n) => {
+                let now = mono_ns();
+                let wall = realtime_ns();
+                // A datagram without iperf3's header is not data.
+                let data = match g.rx.as_mut() {
+                    Some(rx) => rx.record(&buf[..n], now, wall),
+                    None => {
+                        g.bytes += n as u64;
+                        true
+                    }
+                };
+                if data {
+                    if g.first_ns == 0 {
+                        g.first_ns = now;
+                    }
+                    g.last_ns = now;
+                    drain.data(now);
+                }
+            }
+            Err(e) if transient(&e) => {}
+            // A refused UDP port (ICMP) or a reset: the stream is over.
+            Err(_) => break,
+        }
+        if drain.over(draining.load(Ordering::Relaxed), mono_ns()) {
+            break;
+        }
+    }
+    if let Some(rx) = g.rx.as_mut() {
+        rx.finish();
+        g.bytes = rx.bytes;
+    }
+    g
 }
 
 /// Reads the next state and insists on `want`; the server's refusals are
@@ -396,7 +602,7 @@ fn build_doc(
     addr: SocketAddr,
     local: Option<SocketAddr>,
     started_real: u64,
-    sent: &[FlowSent],
+    (sent, got): (&[FlowSent], &[Got]),
     theirs: &Results,
     cpu: CpuTime,
     transport: Transport,
@@ -406,8 +612,34 @@ fn build_doc(
         ..Total::default()
     };
     let mut flows = Vec::new();
-    for (i, (f, s)) in plan.flows.iter().zip(sent).enumerate() {
-        let id = proto::stream_id(i);
+    let (mut nf, mut nr) = (0, 0);
+    // Per-datagram delays exist only for the streams the server sent.
+    let mut delay_sum = 0.0;
+    for (i, f) in plan.flows.iter().enumerate() {
+        if f.direction == Direction::Reverse {
+            let Some(g) = got.get(nr) else { continue };
+            let id = proto::stream_id(sent.len() + nr);
+            nr += 1;
+            let r = reverse_flow(
+                (i + 1) as u16,
+                f,
+                g,
+                theirs.streams.iter().find(|r| r.id == id),
+                (addr, local),
+                transport,
+            );
+            total.sent_packets += r.sent.packets;
+            total.received_packets += r.received.counts.unique;
+            total.lost = total.lost.zip(r.received.counts.lost).map(|(a, b)| a + b);
+            total.throughput_bps.payload += r.throughput_bps.payload;
+            total.delay_max_s = total.delay_max_s.max(r.delay_s.max);
+            delay_sum += r.delay_s.mean * r.received.counts.unique as f64;
+            flows.push(r);
+            continue;
+        }
+        let Some(s) = sent.get(nf) else { continue };
+        let id = proto::stream_id(nf);
+        nf += 1;
         let sum = s.acc.summary();
         let server = theirs.streams.iter().find(|r| r.id == id);
         let mut r = FlowResult {
@@ -484,14 +716,101 @@ fn build_doc(
     total.loss_ratio = total
         .lost
         .map(|l| l as f64 / total.sent_packets.max(1) as f64);
+    let measured: u64 = flows
+        .iter()
+        .filter(|f| f.direction == Direction::Reverse)
+        .map(|f| f.received.counts.unique)
+        .sum();
+    if measured > 0 {
+        total.delay_mean_s = delay_sum / measured as f64;
+    }
+    let rev_udp = transport == Transport::Udp && !got.is_empty();
     let mut doc = crate::doc_shell(
         started_real,
-        "none: an iperf3 server reports bytes, datagrams, loss and RFC 3550 jitter, \
-         not per-packet delay; delay figures are not measured",
+        match (rev_udp, sent.is_empty()) {
+            (false, _) => NO_DELAY,
+            (true, true) => STAMP_DELAY,
+            (true, false) => BOTH_DELAYS,
+        },
     );
     doc.command = plan.command.clone();
     doc.flows = flows;
     doc.total = total;
     doc.cpu.sender = cpu;
     doc
+}
+
+const NO_DELAY: &str =
+    "none: an iperf3 server reports bytes, datagrams, loss and RFC 3550 jitter, \
+     not per-packet delay; delay figures are not measured";
+const STAMP_DELAY: &str =
+    "unknown: the iperf3 server stamps its datagrams without an offset exchange; \
+     delays are our receive time minus its stamp on whichever of our clocks (wall or monotonic) \
+     the first stamp was closer to, so only their variation (jitter) is comparable across hosts";
+const BOTH_DELAYS: &str = "forward flows: none (an iperf3 server reports no per-packet delay); \
+     reverse flows: unknown offset (our receive time minus the server's stamp on whichever of \
+     our clocks the first stamp was closer to; only the variation is comparable across hosts)";
+
+/// A flow the server sent: what it says it sent, what we measured.
+fn reverse_flow(
+    id: u16,
+    f: &FlowPlan,
+    g: &Got,
+    server: Option<&StreamResult>,
+    (addr, local): (SocketAddr, Option<SocketAddr>),
+    transport: Transport,
+) -> FlowResult {
+    let mut r = FlowResult {
+        id,
+        direction: Direction::Reverse,
+        transport,
+        ip_version: if addr.is_ipv6() {
+            IpVersion::V6
+        } else {
+            IpVersion::V4
+        },
+        src: addr.ip().to_string(),
+        dst: local.map_or(String::new(), |a| a.ip().to_string()),
+        mtu: ASSUMED_MTU,
+        requested: f.requested(),
+        ..FlowResult::default()
+    };
+    if let Some(srv) = server {
+        let span = srv.end_time - srv.start_time;
+        r.sent = SendSummary {
+            packets: srv.packets.max(0) as u64,
+            bytes: srv.bytes,
+            duration_s: span.max(0.0),
+            rate_pps: if span > 0.0 {
+                srv.packets.max(0) as f64 / span
+            } else {
+                0.0
+            },
+            ..SendSummary::default()
+        };
+    }
+    r.received.from = Some(addr.to_string());
+    match &g.rx {
+        Some(rx) => {
+            let s = &rx.summary;
+            r.received.counts = s.counts.clone();
+            r.throughput_bps = s.throughput_bps;
+            r.frames = s.frames;
+            r.delay_s = s.delay_s;
+            r.jitter_s = s.jitter_s;
+            r.delay_hist = s.delay_hist.clone();
+            r.ipdv_hist = s.ipdv_hist.clone();
+        }
+        None => {
+            let span = g.last_ns.saturating_sub(g.first_ns) as f64 / 1e9;
+            r.received.counts.bytes = g.bytes;
+            r.received.counts.lost = Some(0);
+            r.throughput_bps.payload = if span > 0.0 {
+                g.bytes as f64 * 8.0 / span
+            } else {
+                0.0
+            };
+        }
+    }
+    r
 }

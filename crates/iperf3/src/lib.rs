@@ -8,7 +8,10 @@
 //! `iperf3 -s` (`send --iperf3`) and reads back what that server measured.
 //! Wire format: [`proto`]; the mapping and its limits: docs/iperf3.md.
 
+#![warn(missing_docs)]
+
 pub mod client;
+mod measure;
 pub mod proto;
 pub mod server;
 
@@ -36,7 +39,9 @@ pub enum Iperf3Error {
     /// Binding, connecting or another socket call failed.
     #[error("{what}: {source}")]
     Io {
+        /// What was being done, naming the address.
         what: String,
+        /// The system's error.
         source: std::io::Error,
     },
     /// The request is not something the iperf3 protocol can carry (the

@@ -39,22 +39,36 @@ pub fn udp_connect_reply(msg: [u8; 4]) -> Option<[u8; 4]> {
 /// The control states, one signed byte each on the control connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
+    /// `TEST_START` (1): the streams are open, the test is about to run.
     TestStart,
+    /// `TEST_RUNNING` (2): data flows.
     TestRunning,
+    /// `TEST_END` (4): the client's timer (or byte/block count) ended the test.
     TestEnd,
+    /// `PARAM_EXCHANGE` (9): the client is to send its parameters.
     ParamExchange,
+    /// `CREATE_STREAMS` (10): the client is to open its streams.
     CreateStreams,
+    /// `SERVER_TERMINATE` (11): the server stops the test early.
     ServerTerminate,
+    /// `CLIENT_TERMINATE` (12): the client stops the test early.
     ClientTerminate,
+    /// `EXCHANGE_RESULTS` (13): each side sends its results JSON.
     ExchangeResults,
+    /// `DISPLAY_RESULTS` (14): the results are in; the client prints them.
     DisplayResults,
+    /// `IPERF_START` (15): not sent on the wire by 3.x.
     IperfStart,
+    /// `IPERF_DONE` (16): the client's last word.
     IperfDone,
+    /// `ACCESS_DENIED` (−1): the server is busy.
     AccessDenied,
+    /// `SERVER_ERROR` (−2), followed by iperf3's error number and errno.
     ServerError,
 }
 
 impl State {
+    /// The byte on the wire.
     pub fn byte(self) -> u8 {
         match self {
             State::TestStart => 1,
@@ -73,6 +87,7 @@ impl State {
         }
     }
 
+    /// The state a byte stands for; None for one iperf3 never sends.
     pub fn from_byte(b: u8) -> Option<State> {
         Some(match b as i8 {
             1 => State::TestStart,
@@ -127,12 +142,16 @@ pub fn new_cookie() -> [u8; COOKIE_LEN] {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Params {
+    /// `tcp`: TCP streams (the default when neither is set).
     #[serde(skip_serializing_if = "std::ops::Not::not", deserialize_with = "flag")]
     pub tcp: bool,
+    /// `-u`: UDP streams.
     #[serde(skip_serializing_if = "std::ops::Not::not", deserialize_with = "flag")]
     pub udp: bool,
+    /// `--sctp`: SCTP streams (refused by wirebench).
     #[serde(skip_serializing_if = "std::ops::Not::not", deserialize_with = "flag")]
     pub sctp: bool,
+    /// `-O`: seconds at the start that the client leaves out of its figures.
     pub omit: u64,
     /// Test length in seconds (0 with `-n`/`-k`).
     pub time: u64,
@@ -140,9 +159,12 @@ pub struct Params {
     pub num: u64,
     /// `-k`: blocks to send (0: not set).
     pub blockcount: u64,
+    /// `-P`: streams per direction.
     pub parallel: u32,
+    /// `-R`: the server sends.
     #[serde(skip_serializing_if = "std::ops::Not::not", deserialize_with = "flag")]
     pub reverse: bool,
+    /// `--bidir`: both sides send, `parallel` streams each.
     #[serde(skip_serializing_if = "std::ops::Not::not", deserialize_with = "flag")]
     pub bidirectional: bool,
     /// `-l`: bytes per write (TCP) or per datagram (UDP).
@@ -150,15 +172,19 @@ pub struct Params {
     /// `-b`: bits per second per stream (0: unlimited).
     #[serde(skip_serializing_if = "is_zero")]
     pub bandwidth: u64,
+    /// `--pacing-timer`: the sender's pacing tick, microseconds.
     #[serde(skip_serializing_if = "is_zero")]
     pub pacing_timer: u64,
+    /// `--udp-counters-64bit`: 64-bit sequence numbers in UDP datagrams.
     #[serde(skip_serializing_if = "std::ops::Not::not", deserialize_with = "flag")]
     pub udp_counters_64bit: bool,
+    /// `--get-server-output`: the server adds its own text to its results.
     #[serde(skip_serializing_if = "std::ops::Not::not", deserialize_with = "flag")]
     pub get_server_output: bool,
     /// Present when the client authenticates with RSA (`--username`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authtoken: Option<serde_json::Value>,
+    /// The client's version string (iperf3 3.x sends its own).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_version: Option<String>,
 }
@@ -197,9 +223,11 @@ impl<'de> Deserialize<'de> for Retransmits {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct StreamResult {
+    /// Stream id ([`stream_id`]).
     pub id: i64,
     /// Bytes this side sent (its sending streams) or received.
     pub bytes: u64,
+    /// TCP retransmissions of a stream this side sent.
     pub retransmits: Retransmits,
     /// RFC 3550 jitter of a UDP stream this side received, seconds.
     pub jitter: f64,
@@ -207,7 +235,9 @@ pub struct StreamResult {
     pub errors: i64,
     /// UDP datagrams: sent, or (receiving) the highest sequence number seen.
     pub packets: i64,
+    /// Seconds from the test's start to the stream's first figure.
     pub start_time: f64,
+    /// Seconds from the test's start to the stream's last figure.
     pub end_time: f64,
 }
 
@@ -215,13 +245,20 @@ pub struct StreamResult {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Results {
+    /// This side's CPU use during the test, per cent of one CPU.
     pub cpu_util_total: f64,
+    /// ... of it in user space.
     pub cpu_util_user: f64,
+    /// ... of it in the kernel.
     pub cpu_util_system: f64,
+    /// 1 when this side sent TCP and can count retransmissions, unknown else.
     pub sender_has_retransmits: Retransmits,
+    /// The TCP congestion control this side's streams used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub congestion_used: Option<String>,
+    /// One entry per stream, this side's figures.
     pub streams: Vec<StreamResult>,
+    /// The server's own text (`--get-server-output`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_output_text: Option<String>,
 }
@@ -236,6 +273,7 @@ pub fn read_state(r: &mut impl Read) -> Result<State, Iperf3Error> {
     )))
 }
 
+/// Writes one state byte.
 pub fn write_state(w: &mut impl Write, s: State) -> Result<(), Iperf3Error> {
     w.write_all(&[s.byte()]).map_err(Iperf3Error::control)
 }
@@ -266,6 +304,7 @@ pub fn read_json<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&buf).map_err(|e| Iperf3Error::Protocol(format!("{what}: {e}")))
 }
 
+/// Writes `v` as JSON behind its 4-byte big-endian length.
 pub fn write_json<T: Serialize>(w: &mut impl Write, v: &T) -> Result<(), Iperf3Error> {
     let body = serde_json::to_vec(v).map_err(|e| Iperf3Error::Protocol(e.to_string()))?;
     let mut msg = Vec::with_capacity(body.len() + 4);

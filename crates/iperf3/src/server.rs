@@ -9,6 +9,7 @@
 //! port, so sessions from many clients run at once without SO_REUSEPORT.
 //! TCP data connections are matched to their session by cookie.
 
+use crate::measure::{transient, Drain, UdpRx, ASSUMED_MTU, DRAIN_MAX_NS, QUIET_NS};
 use crate::proto::{self, errno, udp_header, Params, Results, Retransmits, State, StreamResult};
 use crate::Iperf3Error;
 use std::collections::{HashMap, HashSet};
@@ -22,20 +23,13 @@ use wirebench_engine::clock::{mono_ns, realtime_ns, wait_until};
 use wirebench_engine::gate::{Gate, Refusal};
 use wirebench_engine::result::{CpuTime, FlowResult, Received, Requested, ResultDoc, Total};
 use wirebench_engine::sys::{self, CpuClock};
-use wirebench_stats::{
-    FlowConfig, IpVersion, RecvAccumulator, RecvSummary, SendSummary, Throughput,
-};
+use wirebench_stats::{IpVersion, SendSummary, Throughput};
 use wirebench_wire::{Direction, Transport};
 
 /// Time a new connection has to send its cookie.
 const COOKIE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a client has to send its parameters, open its streams, answer.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
-/// A receiving stream is finished once nothing arrived on it for this long
-/// after the client's TEST_END (what was sent before it is still landing).
-const QUIET_NS: u64 = 50_000_000;
-/// ... and at the latest this long after TEST_END.
-const DRAIN_MAX_NS: u64 = 2_000_000_000;
 /// A reverse sender stops this long (plus four round trips of the control
 /// connection) before the client's timer ends, so that what it sent has
 /// arrived when the client stops counting.
@@ -44,9 +38,6 @@ const REVERSE_MARGIN_NS: u64 = 20_000_000;
 const UDP_RCVBUF: usize = 8 << 20;
 /// Buffer-bytes charged to the budget per TCP stream.
 const TCP_STREAM_BUF: u64 = 4 << 20;
-/// Path MTU assumed for the framing model (the receiver cannot know the
-/// client's path).
-const ASSUMED_MTU: u32 = 1500;
 
 /// How an iperf3 server is set up.
 #[derive(Debug, Clone)]
@@ -66,14 +57,22 @@ pub struct ServerConfig {
 /// Counters of the iperf3 server, readable while it serves.
 #[derive(Debug, Default)]
 pub struct ServerStats {
+    /// Sessions admitted (cookie read, a slot taken).
     pub sessions_started: AtomicU64,
+    /// Sessions that exchanged results.
     pub sessions_completed: AtomicU64,
+    /// Sessions that ended in an error (refusals included).
     pub sessions_failed: AtomicU64,
     /// Connections or sessions refused (`--allow`, slots, budgets, what
     /// cannot be mapped).
     pub refused: AtomicU64,
     /// TCP connections without a cookie, UDP datagrams of no stream.
     pub foreign: AtomicU64,
+    /// Streams of the sessions whose test ran to its end, both directions.
+    pub streams: AtomicU64,
+    /// UDP datagrams the completed sessions' client streams delivered
+    /// (counted when a session ends; TCP streams count no packets).
+    pub datagrams_received: AtomicU64,
 }
 
 /// The running server; [`Server::serve_until`] serves until told to stop.
@@ -153,6 +152,7 @@ impl Server {
         self.tcp.local_addr().ok()
     }
 
+    /// The server's counters, shared with whoever reports them.
     pub fn stats(&self) -> Arc<ServerStats> {
         self.ctx.stats.clone()
     }
@@ -634,6 +634,17 @@ fn session(
         outcomes.push((i, sends, o));
     }
     forget(ctx, &all_udp);
+    ctx.stats
+        .streams
+        .fetch_add(outcomes.len() as u64, Ordering::Relaxed);
+    let datagrams: u64 = outcomes
+        .iter()
+        .filter_map(|(_, _, o)| o.rx.as_ref())
+        .map(|r| r.summary.counts.packets)
+        .sum();
+    ctx.stats
+        .datagrams_received
+        .fetch_add(datagrams, Ordering::Relaxed);
 
     let cpu = CpuTime::process().since(cpu0).share(elapsed_s.max(1e-3));
     let sender_tcp = tcp && ask.reverse > 0;
@@ -807,7 +818,7 @@ impl Cap {
 }
 
 /// Reads a TCP stream the client sends on until it closes, or until it
-/// has been quiet for [`QUIET_NS`] after TEST_END.
+/// has been quiet after TEST_END ([`Drain`]).
 fn tcp_receive(mut s: TcpStream, len: usize, draining: &AtomicBool) -> Outcome {
     let mut buf = vec![0u8; len.max(1)];
     let _ = s.set_read_timeout(Some(Duration::from_millis(10)));
@@ -815,30 +826,19 @@ fn tcp_receive(mut s: TcpStream, len: usize, draining: &AtomicBool) -> Outcome {
         from: s.peer_addr().ok(),
         ..Outcome::default()
     };
-    let mut last_data = mono_ns();
-    let mut drain_start = 0;
+    let mut drain = Drain::default();
     loop {
         match s.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 o.count(n as u64, 0);
-                last_data = mono_ns();
+                drain.data(mono_ns());
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
+            Err(e) if transient(&e) => {}
             Err(_) => break,
         }
-        if draining.load(Ordering::Relaxed) {
-            let now = mono_ns();
-            if drain_start == 0 {
-                drain_start = now;
-            }
-            if now.saturating_sub(last_data) >= QUIET_NS || now - drain_start >= DRAIN_MAX_NS {
-                break;
-            }
+        if drain.over(draining.load(Ordering::Relaxed), mono_ns()) {
+            break;
         }
     }
     o
@@ -882,11 +882,7 @@ fn tcp_send(
                     blocks += 1;
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
+            Err(e) if transient(&e) => {}
             Err(_) => break,
         }
     }
@@ -962,56 +958,6 @@ enum UdpCmd {
     },
 }
 
-/// Which local clock a client's send stamps are on: iperf3 3.12 stamps
-/// with its monotonic clock, older versions with the wall clock.
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum StampClock {
-    Wall,
-    Mono,
-}
-
-/// One UDP stream being measured.
-struct UdpRx {
-    acc: RecvAccumulator,
-    wide: bool,
-    clock: Option<StampClock>,
-    bytes: u64,
-    highest: u64,
-    last_rx_mono: u64,
-    summary: RecvSummary,
-}
-
-impl UdpRx {
-    fn record(&mut self, d: &[u8], now_mono: u64) -> bool {
-        let Some((stamp, seq)) = udp_header::read(d, self.wide) else {
-            return false;
-        };
-        if seq == 0 {
-            return false;
-        }
-        let wall = realtime_ns();
-        let clock =
-            *self
-                .clock
-                .get_or_insert(if wall.abs_diff(stamp) <= now_mono.abs_diff(stamp) {
-                    StampClock::Wall
-                } else {
-                    StampClock::Mono
-                });
-        let arrival = match clock {
-            StampClock::Wall => wall,
-            StampClock::Mono => now_mono,
-        };
-        let delay = (arrival as i64).saturating_sub(stamp as i64);
-        self.acc
-            .record((seq - 1) as u32, delay, arrival, d.len() as u32);
-        self.bytes += d.len() as u64;
-        self.highest = self.highest.max(seq);
-        self.last_rx_mono = now_mono;
-        true
-    }
-}
-
 enum Entry {
     /// A stream opened by a connect datagram, not measured (we send on it,
     /// or its session is still opening).
@@ -1034,65 +980,39 @@ fn udp_loop(
     stop: &AtomicBool,
     stats: &ServerStats,
 ) {
-    let mut buf = vec![0u8; 65_536];
-    let mut streams: HashMap<SocketAddr, Entry> = HashMap::new();
-    let mut expect: Vec<Expect> = Vec::new();
-    let mut finishing: Vec<Finishing> = Vec::new();
+    use wirebench_engine::{enable_rx_timestamps, AsRawFd, RecvBatch};
+    let fd = sock.as_raw_fd();
+    // Kernel receive stamps where the system has them: the delay then
+    // leaves out the time the datagram waited in the socket's queue.
+    let kernel_ts = enable_rx_timestamps(fd);
+    // One slot holds the largest datagram iperf3 sends.
+    let mut batch = RecvBatch::new(proto::MAX_UDP_BLOCK as usize + 1);
+    let mut t = UdpState {
+        sock,
+        cmds,
+        stats,
+        streams: HashMap::new(),
+        expect: Vec::new(),
+        finishing: Vec::new(),
+    };
     let mut last_cmds = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let got = sock.recv_from(&mut buf);
+        // Up to 64 datagrams a system call (recvmmsg on Linux).
+        let got = batch.recv(fd).unwrap_or(0);
         let now = mono_ns();
-        if let Ok((n, from)) = got {
-            let from = unmap_addr(from);
-            let d = &buf[..n];
-            match streams.get_mut(&from) {
-                Some(Entry::Measured(rx)) => {
-                    if !rx.record(d, now) {
-                        stats.foreign.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Some(Entry::Open) => {
-                    if let Some(reply) = connect_msg(d).and_then(proto::udp_connect_reply) {
-                        // A repeated connect datagram (the answer was lost).
-                        let _ = sock.send_to(&reply, from);
-                    } else {
-                        // Data before the session's Measure was taken in:
-                        // the session sends it before TEST_START.
-                        apply(cmds, &mut streams, &mut expect, &mut finishing, now);
-                        let recorded = match streams.get_mut(&from) {
-                            Some(Entry::Measured(rx)) => rx.record(d, now),
-                            _ => false,
-                        };
-                        if !recorded {
-                            stats.foreign.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                None => {
-                    let reply = connect_msg(d).and_then(proto::udp_connect_reply);
-                    if reply.is_some() {
-                        // The session says it expects streams just before
-                        // it tells the client to open them.
-                        apply(cmds, &mut streams, &mut expect, &mut finishing, now);
-                    }
-                    let k = expect.iter().position(|(ip, _, _)| *ip == from.ip());
-                    match (reply, k) {
-                        (Some(reply), Some(k)) => {
-                            streams.insert(from, Entry::Open);
-                            let _ = sock.send_to(&reply, from);
-                            let (_, left, tx) = &mut expect[k];
-                            let _ = tx.send(from);
-                            *left -= 1;
-                            if *left == 0 {
-                                expect.swap_remove(k);
-                            }
-                        }
-                        _ => {
-                            stats.foreign.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
+        let wall_now = if got > 0 { realtime_ns() } else { 0 };
+        for i in 0..got {
+            let wall = batch.kernel_ts(i).filter(|_| kernel_ts).unwrap_or(wall_now);
+            let Some(from) = batch.source(i) else {
+                continue;
+            };
+            let foreign = batch.truncated(i);
+            let d = batch.data(i);
+            if foreign {
+                stats.foreign.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
+            t.datagram(d, unmap_addr(from), now, wall);
         }
         // Commands and finishing streams are looked at every few ms, not
         // per datagram.
@@ -1100,7 +1020,10 @@ fn udp_loop(
             continue;
         }
         last_cmds = now;
-        apply(cmds, &mut streams, &mut expect, &mut finishing, now);
+        t.apply(now);
+        let UdpState {
+            streams, finishing, ..
+        } = &mut t;
         finishing.retain(|f| {
             let quiet = f.addrs.iter().all(|a| match streams.get(a) {
                 Some(Entry::Measured(rx)) => {
@@ -1116,7 +1039,7 @@ fn udp_loop(
                 .iter()
                 .filter_map(|a| match streams.remove(a) {
                     Some(Entry::Measured(mut rx)) => {
-                        rx.summary = rx.acc.summary(None);
+                        rx.finish();
                         Some((*a, *rx))
                     }
                     _ => None,
@@ -1129,6 +1052,82 @@ fn udp_loop(
 }
 
 type Expect = (IpAddr, usize, mpsc::Sender<SocketAddr>);
+
+/// What the UDP thread keeps between datagrams.
+struct UdpState<'a> {
+    sock: &'a UdpSocket,
+    cmds: &'a mpsc::Receiver<UdpCmd>,
+    stats: &'a ServerStats,
+    streams: HashMap<SocketAddr, Entry>,
+    expect: Vec<Expect>,
+    finishing: Vec<Finishing>,
+}
+
+impl UdpState<'_> {
+    fn apply(&mut self, now: u64) {
+        apply(
+            self.cmds,
+            &mut self.streams,
+            &mut self.expect,
+            &mut self.finishing,
+            now,
+        );
+    }
+
+    /// One datagram: a connect datagram opens a stream, the rest is
+    /// measured per source address or counted as foreign.
+    fn datagram(&mut self, d: &[u8], from: SocketAddr, now: u64, wall: u64) {
+        let foreign = &self.stats.foreign;
+        match self.streams.get_mut(&from) {
+            Some(Entry::Measured(rx)) => {
+                if !rx.record(d, now, wall) {
+                    foreign.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Some(Entry::Open) => {
+                if let Some(reply) = connect_msg(d).and_then(proto::udp_connect_reply) {
+                    // A repeated connect datagram (the answer was lost).
+                    let _ = self.sock.send_to(&reply, from);
+                } else {
+                    // Data before the session's Measure was taken in:
+                    // the session sends it before TEST_START.
+                    self.apply(now);
+                    let recorded = match self.streams.get_mut(&from) {
+                        Some(Entry::Measured(rx)) => rx.record(d, now, wall),
+                        _ => false,
+                    };
+                    if !recorded {
+                        foreign.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            None => {
+                let reply = connect_msg(d).and_then(proto::udp_connect_reply);
+                if reply.is_some() {
+                    // The session says it expects streams just before
+                    // it tells the client to open them.
+                    self.apply(now);
+                }
+                let k = self.expect.iter().position(|(ip, _, _)| *ip == from.ip());
+                match (reply, k) {
+                    (Some(reply), Some(k)) => {
+                        self.streams.insert(from, Entry::Open);
+                        let _ = self.sock.send_to(&reply, from);
+                        let (_, left, tx) = &mut self.expect[k];
+                        let _ = tx.send(from);
+                        *left -= 1;
+                        if *left == 0 {
+                            self.expect.swap_remove(k);
+                        }
+                    }
+                    _ => {
+                        foreign.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// Takes in the sessions' commands.
 fn apply(
@@ -1143,24 +1142,7 @@ fn apply(
             UdpCmd::Expect { ip, n, tx } => expect.push((ip, n, tx)),
             UdpCmd::Unexpect { ip } => expect.retain(|(i, _, _)| *i != ip),
             UdpCmd::Measure { addr, wide, ip } => {
-                let acc = RecvAccumulator::new(FlowConfig {
-                    transport: Transport::Udp,
-                    ip,
-                    mtu: ASSUMED_MTU,
-                    interval_ns: None,
-                });
-                streams.insert(
-                    addr,
-                    Entry::Measured(Box::new(UdpRx {
-                        acc,
-                        wide,
-                        clock: None,
-                        bytes: 0,
-                        highest: 0,
-                        last_rx_mono: 0,
-                        summary: RecvSummary::default(),
-                    })),
-                );
+                streams.insert(addr, Entry::Measured(Box::new(UdpRx::new(wide, ip))));
             }
             UdpCmd::Finish {
                 addrs,
@@ -1403,40 +1385,5 @@ mod tests {
         .ok()
         .map(|a| (a.forward, a.reverse));
         assert_eq!(bidir, Some((2, 2)));
-    }
-
-    #[test]
-    fn udp_stream_measures_iperf3_stamps_on_the_nearer_clock() {
-        let mut rx = UdpRx {
-            acc: RecvAccumulator::new(FlowConfig {
-                transport: Transport::Udp,
-                ip: IpVersion::V4,
-                mtu: 1500,
-                interval_ns: None,
-            }),
-            wide: false,
-            clock: None,
-            bytes: 0,
-            highest: 0,
-            last_rx_mono: 0,
-            summary: RecvSummary::default(),
-        };
-        let mut d = [0u8; 100];
-        for seq in [1u64, 2, 4] {
-            udp_header::write(&mut d, mono_ns() - 1_000_000, seq, false);
-            assert!(rx.record(&d, mono_ns()));
-        }
-        assert!(!rx.record(&d[..8], mono_ns()), "short datagram");
-        assert_eq!(rx.clock, Some(StampClock::Mono));
-        let s = rx.acc.summary(None);
-        assert_eq!(
-            (rx.highest, s.counts.unique, s.counts.lost),
-            (4, 3, Some(1))
-        );
-        assert!(
-            s.delay_s.min >= 0.001 && s.delay_s.max < 0.5,
-            "{:?}",
-            s.delay_s
-        );
     }
 }

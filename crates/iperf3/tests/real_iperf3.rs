@@ -258,19 +258,27 @@ fn exponential(mean_ms: f64) -> wirebench_model::IdtModel {
     wirebench_model::IdtModel::Random(wirebench_model::dist::Dist::Exponential { mean: mean_ms })
 }
 
+/// `flows` sent to a real `iperf3 -s` of its own on `port` (a server per
+/// run: iperf3 refuses a client while it is still finishing the previous
+/// test).
+fn run(
+    port: u16,
+    flows: Vec<wirebench_engine::FlowPlan>,
+) -> (
+    wirebench_engine::ResultDoc,
+    wirebench_iperf3::client::ServerView,
+) {
+    let _srv = IperfServer::start(port);
+    let mut plan = wirebench_engine::SessionPlan::new("127.0.0.1", flows);
+    plan.port = port;
+    plan.linger_ms = 300;
+    let addr = plan.resolve().unwrap();
+    wirebench_iperf3::client::run(&plan, addr, None).unwrap()
+}
+
 #[test]
 fn models_sent_to_a_real_iperf3_server_are_counted_by_it() {
     let _one = one_at_a_time();
-    // A server per run: iperf3 refuses a client while it is still
-    // finishing the previous test.
-    let run = |port, flows| {
-        let _srv = IperfServer::start(port);
-        let mut plan = wirebench_engine::SessionPlan::new("127.0.0.1", flows);
-        plan.port = port;
-        plan.linger_ms = 300;
-        let addr = plan.resolve().unwrap();
-        wirebench_iperf3::client::run(&plan, addr, None).unwrap()
-    };
     // The acceptance case, shortened: 1000 pps x 512 B.
     let (doc, view) = run(
         15_296,
@@ -316,4 +324,100 @@ fn what_an_iperf3_server_cannot_take_is_bad_input() {
     plan.meter = wirebench_wire::MeterMode::Rtt;
     let e = wirebench_iperf3::client::check(&plan).unwrap_err();
     assert!(e.is_bad_input() && e.to_string().contains("-m rtt"), "{e}");
+}
+
+fn reversed(mut f: wirebench_engine::FlowPlan) -> wirebench_engine::FlowPlan {
+    f.direction = wirebench_wire::Direction::Reverse;
+    f
+}
+
+#[test]
+fn reverse_and_bidir_streams_of_a_real_iperf3_server_are_measured_here() {
+    let _one = one_at_a_time();
+    let constant = |pps| wirebench_model::IdtModel::Constant { pps };
+    // -R, UDP: the server sends 1000 pps x 500 B (4 Mbit/s) for 1 s.
+    let (doc, _) = run(15_298, vec![reversed(flow(constant(1000.0), 500, 1000, 1))]);
+    let f = &doc.flows[0];
+    assert_eq!(f.direction, wirebench_wire::Direction::Reverse);
+    assert!(
+        (800..1200).contains(&f.sent.packets),
+        "the server's count: {}",
+        f.sent.packets
+    );
+    assert_eq!(
+        f.received.counts.unique, f.sent.packets,
+        "loopback loses nothing"
+    );
+    assert_eq!(f.received.counts.lost, Some(0));
+    assert_eq!(f.received.counts.bytes, f.sent.bytes);
+    // One host, one clock: the delays are true one-way delays.
+    assert!(
+        f.delay_s.min > 0.0 && f.delay_s.max < 0.5,
+        "{:?}",
+        f.delay_s
+    );
+    assert!(
+        f.sent.duration_s > 0.5,
+        "the server's span: {}",
+        f.sent.duration_s
+    );
+    assert!(doc.total.delay_mean_s > 0.0 && doc.total.delay_mean_s <= f.delay_s.max);
+    assert!(
+        doc.clock.method.starts_with("unknown"),
+        "{}",
+        doc.clock.method
+    );
+    assert!(!doc.clock.applied);
+    // --bidir, UDP: ours forward, the server's back, 500 pps x 400 B each.
+    let fw = flow(constant(500.0), 400, 1000, 2);
+    let (doc, view) = run(15_299, vec![fw.clone(), reversed(fw)]);
+    let (f, r) = (&doc.flows[0], &doc.flows[1]);
+    assert_eq!(f.direction, wirebench_wire::Direction::Forward);
+    assert_eq!(f.sent.packets, 500);
+    assert_eq!(f.received.counts.packets, 500, "the server's count");
+    assert_eq!(view.packets_received, 500);
+    assert_eq!(r.direction, wirebench_wire::Direction::Reverse);
+    assert!(r.sent.packets > 300, "{}", r.sent.packets);
+    assert_eq!(r.received.counts.unique, r.sent.packets);
+    assert!(r.delay_s.max > 0.0 && r.delay_s.max < 0.5);
+    assert!(doc.clock.method.starts_with("forward flows: none"));
+    // -R, TCP, unpaced: every byte the server wrote is read here.
+    let mut t = flow(wirebench_model::IdtModel::Max, 8192, 1000, 3);
+    t.transport = wirebench_wire::Transport::Tcp;
+    let (doc, _) = run(15_300, vec![reversed(t)]);
+    let f = &doc.flows[0];
+    assert!(f.sent.bytes > 1_000_000, "{}", f.sent.bytes);
+    assert_eq!(f.received.counts.bytes, f.sent.bytes);
+    assert!(f.throughput_bps.payload > 8e6);
+}
+
+#[test]
+fn what_an_iperf3_server_cannot_send_is_bad_input() {
+    let check = |flows| {
+        let plan = wirebench_engine::SessionPlan::new("127.0.0.1", flows);
+        wirebench_iperf3::client::check(&plan)
+            .err()
+            .filter(|e| e.is_bad_input())
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let c = || {
+        flow(
+            wirebench_model::IdtModel::Constant { pps: 10.0 },
+            100,
+            1000,
+            1,
+        )
+    };
+    let e = check(vec![reversed(flow(exponential(2.0), 100, 1000, 1))]);
+    assert!(e.contains("-C PPS"), "{e}");
+    let mut z = reversed(c());
+    z.stop = wirebench_engine::Stop::Packets(10);
+    assert!(check(vec![z]).contains("-t MS"));
+    let e = check(vec![c(), c(), reversed(c())]);
+    assert!(e.contains("as many forward as reverse"), "{e}");
+    let mut other = reversed(c());
+    other.spec.size = wirebench_model::SizeModel::Constant { bytes: 200 };
+    let e = check(vec![reversed(c()), other]);
+    assert!(e.contains("same rate, size and duration"), "{e}");
 }

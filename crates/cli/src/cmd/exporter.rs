@@ -5,10 +5,9 @@
 //! counters. A small std HTTP/1.0-style server: one request per
 //! connection, bounded request size and time, bounded concurrent probes.
 
+use super::prom::{family, gauge, read_request, respond, rows, Request};
 use crate::exit::bad_input;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -230,101 +229,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "wirebench exporter: listening on {listen}; modules: {}",
         ex.modules.keys().cloned().collect::<Vec<_>>().join(", ")
     );
-    for conn in listener.incoming() {
-        let Ok(stream) = conn else {
-            // EMFILE and friends: back off instead of spinning.
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        };
-        let ex = ex.clone();
-        let _ = std::thread::Builder::new()
-            .name("wb-exporter".into())
-            .spawn(move || {
-                let _ = handle(stream, &ex);
-            });
-    }
+    super::prom::serve(listener, "wb-exporter", move |stream| {
+        let _ = handle(stream, &ex);
+    });
     Ok(())
-}
-
-/// Longest request line plus headers read.
-const MAX_REQUEST: u64 = 16 << 10;
-
-struct Request {
-    path: String,
-    query: BTreeMap<String, String>,
-    timeout: Option<f64>,
-}
-
-fn read_request(stream: &TcpStream) -> Option<Request> {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut r = BufReader::new(stream.take(MAX_REQUEST));
-    let mut line = String::new();
-    r.read_line(&mut line).ok()?;
-    let mut parts = line.split_whitespace();
-    if parts.next()? != "GET" {
-        return None;
-    }
-    let target = parts.next()?;
-    let (path, q) = target.split_once('?').unwrap_or((target, ""));
-    let query = q
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (unescape(k), unescape(v)))
-        .collect();
-    let mut timeout = None;
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).ok()? == 0 || h.trim().is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            if k.trim()
-                .eq_ignore_ascii_case("X-Prometheus-Scrape-Timeout-Seconds")
-            {
-                timeout = v.trim().parse::<f64>().ok().filter(|t| *t > 0.0);
-            }
-        }
-    }
-    Some(Request {
-        path: path.to_string(),
-        query,
-        timeout,
-    })
-}
-
-/// Percent-decoding of a URL query component (`+` is a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => match s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                Some(v) => {
-                    out.push(v);
-                    i += 3;
-                    continue;
-                }
-                None => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn respond(mut s: &TcpStream, status: &str, body: &str) -> std::io::Result<()> {
-    let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-    write!(
-        s,
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
 }
 
 fn handle(stream: TcpStream, ex: &Exporter) -> std::io::Result<()> {
@@ -352,10 +260,8 @@ fn own_metrics(ex: &Exporter) -> String {
     let c = &ex.counters;
     let mut o = String::new();
     let mut m = |name: &str, kind: &str, help: &str, rows: &[(&str, u64)]| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, v) in rows {
-            let _ = writeln!(o, "{name}{labels} {v}");
-        }
+        let rows: Vec<(&str, f64)> = rows.iter().map(|&(l, v)| (l, v as f64)).collect();
+        family(&mut o, name, kind, help, &rows);
     };
     m(
         "wirebench_exporter_http_requests_total",
@@ -526,28 +432,6 @@ fn probe_failure() -> String {
     o
 }
 
-fn gauge(o: &mut String, name: &str, help: &str, rows: &[(&str, f64)]) {
-    let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
-    for (labels, v) in rows {
-        let _ = writeln!(o, "{name}{labels} {}", num(*v));
-    }
-}
-
-/// A sample value as Prometheus reads it.
-fn num(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
-}
-
-fn rows(v: &[(String, f64)]) -> Vec<(&str, f64)> {
-    v.iter().map(|(l, x)| (l.as_str(), *x)).collect()
-}
-
 /// The probe's figures, base units, one series per flow direction.
 fn probe_metrics(doc: &ResultDoc, took_s: f64) -> String {
     let mut o = String::new();
@@ -679,15 +563,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn targets_and_escapes() {
+    fn targets() {
         assert_eq!(split_target("h", 5400), Some(("h".into(), 5400)));
         assert_eq!(split_target("h:6000", 5400), Some(("h".into(), 6000)));
         assert_eq!(split_target("[::1]:7", 5400), Some(("::1".into(), 7)));
         assert_eq!(split_target("::1", 5400), Some(("::1".into(), 5400)));
         assert_eq!(split_target("h:0", 5400), None);
         assert_eq!(split_target("[::1]x", 5400), None);
-        assert_eq!(unescape("127.0.0.1%3A5400"), "127.0.0.1:5400");
-        assert_eq!(unescape("a+b%2"), "a b%2");
     }
 
     #[test]
@@ -715,7 +597,5 @@ mod tests {
             probe_failure(),
             "# HELP wirebench_probe_success Whether the probe measured (1) or failed (0).\n# TYPE wirebench_probe_success gauge\nwirebench_probe_success 0\n"
         );
-        assert_eq!(num(f64::NAN), "NaN");
-        assert_eq!(num(0.5), "0.5");
     }
 }

@@ -42,7 +42,8 @@ Examples:
   wirebench recv --log-dir logs/ # per-packet log of every session
   WIREBENCH_KEY=$(cat key) wirebench recv --allow 192.0.2.0/24
   WIREBENCH_KEY=$(cat key) wirebench recv --require-auth probes
-  wirebench recv --iperf3        # also an iperf3 server on 5201: iperf3 -c HOST works")]
+  wirebench recv --iperf3        # also an iperf3 server on 5201: iperf3 -c HOST works
+  wirebench recv --metrics 127.0.0.1:9506   # Prometheus scrapes /metrics")]
 pub struct Args {
     /// Address to bind (default: all IPv4 and IPv6 addresses).
     #[arg(short = 'B', value_name = "ADDR")]
@@ -126,6 +127,13 @@ pub struct Args {
     /// iperf3-<ms>-<n>.json) into DIR.
     #[arg(long = "iperf3-results", value_name = "DIR", requires = "iperf3")]
     pub iperf3_results: Option<std::path::PathBuf>,
+    /// Serve the receiver's counters at http://ADDR:PORT/metrics in the
+    /// Prometheus text format: sessions started and ended, flows, data
+    /// packets received, foreign traffic, refusals (wirebench and, with
+    /// --iperf3, iperf3 sessions), and the budgets in use. Only addresses
+    /// in --allow get an answer when it is given. docs/exporter.md.
+    #[arg(long = "metrics", value_name = "ADDR:PORT")]
+    pub metrics: Option<String>,
     /// Receive by the AF_XDP path of IFACE (Linux, root): an XDP program
     /// steers a session's data port to AF_XDP sockets, everything else
     /// (control, other traffic) passes to the kernel. Taken for one-way
@@ -249,6 +257,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )));
         }
     }
+    let metrics = match &args.metrics {
+        None => None,
+        Some(m) => Some(m.parse::<std::net::SocketAddr>().map_err(|_| {
+            bad_input(format!(
+                "--metrics: not ADDR:PORT (e.g. 127.0.0.1:9506): {m}"
+            ))
+        })?),
+    };
     if args.iperf3 == Some(0) {
         return Err(bad_input("--iperf3: the port must be 1..65535"));
     }
@@ -267,6 +283,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )));
     }
     let require_probe_auth = args.require_auth.as_deref() == Some("probes");
+    let metrics_allow = allow.clone();
     let daemon = Daemon::bind(DaemonConfig {
         bind,
         port: args.port,
@@ -306,6 +323,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
+    let mut iperf3_stats = None;
     if let Some(port) = args.iperf3 {
         let server = wirebench_iperf3::server::Server::bind(
             wirebench_iperf3::server::ServerConfig {
@@ -324,6 +342,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 eprintln!("wirebench recv: serving iperf3 clients on {a} (TCP and UDP)");
             }
         }
+        iperf3_stats = Some(server.stats());
         std::thread::Builder::new()
             .name("wb-iperf3-accept".into())
             .spawn(move || {
@@ -331,6 +350,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     eprintln!("wirebench recv: iperf3 server stopped: {e}");
                 }
             })?;
+    }
+    if let Some(addr) = metrics {
+        let src = super::recv_metrics::Sources {
+            daemon: daemon.stats(),
+            ledger: daemon.ledger(),
+            iperf3: iperf3_stats,
+            allow: metrics_allow,
+        };
+        let at = super::recv_metrics::start(addr, src)
+            .map_err(|e| bad_input(format!("--metrics {addr}: {e}")))?;
+        if !args.quiet {
+            eprintln!("wirebench recv: Prometheus metrics on http://{at}/metrics");
+        }
     }
     daemon.serve()?;
     Ok(())

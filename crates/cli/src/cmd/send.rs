@@ -55,9 +55,10 @@ pub struct Args {
     /// the flows (any model: -C, -E, --app voip, ...) go to it as iperf3
     /// streams with iperf3's UDP header, and the summary shows what that
     /// server measured (datagrams and bytes received, loss, RFC 3550
-    /// jitter) beside wirebench's send figures. Forward one-way flows of one
-    /// transport only; no per-packet delay (an iperf3 server reports none).
-    /// See docs/iperf3.md.
+    /// jitter) beside wirebench's send figures; it reports no per-packet
+    /// delay. With -R or --bidir the server sends constant streams (-C or
+    /// --rate, -c, -t), measured here per datagram from its own send stamps
+    /// (clock offset unknown). One transport per run. See docs/iperf3.md.
     #[arg(long = "iperf3")]
     pub iperf3: bool,
     /// Use IPv4 only when DEST resolves to both families.
@@ -562,15 +563,31 @@ fn run_iperf3(args: &Args, plans: Vec<CheckedPlan>) -> anyhow::Result<()> {
         .map(|s| s.jitter)
         .fold(0.0f64, f64::max);
     let lost: i64 = view.results.streams.iter().map(|s| s.errors).sum();
-    let line = format!(
-        "iperf3 server at {addr} measured: {} datagrams / {} bytes received, {lost} missing by its count, \
-         jitter {} (RFC 3550, worst stream), server CPU {:.1} %; \
-         delays below are not measured (an iperf3 server reports none)",
-        view.packets_received,
-        view.bytes_received,
-        secs(jitter),
-        view.results.cpu_util_total
-    );
+    let reverse = doc.flows.iter().any(|f| f.direction == Direction::Reverse);
+    let forward = doc.flows.iter().any(|f| f.direction == Direction::Forward);
+    let mut line = String::new();
+    if forward {
+        line = format!(
+            "iperf3 server at {addr} measured: {} datagrams / {} bytes received, {lost} missing by its count, \
+             jitter {} (RFC 3550, worst stream), server CPU {:.1} %; \
+             delays of the flows we sent are not measured (an iperf3 server reports none)",
+            view.packets_received,
+            view.bytes_received,
+            secs(jitter),
+            view.results.cpu_util_total
+        );
+    }
+    if reverse {
+        if !line.is_empty() {
+            line.push('\n');
+        }
+        line.push_str(&format!(
+            "iperf3 server at {addr} sent the reverse flows (server CPU {:.1} %); they are measured here, \
+             delays from its send stamps with the clock offset unknown (true one-way delays on one host, \
+             only their variation between hosts)",
+            view.results.cpu_util_total
+        ));
+    }
     if args.json.as_deref() == Some("-") {
         eprintln!("{line}");
     } else {

@@ -329,3 +329,48 @@ pub fn assert_agents_doc_quotes(printed: &str, subst: &[(&str, &str)]) {
         "docs/agents.md does not quote what the program printed:\n{a}"
     );
 }
+
+/// A child process killed (and reaped) when dropped.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits up to 10 s for something to listen on 127.0.0.1:`port`.
+pub fn wait_listening(port: u16) {
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "nothing listens on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A real Prometheus server (Debian's `prometheus`) with the scrape
+/// configuration `yaml`, its data in `dir`, its API on 127.0.0.1:`port`
+/// once this returns.
+pub fn prometheus(dir: &Path, yaml: &str, port: u16) -> Kill {
+    let cfg = dir.join("prom.yml");
+    std::fs::write(&cfg, yaml).expect("write prom.yml");
+    let k = Kill(
+        Command::new("prometheus")
+            .args([
+                &format!("--config.file={}", cfg.display()),
+                &format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+                &format!("--web.listen-address=127.0.0.1:{port}"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus is installed (scripts/setup)"),
+    );
+    wait_listening(port);
+    k
+}

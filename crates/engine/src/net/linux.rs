@@ -155,6 +155,7 @@ pub struct RecvBatch {
 }
 
 impl RecvBatch {
+    /// Slots of `slot` bytes each, allocated once.
     pub fn new(slot: usize) -> Box<Self> {
         let mut b = Box::new(RecvBatch {
             slot,
@@ -253,6 +254,7 @@ impl RecvBatch {
         a.as_socket()
     }
 
+    /// Datagram `i` was larger than its slot (and came back cut).
     pub fn truncated(&self, i: usize) -> bool {
         self.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0
     }

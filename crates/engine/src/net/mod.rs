@@ -39,6 +39,7 @@ pub type RawFd = std::os::windows::io::RawSocket;
 /// on every system.
 #[cfg(windows)]
 pub trait AsRawFd {
+    /// The socket's handle.
     fn as_raw_fd(&self) -> RawFd;
 }
 

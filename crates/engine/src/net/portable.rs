@@ -99,6 +99,7 @@ pub struct RecvBatch {
 }
 
 impl RecvBatch {
+    /// Slots of `slot` bytes each, allocated once.
     pub fn new(slot: usize) -> Box<Self> {
         Box::new(RecvBatch {
             slot,
@@ -136,6 +137,7 @@ impl RecvBatch {
         &mut self.bufs[i * self.slot..i * self.slot + len]
     }
 
+    /// The whole of slot `i`, for writing a reply in place.
     pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
         &mut self.bufs[i * self.slot..(i + 1) * self.slot]
     }
@@ -161,6 +163,8 @@ impl RecvBatch {
         IpMarks::default()
     }
 
+    /// Queues datagram `i` (`len` bytes of its slot) to go back to where it
+    /// came from, as reply number `k` of the next [`RecvBatch::flush_replies`].
     pub fn queue_reply(&mut self, k: usize, i: usize, len: usize) {
         self.replies[k] = (i, len.min(self.slot));
     }
