@@ -465,3 +465,38 @@ fn a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_hold
         .to_string();
     assert_agents_doc_quotes(&said, &[(dir.as_str(), "DIR")]);
 }
+
+/// One `set_rate` that `tc` refuses (1 bit/s rounds to a rate of 0) once
+/// left a record of a shaper that was never made: every later `set_rate`
+/// failed deleting it, and `restore` said FAILED.
+#[test]
+fn a_failed_set_rate_is_undone_and_the_next_one_works() {
+    if !wirebench_testkit::can_run_as_root(
+        "a_failed_set_rate_is_undone_and_the_next_one_works",
+        "root (network namespaces)",
+    ) {
+        return;
+    }
+    let p = Pair::new("f");
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    let e = a.set_rate("v0", Some(1)).unwrap_err().to_string();
+    assert!(e.contains("(nothing changed)"), "{e}");
+    assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
+    for _ in 0..2 {
+        a.set_rate("v0", Some(50_000_000)).unwrap();
+        let (kind, _, rate) = root_qdisc(&p.a, "v0");
+        assert_eq!((kind.as_str(), rate), ("tbf", Some(50_000_000)));
+        assert!(a.set_rate("v0", Some(u64::MAX)).is_err());
+        // The failed ask took the earlier shaper away too: unshaped, not
+        // half-shaped.
+        assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
+    }
+    a.set_rate("v0", Some(20_000_000)).unwrap();
+    let done = a.restore().unwrap();
+    assert!(
+        !done.is_empty() && done.iter().all(|d| d.starts_with("restored")),
+        "{done:?}"
+    );
+    assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
+    assert!(a.bye().unwrap().iter().all(|d| !d.contains("FAILED")));
+}
