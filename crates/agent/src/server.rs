@@ -211,9 +211,14 @@ impl Shared {
         if st.workdir_made {
             return Ok(());
         }
-        let mut b = std::fs::DirBuilder::new();
+        let b = std::fs::DirBuilder::new();
+        // Elsewhere the temporary directory is the user's own already.
         #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        let b = {
+            let mut b = b;
+            std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+            b
+        };
         b.create(&self.workdir).map_err(|e| {
             format!(
                 "creating the work directory {}: {e}",
