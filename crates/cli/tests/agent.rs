@@ -500,3 +500,38 @@ fn a_failed_set_rate_is_undone_and_the_next_one_works() {
     assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
     assert!(a.bye().unwrap().iter().all(|d| !d.contains("FAILED")));
 }
+
+/// Every option of `send` and `recv` whose value is a file or directory
+/// is one the agent checks in a `start` (a new one must not slip past the
+/// work-directory rule).
+#[test]
+fn every_file_option_of_send_and_recv_is_checked_by_the_agent() {
+    let mut seen = 0;
+    for sub in ["send", "recv"] {
+        let out = Command::new(BIN).args([sub, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        for line in help.lines() {
+            let line = line.trim_start();
+            let Some(long) = line
+                .split_whitespace()
+                .find_map(|w| w.trim_end_matches(',').strip_prefix("--"))
+            else {
+                continue;
+            };
+            if !["<FILE>", "[<FILE>]", "<DIR>", "<PATH>"]
+                .iter()
+                .any(|v| line.contains(&format!("--{long} {v}")))
+            {
+                continue;
+            }
+            seen += 1;
+            assert!(
+                wirebench_agent::policy::PATH_OPTIONS
+                    .iter()
+                    .any(|(_, l)| *l == long),
+                "`{sub} --{long}` names a file but the agent does not check it in `start`"
+            );
+        }
+    }
+    assert!(seen >= 8, "only {seen} file options found");
+}
