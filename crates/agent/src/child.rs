@@ -14,6 +14,8 @@ use std::process::Child;
 use std::process::Command;
 use std::time::Duration;
 
+/// Puts the child in its own process group and, on Linux, has it killed
+/// when this process dies.
 #[cfg(unix)]
 pub fn detach(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
@@ -40,6 +42,7 @@ pub fn detach(cmd: &mut Command) {
 #[cfg(windows)]
 pub use crate::win::detach;
 
+/// Nothing to do on this system.
 #[cfg(not(any(unix, windows)))]
 pub fn detach(_cmd: &mut Command) {}
 

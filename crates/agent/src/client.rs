@@ -27,11 +27,20 @@ use wirebench_testbed::IfaceCounters;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Channel {
     /// `PROGRAM agent --stdio` as a child of this process.
-    Local { program: PathBuf },
+    Local {
+        /// The wirebench binary.
+        program: PathBuf,
+    },
     /// `ip netns exec NS PROGRAM agent --stdio` (an emulated node).
-    Netns { ns: String, program: PathBuf },
+    Netns {
+        /// The namespace's name.
+        ns: String,
+        /// The wirebench binary.
+        program: PathBuf,
+    },
     /// `ssh -o BatchMode=yes [OPTIONS] DEST PROGRAM agent --stdio`.
     Ssh {
+        /// `[USER@]HOST`.
         dest: String,
         /// The remote command's program: `wirebench` on the remote PATH,
         /// or a path.
@@ -113,10 +122,39 @@ impl Channel {
 pub struct AgentSpec {
     /// Node name in the campaign (used in every error).
     pub node: String,
+    /// How to reach it.
     pub channel: Channel,
+    /// What the campaign lets it change (the node's own list may narrow
+    /// it).
     pub allow: Allow,
     /// Extra agent arguments (tests: `--protocol-version`).
     pub extra: Vec<String>,
+}
+
+/// `extra`, and for an agent on this host (a child, or in a namespace of
+/// this host) the interfaces its `allow` names as its `--allow-iface`: the
+/// controller is that node's owner, so its word is the node's. A remote
+/// node decides for itself (docs/agents.md).
+fn local_allow(spec: &AgentSpec) -> Vec<String> {
+    let mut extra = spec.extra.clone();
+    if matches!(spec.channel, Channel::Ssh { .. }) {
+        return extra;
+    }
+    let a = &spec.allow;
+    let mut names: Vec<&String> = a.mtu.iter().chain(&a.offloads).chain(&a.rate).collect();
+    names.sort();
+    names.dedup();
+    if !names.is_empty() {
+        extra.push("--allow-iface".into());
+        extra.push(
+            names
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+    extra
 }
 
 enum Line {
@@ -135,6 +173,7 @@ pub struct AgentConn {
     stderr: Arc<Mutex<String>>,
     next_id: u64,
     broken: Option<String>,
+    /// The agent's answer to `hello`.
     pub hello: HelloInfo,
 }
 
@@ -200,7 +239,7 @@ impl AgentConn {
     /// node, the transport and what to do (binary missing, other protocol
     /// version, SSH refused).
     pub fn connect(spec: &AgentSpec) -> Result<AgentConn, AgentError> {
-        let mut cmd = spec.channel.command(&spec.extra);
+        let mut cmd = spec.channel.command(&local_allow(spec));
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -303,10 +342,12 @@ impl AgentConn {
         }
     }
 
+    /// The node's name in the campaign.
     pub fn node(&self) -> &str {
         &self.node
     }
 
+    /// How the agent is reached.
     pub fn channel(&self) -> &Channel {
         &self.channel
     }
@@ -425,6 +466,7 @@ impl AgentConn {
         }
     }
 
+    /// The node's [`HostMeta`].
     pub fn metadata(&mut self) -> Result<HostMeta, AgentError> {
         match self.call(Op::Metadata, CALL_TIMEOUT)? {
             Reply::Metadata(m) => Ok(*m),
@@ -432,6 +474,7 @@ impl AgentConn {
         }
     }
 
+    /// A CPU sample of the node and the agent's children.
     pub fn cpu(&mut self) -> Result<CpuSample, AgentError> {
         match self.call(Op::Cpu, CALL_TIMEOUT)? {
             Reply::Cpu(c) => Ok(c),
@@ -439,6 +482,7 @@ impl AgentConn {
         }
     }
 
+    /// Every interface's counters and qdisc statistics.
     pub fn counters(&mut self) -> Result<BTreeMap<String, IfaceCounters>, AgentError> {
         match self.call(Op::Counters, CALL_TIMEOUT)? {
             Reply::Counters { ifaces } => Ok(ifaces),
@@ -446,6 +490,7 @@ impl AgentConn {
         }
     }
 
+    /// Sets `iface`'s MTU (if the campaign and the node allow it).
     pub fn set_mtu(&mut self, iface: &str, mtu: u32) -> Result<(), AgentError> {
         self.done(Op::SetMtu {
             iface: iface.into(),
@@ -453,6 +498,7 @@ impl AgentConn {
         })
     }
 
+    /// Switches `iface`'s tso, gso and gro on or off.
     pub fn set_offloads(&mut self, iface: &str, on: bool) -> Result<(), AgentError> {
         self.done(Op::SetOffloads {
             iface: iface.into(),
@@ -475,6 +521,7 @@ impl AgentConn {
         }
     }
 
+    /// Puts back everything the session changed; one line per change.
     pub fn restore(&mut self) -> Result<Vec<String>, AgentError> {
         match self.call(Op::Restore, CALL_TIMEOUT)? {
             Reply::Restored { actions } => Ok(actions),
@@ -533,6 +580,7 @@ impl AgentConn {
         }
     }
 
+    /// Stops a child (SIGTERM, then SIGKILL) and returns its final state.
     pub fn stop(&mut self, handle: u32) -> Result<ProcessState, AgentError> {
         match self.call(Op::Stop { handle }, CALL_TIMEOUT)? {
             Reply::Process(p) => Ok(p),
@@ -540,6 +588,8 @@ impl AgentConn {
         }
     }
 
+    /// Opens a socket on the node that acknowledges path-MTU probes; its
+    /// port.
     pub fn pmtu_listen(&mut self, bind: IpAddr) -> Result<u16, AgentError> {
         match self.call(Op::PmtuListen { bind }, CALL_TIMEOUT)? {
             Reply::PmtuPort { port } => Ok(port),
@@ -547,6 +597,7 @@ impl AgentConn {
         }
     }
 
+    /// The largest packet that reaches `dest:port` from the node.
     pub fn pmtu_probe(&mut self, dest: IpAddr, port: u16) -> Result<Option<u32>, AgentError> {
         match self.call(Op::PmtuProbe { dest, port }, CALL_TIMEOUT)? {
             Reply::Pmtu { mtu } => Ok(mtu),
@@ -571,6 +622,7 @@ impl AgentConn {
         }
     }
 
+    /// Closes a socket of [`AgentConn::pmtu_listen`].
     pub fn pmtu_close(&mut self, port: u16) -> Result<(), AgentError> {
         self.done(Op::PmtuClose { port })
     }

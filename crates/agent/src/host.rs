@@ -184,6 +184,7 @@ pub fn net_admin() -> bool {
     sys::effective_caps() & (1 << sys::CAP_NET_ADMIN) != 0
 }
 
+/// The host's name (empty when unknown).
 pub fn hostname() -> String {
     #[cfg(windows)]
     if let Ok(n) = std::env::var("COMPUTERNAME") {
@@ -251,6 +252,7 @@ pub const OFFLOADS: &[&str] = &[
     "tx-udp-segmentation",
 ];
 
+/// The [`OFFLOADS`] of `ethtool -k` output, name to on/off.
 pub fn parse_ethtool_k(text: &str) -> BTreeMap<String, bool> {
     let mut m = BTreeMap::new();
     for l in text.lines() {

@@ -29,11 +29,14 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Before {
+    /// The MTU it had.
     Mtu {
+        /// Bytes.
         mtu: u32,
     },
     /// Short ethtool names (`tso`) and their values.
     Offloads {
+        /// (name, on).
         features: Vec<(String, bool)>,
     },
     /// The kernel's default root qdisc (ours, a tbf, replaced it).
@@ -50,26 +53,37 @@ impl Before {
     }
 }
 
+/// One line of the journal: an interface and what it had.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// Interface name.
     pub iface: String,
     /// The interface's MAC address when the entry was written.
     pub mac: Option<String>,
+    /// What to put back.
     #[serde(flatten)]
     pub before: Before,
 }
 
+/// Why the journal could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
+    /// Reading or writing it failed.
     #[error("{what} {path}: {source}")]
     Io {
+        /// What was being done (`writing`, ...).
         what: &'static str,
+        /// The file.
         path: String,
+        /// What the OS said.
         source: std::io::Error,
     },
     /// Another live agent holds this node.
     #[error("this node is in use by another wirebench agent ({holder}); wait until its campaign ends, or ask its owner")]
-    Busy { holder: String },
+    Busy {
+        /// Its pid, host, user, controller and start.
+        holder: String,
+    },
 }
 
 /// The directory journals live in.
@@ -293,6 +307,7 @@ impl Journal {
         Ok(())
     }
 
+    /// The journal file.
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }

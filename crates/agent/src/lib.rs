@@ -12,21 +12,27 @@
 //! - [`host`]: the host readers the agent uses;
 //! - [`journal`]: the record on disk of every change, which outlives an
 //!   agent that dies without restoring, and the node's lock;
+//! - [`policy`]: the node's own rules, which no controller widens: the
+//!   interfaces it lets be changed, the files a `start` may name;
 //! - `win`: the same on Windows, and its way of tying children to the
 //!   agent and of cleaning up on console events.
 //!
 //! Design notes: the Agents section of DESIGN.md and `docs/agents.md`.
 
+#![warn(missing_docs)]
+
 pub mod child;
 pub mod client;
 pub mod host;
 pub mod journal;
+pub mod policy;
 pub mod proto;
 pub mod server;
 #[cfg(windows)]
 mod win;
 
 pub use client::{connect_all, for_each, AgentConn, AgentSpec, Channel, CALL_TIMEOUT};
+pub use policy::NodeAllow;
 pub use proto::{
     Allow, CpuDelta, CpuSample, HostMeta, Role, AGENT_PROTOCOL_REVISION, AGENT_PROTOCOL_VERSION,
 };
@@ -34,37 +40,75 @@ pub use server::{Agent, AgentConfig, Shared};
 
 use thiserror::Error;
 
+/// What can go wrong between a controller and an agent; every message
+/// names the node.
 #[derive(Debug, Error)]
 pub enum AgentError {
+    /// The transport (ssh, ip, the binary) could not be started.
     #[error("node {node}: cannot start `{what}`: {source}")]
     Spawn {
+        /// The node's name in the campaign.
         node: String,
+        /// The command line.
         what: String,
+        /// What the OS said.
         source: std::io::Error,
     },
+    /// The transport started but no agent answered (wirebench missing, SSH
+    /// refused).
     #[error("node {node} ({how}): the agent did not start: `{command}`: {reason}; {hint}")]
     NotStarted {
+        /// The node's name in the campaign.
         node: String,
+        /// The channel (`ssh HOST`, `netns NS`, `local`).
         how: String,
+        /// The remote command.
         command: String,
+        /// Exit status and the end of its stderr.
         reason: String,
+        /// What to do about it.
         hint: String,
     },
+    /// The agent speaks another protocol version.
     #[error("node {node} ({how}): the agent speaks agent protocol {theirs} (wirebench {their_release}), this controller speaks agent protocol {ours} (wirebench {our_release}); install wirebench {our_release} on that host")]
     Version {
+        /// The node's name in the campaign.
         node: String,
+        /// The channel.
         how: String,
+        /// This controller's protocol version.
         ours: u32,
+        /// The agent's.
         theirs: u32,
+        /// The agent's wirebench release.
         their_release: String,
+        /// This controller's release.
         our_release: String,
     },
+    /// The agent or its link went away.
     #[error("node {node}: agent lost: {reason}")]
-    Lost { node: String, reason: String },
+    Lost {
+        /// The node's name in the campaign.
+        node: String,
+        /// How it ended (exit status, signal, stderr).
+        reason: String,
+    },
+    /// The agent answered something that is not the protocol.
     #[error("node {node}: agent protocol: {message}")]
-    Protocol { node: String, message: String },
+    Protocol {
+        /// The node's name in the campaign.
+        node: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The agent refused or failed a request; the session goes on.
     #[error("node {node}: {message}")]
-    Remote { node: String, message: String },
+    Remote {
+        /// The node's name in the campaign.
+        node: String,
+        /// The agent's message.
+        message: String,
+    },
 }
 
 impl AgentError {

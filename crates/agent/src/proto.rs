@@ -69,46 +69,69 @@ pub enum Role {
     Sender,
 }
 
+/// One request line from the controller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
+    /// Chosen by the controller; the response carries it back.
     pub id: u64,
+    /// What to do.
     #[serde(flatten)]
     pub op: Op,
 }
 
+/// The operations, tagged by `op` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
     /// Must come first. The agent refuses any other version.
     Hello {
+        /// The controller's [`AGENT_PROTOCOL_VERSION`].
         version: u32,
+        /// What the campaign lets this agent change (the node's own
+        /// list can narrow it further).
         #[serde(default)]
         allow: Allow,
         /// The controller's [`AGENT_PROTOCOL_REVISION`] (absent: 0).
         #[serde(default, skip_serializing_if = "is_zero")]
         revision: u32,
     },
+    /// The host's [`HostMeta`].
     Metadata,
+    /// A [`CpuSample`] of the host and the agent's children.
     Cpu,
+    /// Every interface's counters and qdisc statistics.
     Counters,
+    /// Sets an interface's MTU (68..=65535), recorded for restoring.
     SetMtu {
+        /// Interface name.
         iface: String,
+        /// The new MTU in bytes.
         mtu: u32,
     },
+    /// Switches segmentation and receive offloads (tso, gso, gro) on or
+    /// off together.
     SetOffloads {
+        /// Interface name.
         iface: String,
+        /// On or off.
         on: bool,
     },
     /// Shapes the interface to `rate_bps` on the wire (a tbf root qdisc
     /// like the test-bed's links); None puts its own qdisc back.
     SetRate {
+        /// Interface name.
         iface: String,
+        /// Bits per second on the wire; None: no shaping.
         rate_bps: Option<u64>,
     },
     /// Puts back everything this session changed.
     Restore,
+    /// Starts a receiver or sender; its file arguments must name files
+    /// inside the agent's work directory.
     Start {
+        /// Which subcommand.
         role: Role,
+        /// Its arguments (the agent adds `--json` for a sender).
         args: Vec<String>,
         /// Receivers: the control port to wait for.
         #[serde(default)]
@@ -120,82 +143,117 @@ pub enum Op {
     },
     /// Waits up to `timeout_ms` for a child to end.
     Wait {
+        /// The child, as `start` named it.
         handle: u32,
+        /// How long to wait at most.
         timeout_ms: u64,
     },
     /// SIGTERM, then SIGKILL after a grace period.
     Stop {
+        /// The child, as `start` named it.
         handle: u32,
     },
     /// Opens a UDP socket that acknowledges path-MTU probes.
     PmtuListen {
+        /// The local address to bind.
         bind: IpAddr,
     },
     /// Largest datagram that reaches `dest:port` with don't-fragment set.
     PmtuProbe {
+        /// The peer agent's probe socket address.
         dest: IpAddr,
+        /// Its port, from `pmtu_listen`.
         port: u16,
     },
+    /// Closes a socket opened by `pmtu_listen`.
     PmtuClose {
+        /// Its port.
         port: u16,
     },
     /// Revision 2: the interface the route to each address leaves by.
     RouteIfaces {
+        /// The addresses to look up.
         dests: Vec<IpAddr>,
     },
     /// Restore, stop the children and exit.
     Bye,
 }
 
+/// One answer line from the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Response {
+    /// The request's `id`.
     pub id: u64,
+    /// The answer.
     #[serde(flatten)]
     pub reply: Reply,
 }
 
+/// The answers, tagged by `reply` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Reply {
+    /// To `hello`: who the agent is.
     Hello(HelloInfo),
+    /// To `metadata`.
     Metadata(Box<HostMeta>),
+    /// To `cpu`.
     Cpu(CpuSample),
+    /// To `counters`: interface name to its counters.
     Counters {
+        /// Every interface but loopback.
         ifaces: BTreeMap<String, IfaceCounters>,
     },
+    /// The change was made (or nothing needed doing).
     Done,
     /// What `restore` (or the end of a session) put back.
     Restored {
+        /// One line per interface (`restored eth1 mtu 1500`, or `FAILED
+        /// to restore: ...`).
         actions: Vec<String>,
     },
+    /// To `start`.
     Started {
+        /// The agent's name for the child.
         handle: u32,
+        /// Its process id on the node.
         pid: u32,
     },
+    /// To `wait` and `stop`.
     Process(ProcessState),
+    /// To `pmtu_listen`: the port the probes go to.
     PmtuPort {
+        /// UDP port.
         port: u16,
     },
     /// Path MTU in bytes (IP packet); None when even a small probe got no
     /// answer.
     Pmtu {
+        /// Bytes.
         mtu: Option<u32>,
     },
     /// Address → outgoing interface; addresses without a route are absent.
     RouteIfaces {
+        /// Address to interface name.
         ifaces: BTreeMap<IpAddr, String>,
     },
+    /// The request was refused or failed; nothing was half-done.
     Error {
+        /// Why, for a person.
         message: String,
     },
 }
 
+/// The agent's answer to `hello`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HelloInfo {
+    /// The agent's [`AGENT_PROTOCOL_VERSION`].
     pub version: u32,
     /// wirebench release of the agent.
     pub tool_version: String,
+    /// The node's host name.
     pub hostname: String,
+    /// The agent's process id.
     pub pid: u32,
     /// Whether the agent may change links (root or CAP_NET_ADMIN).
     pub net_admin: bool,
@@ -228,9 +286,13 @@ fn is_false(v: &bool) -> bool {
     !*v
 }
 
+/// A child's state: still running (with the interval lines since the
+/// last reply) or ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessState {
+    /// The agent's name for the child.
     pub handle: u32,
+    /// Not ended yet.
     pub running: bool,
     /// Exit code, when it exited normally.
     pub code: Option<i32>,
@@ -258,17 +320,26 @@ fn is_zero_u64(v: &u64) -> bool {
 /// One CPU's cumulative times in clock ticks (USER_HZ), from /proc/stat.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CoreTicks {
+    /// Ordinary processes.
     pub user: u64,
+    /// Processes of lowered priority.
     pub nice: u64,
+    /// The kernel on behalf of processes.
     pub system: u64,
+    /// Nothing to do.
     pub idle: u64,
+    /// Idle while waiting for I/O.
     pub iowait: u64,
+    /// Hardware interrupts.
     pub irq: u64,
+    /// Software interrupts (most of packet processing).
     pub softirq: u64,
+    /// Taken by the hypervisor for other guests.
     pub steal: u64,
 }
 
 impl CoreTicks {
+    /// All fields added up.
     pub fn total(&self) -> u64 {
         self.user
             + self.nice
@@ -298,10 +369,15 @@ impl CoreTicks {
 /// CPU time of one wirebench child of the agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcTicks {
+    /// The agent's name for the child.
     pub handle: u32,
+    /// Its process id.
     pub pid: u32,
+    /// Receiver or sender.
     pub role: Role,
+    /// User-mode ticks so far.
     pub user: u64,
+    /// Kernel-mode ticks so far.
     pub system: u64,
 }
 
@@ -312,22 +388,31 @@ pub struct CpuSample {
     pub mono_ns: u64,
     /// Clock ticks per second of the tick fields.
     pub hz: u64,
+    /// All CPUs together.
     pub total: CoreTicks,
+    /// Each CPU.
     pub cores: Vec<CoreTicks>,
+    /// The agent's children.
     pub procs: Vec<ProcTicks>,
 }
 
 /// Shares of one CPU (0..1 each) over an interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuShare {
+    /// User and nice.
     pub user: f64,
+    /// Kernel on behalf of processes.
     pub system: f64,
+    /// Hardware interrupts.
     pub irq: f64,
+    /// Software interrupts.
     pub softirq: f64,
+    /// Idle and I/O wait.
     pub idle: f64,
 }
 
 impl CpuShare {
+    /// The shares of a tick difference (all 0 when no time passed).
     pub fn of(d: &CoreTicks) -> CpuShare {
         let t = d.total();
         if t == 0 {
@@ -343,6 +428,7 @@ impl CpuShare {
         }
     }
 
+    /// Everything but idle.
     pub fn busy(&self) -> f64 {
         1.0 - self.idle
     }
@@ -353,21 +439,31 @@ impl CpuShare {
 /// core busy the whole interval).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CpuDelta {
+    /// Length of the interval.
     pub seconds: f64,
+    /// All CPUs together.
     pub host: CpuShare,
+    /// Each CPU.
     pub cores: Vec<CpuShare>,
+    /// Each child that existed at the end.
     pub procs: Vec<ProcShare>,
 }
 
+/// One child's CPU over an interval, in cores.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcShare {
+    /// Its process id.
     pub pid: u32,
+    /// Receiver or sender.
     pub role: Role,
+    /// User-mode cores.
     pub user: f64,
+    /// Kernel-mode cores.
     pub system: f64,
 }
 
 impl CpuSample {
+    /// What happened between `before` and this sample.
     pub fn delta(&self, before: &CpuSample) -> CpuDelta {
         let seconds = self.mono_ns.saturating_sub(before.mono_ns) as f64 / 1e9;
         let cores = self
@@ -403,14 +499,21 @@ impl CpuSample {
 /// An interface as the agent's host sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IfaceMeta {
+    /// Interface name.
     pub name: String,
+    /// MTU in bytes.
     pub mtu: u32,
+    /// Administratively up.
     pub up: bool,
+    /// Link-layer address.
     pub mac: Option<String>,
+    /// `ADDRESS/PREFIX`, IPv4 and IPv6.
     pub addresses: Vec<String>,
     /// `ethtool -i`: driver, its version and the NIC firmware.
     pub driver: Option<String>,
+    /// The driver's version.
     pub driver_version: Option<String>,
+    /// The NIC's firmware version.
     pub firmware: Option<String>,
     /// Link speed in Mbit/s from sysfs, when the driver reports one.
     pub speed_mbit: Option<u64>,
@@ -432,24 +535,36 @@ pub struct ClockSync {
     pub ptp_daemons: Vec<String>,
 }
 
+/// Everything about a host a result is only comparable with.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostMeta {
+    /// Host name.
     pub hostname: String,
+    /// Distribution and release (`PRETTY_NAME` of /etc/os-release).
     pub os: String,
+    /// Kernel release.
     pub kernel: String,
+    /// CPU architecture.
     pub arch: String,
+    /// CPU model name.
     pub cpu_model: String,
+    /// CPUs available.
     pub cpus: u32,
+    /// wirebench release of the agent.
     pub tool_version: String,
+    /// Every interface of the agent's network namespace.
     pub interfaces: Vec<IfaceMeta>,
     /// The sysctls that change results (buffer sizes, congestion control,
     /// forwarding, MTU probing, busy polling), name → value.
     pub sysctls: BTreeMap<String, String>,
+    /// How the clock is synchronised.
     pub clock: ClockSync,
+    /// The agent may change links (root or CAP_NET_ADMIN).
     pub net_admin: bool,
 }
 
 impl Request {
+    /// The request as one JSON line (no newline).
     pub fn line(&self) -> String {
         // Serialising these plain structs cannot fail.
         serde_json::to_string(self).unwrap_or_default()
@@ -457,6 +572,7 @@ impl Request {
 }
 
 impl Response {
+    /// The response as one JSON line (no newline).
     pub fn line(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| {
             format!(

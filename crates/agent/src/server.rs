@@ -16,6 +16,7 @@
 use crate::child::{adopt, detach, listening, stop_child, tail};
 use crate::host;
 use crate::journal::{Before, Journal, JournalError};
+use crate::policy::{check_start_args, NodeAllow};
 use crate::proto::{
     Allow, HelloInfo, Op, ProcTicks, ProcessState, Reply, Request, Response, Role, MAX_LINE,
     MAX_STREAM_BUFFER, REVISION_LAB, REVISION_STREAM,
@@ -43,6 +44,9 @@ pub struct AgentConfig {
     pub revision: u32,
     /// wirebench release, reported at hello and in metadata.
     pub tool_version: String,
+    /// The interfaces this node lets a controller change; a controller's
+    /// `hello` can only narrow it.
+    pub node_allow: NodeAllow,
 }
 
 struct Proc {
@@ -109,6 +113,9 @@ struct State {
     journal: Option<Journal>,
     procs: BTreeMap<u32, Proc>,
     next_handle: u32,
+    /// The work directory was created by this agent (only then is it
+    /// removed).
+    workdir_made: bool,
 }
 
 /// The part of an agent a signal handler must reach: children and the
@@ -121,7 +128,16 @@ pub struct Shared {
 
 impl Shared {
     fn new() -> Shared {
-        let workdir = std::env::temp_dir().join(format!("wirebench-agent-{}", std::process::id()));
+        // A root agent writes there: a name another user cannot guess
+        // and plant first (see `ensure_workdir`).
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let workdir = std::env::temp_dir().join(format!(
+            "wirebench-agent-{}-{nanos:08x}",
+            std::process::id()
+        ));
         Shared {
             state: Arc::new(Mutex::new(State {
                 next_handle: 1,
@@ -182,8 +198,35 @@ impl Shared {
             stop_child(&mut p.child, Duration::from_secs(2));
         }
         let done = self.restore();
-        let _ = std::fs::remove_dir_all(&self.workdir);
+        if std::mem::take(&mut self.lock().workdir_made) {
+            let _ = std::fs::remove_dir_all(&self.workdir);
+        }
         done
+    }
+
+    /// Creates the work directory once, private to this agent's user; one
+    /// already there is not ours and is refused rather than written into.
+    fn ensure_workdir(&self) -> Result<(), String> {
+        let mut st = self.lock();
+        if st.workdir_made {
+            return Ok(());
+        }
+        let b = std::fs::DirBuilder::new();
+        // Elsewhere the temporary directory is the user's own already.
+        #[cfg(unix)]
+        let b = {
+            let mut b = b;
+            std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+            b
+        };
+        b.create(&self.workdir).map_err(|e| {
+            format!(
+                "creating the work directory {}: {e}",
+                self.workdir.display()
+            )
+        })?;
+        st.workdir_made = true;
+        Ok(())
     }
 }
 
@@ -335,6 +378,7 @@ enum Step {
 }
 
 impl Agent {
+    /// An agent set up by `cfg`, before its session.
     pub fn new(cfg: AgentConfig) -> Agent {
         Agent {
             cfg,
@@ -347,22 +391,27 @@ impl Agent {
         }
     }
 
-    /// Whether the campaign's `list` lets `iface` be changed; the
-    /// management path never is, whatever the list says, so that no
-    /// campaign can cut the controller off.
+    /// Whether `iface` may be changed: the campaign's `list` names it (or
+    /// says `*`) and the node's own list allows it. The management path
+    /// never may, whatever either says, so that no campaign can cut the
+    /// controller off.
     fn may_change(&self, list: &[String], iface: &str, what: &str) -> Result<(), String> {
         if self.mgmt.iter().any(|m| m == iface) {
             return Err(format!(
                 "{iface} carries this agent's own SSH connection (the management path); wirebench never changes it"
             ));
         }
+        // The controller's `*` only means "whatever the node allows".
         if !list.iter().any(|i| i == iface || i == "*") {
             return Err(format!(
                 "{what} is not allowed by the campaign (allowed: {})",
                 list_or_none(list)
             ));
         }
-        Ok(())
+        self.cfg
+            .node_allow
+            .permits(iface)
+            .map_err(|why| format!("{what} is refused: {why}"))
     }
 
     /// A handle for a signal thread: `cleanup()` then exit.
@@ -370,6 +419,8 @@ impl Agent {
         self.shared.clone()
     }
 
+    /// Runs one session: reads requests from `input` until `bye`, its
+    /// end or a write error, answers each on `output`, and cleans up.
     pub fn serve<R, W>(mut self, input: R, mut output: W)
     where
         R: Read + Send + 'static,
@@ -429,7 +480,13 @@ impl Agent {
                     continue;
                 }
                 Err(e) => {
+                    // The controller hears why before the session ends.
                     eprintln!("wirebench agent: {e}");
+                    let resp = Response {
+                        id: 0,
+                        reply: Reply::Error { message: e },
+                    };
+                    let _ = writeln!(output, "{}", resp.line()).and_then(|_| output.flush());
                     break;
                 }
             };
@@ -711,11 +768,10 @@ impl Agent {
             }
         }
         if ours {
-            run_tool("tc", &["qdisc", "del", "dev", iface, "root"])?;
-            self.shared
-                .lock()
-                .changes
-                .retain(|(i, b)| !(i == iface && *b == Before::DefaultRoot));
+            // Only a tbf of ours is removed: after a failed attempt there
+            // may be none, and that must not fail every later one.
+            put_back(iface, &Before::DefaultRoot)?;
+            self.forget_rate(iface);
         }
         let Some(rate) = rate else {
             return Ok(());
@@ -729,9 +785,28 @@ impl Agent {
             .push((iface.to_string(), Before::DefaultRoot));
         for line in wirebench_testbed::rate_qdisc_lines(iface, rate, mtu, tx_queue_len(iface)) {
             let args: Vec<&str> = line.split_whitespace().collect();
-            run_tool("tc", &args)?;
+            if let Err(e) = run_tool("tc", &args) {
+                // Undone at once, so that the interface is as it was and
+                // neither the next `set_rate` nor `restore` trips over it.
+                return Err(match put_back(iface, &Before::DefaultRoot) {
+                    Ok(_) => {
+                        self.forget_rate(iface);
+                        format!("{e} (nothing changed)")
+                    }
+                    Err(u) => format!("{e}; undoing it failed too, restore will try again: {u}"),
+                });
+            }
         }
         Ok(())
+    }
+
+    /// Drops the session's record of a link rate on `iface` (its qdisc is
+    /// gone).
+    fn forget_rate(&self, iface: &str) {
+        self.shared
+            .lock()
+            .changes
+            .retain(|(i, b)| !(i == iface && *b == Before::DefaultRoot));
     }
 
     fn start(
@@ -744,8 +819,8 @@ impl Agent {
         // An agent playing an older revision ignores the request, as one
         // would that does not know the field.
         let stream = stream && role == Role::Sender && self.cfg.revision >= REVISION_STREAM;
-        std::fs::create_dir_all(&self.shared.workdir)
-            .map_err(|e| format!("creating {}: {e}", self.shared.workdir.display()))?;
+        self.shared.ensure_workdir()?;
+        check_start_args(&args, &self.shared.workdir)?;
         let handle = {
             let mut st = self.shared.lock();
             st.next_handle += 1;
@@ -764,7 +839,8 @@ impl Agent {
                 Some(self.shared.workdir.join(format!("{handle}.json")))
             }
         };
-        cmd.args(&args);
+        // Relative paths in `args` were checked against the work directory.
+        cmd.current_dir(&self.shared.workdir).args(&args);
         if let Some(j) = &json {
             cmd.arg(format!("--json={}", j.display()));
         }
@@ -922,14 +998,137 @@ fn finish(handle: u32, mut p: Proc) -> ProcessState {
 mod line_tests {
     use super::*;
 
-    #[test]
-    fn a_line_that_is_not_utf8_gets_an_error_line_and_the_agent_goes_on() {
-        let agent = Agent::new(AgentConfig {
+    fn agent(node_allow: NodeAllow) -> Agent {
+        // The journal a session holds: in the build's directory, not the
+        // node's /var/lib/wirebench (set once, before any test reads it).
+        static STATE: std::sync::Once = std::sync::Once::new();
+        STATE.call_once(|| {
+            let d = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/test-agent-state");
+            std::env::set_var("WIREBENCH_STATE_DIR", d);
+        });
+        Agent::new(AgentConfig {
             program: PathBuf::from("/nonexistent"),
             version: crate::AGENT_PROTOCOL_VERSION,
             revision: crate::AGENT_PROTOCOL_REVISION,
             tool_version: "test".into(),
-        });
+            node_allow,
+        })
+    }
+
+    /// The agent's answers to `lines`, one string each.
+    fn session(a: Agent, lines: &[&str]) -> Vec<String> {
+        let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+        let mut out = Vec::new();
+        a.serve(std::io::Cursor::new(input.into_bytes()), &mut out);
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn hello(allow: &str) -> String {
+        format!(
+            r#"{{"id":1,"op":"hello","version":{},"allow":{allow}}}"#,
+            crate::AGENT_PROTOCOL_VERSION
+        )
+    }
+
+    #[test]
+    fn a_controllers_wildcard_cannot_widen_the_nodes_list() {
+        let node = NodeAllow::List {
+            ifaces: vec!["wbtest0".into()],
+            from: "--allow-iface".into(),
+        };
+        let r = session(
+            agent(node),
+            &[
+                &hello(r#"{"mtu":["*"],"rate":["*"]}"#),
+                r#"{"id":2,"op":"set_mtu","iface":"wbtest1","mtu":1400}"#,
+                r#"{"id":3,"op":"set_rate","iface":"wbtest1","rate_bps":1000000}"#,
+                r#"{"id":4,"op":"set_mtu","iface":"wbtest0","mtu":1400}"#,
+            ],
+        );
+        assert_eq!(r.len(), 4, "{r:?}");
+        for l in &r[1..3] {
+            assert!(
+                l.contains("is refused: wbtest1 is not among the interfaces this node allows (--allow-iface: wbtest0)"),
+                "{l}"
+            );
+        }
+        // Both lists allow wbtest0: it gets as far as looking for it.
+        assert!(r[3].contains("no interface wbtest0"), "{}", r[3]);
+        // A node that allows nothing: even a named interface is refused.
+        let r = session(
+            agent(NodeAllow::Nothing),
+            &[
+                &hello(r#"{"mtu":["wbtest0"]}"#),
+                r#"{"id":2,"op":"set_mtu","iface":"wbtest0","mtu":1400}"#,
+            ],
+        );
+        assert!(
+            r[1].contains("this node lets no controller change its interfaces"),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_start_naming_a_file_outside_the_work_directory_is_refused() {
+        let r = session(
+            agent(NodeAllow::Nothing),
+            &[
+                &hello("{}"),
+                r#"{"id":2,"op":"start","role":"sender","args":["-a","127.0.0.1","-l","../out/x"]}"#,
+                r#"{"id":3,"op":"start","role":"receiver","args":["-x","/etc"]}"#,
+            ],
+        );
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert!(
+            r[1].contains(r#""reply":"error""#)
+                && r[1].contains("start: -l ../out/x: `..` is not allowed"),
+            "{}",
+            r[1]
+        );
+        assert!(
+            r[2].contains("start: -x /etc: outside the agent's work directory"),
+            "{}",
+            r[2]
+        );
+    }
+
+    #[test]
+    fn an_agent_line_over_the_limit_ends_the_session_with_one_error_line() {
+        let mut input = hello("{}").into_bytes();
+        input.push(b'\n');
+        input.extend(std::iter::repeat_n(b' ', MAX_LINE + 1));
+        input.extend_from_slice(b"\n{\"id\":3,\"op\":\"cpu\"}\n");
+        let mut out = Vec::new();
+        agent(NodeAllow::Nothing).serve(std::io::Cursor::new(input), &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[1].contains(&format!("request line over {MAX_LINE} bytes")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn stream_lines_beyond_the_buffer_are_dropped_and_counted() {
+        let b = StreamBuf::default();
+        let text: String = (0..MAX_STREAM_BUFFER + 10)
+            .map(|i| format!("{{\"event\":\"interval\",\"data\":{{\"n\":{i}}}}}\nnoise\n"))
+            .collect();
+        b.fill(text.as_bytes());
+        let (lines, dropped) = b.take();
+        assert_eq!((lines.len(), dropped), (MAX_STREAM_BUFFER, 10));
+        assert_eq!(lines[0]["data"]["n"], 10);
+        assert_eq!(b.take().1, 0);
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_gets_an_error_line_and_the_agent_goes_on() {
+        let agent = agent(NodeAllow::Nothing);
         let mut input = b"{\"id\":1,\"op\":\"cpu\xff\"}\n".to_vec();
         input.extend_from_slice(b"{\"id\":2,\"op\":\"cpu\"}\n");
         let mut out = Vec::new();

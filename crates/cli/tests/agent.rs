@@ -465,3 +465,73 @@ fn a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_hold
         .to_string();
     assert_agents_doc_quotes(&said, &[(dir.as_str(), "DIR")]);
 }
+
+/// One `set_rate` that `tc` refuses (1 bit/s rounds to a rate of 0) once
+/// left a record of a shaper that was never made: every later `set_rate`
+/// failed deleting it, and `restore` said FAILED.
+#[test]
+fn a_failed_set_rate_is_undone_and_the_next_one_works() {
+    if !wirebench_testkit::can_run_as_root(
+        "a_failed_set_rate_is_undone_and_the_next_one_works",
+        "root (network namespaces)",
+    ) {
+        return;
+    }
+    let p = Pair::new("f");
+    let mut a = AgentConn::connect(&p.spec(&p.a, "a", true)).unwrap();
+    let e = a.set_rate("v0", Some(1)).unwrap_err().to_string();
+    assert!(e.contains("(nothing changed)"), "{e}");
+    assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
+    for _ in 0..2 {
+        a.set_rate("v0", Some(50_000_000)).unwrap();
+        let (kind, _, rate) = root_qdisc(&p.a, "v0");
+        assert_eq!((kind.as_str(), rate), ("tbf", Some(50_000_000)));
+        assert!(a.set_rate("v0", Some(u64::MAX)).is_err());
+        // The failed ask took the earlier shaper away too: unshaped, not
+        // half-shaped.
+        assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
+    }
+    a.set_rate("v0", Some(20_000_000)).unwrap();
+    let done = a.restore().unwrap();
+    assert!(
+        !done.is_empty() && done.iter().all(|d| d.starts_with("restored")),
+        "{done:?}"
+    );
+    assert_eq!(root_qdisc(&p.a, "v0").1, "0:");
+    assert!(a.bye().unwrap().iter().all(|d| !d.contains("FAILED")));
+}
+
+/// Every option of `send` and `recv` whose value is a file or directory
+/// is one the agent checks in a `start` (a new one must not slip past the
+/// work-directory rule).
+#[test]
+fn every_file_option_of_send_and_recv_is_checked_by_the_agent() {
+    let mut seen = 0;
+    for sub in ["send", "recv"] {
+        let out = Command::new(BIN).args([sub, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        for line in help.lines() {
+            let line = line.trim_start();
+            let Some(long) = line
+                .split_whitespace()
+                .find_map(|w| w.trim_end_matches(',').strip_prefix("--"))
+            else {
+                continue;
+            };
+            if !["<FILE>", "[<FILE>]", "<DIR>", "<PATH>"]
+                .iter()
+                .any(|v| line.contains(&format!("--{long} {v}")))
+            {
+                continue;
+            }
+            seen += 1;
+            assert!(
+                wirebench_agent::policy::PATH_OPTIONS
+                    .iter()
+                    .any(|(_, l)| *l == long),
+                "`{sub} --{long}` names a file but the agent does not check it in `start`"
+            );
+        }
+    }
+    assert!(seen >= 8, "only {seen} file options found");
+}

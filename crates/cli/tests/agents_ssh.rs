@@ -77,6 +77,16 @@ impl Lab {
             .args(["-q", "-t", "ed25519", "-N", "", "-f"])
             .arg(d.join("host")));
         std::fs::copy(d.join("id.pub"), d.join("authorized_keys")).unwrap();
+        // The nodes' own word on what may be changed, as an administrator
+        // would pin it: a wrapper the campaign's `agent` names.
+        let wrapper = d.join("agent-allowing-data-ifaces");
+        std::fs::write(
+            &wrapper,
+            format!("#!/bin/sh\nexec {BIN} \"$@\" --allow-iface eth0,eth1\n"),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(
             d.join("ssh_config"),
             format!(
@@ -243,10 +253,11 @@ impl Lab {
         let mut t = format!("name = \"{name}\"\nlinger_s = 0.2\n{reps}{extra}\n[hosts]\n");
         for (n, role) in [("a", "sender"), ("r1", "router"), ("b", "receiver")] {
             t.push_str(&format!(
-                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{mgmt}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{BIN}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\napply_link_rate = true\n",
+                "[[hosts.node]]\nname = \"{n}\"\nssh = \"root@{mgmt}\"\nssh_options = [\"-F\", \"{cfg}\"]\nagent = \"{agent}\"\nrole = \"{role}\"\nipv4 = \"{addr}\"\napply_mtu = true\napply_link_rate = true\n",
                 mgmt = self.mgmt(n),
                 addr = self.addr(n),
-                cfg = cfg.display()
+                cfg = cfg.display(),
+                agent = self.dir.path().join("agent-allowing-data-ifaces").display()
             ));
         }
         t.push_str(&format!(
@@ -654,6 +665,47 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
     );
     assert!(lab.all_1500());
     assert!(lab.default_qdiscs());
+
+    // 3b. A node that allows nothing (its agent started without
+    // --allow-iface, and no /etc/wirebench/agent.toml) changes nothing,
+    // whatever the controller's list says: for r1 the runner sends `*`.
+    if Path::new(wirebench_agent::policy::NODE_CONFIG).exists() {
+        eprintln!(
+            "step 3b skipped: {} exists on this host",
+            wirebench_agent::policy::NODE_CONFIG
+        );
+    } else {
+        let f = lab.campaign(
+            "unallowed",
+            "packets = 300\nrepetitions = 1",
+            "mtu = [9000]",
+        );
+        let t = std::fs::read_to_string(&f).unwrap().replace(
+            &lab.dir
+                .path()
+                .join("agent-allowing-data-ifaces")
+                .display()
+                .to_string(),
+            BIN,
+        );
+        std::fs::write(&f, t).unwrap();
+        let out = lab.run(&f, &[], None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        // One line naming the node, the interface and how to allow it.
+        assert!(
+            err.contains("node a: changing the MTU of eth0 is refused: this node lets no controller change its interfaces; its administrator allows some in /etc/wirebench/agent.toml"),
+            "{err}"
+        );
+        let st = lab.store();
+        let c = st.latest_by_name("unallowed").unwrap().unwrap();
+        assert!(st
+            .runs(c.id)
+            .unwrap()
+            .iter()
+            .all(|r| r.status != RunStatus::Ok));
+        assert!(lab.all_1500());
+    }
 
     // 4. Agents of another protocol version: named, nothing run.
     let f = lab.campaign("ver", "packets = 300", "mtu = [1500]");

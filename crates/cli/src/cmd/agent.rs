@@ -10,10 +10,12 @@ The agent is started by `wirebench run` on every node of a campaign's
 [hosts] (over SSH: `ssh HOST wirebench agent --stdio`) and speaks the
 versioned agent protocol (JSON lines) on stdin/stdout. It starts receivers
 and senders, samples CPU and interface counters, reports metadata, and sets
-MTU/offloads only on the interfaces the campaign allows; everything it
-changed is restored when the session ends, its input closes, or it gets
-SIGHUP/SIGINT/SIGTERM (Windows: a console Ctrl-C, Ctrl-Break or close
-event). Every change is first written to a journal on the node
+MTU/offloads/link rates only on interfaces both the node (--allow-iface,
+/etc/wirebench/agent.toml: without either, none) and the campaign allow;
+files named by the senders and receivers it starts must lie in its own
+work directory; everything it changed is restored when the session ends,
+its input closes, or it gets SIGHUP/SIGINT/SIGTERM (Windows: a console
+Ctrl-C, Ctrl-Break or close event). Every change is first written to a journal on the node
 (/var/lib/wirebench for root, else $XDG_STATE_HOME/wirebench or
 ~/.local/state/wirebench; WIREBENCH_STATE_DIR overrides), so what an agent
 killed with SIGKILL left is put back by the next agent on that node before
@@ -29,6 +31,14 @@ pub struct Args {
     /// namespace) says it changed, print it, and exit.
     #[arg(long)]
     pub restore: bool,
+    /// Interfaces a controller may change (MTU, offloads, link rate), as
+    /// a comma-separated list or repeated; `*` for every one but the
+    /// management path. With /etc/wirebench/agent.toml too, only those
+    /// both allow. Without either the agent changes nothing. It is the
+    /// node's word when the node fixes the command (authorized_keys
+    /// `command=`, or a wrapper named by the campaign's `agent`).
+    #[arg(long = "allow-iface", value_name = "IFACE[,IFACE...]")]
+    pub allow_iface: Vec<String>,
     /// The wirebench binary receivers and senders run (default: this one).
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
@@ -52,6 +62,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => std::env::current_exe()
             .map_err(|e| anyhow::anyhow!("cannot find this program's path: {e}"))?,
     };
+    let node_allow = wirebench_agent::NodeAllow::load(
+        &args.allow_iface,
+        std::path::Path::new(wirebench_agent::policy::NODE_CONFIG),
+    )
+    .map_err(crate::exit::bad_input)?;
     let agent = wirebench_agent::Agent::new(wirebench_agent::AgentConfig {
         program,
         version: args
@@ -61,6 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .protocol_revision
             .unwrap_or(wirebench_agent::AGENT_PROTOCOL_REVISION),
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        node_allow,
     });
     wirebench_agent::server::cleanup_on_signal(agent.shared())
         .map_err(|e| anyhow::anyhow!("installing signal handlers: {e}"))?;
