@@ -634,16 +634,21 @@ pub(crate) fn run_flows(
         .filter(|f| forward(f) && caps(f.transport).connection_oriented && f.spec.is_max())
         .count();
     let tcp_write = bulk_write_bytes(bulk_tcp, cores);
-    // Bulk TCP flows more than the CPUs share one writer thread per CPU
-    // (run_bulk_shared); RTT-meter flows keep a thread for reflections.
-    let writers = if bulk_tcp > cores { cores } else { 0 };
-    let shared_bulk = |f: &FlowPlan| {
-        writers > 0
-            && forward(f)
+    // Two or more one-way bulk TCP flows share one writer thread
+    // (run_bulk_shared), as iperf3 before 3.16 serves its streams;
+    // RTT-meter flows keep a thread for reflections. Writers on several
+    // CPUs make the CPUs take turns sending the queue of a shared link,
+    // and a veth link delivers what each CPU sent on that CPU's backlog:
+    // every flow arrives reordered and retransmits as if it lost
+    // packets (docs/performance.md, "Many TCP flows").
+    let bulk_owd = |f: &FlowPlan| {
+        forward(f)
             && caps(f.transport).connection_oriented
             && f.spec.is_max()
             && f.meter_in(plan) == MeterMode::Owd
     };
+    let writers = usize::from(plan.flows.iter().filter(|f| bulk_owd(f)).count() >= 2);
+    let shared_bulk = |f: &FlowPlan| writers > 0 && bulk_owd(f);
     let mut bulk_groups: Vec<Vec<(usize, FlowJob, TcpStream)>> =
         (0..writers).map(|_| Vec::new()).collect();
     let pacers = pacers(plan);

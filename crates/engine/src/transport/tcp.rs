@@ -1,7 +1,7 @@
 //! TCP: a connection per flow carrying length-framed records. Paced flows
 //! write each batch of due records in one `write`; `--max` flows write as
-//! fast as the socket takes them ([`tcp_bulk`]), or, more flows than CPUs,
-//! share one writer thread per CPU ([`run_bulk_shared`]).
+//! fast as the socket takes them ([`tcp_bulk`]), or, two or more, share
+//! one writer thread ([`run_bulk_shared`]).
 
 pub(crate) mod rx;
 
@@ -382,8 +382,8 @@ struct SharedBulk {
     stopped: u64,
 }
 
-/// Bulk TCP flows more than the CPUs, served by one writer thread per CPU
-/// in rounds, as iperf3 serves its streams: the writer waits until some
+/// Bulk TCP flows served by one writer thread in rounds, as iperf3
+/// serves its streams: the writer waits until some
 /// of its flows' sockets have room (`poll`), then gives each of those one
 /// write of up to [`bulk_write_bytes`], and again, until each flow's time
 /// is up. With a thread per flow, 256 flows on 2 CPUs shared a 1 Gbit/s
