@@ -149,8 +149,8 @@ pub struct HostsTarget {
     pub mtu: Option<u32>,
     /// Rate of the real path, as written (`"1gbit"`).
     pub link_rate: Option<String>,
-    /// `[[hosts.node]]`: real nodes driven through agents. Empty: the old
-    /// form, a `wirebench recv` already running at `receiver`.
+    /// `[[hosts.node]]`: real nodes driven through agents. Empty: a
+    /// `wirebench recv` already running at `receiver`.
     pub nodes: Vec<HostNode>,
 }
 

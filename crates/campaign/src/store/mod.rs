@@ -666,7 +666,8 @@ impl Store {
 
     /// Copies the store to `PATH.schemaV.bak` (the first free name) before
     /// a migration changes it; a store that cannot be copied is not
-    /// migrated. (Only SQLite stores were ever written before schema 2.)
+    /// migrated. (No PostgreSQL store has a schema below 2: only SQLite
+    /// stores are copied.)
     fn backup(&self, from_version: i64) -> Result<(), StoreError> {
         let Conn::Lite(conn) = &self.conn else {
             return Ok(());
