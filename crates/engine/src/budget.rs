@@ -16,7 +16,7 @@ use wirebench_wire::FlowSetup;
 
 /// Socket buffer a UDP flow's data socket asks for when the sender did
 /// not (`--window`) and the session's budget allows it.
-pub const UDP_RCVBUF: u64 = crate::recv::UDP_RCVBUF as u64;
+pub const UDP_RCVBUF: u64 = 8 << 20;
 /// The same for a TCP flow's data connection.
 pub const TCP_RCVBUF: u64 = 4 << 20;
 /// Send buffer of a reverse flow's socket (the receiver sends it).

@@ -25,7 +25,7 @@ use crate::result::{FlowReport, ReportExtra};
 use crate::sys::{self, CpuClock, CpuTime};
 pub(crate) use crate::transport::rx::unmap;
 use crate::transport::rx::{
-    flow_report, rx_flow, DataPort, FlowRecv, FlowShared, RxAt, RxEnd, WorkerOutcome,
+    flow_report, rx_flow, DataPort, FlowRecv, FlowShared, RxAt, RxEnd, Worker,
 };
 use crate::EngineError;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -33,7 +33,6 @@ use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
@@ -48,7 +47,7 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(10);
 /// Time a new connection gets to send its `Hello`.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Receive buffer asked for on each UDP data socket.
-pub const UDP_RCVBUF: usize = 8 << 20;
+pub const UDP_RCVBUF: usize = budget::UDP_RCVBUF as usize;
 /// Most concurrent sessions; more are refused with an error message.
 pub const MAX_SESSIONS: usize = 64;
 /// Default longest session (`--max-session`): a day, so that no peer can
@@ -360,12 +359,6 @@ fn listen(addr: SocketAddr, dual: bool) -> Result<TcpListener, EngineError> {
 struct SessionFlow {
     flow_id: u16,
     shared: Arc<FlowShared>,
-}
-
-/// A receive thread and the flows (positions in the session) it serves.
-pub(crate) struct Worker {
-    pub(crate) flows: Vec<usize>,
-    pub(crate) handle: Option<JoinHandle<WorkerOutcome>>,
 }
 
 /// A session's flows and the receive threads serving them: one per TCP

@@ -74,6 +74,7 @@ impl FlowShared {
     /// reach of the sender. Counts what it refuses; returns the delay.
     /// A refused probe is neither recorded nor reflected, so no forged
     /// number moves the sequence window or a statistic.
+    #[inline]
     fn admit(&self, acc: &RecvAccumulator, h: &ProbeHeader, ts: u64, offset: i64) -> Option<i64> {
         let delay = i128::from(ts) - i128::from(h.tx_ns) - i128::from(offset);
         let Some(delay) = i64::try_from(delay)
@@ -112,6 +113,12 @@ impl FlowShared {
 pub(crate) struct WorkerOutcome {
     pub(crate) accs: Vec<FlowRecv>,
     pub(crate) cpu: CpuTime,
+}
+
+/// A receive thread and the flows (positions in the session) it serves.
+pub(crate) struct Worker {
+    pub(crate) flows: Vec<usize>,
+    pub(crate) handle: Option<std::thread::JoinHandle<WorkerOutcome>>,
 }
 
 /// A flow's statistics and the IP marking its packets carried.

@@ -1,15 +1,23 @@
-//! A test-only transport that sends nowhere: each batch is framed like a
-//! probe batch, counted and dropped. It shows what a transport is (a
-//! [`Caps`] and a [`FlowTx`]) and that the pacer runs a flow over one
-//! without knowing which; its registration is one line in `transport/mod.rs`.
+//! A test-only transport over an in-process wire: each batch is framed
+//! like a probe batch, counted, and (when the end is wired) handed to the
+//! receiving end in one piece. It shows what a transport is at both ends
+//! (a [`Caps`], a [`FlowTx`] the pacer drives, a [`FlowRx`] feeding the
+//! shared receive accounting) and that the pacer and the receive side run
+//! a flow over one without knowing which; its registration is one line in
+//! `transport/mod.rs`.
 
+use super::rx::{FlowRx, RxEnd, RxFlow, WorkerOutcome, POLL_MS};
+use super::udp::rx::UdpFlow;
 use super::{Caps, DataSock, FlowRun, FlowTx};
 use crate::net::BATCH;
 use crate::pacing::{each_batch, header, FlowEnd};
 use crate::rtt::{Reflected, RttRx};
+use crate::sys::{CpuClock, CpuTime};
+use std::collections::VecDeque;
 use std::net::{TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 use wirebench_wire::ProbeHeader;
 
 /// The null transport's declaration.
@@ -37,10 +45,58 @@ pub(crate) struct Sunk {
     pub misnumbered: AtomicU64,
 }
 
-/// A flow's sending end into [`Sunk`].
+/// The in-process wire between a null flow's two ends: whole batches
+/// (records back to back), and their buffers coming back for reuse, so
+/// that nothing is allocated per packet, nor per batch once running.
+#[derive(Default)]
+pub(crate) struct Wire {
+    batches: Mutex<VecDeque<Vec<u8>>>,
+    free: Mutex<Vec<Vec<u8>>>,
+    ready: Condvar,
+}
+
+impl Wire {
+    /// A buffer for the next batch.
+    fn take_buf(&self) -> Vec<u8> {
+        let mut b = self
+            .free
+            .lock()
+            .ok()
+            .and_then(|mut f| f.pop())
+            .unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    fn send(&self, batch: Vec<u8>) {
+        if let Ok(mut q) = self.batches.lock() {
+            q.push_back(batch);
+            self.ready.notify_one();
+        }
+    }
+
+    /// The next batch, waiting up to `wait` for one.
+    fn recv(&self, wait: Duration) -> Option<Vec<u8>> {
+        let q = self.batches.lock().ok()?;
+        let (mut q, _) = self
+            .ready
+            .wait_timeout_while(q, wait, |q| q.is_empty())
+            .ok()?;
+        q.pop_front()
+    }
+
+    fn give_back(&self, buf: Vec<u8>) {
+        if let Ok(mut f) = self.free.lock() {
+            f.push(buf);
+        }
+    }
+}
+
+/// A flow's sending end into [`Sunk`] and, when wired, its receiving end.
 pub(crate) struct NullTx {
     sunk: Arc<Sunk>,
     buf: Vec<u8>,
+    wire: Option<Arc<Wire>>,
 }
 
 impl NullTx {
@@ -49,7 +105,70 @@ impl NullTx {
         NullTx {
             sunk,
             buf: vec![0; u16::MAX as usize],
+            wire: None,
         }
+    }
+
+    /// A sending end that counts into `sunk` and delivers over `wire`.
+    pub(crate) fn wired(sunk: Arc<Sunk>, wire: Arc<Wire>) -> NullTx {
+        NullTx {
+            wire: Some(wire),
+            ..NullTx::new(sunk)
+        }
+    }
+}
+
+/// A flow's receiving end on a [`Wire`].
+pub(crate) struct NullRx {
+    wire: Arc<Wire>,
+    rf: RxFlow,
+}
+
+impl NullRx {
+    /// Receives flow `rf` from `wire`.
+    pub(crate) fn new(wire: Arc<Wire>, rf: RxFlow) -> NullRx {
+        NullRx { wire, rf }
+    }
+}
+
+impl FlowRx for NullRx {
+    fn run(mut self: Box<Self>) -> WorkerOutcome {
+        let cpu0 = CpuTime::thread();
+        let wait = Duration::from_millis(POLL_MS);
+        let rf = &mut self.rf;
+        while !rf.sh.stop.load(Ordering::Relaxed) {
+            let Some(batch) = self.wire.recv(wait) else {
+                rf.acc.tick();
+                continue;
+            };
+            // One receive time per batch, as a socket batch has.
+            let ts = crate::clock::realtime_ns();
+            let offset = rf.sh.offset_ns.load(Ordering::Relaxed);
+            let mut at = 0;
+            while at < batch.len() {
+                let rest = &batch[at..];
+                let h = match ProbeHeader::decode_prefix(rest) {
+                    Ok(h) if (h.len as usize) >= 1 && (h.len as usize) <= rest.len() => h,
+                    _ => {
+                        rf.sh.foreign();
+                        break;
+                    }
+                };
+                let rec = &rest[..h.len as usize];
+                at += rec.len();
+                if h.session != rf.sid || h.flow != rf.flow_id || rec.len() > rf.longest() {
+                    rf.sh.foreign();
+                    continue;
+                }
+                rf.take(&h, rec, ts, offset);
+            }
+            self.wire.give_back(batch);
+        }
+        self.rf.outcome(CpuTime::thread().since(cpu0))
+    }
+
+    fn into_udp(self: Box<Self>) -> Result<Box<UdpFlow>, RxEnd> {
+        Err(self)
     }
 }
 
@@ -68,8 +187,9 @@ impl FlowTx for NullTx {
         let mut h = header(job);
         let mut meta = [(0u64, 0u32); BATCH];
         let max = sched.max;
-        let (buf, sunk) = (&mut self.buf, &self.sunk);
+        let (buf, sunk, wire) = (&mut self.buf, &self.sunk, &self.wire);
         each_batch(job, sched, acc, &mut meta, BATCH, |batch, acc, seq| {
+            let mut out = wire.as_ref().map(|w| w.take_buf());
             let tx = crate::clock::realtime_ns();
             if *first_tx == 0 {
                 *first_tx = tx;
@@ -86,11 +206,17 @@ impl FlowTx for NullTx {
                     sunk.misnumbered.fetch_add(1, Ordering::Relaxed);
                 }
                 sunk.bytes.fetch_add(u64::from(size), Ordering::Relaxed);
+                if let Some(o) = out.as_mut() {
+                    o.extend_from_slice(rec);
+                }
                 acc.record_sent(if max { actual } else { at }, actual, size, sq, tx);
             }
             sunk.packets
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
             sunk.batches.fetch_add(1, Ordering::Relaxed);
+            if let (Some(w), Some(o)) = (wire, out) {
+                w.send(o);
+            }
             *seq = seq.wrapping_add(batch.len() as u32);
             Ok(())
         })
@@ -146,6 +272,75 @@ mod tests {
         assert!(batches >= 1 && batches <= out.send.packets);
         // 2 000 packets at 20 000 pps: about 0.1 s of schedule.
         assert!(out.send.duration_s > 0.05 && out.send.duration_s < 5.0);
+    }
+
+    /// A whole flow over the null transport, both ends: the pacer's entry
+    /// point sends it, the receive side every transport shares (a flow's
+    /// `RxFlow` as a session makes it, the loop behind `FlowRx::run`, the
+    /// report the daemon sends) receives it, and the report counts every
+    /// packet once, in order, with nothing lost or foreign.
+    #[test]
+    fn a_flow_runs_send_to_receive_over_the_null_transport() {
+        use crate::transport::rx::{flow_report, rx_flow, RxAt};
+        use wirebench_stats::IpVersion;
+        use wirebench_wire::{FlowSetup, MeterMode, Transport};
+        let (sid, flow_id) = (7, 1);
+        let setup = FlowSetup {
+            flow_id,
+            transport: Transport::Udp,
+            max_len: 200,
+            mtu: 1500,
+            ..Default::default()
+        };
+        let at = RxAt {
+            sid,
+            peer_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            ip: IpVersion::V4,
+            meter: MeterMode::Owd,
+            max_intervals: 1024,
+            live: false,
+            probe_key: None,
+            dgram_buf: 0,
+            offset: Some((0, 0)),
+        };
+        let wire = Arc::new(Wire::default());
+        let rf = rx_flow(&setup, &at, None);
+        let shared = rf.sh.clone();
+        let end: RxEnd = Box::new(NullRx::new(wire.clone(), rf));
+        let rx = std::thread::spawn(move || end.run());
+        shared
+            .start_ns
+            .store(crate::clock::realtime_ns(), Ordering::Relaxed);
+        let sunk = Arc::new(Sunk::default());
+        let plan = flow(20_000.0, 200, Stop::Packets(2_000));
+        let sent = pace_one(
+            plan,
+            Box::new(NullTx::wired(sunk.clone(), wire)),
+            PaceOne {
+                flow_id,
+                session: sid,
+                t0: crate::clock::mono_ns() + 1_000_000,
+                cfg: cfg(),
+                abort: Arc::new(AtomicBool::new(false)),
+                spin_ns: 0,
+                probe_key: None,
+            },
+        );
+        assert_eq!(sent.error, None);
+        assert_eq!(sent.send.packets + sent.send.not_sent, 2_000);
+        // Everything sent is on the wire already; give the loop a moment.
+        std::thread::sleep(Duration::from_millis(3 * POLL_MS));
+        shared.stop.store(true, Ordering::Relaxed);
+        let out = rx.join().unwrap();
+        let acc = out.accs.into_iter().next().unwrap();
+        let r = flow_report(flow_id, &shared, acc, Some(sent.send.packets), None);
+        assert_eq!(r.summary.counts.unique, sent.send.packets);
+        assert_eq!(r.summary.counts.lost, Some(0));
+        assert_eq!(r.summary.counts.duplicates, 0);
+        assert_eq!(r.summary.counts.reordered, 0);
+        assert_eq!(r.foreign, 0);
+        assert_eq!(r.forged + r.implausible_delays, 0);
+        assert_eq!(sunk.packets.load(Ordering::Relaxed), sent.send.packets);
     }
 
     #[test]

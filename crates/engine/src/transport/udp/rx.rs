@@ -8,7 +8,7 @@ use crate::net::{self, enable_rx_timestamps, set_rcvbuf, set_sndbuf, AsRawFd, Re
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{
     reply_len, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend, ReverseEnd, RxEnd,
-    RxFlow, WorkerOutcome, POLL_MS,
+    RxFlow, Worker, WorkerOutcome, POLL_MS,
 };
 use crate::transport::DataSock;
 use crate::EngineError;
@@ -316,7 +316,7 @@ impl UdpFlow {
 /// datagram, and thousands of them only take turns on the same cores.
 pub(crate) fn start_workers(
     udp: Vec<(usize, Box<UdpFlow>)>,
-    workers: &mut Vec<crate::recv::Worker>,
+    workers: &mut Vec<Worker>,
 ) -> Result<(), EngineError> {
     if udp.is_empty() {
         return Ok(());
@@ -358,7 +358,7 @@ pub(crate) fn start_workers(
             }
         }
         .map_err(|e| EngineError::io("receive thread", e))?;
-        workers.push(crate::recv::Worker {
+        workers.push(Worker {
             flows: ids,
             handle: Some(h),
         });
