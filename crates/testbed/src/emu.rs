@@ -101,10 +101,17 @@ pub enum Fate {
     /// Delivered at `at` (ns, the caller's clock), `copies` times (2 when
     /// duplicated); `corrupt_bit` flips that bit of the frame, counted from
     /// the end of the Ethernet header; `reorder` asks the caller to send it
-    /// after the next frame instead of before.
+    /// after the next frame instead of before. `start` and `end` are when
+    /// its first bit went onto the wire and its last bit left, so the
+    /// caller can split the frame's time into queueing (arrival → start),
+    /// serialisation (start → end) and propagation (end → at).
     Deliver {
         /// Delivery time.
         at: u64,
+        /// Start of serialisation.
+        start: u64,
+        /// End of serialisation.
+        end: u64,
         /// How many copies arrive.
         copies: u8,
         /// The bit to flip, if the frame is corrupted.
@@ -237,6 +244,8 @@ impl Wire {
         let reorder = self.rng.chance(self.imp.reorder);
         Fate::Deliver {
             at,
+            start,
+            end,
             copies,
             corrupt_bit,
             reorder,
@@ -267,8 +276,16 @@ mod tests {
     fn serialisation_and_queueing() {
         let mut w = Wire::new(Some(100_000_000), imp(), 1000, 1);
         assert_eq!(at(w.admit(1_000_000, 1514)), 1_000_000 + 123_040);
-        // Arrives while the first is on the wire: starts when it ends.
-        assert_eq!(at(w.admit(1_000_010, 1514)), 1_000_000 + 2 * 123_040);
+        // Arrives while the first is on the wire: starts when it ends,
+        // after 123 030 ns of queueing and before its own 123 040 ns.
+        match w.admit(1_000_010, 1514) {
+            Fate::Deliver { at, start, end, .. } => {
+                assert_eq!(start, 1_000_000 + 123_040);
+                assert_eq!(end, 1_000_000 + 2 * 123_040);
+                assert_eq!(at, end);
+            }
+            other => panic!("{other:?}"),
+        }
         // A 60 B frame is charged the 84 B minimum: 6.72 µs.
         let mut w = Wire::new(Some(100_000_000), imp(), 1000, 1);
         assert_eq!(at(w.admit(0, 60)), 6_720);

@@ -27,8 +27,11 @@
 pub(crate) use imp::*;
 
 /// Counter words per direction in an emulator's counters file: frames in,
-/// delivered, lost (loss model), queue drops, buffer drops.
-pub const COUNTERS: usize = 5;
+/// delivered, lost (loss model), queue drops, buffer drops, then the
+/// frames timed and their summed queueing, serialisation and propagation
+/// nanoseconds (so a reader's difference of two snapshots gives the means
+/// over any span without a per-frame system call).
+pub const COUNTERS: usize = 9;
 
 /// One direction's counters, read from the file the emulator updates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -43,6 +46,109 @@ pub struct WireCounters {
     pub queue_drops: u64,
     /// Frames dropped because every frame buffer was in flight.
     pub buffer_drops: u64,
+    /// Frames whose time on the wire is summed below (those the loss model
+    /// and the queue let through; a duplicate counts once).
+    #[serde(default)]
+    pub timed: u64,
+    /// Summed time from a frame's arrival at the wire to the start of its
+    /// serialisation, waiting behind the frames before it (ns).
+    #[serde(default)]
+    pub queueing_ns: u64,
+    /// Summed serialisation time, `max(len + 24, 84) × 8 / rate` (ns).
+    #[serde(default)]
+    pub serialisation_ns: u64,
+    /// Summed time from a frame's last bit to its delivery: the delay, its
+    /// jitter draw, and any wait not to overtake the frame before (ns).
+    #[serde(default)]
+    pub propagation_ns: u64,
+}
+
+impl WireCounters {
+    /// What happened between snapshot `before` and this one (an emulator
+    /// restarted in between reads as counting from zero).
+    pub fn delta(&self, before: &WireCounters) -> WireCounters {
+        if self.frames_in < before.frames_in {
+            return *self;
+        }
+        WireCounters {
+            frames_in: self.frames_in - before.frames_in,
+            delivered: self.delivered.saturating_sub(before.delivered),
+            lost: self.lost.saturating_sub(before.lost),
+            queue_drops: self.queue_drops.saturating_sub(before.queue_drops),
+            buffer_drops: self.buffer_drops.saturating_sub(before.buffer_drops),
+            timed: self.timed.saturating_sub(before.timed),
+            queueing_ns: self.queueing_ns.saturating_sub(before.queueing_ns),
+            serialisation_ns: self
+                .serialisation_ns
+                .saturating_sub(before.serialisation_ns),
+            propagation_ns: self.propagation_ns.saturating_sub(before.propagation_ns),
+        }
+    }
+
+    /// Mean queueing, serialisation and propagation per timed frame, in
+    /// seconds; None without a timed frame.
+    pub fn mean_split_s(&self) -> Option<[f64; 3]> {
+        (self.timed > 0).then(|| {
+            let n = self.timed as f64 * 1e9;
+            [
+                self.queueing_ns as f64 / n,
+                self.serialisation_ns as f64 / n,
+                self.propagation_ns as f64 / n,
+            ]
+        })
+    }
+}
+
+/// Where the frames crossing one direction of an emulated link spent
+/// their time over a span (two snapshots of [`WireCounters`]): the means,
+/// per frame delivered, of queueing behind earlier frames on the wire,
+/// serialisation and propagation. Their sum is the hop's share of the
+/// one-way delay; time in a node's own transmit queue (its qdisc, before
+/// the wire) and in its network stack is not in it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HopTime {
+    /// Node the frames left.
+    pub from: String,
+    /// Node they reached.
+    pub to: String,
+    /// Frames timed (delivered at least once).
+    pub frames: u64,
+    /// Mean wait for the wire (s).
+    pub queueing_s: f64,
+    /// Mean serialisation (s).
+    pub serialisation_s: f64,
+    /// Mean propagation: delay, jitter, and waiting not to overtake (s).
+    pub propagation_s: f64,
+}
+
+/// The per-hop split between two snapshots of every link's wire counters
+/// (as [`crate::Testbed::wire_counters`] returns them, in link order):
+/// one entry per emulated direction that carried a frame.
+pub fn hop_times(
+    links: &[crate::spec::LinkSpec],
+    before: &[Option<[WireCounters; 2]>],
+    after: &[Option<[WireCounters; 2]>],
+) -> Vec<HopTime> {
+    let mut out = Vec::new();
+    for (li, l) in links.iter().enumerate() {
+        let (Some(Some(b)), Some(Some(a))) = (before.get(li), after.get(li)) else {
+            continue;
+        };
+        for k in 0..2 {
+            let d = a[k].delta(&b[k]);
+            if let Some([q, s, p]) = d.mean_split_s() {
+                out.push(HopTime {
+                    from: l.endpoints[k].clone(),
+                    to: l.endpoints[1 - k].clone(),
+                    frames: d.timed,
+                    queueing_s: q,
+                    serialisation_s: s,
+                    propagation_s: p,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Reads an emulator's counters file: [first→second, second→first].
@@ -60,6 +166,10 @@ pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
         lost: w(d * COUNTERS + 2),
         queue_drops: w(d * COUNTERS + 3),
         buffer_drops: w(d * COUNTERS + 4),
+        timed: w(d * COUNTERS + 5),
+        queueing_ns: w(d * COUNTERS + 6),
+        serialisation_ns: w(d * COUNTERS + 7),
+        propagation_ns: w(d * COUNTERS + 8),
     };
     (b.len() >= 2 * COUNTERS * 8).then(|| [dir(0), dir(1)])
 }
@@ -185,9 +295,7 @@ mod imp {
     }
 
     /// Counters of one direction, in a file shared with readers
-    /// ([`super::read_counters`]): frames in, delivered (copies counted),
-    /// lost by the loss model, dropped by the full queue, dropped for want
-    /// of a free buffer.
+    /// ([`super::read_counters`]), laid out as [`super::COUNTERS`] says.
     pub(crate) const COUNTERS: usize = super::COUNTERS;
 
     /// The counter words of one direction, in the shared mapping.
@@ -341,10 +449,16 @@ mod imp {
                     Fate::QueueFull => self.counts.add(3, 1),
                     Fate::Deliver {
                         at,
+                        start,
+                        end,
                         copies,
                         corrupt_bit,
                         reorder,
                     } => {
+                        self.counts.add(5, 1);
+                        self.counts.add(6, start.saturating_sub(arrival));
+                        self.counts.add(7, end - start);
+                        self.counts.add(8, at - end);
                         if let Some(b) = corrupt_bit {
                             let i = ETH_HEADER as usize + (b / 8) as usize;
                             buf[i] ^= 1 << (b % 8);
@@ -675,5 +789,56 @@ impl Emulator {
         Err(crate::error::TestbedError::Unsupported(
             std::env::consts::OS,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::LinkSpec;
+
+    fn wc(timed: u64, q: u64, s: u64, p: u64) -> WireCounters {
+        WireCounters {
+            frames_in: timed,
+            delivered: timed,
+            timed,
+            queueing_ns: q,
+            serialisation_ns: s,
+            propagation_ns: p,
+            ..Default::default()
+        }
+    }
+
+    /// The split is the difference of two snapshots divided by the frames
+    /// timed between them; directions without traffic and links without
+    /// an emulator give nothing.
+    #[test]
+    fn hop_times_from_two_snapshots() {
+        let links = [LinkSpec::new("a", "r1"), LinkSpec::new("r1", "b")];
+        let before = [Some([wc(10, 1_000, 2_000, 3_000), wc(0, 0, 0, 0)]), None];
+        let after = [
+            Some([
+                wc(
+                    110,
+                    1_000 + 100 * 50_000,
+                    2_000 + 100 * 123_040,
+                    3_000 + 100 * 20_000_000,
+                ),
+                wc(0, 0, 0, 0),
+            ]),
+            None,
+        ];
+        let h = hop_times(&links, &before, &after);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(
+            (h[0].from.as_str(), h[0].to.as_str(), h[0].frames),
+            ("a", "r1", 100)
+        );
+        assert!((h[0].queueing_s - 50e-6).abs() < 1e-12);
+        assert!((h[0].serialisation_s - 123.04e-6).abs() < 1e-12);
+        assert!((h[0].propagation_s - 20e-3).abs() < 1e-12);
+        // An emulator restarted between the snapshots counts from zero.
+        let d = wc(5, 50, 60, 70).delta(&wc(10, 1, 1, 1));
+        assert_eq!(d, wc(5, 50, 60, 70));
     }
 }

@@ -1108,9 +1108,29 @@ fn delay_and_loss_without_netem() {
     let name = "tldelay";
     let _ = remove(name);
     let tb = Testbed::up(name, &delay_loss_spec("loss = \"1%\"")).unwrap();
+    let before = tb.wire_counters();
     let (d, lost) = one_way(&tb, 64, 5000, Duration::from_millis(1));
     let wires = tb.wire_counters();
+    let hops = hop_times(&tb.spec().links, &before, &wires);
     tb.down().unwrap();
+    // Where the time went on r1→b: 20 ms of propagation and each 106 B
+    // frame's 130 B of wire time, 10.4 µs, of serialisation; at 1 000/s
+    // nothing waits for the wire.
+    let h = hops
+        .iter()
+        .find(|h| h.from == "r1" && h.to == "b")
+        .unwrap_or_else(|| panic!("{hops:?}"));
+    eprintln!("hop r1→b: {h:?}");
+    assert!(h.frames >= 4900, "{h:?}");
+    assert!((h.propagation_s - 0.020).abs() < 1e-4, "{h:?}");
+    assert!((h.serialisation_s - 10.4e-6).abs() < 0.5e-6, "{h:?}");
+    assert!(h.queueing_s < 5e-6, "{h:?}");
+    // a→r1 has no delay: serialisation only.
+    let h = hops
+        .iter()
+        .find(|h| h.from == "a" && h.to == "r1")
+        .unwrap_or_else(|| panic!("{hops:?}"));
+    assert!(h.propagation_s < 1e-6, "{h:?}");
     // The wire r1→b counts what it lost: the probes, and now and then a
     // neighbour solicitation or its answer.
     assert!(wires[0].is_some() && wires[1].is_some(), "{wires:?}");

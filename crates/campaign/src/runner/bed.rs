@@ -41,7 +41,19 @@ pub(super) trait Bed {
     fn nodes(&mut self) -> Option<&mut Nodes> {
         None
     }
+    /// The emulated links' wire counters now (test-bed only): two
+    /// snapshots give each hop's split of the delay.
+    fn wire_counters(&self) -> Option<WireSnapshot> {
+        None
+    }
 }
+
+/// Every link's emulator counters (`Testbed::wire_counters`), with the
+/// links they belong to.
+pub(super) type WireSnapshot = (
+    Vec<wirebench_testbed::LinkSpec>,
+    Vec<Option<[wirebench_testbed::WireCounters; 2]>>,
+);
 
 /// `[[hosts.node]]`: everything happens through the nodes' agents.
 struct RealNodes {
@@ -259,6 +271,10 @@ impl Bed for Emulated {
     }
     fn nodes(&mut self) -> Option<&mut Nodes> {
         self.nodes.as_mut()
+    }
+    fn wire_counters(&self) -> Option<WireSnapshot> {
+        let tb = self.tb.as_ref()?;
+        Some((tb.spec().links.clone(), tb.wire_counters()))
     }
 }
 

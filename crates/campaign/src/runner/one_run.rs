@@ -360,11 +360,12 @@ impl<'a> Ctx<'a> {
             (Some(p), Some(_)) => Some((label.as_str(), p)),
             _ => None,
         };
+        let mut wires = bed.wire_counters();
         let first = bed
             .nodes()
             .ok_or_else(no_nodes)?
             .run(self.c, s, seed, length, timeout, live);
-        let r = match first {
+        let mut r = match first {
             Err(e @ (RunError::Agent(_) | RunError::Receiver(_))) if bed.can_rebuild() => {
                 // Something removed the test-bed under us (a stray `testbed
                 // down`, a crashed run's cleanup): build it again, once.
@@ -372,6 +373,7 @@ impl<'a> Ctx<'a> {
                 bed.invalidate();
                 bed.ensure(s)?;
                 bed.take_rebuilt();
+                wires = bed.wire_counters();
                 bed.nodes()
                     .ok_or_else(no_nodes)?
                     .run(self.c, s, seed, length, timeout, live)?
@@ -380,6 +382,13 @@ impl<'a> Ctx<'a> {
         };
         if r.interrupted {
             return Ok(RunEnd::Interrupted);
+        }
+        if let (Some((links, before)), Some((_, after)), Some(o)) =
+            (wires, bed.wire_counters(), r.observed.as_object_mut())
+        {
+            // Beside the drop sites: where each emulated hop's time went.
+            let hops = wirebench_testbed::hop_times(&links, &before, &after);
+            o.insert("hops".into(), serde_json::json!(hops));
         }
         let ended = env::now_rfc3339();
         // Callers that read the run back (RFC 2544 sessions) find it where

@@ -155,7 +155,7 @@ pub struct SockArgs {
     /// TCP congestion control (iperf3 -C/--congestion): cubic, bbr, reno, ...; one the kernel does not allow is refused with its list. Linux, FreeBSD.
     #[arg(long = "cc", alias = "congestion", value_name = "NAME", value_parser = sockopts::parse_cc, help_heading = SOCK)]
     pub cc: Option<String>,
-    /// Socket buffer: the sender's send buffer and the receiver's receive buffer, bytes with K/M/G (x1024) suffixes, e.g. 256K (iperf3 -w; wirebench's -w is D-ITG's Weibull size). Without it TCP keeps the kernel's autotuning on both ends, as iperf3 without -w.
+    /// Socket buffer: the sender's send buffer and the receiver's receive buffer, bytes with K/M/G (x1024) suffixes, e.g. 256K (iperf3 -w; wirebench's -w is D-ITG's Weibull size). Without it TCP keeps the kernel's autotuning on both ends and UDP the kernel's default send buffer (208 KiB on Linux), as iperf3 and D-ITG do: an overloaded UDP sender then blocks and counts what it could not send in time as not sent, where a large buffer (e.g. 4M) overfills its host's transmit queue and loses the excess there.
     #[arg(long = "window", value_name = "BYTES", value_parser = sockopts::parse_window, help_heading = SOCK)]
     pub window: Option<u32>,
     /// TCP maximum segment size in bytes, 88..65535 (iperf3 -M/--set-mss).

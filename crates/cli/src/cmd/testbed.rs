@@ -524,13 +524,23 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
             }
         }
         // What each emulated wire did: frames in, delivered, lost by the
-        // loss model, dropped by its queue or for want of buffers.
+        // loss model, dropped by its queue or for want of buffers, and
+        // where a delivered frame's time went (means since `up`).
         for (l, w) in t.spec().links.iter().zip(t.wire_counters()) {
             let Some(w) = w else { continue };
             for (k, c) in w.iter().enumerate() {
                 let (from, to) = (&l.endpoints[k], &l.endpoints[1 - k]);
+                let split = match c.mean_split_s() {
+                    Some([q, s, p]) => format!(
+                        "; per frame: queueing {:.1} µs, serialisation {:.1} µs, propagation {:.1} µs",
+                        q * 1e6,
+                        s * 1e6,
+                        p * 1e6
+                    ),
+                    None => String::new(),
+                };
                 println!(
-                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}",
+                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{split}",
                     c.frames_in, c.delivered, c.lost, c.queue_drops, c.buffer_drops
                 );
             }

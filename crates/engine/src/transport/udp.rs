@@ -47,20 +47,19 @@ pub(crate) const OPS: Ops = Ops {
     reverse: Some(rx::reverse_port),
 };
 
-/// Send buffer of a flow's own socket unless `-w` sets one.
-const FLOW_SNDBUF: usize = 4 << 20;
-
 fn connect(
     sock: Socket,
     peer: SocketAddr,
-    f: &FlowPlan,
+    _f: &FlowPlan,
     _id: Ident,
 ) -> Result<DataSock, EngineError> {
     sock.connect(&peer.into()).map_err(connect_err(peer))?;
+    // Without `--window` the socket keeps the kernel's default send buffer
+    // (`net.core.wmem_default`), as D-ITG's and iperf3's do: skbs waiting
+    // in the host's qdisc are charged to it, so an overloaded sender blocks
+    // (and its late packets count as not sent) instead of overfilling its
+    // own transmit queue, which is how a host with a NIC behaves.
     let s: UdpSocket = sock.into();
-    if f.opts.window.is_none() {
-        set_sndbuf(s.as_raw_fd(), FLOW_SNDBUF);
-    }
     Ok(Box::new(UdpTx(s)))
 }
 
@@ -249,9 +248,8 @@ struct Msg {
     seq: u32,
 }
 
-/// Send buffer of the pacer's own socket per flow sharing it: as much as
-/// a flow with a socket of its own gets, up to 64 MiB for the pacer.
-const SHARED_SNDBUF_PER_FLOW: usize = 4 << 20;
+/// Most send buffer the pacer's own socket gets: one default buffer per
+/// flow sharing it (what each would have on a socket of its own).
 const SHARED_SNDBUF_MAX: usize = 64 << 20;
 
 /// Which flows of a pacer send from its one unconnected socket: those
@@ -284,10 +282,18 @@ fn share_socket(
                 .ok()?
                 .into(),
         };
-        set_sndbuf(
-            s.as_raw_fd(),
-            (SHARED_SNDBUF_PER_FLOW * n).min(SHARED_SNDBUF_MAX),
-        );
+        if n > 1 {
+            let one = socket2::SockRef::from(&s).send_buffer_size().ok()?;
+            let total = (one * n).min(SHARED_SNDBUF_MAX);
+            // Linux doubles what it is asked for (socket(7)); the default
+            // it reports is the real size.
+            let ask = if cfg!(target_os = "linux") {
+                total / 2
+            } else {
+                total
+            };
+            set_sndbuf(s.as_raw_fd(), ask);
+        }
         Some((s, to.is_ipv4()))
     });
     let outs = jobs
