@@ -10,12 +10,14 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 /// Where one scenario stands.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settle {
+    /// The scenario's key.
     pub key: String,
     /// Runs with a number for the watched metric.
     pub runs: usize,
     /// The coefficient of variation or relative CI half-width over those
     /// runs (None: fewer than two, or a mean of 0 with a spread).
     pub figure: Option<f64>,
+    /// At least `repetitions` runs, and the figure is within the rule's limit.
     pub settled: bool,
     /// Still short of `max` and not settled: another run is due.
     pub more: bool,

@@ -20,10 +20,13 @@ pub(crate) use wirebench_report::text::{render_rows, si};
 use wirebench_stats::result::ResultDoc;
 use wirebench_stats::{aggregate, pct_change, upper_bound_tcp_bps, upper_bound_udp_bps, IpVersion};
 
+/// Why a campaign summary could not be drawn.
 #[derive(Debug, Error)]
 pub enum AnalysisError {
+    /// Reading the runs from the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The RFC 2544 search results could not be summarised.
     #[error(transparent)]
     Rfc2544(#[from] crate::rfc2544::SummaryError),
 }
@@ -288,7 +291,7 @@ impl<'c> Summarizer<'c> {
     }
 
     /// Every agent node's metadata as environment lines (see
-    /// [`node_lines`]), from the latest run that stored them.
+    /// `node_lines`), from the latest run that stored them.
     pub fn node_environment(&self) -> BTreeMap<String, String> {
         self.node_env.as_ref().map(node_lines).unwrap_or_default()
     }

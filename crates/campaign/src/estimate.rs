@@ -20,8 +20,10 @@ use crate::campaign::{Campaign, Order, RunLength, Scenario, Target};
 /// the table): fixed cost per run 0.25-0.35 s (one flow or 60 UDP flows;
 /// 60 TCP flows 0.65 s), wall time outside the runs 0.1-0.2 s per build.
 pub const RUN_OVERHEAD_S: f64 = 0.3;
-pub const TESTBED_BUILD_S: f64 = 0.15;
-pub const IPV6_FIRST_S: f64 = 1.4;
+/// Seconds of one test-bed build (see [`RUN_OVERHEAD_S`]).
+pub(crate) const TESTBED_BUILD_S: f64 = 0.15;
+/// Extra seconds of a bed whose first run is IPv6 (see [`RUN_OVERHEAD_S`]).
+pub(crate) const IPV6_FIRST_S: f64 = 1.4;
 /// Packets per second an unpaced sender reaches when the CPU, not the
 /// link, is the limit: S3's 128 B datagrams went at 210 000-245 000/s at
 /// load 3-5 on the same machine (at load 6-8 about 40 000/s: CPU-bound
@@ -35,12 +37,16 @@ const BULK_SHARE: f64 = 0.94;
 /// Rate assumed for a bulk transfer where the campaign knows no link rate.
 const UNKNOWN_LINK_BPS: f64 = 1e9;
 
+/// A campaign's size and expected wall-clock time.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
+    /// Runs in total (scenarios × repetitions).
     pub runs: usize,
+    /// Scenarios of the expanded matrix.
     pub scenarios: usize,
     /// Test-bed builds (link setting changes); 0 off a test-bed.
     pub builds: usize,
+    /// Expected wall-clock time of the whole campaign, in seconds.
     pub seconds: f64,
 }
 

@@ -37,6 +37,7 @@ impl Readable {
 /// The per-run facts a summary needs beside the metric values.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunFacts {
+    /// How far the document reads.
     pub readable: Readable,
     /// Why the document does not read (when it does not).
     pub why: Option<String>,
@@ -75,7 +76,9 @@ impl RunFacts {
 /// A stored run's metric values and facts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Extracted {
+    /// Metric key → value, for the metrics the document has a number for.
     pub metrics: BTreeMap<String, f64>,
+    /// What else the summary needs to know about the run.
     pub facts: RunFacts,
 }
 

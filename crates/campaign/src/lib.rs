@@ -18,6 +18,11 @@
 //!   per-scenario statistics
 //!   ([`summary::CampaignSummary`], the contract with the report layer,
 //!   `wirebench_schema::summary`).
+//! - [`series`]: a scenario's per-interval time series (`interval_ms`).
+//! - [`dist`]: a scenario's delay and jitter distributions (merged histograms).
+//! - [`env`](mod@env): where a campaign ran (kernel, CPU, version); UTC times.
+
+#![warn(missing_docs)]
 
 pub mod adaptive;
 pub mod analysis;

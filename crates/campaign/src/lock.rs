@@ -1,21 +1,19 @@
 //! One runner per campaign: an exclusive lock on a file beside the store.
 //!
-//! Three `wirebench run --resume` started together each ran all 17 missing
-//! runs of a campaign (51 executions, measurements overlapping on the same
-//! links): each read "not finished yet" before any had stored a run. A
-//! runner now holds an advisory lock (`flock`; on Windows a file opened
-//! without sharing) on `STORE.NAME.lock` for as long as it runs; a second
-//! runner of that campaign is refused at once, naming the holder. The
-//! operating system drops the lock when its holder dies, even by SIGKILL,
-//! so a crash never leaves a campaign locked.
+//! Two runners of one campaign (say `wirebench run --resume` started twice)
+//! would each find the same runs missing and run them all, measuring over
+//! each other on the same links. So a runner holds an advisory lock
+//! (`flock`; on Windows a file opened without sharing) on `STORE.NAME.lock`
+//! for as long as it runs; a second runner of that campaign is refused at
+//! once, naming the holder. The operating system drops the lock when its
+//! holder dies, even by SIGKILL, so a crash never leaves a campaign locked.
 //!
 //! The lock belongs to the database, not to the name it was opened by: the
 //! lock file sits beside the store's canonical path (symbolic links and
 //! `..` resolved), and on Linux the runner also holds an open-file-
 //! description lock on one byte of the database file itself, at an offset
 //! far past SQLite's own lock bytes chosen by the campaign's name, so a
-//! second name for the same inode (a hard link) is refused too. A second
-//! runner through a symbolic link to the store once ran every run again.
+//! second name for the same inode (a hard link) is refused too.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -34,6 +32,7 @@ pub struct CampaignLock {
 pub enum LockFailure {
     /// Another process holds it; its pid when it wrote one.
     Busy(Option<u32>),
+    /// The lock file could not be opened, locked or written.
     Io(std::io::Error),
 }
 
@@ -88,6 +87,7 @@ impl CampaignLock {
         Ok(lock)
     }
 
+    /// The lock file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }

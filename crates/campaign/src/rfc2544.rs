@@ -46,6 +46,7 @@ struct RawRfc {
 /// A validated `[rfc2544]` block (see docs/rfc2544.md for every key).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rfc2544Config {
+    /// IP versions to test (4, 6), in order.
     pub ips: Vec<u8>,
     /// Nominal frame sizes (Ethernet, FCS included) and IMIX entries.
     pub frames: Vec<FrameEntry>,
@@ -60,11 +61,13 @@ pub struct Rfc2544Config {
     pub loss_threshold: f64,
     /// Bracket width where the throughput search stops, ratio of the ceiling.
     pub resolution: f64,
+    /// Upper bound on search trials per throughput search.
     pub max_trials: u32,
     /// Repeats of a lossy throughput trial before it fails (0 = the RFC).
     pub retries: u32,
     /// Frame-loss load step, percent (RFC: 10 or finer).
     pub step_pct: u32,
+    /// Back-to-back searches per frame size (their results are averaged).
     pub b2b_repeats: u32,
     /// Longest burst tried, seconds at the burst rate (RFC 2544 §26.4: 2 s).
     pub b2b_longest_s: f64,
@@ -633,7 +636,9 @@ fn one_size(
 /// What [`run`] did.
 #[derive(Debug, Clone)]
 pub struct RfcOutcome {
+    /// The campaign's id in the store.
     pub campaign_id: i64,
+    /// Ctrl-C (or an error) stopped the searches before the end.
     pub interrupted: bool,
 }
 
@@ -890,10 +895,13 @@ pub fn estimate(c: &Campaign) -> Result<Option<crate::estimate::Estimate>, Campa
     }))
 }
 
+/// Why an RFC 2544 campaign's results could not be recomputed.
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
+    /// Reading the trials from the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The stored campaign file (id, reason) does not parse or validate.
     #[error("campaign {0}: {1}")]
     Campaign(i64, String),
 }

@@ -14,34 +14,33 @@
 
 use crate::auth::receiver_handshake;
 use crate::budget::{self, Budgets, Ledger};
-use crate::clock::{mono_ns, realtime_ns, sleep_until, tighten_timer_slack};
+use crate::clock::realtime_ns;
 use crate::ctl::{Ctl, Recv};
 use crate::gate::{
     Gate, GateLimits, Refusal, Slot, MAX_PENDING, PENDING_PER_PEER, SESSIONS_PER_PEER,
 };
-use crate::live::{self, LiveQueue, LiveTap};
-use crate::net::{self, enable_rx_timestamps, set_rcvbuf, AsRawFd, RecvBatch, BATCH};
-use crate::records::{Fill, RecordReader};
+use crate::live::{self, LiveQueue};
+use crate::net::{self, AsRawFd};
 use crate::result::{FlowReport, ReportExtra};
 use crate::sys::{self, CpuClock, CpuTime};
+pub(crate) use crate::transport::rx::unmap;
+use crate::transport::rx::{
+    flow_report, rx_flow, DataPort, FlowRecv, FlowShared, RxAt, RxEnd, WorkerOutcome,
+};
 use crate::EngineError;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::{ErrorKind, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use wirebench_pktlog::format::FLAG_RX as LOG_RX;
 use wirebench_pktlog::stream::{LogProducer, LogSink};
 use wirebench_pktlog::{FlowEnd, FlowMeta, LogFooter, LogMeta, Side};
-use wirebench_stats::{FlowConfig, IpVersion, MarksSeen, MarksTally, RecvAccumulator};
-use wirebench_wire::auth::{Cidr, Key, ProbeKey, AUTH_RTT_MIN_LEN};
+use wirebench_stats::IpVersion;
+use wirebench_wire::auth::{Cidr, Key};
 use wirebench_wire::limits::{self, MAX_HELLO_LINE, MAX_LINGER_MS};
-use wirebench_wire::{
-    ControlMsg, FlowSetup, MeterMode, ProbeHeader, Reflection, Transport, CONTROL_VERSION,
-    FLAG_REFLECTED, PROBE_HEADER_LEN, RTT_MIN_LEN,
-};
+use wirebench_wire::{ControlMsg, FlowSetup, MeterMode, CONTROL_VERSION};
 
 /// A session whose sender says nothing on the control connection for this
 /// long is abandoned (the sender sends a keep-alive every second).
@@ -55,8 +54,6 @@ pub const MAX_SESSIONS: usize = 64;
 /// Default longest session (`--max-session`): a day, so that no peer can
 /// hold a slot indefinitely by keeping its session alive.
 pub const MAX_SESSION: Duration = Duration::from_secs(86_400);
-/// How often receive threads look at their stop flag.
-pub(crate) const POLL_MS: u64 = 50;
 
 /// Default cap on one session's packet log (`recv --log-max`): 1 GiB, 33 M
 /// records, over a minute at 500 kpps.
@@ -352,89 +349,6 @@ fn listen(addr: SocketAddr, dual: bool) -> Result<TcpListener, EngineError> {
     Ok(sock.into())
 }
 
-/// An IPv4-mapped IPv6 address is the IPv4 address it maps.
-pub(crate) fn unmap(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        },
-        v4 => v4,
-    }
-}
-
-/// Shared between a session and one of its receive threads.
-#[derive(Default)]
-pub(crate) struct FlowShared {
-    pub(crate) stop: AtomicBool,
-    pub(crate) offset_ns: AtomicI64,
-    /// Error bound of the offset; delays below its negative are flagged.
-    error_ns: AtomicI64,
-    negative_beyond_error: AtomicU64,
-    pub(crate) foreign: AtomicU64,
-    /// Receiver clock at `Start` (0: not yet): bounds the sequence numbers
-    /// the sender can have reached.
-    start_ns: AtomicU64,
-    /// Probes of this session whose sequence number the sender cannot have
-    /// reached yet ([`limits::max_plausible_seq`]): forged.
-    forged: AtomicU64,
-    /// Probes whose delay is outside [`limits::plausible_delay`].
-    implausible: AtomicU64,
-    /// Finished live intervals on their way to the session thread.
-    live: Arc<LiveQueue>,
-    /// Receive buffer the sender asked for (`--window`); 0: the default.
-    rcvbuf: usize,
-    /// `--auth probes`: probes must end in this session key's MAC, else
-    /// they are `forged`; reflections get one.
-    probe_key: Option<ProbeKey>,
-    /// Where the flow's data comes from (the registered UDP source, the
-    /// identified TCP connection's peer), for the report: set once.
-    from: std::sync::OnceLock<SocketAddr>,
-}
-
-impl FlowShared {
-    /// Decides whether a probe of this session counts as data: its delay
-    /// (offset applied) must be plausible and its sequence number within
-    /// reach of the sender. Counts what it refuses; returns the delay.
-    /// A refused probe is neither recorded nor reflected, so no forged
-    /// number moves the sequence window or a statistic.
-    fn admit(&self, acc: &RecvAccumulator, h: &ProbeHeader, ts: u64, offset: i64) -> Option<i64> {
-        let delay = i128::from(ts) - i128::from(h.tx_ns) - i128::from(offset);
-        let Some(delay) = i64::try_from(delay)
-            .ok()
-            .filter(|&d| limits::plausible_delay(d))
-        else {
-            self.implausible.fetch_add(1, Ordering::Relaxed);
-            return None;
-        };
-        let start = self.start_ns.load(Ordering::Relaxed);
-        let elapsed = if start == 0 {
-            0
-        } else {
-            ts.saturating_sub(start)
-        };
-        if acc.peek_seq(h.seq) > limits::max_plausible_seq(elapsed) {
-            self.forged.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        if delay < -self.error_ns.load(Ordering::Relaxed) {
-            self.negative_beyond_error.fetch_add(1, Ordering::Relaxed);
-        }
-        Some(delay)
-    }
-}
-
-/// What a receive thread hands back: for each flow it served (in the
-/// order of [`Worker::flows`]) its accumulator and the IP marking seen on
-/// its data packets (UDP; None when untold), and its CPU time.
-pub(crate) struct WorkerOutcome {
-    pub(crate) accs: Vec<FlowRecv>,
-    pub(crate) cpu: CpuTime,
-}
-
-/// A flow's statistics and the IP marking its packets carried.
-pub(crate) type FlowRecv = (RecvAccumulator, Option<MarksSeen>);
-
 struct SessionFlow {
     flow_id: u16,
     shared: Arc<FlowShared>,
@@ -615,16 +529,16 @@ fn session(
         IpVersion::V6
     };
     let live_ms = setups.iter().filter_map(|s| s.interval_ms).min();
-    let at = FlowAt {
-        local_ip,
+    let at = RxAt {
+        sid,
         peer_ip,
         ip,
-        sid,
         meter,
         max_intervals,
         live: live_asked && live_ms.is_some() && cfg.live_intervals,
         probe_key: probe_key.clone(),
-        udp_buf: budget::default_buffer(budget::UDP_RCVBUF, setups.len(), session_budget),
+        dgram_buf: budget::default_buffer(budget::UDP_RCVBUF, setups.len(), session_budget),
+        offset: None,
     };
     // Declared before `flows`, so that on every way out the flows' threads
     // (and with them the log producers) are gone before the sink is dropped.
@@ -667,16 +581,34 @@ fn session(
             continue;
         }
         let log = sink.as_ref().map(|(k, _)| k.producer());
-        match open_flow(s, &at, log) {
-            Ok((port, f, rx)) => {
+        match open_flow(s, &at, local_ip, log) {
+            Ok((port, shared, end)) => {
                 ports.push(port);
-                flows.0.push(f);
-                match rx {
-                    FlowRx::Udp(u) => udp.push((i, u)),
-                    FlowRx::Thread(h) => flows.1.push(Worker {
+                flows.0.push(SessionFlow {
+                    flow_id: s.flow_id,
+                    shared,
+                });
+                let spawned = match end.into_udp() {
+                    Ok(u) => {
+                        udp.push((i, u));
+                        continue;
+                    }
+                    Err(end) => std::thread::Builder::new()
+                        .name(format!("wb-rx-{}", s.flow_id))
+                        .spawn(move || end.run()),
+                };
+                match spawned {
+                    Ok(h) => flows.1.push(Worker {
                         flows: vec![i],
                         handle: Some(h),
                     }),
+                    Err(e) => {
+                        stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
+                        return refuse(
+                            &mut ctl,
+                            format!("flow {}: receive thread: {e}", s.flow_id),
+                        );
+                    }
                 }
             }
             Err(e) => {
@@ -691,7 +623,7 @@ fn session(
     if let (Some(Err(why)), true) = (&xdp, verbose) {
         eprintln!("wirebench recv: session {sid:08x}: socket path, not XDP: {why}");
     }
-    if let Err(e) = start_udp_workers(udp, &mut flows.1) {
+    if let Err(e) = crate::transport::udp::rx::start_workers(udp, &mut flows.1) {
         stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
         return refuse(&mut ctl, format!("receiver: {e}"));
     }
@@ -960,226 +892,32 @@ fn session(
     }
 }
 
-/// How a flow's packets are counted (framing, series) from its setup.
-fn flow_config(s: &FlowSetup, ip: IpVersion) -> FlowConfig {
-    FlowConfig {
-        transport: s.transport,
-        ip,
-        mtu: if s.mtu >= 68 { s.mtu } else { 1500 },
-        // Checked by `check_flows`; an unchecked value turns the series off
-        // rather than wrap.
-        interval_ns: s.interval_ms.and_then(|m| limits::interval_ns(m).ok()),
-    }
-}
-
-/// A flow's report from what its receive thread gathered (`sent`: the
-/// sender's count, for loss; `playout`: the VoIP buffer to judge against).
-fn flow_report(
-    flow_id: u16,
-    sh: &FlowShared,
-    (acc, marks): FlowRecv,
-    sent: Option<u64>,
-    playout: Option<u32>,
-) -> FlowReport {
-    let mut summary = acc.summary(sent);
-    if let Some(ms) = playout {
-        summary.late_share = Some(acc.late_share(u64::from(ms) * 1_000_000));
-    }
-    FlowReport {
-        flow_id,
-        summary,
-        foreign: sh.foreign.load(Ordering::Relaxed),
-        negative_beyond_error: sh.negative_beyond_error.load(Ordering::Relaxed),
-        forged: sh.forged.load(Ordering::Relaxed),
-        implausible_delays: sh.implausible.load(Ordering::Relaxed),
-        marks,
-        from: sh.from.get().map(SocketAddr::to_string),
-        sent: None,
-    }
-}
-
-/// A flow's socket on the side that measures a reverse flow (the sender,
-/// crate::reverse): connected to the receiver by us.
-pub(crate) enum LocalSock {
-    Udp(UdpSocket),
-    Tcp(TcpStream),
-}
-
-/// The sender's end of a reverse flow: the daemon's own receive path
-/// ([`UdpFlow::read_batch`], [`read_records`], [`Recorder`]) on a socket
-/// the sender connected, so both directions are measured alike.
-pub(crate) struct LocalRx {
-    flow_id: u16,
-    playout: Option<u32>,
-    shared: Arc<FlowShared>,
-    handle: Option<JoinHandle<WorkerOutcome>>,
-}
-
-/// Where a [`LocalRx`] receives from and how its delays are corrected.
-pub(crate) struct LocalAt {
-    pub sid: u32,
-    /// The receiver daemon's address: only its datagrams are data.
-    pub peer_ip: IpAddr,
-    pub ip: IpVersion,
-    /// Flows in the session (for the interval budget).
-    pub flows: usize,
-    /// Our clock minus the sender's of these packets (the daemon's), ns.
-    pub offset_ns: i64,
-    pub error_ns: u64,
-    /// `--auth probes`: the session's probe key.
-    pub probe_key: Option<ProbeKey>,
-}
-
-impl LocalRx {
-    /// Starts receiving flow `s` on `sock`.
-    pub(crate) fn start(
-        s: &FlowSetup,
-        sock: LocalSock,
-        at: &LocalAt,
-    ) -> Result<LocalRx, EngineError> {
-        let cfg = flow_config(s, at.ip);
-        let shared = Arc::new(FlowShared {
-            offset_ns: AtomicI64::new(at.offset_ns),
-            error_ns: AtomicI64::new(at.error_ns.min(i64::MAX as u64) as i64),
-            probe_key: at.probe_key.clone(),
-            ..FlowShared::default()
-        });
-        let acc = Recorder {
-            acc: RecvAccumulator::with_max_intervals(cfg, limits::intervals_per_flow(at.flows)),
-            log: None,
-            marks: MarksTally::default(),
-            live: None,
-        };
-        let (sid, flow_id, sh) = (at.sid, s.flow_id, shared.clone());
-        let spawned = match sock {
-            LocalSock::Udp(sock) => {
-                set_rcvbuf(sock.as_raw_fd(), UDP_RCVBUF);
-                enable_rx_timestamps(sock.as_raw_fd());
-                net::enable_rx_marks(sock.as_raw_fd(), at.peer_ip.is_ipv6());
-                sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
-                    .map_err(|e| EngineError::io("data socket", e))?;
-                // Connected: the kernel delivers only the daemon's datagrams.
-                let registered = sock
-                    .peer_addr()
-                    .ok()
-                    .map(|a| SocketAddr::new(unmap(a.ip()), a.port()));
-                let f = UdpFlow {
-                    sock,
-                    acc,
-                    sh,
-                    rx: UdpRx {
-                        sid,
-                        flow_id,
-                        max_len: (s.max_len as usize).clamp(PROBE_HEADER_LEN, u16::MAX as usize),
-                        reflect: false,
-                        peer_ip: at.peer_ip,
-                    },
-                    registered,
-                };
-                std::thread::Builder::new()
-                    .name(format!("wb-rrx-{flow_id}"))
-                    .spawn(move || udp_rx(f))
-            }
-            LocalSock::Tcp(stream) => std::thread::Builder::new()
-                .name(format!("wb-rrx-{flow_id}"))
-                .spawn(move || tcp_rx_stream(stream, acc, sh, sid, flow_id)),
-        };
-        let handle = spawned.map_err(|e| EngineError::io("receive thread", e))?;
-        Ok(LocalRx {
-            flow_id,
-            playout: s.playout_buffer_ms,
-            shared,
-            handle: Some(handle),
-        })
-    }
-
-    /// The session started now: sequence numbers are judged from here.
-    pub(crate) fn started(&self) {
-        self.shared.start_ns.store(realtime_ns(), Ordering::Relaxed);
-    }
-
-    /// Stops receiving and reports, as the daemon would (`sent`: what the
-    /// daemon sent, for loss). None when the receive thread failed.
-    pub(crate) fn finish(mut self, sent: Option<u64>) -> Option<FlowReport> {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        let out = self.handle.take()?.join().ok()?;
-        let acc = out.accs.into_iter().next()?;
-        Some(flow_report(
-            self.flow_id,
-            &self.shared,
-            acc,
-            sent,
-            self.playout,
-        ))
-    }
-}
-
-impl Drop for LocalRx {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-/// One TCP connection we opened ourselves, read until the peer closes it or
-/// the flow is stopped (the sender's end of a reverse TCP flow).
-fn tcp_rx_stream(
-    stream: TcpStream,
-    mut acc: Recorder,
-    sh: Arc<FlowShared>,
-    sid: u32,
-    flow_id: u16,
-) -> WorkerOutcome {
-    let cpu0 = CpuTime::thread();
-    let _ = stream.set_nonblocking(true);
-    let mut conn = TcpConn {
-        stream,
-        rd: RecordReader::new(TCP_BUF),
-        out: Vec::new(),
-        out_head: 0,
-        accepted_ns: mono_ns(),
-        identified: false,
-        from: None,
-    };
-    while !sh.stop.load(Ordering::Relaxed) {
-        let mut pfd = [net::pollfd(conn.stream.as_raw_fd(), net::POLLIN)];
-        if net::poll(&mut pfd, POLL_MS as i32) <= 0 {
-            acc.tick();
-            continue;
-        }
-        if !read_records(&mut conn, &mut acc, &sh, sid, flow_id, false) {
-            break;
-        }
-    }
-    acc.finish_live();
-    WorkerOutcome {
-        accs: vec![(acc.acc, acc.marks.seen())],
-        cpu: CpuTime::thread().since(cpu0),
-    }
-}
-
-/// What a flow's socket and thread need to know about its session.
-struct FlowAt {
-    /// Address the control connection reached: data sockets bind to it.
+/// Opens flow `s`'s data port on `local_ip` by its transport's receive
+/// side; gives the port, the state the session shares with the flow's
+/// receive loop, and the receiving end to run.
+fn open_flow(
+    s: &FlowSetup,
+    at: &RxAt,
     local_ip: IpAddr,
-    /// The sender's address: only its packets are data, and only it gets
-    /// reflections.
-    peer_ip: IpAddr,
-    ip: IpVersion,
-    sid: u32,
-    meter: MeterMode,
-    /// This flow's share of the session's interval-bucket budget.
-    max_intervals: usize,
-    /// Stream live intervals to the sender.
-    live: bool,
-    /// `--auth probes`: the session's probe key.
-    probe_key: Option<ProbeKey>,
-    /// Receive buffers of UDP sockets whose sender did not ask
-    /// (`--window`): [`budget::default_buffer`]. TCP connections keep the
-    /// kernel's autotuning unless asked (see `tcp_rx`).
-    udp_buf: u64,
+    log: Option<LogProducer>,
+) -> Result<(u16, Arc<FlowShared>, RxEnd), EngineError> {
+    let Some(listen) = crate::transport::ops(s.transport).listen else {
+        // Refused with the Hello (limits::FlowSetup::check); never opened.
+        return Err(EngineError::BadPlan(format!(
+            "transport {}: its flows need no receiver",
+            s.transport
+        )));
+    };
+    let rf = rx_flow(s, at, log);
+    let shared = rf.sh.clone();
+    // The sender may name the data port (`-rp`); a port we cannot open
+    // refuses the session with the reason.
+    let port = DataPort {
+        addr: SocketAddr::new(local_ip, s.port.unwrap_or(0)),
+        asked: s.port.is_some(),
+    };
+    let (port, end) = listen(port, rf)?;
+    Ok((port, shared, end))
 }
 
 /// The log header of a session: what `wirebench decode` needs to recompute
@@ -1219,760 +957,6 @@ fn log_meta(
     }
 }
 
-/// A flow's statistics and, when the session is logged, its log producer:
-/// every admitted probe goes into both, in the same order.
-pub(crate) struct Recorder {
-    pub(crate) acc: RecvAccumulator,
-    log: Option<LogProducer>,
-    /// DSCP / TTL / flow label of the admitted datagrams.
-    pub(crate) marks: MarksTally,
-    /// Cuts live intervals (sessions that stream them).
-    pub(crate) live: Option<LiveTap>,
-}
-
-impl Recorder {
-    /// The socket was quiet: close the live intervals that have ended.
-    pub(crate) fn tick(&mut self) {
-        if let Some(t) = self.live.as_mut() {
-            t.tick(realtime_ns(), &self.acc);
-        }
-    }
-
-    /// The flow ended: close the last live intervals.
-    pub(crate) fn finish_live(&mut self) {
-        if let Some(t) = self.live.as_mut() {
-            t.finish(&self.acc);
-        }
-    }
-
-    #[inline]
-    fn record(&mut self, h: &ProbeHeader, delay: i64, ts: u64, len: usize) {
-        if let Some(t) = self.live.as_mut() {
-            t.before(ts, &self.acc);
-        }
-        if let Some(log) = self.log.as_mut() {
-            log.push(wirebench_pktlog::Record {
-                flow: h.flow,
-                flags: LOG_RX,
-                size: len as u32,
-                seq: self.acc.peek_seq(h.seq),
-                tx_ns: h.tx_ns,
-                rx_ns: ts,
-            });
-        }
-        self.acc.record(h.seq, delay, ts, len as u32);
-    }
-}
-
-/// How a flow is received: a UDP flow's state waiting for its receive
-/// worker ([`start_udp_workers`]), or the thread already serving a TCP flow.
-enum FlowRx {
-    Udp(Box<UdpFlow>),
-    Thread(JoinHandle<WorkerOutcome>),
-}
-
-/// Opens a flow's data socket (the per-socket setup lives here and in the
-/// functions it calls) and its receive state.
-fn open_flow(
-    s: &FlowSetup,
-    at: &FlowAt,
-    log: Option<LogProducer>,
-) -> Result<(u16, SessionFlow, FlowRx), EngineError> {
-    let (local_ip, peer_ip, sid, meter, max_intervals) =
-        (at.local_ip, at.peer_ip, at.sid, at.meter, at.max_intervals);
-    let cfg = flow_config(s, at.ip);
-    let shared = Arc::new(FlowShared {
-        rcvbuf: s.rcvbuf.map_or(0, |w| budget::flow_buf(w) as usize),
-        probe_key: at.probe_key.clone(),
-        ..FlowShared::default()
-    });
-    let tap = match (at.live, cfg.interval_ns) {
-        (true, Some(len)) => Some(LiveTap::new(shared.live.clone(), s.flow_id, len)),
-        _ => None,
-    };
-    // The sender may name the data port (`-rp`); a port we cannot open
-    // refuses the session with the reason.
-    let bind = SocketAddr::new(local_ip, s.port.unwrap_or(0));
-    let bind_err = |what: &'static str| {
-        move |e: std::io::Error| match s.port {
-            Some(p) => {
-                EngineError::BadPlan(format!("-rp/--data-port: cannot open data port {p}: {e}"))
-            }
-            None => EngineError::io(what, e),
-        }
-    };
-    let max_len = (s.max_len as usize).clamp(PROBE_HEADER_LEN, u16::MAX as usize);
-    let flow_id = s.flow_id;
-    let sh = shared.clone();
-    let acc = Recorder {
-        acc: RecvAccumulator::with_max_intervals(cfg, max_intervals),
-        log,
-        marks: MarksTally::default(),
-        live: tap,
-    };
-    // Per flow: a bulk flow beside an RTT flow is not reflected.
-    let reflect = s.meter.unwrap_or(meter) == MeterMode::Rtt;
-    let (port, rx) = match s.transport {
-        Transport::Udp => {
-            let sock = UdpSocket::bind(bind).map_err(bind_err("data socket"))?;
-            let port = sock
-                .local_addr()
-                .map_err(|e| EngineError::io("data socket", e))?
-                .port();
-            set_rcvbuf(
-                sock.as_raw_fd(),
-                s.rcvbuf
-                    .map_or(at.udp_buf as usize, |w| budget::flow_buf(w) as usize),
-            );
-            enable_rx_timestamps(sock.as_raw_fd());
-            net::enable_rx_marks(sock.as_raw_fd(), local_ip.is_ipv6());
-            sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
-                .map_err(|e| EngineError::io("data socket", e))?;
-            let rx = UdpRx {
-                sid,
-                flow_id,
-                max_len,
-                reflect,
-                peer_ip,
-            };
-            let flow = UdpFlow {
-                sock,
-                acc,
-                sh,
-                rx,
-                registered: declared_source(s, peer_ip, at.probe_key.is_some()),
-            };
-            (port, FlowRx::Udp(Box::new(flow)))
-        }
-        Transport::Tcp => {
-            let l = TcpListener::bind(bind).map_err(bind_err("data listener"))?;
-            let port = l
-                .local_addr()
-                .map_err(|e| EngineError::io("data listener", e))?
-                .port();
-            l.set_nonblocking(true)
-                .map_err(|e| EngineError::io("data listener", e))?;
-            let peer = declared_source(s, peer_ip, at.probe_key.is_some())
-                .unwrap_or(SocketAddr::new(peer_ip, 0));
-            let h = std::thread::Builder::new()
-                .name(format!("wb-rx-{flow_id}"))
-                .spawn(move || tcp_rx(l, acc, sh, sid, flow_id, reflect, peer))
-                .map_err(|e| EngineError::io("receive thread", e))?;
-            (port, FlowRx::Thread(h))
-        }
-        // Refused with the Hello (limits::FlowSetup::check); never opened.
-        Transport::Icmp => {
-            return Err(EngineError::BadPlan(
-                "transport icmp: echo flows need no receiver".into(),
-            ))
-        }
-    };
-    Ok((port, SessionFlow { flow_id, shared }, rx))
-}
-
-/// Starts the receive threads of a session's UDP flows (`udp`: position in
-/// the session, state). While the flows are no more than the CPUs each has
-/// its own thread blocking in `recvmmsg`; more share one worker per CPU,
-/// each waiting on all its sockets at once ([`udp_rx_many`]): a thread per
-/// flow costs a stack and a wake-up per datagram, and thousands of them
-/// only take turns on the same cores.
-fn start_udp_workers(
-    udp: Vec<(usize, Box<UdpFlow>)>,
-    workers: &mut Vec<Worker>,
-) -> Result<(), EngineError> {
-    if udp.is_empty() {
-        return Ok(());
-    }
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let n = udp.len().min(cores);
-    let mut groups: Vec<Vec<(usize, Box<UdpFlow>)>> = (0..n).map(|_| Vec::new()).collect();
-    for (k, f) in udp.into_iter().enumerate() {
-        groups[k % n].push(f);
-    }
-    for (g, group) in groups.into_iter().enumerate() {
-        let ids: Vec<usize> = group.iter().map(|(i, _)| *i).collect();
-        let flows: Vec<UdpFlow> = group.into_iter().map(|(_, f)| *f).collect();
-        let h = match flows.as_slice() {
-            [one] => {
-                let name = format!("wb-rx-{}", one.rx.flow_id);
-                let mut flows = flows;
-                let Some(f) = flows.pop() else { continue };
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || udp_rx(f))
-            }
-            _ => {
-                let mut poller =
-                    net::Poller::new(1024).map_err(|e| EngineError::io("receive poller", e))?;
-                for (t, f) in flows.iter().enumerate() {
-                    f.sock
-                        .set_nonblocking(true)
-                        .map_err(|e| EngineError::io("data socket", e))?;
-                    poller
-                        .add(f.sock.as_raw_fd(), t)
-                        .map_err(|e| EngineError::io("receive poller", e))?;
-                }
-                std::thread::Builder::new()
-                    .name(format!("wb-rxw-{g}"))
-                    .spawn(move || udp_rx_many(flows, poller))
-            }
-        }
-        .map_err(|e| EngineError::io("receive thread", e))?;
-        workers.push(Worker {
-            flows: ids,
-            handle: Some(h),
-        });
-    }
-    Ok(())
-}
-
-/// Who a UDP flow's receive thread accepts probes from and reflects to.
-pub(crate) struct UdpRx {
-    sid: u32,
-    pub(crate) flow_id: u16,
-    max_len: usize,
-    pub(crate) reflect: bool,
-    /// The session's sender: probes from any other address are foreign.
-    peer_ip: IpAddr,
-}
-
-/// One UDP flow as its receive thread holds it.
-pub(crate) struct UdpFlow {
-    pub(crate) sock: UdpSocket,
-    pub(crate) acc: Recorder,
-    pub(crate) sh: Arc<FlowShared>,
-    pub(crate) rx: UdpRx,
-    /// The sender's data address: its address as seen on the control
-    /// connection, at the port it declared ([`FlowSetup::src_port`]), else
-    /// (probe MACs, or an older sender) the port of the first datagram that
-    /// passed every check. Everything else is foreign and never reflected,
-    /// so a session cannot be used to send packets to a third party
-    /// (spoofed source addresses) nor be taken over by one datagram.
-    registered: Option<SocketAddr>,
-}
-
-impl UdpFlow {
-    /// Reads one batch from the flow's socket and records it; reflections
-    /// (RTT meter) go back at once. Returns the datagrams read and the
-    /// kernel time of the last one.
-    fn read_batch(&mut self, batch: &mut RecvBatch) -> std::io::Result<(usize, u64)> {
-        let n = batch.recv(self.sock.as_raw_fd())?;
-        let fallback_ts = realtime_ns();
-        let offset = self.sh.offset_ns.load(Ordering::Relaxed);
-        let mut queued = [(0usize, 0usize); BATCH];
-        let reply_min = reply_len(self.sh.probe_key.is_some());
-        let mut k = 0;
-        let mut last_ts = 0;
-        for i in 0..n {
-            let ts = batch.kernel_ts(i).unwrap_or(fallback_ts);
-            last_ts = ts;
-            if batch.truncated(i) {
-                self.sh.foreign.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let from = batch
-                .source(i)
-                .map(|a| SocketAddr::new(unmap(a.ip()), a.port()));
-            let d = batch.data(i);
-            let Some(h) = self.accept(d, from, ts, offset) else {
-                continue;
-            };
-            let len = d.len();
-            let m = batch.marks(i);
-            self.acc.marks.see(m.tos, m.ttl, m.flow_label);
-            if self.rx.reflect && h.is_rtt() {
-                let out_len = len.max(reply_min);
-                let mut rh = h;
-                rh.flags |= FLAG_REFLECTED;
-                rh.len = out_len as u16;
-                let buf = batch.slot_mut(i);
-                let _ = rh.encode(&mut buf[..out_len]);
-                let _ = Reflection {
-                    rx_ns: ts,
-                    tx_ns: 0,
-                }
-                .encode(&mut buf[..out_len]);
-                batch.queue_reply(k, i, out_len);
-                queued[k] = (i, out_len);
-                k += 1;
-            }
-        }
-        if k > 0 {
-            // One transmit time for the batch, taken just before it leaves.
-            let tx = realtime_ns();
-            for &(i, out_len) in &queued[..k] {
-                let buf = batch.slot_mut(i);
-                Reflection::stamp_tx(buf, tx);
-                if let Some(key) = &self.sh.probe_key {
-                    key.sign(&mut buf[..out_len]);
-                }
-            }
-            batch.flush_replies(self.sock.as_raw_fd(), k);
-        }
-        Ok((n, last_ts))
-    }
-
-    /// Takes one datagram `d` from `from` received at `ts`: a probe of
-    /// this session and flow from the sender, authentic and plausible, is
-    /// recorded and returned; anything else is counted (foreign, forged,
-    /// implausible) and dropped. Shared by the socket and AF_XDP paths.
-    pub(crate) fn accept(
-        &mut self,
-        d: &[u8],
-        from: Option<SocketAddr>,
-        ts: u64,
-        offset: i64,
-    ) -> Option<ProbeHeader> {
-        let (sid, flow_id, peer_ip) = (self.rx.sid, self.rx.flow_id, self.rx.peer_ip);
-        // A worker's batch slots fit its largest flow: longer than this
-        // flow's largest probe is foreign, as a truncated datagram is.
-        let longest = self.rx.max_len.max(RTT_MIN_LEN);
-        let h = match ProbeHeader::decode_datagram(d) {
-            Ok(h)
-                if h.session == sid
-                    && h.flow == flow_id
-                    && !h.is_reflected()
-                    && !h.is_hello()
-                    && d.len() <= longest =>
-            {
-                h
-            }
-            _ => {
-                self.sh.foreign.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-        };
-        let ours = match (self.registered, from) {
-            (Some(r), Some(f)) => r == f,
-            (None, Some(f)) => f.ip() == peer_ip,
-            (_, None) => false,
-        };
-        if !ours {
-            self.sh.foreign.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        // With probe MACs, a probe of this session and flow from the
-        // sender's address that does not carry a valid one is forged:
-        // counted, never recorded or reflected.
-        if self.sh.probe_key.as_ref().is_some_and(|k| !k.verify(d)) {
-            self.sh.forged.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        let delay = self.sh.admit(&self.acc.acc, &h, ts, offset)?;
-        // An undeclared source is learned only from a datagram that
-        // passed every check above (with probe MACs: an authentic one),
-        // so no single forged datagram can make the real ones foreign.
-        if self.sh.from.get().is_none() {
-            if let Some(f) = from {
-                self.registered = Some(f);
-                let _ = self.sh.from.set(f);
-            }
-        }
-        self.acc.record(&h, delay, ts, d.len());
-        Some(h)
-    }
-}
-
-/// Serves several UDP flows on one thread until the session stops them:
-/// `poller` watches all their (non-blocking) sockets, and each ready socket
-/// is read until it is empty.
-fn udp_rx_many(mut flows: Vec<UdpFlow>, mut poller: net::Poller) -> WorkerOutcome {
-    crate::clock::raise_priority();
-    tighten_timer_slack();
-    let cpu0 = CpuTime::thread();
-    let slot = flows
-        .iter()
-        .map(|f| f.rx.max_len.max(AUTH_RTT_MIN_LEN) + 1)
-        .max()
-        .unwrap_or(AUTH_RTT_MIN_LEN + 1);
-    let mut batch = RecvBatch::new(slot);
-    let reflect = flows.iter().any(|f| f.rx.reflect);
-    // The session stops all its flows at once.
-    let stop = match flows.first() {
-        Some(f) => f.sh.clone(),
-        None => Arc::new(FlowShared::default()),
-    };
-    // Live intervals of quiet flows are closed every 10 ms at most.
-    let live = flows.iter().any(|f| f.acc.live.is_some());
-    let mut next_tick = 0;
-    while !stop.stop.load(Ordering::Relaxed) {
-        if live && mono_ns() >= next_tick {
-            flows.iter_mut().for_each(|f| f.acc.tick());
-            next_tick = mono_ns() + 10_000_000;
-        }
-        let mut read = 0;
-        poller.wait(POLL_MS as i32, |t| {
-            let Some(f) = flows.get_mut(t) else { return };
-            // Read until the socket is empty (a short batch where batches
-            // are real, else an error), but at most a few batches, so one
-            // fast flow cannot hold up the others' rounds.
-            let mut here = 0;
-            while let Ok((n, _)) = f.read_batch(&mut batch) {
-                here += n;
-                if n == 0 || (net::KERNEL_RX_TIMESTAMPS && n < BATCH) || here >= 4 * BATCH {
-                    break;
-                }
-            }
-            read += here;
-        });
-        // One-way flows with kernel timestamps may let datagrams gather
-        // between rounds: the nap costs no accuracy and saves wake-ups.
-        if read > 0 && !reflect && net::KERNEL_RX_TIMESTAMPS {
-            sleep_until(mono_ns() + NAP_MAX_NS);
-        }
-    }
-    WorkerOutcome {
-        accs: flows
-            .into_iter()
-            .map(|mut f| {
-                f.acc.finish_live();
-                (f.acc.acc, f.acc.marks.seen())
-            })
-            .collect(),
-        cpu: CpuTime::thread().since(cpu0),
-    }
-}
-
-/// One UDP flow on its own thread: blocks in `recvmmsg` (up to the
-/// socket's read timeout, to look at the stop flag) and naps between
-/// batches while datagrams arrive fast ([`nap_ns`]).
-fn udp_rx(mut f: UdpFlow) -> WorkerOutcome {
-    crate::clock::raise_priority();
-    // Naps between batches are tens of microseconds; the default 50 µs
-    // timer slack would double them.
-    tighten_timer_slack();
-    let cpu0 = CpuTime::thread();
-    // One byte more than the largest probe, so an oversize foreign datagram
-    // shows up as truncated instead of fitting by accident.
-    // Room for an authenticated reflection (a longer one than the probe).
-    let slot = f.rx.max_len.max(AUTH_RTT_MIN_LEN) + 1;
-    let mut batch = RecvBatch::new(slot);
-    // Kernel time of the last datagram read (0: none yet).
-    let mut last_ts = 0;
-    while !f.sh.stop.load(Ordering::Relaxed) {
-        // E.g. ECONNREFUSED queued by an ICMP error after a reflection is
-        // not fatal for a receiving socket, nor is a timeout.
-        let Ok((n, ts)) = f.read_batch(&mut batch) else {
-            f.acc.tick();
-            continue;
-        };
-        let prev_ts = last_ts;
-        if n > 0 {
-            last_ts = ts;
-        }
-        // Reflections go back at once; a one-way flow may let the batch fill,
-        // but only where the kernel stamps arrivals (a nap before a
-        // user-space timestamp would be measured as delay).
-        if !f.rx.reflect && net::KERNEL_RX_TIMESTAMPS {
-            if let Some(nap) = nap_ns(n, prev_ts, last_ts) {
-                sleep_until(mono_ns() + nap);
-            }
-        }
-    }
-    f.acc.finish_live();
-    WorkerOutcome {
-        accs: vec![(f.acc.acc, f.acc.marks.seen())],
-        cpu: CpuTime::thread().since(cpu0),
-    }
-}
-
-/// Datagrams a nap between `recvmmsg` calls aims to let queue up.
-const NAP_FILL: u64 = BATCH as u64 / 2;
-/// Naps shorter than this are not worth a timer wake-up.
-const NAP_MIN_NS: u64 = 5_000;
-/// Longest nap: bounds the wait for the stop flag and the queue built up
-/// when the rate rises (the next batch is then full and read at once).
-const NAP_MAX_NS: u64 = 200_000;
-
-/// How long to sleep before the next `recvmmsg` after a batch of `n`
-/// datagrams, the last of which arrived at kernel time `last_ts`, while the
-/// one read before them arrived at `prev_ts` (0: there was none).
-///
-/// Blocking in `recvmmsg` as soon as the queue is empty costs a wake-up per
-/// datagram or two at high rates (measured: 1.4–2.6 datagrams per call at
-/// 300 kpps, one context switch per call), and the wake-up is paid in the
-/// sender's context on loopback; when both share a core, the receiver (at
-/// higher priority) even preempts the sender for every datagram. The rate is
-/// measured from the previous batch's last datagram, so that a run of
-/// single-datagram batches is recognised as fast too. While datagrams
-/// arrive faster than one per `NAP_MAX_NS / NAP_FILL`, sleeping on a timer
-/// for about the time `NAP_FILL` of them take lets the kernel queue them
-/// without waking anyone.
-/// Delays are unaffected: they come from kernel receive timestamps.
-fn nap_ns(n: usize, prev_ts: u64, last_ts: u64) -> Option<u64> {
-    if n >= BATCH || n == 0 || prev_ts == 0 || last_ts < prev_ts {
-        // A full batch: more is probably queued, read at once. The first
-        // batch, or a clock step: the rate is unknown, block as before.
-        return None;
-    }
-    let gap = (last_ts - prev_ts) / n as u64;
-    let nap = gap.saturating_mul(NAP_FILL);
-    (NAP_MIN_NS..=NAP_MAX_NS).contains(&nap).then_some(nap)
-}
-
-/// Length of a reflection: the header and the reflector's times, and
-/// with probe MACs the MAC trailer (a UDP reflection keeps the probe's
-/// length when that is longer).
-fn reply_len(mac: bool) -> usize {
-    if mac {
-        AUTH_RTT_MIN_LEN
-    } else {
-        RTT_MIN_LEN
-    }
-}
-
-/// The address a flow's data must come from, known before any arrives:
-/// the control connection's address at the source port the sender
-/// declared. None (learned from the first datagram that passes every
-/// check) for an older sender that declares none, and with probe MACs,
-/// where only an authentic probe can teach it: that also lets the data
-/// pass a NAT that maps the declared port to another.
-fn declared_source(s: &FlowSetup, peer_ip: IpAddr, probe_macs: bool) -> Option<SocketAddr> {
-    s.src_port
-        .filter(|_| !probe_macs)
-        .map(|p| SocketAddr::new(peer_ip, p))
-}
-
-/// Most simultaneous connections on one TCP data port; more are foreign.
-const MAX_TCP_CONNS: usize = 8;
-/// Time a TCP data connection has to send its first record of this
-/// session and flow, so that connections that never send a byte cannot
-/// hold every slot of a data port and keep the real stream out.
-pub const TCP_IDENTIFY: Duration = Duration::from_secs(2);
-const TCP_BUF: usize = 256 << 10;
-
-/// Reflections queued beyond this (the sender does not read them) are
-/// dropped; the sender counts them as round-trip loss.
-const TCP_OUT_MAX: usize = 1 << 20;
-
-struct TcpConn {
-    stream: TcpStream,
-    rd: RecordReader,
-    /// Reflection records ([`reply_len`] bytes each) waiting to be written.
-    out: Vec<u8>,
-    /// Bytes of `out` already written.
-    out_head: usize,
-    /// When it was accepted (monotonic ns), and whether a record of this
-    /// session and flow has arrived on it since.
-    accepted_ns: u64,
-    identified: bool,
-    /// The peer as accepted, until the connection identifies (then it is
-    /// the flow's `from`); None on the sender's end of a reverse flow.
-    from: Option<SocketAddr>,
-}
-
-impl TcpConn {
-    /// Writes queued reflections. Records not yet started get their
-    /// transmit time now (and, with probe MACs, their MAC), so queueing
-    /// time counts as dwell, not as path. Returns false when the
-    /// connection failed.
-    fn flush(&mut self, key: Option<&ProbeKey>) -> bool {
-        if self.out_head >= self.out.len() {
-            return true;
-        }
-        let rlen = reply_len(key.is_some());
-        let first_fresh = self.out_head.div_ceil(rlen) * rlen;
-        let tx = realtime_ns();
-        let mut at = first_fresh;
-        while at + rlen <= self.out.len() {
-            let rec = &mut self.out[at..at + rlen];
-            Reflection::stamp_tx(rec, tx);
-            if let Some(k) = key {
-                k.sign(rec);
-            }
-            at += rlen;
-        }
-        loop {
-            match self.stream.write(&self.out[self.out_head..]) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    self.out_head += n;
-                    if self.out_head >= self.out.len() {
-                        self.out.clear();
-                        self.out_head = 0;
-                        return true;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return true,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
-        }
-    }
-}
-
-fn tcp_rx(
-    listener: TcpListener,
-    mut acc: Recorder,
-    sh: Arc<FlowShared>,
-    sid: u32,
-    flow_id: u16,
-    reflect: bool,
-    peer: SocketAddr,
-) -> WorkerOutcome {
-    let cpu0 = CpuTime::thread();
-    let mut conns: Vec<TcpConn> = Vec::new();
-    let mut pfds: Vec<net::PollFd> = Vec::with_capacity(MAX_TCP_CONNS + 1);
-    while !sh.stop.load(Ordering::Relaxed) {
-        drop_unidentified(&mut conns, &sh);
-        pfds.clear();
-        pfds.push(net::pollfd(listener.as_raw_fd(), net::POLLIN));
-        for c in &conns {
-            let want_out = c.out_head < c.out.len();
-            let out = if want_out { net::POLLOUT } else { 0 };
-            pfds.push(net::pollfd(c.stream.as_raw_fd(), net::POLLIN | out));
-        }
-        let r = net::poll(&mut pfds, POLL_MS as i32);
-        if r <= 0 {
-            acc.tick();
-            continue;
-        }
-        let polled = pfds.len() - 1;
-        if pfds[0].revents != 0 {
-            while let Ok((s, from)) = listener.accept() {
-                // Only the session's sender may connect (from the port it
-                // declared, when it did): anyone else would hold one of the
-                // few connection slots (and get reflections).
-                // Up to twice the limit for a moment: `drop_unidentified`
-                // makes room by closing a silent one, not the newcomer.
-                let theirs = unmap(from.ip()) == peer.ip()
-                    && (peer.port() == 0 || from.port() == peer.port());
-                if conns.len() >= 2 * MAX_TCP_CONNS || !theirs {
-                    sh.foreign.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                let _ = s.set_nonblocking(true);
-                // A fixed buffer switches the kernel's receive autotuning
-                // off for the connection: 60 flows with 4 MiB each
-                // advertised windows that overfilled a 1000-packet router
-                // queue (50 000 retransmits where iperf3 -P 60 had 400).
-                // Fixed only when the sender asks (`--window`, iperf3 -w).
-                if sh.rcvbuf > 0 {
-                    set_rcvbuf(s.as_raw_fd(), sh.rcvbuf);
-                }
-                conns.push(TcpConn {
-                    stream: s,
-                    rd: RecordReader::new(TCP_BUF),
-                    out: Vec::with_capacity(if reflect { 64 << 10 } else { 0 }),
-                    out_head: 0,
-                    accepted_ns: mono_ns(),
-                    identified: false,
-                    from: Some(SocketAddr::new(unmap(from.ip()), from.port())),
-                });
-            }
-        }
-        // Backwards, so that swap_remove only moves an already handled
-        // connection into the freed place.
-        for ci in (0..polled).rev() {
-            if pfds[ci + 1].revents == 0 {
-                continue;
-            }
-            let ok = read_records(&mut conns[ci], &mut acc, &sh, sid, flow_id, reflect)
-                && conns[ci].flush(sh.probe_key.as_ref());
-            if !ok {
-                conns.swap_remove(ci);
-            }
-        }
-    }
-    acc.finish_live();
-    WorkerOutcome {
-        accs: vec![(acc.acc, acc.marks.seen())],
-        cpu: CpuTime::thread().since(cpu0),
-    }
-}
-
-/// Closes data connections that have not sent a record of their session
-/// within [`TCP_IDENTIFY`], and, while more than [`MAX_TCP_CONNS`] are
-/// open, the oldest silent one (the newest if all have identified). Each
-/// one closed counts as foreign.
-fn drop_unidentified(conns: &mut Vec<TcpConn>, sh: &FlowShared) {
-    let now = mono_ns();
-    let limit = TCP_IDENTIFY.as_nanos() as u64;
-    let before = conns.len();
-    conns.retain(|c| c.identified || now.saturating_sub(c.accepted_ns) < limit);
-    while conns.len() > MAX_TCP_CONNS {
-        let victim = conns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !c.identified)
-            .min_by_key(|(_, c)| c.accepted_ns)
-            .map_or(conns.len() - 1, |(i, _)| i);
-        conns.swap_remove(victim);
-    }
-    let dropped = before - conns.len();
-    if dropped > 0 {
-        sh.foreign.fetch_add(dropped as u64, Ordering::Relaxed);
-    }
-}
-
-/// Reads what is available and records every complete record. Returns false
-/// when the connection is to be dropped (closed, or not ours).
-fn read_records(
-    c: &mut TcpConn,
-    acc: &mut Recorder,
-    sh: &FlowShared,
-    sid: u32,
-    flow_id: u16,
-    reflect: bool,
-) -> bool {
-    loop {
-        let ts = match c.rd.fill(&mut c.stream) {
-            Fill::Data(ts) => ts,
-            Fill::Again => return true,
-            Fill::Closed => return false,
-        };
-        let offset = sh.offset_ns.load(Ordering::Relaxed);
-        let out = &mut c.out;
-        let identified = &mut c.identified;
-        let rlen = reply_len(sh.probe_key.is_some());
-        let framed = c.rd.drain(
-            |h| h.session == sid && h.flow == flow_id,
-            |h, rec| {
-                *identified = true;
-                if h.is_hello() {
-                    return;
-                }
-                if sh.probe_key.as_ref().is_some_and(|k| !k.verify(rec)) {
-                    sh.forged.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                let len = rec.len();
-                let Some(delay) = sh.admit(&acc.acc, h, ts, offset) else {
-                    return;
-                };
-                acc.record(h, delay, ts, len);
-                if reflect && h.is_rtt() && out.len() + rlen <= TCP_OUT_MAX {
-                    let mut rh = *h;
-                    rh.flags |= FLAG_REFLECTED;
-                    rh.len = rlen as u16;
-                    let at = out.len();
-                    out.resize(at + rlen, 0);
-                    let rec = &mut out[at..];
-                    let _ = rh.encode(rec);
-                    let _ = Reflection {
-                        rx_ns: ts,
-                        tx_ns: 0,
-                    }
-                    .encode(rec);
-                }
-            },
-        );
-        if !framed {
-            // Not a record stream of this flow (or it lost framing): the
-            // whole connection is foreign.
-            sh.foreign.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        if c.identified {
-            if let Some(f) = c.from.take() {
-                let _ = sh.from.set(f);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1999,24 +983,5 @@ mod tests {
             std::fs::write(dir.path().join(format!("session-0000002a-{k}.wblog")), b"x").unwrap();
         }
         assert!(open_session_log(dir.path(), 42, &cap).is_err());
-    }
-
-    #[test]
-    fn naps_only_while_datagrams_arrive_fast() {
-        // 800 kpps (1.25 µs apart), 10 of them: nap for about 32 more.
-        assert_eq!(nap_ns(10, 1_000, 1_000 + 10 * 1_250), Some(40_000));
-        // A single datagram 2 µs after the previous one is fast too.
-        assert_eq!(nap_ns(1, 1_000, 3_000), Some(64_000));
-        // Full batch: read again at once.
-        assert_eq!(nap_ns(BATCH, 1, 1_000 * BATCH as u64), None);
-        // First batch (nothing read before), or nothing read: block.
-        assert_eq!(nap_ns(5, 0, 5_000), None);
-        assert_eq!(nap_ns(0, 5, 5), None);
-        // Slow flow (10 kpps): the nap would exceed the cap, block instead.
-        assert_eq!(nap_ns(2, 1_000, 201_000), None);
-        // Back-to-back arrivals: not worth a timer.
-        assert_eq!(nap_ns(5, 100, 200), None);
-        // Timestamps out of order (clock step): no nap.
-        assert_eq!(nap_ns(5, 100, 50), None);
     }
 }

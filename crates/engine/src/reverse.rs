@@ -4,8 +4,10 @@
 //! Measurement is the same code both ways: the daemon paces a reverse flow
 //! with the sender's pacer ([`crate::pacing::pace_one`]: absolute schedule,
 //! `sendmmsg`, not-sent accounting) and the sender receives it with the
-//! daemon's receive path ([`crate::recv::LocalRx`]: kernel timestamps,
-//! sequence window, framing). Only the roles of the two hosts swap.
+//! daemon's receive path ([`LocalRx`]: the transport's receive loop and the
+//! shared accounting of `transport::rx`). Only the roles of the two hosts
+//! swap. Both ends are opened through the transport interface
+//! (`Ops::reverse` on the daemon, `Ops::dial` on the sender).
 //!
 //! The daemon sends to nobody but the session's sender, and only where the
 //! sender connected from: a UDP flow's destination is the source of a
@@ -16,27 +18,27 @@
 //! plan does (rate bound, sizes, stop), and the session's lifetime limit
 //! ends it like any other session.
 
-use crate::clock::{mono_ns, SPIN_NS};
-use crate::net::{set_sndbuf, AsRawFd};
+use crate::clock::{mono_ns, realtime_ns, SPIN_NS};
 use crate::pacing::{pace_one, FlowSent, PaceOne};
 use crate::plan::{FlowPlan, SessionPlan, Stop};
-use crate::recv::{unmap, LocalAt, LocalRx, LocalSock};
-use crate::session::CONNECT_TIMEOUT;
-use crate::transport::tcp::TcpTx;
-use crate::transport::udp::UdpTx;
-use crate::transport::DataSock;
+use crate::result::FlowReport;
+use crate::transport::rx::{
+    flow_report, rx_flow, Awaited, DataPort, Dial, FlowShared, Resend, ReverseEnd, RxAt,
+    WorkerOutcome,
+};
+use crate::transport::{caps, ops, Ident};
 use crate::EngineError;
 use serde::{Deserialize, Serialize};
-use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use wirebench_model::FlowSpec;
 use wirebench_stats::{FlowConfig, IpVersion, SendSummary};
-use wirebench_wire::auth::{ProbeKey, AUTH_PROBE_MIN_LEN};
-use wirebench_wire::{Direction, FlowSetup, ProbeHeader, Transport, FLAG_HELLO, PROBE_HEADER_LEN};
+use wirebench_wire::auth::ProbeKey;
+use wirebench_wire::limits;
+use wirebench_wire::{Direction, FlowSetup, MeterMode, PROBE_HEADER_LEN};
 
 /// How often the daemon's session thread looks whether its reverse flows
 /// have ended (to say `ReverseDone`).
@@ -101,19 +103,13 @@ fn parse_model(s: &FlowSetup, v: &serde_json::Value) -> Result<FlowPlan, String>
     Ok(plan)
 }
 
-/// A reverse flow's data port before `Start`.
-enum Port {
-    Udp(UdpSocket),
-    Tcp(TcpListener),
-}
-
 struct RemoteFlow {
     plan: FlowPlan,
     flow_id: u16,
     /// The UDP source port the sender declared for its hello.
     declared: Option<u16>,
     mtu: u32,
-    port: Option<Port>,
+    port: Option<Box<dyn ReverseEnd>>,
     handle: Option<JoinHandle<FlowSent>>,
 }
 
@@ -144,19 +140,17 @@ impl Remote {
         local_ip: IpAddr,
     ) -> Result<u16, String> {
         let plan = parse_model(s, model)?;
-        let bind = SocketAddr::new(local_ip, 0);
-        let (port, p) = match s.transport {
-            Transport::Udp => {
-                let u = UdpSocket::bind(bind).map_err(|e| format!("data socket: {e}"))?;
-                (u.local_addr(), Port::Udp(u))
-            }
-            Transport::Tcp => {
-                let l = TcpListener::bind(bind).map_err(|e| format!("data listener: {e}"))?;
-                (l.local_addr(), Port::Tcp(l))
-            }
-            Transport::Icmp => return Err("transport icmp: echo flows need no receiver".into()),
+        let Some(open) = ops(s.transport).reverse else {
+            return Err(format!(
+                "transport {}: its flows need no receiver",
+                s.transport
+            ));
         };
-        let port = port.map_err(|e| format!("data socket: {e}"))?.port();
+        let bind = DataPort {
+            addr: SocketAddr::new(local_ip, 0),
+            asked: false,
+        };
+        let (port, p) = open(bind).map_err(|e| e.to_string())?;
         if self.flows.len() <= i {
             self.flows.resize_with(i + 1, || None);
         }
@@ -279,42 +273,29 @@ fn failed(msg: String) -> FlowSent {
     FlowSent::failed(&msg)
 }
 
-/// Is `buf` the sender's hello for this session and flow?
-fn is_hello(buf: &[u8], sid: u32, flow: u16) -> bool {
-    ProbeHeader::decode_prefix(buf)
-        .is_ok_and(|h| h.is_hello() && h.session == sid && h.flow == flow)
-}
-
-/// A reverse flow's thread on the daemon: finds the sender (its address,
-/// and the UDP port it declared), then paces.
+/// A reverse flow's thread on the daemon: waits for the sender's hello on
+/// the flow's data port (from the session's sender, at the port it
+/// declared), then paces.
 fn send_reverse(
     plan: FlowPlan,
-    port: Port,
+    port: Box<dyn ReverseEnd>,
     (peer_ip, declared): (IpAddr, Option<u16>),
     at: PaceOne,
 ) -> FlowSent {
     let deadline = mono_ns() + HELLO_WAIT.as_nanos() as u64;
-    let sock = match port {
-        Port::Udp(u) => match udp_peer(&u, (peer_ip, declared), &at, deadline) {
-            Ok(to) => match u.connect(to) {
-                Ok(()) => {
-                    set_sndbuf(u.as_raw_fd(), 4 << 20);
-                    Box::new(UdpTx(u)) as DataSock
-                }
-                Err(e) => return failed(format!("cannot connect to {to}: {e}")),
-            },
-            Err(e) => return failed(e),
-        },
-        Port::Tcp(l) => match tcp_peer(&l, peer_ip, &at, deadline) {
-            Ok(s) => {
-                let _ = s.set_nodelay(crate::sockopt::nodelay(&plan.opts, &plan.spec));
-                let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-                Box::new(TcpTx::new(s))
-            }
-            Err(e) => return failed(e),
-        },
+    let still = || still_waiting(&at, deadline);
+    let awaited = Awaited {
+        session: at.session,
+        flow_id: at.flow_id,
+        peer_ip,
+        declared,
+        probe_key: at.probe_key.as_ref(),
+        still: &still,
     };
-    pace_one(plan, sock, at)
+    match port.await_sender(&awaited, &plan) {
+        Ok(sock) => pace_one(plan, sock, at),
+        Err(e) => failed(e),
+    }
 }
 
 /// Ok while the sender may still show up on a reverse flow's data port.
@@ -331,75 +312,77 @@ fn still_waiting(at: &PaceOne, deadline: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The address the sender's UDP hello came from: from the session's
-/// sender address only, for this session and flow, and at the port it
-/// declared unless the hello carries a valid probe MAC (a NAT may have
-/// moved the port; the MAC says it is the sender's). An older sender that
-/// declares nothing is taken at any port. Anything else is ignored; no
-/// hello by `deadline` is an error.
-fn udp_peer(
-    u: &UdpSocket,
-    (peer_ip, declared): (IpAddr, Option<u16>),
-    at: &PaceOne,
-    deadline: u64,
-) -> Result<SocketAddr, String> {
-    u.set_read_timeout(Some(Duration::from_millis(50)))
-        .map_err(|e| format!("data socket: {e}"))?;
-    let mut buf = [0u8; 64];
-    loop {
-        still_waiting(at, deadline)?;
-        match u.recv_from(&mut buf) {
-            Ok((n, from))
-                if unmap(from.ip()) == peer_ip
-                    && is_hello(&buf[..n], at.session, at.flow_id)
-                    && (declared.is_none_or(|p| p == from.port())
-                        || at.probe_key.as_ref().is_some_and(|k| k.verify(&buf[..n]))) =>
-            {
-                return Ok(SocketAddr::new(unmap(from.ip()), from.port()));
-            }
-            Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("data socket: {e}")),
-        }
+/// The sender's end of a reverse flow: the daemon's own receive path (the
+/// transport's receive loop, the accounting of `transport::rx`) on a
+/// socket the sender connected, so both directions are measured alike.
+pub(crate) struct LocalRx {
+    flow_id: u16,
+    playout: Option<u32>,
+    shared: Arc<FlowShared>,
+    handle: Option<JoinHandle<WorkerOutcome>>,
+}
+
+impl LocalRx {
+    /// Reaches flow `s`'s data port as `d` says and starts receiving it.
+    fn start(s: &FlowSetup, d: Dial, at: &RxAt) -> Result<(LocalRx, Resend), EngineError> {
+        let Some(dial) = ops(s.transport).dial else {
+            // SessionPlan::check refuses reverse flows without a receiver.
+            return Err(EngineError::BadPlan(format!(
+                "-R/--bidir: {} flows have no receiver to send them",
+                s.transport
+            )));
+        };
+        let rf = rx_flow(s, at, None);
+        let shared = rf.sh.clone();
+        let (end, again) = dial(d, rf)?;
+        let handle = std::thread::Builder::new()
+            .name(format!("wb-rrx-{}", s.flow_id))
+            .spawn(move || end.run())
+            .map_err(|e| EngineError::io("receive thread", e))?;
+        Ok((
+            LocalRx {
+                flow_id: s.flow_id,
+                playout: s.playout_buffer_ms,
+                shared,
+                handle: Some(handle),
+            },
+            again,
+        ))
+    }
+
+    /// The session started now: sequence numbers are judged from here.
+    fn started(&self) {
+        self.shared.start_ns.store(realtime_ns(), Ordering::Relaxed);
+    }
+
+    /// Stops receiving and reports, as the daemon would (`sent`: what the
+    /// daemon sent, for loss). None when the receive thread failed.
+    fn finish(mut self, sent: Option<u64>) -> Option<FlowReport> {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let out = self.handle.take()?.join().ok()?;
+        let acc = out.accs.into_iter().next()?;
+        Some(flow_report(
+            self.flow_id,
+            &self.shared,
+            acc,
+            sent,
+            self.playout,
+        ))
     }
 }
 
-/// The sender's TCP data connection: from the session's sender address,
-/// identified by its hello record within the deadline.
-fn tcp_peer(
-    l: &TcpListener,
-    peer_ip: IpAddr,
-    at: &PaceOne,
-    deadline: u64,
-) -> Result<TcpStream, String> {
-    l.set_nonblocking(true)
-        .map_err(|e| format!("data listener: {e}"))?;
-    loop {
-        still_waiting(at, deadline)?;
-        let mut pfd = [crate::net::pollfd(l.as_raw_fd(), crate::net::POLLIN)];
-        if crate::net::poll(&mut pfd, 50) <= 0 {
-            continue;
-        }
-        let Ok((mut s, from)) = l.accept() else {
-            continue;
-        };
-        if unmap(from.ip()) != peer_ip {
-            continue;
-        }
-        let _ = s.set_nonblocking(false);
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut rec = [0u8; PROBE_HEADER_LEN];
-        if s.read_exact(&mut rec).is_ok() && is_hello(&rec, at.session, at.flow_id) {
-            let _ = s.set_read_timeout(None);
-            return Ok(s);
+impl Drop for LocalRx {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
         }
     }
 }
 
 /// The sender's end of one reverse flow: its receive thread, and for UDP a
 /// handle on its socket and the hello to send again at `Start`.
-type LocalFlow = (LocalRx, Option<UdpSocket>, Vec<u8>);
+type LocalFlow = (LocalRx, Resend);
 
 /// The sender's end of the session's reverse flows, by position.
 #[derive(Default)]
@@ -427,80 +410,31 @@ impl Local {
         } else {
             IpVersion::V6
         };
-        let at = LocalAt {
+        let at = RxAt {
             sid: session,
             peer_ip: dst_ip,
             ip,
-            flows: plan.flows.len(),
-            offset_ns: offset_ns.saturating_neg(),
-            error_ns,
+            meter: MeterMode::Owd,
+            max_intervals: limits::intervals_per_flow(plan.flows.len()),
+            live: false,
             probe_key,
+            dgram_buf: crate::budget::UDP_RCVBUF,
+            offset: Some((offset_ns.saturating_neg(), error_ns)),
         };
         for ((f, s), (port, bound)) in plan.flows.iter().zip(setups).zip(data) {
             if f.direction != Direction::Reverse {
                 flows.push(None);
                 continue;
             }
-            let to = SocketAddr::new(dst_ip, port);
-            let flow = s.flow_id;
-            // With probe MACs a UDP hello carries one, so the daemon may
-            // take its source from it wherever a NAT moved it.
-            let mac = at
-                .probe_key
-                .as_ref()
-                .filter(|_| f.transport == Transport::Udp);
-            let len = if mac.is_some() {
-                AUTH_PROBE_MIN_LEN
-            } else {
-                PROBE_HEADER_LEN
+            let d = Dial {
+                to: SocketAddr::new(dst_ip, port),
+                bound,
+                id: Ident {
+                    session,
+                    flow: s.flow_id,
+                },
             };
-            let mut hello = vec![0u8; len];
-            ProbeHeader {
-                flags: FLAG_HELLO,
-                session,
-                flow,
-                len: len as u16,
-                seq: 0,
-                tx_ns: 0,
-            }
-            .encode(&mut hello)
-            .map_err(|e| EngineError::Protocol(format!("hello: {e}")))?;
-            if let Some(k) = mac {
-                k.sign(&mut hello);
-            }
-            let connect_err = |e| EngineError::Connect {
-                addr: to.to_string(),
-                source: e,
-            };
-            let (sock, again) = match f.transport {
-                Transport::Udp => {
-                    let u = match bound {
-                        Some(u) => u,
-                        None => bind_any(dst_ip)?,
-                    };
-                    u.connect(to).map_err(connect_err)?;
-                    u.send(&hello).map_err(connect_err)?;
-                    let again = u.try_clone().ok();
-                    (LocalSock::Udp(u), again)
-                }
-                Transport::Tcp => {
-                    // Identified like a forward flow's connection
-                    // (pacing::identify writes the same record).
-                    let mut t =
-                        TcpStream::connect_timeout(&to, CONNECT_TIMEOUT).map_err(connect_err)?;
-                    t.write_all(&hello)
-                        .map_err(|e| EngineError::io("TCP data connection", e))?;
-                    (LocalSock::Tcp(t), None)
-                }
-                // SessionPlan::validate refuses reverse ICMP echo flows.
-                Transport::Icmp => {
-                    return Err(EngineError::BadPlan(
-                        "-R/--bidir: ICMP echo flows (-T icmp) have no receiver to send them"
-                            .into(),
-                    ))
-                }
-            };
-            flows.push(Some((LocalRx::start(s, sock, &at)?, again, hello)));
+            flows.push(Some(LocalRx::start(s, d, &at)?));
         }
         Ok(Local { flows })
     }
@@ -509,36 +443,23 @@ impl Local {
     /// leave the daemon without our address), and sequence numbers are
     /// judged from now.
     pub(crate) fn started(&self) {
-        for (rx, again, hello) in self.flows.iter().flatten() {
+        for (rx, again) in self.flows.iter().flatten() {
             rx.started();
-            if let Some(u) = again {
-                let _ = u.send(hello);
+            if let Some(again) = again {
+                again();
             }
         }
     }
 
     /// Stops receiving; for each reverse flow (by position) its report, as
     /// a daemon would make it (`sent[i]`: what the daemon sent).
-    pub(crate) fn finish(
-        self,
-        sent: &[Option<u64>],
-    ) -> Vec<Option<wirebench_stats::result::FlowReport>> {
+    pub(crate) fn finish(self, sent: &[Option<u64>]) -> Vec<Option<FlowReport>> {
         self.flows
             .into_iter()
             .enumerate()
-            .map(|(i, f)| f.and_then(|(rx, _, _)| rx.finish(sent.get(i).copied().flatten())))
+            .map(|(i, f)| f.and_then(|(rx, _)| rx.finish(sent.get(i).copied().flatten())))
             .collect()
     }
-}
-
-/// A UDP socket on the unspecified address of `dst`'s family, any port.
-fn bind_any(dst: IpAddr) -> Result<UdpSocket, EngineError> {
-    let any: IpAddr = if dst.is_ipv4() {
-        Ipv4Addr::UNSPECIFIED.into()
-    } else {
-        Ipv6Addr::UNSPECIFIED.into()
-    };
-    UdpSocket::bind(SocketAddr::new(any, 0)).map_err(|e| EngineError::io("data socket", e))
 }
 
 /// The sender's sockets of its reverse UDP flows, by position, bound
@@ -552,8 +473,9 @@ pub(crate) fn bind_local(
     plan.flows
         .iter()
         .map(|f| {
-            (f.direction == Direction::Reverse && f.transport == Transport::Udp)
-                .then(|| bind_any(dst))
+            let c = caps(f.transport);
+            (f.direction == Direction::Reverse && c.via_receiver && !c.connection_oriented)
+                .then(|| crate::transport::udp::rx::bind_any(SocketAddr::new(dst, 0)))
                 .transpose()
         })
         .collect()

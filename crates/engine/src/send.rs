@@ -58,7 +58,7 @@ pub fn run_checked(plan: CheckedPlan, hooks: Hooks) -> Result<ResultDoc, EngineE
     // Data sockets are bound before `Hello`, which declares their source
     // ports: the receiver then takes each flow's data from that port only.
     // Reverse flows (the receiver sends them) get none: crate::reverse.
-    let dst = crate::recv::unmap(addr.ip());
+    let dst = crate::transport::rx::unmap(addr.ip());
     let bound = plan
         .flows
         .iter()

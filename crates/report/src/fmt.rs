@@ -166,6 +166,22 @@ pub fn mean_ci(mean: f64, ci: f64) -> String {
     }
 }
 
+/// [`mean_ci`] for a quantity that cannot leave `lo..=hi` (a ratio, a
+/// share of all cores): `mean ± ci` while the interval stays inside, else
+/// the mean with the interval cut at the range in brackets
+/// (`66.0 [0–100]`), never `66 ± 593`.
+pub fn mean_ci_in(mean: f64, ci: f64, lo: f64, hi: f64) -> String {
+    if !mean.is_finite() || !ci.is_finite() || (mean - ci >= lo && mean + ci <= hi) {
+        return mean_ci(mean, ci);
+    }
+    format!(
+        "{} [{}–{}]",
+        mean_ci(mean.clamp(lo, hi), 0.0),
+        num((mean - ci).clamp(lo, hi) + 0.0, 3),
+        num((mean + ci).clamp(lo, hi) + 0.0, 3)
+    )
+}
+
 /// A signed percentage, e.g. `+25.3 %`.
 pub fn pct(p: f64) -> String {
     if !p.is_finite() {
@@ -302,6 +318,10 @@ mod tests {
         assert_eq!(mean_ci(-0.0, 0.01), "0.000 ± 0.010");
         assert_eq!(pct(-0.01), "0.0 %");
         assert_eq!(mean_ci(-0.4, 0.5), "-0.400 ± 0.500");
+        assert_eq!(mean_ci_in(66.0, 593.0, 0.0, 100.0), "66.0 [0–100]");
+        assert_eq!(mean_ci_in(20.3, 257.3, 0.0, 100.0), "20.3 [0–100]");
+        assert_eq!(mean_ci_in(99.0, 2.0, 0.0, 100.0), "99.0 [97.0–100]");
+        assert_eq!(mean_ci_in(50.0, 2.0, 0.0, 100.0), mean_ci(50.0, 2.0));
         assert!(!num(-1e-12, 3).starts_with('-'));
         assert_eq!(no_negative_zero("-0.00".into()), "0.00");
         assert_eq!(no_negative_zero("-0.01".into()), "-0.01");

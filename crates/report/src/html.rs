@@ -403,7 +403,17 @@ pub(crate) fn cell_text(
             );
         }
     }
-    mean_ci(sc.apply(st.mean), sc.apply(st.ci95))
+    match m.unit.as_str() {
+        // Ratios and shares of all cores live in 0..=1 whatever a
+        // Student-t interval over few runs says.
+        "ratio" | "share of all its cores" => crate::fmt::mean_ci_in(
+            sc.apply(st.mean),
+            sc.apply(st.ci95),
+            sc.apply(0.0),
+            sc.apply(1.0),
+        ),
+        _ => mean_ci(sc.apply(st.mean), sc.apply(st.ci95)),
+    }
 }
 
 /// One table of a family's metrics `ms` (all of `family`, or the part of

@@ -4,7 +4,7 @@
 //! the studies' R1/R2 CPU figures and where along the path packets were
 //! lost. Its own module so the main document only calls it.
 
-use crate::fmt::{esc, mean_ci};
+use crate::fmt::{esc, mean_ci, mean_ci_in};
 use std::fmt::Write as _;
 use wirebench_schema::summary::{CampaignSummary, MetricStats, NodeFigures};
 
@@ -27,13 +27,37 @@ fn figure(m: &Option<MetricStats>, k: f64, unit: &str) -> String {
     }
 }
 
+/// A share of all cores in per cent, its interval cut at 0–100 %
+/// ([`mean_ci_in`]): a share cannot leave the range, however wide a
+/// Student-t interval over two runs is.
+fn share(m: &Option<MetricStats>) -> String {
+    match m {
+        Some(m) => format!(
+            "{} %",
+            mean_ci_in(m.mean * 100.0 + 0.0, m.ci95 * 100.0 + 0.0, 0.0, 100.0)
+        ),
+        None => "–".into(),
+    }
+}
+
+/// Whether the campaign ran on the emulated test-bed (one kernel for all
+/// nodes) rather than on real hosts, from its stored environment.
+fn on_testbed(s: &CampaignSummary) -> bool {
+    s.environment.topology.starts_with("test-bed")
+}
+
 /// Writes the table, or nothing when no scenario has node figures.
 pub fn nodes_table(out: &mut String, s: &CampaignSummary) {
     if s.scenarios.iter().all(|sc| sc.nodes.is_empty()) {
         return;
     }
     out.push_str("<h4>Nodes: CPU and drops per hop</h4>\n");
-    out.push_str("<p class=\"legendnote\">Per node of the path, over the repetitions: share of all its cores busy (1 − idle) and in softirq (where a router's forwarding is accounted), and packets dropped on the node per run (its interfaces and qdiscs). On the emulated test-bed every node shares one kernel, so its CPU figures are the host's.</p>\n");
+    out.push_str("<p class=\"legendnote\">Per node of the path, over the repetitions: share of all its cores busy (1 − idle) and in softirq (where a router's forwarding is accounted), and packets dropped on the node per run (its interfaces and qdiscs). ");
+    out.push_str(if on_testbed(s) {
+        "On the emulated test-bed every node shares one kernel, so its CPU figures are the host's.</p>\n"
+    } else {
+        "Each node is its own host: its CPU figures are that host's.</p>\n"
+    });
     out.push_str("<div class=\"tablewrap\"><table class=\"nodes\"><thead><tr><th>Scenario</th><th>Node</th><th>Role</th><th>CPU busy</th><th>softirq</th><th>Drops per run</th></tr></thead><tbody>\n");
     for sc in &s.scenarios {
         let mut nodes: Vec<(&String, &NodeFigures)> = sc.nodes.iter().collect();
@@ -46,8 +70,8 @@ pub fn nodes_table(out: &mut String, s: &CampaignSummary) {
                 esc(&sc.key),
                 esc(name),
                 esc(&n.role),
-                figure(&n.cpu_busy, 100.0, " %"),
-                figure(&n.cpu_softirq, 100.0, " %"),
+                share(&n.cpu_busy),
+                share(&n.cpu_softirq),
                 figure(&n.drops, 1.0, "")
             );
         }

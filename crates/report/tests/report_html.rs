@@ -505,6 +505,19 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
     );
     let b = &html[at("b")..];
     assert!(b[..b.find("</tr>").unwrap()].ends_with("<td>0</td>"), "{b}");
+    // Real hosts are not called the test-bed; the emulated test-bed is.
+    assert!(html.contains("Each node is its own host"), "{html}");
+    let mut bed = s.clone();
+    bed.environment.topology = "test-bed preset router, a -> b".into();
+    assert!(render_html(&bed).contains("every node shares one kernel"));
+    // A share whose n = 2 interval leaves 0–100 % prints the interval
+    // cut at the range, never "66 ± 593 %".
+    s.scenarios[0].nodes.get_mut("a").unwrap().cpu_busy = Some(stats(0.66, 5.93));
+    let html = render_html(&s);
+    let a = &html[html.find("data-node=\"a\"").unwrap()..];
+    let a = &a[..a.find("</tr>").unwrap()];
+    assert!(a.contains("<td>66.0 [0–100] %</td>"), "{a}");
+    assert!(!a.contains("593"), "{a}");
     // Campaigns without agents have no such table.
     assert!(!render_html(&common::apps_like()).contains("Nodes: CPU"));
 }

@@ -37,13 +37,16 @@ pub enum QuickRule {
 /// One row of the table.
 #[derive(Debug, Clone, Copy)]
 pub struct AxisDef {
+    /// The axis this row declares.
     pub axis: Axis,
     /// The key in `[matrix]`, in scenario keys and in selectors.
     pub name: &'static str,
     /// Checks one value as written and returns its canonical text (the
     /// text in scenario keys), or the reason it is refused.
     pub(super) parse: fn(&Scalar) -> Result<String, String>,
+    /// What a value sets.
     pub sets: Sets,
+    /// What `--quick` does to its values.
     pub quick: QuickRule,
 }
 
@@ -67,6 +70,7 @@ macro_rules! axis_table {
         ];
 
         impl Axis {
+            /// Every axis, in key order.
             pub const ALL: [Axis; AXES.len()] = [ $( Axis::$variant, )* ];
         }
 
@@ -116,18 +120,32 @@ fn some(v: &str) -> Option<String> {
 }
 
 axis_table! {
+    /// IP version, 4 or 6 (`send -4` / `-6`).
     Ip ip: ip, Send(|s, v| s.ip = v.parse().unwrap_or(4)), Keep;
+    /// `udp` or `tcp` (`send -T`).
     Transport transport: transport, Send(|s, v| s.transport = v.into()), Keep;
+    /// One-way delay (`owd`) or round trip (`rtt`) (`send -m`).
     Meter meter: meter, Send(|s, v| s.meter = v.into()), Keep;
+    /// `constant` or an application model (`send --app`).
     App app: app, Send(|s, v| s.app = v.into()), Keep;
+    /// The codec of a VoIP model (`send --codec`).
     Codec codec: codec, Send(|s, v| s.codec = some(v)), Keep;
+    /// Transport payload per packet in bytes, probe header included (`send -c`).
     Payload payload: payload, Send(|s, v| s.payload = v.parse().ok()), Keep;
+    /// Ethernet frame size in bytes (FCS included), sent as the payload that fills it.
     Frame frame: frame, Send(|s, v| s.frame = v.parse().ok()), Keep;
+    /// Packets per second (`send -C`), or `max` for unpaced.
     Pps pps: pps, Send(|s, v| { s.max_rate = v == "max"; s.pps = v.parse().ok() }), Keep;
+    /// Parallel flows per run (`send --flows`).
     Flows flows: flows, Send(|s, v| s.flows = v.parse().unwrap_or(1)), Keep;
+    /// MTU of the test-bed links (or of nodes with `apply_mtu`).
     Mtu mtu: mtu, Link(|l, v| l.mtu = v.parse().ok()), Keep;
+    /// Rate of the test-bed links, or of nodes with `apply_link_rate` (`"1gbit"`).
     LinkRate link_rate: link_rate, Link(|l, v| l.rate_bps = wirebench_testbed::parse_rate(v).ok()), Keep;
+    /// Segmentation and receive offloads of the test-bed links, or of nodes
+    /// with `apply_offloads`.
     Offloads offloads: offloads, Link(|l, v| l.offloads = v.parse().ok()), Keep;
+    /// Packet-rate cap of every router, packets/s.
     ForwardPps forward_pps: forward_pps, Link(|l, v| l.forward_pps = v.parse().ok()), Keep;
     /// One-way delay added on every test-bed link (the link's `delay`).
     Delay delay: delay, Link(|l, v| l.delay_ns = wirebench_testbed::spec::parse_duration_ns(v).ok()), Keep;
@@ -164,10 +182,12 @@ impl Axis {
         &AXES[self as usize]
     }
 
+    /// The axis's name in campaign files and scenario keys.
     pub fn name(self) -> &'static str {
         self.def().name
     }
 
+    /// The axis of that name, if any.
     pub fn from_name(s: &str) -> Option<Axis> {
         AXES.iter().find(|d| d.name == s).map(|d| d.axis)
     }

@@ -11,7 +11,7 @@
 //! - `raw`: the file as TOML gives it, with spans for line numbers.
 //! - `check`: raw file → validated [`Campaign`] (and `[quick]`).
 //! - `expand`: matrix → [`Scenario`]s with stable keys and typed settings.
-//! - [`grow`]: which finished runs a changed campaign file keeps (`--resume`).
+//! - `grow`: which finished runs a changed campaign file keeps (`--resume`).
 //! - this module: the validated types.
 
 pub mod axes;
@@ -30,26 +30,35 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 use wirebench_testbed::LinkOpts;
 
+/// Why a campaign file was refused, with the file and line to fix.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum CampaignError {
     /// A key has a bad value, or a key is not known.
     #[error("{origin}:{line}: `{key}`: {reason}")]
     Invalid {
+        /// The campaign file's name as given.
         origin: String,
+        /// Line of the key (1-based).
         line: usize,
+        /// The key as written, e.g. `payload`.
         key: String,
+        /// What is wrong with it.
         reason: String,
     },
     /// The file is not TOML at all.
     #[error("{origin}:{line}: {reason}")]
     Syntax {
+        /// The campaign file's name as given.
         origin: String,
+        /// Line of the error (1-based).
         line: usize,
+        /// The TOML parser's message.
         reason: String,
     },
 }
 
 impl CampaignError {
+    /// The line the error is on.
     pub fn line(&self) -> usize {
         match self {
             CampaignError::Invalid { line, .. } | CampaignError::Syntax { line, .. } => *line,
@@ -71,6 +80,7 @@ pub enum Target {
 }
 
 impl Target {
+    /// One line for people: where the runs go (stored with the environment).
     pub fn describe(&self) -> String {
         match self {
             Target::Loopback => "loopback (127.0.0.1 / ::1)".into(),
@@ -102,16 +112,22 @@ impl Target {
     }
 }
 
+/// `[testbed]`: an emulated test-bed and the link settings of its links.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TestbedTarget {
+    /// A preset topology (`direct`, `router`, `two-routers`).
     pub preset: Option<String>,
     /// Topology file, resolved relative to the campaign file.
     pub file: Option<String>,
+    /// The node that runs `wirebench send`.
     pub sender: String,
+    /// The node that runs `wirebench recv`.
     pub receiver: String,
     /// Link settings used when no matrix axis sets them.
     pub mtu: Option<u32>,
+    /// Rate of every link, as written (`"1gbit"`).
     pub link_rate: Option<String>,
+    /// Segmentation and receive offloads on the veths.
     pub offloads: Option<bool>,
     /// Packet-rate cap of every router (packets/s), when no axis sets it.
     pub forward_pps: Option<u64>,
@@ -119,17 +135,22 @@ pub struct TestbedTarget {
     pub name: String,
 }
 
+/// `[hosts]`: real hosts, either a running receiver or nodes driven through agents.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostsTarget {
+    /// IPv4 address of the running `wirebench recv`.
     pub receiver: Option<String>,
+    /// IPv6 address of the running `wirebench recv`.
     pub receiver6: Option<String>,
+    /// Its control port (None: 5400).
     pub port: Option<u16>,
     /// Known properties of the real path, for the upper bound (and, with
     /// `apply_mtu` nodes and no `mtu` axis, the MTU set on them).
     pub mtu: Option<u32>,
+    /// Rate of the real path, as written (`"1gbit"`).
     pub link_rate: Option<String>,
-    /// `[[hosts.node]]`: real nodes driven through agents. Empty: the old
-    /// form, a `wirebench recv` already running at `receiver`.
+    /// `[[hosts.node]]`: real nodes driven through agents. Empty: a
+    /// `wirebench recv` already running at `receiver`.
     pub nodes: Vec<HostNode>,
     /// `[hosts.pairings]`: the node sets the `pairing` axis picks from.
     pub pairings: BTreeMap<String, Pairing>,
@@ -160,22 +181,31 @@ impl Pairing {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeReach {
     /// `ssh [ssh_options] DEST wirebench agent --stdio`.
-    Ssh { dest: String, options: Vec<String> },
+    Ssh {
+        /// SSH destination (`user@host` or a host alias).
+        dest: String,
+        /// Extra `ssh` options, before the destination.
+        options: Vec<String>,
+    },
     /// A child process on this host.
     Local,
     /// `ip netns exec NS ...` on this host.
     Netns(String),
 }
 
+/// What a real node does in the runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeRole {
+    /// Runs `wirebench send`.
     Sender,
+    /// Runs `wirebench recv`.
     Receiver,
     /// Only observed: CPU, counters, metadata.
     Router,
 }
 
 impl NodeRole {
+    /// The role as written in the campaign file.
     pub fn as_str(self) -> &'static str {
         match self {
             NodeRole::Sender => "sender",
@@ -188,18 +218,24 @@ impl NodeRole {
 /// One real node of a `[hosts]` topology.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostNode {
+    /// The node's name (unique in the campaign).
     pub name: String,
+    /// How the controller reaches its agent.
     pub reach: NodeReach,
     /// The wirebench program on that node (default `wirebench` on PATH
     /// over SSH, this binary locally).
     pub agent: Option<String>,
+    /// What the node does in the runs.
     pub role: NodeRole,
     /// Senders: the receiver node they send to.
     pub to: Option<String>,
     /// Data addresses traffic is sent to (receivers) or from.
     pub ipv4: Option<std::net::IpAddr>,
+    /// The IPv6 data address (see `ipv4`).
     pub ipv6: Option<std::net::IpAddr>,
+    /// The `mtu` axis (or `[hosts] mtu`) is set on its interfaces.
     pub apply_mtu: bool,
+    /// The `offloads` axis is set on its interfaces.
     pub apply_offloads: bool,
     /// The `link_rate` axis (or `[hosts] link_rate`) shapes its interfaces.
     pub apply_link_rate: bool,
@@ -211,15 +247,33 @@ pub struct HostNode {
 /// How long one run lasts.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum RunLength {
-    Duration { seconds: f64 },
-    Packets { count: u64 },
-    KBytes { count: u64 },
+    /// `duration_s`: seconds of traffic (`send -t`).
+    Duration {
+        /// Seconds.
+        seconds: f64,
+    },
+    /// `packets`: packets per flow (`send -z`).
+    Packets {
+        /// Packets.
+        count: u64,
+    },
+    /// `kbytes`: KB (1024 B) per flow (`send -k`).
+    KBytes {
+        /// Kilobytes.
+        count: u64,
+    },
 }
 
+/// The order runs are made in (see [`crate::runner::plan`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Order {
+    /// Scenarios in matrix order, repetitions in rounds.
     Sequential,
-    Shuffled { seed: u64 },
+    /// Link groups and rounds permuted with a seed.
+    Shuffled {
+        /// Seed of the permutation.
+        seed: u64,
+    },
 }
 
 /// One block of axes; the campaign's scenarios are the union of the
@@ -233,24 +287,32 @@ pub struct Matrix {
 /// A parsed and validated campaign.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Campaign {
+    /// The campaign's name (the store finds it by name for `--resume`).
     pub name: String,
+    /// Free text from the file.
     pub description: String,
     /// `store = "…"`: the results store `run` writes to when `--db` is
     /// not given (an SQLite file, relative to the campaign file, or a
     /// `postgres://` URL).
     pub store: Option<String>,
+    /// The file's name as given, used in messages and to resolve relative paths.
     pub origin: String,
     /// The campaign file exactly as read.
     pub text: String,
+    /// Where the traffic runs.
     pub target: Target,
+    /// The `[[matrix]]` blocks.
     pub matrices: Vec<Matrix>,
     /// Runs per scenario; with [`Campaign::adaptive`] the least.
     pub repetitions: u32,
     /// `repetitions = { min, max, until_cv | until_ci }`: more runs of a
     /// scenario until its headline metric settles.
     pub adaptive: Option<Adaptive>,
+    /// How long each run lasts unless a `duration` axis says otherwise.
     pub length: RunLength,
+    /// Seconds of the same traffic before every run, not stored.
     pub warmup_s: f64,
+    /// Idle seconds between runs.
     pub pause_s: f64,
     /// How long the receiver waits for late packets after the sender stops
     /// (`send --linger`); None = the engine's default (2 s, RFC 2544).
@@ -258,6 +320,7 @@ pub struct Campaign {
     /// Per-interval series of every run (`send --interval`), stored with
     /// the run and drawn over time in the report.
     pub interval_ms: Option<u64>,
+    /// The order runs are made in.
     pub order: Order,
     /// Base of every run's `--seed`.
     pub seed: u64,
@@ -285,7 +348,9 @@ pub const DEFAULT_SETTLE_METRIC: &str = "throughput_payload_bps";
 /// 10 % of the mean.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Adaptive {
+    /// Most runs of one scenario.
     pub max: u32,
+    /// When its runs have settled.
     pub until: Until,
     /// A key of the metric table.
     pub metric: String,
@@ -304,10 +369,15 @@ pub enum Until {
 /// The typed settings of one scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
+    /// IP version, 4 or 6.
     pub ip: u8,
+    /// `udp` or `tcp` (`send -T`).
     pub transport: String,
+    /// `owd` or `rtt` (`send -m`).
     pub meter: String,
+    /// `constant` or an application model (`send --app`).
     pub app: String,
+    /// The codec of a VoIP model (`send --codec`).
     pub codec: Option<String>,
     /// Transport payload per packet (probe header included), when the
     /// model is the constant one.
@@ -315,10 +385,13 @@ pub struct Settings {
     /// A payload mix instead of one payload (`send --size-mix`, e.g. an
     /// RFC 2544 IMIX trial); wins over `payload`.
     pub size_mix: Option<String>,
+    /// Ethernet frame size in bytes (FCS included), turned into `payload`.
     pub frame: Option<u32>,
     /// Packets per second, `None` = engine default; `max` = unpaced.
     pub pps: Option<f64>,
+    /// Unpaced (`pps = "max"`, `send --max`).
     pub max_rate: bool,
+    /// Parallel flows per run.
     pub flows: u32,
     /// The test-bed's link options (MTU, rate, offloads, router cap): the
     /// target's own, overridden by the link axes. Also the key of the
@@ -392,6 +465,7 @@ pub struct Scenario {
     pub key: String,
     /// Axis name → value text.
     pub axes: BTreeMap<String, String>,
+    /// What the axes set, with the target's defaults elsewhere.
     pub settings: Settings,
 }
 

@@ -47,23 +47,30 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
+/// Why a campaign (or a run session) stopped with an error.
 #[derive(Debug, Error)]
 pub enum RunError {
+    /// The results store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The user asked for something impossible (exit 2 in the CLI).
     #[error("{0}")]
     BadInput(String),
+    /// Building or removing the test-bed failed.
     #[error("test-bed: {0}")]
     Testbed(String),
+    /// The receiver did not start or listen, or the first runs all failed.
     #[error("receiver: {0}")]
     Receiver(String),
     /// A node's agent could not be reached or refused (real hosts).
     #[error("{0}")]
     Agent(String),
+    /// A local file, directory or socket operation failed.
     #[error("{what}: {source}")]
     Io {
+        /// What was being done.
         what: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
@@ -89,6 +96,7 @@ pub struct RunOptions {
     pub progress: bool,
     /// Print one line per finished run.
     pub verbose: bool,
+    /// This wirebench's version, stored with the campaign's environment.
     pub tool_version: String,
     /// The command line that started the campaign, kept in the environment.
     pub command_line: String,
@@ -100,11 +108,15 @@ pub struct RunOptions {
 /// What a campaign run did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
+    /// The campaign's id in the store.
     pub campaign_id: i64,
+    /// Runs of the plan (repetitions × scenarios, before adaptive extras).
     pub planned: usize,
     /// Runs already stored (`ok`) before this invocation (resume).
     pub already_done: usize,
+    /// Runs stored `ok` by this invocation.
     pub ok: usize,
+    /// Runs stored `failed` by this invocation.
     pub failed: usize,
     /// Stopped by SIGINT/SIGTERM; the run in flight was not stored.
     pub interrupted: bool,
@@ -176,6 +188,8 @@ pub fn check_nodes(c: &Campaign, binary: &std::path::Path) -> Result<String, Run
     Ok(text)
 }
 
+/// Runs campaign `c` (or resumes it, with `opts.resume`) and stores every
+/// run in `store`, holding the campaign's lock throughout.
 pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Outcome, RunError> {
     let planned = plan(c);
     let mut env_ = env::collect(&c.target.describe(), &opts.tool_version);

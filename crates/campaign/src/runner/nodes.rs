@@ -539,9 +539,9 @@ impl Nodes {
                 .or(s.settings.link.mtu);
             // The first probe after a test-bed (re)build can go out while
             // IPv6 addresses are still tentative (duplicate address
-            // detection) or neighbours unresolved, and nothing arrives (the
-            // first IPv6 run of every S4 build was refused): probe again,
-            // up to PMTU_TRIES times, before calling the path broken.
+            // detection) or neighbours unresolved, and nothing arrives:
+            // probe again, up to PMTU_TRIES times, before calling the path
+            // broken.
             let mut tries = 1;
             let probed = loop {
                 let r = self.path_mtu(si, ri, dest);

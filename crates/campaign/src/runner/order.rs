@@ -8,7 +8,9 @@ use rand::SeedableRng;
 /// One planned run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedRun {
+    /// The scenario to run.
     pub scenario: Scenario,
+    /// Its repetition number, from 0.
     pub repetition: u32,
 }
 

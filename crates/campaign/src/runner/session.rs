@@ -13,6 +13,8 @@ use crate::env;
 use crate::store::{NewCampaign, RunStatus, Store};
 use serde_json::Value;
 
+/// A campaign opened in the store with its test-bed, making runs one at a
+/// time as the caller asks for them.
 pub struct Session<'a> {
     ctx: Ctx<'a>,
     bed: Box<dyn Bed>,
@@ -23,6 +25,7 @@ pub struct Session<'a> {
 /// One stored run of a [`Session`].
 #[derive(Debug, Clone)]
 pub struct SessionRun {
+    /// How the run ended.
     pub status: RunStatus,
     /// The sender's result document, when it wrote one.
     pub result: Option<Value>,
@@ -68,6 +71,7 @@ impl<'a> Session<'a> {
         })
     }
 
+    /// The campaign's id in the store.
     pub fn campaign_id(&self) -> i64 {
         self.campaign_id
     }

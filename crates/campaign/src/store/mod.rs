@@ -1,7 +1,7 @@
 //! The results store: every campaign and every run with its full result
 //! document, in one SQLite file (the embedded default) or in a PostgreSQL
 //! database a lab shares ([`postgres`]); both hold the same tables and
-//! answer every query the same (the SQL is written once, [`db`]).
+//! answer every query the same (the SQL is written once, `db`).
 //!
 //! Each run is its own transaction, committed the moment the run ends, so
 //! a crash (even SIGKILL) loses at most the run in flight. The unique key
@@ -36,54 +36,92 @@ use thiserror::Error;
 /// Bumped when the schema changes; older stores are migrated on open.
 pub const SCHEMA_VERSION: i64 = 2;
 
+/// Why the results store could not be opened, read or written.
 #[derive(Debug, Error)]
 pub enum StoreError {
+    /// An SQLite statement failed.
     #[error("results store {path}: {source}")]
     Sql {
+        /// The store's file.
         path: String,
+        /// The SQLite error.
         #[source]
         source: rusqlite::Error,
     },
     #[error("results store {path}: schema version {found}, this wirebench reads {SCHEMA_VERSION} and older")]
-    Version { path: String, found: i64 },
-    #[error("results store {path}: cannot copy it to {backup} before migrating it: {source}")]
-    Backup {
+    /// The store was written by a newer wirebench.
+    Version {
+        /// The store's file or URL.
         path: String,
+        /// The schema version it holds.
+        found: i64,
+    },
+    #[error("results store {path}: cannot copy it to {backup} before migrating it: {source}")]
+    /// The copy taken before a migration could not be written.
+    Backup {
+        /// The store's file.
+        path: String,
+        /// Where the copy was to go.
         backup: String,
+        /// The SQLite error.
         #[source]
         source: rusqlite::Error,
     },
     #[error("results store {url}: {source}")]
+    /// A PostgreSQL statement failed.
     Pg {
+        /// The store's URL (without a password).
         url: String,
+        /// The PostgreSQL error.
         #[source]
         source: ::postgres::Error,
     },
     #[error("results store {url}: cannot connect{hint}: {source}")]
+    /// The PostgreSQL server could not be reached or refused the login.
     Connect {
+        /// The store's URL (without a password).
         url: String,
+        /// Where the password came from, or how to give one.
         hint: String,
+        /// The PostgreSQL error.
         #[source]
         source: ::postgres::Error,
     },
     #[error("results store {url}: {why}")]
-    BadUrl { url: String, why: String },
+    /// The `postgres://` URL does not parse.
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
     #[error("results store {0}: a callback of a streamed read used the store (it is busy until the read ends)")]
+    /// A streamed read's callback used the store (the store's file or URL).
     Reentered(String),
     #[error("results store {0} does not exist")]
+    /// Opening an existing store: there is none (its file or URL).
     Missing(String),
     #[error("no campaign {0:?} in the results store")]
+    /// No campaign has that name or id.
     NoCampaign(String),
     #[error("campaign {name:?} is already being run{} (lock {lock}); two runners would repeat runs and measure over each other: wait for it to end, or stop it", holder.map(|p| format!(" by process {p}")).unwrap_or_default())]
+    /// Another runner holds the campaign's lock.
     Busy {
+        /// The campaign's name.
         name: String,
+        /// The holder's pid, when it wrote one.
         holder: Option<u32>,
+        /// The lock file.
         lock: String,
     },
     #[error("results store {path}: lock {lock}: {source}")]
+    /// The lock file could not be opened, locked or written.
     Lock {
+        /// The store's file.
         path: String,
+        /// The lock file.
         lock: String,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -92,13 +130,17 @@ pub enum StoreError {
 /// One campaign as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CampaignRow {
+    /// The campaign's id in the store.
     pub id: i64,
+    /// The campaign's name.
     pub name: String,
     /// Where the file came from (its path when run).
     pub origin: String,
     /// The campaign file exactly as it was run.
     pub file_text: String,
+    /// When it started (RFC 3339, UTC).
     pub started_at: String,
+    /// The machine and tools it ran with.
     pub environment: Environment,
     /// Scenarios × repetitions.
     pub planned_runs: i64,
@@ -119,6 +161,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// The status as stored (`ok`, `failed`).
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Ok => "ok",
@@ -137,12 +180,17 @@ impl RunStatus {
 /// One run as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
+    /// The run's id in the store.
     pub id: i64,
+    /// Its campaign's id.
     pub campaign_id: i64,
+    /// The scenario's key.
     pub scenario_key: String,
+    /// Axis name → value text of the scenario.
     pub axes: BTreeMap<String, String>,
     /// 0-based repetition index.
     pub repetition: u32,
+    /// How the run ended.
     pub status: RunStatus,
     /// The `wirebench.result/1` document, when the run produced one.
     pub result: Option<serde_json::Value>,
@@ -150,8 +198,11 @@ pub struct RunRow {
     pub counters: Option<serde_json::Value>,
     /// The exact commands run (receiver and sender).
     pub command: String,
+    /// Why a failed run failed.
     pub error: Option<String>,
+    /// When the run started (RFC 3339, UTC).
     pub started_at: String,
+    /// When it ended (RFC 3339, UTC).
     pub ended_at: String,
 }
 
@@ -173,18 +224,28 @@ impl RunRow {
 /// with the facts and payload throughput extracted when it was stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
+    /// The run's id in the store.
     pub id: i64,
+    /// Its campaign's id.
     pub campaign_id: i64,
+    /// The scenario's key.
     pub scenario_key: String,
+    /// Axis name → value text of the scenario.
     pub axes: BTreeMap<String, String>,
+    /// 0-based repetition index.
     pub repetition: u32,
     /// `failed` also for an `ok` run whose result no longer reads (as
     /// [`RunRow`]).
     pub status: RunStatus,
+    /// Why a failed run failed.
     pub error: Option<String>,
+    /// When the run started (RFC 3339, UTC).
     pub started_at: String,
+    /// When it ended (RFC 3339, UTC).
     pub ended_at: String,
+    /// What its document says beside the metric values.
     pub facts: crate::facts::RunFacts,
+    /// Payload throughput of the run, bit/s (all flows), when it has one.
     pub throughput_payload_bps: Option<f64>,
 }
 
@@ -192,12 +253,16 @@ pub struct RunInfo {
 /// must hold; `limit`/`offset` page through them in id order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunFilter {
+    /// Only this campaign's runs.
     pub campaign_id: Option<i64>,
+    /// Only runs of this status (an `ok` run whose result no longer reads counts as failed).
     pub status: Option<RunStatus>,
     /// Runs started at or after this RFC 3339 time (text order is time
     /// order for the UTC times the store holds).
     pub since: Option<String>,
+    /// At most this many runs.
     pub limit: Option<u64>,
+    /// Runs to skip first.
     pub offset: u64,
 }
 
@@ -245,31 +310,50 @@ impl RunFilter {
 /// A campaign about to be recorded.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NewCampaign<'a> {
+    /// The campaign's name.
     pub name: &'a str,
+    /// Where the file came from (its path).
     pub origin: &'a str,
+    /// The campaign file exactly as run.
     pub file_text: &'a str,
+    /// When it started (RFC 3339, UTC).
     pub started_at: &'a str,
+    /// The machine and tools it runs with.
     pub environment: &'a Environment,
+    /// Scenarios × repetitions.
     pub planned_runs: usize,
+    /// Run with `--quick`.
     pub quick: bool,
 }
 
 /// A run about to be recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun<'a> {
+    /// Its campaign's id.
     pub campaign_id: i64,
+    /// The scenario's key.
     pub scenario_key: &'a str,
+    /// Axis name → value text of the scenario.
     pub axes: &'a BTreeMap<String, String>,
+    /// 0-based repetition index.
     pub repetition: u32,
+    /// How the run ended.
     pub status: RunStatus,
+    /// The sender's result document, when it wrote one.
     pub result: Option<&'a serde_json::Value>,
+    /// Per-node counter deltas over the run (test-bed only).
     pub counters: Option<&'a serde_json::Value>,
+    /// The exact commands run (receiver and sender).
     pub command: &'a str,
+    /// Why a failed run failed.
     pub error: Option<&'a str>,
+    /// When the run started (RFC 3339, UTC).
     pub started_at: &'a str,
+    /// When it ended (RFC 3339, UTC).
     pub ended_at: &'a str,
 }
 
+/// An open results store: an SQLite file or a PostgreSQL database.
 pub struct Store {
     conn: Conn,
     /// The file, or the URL of a PostgreSQL store (which never holds a
@@ -381,8 +465,11 @@ fn unreadable(v: Option<&serde_json::Value>) -> Option<&'static str> {
 /// A run that was stored `ok` but whose result no longer reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unreadable {
+    /// The run's scenario key.
     pub scenario_key: String,
+    /// Its 0-based repetition index.
     pub repetition: u32,
+    /// Why the result does not read.
     pub why: String,
 }
 
@@ -579,7 +666,8 @@ impl Store {
 
     /// Copies the store to `PATH.schemaV.bak` (the first free name) before
     /// a migration changes it; a store that cannot be copied is not
-    /// migrated. (Only SQLite stores were ever written before schema 2.)
+    /// migrated. (No PostgreSQL store has a schema below 2: only SQLite
+    /// stores are copied.)
     fn backup(&self, from_version: i64) -> Result<(), StoreError> {
         let Conn::Lite(conn) = &self.conn else {
             return Ok(());
@@ -812,6 +900,7 @@ impl Store {
         )
     }
 
+    /// Sets a campaign's status (`running`, `done`, `interrupted`).
     pub fn set_campaign_status(&self, id: i64, status: &str) -> Result<(), StoreError> {
         self.update_campaign(
             "UPDATE campaigns SET status = ?1 WHERE id = ?2",
@@ -854,6 +943,7 @@ impl Store {
         self.campaign_rows("ORDER BY id", &[])
     }
 
+    /// The campaign with that id, if any.
     pub fn campaign(&self, id: i64) -> Result<Option<CampaignRow>, StoreError> {
         Ok(self.campaign_rows("WHERE id = ?1", &[Val::from(id)])?.pop())
     }
@@ -869,6 +959,7 @@ impl Store {
             .ok_or_else(|| StoreError::NoCampaign(name_or_id.to_string()))
     }
 
+    /// The newest campaign of that name, if any.
     pub fn latest_by_name(&self, name: &str) -> Result<Option<CampaignRow>, StoreError> {
         Ok(self
             .campaign_rows(
@@ -1249,7 +1340,9 @@ impl Store {
 /// dropped (and by the OS or the server when its holder dies).
 #[derive(Debug)]
 pub enum StoreLock {
+    /// A lock file beside an SQLite store.
     File(crate::lock::CampaignLock),
+    /// A PostgreSQL advisory lock.
     Postgres(postgres::CampaignLock),
 }
 

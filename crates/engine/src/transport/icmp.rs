@@ -37,6 +37,9 @@ pub(crate) const OPS: super::Ops = super::Ops {
     caps: CAPS,
     socket: None,
     connect: |_, _, _, _| Err(super::not_in_session(Transport::Icmp)),
+    listen: None,
+    dial: None,
+    reverse: None,
 };
 
 /// Most ICMP echo flows in one run: each has a sending and a receiving

@@ -5,14 +5,20 @@
 //! A transport declares itself ([`Caps`], looked up once per flow with
 //! [`caps`]), opens a flow's sending end ([`bind_data`], then
 //! [`BoundData::connect`]) and paces a flow's schedule on that end in
-//! batches ([`FlowTx::pace`]). The pacer calls the interface once per flow;
-//! the per-packet loop is the transport's own, statically dispatched, so
-//! the interface costs nothing per packet.
+//! batches ([`FlowTx::pace`]). On the receiving side it opens a flow's
+//! data port ([`Ops::listen`]), or the sender's end of a reverse flow
+//! ([`Ops::dial`]), and runs the flow's receive loop
+//! ([`rx::FlowRx::run`]), which feeds every probe to the accounting all
+//! transports share ([`rx::RxFlow::take`]). The pacer and the session call
+//! the interface once per flow; the per-packet loops are the transport's
+//! own, statically dispatched, so the interface costs nothing per packet.
 //!
-//! Adding a transport: a module here (its [`Ops`] entry and a `FlowTx`),
-//! and its `mod` line and arm in [`ops`]; docs/engine.md lists the files.
+//! Adding a transport: a module here (its [`Ops`] entry, a `FlowTx`, a
+//! `FlowRx`), and its `mod` line and arm in [`ops`]; docs/engine.md lists
+//! the files.
 
 pub(crate) mod icmp;
+pub(crate) mod rx;
 pub(crate) mod tcp;
 pub(crate) mod udp;
 
@@ -23,6 +29,7 @@ use crate::pacing::{FlowEnd, FlowJob, FlowSent, Schedule, SendRec};
 use crate::plan::FlowPlan;
 use crate::rtt::{Reflected, RttRx};
 use crate::EngineError;
+use rx::{DataPort, Dial, Resend, ReverseEnd, RxEnd, RxFlow};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use wirebench_wire::{ProbeHeader, Transport, PROBE_HEADER_LEN};
@@ -125,7 +132,25 @@ pub(crate) struct Ops {
     /// Connects a bound socket to the receiver's data port and makes it
     /// the flow's sending end (for streams, identified to the receiver).
     pub connect: fn(Socket, SocketAddr, &FlowPlan, Ident) -> Result<DataSock, EngineError>,
+    /// The receiver's side: opens a flow's data port (binds, listens)
+    /// and gives its port and receiving end. None when its flows do not
+    /// go through a receiver session.
+    pub listen: Option<Listen>,
+    /// The sender's end of a reverse flow: reaches the receiver's data
+    /// port, identifies the flow (its hello) and gives the receiving end.
+    pub dial: Option<DialFn>,
+    /// The receiver's end of a reverse flow: opens its data port, where
+    /// the sender's hello will say where to send.
+    pub reverse: Option<ReverseFn>,
 }
+
+/// [`Ops::listen`]: a flow's data port and its receiving end.
+pub(crate) type Listen = fn(DataPort, RxFlow) -> Result<(u16, RxEnd), EngineError>;
+/// [`Ops::dial`]: the sender's receiving end of a reverse flow, and how to
+/// say its hello again.
+pub(crate) type DialFn = fn(Dial, RxFlow) -> Result<(RxEnd, Resend), EngineError>;
+/// [`Ops::reverse`]: the daemon's data port of a reverse flow.
+pub(crate) type ReverseFn = fn(DataPort) -> Result<(u16, Box<dyn ReverseEnd>), EngineError>;
 
 /// Which session and flow a data connection belongs to.
 #[derive(Debug, Clone, Copy)]

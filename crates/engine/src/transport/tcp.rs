@@ -3,6 +3,8 @@
 //! fast as the socket takes them ([`tcp_bulk`]), or, more flows than CPUs,
 //! share one writer thread per CPU ([`run_bulk_shared`]).
 
+pub(crate) mod rx;
+
 use super::{connect_err, hello_record, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, realtime_ns, wait_until};
 use crate::net::AsRawFd;
@@ -27,7 +29,7 @@ pub(crate) const CAPS: Caps = Caps {
     tcp_info: true,
     tcp_options: true,
     shares_pacer: false,
-    rx_sockets: 2,
+    rx_sockets: 1 + rx::GRANTED_CONNS as u64,
     kernel_udp_drops: false,
     needs_privilege: false,
 };
@@ -37,6 +39,9 @@ pub(crate) const OPS: Ops = Ops {
     caps: CAPS,
     socket: Some((Type::STREAM, Protocol::TCP)),
     connect,
+    listen: Some(rx::listen),
+    dial: Some(rx::dial),
+    reverse: Some(rx::reverse_port),
 };
 
 /// Longest a paced flow's `write` may block before it fails the flow.

@@ -3,6 +3,8 @@
 //! instead share a pacer thread and its unconnected socket
 //! ([`run_shared`]), so that packets of several flows leave in one call.
 
+pub(crate) mod rx;
+
 use super::{connect_err, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack};
 use crate::net::{set_sndbuf, AsRawFd, RawFd, SendBatch, BATCH};
@@ -40,6 +42,9 @@ pub(crate) const OPS: Ops = Ops {
     caps: CAPS,
     socket: Some((Type::DGRAM, Protocol::UDP)),
     connect,
+    listen: Some(rx::listen),
+    dial: Some(rx::dial),
+    reverse: Some(rx::reverse_port),
 };
 
 /// Send buffer of a flow's own socket unless `-w` sets one.

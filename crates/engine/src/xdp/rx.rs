@@ -10,8 +10,10 @@ use super::frame;
 use super::sys::Desc;
 use super::{Action, Claim, Steer, BATCH, FRAME_SIZE, RX_FRAMES};
 use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack};
-use crate::recv::{UdpFlow, Worker, WorkerOutcome, POLL_MS};
+use crate::recv::Worker;
 use crate::sys::{CpuClock, CpuTime};
+use crate::transport::rx::{unmap, WorkerOutcome, POLL_MS};
+use crate::transport::udp::rx::UdpFlow;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -62,7 +64,7 @@ pub(crate) fn take(
         return (udp, Some(Err("another session holds the XDP path".into())));
     };
     let port = match udp[0].1.sock.local_addr() {
-        Ok(a) => match super::on_iface(iface, crate::recv::unmap(a.ip())) {
+        Ok(a) => match super::on_iface(iface, unmap(a.ip())) {
             Ok(()) => a.port(),
             Err(why) => return (udp, Some(Err(why))),
         },
@@ -135,7 +137,7 @@ fn serve(
     tighten_timer_slack();
     let cpu0 = CpuTime::thread();
     let (mut descs, mut back) = prime(&mut steer);
-    let live = f.acc.live.is_some();
+    let live = f.rx.acc.live.is_some();
     let mut next_tick = 0;
     let mut idle = 0u32;
     let wait_ms = if steer.socks.len() > 1 {
@@ -143,9 +145,9 @@ fn serve(
     } else {
         POLL_MS as i32
     };
-    while !f.sh.stop.load(Ordering::Relaxed) {
+    while !f.rx.sh.stop.load(Ordering::Relaxed) {
         if live && mono_ns() >= next_tick {
-            f.acc.tick();
+            f.rx.acc.tick();
             next_tick = mono_ns() + 10_000_000;
         }
         let mut got = 0;
@@ -156,7 +158,7 @@ fn serve(
             }
             got += n;
             let ts = realtime_ns();
-            let offset = f.sh.offset_ns.load(Ordering::Relaxed);
+            let offset = f.rx.sh.offset_ns.load(Ordering::Relaxed);
             for (d, b) in descs[..n].iter().zip(&mut back) {
                 // Aligned UMEM: the frame's start is the address rounded down.
                 *b = d.addr & !u64::from(FRAME_SIZE - 1);
@@ -166,14 +168,14 @@ fn serve(
                 let p = match frame::parse(fr) {
                     Some(p) if p.dst_port == port => p,
                     _ => {
-                        f.sh.foreign.fetch_add(1, Ordering::Relaxed);
+                        f.rx.sh.foreign.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
                 };
-                let from = SocketAddr::new(crate::recv::unmap(p.src.ip()), p.src.port());
+                let from = SocketAddr::new(unmap(p.src.ip()), p.src.port());
                 let data = &fr[p.payload.0..p.payload.1];
                 if f.accept(data, Some(from), ts, offset).is_some() {
-                    f.acc.marks.see(Some(p.tos), Some(p.ttl), p.flow_label);
+                    f.rx.acc.marks.see(Some(p.tos), Some(p.ttl), p.flow_label);
                 }
             }
             s.fill(&back[..n]);
@@ -187,13 +189,9 @@ fn serve(
             s.wait_rx(wait_ms);
         }
     }
-    f.acc.finish_live();
     let st = steer.stats();
     dropped.store(st.rx_dropped + st.rx_ring_full, Ordering::Relaxed);
-    WorkerOutcome {
-        accs: vec![(f.acc.acc, f.acc.marks.seen())],
-        cpu: CpuTime::thread().since(cpu0),
-    }
+    f.rx.outcome(CpuTime::thread().since(cpu0))
 }
 
 /// What [`sink`] saw on its port.
