@@ -163,6 +163,7 @@ pub struct HostsTarget {
 pub struct Pairing {
     /// Sender nodes; each sends to `receiver`, whatever its own `to`.
     pub senders: Vec<String>,
+    /// The receiver node every sender of the pairing sends to.
     pub receiver: String,
     /// Router nodes on the pairing's path, observed like any router.
     pub routers: Vec<String>,
