@@ -889,3 +889,81 @@ fn sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on() {
         assert_eq!(&node_state(&lab.ns(n)), b, "node {n} differs from before");
     }
 }
+
+/// `wirebench agent --install DEST`: the binary goes to the node over the
+/// node's SSH (the lab's client configuration after `--`), byte for byte,
+/// executable, and its version is checked; a path the node cannot write is
+/// a clear failure, not a half-written binary.
+#[test]
+fn agent_install_copies_this_binary_over_ssh_and_checks_its_version() {
+    if !can_run("agent_install_copies_this_binary_over_ssh_and_checks_its_version") {
+        return;
+    }
+    let _one = one_lab();
+    let lab = Lab::up("agins");
+    // The nodes share this host's file system: what lands on node b is
+    // read back here.
+    let dest_dir = lab.dir.path().join("installed");
+    let to = dest_dir.join("bin/wirebench");
+    let install = |to: &str| {
+        let mut c = Command::new(BIN);
+        c.args([
+            "agent",
+            "--install",
+            &format!("root@{}", lab.mgmt("b")),
+            "--to",
+            to,
+            "--",
+        ])
+        .args(lab.ssh_args());
+        lab.in_ctl(&mut c).output().unwrap()
+    };
+    let out = install(to.to_str().unwrap());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let me = std::fs::read(BIN).unwrap();
+    assert_eq!(std::fs::read(&to).unwrap(), me, "copied byte for byte");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&to).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    assert!(!dest_dir.join("bin/wirebench.new").exists());
+    assert!(
+        said.contains(&format!(
+            "installed wirebench {} ({} bytes) at root@{}:{}",
+            env!("CARGO_PKG_VERSION"),
+            me.len(),
+            lab.mgmt("b"),
+            to.display()
+        )),
+        "{said}"
+    );
+    assert_agents_doc_quotes(
+        &said,
+        &[
+            (&lab.mgmt("b"), "192.0.2.2"),
+            (to.to_str().unwrap(), "/usr/local/bin/wirebench"),
+        ],
+    );
+    // A path under a file cannot be created: refused, nothing left there.
+    let out = install(&format!("{}/sub/wirebench", to.display()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("copying to root@") && err.contains("failed"),
+        "{err}"
+    );
+    // Bad input: exit status 2 before any SSH.
+    let out = install("relative/wirebench");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

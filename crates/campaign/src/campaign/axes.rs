@@ -171,6 +171,9 @@ axis_table! {
     /// Seconds per run (`send -t`), instead of the campaign's length: a
     /// pilot sweep of run lengths (10 s … 120 s) in one campaign.
     Duration duration: duration, Send(|s, v| s.duration_s = v.parse().ok()), CapAtRunLength;
+    /// Which node set of `[hosts.pairings]` runs the scenario (S4's four
+    /// OS pairings in one campaign); the others stay idle.
+    Pairing pairing: pairing, Send(|s, v| s.pairing = some(v)), Keep;
 }
 
 impl Axis {
@@ -368,6 +371,24 @@ fn sender(v: &Scalar) -> Result<String, String> {
             v.text()
         )),
     }
+}
+
+/// Checked against `[hosts.pairings]` once the matrix is known.
+fn pairing(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) if is_name(s) => Ok(s.clone()),
+        _ => Err(format!(
+            "pairing must be the name of a [hosts.pairings] entry (letters, digits, - and _), got {}",
+            v.text()
+        )),
+    }
+}
+
+/// Node and pairing names: safe in scenario keys and selectors.
+pub(super) fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 fn dscp(v: &Scalar) -> Result<String, String> {

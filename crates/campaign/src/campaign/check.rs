@@ -269,6 +269,13 @@ fn check_matrix(
             ));
         }
     }
+    check_pairing_axis(
+        ctx,
+        &m,
+        span_of(Axis::Pairing),
+        span_of(Axis::Sender),
+        target,
+    )?;
     if let Some(frames) = m.axes.get(&Axis::Frame) {
         // Every payload the frame axis produces must still hold the probe header.
         let one = |a: Axis, d: &str| {
@@ -297,6 +304,58 @@ fn check_matrix(
         }
     }
     Ok(m)
+}
+
+/// The `pairing` axis names defined pairings, is not mixed with the
+/// `sender` axis, and a campaign with pairings gives one in every block
+/// (senders without `to` have no receiver otherwise).
+fn check_pairing_axis(
+    ctx: &Ctx,
+    m: &Matrix,
+    at: usize,
+    sender_at: usize,
+    target: &Target,
+) -> Result<(), CampaignError> {
+    let defined = match target {
+        Target::Hosts(h) => Some(&h.pairings),
+        _ => None,
+    }
+    .filter(|p| !p.is_empty());
+    let Some(values) = m.axes.get(&Axis::Pairing) else {
+        if defined.is_some() {
+            return Err(ctx.err(
+                at,
+                "pairing",
+                "[hosts.pairings] is given: every matrix block needs a `pairing` axis naming the pairings it runs",
+            ));
+        }
+        return Ok(());
+    };
+    let Some(defined) = defined else {
+        return Err(ctx.err(
+            at,
+            "pairing",
+            "the pairing axis picks among [hosts.pairings] entries; this campaign has none",
+        ));
+    };
+    if m.axes.contains_key(&Axis::Sender) {
+        return Err(ctx.err(
+            sender_at,
+            "sender",
+            "give either `sender` or `pairing`, not both, in one matrix (a pairing names its senders)",
+        ));
+    }
+    if let Some(p) = values.iter().find(|p| !defined.contains_key(*p)) {
+        return Err(ctx.err(
+            at,
+            "pairing",
+            format!(
+                "no pairing named {p:?} in [hosts.pairings] (pairings: {})",
+                defined.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn opt_string(s: &Option<Spanned<String>>) -> Option<String> {
@@ -346,6 +405,7 @@ fn check_nodes(
 ) -> Result<Vec<HostNode>, CampaignError> {
     let mut out: Vec<HostNode> = Vec::new();
     let raw = hr.node.as_deref().unwrap_or_default();
+    let dflt = hr.defaults.clone().unwrap_or_default();
     for rn in raw {
         let n = rn.get_ref();
         let name = n.name.get_ref().clone();
@@ -377,7 +437,11 @@ fn check_nodes(
             }
             NodeReach::Ssh {
                 dest: d.get_ref().clone(),
-                options: n.ssh_options.clone().unwrap_or_default(),
+                options: n
+                    .ssh_options
+                    .clone()
+                    .or_else(|| dflt.ssh_options.clone())
+                    .unwrap_or_default(),
             }
         } else if let Some(ns) = &n.netns {
             NodeReach::Netns(ns.get_ref().clone())
@@ -409,14 +473,14 @@ fn check_nodes(
         out.push(HostNode {
             name,
             reach,
-            agent: n.agent.clone(),
+            agent: n.agent.clone().or_else(|| dflt.agent.clone()),
             role,
             to: n.to.as_ref().map(|t| t.get_ref().clone()),
             ipv4,
             ipv6,
-            apply_mtu: n.apply_mtu,
-            apply_offloads: n.apply_offloads,
-            apply_link_rate: n.apply_link_rate,
+            apply_mtu: n.apply_mtu.or(dflt.apply_mtu).unwrap_or(false),
+            apply_offloads: n.apply_offloads.or(dflt.apply_offloads).unwrap_or(false),
+            apply_link_rate: n.apply_link_rate.or(dflt.apply_link_rate).unwrap_or(false),
             interfaces: n.interfaces.clone(),
         });
     }
@@ -451,6 +515,8 @@ fn check_nodes(
         }
         match &n.to {
             None if receivers.len() == 1 => n.to = Some(receivers[0].clone()),
+            // Each pairing names its receiver.
+            None if hr.pairings.is_some() => {}
             None => {
                 return Err(ctx.at(
                     rn,
@@ -470,6 +536,96 @@ fn check_nodes(
                 ))
             }
         }
+    }
+    Ok(out)
+}
+
+/// `[hosts.pairings]`: each entry's nodes exist with the role it gives
+/// them.
+fn check_pairings(
+    ctx: &Ctx,
+    hr: &RawHosts,
+    nodes: &[HostNode],
+) -> Result<BTreeMap<String, Pairing>, CampaignError> {
+    let mut out = BTreeMap::new();
+    let Some(raw) = &hr.pairings else {
+        return Ok(out);
+    };
+    if nodes.is_empty() {
+        return Err(ctx.at(
+            raw,
+            "pairings",
+            "pairings pick among [[hosts.node]] nodes; this campaign has none",
+        ));
+    }
+    if raw.get_ref().is_empty() {
+        return Err(ctx.at(raw, "pairings", "is empty; give at least one pairing"));
+    }
+    for (name, p) in raw.get_ref() {
+        if !super::axes::is_name(name) {
+            return Err(ctx.at(
+                p,
+                "pairings",
+                format!("pairing name {name:?}: letters, digits, - and _ only"),
+            ));
+        }
+        let rp = p.get_ref();
+        let role_of = |n: &str| nodes.iter().find(|x| x.name == n).map(|x| x.role);
+        let want = |at: usize, key: &str, n: &str, role: NodeRole| match role_of(n) {
+            Some(r) if r == role => Ok(n.to_string()),
+            Some(r) => Err(ctx.err(
+                at,
+                &format!("pairings.{name}.{key}"),
+                format!("node {n:?} is a {}, not a {}", r.as_str(), role.as_str()),
+            )),
+            None => Err(ctx.err(
+                at,
+                &format!("pairings.{name}.{key}"),
+                format!(
+                    "no node named {n:?} in [[hosts.node]] (nodes: {})",
+                    nodes
+                        .iter()
+                        .map(|x| x.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        };
+        let senders = rp.sender.get_ref().list();
+        if senders.is_empty() {
+            return Err(ctx.at(
+                &rp.sender,
+                &format!("pairings.{name}.sender"),
+                "give at least one sender node",
+            ));
+        }
+        let s_at = rp.sender.span().start;
+        let senders = senders
+            .iter()
+            .map(|n| want(s_at, "sender", n, NodeRole::Sender))
+            .collect::<Result<Vec<_>, _>>()?;
+        let receiver = want(
+            rp.receiver.span().start,
+            "receiver",
+            rp.receiver.get_ref(),
+            NodeRole::Receiver,
+        )?;
+        let routers = match &rp.routers {
+            None => Vec::new(),
+            Some(r) => r
+                .get_ref()
+                .iter()
+                .map(|n| want(r.span().start, "routers", n, NodeRole::Router))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        out.insert(
+            name.clone(),
+            Pairing {
+                senders,
+                receiver,
+                routers,
+            },
+        );
     }
     Ok(out)
 }
@@ -522,6 +678,13 @@ fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
         let receiver = check_addr(&hr.receiver, "receiver", false)?;
         let receiver6 = check_addr(&hr.receiver6, "receiver6", true)?;
         let nodes = check_nodes(ctx, hr, &check_addr)?;
+        if hr.defaults.is_some() && nodes.is_empty() {
+            return Err(ctx.at(
+                h,
+                "defaults",
+                "[hosts.defaults] sets [[hosts.node]] settings; this campaign has no nodes",
+            ));
+        }
         if receiver.is_none() && receiver6.is_none() && nodes.is_empty() {
             return Err(ctx.at(
                 h,
@@ -546,6 +709,7 @@ fn check_target(ctx: &Ctx, raw: &RawCampaign) -> Result<Target, CampaignError> {
             port,
             mtu: check_mtu(ctx, &hr.mtu)?,
             link_rate: check_rate(ctx, &hr.link_rate)?,
+            pairings: check_pairings(ctx, hr, &nodes)?,
             nodes,
         }));
     }

@@ -64,8 +64,8 @@ pub fn check_growth(
         .map(|s| (s.key.clone(), s))
         .collect();
     let used: BTreeSet<&String> = finished.iter().map(|(k, _)| k).collect();
-    for key in used {
-        match (before.get(key), now.get(key)) {
+    for key in &used {
+        match (before.get(*key), now.get(*key)) {
             (_, None) => return Err(gone(key, &now)),
             (Some(b), Some(n)) if b.settings != n.settings => {
                 return Err(format!("the settings of scenario {key} changed"))
@@ -73,6 +73,11 @@ pub fn check_growth(
             _ => {}
         }
     }
+    let pairings: BTreeSet<&String> = used
+        .iter()
+        .filter_map(|k| now.get(*k).and_then(|s| s.settings.pairing.as_ref()))
+        .collect();
+    pairing_change(&old.target, &new.target, &pairings)?;
     let mut grew = Vec::new();
     if new.repetitions_text() != old.repetitions_text() {
         grew.push(format!(
@@ -123,7 +128,17 @@ fn target_change(old: &Target, new: &Target) -> Option<String> {
                 f("[hosts] port", format!("{:?}", h.port)),
                 f("[hosts] mtu", format!("{:?}", h.mtu)),
                 f("[hosts] link_rate", format!("{:?}", h.link_rate)),
-                f("[[hosts.node]]", format!("{:?}", h.nodes)),
+                // With pairings, nodes and pairings are compared per pairing
+                // a finished run used (`pairing_change`): adding a pairing
+                // and its nodes grows the campaign.
+                f(
+                    "[[hosts.node]]",
+                    if h.pairings.is_empty() {
+                        format!("{:?}", h.nodes)
+                    } else {
+                        "per pairing".into()
+                    },
+                ),
             ],
         }
     };
@@ -139,6 +154,35 @@ fn target_change(old: &Target, new: &Target) -> Option<String> {
         .zip(b)
         .find(|(x, y)| x != y)
         .map(|((k, x), (_, y))| format!("`{k}` changed ({x} → {y})"))
+}
+
+/// The first pairing used by finished runs whose definition, or one of
+/// whose nodes, changed.
+fn pairing_change(old: &Target, new: &Target, used: &BTreeSet<&String>) -> Result<(), String> {
+    let (Target::Hosts(o), Target::Hosts(n)) = (old, new) else {
+        return Ok(());
+    };
+    for p in used {
+        let (Some(a), Some(b)) = (o.pairings.get(*p), n.pairings.get(*p)) else {
+            return Err(format!(
+                "[hosts.pairings] {p} was removed, but finished runs used it"
+            ));
+        };
+        if a != b {
+            return Err(format!(
+                "[hosts.pairings] {p} changed ({a:?} → {b:?}), but finished runs used it"
+            ));
+        }
+        let node =
+            |t: &super::HostsTarget, name: &str| t.nodes.iter().find(|x| x.name == name).cloned();
+        let names = a.senders.iter().chain(&a.routers).chain([&a.receiver]);
+        if let Some(x) = names.into_iter().find(|x| node(o, x) != node(n, x)) {
+            return Err(format!(
+                "`[[hosts.node]]` {x} changed, but finished runs of pairing {p} used it"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Why a finished run's scenario is no longer in the campaign: the first

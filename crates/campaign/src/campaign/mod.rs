@@ -152,6 +152,30 @@ pub struct HostsTarget {
     /// `[[hosts.node]]`: real nodes driven through agents. Empty: a
     /// `wirebench recv` already running at `receiver`.
     pub nodes: Vec<HostNode>,
+    /// `[hosts.pairings]`: the node sets the `pairing` axis picks from.
+    pub pairings: BTreeMap<String, Pairing>,
+}
+
+/// One value of the `pairing` axis: the nodes a run of it uses; every
+/// other node stays idle (no traffic, no link changes, not in the run's
+/// observations).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pairing {
+    /// Sender nodes; each sends to `receiver`, whatever its own `to`.
+    pub senders: Vec<String>,
+    /// The receiver node every sender of the pairing sends to.
+    pub receiver: String,
+    /// Router nodes on the pairing's path, observed like any router.
+    pub routers: Vec<String>,
+}
+
+impl Pairing {
+    /// Whether the node named `name` takes part in the pairing.
+    pub fn uses(&self, name: &str) -> bool {
+        self.receiver == name
+            || self.senders.iter().any(|s| s == name)
+            || self.routers.iter().any(|r| r == name)
+    }
 }
 
 /// How the controller reaches a node's agent.
@@ -376,6 +400,8 @@ pub struct Settings {
     pub link: LinkOpts,
     /// `[[hosts.node]]`: the one sender node that sends (None: all).
     pub sender: Option<String>,
+    /// `[hosts.pairings]`: the node set of the scenario (see [`Pairing`]).
+    pub pairing: Option<String>,
     /// `send --dscp` (a name or number).
     pub dscp: Option<String>,
     /// `send --cc`.
@@ -415,6 +441,7 @@ impl Settings {
             flows: 1,
             link,
             sender: None,
+            pairing: None,
             dscp: None,
             cc: None,
             window: None,

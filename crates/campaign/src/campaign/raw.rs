@@ -103,6 +103,36 @@ pub(super) struct RawHosts {
     pub(super) mtu: Option<Spanned<i64>>,
     pub(super) link_rate: Option<Spanned<String>>,
     pub(super) node: Option<Vec<Spanned<RawNode>>>,
+    /// `[hosts.pairings]`: name → the nodes one value of the `pairing`
+    /// axis uses.
+    pub(super) pairings: Option<Spanned<std::collections::BTreeMap<String, Spanned<RawPairing>>>>,
+    pub(super) defaults: Option<RawNodeDefaults>,
+}
+
+/// One sender name or several.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(untagged)]
+pub(super) enum Names {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Names {
+    pub(super) fn list(&self) -> Vec<String> {
+        match self {
+            Names::One(s) => vec![s.clone()],
+            Names::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// One entry of `[hosts.pairings]` as written.
+#[derive(Debug, Deserialize, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPairing {
+    pub(super) sender: Spanned<Names>,
+    pub(super) receiver: Spanned<String>,
+    pub(super) routers: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]
@@ -118,14 +148,24 @@ pub(super) struct RawNode {
     pub(super) to: Option<Spanned<String>>,
     pub(super) ipv4: Option<Spanned<String>>,
     pub(super) ipv6: Option<Spanned<String>>,
-    #[serde(default)]
-    pub(super) apply_mtu: bool,
-    #[serde(default)]
-    pub(super) apply_offloads: bool,
-    #[serde(default)]
-    pub(super) apply_link_rate: bool,
+    /// Unset: `[hosts.defaults]`, else off.
+    pub(super) apply_mtu: Option<bool>,
+    pub(super) apply_offloads: Option<bool>,
+    pub(super) apply_link_rate: Option<bool>,
     #[serde(default)]
     pub(super) interfaces: Vec<String>,
+}
+
+/// `[hosts.defaults]`: node settings every `[[hosts.node]]` takes unless
+/// it gives its own.
+#[derive(Debug, Deserialize, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNodeDefaults {
+    pub(super) agent: Option<String>,
+    pub(super) ssh_options: Option<Vec<String>>,
+    pub(super) apply_mtu: Option<bool>,
+    pub(super) apply_offloads: Option<bool>,
+    pub(super) apply_link_rate: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Clone, PartialEq)]

@@ -280,9 +280,11 @@ impl Bed for Emulated {
 
 pub(super) fn make_bed(c: &Campaign, binary: &Path) -> Result<Box<dyn Bed>, RunError> {
     Ok(match &c.target {
-        Target::Hosts(h) if !h.nodes.is_empty() => Box::new(RealNodes {
-            nodes: Nodes::new(h.nodes.clone(), binary.to_path_buf()),
-        }),
+        Target::Hosts(h) if !h.nodes.is_empty() => {
+            let mut nodes = Nodes::new(h.nodes.clone(), binary.to_path_buf());
+            nodes.set_pairings(h.pairings.clone());
+            Box::new(RealNodes { nodes })
+        }
         Target::Loopback => Box::new(Loopback {
             port: free_port()?,
             started: false,

@@ -180,6 +180,7 @@ pub fn check_nodes(c: &Campaign, binary: &std::path::Path) -> Result<String, Run
         ));
     }
     let mut nodes = nodes::Nodes::new(h.nodes.clone(), binary.to_path_buf());
+    nodes.set_pairings(h.pairings.clone());
     let r = nodes.check();
     let end = nodes.teardown();
     let text = r?;

@@ -18,7 +18,7 @@ use super::args::send_args;
 use super::live::{Follower, Progress};
 use super::signals::stop_requested;
 use super::RunError;
-use crate::campaign::{Campaign, HostNode, NodeReach, NodeRole, RunLength, Scenario};
+use crate::campaign::{Campaign, HostNode, NodeReach, NodeRole, Pairing, RunLength, Scenario};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -62,6 +62,8 @@ pub(super) struct Nodes {
     /// Said once, stored with the next run (`notes`): what reconnected
     /// agents put back from their dead predecessors' journals.
     notes: Vec<String>,
+    /// `[hosts.pairings]`: a scenario with a `pairing` uses only its nodes.
+    pairings: BTreeMap<String, Pairing>,
 }
 
 /// Where a run's live intervals go: its label in the progress.
@@ -160,7 +162,33 @@ impl Nodes {
             no_stream_noted: BTreeSet::new(),
             connected_once: false,
             notes: Vec::new(),
+            pairings: BTreeMap::new(),
         }
+    }
+
+    /// The node sets of `[hosts.pairings]`.
+    pub(super) fn set_pairings(&mut self, pairings: BTreeMap<String, Pairing>) {
+        self.pairings = pairings;
+    }
+
+    /// The pairing a scenario runs on, if it has one.
+    fn pairing(&self, s: &Scenario) -> Result<Option<&Pairing>, RunError> {
+        match &s.settings.pairing {
+            None => Ok(None),
+            Some(p) => self.pairings.get(p).map(Some).ok_or_else(|| {
+                RunError::BadInput(format!("no pairing named {p:?} in [hosts.pairings]"))
+            }),
+        }
+    }
+
+    /// Per node: whether the scenario uses it (all nodes without a pairing).
+    fn in_use(&self, s: &Scenario) -> Result<Vec<bool>, RunError> {
+        let p = self.pairing(s)?;
+        Ok(self
+            .nodes
+            .iter()
+            .map(|n| p.is_none_or(|p| p.uses(&n.name)))
+            .collect())
     }
 
     /// The path MTU each pair was built with, checked before every run
@@ -340,9 +368,10 @@ impl Nodes {
         }
         let l = s.settings.link;
         let want = (l.mtu, l.offloads, l.rate_bps);
-        for i in 0..self.nodes.len() {
+        let using = self.in_use(s)?;
+        for (i, used) in using.iter().copied().enumerate() {
             let n = self.nodes[i].clone();
-            if self.applied[i] == Some(want) {
+            if self.applied[i] == Some(want) || !used {
                 continue;
             }
             let ifaces = self.ifaces[i].clone();
@@ -371,8 +400,9 @@ impl Nodes {
                 Err(e) => return Err(RunError::Agent(e.to_string())),
             }
         }
-        for i in 0..self.nodes.len() {
-            if self.nodes[i].role != NodeRole::Receiver || self.receivers.contains_key(&i) {
+        for (i, used) in using.into_iter().enumerate() {
+            if self.nodes[i].role != NodeRole::Receiver || self.receivers.contains_key(&i) || !used
+            {
                 continue;
             }
             let Some(c) = self.conns[i].as_mut() else {
@@ -400,19 +430,24 @@ impl Nodes {
     /// Sender index → receiver index and destination address.
     fn pairs(&self, s: &Scenario) -> Result<Vec<(usize, usize, IpAddr)>, RunError> {
         let v6 = s.settings.ip == 6;
+        let pairing = self.pairing(s)?;
         let mut v = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if n.role != NodeRole::Sender {
+                continue;
+            }
+            if pairing.is_some_and(|p| !p.senders.contains(&n.name)) {
                 continue;
             }
             // A `sender` axis picks one sender node per scenario.
             if s.settings.sender.as_ref().is_some_and(|p| *p != n.name) {
                 continue;
             }
-            let to =
-                n.to.as_deref().and_then(|t| self.index(t)).ok_or_else(|| {
-                    RunError::BadInput(format!("sender {} has no receiver", n.name))
-                })?;
+            let to = pairing
+                .map(|p| p.receiver.as_str())
+                .or(n.to.as_deref())
+                .and_then(|t| self.index(t))
+                .ok_or_else(|| RunError::BadInput(format!("sender {} has no receiver", n.name)))?;
             let r = &self.nodes[to];
             let dest = if v6 { r.ipv6 } else { r.ipv4 }.ok_or_else(|| {
                 RunError::BadInput(format!(
@@ -584,7 +619,12 @@ impl Nodes {
         let mut cpu = serde_json::Map::new();
         let mut roles = serde_json::Map::new();
         let mut meta = serde_json::Map::new();
+        let using = self.in_use(s)?;
         for (i, (b, a)) in before.into_iter().zip(after).enumerate() {
+            // Idle nodes of other pairings are no part of this run.
+            if !using[i] {
+                continue;
+            }
             let name = self.nodes[i].name.clone();
             roles.insert(name.clone(), json!(self.nodes[i].role.as_str()));
             if let Some(m) = &self.meta[i] {
@@ -627,6 +667,14 @@ impl Nodes {
             "path_mtu": pmtu,
             "metadata": meta,
         });
+        if let (Some(name), Some(p)) = (&s.settings.pairing, self.pairing(s)?) {
+            out.observed["pairing"] = json!({
+                "name": name,
+                "senders": p.senders,
+                "receiver": p.receiver,
+                "routers": p.routers,
+            });
+        }
         out.doc = merge_docs(docs);
         if !errors.is_empty() {
             out.error = Some(errors.join("; "));
@@ -936,13 +984,26 @@ impl Nodes {
                 }
             }
         }
-        for (i, n) in self.nodes.clone().iter().enumerate() {
+        // Every sender → receiver pair a run can use: the pairings', or
+        // each sender's `to`.
+        let mut routes: BTreeSet<(usize, usize)> = BTreeSet::new();
+        for (i, n) in self.nodes.iter().enumerate() {
             if n.role != NodeRole::Sender {
                 continue;
             }
-            let Some(ri) = n.to.as_deref().and_then(|t| self.index(t)) else {
-                continue;
-            };
+            if self.pairings.is_empty() {
+                routes.extend(n.to.as_deref().and_then(|t| self.index(t)).map(|r| (i, r)));
+            }
+            for p in self
+                .pairings
+                .values()
+                .filter(|p| p.senders.contains(&n.name))
+            {
+                routes.extend(self.index(&p.receiver).map(|r| (i, r)));
+            }
+        }
+        for (i, ri) in routes {
+            let n = self.nodes[i].clone();
             for dest in [self.nodes[ri].ipv4, self.nodes[ri].ipv6]
                 .into_iter()
                 .flatten()

@@ -22,6 +22,8 @@ killed with SIGKILL left is put back by the next agent on that node before
 anything else, or by hand with `wirebench agent --restore`. The interfaces
 carrying the agent's own SSH connection are never changed. Changing links
 needs CAP_NET_ADMIN; without it, and on Windows, the agent only observes.
+`wirebench agent --install user@host [--to PATH] [-- SSH_OPTIONS]` copies
+this binary to a node over SSH and checks the copy's version.
 See docs/agents.md and docs/platforms.md.")]
 pub struct Args {
     /// Speak the agent protocol on stdin/stdout.
@@ -42,6 +44,17 @@ pub struct Args {
     /// The wirebench binary receivers and senders run (default: this one).
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
+    /// Copy this binary to the node DEST (user@host) over SSH, as a
+    /// campaign's node reaches it (BatchMode; give the node's ssh_options
+    /// after `--`), check the copy's size and `--version`, and exit.
+    #[arg(long, value_name = "DEST", conflicts_with_all = ["stdio", "restore"])]
+    pub install: Option<String>,
+    /// With --install: the path on the node.
+    #[arg(long, value_name = "PATH", requires = "install", default_value = super::agent_install::DEFAULT_REMOTE_PATH)]
+    pub to: String,
+    /// With --install: options for ssh, e.g. `-- -p 2222 -i ~/.ssh/lab`.
+    #[arg(last = true, value_name = "SSH_OPTIONS")]
+    pub ssh_options: Vec<String>,
     /// Protocol version to claim (tests of the version check only).
     #[arg(long, hide = true)]
     pub protocol_version: Option<u32>,
@@ -54,8 +67,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.restore {
         return restore();
     }
+    if let Some(dest) = &args.install {
+        return super::agent_install::install(dest, &args.to, &args.ssh_options);
+    }
     if !args.stdio {
-        crate::bail_input!("`wirebench agent` needs --stdio (it is started by `wirebench run`, see docs/agents.md) or --restore");
+        crate::bail_input!("`wirebench agent` needs --stdio (it is started by `wirebench run`, see docs/agents.md), --restore or --install DEST");
     }
     let program = match args.binary {
         Some(p) => p,

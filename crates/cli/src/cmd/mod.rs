@@ -1,5 +1,6 @@
 //! One module per subcommand; each owns its clap arguments and its `run`.
 pub mod agent;
+pub mod agent_install;
 pub mod decode;
 pub mod demo;
 pub mod exporter;
