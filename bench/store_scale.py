@@ -133,7 +133,7 @@ def replicate_pg(pg, n):
                   "'wirebench' and table_name = 'runs' order by ordinal_position").split()
     dep = {t: pg.sql(f"select column_name from information_schema.columns where table_schema "
                      f"= 'wirebench' and table_name = '{t}' order by ordinal_position").split()
-           for t in ("run_metrics", "run_facts")}
+           for t in ("run_docs", "run_metrics", "run_facts")}
     k = have // base
     while have < n:
         sel = ",".join(f"id + {k * base}" if x == 'id' else
@@ -182,7 +182,7 @@ def main():
         r = subprocess.run([wb, "run", toml, "--db", db], capture_output=True, timeout=300)
         if r.returncode != 0:
             sys.exit(f"campaign failed: {r.stderr.decode()[-300:]}")
-        q = "select avg(length(result)) from runs"
+        q = "select avg(length(result)) from run_docs"
         doc = float(pg.sql(q)) if pg else sqlite3.connect(db).execute(q).fetchone()[0]
         print(f"wirebench {wb}; {a.store}; documents {doc / 1024:.1f} KB each "
               f"({a.flows} flow(s)); medians of {a.reps}")
