@@ -29,6 +29,13 @@ Before schema 3 (documents in `runs`, the same machine, load 15-20,
 the 100 000-run report from 5.1 to 4.2 s CPU (2 runs each, alternated,
 load 14, the same report JSON).
 
+PostgreSQL (--store postgres), schema 3, 2026-11-27 06:53 UTC, load
+8-10, --reps 3, medians, 6.1 KB documents:
+
+    runs    list                 list 100 runs        report               export long
+    1000    0.02 s/0.00 s/9 MB   0.02 s/0.00 s/9 MB   0.32 s/0.08 s/12 MB  0.21 s/0.08 s/11 MB
+    10000   0.06 s/0.00 s/9 MB   0.06 s/0.00 s/9 MB   2.17 s/0.54 s/15 MB  1.75 s/0.58 s/24 MB
+
 Memory stays flat (list) or grows slowly (report: per-scenario samples;
 export: one record per run without documents); report time is reading
 every document for the series and histograms.
