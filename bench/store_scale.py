@@ -35,6 +35,8 @@ PostgreSQL (--store postgres), schema 3, 2026-11-27 06:53 UTC, load
     runs    list                 list 100 runs        report               export long
     1000    0.02 s/0.00 s/9 MB   0.02 s/0.00 s/9 MB   0.32 s/0.08 s/12 MB  0.21 s/0.08 s/11 MB
     10000   0.06 s/0.00 s/9 MB   0.06 s/0.00 s/9 MB   2.17 s/0.54 s/15 MB  1.75 s/0.58 s/24 MB
+    100000  0.13 s/0.00 s/9 MB   0.04 s/0.00 s/9 MB   8.93 s/4.92 s/45 MB  9.62 s/7.07 s/149 MB
+    (100 000: 07:00 UTC, load 4-6, --reps 1)
 
 Memory stays flat (list) or grows slowly (report: per-scenario samples;
 export: one record per run without documents); report time is reading
