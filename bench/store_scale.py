@@ -13,26 +13,30 @@ CPU time user+sys, peak RSS) --reps times; medians are printed, then the growth 
 between sizes. Everything lives in one temporary directory, removed at
 the end; nothing is sent off loopback.
 
-Measured 2026-11-27 (2 cores shared with ~7 busy builds, load 15-20, so
-wall time ran ~10x CPU time; --reps 1; 6.9 KB documents with series and
-histograms), elapsed / CPU (user+sys) / peak RSS:
+Measured 2026-11-27 06:35-06:52 UTC, schema 3 (documents in run_docs),
+on 2 cores shared with other builds (load average 13-15, so wall time
+ran ~7x CPU time), --reps 3, medians; 6.6 KB documents with series and
+histograms; elapsed / CPU (user+sys) / peak RSS:
 
-    runs     list                 report                export long
-    1000     0.09 s/0.00 s/10 MB  1.45 s/0.10 s/14 MB   1.10 s/0.08 s/11 MB
-    10000    0.38 s/0.02 s/10 MB  12.6 s/1.05 s/18 MB   8.61 s/0.69 s/25 MB
-    100000   4.05 s/0.32 s/9 MB   135.6 s/11.7 s/51 MB  86.5 s/7.22 s/151 MB
+    runs    list                 list 100 runs        report                export long
+    1000    0.00 s/0.00 s/10 MB  0.00 s/0.00 s/10 MB  0.70 s/0.06 s/15 MB   0.63 s/0.05 s/13 MB
+    10000   0.06 s/0.00 s/12 MB  0.04 s/0.00 s/10 MB  6.24 s/0.58 s/18 MB   5.27 s/0.50 s/26 MB
+    100000  0.45 s/0.04 s/12 MB  0.12 s/0.00 s/12 MB  40.8 s/5.99 s/49 MB   36.4 s/5.11 s/152 MB
 
-PostgreSQL beside SQLite, 2026-11-27, same host, load 11-13, --reps 1,
---sizes 1000,10000 (6.5 KB documents), elapsed / CPU / peak RSS:
+Before schema 3 (documents in `runs`, the same machine, load 15-20,
+--reps 1) the 100 000-run report took 135.6 s / 11.7 s CPU and the list
+4.05 s / 0.32 s. The one-pass histogram merge (after this table) took
+the 100 000-run report from 5.1 to 4.2 s CPU (2 runs each, alternated,
+load 14, the same report JSON).
 
-    store     runs   list 100 runs        report               export long
-    sqlite    1000   0.05 s/0.00 s/10 MB  0.86 s/0.12 s/15 MB  0.63 s/0.09 s/12 MB
-    postgres  1000   0.09 s/0.00 s/8 MB   1.22 s/0.12 s/10 MB  1.04 s/0.09 s/9 MB
-    sqlite    10000  0.21 s/0.02 s/10 MB  5.44 s/0.90 s/19 MB  3.40 s/0.63 s/26 MB
-    postgres  10000  0.07 s/0.00 s/8 MB   5.77 s/0.79 s/13 MB  4.18 s/0.68 s/22 MB
+PostgreSQL (--store postgres), schema 3, 2026-11-27 06:53 UTC, load
+8-10, --reps 3, medians, 6.1 KB documents:
 
-The client's CPU time is the same on both (0.79 vs 0.90 s for a 10 000-run
-report), its memory no higher: rows are streamed from the server.
+    runs    list                 list 100 runs        report               export long
+    1000    0.02 s/0.00 s/9 MB   0.02 s/0.00 s/9 MB   0.32 s/0.08 s/12 MB  0.21 s/0.08 s/11 MB
+    10000   0.06 s/0.00 s/9 MB   0.06 s/0.00 s/9 MB   2.17 s/0.54 s/15 MB  1.75 s/0.58 s/24 MB
+    100000  0.13 s/0.00 s/9 MB   0.04 s/0.00 s/9 MB   8.93 s/4.92 s/45 MB  9.62 s/7.07 s/149 MB
+    (100 000: 07:00 UTC, load 4-6, --reps 1)
 
 Memory stays flat (list) or grows slowly (report: per-scenario samples;
 export: one record per run without documents); report time is reading
@@ -133,7 +137,7 @@ def replicate_pg(pg, n):
                   "'wirebench' and table_name = 'runs' order by ordinal_position").split()
     dep = {t: pg.sql(f"select column_name from information_schema.columns where table_schema "
                      f"= 'wirebench' and table_name = '{t}' order by ordinal_position").split()
-           for t in ("run_metrics", "run_facts")}
+           for t in ("run_docs", "run_metrics", "run_facts")}
     k = have // base
     while have < n:
         sel = ",".join(f"id + {k * base}" if x == 'id' else
@@ -182,7 +186,7 @@ def main():
         r = subprocess.run([wb, "run", toml, "--db", db], capture_output=True, timeout=300)
         if r.returncode != 0:
             sys.exit(f"campaign failed: {r.stderr.decode()[-300:]}")
-        q = "select avg(length(result)) from runs"
+        q = "select avg(length(result)) from run_docs"
         doc = float(pg.sql(q)) if pg else sqlite3.connect(db).execute(q).fetchone()[0]
         print(f"wirebench {wb}; {a.store}; documents {doc / 1024:.1f} KB each "
               f"({a.flows} flow(s)); medians of {a.reps}")

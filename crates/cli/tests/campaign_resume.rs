@@ -187,7 +187,7 @@ fn sigkill_then_resume_has_every_run_exactly_once() {
     rusqlite::Connection::open(&db)
         .unwrap()
         .execute(
-            "UPDATE runs SET result = '{\"schema\": \"wirebench.res' WHERE id = ?1",
+            "UPDATE run_docs SET result = '{\"schema\": \"wirebench.res' WHERE run_id = ?1",
             [damaged],
         )
         .unwrap();

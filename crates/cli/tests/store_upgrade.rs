@@ -1,7 +1,8 @@
-//! A results store written by the release before the metrics table
-//! (schema 1, `tests/fixtures/store-v1.db`) opened by this one: copied
-//! aside, migrated in place, every run kept, and the same report numbers
-//! and run export as that release wrote from it. Also the list filters
+//! Results stores written by earlier releases (schema 1, before the
+//! metrics table, `tests/fixtures/store-v1.db`; schema 2, documents in
+//! `runs`, `store-v2.db`) opened by this one: copied aside, migrated in
+//! place, every run kept, and the same report numbers and run export as
+//! the schema-1 release wrote from it. Also the list filters
 //! and the tidy long export on the migrated store.
 
 use std::path::Path;
@@ -83,9 +84,20 @@ fn count(db: &Path, sql: &str) -> i64 {
 
 #[test]
 fn a_schema_1_store_is_backed_up_migrated_and_reports_the_same() {
+    migrates_and_reports_the_same("store-v1.db", 1);
+}
+
+/// Schema 2 (documents in `runs`), as the release before schema 3 wrote
+/// it from the same fixture: the documents move to `run_docs`.
+#[test]
+fn a_schema_2_store_is_backed_up_migrated_and_reports_the_same() {
+    migrates_and_reports_the_same("store-v2.db", 2);
+}
+
+fn migrates_and_reports_the_same(name: &str, from: u32) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("old.db");
-    std::fs::copy(fixture("store-v1.db"), &db).unwrap();
+    std::fs::copy(fixture(name), &db).unwrap();
     let version = |p: &Path| {
         rusqlite::Connection::open(p)
             .unwrap()
@@ -96,7 +108,7 @@ fn a_schema_1_store_is_backed_up_migrated_and_reports_the_same() {
             )
             .unwrap()
     };
-    assert_eq!(version(&db), "1");
+    assert_eq!(version(&db), from.to_string());
 
     let json = dir.path().join("new.json");
     let html = dir.path().join("r.html");
@@ -110,12 +122,24 @@ fn a_schema_1_store_is_backed_up_migrated_and_reports_the_same() {
         json.to_str().unwrap(),
     ]);
     // The copy taken before the migration is the old store, whole.
-    let backup = dir.path().join("old.db.schema1.bak");
-    assert_eq!(version(&backup), "1");
+    let backup = dir.path().join(format!("old.db.schema{from}.bak"));
+    assert_eq!(version(&backup), from.to_string());
     assert_eq!(count(&backup, "SELECT count(*) FROM runs"), 8);
-    assert_eq!(version(&db), "2");
+    assert_eq!(version(&db), "3");
     assert_eq!(count(&db, "SELECT count(*) FROM runs"), 8);
     assert_eq!(count(&db, "SELECT count(*) FROM run_facts"), 8);
+    // The documents left `runs`, every one of them.
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('result', 'counters')"
+        ),
+        0
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM run_docs WHERE result LIKE '{%'"),
+        count(&backup, "SELECT count(*) FROM runs WHERE result LIKE '{%'")
+    );
     assert!(count(&db, "SELECT count(DISTINCT key) FROM run_metrics") > 20);
 
     let old: serde_json::Value =
@@ -149,7 +173,10 @@ fn a_schema_1_store_is_backed_up_migrated_and_reports_the_same() {
 
     // Opened again: nothing more to migrate, no second copy.
     wb(&["results", "list", "--db", db.to_str().unwrap()]);
-    assert!(!dir.path().join("old.db.schema1.bak.1").exists());
+    assert!(!dir
+        .path()
+        .join(format!("old.db.schema{from}.bak.1"))
+        .exists());
 }
 
 #[test]

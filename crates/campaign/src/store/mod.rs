@@ -16,11 +16,13 @@
 //!
 //! Beside each run the store keeps what its document says
 //! ([`crate::facts`]): one row per metric in `run_metrics` and the run's
-//! facts in `run_facts`, written in the run's transaction. Lists, exports
-//! and summaries read those and stream documents only for the figures
-//! drawn from them, so their cost follows what is asked, not what is
-//! stored. A store of schema 1 (before those tables) is copied aside and
-//! filled in when first opened; a store extracted by a release with
+//! facts in `run_facts`, written in the run's transaction. The documents
+//! themselves live in `run_docs`, apart from the short `runs` rows that
+//! lists walk. Lists, exports and summaries read those and stream
+//! documents only for the figures drawn from them, so their cost follows
+//! what is asked, not what is stored. A store of an older schema (1:
+//! before those tables; 2: documents in `runs`) is copied aside and
+//! migrated when first opened; a store extracted by a release with
 //! another metric table is extracted again.
 
 mod db;
@@ -34,7 +36,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 /// Bumped when the schema changes; older stores are migrated on open.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Why the results store could not be opened, read or written.
 #[derive(Debug, Error)]
@@ -368,7 +370,7 @@ pub fn is_postgres(target: &Path) -> bool {
     target.to_str().is_some_and(postgres::is_url)
 }
 
-/// The schema-2 tables as SQLite spells them ([`postgres::SCHEMA`] for
+/// The schema-3 tables as SQLite spells them ([`postgres::SCHEMA`] for
 /// PostgreSQL).
 const SQLITE_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
@@ -393,8 +395,6 @@ CREATE TABLE IF NOT EXISTS runs (
     axes         TEXT NOT NULL,
     repetition   INTEGER NOT NULL,
     status       TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
-    result       TEXT,
-    counters     TEXT,
     command      TEXT NOT NULL,
     error        TEXT,
     started_at   TEXT NOT NULL,
@@ -402,6 +402,12 @@ CREATE TABLE IF NOT EXISTS runs (
     UNIQUE (campaign_id, scenario_key, repetition)
 );
 CREATE INDEX IF NOT EXISTS runs_by_campaign ON runs(campaign_id, scenario_key);
+CREATE INDEX IF NOT EXISTS runs_in_order ON runs(campaign_id, id);
+CREATE TABLE IF NOT EXISTS run_docs (
+    run_id   INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    counters TEXT,
+    result   TEXT
+);
 CREATE TABLE IF NOT EXISTS run_metrics (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     key    TEXT NOT NULL,
@@ -433,18 +439,18 @@ fn json_or_null(s: Option<&str>) -> Option<serde_json::Value> {
     s.and_then(|t| serde_json::from_str(t).ok())
 }
 
-/// The SQL test for a stored result that still reads as a result document
-/// (the same test as [`unreadable`], done by the database without loading
-/// it): true or false, never null.
+/// The SQL test for a stored result (`d`, its `run_docs` row) that still
+/// reads as a result document (the same test as [`unreadable`], done by
+/// the database without loading it): true or false, never null.
 /// (CASE, not AND: SQLite may evaluate json_extract on text that is not JSON,
 /// and that is an error, not a false.)
 fn readable_sql(d: Dialect) -> &'static str {
     match d {
         Dialect::Sqlite => {
-            "(CASE WHEN json_valid(result)
-             THEN json_extract(result, '$.schema') IS 'wirebench.result/1' ELSE 0 END)"
+            "(CASE WHEN json_valid(d.result)
+             THEN json_extract(d.result, '$.schema') IS 'wirebench.result/1' ELSE 0 END)"
         }
-        Dialect::Postgres => "wirebench_readable(result)",
+        Dialect::Postgres => "wirebench_readable(d.result)",
     }
 }
 
@@ -654,20 +660,59 @@ impl Store {
         // and then finds the work done.
         let tx = self.begin(true)?;
         let now = version(self)?;
-        if now != Some(SCHEMA_VERSION) || self.meta("metrics")?.as_deref() != Some(&signature) {
-            if now.is_some() {
+        let extracted_with = self.meta("metrics")?;
+        if now != Some(SCHEMA_VERSION) || extracted_with.as_deref() != Some(&signature) {
+            if now.is_some_and(|v| v < 3) {
+                self.move_documents()?;
+            }
+            if now.is_some() && extracted_with.as_deref() != Some(&signature) {
                 self.extract_all()?;
             }
             self.set_meta("schema_version", &SCHEMA_VERSION.to_string())?;
             self.set_meta("metrics", &signature)?;
         }
-        tx.commit()
+        tx.commit()?;
+        self.extract_missing()
+    }
+
+    /// Schema 3 keeps the documents out of `runs` (in `run_docs`), so that
+    /// a scan of the runs reads their few short columns only; SQLite
+    /// otherwise walks each document's overflow pages to reach the
+    /// columns stored after it. Runs in the upgrade's transaction.
+    fn move_documents(&self) -> Result<(), StoreError> {
+        let sql = |e| self.err(e);
+        let has_docs = match self.conn.dialect() {
+            Dialect::Sqlite => {
+                "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'result'"
+            }
+            Dialect::Postgres => {
+                "SELECT count(*) FROM information_schema.columns
+                 WHERE table_schema = current_schema() AND table_name = 'runs'
+                   AND column_name = 'result'"
+            }
+        };
+        if self.conn.first(has_docs, &[], |r| r.int(0)).map_err(sql)? != Some(1) {
+            return Ok(());
+        }
+        if self.conn.dialect() == Dialect::Postgres {
+            // A schema-2 database has every table but this one.
+            self.conn.batch(postgres::SCHEMA).map_err(sql)?;
+        }
+        self.conn
+            .batch(
+                "INSERT INTO run_docs(run_id, counters, result)
+                     SELECT id, counters, result FROM runs WHERE true
+                     ON CONFLICT(run_id) DO NOTHING;
+                 ALTER TABLE runs DROP COLUMN result;
+                 ALTER TABLE runs DROP COLUMN counters;",
+            )
+            .map_err(sql)
     }
 
     /// Copies the store to `PATH.schemaV.bak` (the first free name) before
     /// a migration changes it; a store that cannot be copied is not
-    /// migrated. (No PostgreSQL store has a schema below 2: only SQLite
-    /// stores are copied.)
+    /// migrated. (A PostgreSQL store is the server's to back up: its
+    /// migration is one transaction, undone whole if it fails.)
     fn backup(&self, from_version: i64) -> Result<(), StoreError> {
         let Conn::Lite(conn) = &self.conn else {
             return Ok(());
@@ -734,7 +779,8 @@ impl Store {
             let x = self
                 .conn
                 .first(
-                    "SELECT result, counters FROM runs WHERE id = ?1",
+                    "SELECT d.result, d.counters FROM runs r
+                     LEFT JOIN run_docs d ON d.run_id = r.id WHERE r.id = ?1",
                     &[Val::from(id)],
                     |r| {
                         let counters = json_or_null(r.opt_str(1)?);
@@ -978,12 +1024,12 @@ impl Store {
     /// documents (for one campaign's resume and adaptive rounds; lists,
     /// exports and reports read [`Store::for_each_run`] instead).
     pub fn runs(&self, campaign_id: i64) -> Result<Vec<RunRow>, StoreError> {
-        self.run_rows("campaign_id = ?1", campaign_id)
+        self.run_rows("r.campaign_id = ?1", campaign_id)
     }
 
     /// One run by its id.
     pub fn run(&self, run_id: i64) -> Result<Option<RunRow>, StoreError> {
-        Ok(self.run_rows("id = ?1", run_id)?.pop())
+        Ok(self.run_rows("r.id = ?1", run_id)?.pop())
     }
 
     fn run_rows(&self, cond: &str, arg: i64) -> Result<Vec<RunRow>, StoreError> {
@@ -1002,7 +1048,7 @@ impl Store {
         campaign_id: i64,
         each: impl FnMut(RunRow) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.for_each_row("campaign_id = ?1", campaign_id, each)
+        self.for_each_row("r.campaign_id = ?1", campaign_id, each)
     }
 
     fn for_each_row<E: From<StoreError>>(
@@ -1040,9 +1086,10 @@ impl Store {
         };
         self.each(
             &format!(
-                "SELECT id, campaign_id, scenario_key, axes, repetition, status, result, counters,
-                        command, error, started_at, ended_at
-                 FROM runs WHERE {cond} ORDER BY id"
+                "SELECT r.id, r.campaign_id, r.scenario_key, r.axes, r.repetition, r.status,
+                        d.result, d.counters, r.command, r.error, r.started_at, r.ended_at
+                 FROM runs r LEFT JOIN run_docs d ON d.run_id = r.id
+                 WHERE {cond} ORDER BY r.id"
             ),
             &[Val::from(arg)],
             |r| each(row(r).map_err(|e| self.err(e))?),
@@ -1150,8 +1197,8 @@ impl Store {
         mut each: impl FnMut(i64, serde_json::Value) -> Result<(), E>,
     ) -> Result<(), E> {
         self.each(
-            "SELECT id, counters FROM runs WHERE campaign_id = ?1 AND counters IS NOT NULL
-             ORDER BY id",
+            "SELECT r.id, d.counters FROM runs r JOIN run_docs d ON d.run_id = r.id
+             WHERE r.campaign_id = ?1 AND d.counters IS NOT NULL ORDER BY r.id",
             &[Val::from(campaign_id)],
             |r| {
                 let (id, v) = (|| Ok::<_, DbError>((r.int(0)?, json_or_null(r.opt_str(1)?))))()
@@ -1172,7 +1219,8 @@ impl Store {
         mut each: impl FnMut(i64, &wirebench_stats::result::ResultDoc) -> Result<(), E>,
     ) -> Result<(), E> {
         self.each(
-            "SELECT r.id, r.result FROM runs r JOIN run_facts f ON f.run_id = r.id
+            "SELECT r.id, d.result FROM runs r JOIN run_facts f ON f.run_id = r.id
+             JOIN run_docs d ON d.run_id = r.id
              WHERE r.campaign_id = ?1 AND r.status = 'ok' AND f.readable = 2 AND f.figures != 0
              ORDER BY r.id",
             &[Val::from(campaign_id)],
@@ -1210,8 +1258,8 @@ impl Store {
     /// that still reads as one.
     pub fn finished(&self, campaign_id: i64) -> Result<HashSet<(String, u32)>, StoreError> {
         let q = format!(
-            "SELECT scenario_key, repetition FROM runs
-             WHERE campaign_id = ?1 AND status = 'ok' AND {}",
+            "SELECT r.scenario_key, r.repetition FROM runs r LEFT JOIN run_docs d ON d.run_id = r.id
+             WHERE r.campaign_id = ?1 AND r.status = 'ok' AND {}",
             readable_sql(self.conn.dialect())
         );
         let mut set = HashSet::new();
@@ -1230,8 +1278,9 @@ impl Store {
     /// it, and returns them.
     pub fn requeue_unreadable(&self, campaign_id: i64) -> Result<Vec<Unreadable>, StoreError> {
         let q = format!(
-            "SELECT id, scenario_key, repetition, result FROM runs
-             WHERE campaign_id = ?1 AND status = 'ok' AND NOT {}",
+            "SELECT r.id, r.scenario_key, r.repetition, d.result FROM runs r
+             LEFT JOIN run_docs d ON d.run_id = r.id
+             WHERE r.campaign_id = ?1 AND r.status = 'ok' AND NOT {}",
             readable_sql(self.conn.dialect())
         );
         let mut rows = Vec::new();
@@ -1302,12 +1351,12 @@ impl Store {
         let id = self
             .conn
             .first(
-                "INSERT INTO runs(campaign_id, scenario_key, axes, repetition, status, result, counters,
+                "INSERT INTO runs(campaign_id, scenario_key, axes, repetition, status,
                                   command, error, started_at, ended_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT(campaign_id, scenario_key, repetition) DO UPDATE SET
-                    axes = excluded.axes, status = excluded.status, result = excluded.result,
-                    counters = excluded.counters, command = excluded.command, error = excluded.error,
+                    axes = excluded.axes, status = excluded.status,
+                    command = excluded.command, error = excluded.error,
                     started_at = excluded.started_at, ended_at = excluded.ended_at
                  WHERE runs.status != 'ok'
                  RETURNING id",
@@ -1317,8 +1366,6 @@ impl Store {
                     Val::from(axes),
                     Val::from(i64::from(run.repetition)),
                     Val::from(run.status.as_str()),
-                    Val::from(result),
-                    Val::from(counters),
                     Val::from(run.command),
                     Val::from(run.error),
                     Val::from(run.started_at),
@@ -1328,6 +1375,14 @@ impl Store {
             )
             .map_err(|e| self.err(e))?;
         if let Some(id) = id {
+            self.conn
+                .execute(
+                    "INSERT INTO run_docs(run_id, counters, result) VALUES (?1, ?2, ?3)
+                     ON CONFLICT(run_id) DO UPDATE SET
+                        counters = excluded.counters, result = excluded.result",
+                    &[Val::from(id), Val::from(counters), Val::from(result)],
+                )
+                .map_err(|e| self.err(e))?;
             let x = crate::facts::extract_stored(run.result, run.counters);
             self.write_extracted(id, &x)?;
         }
@@ -1435,15 +1490,17 @@ mod tests {
         drop(s);
         let s = Store::open(&path).unwrap();
         assert_eq!(throughputs(&s), [(1, 5.0), (2, 7.0)]);
-        assert!(!dir.path().join("s.db.schema2.bak").exists());
+        assert!(!dir.path().join("s.db.schema3.bak").exists());
 
         // A run copied in by another program, without its values.
         s.conn
             .batch(
-                "INSERT INTO runs(campaign_id, scenario_key, axes, repetition, status, result,
+                "INSERT INTO runs(campaign_id, scenario_key, axes, repetition, status,
                                   command, started_at, ended_at)
-                 SELECT campaign_id, scenario_key, axes, 1000, status, result, command,
-                        started_at, ended_at FROM runs WHERE id = 1",
+                 SELECT campaign_id, scenario_key, axes, 1000, status, command,
+                        started_at, ended_at FROM runs WHERE id = 1;
+                 INSERT INTO run_docs(run_id, result)
+                 SELECT last_insert_rowid(), result FROM run_docs WHERE run_id = 1;",
             )
             .unwrap();
         drop(s);
@@ -1452,12 +1509,12 @@ mod tests {
         assert_eq!(got, [5.0, 7.0, 5.0]);
 
         // A newer store is refused and left as it is.
-        s.set_meta("schema_version", "3").unwrap();
+        s.set_meta("schema_version", "4").unwrap();
         drop(s);
         match Store::open(&path) {
-            Err(StoreError::Version { found: 3, .. }) => {}
+            Err(StoreError::Version { found: 4, .. }) => {}
             Err(e) => panic!("{e}"),
-            Ok(_) => panic!("a schema-3 store opened"),
+            Ok(_) => panic!("a schema-4 store opened"),
         }
         let c = rusqlite::Connection::open(&path).unwrap();
         let v: String = c
@@ -1467,6 +1524,6 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(v, "3");
+        assert_eq!(v, "4");
     }
 }

@@ -1,6 +1,6 @@
 //! PostgreSQL as the results store a lab shares: the connection (URL,
 //! password from `PGPASSWORD` or the password file, never from the URL),
-//! the schema-2 tables in their own schema, and the campaign lock as an
+//! the schema-3 tables in their own schema, and the campaign lock as an
 //! advisory lock held by a connection of its own, which the server drops
 //! when its holder dies (even by SIGKILL), as the OS drops a file lock.
 //!
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 /// programs keeps their `runs` or `meta` apart from ours.
 pub(crate) const SCHEMA_NAME: &str = "wirebench";
 
-/// The schema-2 tables as PostgreSQL spells them (the SQLite ones in
+/// The schema-3 tables as PostgreSQL spells them (the SQLite ones in
 /// `super::SQLITE_SCHEMA` hold the same columns). Integers are BIGINT so
 /// both read as i64; `wirebench_readable` is SQLite's json test.
 pub(crate) const SCHEMA: &str = "
@@ -44,8 +44,6 @@ CREATE TABLE IF NOT EXISTS runs (
     axes         TEXT NOT NULL,
     repetition   BIGINT NOT NULL,
     status       TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
-    result       TEXT,
-    counters     TEXT,
     command      TEXT NOT NULL,
     error        TEXT,
     started_at   TEXT NOT NULL,
@@ -53,6 +51,12 @@ CREATE TABLE IF NOT EXISTS runs (
     UNIQUE (campaign_id, scenario_key, repetition)
 );
 CREATE INDEX IF NOT EXISTS runs_by_campaign ON runs(campaign_id, scenario_key);
+CREATE INDEX IF NOT EXISTS runs_in_order ON runs(campaign_id, id);
+CREATE TABLE IF NOT EXISTS run_docs (
+    run_id   BIGINT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    counters TEXT,
+    result   TEXT
+);
 CREATE TABLE IF NOT EXISTS run_metrics (
     run_id BIGINT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     key    TEXT NOT NULL,
