@@ -9,7 +9,8 @@
 //! One journal per network namespace (interface names repeat across
 //! namespaces): `net-INODE.journal` beside `net-INODE.lock` in
 //! `WIREBENCH_STATE_DIR`, `/var/lib/wirebench` for root, else
-//! `$XDG_STATE_HOME/wirebench` or `~/.local/state/wirebench`. An agent
+//! `$XDG_STATE_HOME/wirebench` or `~/.local/state/wirebench`
+//! (`%LOCALAPPDATA%\wirebench` on Windows). An agent
 //! that may change links holds an exclusive `flock` on the lock file for
 //! its whole life (the kernel drops it when the process dies, however it
 //! dies), so a journal whose lock can be taken belongs to a dead agent,
@@ -101,7 +102,16 @@ pub fn state_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
         return PathBuf::from(d).join("wirebench");
     }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+    // Windows has no HOME: its per-user state goes under LOCALAPPDATA (a
+    // relative fallback would scatter lock files in whatever directory the
+    // agent was started from).
+    #[cfg(windows)]
+    if let Some(d) = std::env::var_os("LOCALAPPDATA") {
+        return PathBuf::from(d).join("wirebench");
+    }
+    let home = std::env::var_os("HOME")
+        .or_else(|| std::env::var_os("USERPROFILE"))
+        .unwrap_or_else(|| std::env::temp_dir().into_os_string());
     PathBuf::from(home).join(".local/state/wirebench")
 }
 
