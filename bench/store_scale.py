@@ -38,6 +38,19 @@ PostgreSQL (--store postgres), schema 3, 2026-11-27 06:53 UTC, load
     100000  0.13 s/0.00 s/9 MB   0.04 s/0.00 s/9 MB   8.93 s/4.92 s/45 MB  9.62 s/7.07 s/149 MB
     (100 000: 07:00 UTC, load 4-6, --reps 1)
 
+SQLite on a quiet host (2026-11-27 07:37 UTC, load 1-3, the same binary;
+elapsed/CPU/peak):
+
+    runs    docs             list                 report               export long
+    100000  6.1 KB, 1 flow   0.07 s/0.04 s/10 MB  6.45 s/3.93 s/48 MB  8.05 s/5.05 s/150 MB  (--reps 3)
+    1000    229 KB, 60 flows 0.00 s/0.00 s/9 MB   1.46 s/1.45 s/14 MB  0.06 s/0.05 s/12 MB   (--reps 1)
+    10000   229 KB, 60 flows 0.01 s/0.01 s/10 MB  13.8 s/13.7 s/18 MB  0.55 s/0.52 s/25 MB   (--reps 1, 2.3 GB store)
+
+100 000 60-flow runs (a 23 GB store) did not fit this machine's disk; the
+report grows linearly (x9.4 from 1 000 to 10 000), so it would take about
+140 s there: it parses every document for the histograms and series,
+where a per-run figures table written at store time would not.
+
 Memory stays flat (list) or grows slowly (report: per-scenario samples;
 export: one record per run without documents); report time is reading
 every document for the series and histograms.
