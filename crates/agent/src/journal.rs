@@ -205,7 +205,19 @@ impl Journal {
             .truncate(false)
             .open(&lock_path)
             .map_err(io("opening", &lock_path))?;
-        try_lock(&lock).map_err(|e| match e {
+        // A process forked by this one (or by the agent before us) holds
+        // the lock's open file until it execs its program, so a lock
+        // just released can read as held for a moment: try again over
+        // ~200 ms before naming a holder.
+        let mut held = try_lock(&lock);
+        for _ in 0..20 {
+            if !matches!(held, Err(LockErr::Held)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            held = try_lock(&lock);
+        }
+        held.map_err(|e| match e {
             LockErr::Held => JournalError::Busy {
                 holder: std::fs::read_to_string(&lock_path)
                     .map(|s| s.trim().to_string())

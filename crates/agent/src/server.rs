@@ -468,13 +468,7 @@ impl Agent {
                         id: 0,
                         reply: Reply::Error { message: why },
                     };
-                    let mut text = resp.line();
-                    text.push('\n');
-                    if output
-                        .write_all(text.as_bytes())
-                        .and_then(|_| output.flush())
-                        .is_err()
-                    {
+                    if write_response(&mut output, &resp).is_err() {
                         break;
                     }
                     continue;
@@ -486,7 +480,7 @@ impl Agent {
                         id: 0,
                         reply: Reply::Error { message: e },
                     };
-                    let _ = writeln!(output, "{}", resp.line()).and_then(|_| output.flush());
+                    let _ = write_response(&mut output, &resp);
                     break;
                 }
             };
@@ -512,13 +506,7 @@ impl Agent {
                     Step::Go,
                 ),
             };
-            let mut text = resp.line();
-            text.push('\n');
-            if output
-                .write_all(text.as_bytes())
-                .and_then(|_| output.flush())
-                .is_err()
-            {
+            if write_response(&mut output, &resp).is_err() {
                 // The controller is gone: same as end of input.
                 break;
             }
@@ -934,6 +922,15 @@ impl Agent {
     }
 }
 
+/// Writes one response line and flushes it: an error means the
+/// controller is gone.
+fn write_response(output: &mut impl Write, resp: &Response) -> std::io::Result<()> {
+    let mut text = resp.line();
+    text.push('\n');
+    output.write_all(text.as_bytes())?;
+    output.flush()
+}
+
 fn list_or_none(v: &[String]) -> String {
     if v.is_empty() {
         "none".into()
@@ -1015,8 +1012,12 @@ mod line_tests {
         })
     }
 
-    /// The agent's answers to `lines`, one string each.
+    /// The agent's answers to `lines`, one string each. One session at a
+    /// time: a session that may change links holds the node's journal
+    /// lock, and the tests share one state directory.
     fn session(a: Agent, lines: &[&str]) -> Vec<String> {
+        static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
         let mut out = Vec::new();
         a.serve(std::io::Cursor::new(input.into_bytes()), &mut out);
