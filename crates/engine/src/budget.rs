@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use wirebench_wire::FlowSetup;
+use wirebench_wire::{FlowSetup, MeterMode};
 
 /// Socket buffer a UDP flow's data socket asks for when the sender did
 /// not (`--window`) and the session's budget allows it.
@@ -77,8 +77,8 @@ pub struct Budgets {
 }
 
 /// Default budget of one session: the largest Hello (10 000 UDP flows)
-/// fits in sockets; buffers shrink to fit ([`default_buffer`]); a TCP
-/// flow costs a thread, so at most about 500 TCP flows.
+/// fits in sockets; buffers shrink to fit ([`default_buffer`]); an
+/// RTT-meter TCP flow costs a thread, so at most about 500 of those.
 pub const SESSION_BUDGET: Resources = Resources {
     sockets: 10_240,
     buffer_bytes: 1 << 30,
@@ -112,17 +112,23 @@ pub fn default_buffer(usual: u64, flows: usize, session: &Resources) -> u64 {
 /// What a session of these flows costs on a receiver with `cores` CPUs:
 /// per flow a data socket (UDP socket or TCP listener) and for TCP its
 /// data connection too; buffers as [`default_buffer`] gives them unless
-/// the sender asked (`rcvbuf`); threads: the session's own, one per TCP
-/// flow and per reverse flow, and the UDP receive workers (one per flow up
-/// to the CPUs, then shared).
-pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resources {
+/// the sender asked (`rcvbuf`); threads: the session's own, one per
+/// RTT-meter TCP flow (`meter`: the session's, unless the flow names its
+/// own) and per reverse flow, and the UDP and the one-way TCP receive
+/// workers (one per flow up to the CPUs, then shared).
+pub fn cost(
+    setups: &[FlowSetup],
+    meter: MeterMode,
+    cores: usize,
+    session: &Resources,
+) -> Resources {
     let n = setups.len();
     let mut r = Resources {
         sockets: 1,
         buffer_bytes: 0,
         threads: 1,
     };
-    let mut udp = 0u64;
+    let (mut udp, mut tcp) = (0u64, 0u64);
     for s in setups {
         let c = crate::transport::caps(s.transport);
         let (sockets, usual, threads) = if !c.via_receiver {
@@ -131,7 +137,9 @@ pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resource
         } else if s.reverse.is_some() {
             (c.rx_sockets, REVERSE_SNDBUF, 1)
         } else if c.connection_oriented {
-            (c.rx_sockets, TCP_RCVBUF, 1)
+            let own = s.meter.unwrap_or(meter) == MeterMode::Rtt;
+            tcp += u64::from(!own);
+            (c.rx_sockets, TCP_RCVBUF, u64::from(own))
         } else {
             // Datagram flows share the receive workers.
             udp += 1;
@@ -149,7 +157,7 @@ pub fn cost(setups: &[FlowSetup], cores: usize, session: &Resources) -> Resource
             threads,
         });
     }
-    r.threads += udp.min(cores as u64);
+    r.threads += udp.min(cores as u64) + tcp.min(cores as u64);
     r
 }
 
@@ -467,17 +475,24 @@ mod tests {
         let s = SESSION_BUDGET;
         let mut flows = vec![setup(Transport::Udp, None); 4];
         flows.push(setup(Transport::Tcp, Some(1 << 20)));
-        let c = cost(&flows, 2, &s);
+        let c = cost(&flows, MeterMode::Rtt, 2, &s);
         // Control + 4 UDP sockets + TCP listener and connection.
         assert_eq!(c.sockets, 1 + 4 + 2);
         assert_eq!(c.buffer_bytes, 4 * UDP_RCVBUF + (1 << 20));
-        // Session + TCP flow + UDP workers (2 CPUs).
+        // Session + RTT-meter TCP flow + UDP workers (2 CPUs).
         assert_eq!(c.threads, 1 + 1 + 2);
         // Many flows share the buffer budget instead of 8 MiB each.
         let many = vec![setup(Transport::Udp, None); 1000];
-        let c = cost(&many, 2, &s);
+        let c = cost(&many, MeterMode::Owd, 2, &s);
         assert!(c.buffer_bytes <= s.buffer_bytes, "{c:?}");
         assert_eq!(default_buffer(UDP_RCVBUF, 1_000_000, &s), MIN_DEFAULT_BUF);
+        // One-way TCP flows share a receive worker per CPU; a flow asking
+        // for the RTT meter in a one-way session has a thread of its own.
+        let mut tcp = vec![setup(Transport::Tcp, None); 1000];
+        tcp[0].meter = Some(MeterMode::Rtt);
+        let c = cost(&tcp, MeterMode::Owd, 2, &s);
+        assert_eq!(c.threads, 1 + 1 + 2);
+        assert!(c.threads <= s.threads && c.sockets <= s.sockets, "{c:?}");
     }
 
     #[test]

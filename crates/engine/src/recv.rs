@@ -503,7 +503,8 @@ fn session(
     // is opened, and given back when `_grant` goes, however it ends.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let session_budget = &cfg.budgets.session;
-    let _grant = match ledger.reserve_for(peer.ip(), budget::cost(&setups, cores, session_budget)) {
+    let cost = budget::cost(&setups, meter, cores, session_budget);
+    let _grant = match ledger.reserve_for(peer.ip(), cost) {
         Ok(g) => g,
         Err(e) => {
             stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -565,6 +566,7 @@ fn session(
     let mut flows = Flows(Vec::new(), Vec::new());
     let mut ports = Vec::new();
     let mut udp = Vec::new();
+    let mut tcp = Vec::new();
     // Reverse flows (we send them): their sockets, and threads from Start.
     let mut remote = crate::reverse::Remote::default();
     for (i, s) in setups.iter().enumerate() {
@@ -592,9 +594,16 @@ fn session(
                     flow_id: s.flow_id,
                     shared,
                 });
-                let spawned = match end.into_udp() {
+                let end = match end.into_udp() {
                     Ok(u) => {
                         udp.push((i, u));
+                        continue;
+                    }
+                    Err(end) => end,
+                };
+                let spawned = match end.into_tcp() {
+                    Ok(t) => {
+                        tcp.push((i, t));
                         continue;
                     }
                     Err(end) => std::thread::Builder::new()
@@ -627,7 +636,9 @@ fn session(
     if let (Some(Err(why)), true) = (&xdp, verbose) {
         eprintln!("wirebench recv: session {sid:08x}: socket path, not XDP: {why}");
     }
-    if let Err(e) = crate::transport::udp::rx::start_workers(udp, &mut flows.1) {
+    if let Err(e) = crate::transport::udp::rx::start_workers(udp, &mut flows.1)
+        .and_then(|()| crate::transport::tcp::rx::start_workers(tcp, &mut flows.1))
+    {
         stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
         return refuse(&mut ctl, format!("receiver: {e}"));
     }

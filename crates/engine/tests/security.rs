@@ -789,6 +789,7 @@ fn a_tcp_flow_keeps_only_the_connection_it_was_granted() {
     flow.transport = Transport::Tcp;
     let budget = wirebench_engine::budget::cost(
         std::slice::from_ref(&flow),
+        MeterMode::Owd,
         1,
         &wirebench_engine::budget::SESSION_BUDGET,
     );

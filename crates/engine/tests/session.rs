@@ -349,6 +349,77 @@ fn many_flows_are_received_exactly() {
     h.join().unwrap();
 }
 
+/// TCP flows beyond the CPUs: the one-way ones share the receiver's
+/// TCP workers (epoll), the RTT-meter one keeps a thread of its own and
+/// its reflections. Paced flows are received record for record, each in
+/// its own flow; bulk flows on the sender's shared writer are received
+/// exactly as far as they were sent, and every flow lasts its 400 ms.
+#[test]
+fn tcp_flows_beyond_the_cpus_share_receive_workers_and_are_received_exactly() {
+    let _cpu = beside_others();
+    let port = 15419;
+    let (stop, h) = daemon(port);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let paced = 2 * cores + 1;
+    let mut flows: Vec<FlowPlan> = (0..paced)
+        .map(|i| {
+            let mut f = udp(50.0, 100 + i as u32, Stop::DurationMs(400), i as u64);
+            f.transport = Transport::Tcp;
+            f
+        })
+        .collect();
+    for i in 0..3 {
+        let mut f = udp(1.0, 8000, Stop::DurationMs(400), 100 + i);
+        f.spec = FlowSpec::max_rate(8000).unwrap();
+        f.transport = Transport::Tcp;
+        flows.push(f);
+    }
+    let mut rtt = udp(50.0, 200, Stop::DurationMs(400), 99);
+    rtt.transport = Transport::Tcp;
+    rtt.meter = Some(MeterMode::Rtt);
+    flows.push(rtt);
+    let n = flows.len();
+    let doc = wirebench_engine::run(plan("127.0.0.1", port, flows)).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+    assert!(!doc.partial, "{:?}", doc.partial_reason);
+    assert_eq!(doc.flows.len(), n);
+    for (i, f) in doc.flows.iter().enumerate() {
+        assert_eq!(f.id as usize, i + 1);
+        assert_eq!(f.transport, Transport::Tcp);
+        assert_eq!(f.received.foreign, 0, "flow {}", f.id);
+        assert!(f.sent.packets > 0, "flow {}", f.id);
+        assert_eq!(f.received.counts.unique, f.sent.packets, "flow {}", f.id);
+        assert_eq!(f.received.counts.lost, Some(0), "flow {}", f.id);
+        assert_eq!(f.received.counts.duplicates, 0, "flow {}", f.id);
+        if i < paced {
+            assert_eq!(f.sent.packets, 20, "flow {}", f.id);
+            assert_eq!(
+                f.received.counts.bytes,
+                20 * (100 + i as u64),
+                "flow {}",
+                f.id
+            );
+        } else if i < paced + 3 {
+            assert_eq!(
+                f.received.counts.bytes,
+                f.sent.packets * 8000,
+                "flow {}",
+                f.id
+            );
+            assert!(
+                (f.sent.duration_s - 0.4).abs() < 0.01,
+                "flow {}: {:?}",
+                f.id,
+                f.sent
+            );
+        }
+    }
+    let r = &doc.flows[n - 1];
+    assert_eq!(r.rtt_received, Some(20), "{r:?}");
+    assert!(r.rtt_s.is_some_and(|d| d.min > 0.0), "{:?}", r.rtt_s);
+}
+
 /// A thousand UDP flows in one session (shared pacers on the sender,
 /// shared receive workers on the receiver once the flows outnumber the
 /// CPUs): every flow's every packet is received, counted to its own flow.

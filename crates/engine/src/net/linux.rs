@@ -513,6 +513,23 @@ impl Poller {
         Ok(())
     }
 
+    /// Stops watching `fd`; called before the socket is closed, so that a
+    /// descriptor number the system reuses is never reported for it.
+    pub fn remove(&mut self, fd: RawFd) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: both descriptors are open; EPOLL_CTL_DEL reads no event
+        // (a null one is allowed since Linux 2.6.9). A descriptor that was
+        // never added fails with ENOENT, which changes nothing.
+        unsafe {
+            libc::epoll_ctl(
+                self.epfd.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+
     /// Waits up to `timeout_ms` and calls `f` with the token of every
     /// readable socket; returns how many there were.
     pub fn wait(&mut self, timeout_ms: i32, mut f: impl FnMut(usize)) -> usize {

@@ -273,6 +273,16 @@ impl Poller {
         Ok(())
     }
 
+    /// Stops watching `fd`; called before the socket is closed (a closed
+    /// descriptor left in the poll set would be reported every wait).
+    pub fn remove(&mut self, fd: RawFd) {
+        let fd = super::pollfd(fd, 0).fd;
+        if let Some(i) = self.fds.iter().position(|p| p.fd == fd) {
+            self.fds.swap_remove(i);
+            self.tokens.swap_remove(i);
+        }
+    }
+
     /// Waits up to `timeout_ms` and calls `f` with the token of every
     /// readable socket; returns how many there were.
     pub fn wait(&mut self, timeout_ms: i32, mut f: impl FnMut(usize)) -> usize {

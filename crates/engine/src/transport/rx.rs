@@ -242,6 +242,26 @@ pub(crate) trait FlowRx: Send {
     /// A UDP flow, for the receive workers that serve many flows and the
     /// AF_XDP path; `Err(self)` when this end is not one.
     fn into_udp(self: Box<Self>) -> Result<Box<super::udp::rx::UdpFlow>, RxEnd>;
+
+    /// A one-way TCP flow's listener, for the TCP receive workers that
+    /// serve many flows; `Err(self)` for anything else (an RTT-meter flow
+    /// keeps a thread of its own, so its reflections never queue behind
+    /// other flows' reads).
+    fn into_tcp(self: Box<Self>) -> Result<Box<super::tcp::rx::Listening>, RxEnd>;
+}
+
+/// Deals flows (position in the session, state) round-robin to one
+/// receive worker per CPU, fewer when there are fewer flows: each
+/// worker's positions and flows.
+pub(crate) fn per_cpu<T>(flows: Vec<(usize, Box<T>)>) -> Vec<(Vec<usize>, Vec<T>)> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = flows.len().min(cores);
+    let mut groups: Vec<(Vec<usize>, Vec<T>)> = (0..n).map(|_| (Vec::new(), Vec::new())).collect();
+    for (k, (i, f)) in flows.into_iter().enumerate() {
+        groups[k % n].0.push(i);
+        groups[k % n].1.push(*f);
+    }
+    groups
 }
 
 /// A flow's receiving end, whatever its transport.

@@ -7,6 +7,7 @@
 //! `transport/mod.rs`.
 
 use super::rx::{FlowRx, RxEnd, RxFlow, WorkerOutcome, POLL_MS};
+use super::tcp::rx::Listening;
 use super::udp::rx::UdpFlow;
 use super::{Caps, DataSock, FlowRun, FlowTx};
 use crate::net::BATCH;
@@ -168,6 +169,10 @@ impl FlowRx for NullRx {
     }
 
     fn into_udp(self: Box<Self>) -> Result<Box<UdpFlow>, RxEnd> {
+        Err(self)
+    }
+
+    fn into_tcp(self: Box<Self>) -> Result<Box<Listening>, RxEnd> {
         Err(self)
     }
 }

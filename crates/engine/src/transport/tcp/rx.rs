@@ -1,7 +1,9 @@
 //! TCP's receive side: a flow's data listener on the daemon, serving the
-//! connection the flow was granted, and the sender's own connection for a
-//! reverse flow; also the daemon's end of a reverse TCP flow, which writes
-//! into the connection the sender opened (as `iperf3 -R` does).
+//! connection the flow was granted (one-way flows on receive workers
+//! shared by the flows beyond the CPUs, an RTT-meter flow on a thread of
+//! its own), and the sender's own connection for a reverse flow; also the
+//! daemon's end of a reverse TCP flow, which writes into the connection
+//! the sender opened (as `iperf3 -R` does).
 
 use crate::clock::{mono_ns, realtime_ns};
 use crate::net::{self, set_rcvbuf, AsRawFd};
@@ -9,8 +11,8 @@ use crate::records::{Fill, RecordReader};
 use crate::session::CONNECT_TIMEOUT;
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{
-    reply_len, unmap, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend, ReverseEnd,
-    RxEnd, RxFlow, WorkerOutcome, POLL_MS,
+    per_cpu, reply_len, unmap, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend,
+    ReverseEnd, RxEnd, RxFlow, Worker, WorkerOutcome, POLL_MS,
 };
 use crate::transport::udp::rx::UdpFlow;
 use crate::transport::{connect_err, hello_record, DataSock};
@@ -18,6 +20,7 @@ use crate::EngineError;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 use wirebench_wire::auth::ProbeKey;
 use wirebench_wire::{Reflection, FLAG_REFLECTED, PROBE_HEADER_LEN};
@@ -35,7 +38,7 @@ pub(crate) fn listen(port: DataPort, rf: RxFlow) -> Result<(u16, RxEnd), EngineE
 }
 
 /// A flow's data listener and its accounting, until its thread runs.
-struct Listening {
+pub(crate) struct Listening {
     l: TcpListener,
     rf: RxFlow,
 }
@@ -47,6 +50,14 @@ impl FlowRx for Listening {
 
     fn into_udp(self: Box<Self>) -> Result<Box<UdpFlow>, RxEnd> {
         Err(self)
+    }
+
+    fn into_tcp(self: Box<Self>) -> Result<Box<Listening>, RxEnd> {
+        if self.rf.reflect {
+            Err(self)
+        } else {
+            Ok(self)
+        }
     }
 }
 
@@ -72,6 +83,10 @@ impl FlowRx for Dialed {
     }
 
     fn into_udp(self: Box<Self>) -> Result<Box<UdpFlow>, RxEnd> {
+        Err(self)
+    }
+
+    fn into_tcp(self: Box<Self>) -> Result<Box<Listening>, RxEnd> {
         Err(self)
     }
 }
@@ -155,6 +170,8 @@ struct TcpConn {
     /// session and flow has arrived on it since.
     accepted_ns: u64,
     identified: bool,
+    /// Registered with a shared worker's poller.
+    watched: bool,
     /// The peer as accepted, until the connection identifies (then it is
     /// the flow's `from`); None on the sender's end of a reverse flow.
     from: Option<SocketAddr>,
@@ -206,11 +223,13 @@ impl TcpConn {
 fn tcp_rx(listener: TcpListener, mut rf: RxFlow) -> WorkerOutcome {
     let cpu0 = CpuTime::thread();
     let peer = rf.source.unwrap_or(SocketAddr::new(rf.peer_ip, 0));
-    let (sh, reflect) = (rf.sh.clone(), rf.reflect);
+    let sh = rf.sh.clone();
     let mut conns: Vec<TcpConn> = Vec::new();
     let mut pfds: Vec<net::PollFd> = Vec::with_capacity(GRANTED_CONNS + 1);
+    // The poll set is rebuilt every round: nothing to forget on close.
+    let mut forget = |_: &TcpConn| {};
     while !sh.stop.load(Ordering::Relaxed) {
-        drop_unidentified(&mut conns, &sh);
+        drop_unidentified(&mut conns, &sh, &mut forget);
         pfds.clear();
         pfds.push(net::pollfd(listener.as_raw_fd(), net::POLLIN));
         for c in &conns {
@@ -224,39 +243,9 @@ fn tcp_rx(listener: TcpListener, mut rf: RxFlow) -> WorkerOutcome {
             continue;
         }
         let polled = pfds.len() - 1;
-        if pfds[0].revents != 0 {
-            while let Ok((s, from)) = listener.accept() {
-                // Only the session's sender may connect (from the port it
-                // declared, when it did): anyone else would hold the flow's
-                // connection (and get reflections).
-                let theirs = unmap(from.ip()) == peer.ip()
-                    && (peer.port() == 0 || from.port() == peer.port());
-                if !theirs || !make_room(&mut conns, &mut rf) {
-                    sh.foreign();
-                    continue;
-                }
-                let _ = s.set_nonblocking(true);
-                // A fixed buffer switches the kernel's receive autotuning
-                // off for the connection: 60 flows with 4 MiB each
-                // advertised windows that overfilled a 1000-packet router
-                // queue (50 000 retransmits where iperf3 -P 60 had 400).
-                // Fixed only when the sender asks (`--window`, iperf3 -w).
-                if sh.rcvbuf > 0 {
-                    set_rcvbuf(s.as_raw_fd(), sh.rcvbuf);
-                }
-                conns.push(TcpConn {
-                    stream: s,
-                    rd: RecordReader::new(TCP_BUF),
-                    out: Vec::with_capacity(if reflect { 64 << 10 } else { 0 }),
-                    out_head: 0,
-                    accepted_ns: mono_ns(),
-                    identified: false,
-                    from: Some(unmap_addr(from)),
-                });
-            }
-        }
         // Backwards, so that swap_remove only moves an already handled
-        // connection into the freed place.
+        // connection into the freed place; before accepting, which may
+        // close one of them to make room.
         for ci in (0..polled).rev() {
             if pfds[ci + 1].revents == 0 {
                 continue;
@@ -267,20 +256,200 @@ fn tcp_rx(listener: TcpListener, mut rf: RxFlow) -> WorkerOutcome {
                 conns.swap_remove(ci);
             }
         }
+        if pfds[0].revents != 0 {
+            accept(&listener, &mut conns, &mut rf, peer, &mut forget);
+        }
     }
     rf.outcome(CpuTime::thread().since(cpu0))
 }
 
+/// Accepts the connections waiting on `listener`: only the session's
+/// sender's (from the port it declared, when it did: anyone else would
+/// hold the flow's connection and get reflections), as far as
+/// [`make_room`] lets them in; the rest count as foreign. `closing` sees
+/// every held connection before it is closed.
+fn accept(
+    listener: &TcpListener,
+    conns: &mut Vec<TcpConn>,
+    rf: &mut RxFlow,
+    peer: SocketAddr,
+    closing: &mut impl FnMut(&TcpConn),
+) {
+    while let Ok((s, from)) = listener.accept() {
+        let theirs =
+            unmap(from.ip()) == peer.ip() && (peer.port() == 0 || from.port() == peer.port());
+        if !theirs || !make_room(conns, rf, closing) {
+            rf.sh.foreign();
+            continue;
+        }
+        let _ = s.set_nonblocking(true);
+        // A fixed buffer switches the kernel's receive autotuning
+        // off for the connection: 60 flows with 4 MiB each
+        // advertised windows that overfilled a 1000-packet router
+        // queue (50 000 retransmits where iperf3 -P 60 had 400).
+        // Fixed only when the sender asks (`--window`, iperf3 -w).
+        if rf.sh.rcvbuf > 0 {
+            set_rcvbuf(s.as_raw_fd(), rf.sh.rcvbuf);
+        }
+        conns.push(TcpConn {
+            stream: s,
+            rd: RecordReader::new(TCP_BUF),
+            out: Vec::with_capacity(if rf.reflect { 64 << 10 } else { 0 }),
+            out_head: 0,
+            accepted_ns: mono_ns(),
+            identified: false,
+            watched: false,
+            from: Some(unmap_addr(from)),
+        });
+    }
+}
+
+/// A one-way TCP flow on a shared receive worker: its listener, the
+/// connection(s) its sender opened, its accounting.
+struct SharedFlow {
+    l: TcpListener,
+    conns: Vec<TcpConn>,
+    rf: RxFlow,
+    /// The session's sender, at the port it declared (0: any port).
+    peer: SocketAddr,
+}
+
+/// Ready sockets a shared TCP worker takes from one wait.
+const TCP_EVENTS: usize = 1024;
+
+/// How often a shared TCP worker closes its flows' connections that have
+/// not identified in time ([`TCP_IDENTIFY`] is seconds: this is plenty).
+const TCP_SWEEP_NS: u64 = 100_000_000;
+
+/// Poller tokens of flow `k` of a shared TCP worker: its listener, and
+/// its connections together (a flow holds one, [`GRANTED_CONNS`]; an
+/// event reads them all).
+fn listener_token(k: usize) -> usize {
+    2 * k
+}
+fn conns_token(k: usize) -> usize {
+    2 * k + 1
+}
+
+/// Starts the receive workers of a session's one-way TCP flows (`tcp`:
+/// position in the session, listener): one per flow up to the CPUs, then
+/// shared, each serving its flows with [`tcp_rx_many`]. A thread per flow
+/// cost a wake-up and a context switch per arriving segment or two: 60
+/// flows sharing 1 Gbit/s on 2 CPUs woke ~80 000 times a second, and
+/// 1 000 flows did not fit the session's thread budget.
+pub(crate) fn start_workers(
+    tcp: Vec<(usize, Box<Listening>)>,
+    workers: &mut Vec<Worker>,
+) -> Result<(), EngineError> {
+    for (g, (ids, flows)) in per_cpu(tcp).into_iter().enumerate() {
+        let mut poller =
+            net::Poller::new(TCP_EVENTS).map_err(|e| EngineError::io("receive poller", e))?;
+        let mut shared = Vec::with_capacity(flows.len());
+        for (k, f) in flows.into_iter().enumerate() {
+            poller
+                .add(f.l.as_raw_fd(), listener_token(k))
+                .map_err(|e| EngineError::io("receive poller", e))?;
+            shared.push(SharedFlow {
+                peer: f.rf.source.unwrap_or(SocketAddr::new(f.rf.peer_ip, 0)),
+                l: f.l,
+                conns: Vec::new(),
+                rf: f.rf,
+            });
+        }
+        let h = std::thread::Builder::new()
+            .name(format!("wb-rxt-{g}"))
+            .spawn(move || tcp_rx_many(shared, poller))
+            .map_err(|e| EngineError::io("receive thread", e))?;
+        workers.push(Worker {
+            flows: ids,
+            handle: Some(h),
+        });
+    }
+    Ok(())
+}
+
+/// Serves several one-way TCP flows on one thread until the session
+/// stops them: `poller` (epoll on Linux) watches their listeners and
+/// connections, and each readable connection is read up to
+/// [`TCP_FILLS_PER_TURN`] buffers at a time, so that a fast flow cannot
+/// hold up the others (the wait is level-triggered: it comes back for
+/// the rest).
+fn tcp_rx_many(mut flows: Vec<SharedFlow>, mut poller: net::Poller) -> WorkerOutcome {
+    let cpu0 = CpuTime::thread();
+    // The session stops all its flows at once.
+    let stop = match flows.first() {
+        Some(f) => f.rf.sh.clone(),
+        None => Arc::new(FlowShared::default()),
+    };
+    let live = flows.iter().any(|f| f.rf.acc.live.is_some());
+    let (mut next_tick, mut next_sweep) = (0, 0);
+    let mut ready = Vec::with_capacity(TCP_EVENTS);
+    while !stop.stop.load(Ordering::Relaxed) {
+        let now = mono_ns();
+        if live && now >= next_tick {
+            flows.iter_mut().for_each(|f| f.rf.acc.tick());
+            next_tick = now + 10_000_000;
+        }
+        if now >= next_sweep {
+            for f in flows
+                .iter_mut()
+                .filter(|f| f.conns.iter().any(|c| !c.identified))
+            {
+                drop_unidentified(&mut f.conns, &f.rf.sh, &mut |c| {
+                    poller.remove(c.stream.as_raw_fd())
+                });
+            }
+            next_sweep = now + TCP_SWEEP_NS;
+        }
+        ready.clear();
+        poller.wait(POLL_MS as i32, |t| ready.push(t));
+        for &t in &ready {
+            let k = t / 2;
+            let Some(f) = flows.get_mut(k) else { continue };
+            if t == listener_token(k) {
+                accept(&f.l, &mut f.conns, &mut f.rf, f.peer, &mut |c| {
+                    poller.remove(c.stream.as_raw_fd())
+                });
+                f.conns.retain_mut(|c| {
+                    if !c.watched {
+                        c.watched = poller.add(c.stream.as_raw_fd(), conns_token(k)).is_ok();
+                    }
+                    c.watched
+                });
+                continue;
+            }
+            for ci in (0..f.conns.len()).rev() {
+                if !read_records(&mut f.conns[ci], &mut f.rf) {
+                    poller.remove(f.conns[ci].stream.as_raw_fd());
+                    f.conns.swap_remove(ci);
+                }
+            }
+        }
+    }
+    WorkerOutcome {
+        accs: flows.into_iter().map(|f| f.rf.acc.into_recv()).collect(),
+        cpu: CpuTime::thread().since(cpu0),
+    }
+}
+
 /// Closes data connections that have not sent a record of their session
-/// within [`TCP_IDENTIFY`]; each one closed counts as foreign.
-fn drop_unidentified(conns: &mut Vec<TcpConn>, sh: &FlowShared) {
+/// within [`TCP_IDENTIFY`]; each one closed counts as foreign, and
+/// `closing` sees it first.
+fn drop_unidentified(
+    conns: &mut Vec<TcpConn>,
+    sh: &FlowShared,
+    closing: &mut impl FnMut(&TcpConn),
+) {
     let now = mono_ns();
     let limit = TCP_IDENTIFY.as_nanos() as u64;
-    let before = conns.len();
-    conns.retain(|c| c.identified || now.saturating_sub(c.accepted_ns) < limit);
-    for _ in conns.len()..before {
-        sh.foreign();
-    }
+    conns.retain(|c| {
+        let keep = c.identified || now.saturating_sub(c.accepted_ns) < limit;
+        if !keep {
+            closing(c);
+            sh.foreign();
+        }
+        keep
+    });
 }
 
 /// Whether a new connection may be served: while the flow holds fewer
@@ -288,13 +457,18 @@ fn drop_unidentified(conns: &mut Vec<TcpConn>, sh: &FlowShared) {
 /// (the granted connection's hello may be waiting), and the oldest still
 /// silent one is closed (counted foreign) to make room; when every held
 /// connection has identified, there is no room and the newcomer is
-/// refused.
-fn make_room(conns: &mut Vec<TcpConn>, rf: &mut RxFlow) -> bool {
+/// refused. `closing` sees every connection before it is closed.
+fn make_room(
+    conns: &mut Vec<TcpConn>,
+    rf: &mut RxFlow,
+    closing: &mut impl FnMut(&TcpConn),
+) -> bool {
     if conns.len() < GRANTED_CONNS {
         return true;
     }
     for ci in (0..conns.len()).rev() {
         if !conns[ci].identified && !read_records(&mut conns[ci], rf) {
+            closing(&conns[ci]);
             conns.swap_remove(ci);
         }
     }
@@ -308,18 +482,26 @@ fn make_room(conns: &mut Vec<TcpConn>, rf: &mut RxFlow) -> bool {
         else {
             return false;
         };
+        closing(&conns[victim]);
         conns.swap_remove(victim);
         rf.sh.foreign();
     }
     true
 }
 
-/// Reads what is available and records every complete record. Returns false
-/// when the connection is to be dropped (closed, or not ours).
+/// Reads of one connection's buffer per turn: 8 x [`TCP_BUF`] is 2 MiB,
+/// ~70 µs of a 25 Gbit/s loopback flow, so a shared worker's other flows
+/// wait no longer than that for their turn.
+const TCP_FILLS_PER_TURN: usize = 8;
+
+/// Reads what is available (up to [`TCP_FILLS_PER_TURN`] buffers; the
+/// caller's wait comes back for the rest) and records every complete
+/// record. Returns false when the connection is to be dropped (closed,
+/// or not ours).
 fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
     let (sid, flow_id, reflect) = (rf.sid, rf.flow_id, rf.reflect);
     let rlen = reply_len(rf.sh.probe_key.is_some());
-    loop {
+    for _ in 0..TCP_FILLS_PER_TURN {
         let ts = match c.rd.fill(&mut c.stream) {
             Fill::Data(ts) => ts,
             Fill::Again => return true,
@@ -363,6 +545,7 @@ fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
             }
         }
     }
+    true
 }
 
 /// One TCP connection we opened ourselves, read until the peer closes it or
@@ -377,6 +560,7 @@ fn tcp_rx_stream(stream: TcpStream, mut rf: RxFlow) -> WorkerOutcome {
         out_head: 0,
         accepted_ns: mono_ns(),
         identified: false,
+        watched: false,
         from: None,
     };
     rf.reflect = false;

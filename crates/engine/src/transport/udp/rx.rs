@@ -7,9 +7,10 @@ use crate::clock::{mono_ns, realtime_ns, sleep_until, tighten_timer_slack};
 use crate::net::{self, enable_rx_timestamps, set_rcvbuf, set_sndbuf, AsRawFd, RecvBatch, BATCH};
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{
-    reply_len, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend, ReverseEnd, RxEnd,
-    RxFlow, Worker, WorkerOutcome, POLL_MS,
+    per_cpu, reply_len, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend,
+    ReverseEnd, RxEnd, RxFlow, Worker, WorkerOutcome, POLL_MS,
 };
+use crate::transport::tcp::rx::Listening;
 use crate::transport::DataSock;
 use crate::EngineError;
 use std::io::ErrorKind;
@@ -167,6 +168,10 @@ impl FlowRx for UdpFlow {
     fn into_udp(self: Box<Self>) -> Result<Box<UdpFlow>, RxEnd> {
         Ok(self)
     }
+
+    fn into_tcp(self: Box<Self>) -> Result<Box<Listening>, RxEnd> {
+        Err(self)
+    }
 }
 
 impl UdpFlow {
@@ -318,20 +323,7 @@ pub(crate) fn start_workers(
     udp: Vec<(usize, Box<UdpFlow>)>,
     workers: &mut Vec<Worker>,
 ) -> Result<(), EngineError> {
-    if udp.is_empty() {
-        return Ok(());
-    }
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let n = udp.len().min(cores);
-    let mut groups: Vec<Vec<(usize, Box<UdpFlow>)>> = (0..n).map(|_| Vec::new()).collect();
-    for (k, f) in udp.into_iter().enumerate() {
-        groups[k % n].push(f);
-    }
-    for (g, group) in groups.into_iter().enumerate() {
-        let ids: Vec<usize> = group.iter().map(|(i, _)| *i).collect();
-        let flows: Vec<UdpFlow> = group.into_iter().map(|(_, f)| *f).collect();
+    for (g, (ids, flows)) in per_cpu(udp).into_iter().enumerate() {
         let h = match flows.as_slice() {
             [one] => {
                 let name = format!("wb-rx-{}", one.rx.flow_id);
