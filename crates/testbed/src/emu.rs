@@ -15,6 +15,7 @@
 //! before its predecessor delivers it with its predecessor (unlike netem,
 //! whose jitter reorders); reordering is its own, explicit knob.
 
+use crate::aqm::AqmQueue;
 use crate::spec::{Impairment, JitterDist};
 use crate::testbed::{WIRE_MIN_FRAME, WIRE_OVERHEAD};
 
@@ -96,6 +97,8 @@ pub fn pareto_scale(sd: f64) -> f64 {
 pub enum Fate {
     /// Dropped before the wire: the emulator's queue was full.
     QueueFull,
+    /// Dropped by CoDel at the head of the queue (`aqm` links).
+    AqmDrop,
     /// Lost on the wire (it took its wire time, nobody receives it).
     Lost,
     /// Delivered at `at` (ns, the caller's clock), `copies` times (2 when
@@ -106,6 +109,8 @@ pub enum Fate {
     /// caller can split the frame's time into queueing (arrival → start),
     /// serialisation (start → end) and propagation (end → at).
     Deliver {
+        /// Arrival at the wire's queue.
+        arrival: u64,
         /// Delivery time.
         at: u64,
         /// Start of serialisation.
@@ -203,12 +208,19 @@ impl Wire {
         }
     }
 
-    /// Admits a frame of `len` bytes that arrived at `arrival` (ns).
+    /// Admits a frame of `len` bytes that arrived at `arrival` (ns), on a
+    /// drop-tail wire (one without `aqm`): its whole fate is known at once.
     pub fn admit(&mut self, arrival: u64, len: u32) -> Fate {
         if self.backlog(arrival) >= self.queue_frames {
             return Fate::QueueFull;
         }
         let start = arrival.max(self.busy_until);
+        self.transmit(arrival, start, len)
+    }
+
+    /// Puts a frame on the wire at `start` (the wire is free by then):
+    /// its serialisation, then the loss model and the delay laws.
+    fn transmit(&mut self, arrival: u64, start: u64, len: u32) -> Fate {
         let end = match self.rate_bps {
             Some(r) if start == self.busy_until => {
                 let bits = wire_bytes(len) * 8 * 1_000_000_000 + self.busy_rem;
@@ -243,6 +255,7 @@ impl Wire {
             .then(|| (self.rng.next_u64() % payload_bits as u64) as u32);
         let reorder = self.rng.chance(self.imp.reorder);
         Fate::Deliver {
+            arrival,
             at,
             start,
             end,
@@ -250,6 +263,81 @@ impl Wire {
             corrupt_bit,
             reorder,
         }
+    }
+}
+
+/// One direction of a link whose queue is managed (`aqm`): frames wait in
+/// the [`AqmQueue`] until the wire is free, and the queue picks which one
+/// goes next (FQ-CoDel's round robin, CoDel's drops at the head), so a
+/// frame's fate is only known when the wire takes it. The caller feeds
+/// arrivals in order with [`ManagedWire::enqueue`] and lets time pass with
+/// [`ManagedWire::advance`]; both report each frame's fate by its slot.
+#[derive(Debug, Clone)]
+pub struct ManagedWire {
+    /// The wire after the queue (its own queue limit unused).
+    pub wire: Wire,
+    queue: AqmQueue,
+    /// Time the queue has been run to: a frame stamped earlier than this
+    /// (read late) is queued as if it arrived now, since the wire's
+    /// choices up to here are made.
+    clock: u64,
+}
+
+impl ManagedWire {
+    /// A managed direction: `wire` behind `queue`.
+    pub fn new(wire: Wire, queue: AqmQueue) -> ManagedWire {
+        ManagedWire {
+            wire,
+            queue,
+            clock: 0,
+        }
+    }
+
+    /// When the wire next takes a frame from the queue; None when empty.
+    pub fn next_start(&self) -> Option<u64> {
+        (!self.queue.is_empty()).then_some(self.wire.busy_until.max(self.clock))
+    }
+
+    /// Frames waiting for the wire.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Runs the wire up to `now`: each frame it starts sending before then
+    /// gets its fate.
+    pub fn advance(&mut self, now: u64, mut fate: impl FnMut(u32, Fate)) {
+        while !self.queue.is_empty() {
+            let t = self.wire.busy_until.max(self.clock);
+            if t > now {
+                break;
+            }
+            self.clock = t;
+            // The wire's ring of frames in flight only serves drop-tail's
+            // backlog; keep it from filling.
+            self.wire.backlog(t);
+            let next = self.queue.dequeue(t, |s| fate(s, Fate::AqmDrop));
+            if let Some((slot, arrival, len)) = next {
+                let f = self.wire.transmit(arrival, t, len);
+                fate(slot, f);
+            }
+        }
+        self.clock = self.clock.max(now);
+    }
+
+    /// Queues the frame in `slot` that arrived at `arrival`, after running
+    /// the wire up to then; `hash` is its flow ([`crate::aqm::flow_hash`]).
+    pub fn enqueue(
+        &mut self,
+        slot: u32,
+        arrival: u64,
+        len: u32,
+        hash: u32,
+        mut fate: impl FnMut(u32, Fate),
+    ) {
+        self.advance(arrival, &mut fate);
+        let arrival = arrival.max(self.clock);
+        self.queue
+            .enqueue(slot, arrival, len, hash, |s| fate(s, Fate::QueueFull));
     }
 }
 

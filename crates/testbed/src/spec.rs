@@ -340,6 +340,103 @@ pub fn parse_queue(s: &str) -> Result<QueueLimit, String> {
     Ok(QueueLimit::Bytes(b.round() as u64))
 }
 
+/// The active queue management of an emulated link's queue (RFC 8289
+/// CoDel, RFC 8290 FQ-CoDel), run by the link emulator because this
+/// kernel, like many container kernels, has neither qdisc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AqmKind {
+    /// One FIFO under CoDel.
+    Codel,
+    /// Flows hashed into queues served by deficit round robin, CoDel in each.
+    FqCodel,
+}
+
+/// `aqm = "codel"` / `"fq_codel"` and their parameters (tc's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AqmSpec {
+    /// Which algorithm.
+    pub kind: AqmKind,
+    /// Acceptable standing queue delay, ns (RFC 8289 §4.4: 5 ms).
+    pub target_ns: u64,
+    /// Window the delay must stay above target before drops start, ns
+    /// (RFC 8289 §4.3: 100 ms).
+    pub interval_ns: u64,
+    /// Bytes a flow may send per round (RFC 8290 §4.2: one MTU, 1514).
+    pub quantum: u32,
+    /// Flow queues (RFC 8290 §5.2.2: 1024); 1 for plain CoDel.
+    pub flows: u32,
+}
+
+impl AqmSpec {
+    /// RFC defaults of `kind`.
+    pub fn new(kind: AqmKind) -> AqmSpec {
+        AqmSpec {
+            kind,
+            target_ns: 5_000_000,
+            interval_ns: 100_000_000,
+            quantum: 1514,
+            flows: if kind == AqmKind::Codel { 1 } else { 1024 },
+        }
+    }
+
+    /// The topology-file form, e.g. `fq_codel target 5ms interval 100ms`.
+    pub fn as_text(&self) -> String {
+        let mut s = format!(
+            "{} target {}us interval {}us",
+            match self.kind {
+                AqmKind::Codel => "codel",
+                AqmKind::FqCodel => "fq_codel",
+            },
+            self.target_ns / 1000,
+            self.interval_ns / 1000
+        );
+        if self.kind == AqmKind::FqCodel {
+            s.push_str(&format!(" quantum {} flows {}", self.quantum, self.flows));
+        }
+        s
+    }
+}
+
+/// Parses `"codel"`, `"fq_codel"`, optionally followed by `target T`,
+/// `interval T` and, for fq_codel, `quantum BYTES` and `flows N`.
+pub fn parse_aqm(s: &str) -> Result<AqmSpec, String> {
+    let mut w = s.split_whitespace();
+    let mut a = match w.next() {
+        Some("codel") => AqmSpec::new(AqmKind::Codel),
+        Some("fq_codel") => AqmSpec::new(AqmKind::FqCodel),
+        _ => {
+            return Err(format!(
+                "`{s}`: aqm is \"codel\" or \"fq_codel\", then optional `target 5ms interval 100ms` (fq_codel also `quantum 1514 flows 1024`)"
+            ))
+        }
+    };
+    while let Some(key) = w.next() {
+        let Some(v) = w.next() else {
+            return Err(format!("`{s}`: `{key}` needs a value"));
+        };
+        let int = |lo: u32, hi: u32| -> Result<u32, String> {
+            v.parse::<u32>()
+                .ok()
+                .filter(|n| (lo..=hi).contains(n))
+                .ok_or_else(|| format!("`{s}`: {key} must be {lo}..={hi}"))
+        };
+        match key {
+            "target" => a.target_ns = parse_duration_ns(v)?,
+            "interval" => a.interval_ns = parse_duration_ns(v)?,
+            "quantum" if a.kind == AqmKind::FqCodel => a.quantum = int(64, 65_536)?,
+            "flows" if a.kind == AqmKind::FqCodel => a.flows = int(1, 65_536)?,
+            _ => return Err(format!("`{s}`: unknown aqm parameter `{key}`")),
+        }
+    }
+    if a.target_ns == 0 || a.interval_ns < a.target_ns {
+        return Err(format!(
+            "`{s}`: target must be above 0 and interval at least target"
+        ));
+    }
+    Ok(a)
+}
+
 /// Parses a loss: `"1%"`, `0.01`, or `"gemodel P R [1-H [1-K]]"` (netem's
 /// order: P good→bad, R bad→good, 1−h loss in bad, 1−k loss in good).
 pub fn parse_loss_spec(s: &str) -> Result<(f64, Option<GeModel>), String> {
@@ -400,6 +497,10 @@ pub struct LinkSpec {
     /// The link's queue at each end; None = the node's `txqueuelen` packets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueLimit>,
+    /// CoDel or FQ-CoDel on the link's queue, which then lives in the
+    /// emulator (docs/testbed.md, "Active queue management").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aqm: Option<AqmSpec>,
 }
 
 impl LinkSpec {
@@ -412,6 +513,7 @@ impl LinkSpec {
             offloads: false,
             impairment: None,
             queue: None,
+            aqm: None,
         }
     }
 
@@ -517,6 +619,13 @@ impl TopologySpec {
         }
     }
 
+    /// Gives every link with a rate the same AQM (the CLI's `--aqm`).
+    pub fn aqm_all(&mut self, a: AqmSpec) {
+        for l in self.links.iter_mut().filter(|l| l.rate_bps.is_some()) {
+            l.aqm = Some(a);
+        }
+    }
+
     /// Checks everything that can be checked without the kernel: names,
     /// references, ranges, and that every host can reach every other host
     /// through routers (hosts do not forward).
@@ -619,6 +728,15 @@ impl TopologySpec {
             if let Some(imp) = &l.impairment {
                 imp.check()
                     .map_err(|(f, m)| (Loc::Link(i, f), format!("link {}: {m}", l.label())))?;
+            }
+            if l.aqm.is_some() && l.rate_bps.is_none() {
+                return Err((
+                    Loc::Link(i, "aqm"),
+                    format!(
+                        "link {}: an aqm manages the queue behind a rate; give the link a rate",
+                        l.label()
+                    ),
+                ));
             }
             if l.queue.is_some() && l.rate_bps.is_none() {
                 return Err((
@@ -983,6 +1101,7 @@ struct RawLinkSettings {
     duplicate: Option<toml::Spanned<toml::Value>>,
     corrupt: Option<toml::Spanned<toml::Value>>,
     queue: Option<toml::Spanned<String>>,
+    aqm: Option<toml::Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1000,6 +1119,7 @@ struct RawLink {
     duplicate: Option<toml::Spanned<toml::Value>>,
     corrupt: Option<toml::Spanned<toml::Value>>,
     queue: Option<toml::Spanned<String>>,
+    aqm: Option<toml::Spanned<String>>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -1192,6 +1312,10 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
             link.queue =
                 Some(parse_queue(q.get_ref()).map_err(|m| ferr(q.span().start, "queue", m))?);
         }
+        if let Some(q) = settings.iter().find_map(|s| s.aqm) {
+            spans.insert("aqm", q.span().start);
+            link.aqm = Some(parse_aqm(q.get_ref()).map_err(|m| ferr(q.span().start, "aqm", m))?);
+        }
         if !imp.is_none() {
             link.impairment = Some(imp);
         }
@@ -1234,6 +1358,7 @@ struct RawRef<'a> {
     duplicate: Option<&'a toml::Spanned<toml::Value>>,
     corrupt: Option<&'a toml::Spanned<toml::Value>>,
     queue: Option<&'a toml::Spanned<String>>,
+    aqm: Option<&'a toml::Spanned<String>>,
 }
 
 impl<'a> RawRef<'a> {
@@ -1250,6 +1375,7 @@ impl<'a> RawRef<'a> {
             duplicate: l.duplicate.as_ref(),
             corrupt: l.corrupt.as_ref(),
             queue: l.queue.as_ref(),
+            aqm: l.aqm.as_ref(),
         }
     }
     fn from_defaults(l: &'a RawLinkSettings) -> Self {
@@ -1265,6 +1391,7 @@ impl<'a> RawRef<'a> {
             duplicate: l.duplicate.as_ref(),
             corrupt: l.corrupt.as_ref(),
             queue: l.queue.as_ref(),
+            aqm: l.aqm.as_ref(),
         }
     }
 }
@@ -1528,6 +1655,58 @@ offloads = true
             ..Default::default()
         };
         assert!(preset("router", &bad).is_err());
+    }
+
+    /// `aqm` in a file: parameters parsed and printed back, bad ones named
+    /// with their line.
+    #[test]
+    fn aqm_settings() {
+        let t = GOOD.replace(
+            "mtu = 1500\noffloads = true",
+            "mtu = 1500\nrate = \"10mbit\"\naqm = \"fq_codel target 2ms flows 64\"",
+        );
+        let s = parse(&t).unwrap();
+        let a = s.links[3].aqm.unwrap();
+        assert_eq!(
+            a,
+            AqmSpec {
+                kind: AqmKind::FqCodel,
+                target_ns: 2_000_000,
+                interval_ns: 100_000_000,
+                quantum: 1514,
+                flows: 64,
+            }
+        );
+        assert_eq!(parse_aqm(&a.as_text()), Ok(a));
+        let c = parse_aqm("codel").unwrap();
+        assert_eq!(
+            (c.target_ns, c.interval_ns, c.flows),
+            (5_000_000, 100_000_000, 1)
+        );
+        assert_eq!(parse_aqm(&c.as_text()), Ok(c));
+        for bad in [
+            "red",
+            "codel flows 4",
+            "codel target",
+            "codel target 5 parsecs",
+            "fq_codel quantum 10",
+            "codel target 200ms interval 100ms",
+            "codel target 0ms",
+        ] {
+            assert!(parse_aqm(bad).is_err(), "{bad}");
+        }
+        let line = |t: &str, s: &str| t.lines().position(|l| l == s).unwrap() + 1;
+        let b = t.replace("flows 64", "flows 0");
+        assert_eq!(
+            file_err(&b),
+            (
+                line(&b, "aqm = \"fq_codel target 2ms flows 0\""),
+                "aqm".into()
+            )
+        );
+        // An aqm manages the queue behind a rate.
+        let b = t.replace("rate = \"10mbit\"\n", "");
+        assert_eq!(file_err(&b).1, "aqm");
     }
 
     /// Impairments and queues in a file: every field parsed, bad values
