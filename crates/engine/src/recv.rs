@@ -872,6 +872,10 @@ fn session(
                 let mut host = sys::host_info();
                 #[cfg(target_os = "linux")]
                 let ring_drops = crate::xdp::rx::describe(&mut host, &xdp);
+                #[cfg(target_os = "linux")]
+                if let (Some(Ok((_, counts))), true) = (&xdp, verbose) {
+                    eprintln!("wirebench recv: session {sid:08x}: {}", counts.line());
+                }
                 #[cfg(not(target_os = "linux"))]
                 let ring_drops = 0;
                 let extra = ReportExtra {

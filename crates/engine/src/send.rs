@@ -197,6 +197,8 @@ pub fn run_checked(plan: CheckedPlan, hooks: Hooks) -> Result<ResultDoc, EngineE
     let cpu_sender = CpuTime::process().since(cpu0);
     let host1 = HostCpu::read();
     let sndbuf_errors = sys::udp_sndbuf_errors().saturating_sub(snd0);
+    #[cfg(target_os = "linux")]
+    let sndbuf_errors = sndbuf_errors + xdp.driver_drops();
     let (ctl, peer_gone) = watcher.finish();
 
     let mut partial: Option<String> = peer_gone;
