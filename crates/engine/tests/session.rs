@@ -349,18 +349,28 @@ fn many_flows_are_received_exactly() {
     h.join().unwrap();
 }
 
-/// TCP flows beyond the CPUs: the one-way ones share the receiver's
-/// TCP workers (epoll), the RTT-meter one keeps a thread of its own and
+/// One-way TCP flows with a receive thread each (more than the CPUs),
+/// and more than `TCP_OWN_THREADS` of them, which share the receiver's
+/// TCP workers (epoll); the RTT-meter one keeps a thread of its own and
 /// its reflections. Paced flows are received record for record, each in
 /// its own flow; bulk flows on the sender's shared writer are received
 /// exactly as far as they were sent, and every flow lasts its 400 ms.
 #[test]
-fn tcp_flows_beyond_the_cpus_share_receive_workers_and_are_received_exactly() {
+fn tcp_flows_on_own_and_shared_receive_workers_are_received_exactly() {
     let _cpu = beside_others();
     let port = 15419;
     let (stop, h) = daemon(port);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let paced = 2 * cores + 1;
+    for paced in [2 * cores + 1, wirebench_engine::budget::TCP_OWN_THREADS] {
+        tcp_session(port, paced);
+    }
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}
+
+/// One session of `paced` paced one-way TCP flows, 3 bulk ones and an
+/// RTT-meter one, checked as [`tcp_flows_on_own_and_shared_receive_workers_are_received_exactly`] says.
+fn tcp_session(port: u16, paced: usize) {
     let mut flows: Vec<FlowPlan> = (0..paced)
         .map(|i| {
             let mut f = udp(50.0, 100 + i as u32, Stop::DurationMs(400), i as u64);
@@ -380,8 +390,6 @@ fn tcp_flows_beyond_the_cpus_share_receive_workers_and_are_received_exactly() {
     flows.push(rtt);
     let n = flows.len();
     let doc = wirebench_engine::run(plan("127.0.0.1", port, flows)).unwrap();
-    stop.store(true, Ordering::Relaxed);
-    h.join().unwrap();
     assert!(!doc.partial, "{:?}", doc.partial_reason);
     assert_eq!(doc.flows.len(), n);
     for (i, f) in doc.flows.iter().enumerate() {

@@ -5,6 +5,7 @@
 //! daemon's end of a reverse TCP flow, which writes into the connection
 //! the sender opened (as `iperf3 -R` does).
 
+use crate::budget;
 use crate::clock::{mono_ns, realtime_ns};
 use crate::net::{self, set_rcvbuf, AsRawFd};
 use crate::records::{Fill, RecordReader};
@@ -332,16 +333,20 @@ fn conns_token(k: usize) -> usize {
 }
 
 /// Starts the receive workers of a session's one-way TCP flows (`tcp`:
-/// position in the session, listener): one per flow up to the CPUs, then
-/// shared, each serving its flows with [`tcp_rx_many`]. A thread per flow
-/// cost a wake-up and a context switch per arriving segment or two: 60
-/// flows sharing 1 Gbit/s on 2 CPUs woke ~80 000 times a second, and
-/// 1 000 flows did not fit the session's thread budget.
+/// position in the session, listener), each serving its flows with
+/// [`tcp_rx_many`]: a thread per flow up to
+/// [`budget::TCP_OWN_THREADS`] flows, beyond that one worker per CPU
+/// (a thread each, 1 000 flows did not fit the session's thread budget).
 pub(crate) fn start_workers(
     tcp: Vec<(usize, Box<Listening>)>,
     workers: &mut Vec<Worker>,
 ) -> Result<(), EngineError> {
-    for (g, (ids, flows)) in per_cpu(tcp).into_iter().enumerate() {
+    let groups = if tcp.len() <= budget::TCP_OWN_THREADS {
+        tcp.into_iter().map(|(i, f)| (vec![i], vec![*f])).collect()
+    } else {
+        per_cpu(tcp)
+    };
+    for (g, (ids, flows)) in groups.into_iter().enumerate() {
         let mut poller =
             net::Poller::new(TCP_EVENTS).map_err(|e| EngineError::io("receive poller", e))?;
         let mut shared = Vec::with_capacity(flows.len());
