@@ -5,7 +5,7 @@
 use crate::error::TestbedError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Default link MTU when neither the preset, the file nor an override set one.
 pub const DEFAULT_MTU: u32 = 1500;
@@ -437,6 +437,83 @@ pub fn parse_aqm(s: &str) -> Result<AqmSpec, String> {
     Ok(a)
 }
 
+/// Bytes of IP packet one delivery opportunity of a trace carries:
+/// Mahimahi's 1504 B less the 4 B header its TUN devices add.
+pub const TRACE_OPPORTUNITY_BYTES: u32 = 1500;
+
+/// One direction's trace (Mahimahi's format: one line per delivery
+/// opportunity, its time in whole ms; the trace repeats with the last
+/// line's time as its period).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkTrace {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// Opportunity times in ms, non-decreasing, the last one the period.
+    /// Read at `up` from `path`; not stored with the test-bed.
+    #[serde(skip)]
+    pub ms: Vec<u64>,
+}
+
+impl LinkTrace {
+    /// Reads and checks a trace file; errors name the file and line.
+    pub fn load(path: &Path) -> Result<LinkTrace, TestbedError> {
+        let text = wirebench_input::read_text(path)
+            .map_err(|e| TestbedError::Invalid(format!("trace file {e}")))?;
+        Self::parse(&text, path)
+    }
+
+    /// [`LinkTrace::load`] on text already read.
+    pub fn parse(text: &str, path: &Path) -> Result<LinkTrace, TestbedError> {
+        let err = |line: usize, msg: String| TestbedError::Trace {
+            path: path.to_path_buf(),
+            line,
+            msg,
+        };
+        let mut ms = Vec::new();
+        for (i, l) in text.lines().enumerate() {
+            let t = l.trim();
+            let v: u64 = t.parse().map_err(|_| {
+                err(
+                    i + 1,
+                    format!("`{t}` is not a delivery time (whole ms, one per line)"),
+                )
+            })?;
+            if v > 86_400_000 {
+                return Err(err(i + 1, format!("{v} ms is more than a day")));
+            }
+            if ms.last().is_some_and(|&p| v < p) {
+                return Err(err(
+                    i + 1,
+                    format!("{v} ms is earlier than the line before; times never go back"),
+                ));
+            }
+            ms.push(v);
+        }
+        match ms.last() {
+            None => Err(err(1, "no delivery opportunity in the trace".into())),
+            Some(0) => Err(err(
+                ms.len(),
+                "the last time (the period the trace repeats with) is 0 ms".into(),
+            )),
+            Some(_) => Ok(LinkTrace {
+                path: path.to_path_buf(),
+                ms,
+            }),
+        }
+    }
+
+    /// Period of the trace, ms.
+    pub fn period_ms(&self) -> u64 {
+        self.ms.last().copied().unwrap_or(0)
+    }
+
+    /// Mean rate of IP bytes the trace carries, bit/s.
+    pub fn mean_bps(&self) -> f64 {
+        self.ms.len() as f64 * TRACE_OPPORTUNITY_BYTES as f64 * 8.0 * 1000.0
+            / self.period_ms().max(1) as f64
+    }
+}
+
 /// Parses a loss: `"1%"`, `0.01`, or `"gemodel P R [1-H [1-K]]"` (netem's
 /// order: P good→bad, R bad→good, 1−h loss in bad, 1−k loss in good).
 pub fn parse_loss_spec(s: &str) -> Result<(f64, Option<GeModel>), String> {
@@ -501,6 +578,10 @@ pub struct LinkSpec {
     /// emulator (docs/testbed.md, "Active queue management").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aqm: Option<AqmSpec>,
+    /// Trace-driven capacity instead of a rate: [first→second,
+    /// second→first] (docs/testbed.md, "Trace-driven links").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Box<[LinkTrace; 2]>>,
 }
 
 impl LinkSpec {
@@ -514,6 +595,7 @@ impl LinkSpec {
             impairment: None,
             queue: None,
             aqm: None,
+            trace: None,
         }
     }
 
@@ -729,20 +811,44 @@ impl TopologySpec {
                 imp.check()
                     .map_err(|(f, m)| (Loc::Link(i, f), format!("link {}: {m}", l.label())))?;
             }
-            if l.aqm.is_some() && l.rate_bps.is_none() {
+            if l.trace.is_some() {
+                let why = if l.rate_bps.is_some() {
+                    Some(("rate", "a trace link's capacity is its trace; drop `rate`"))
+                } else if l.offloads {
+                    Some((
+                        "offloads",
+                        "a trace link runs in the user-space emulator, which carries frames, not GSO super-packets; set offloads = false",
+                    ))
+                } else if l
+                    .queue
+                    .is_some_and(|q| !matches!(q, QueueLimit::Packets(_)))
+                {
+                    Some((
+                        "queue",
+                        "a trace link's queue is counted in packets (\"100p\")",
+                    ))
+                } else {
+                    None
+                };
+                if let Some((f, m)) = why {
+                    return Err((Loc::Link(i, f), format!("link {}: {m}", l.label())));
+                }
+            }
+            let paced = l.rate_bps.is_some() || l.trace.is_some();
+            if l.aqm.is_some() && !paced {
                 return Err((
                     Loc::Link(i, "aqm"),
                     format!(
-                        "link {}: an aqm manages the queue behind a rate; give the link a rate",
+                        "link {}: an aqm manages the queue behind a rate; give the link a rate or a trace",
                         l.label()
                     ),
                 ));
             }
-            if l.queue.is_some() && l.rate_bps.is_none() {
+            if l.queue.is_some() && !paced {
                 return Err((
                     Loc::Link(i, "queue"),
                     format!(
-                        "link {}: a queue fills only behind a rate; give the link a rate",
+                        "link {}: a queue fills only behind a rate; give the link a rate or a trace",
                         l.label()
                     ),
                 ));
@@ -1102,6 +1208,7 @@ struct RawLinkSettings {
     corrupt: Option<toml::Spanned<toml::Value>>,
     queue: Option<toml::Spanned<String>>,
     aqm: Option<toml::Spanned<String>>,
+    trace: Option<toml::Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -1120,6 +1227,7 @@ struct RawLink {
     corrupt: Option<toml::Spanned<toml::Value>>,
     queue: Option<toml::Spanned<String>>,
     aqm: Option<toml::Spanned<String>>,
+    trace: Option<toml::Spanned<toml::Value>>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -1261,6 +1369,7 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
             link.rate_bps = Some(bps);
         }
         if let Some(off) = settings.iter().find_map(|s| s.offloads) {
+            spans.insert("offloads", off.span().start);
             link.offloads = *off.get_ref();
         }
         let mut imp = Impairment::default();
@@ -1316,6 +1425,33 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
             spans.insert("aqm", q.span().start);
             link.aqm = Some(parse_aqm(q.get_ref()).map_err(|m| ferr(q.span().start, "aqm", m))?);
         }
+        if let Some(t) = settings.iter().find_map(|s| s.trace) {
+            spans.insert("trace", t.span().start);
+            let at = t.span().start;
+            let names: Vec<&str> = match t.get_ref() {
+                toml::Value::String(s) => vec![s, s],
+                toml::Value::Array(a) if a.len() == 2 => {
+                    a.iter().filter_map(|v| v.as_str()).collect()
+                }
+                _ => vec![],
+            };
+            if names.len() != 2 {
+                return Err(ferr(
+                    at,
+                    "trace",
+                    "trace is a file (both directions) or two: [\"first-to-second\", \"second-to-first\"]".into(),
+                ));
+            }
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let load = |n: &str| -> Result<LinkTrace, TestbedError> {
+                let p = dir.join(n);
+                if !p.is_file() {
+                    return Err(ferr(at, "trace", format!("no trace file {}", p.display())));
+                }
+                LinkTrace::load(&p)
+            };
+            link.trace = Some(Box::new([load(names[0])?, load(names[1])?]));
+        }
         if !imp.is_none() {
             link.impairment = Some(imp);
         }
@@ -1359,6 +1495,7 @@ struct RawRef<'a> {
     corrupt: Option<&'a toml::Spanned<toml::Value>>,
     queue: Option<&'a toml::Spanned<String>>,
     aqm: Option<&'a toml::Spanned<String>>,
+    trace: Option<&'a toml::Spanned<toml::Value>>,
 }
 
 impl<'a> RawRef<'a> {
@@ -1376,6 +1513,7 @@ impl<'a> RawRef<'a> {
             corrupt: l.corrupt.as_ref(),
             queue: l.queue.as_ref(),
             aqm: l.aqm.as_ref(),
+            trace: l.trace.as_ref(),
         }
     }
     fn from_defaults(l: &'a RawLinkSettings) -> Self {
@@ -1392,6 +1530,7 @@ impl<'a> RawRef<'a> {
             corrupt: l.corrupt.as_ref(),
             queue: l.queue.as_ref(),
             aqm: l.aqm.as_ref(),
+            trace: l.trace.as_ref(),
         }
     }
 }
@@ -1655,6 +1794,83 @@ offloads = true
             ..Default::default()
         };
         assert!(preset("router", &bad).is_err());
+    }
+
+    /// `trace` in a file: one file for both directions or one each,
+    /// relative to the topology file; a bad line is named by trace file
+    /// and line, a missing file by the topology's line.
+    #[test]
+    fn trace_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("up.trace"), "1\n1\n2\n4\n").unwrap();
+        std::fs::write(dir.path().join("down.trace"), "5\n10\n").unwrap();
+        std::fs::write(dir.path().join("bad.trace"), "1\n2\nx3\n").unwrap();
+        std::fs::write(dir.path().join("back.trace"), "1\n5\n4\n").unwrap();
+        std::fs::write(dir.path().join("zero.trace"), "0\n0\n").unwrap();
+        std::fs::write(dir.path().join("empty.trace"), "").unwrap();
+        let topo = dir.path().join("t.toml");
+        let parse_at = |t: &str| parse_topology(t, &topo, &LinkOpts::default());
+        let t = GOOD.replace(
+            "mtu = 1500\noffloads = true",
+            "mtu = 1500\ntrace = [\"up.trace\", \"down.trace\"]\naqm = \"codel\"\nqueue = \"100p\"",
+        );
+        let s = parse_at(&t).unwrap();
+        let tr = s.links[3].trace.as_ref().unwrap();
+        assert_eq!(tr[0].ms, [1, 1, 2, 4]);
+        assert_eq!(tr[1].ms, [5, 10]);
+        // 4 opportunities of 1500 B per 4 ms: 12 Mbit/s; 2 per 10 ms.
+        assert_eq!(tr[0].mean_bps(), 12e6);
+        assert_eq!(tr[1].mean_bps(), 2.4e6);
+        let one = t.replace("[\"up.trace\", \"down.trace\"]", "\"up.trace\"");
+        let s = parse_at(&one).unwrap();
+        assert_eq!(s.links[3].trace.as_ref().unwrap()[1].ms, [1, 1, 2, 4]);
+        for (file, line) in [
+            ("bad.trace", 3),
+            ("back.trace", 3),
+            ("zero.trace", 2),
+            ("empty.trace", 1),
+        ] {
+            match parse_at(&one.replace("up.trace", file)) {
+                Err(e @ TestbedError::Trace { .. }) => {
+                    let TestbedError::Trace {
+                        line: l, ref path, ..
+                    } = e
+                    else {
+                        unreachable!()
+                    };
+                    assert_eq!((l, path.file_name().unwrap().to_str()), (line, Some(file)));
+                    assert!(e.is_bad_input());
+                }
+                other => panic!("{file}: {other:?}"),
+            }
+        }
+        let line = |t: &str, s: &str| t.lines().position(|l| l == s).unwrap() + 1;
+        let missing = one.replace("up.trace", "nowhere.trace");
+        match parse_at(&missing) {
+            Err(TestbedError::File { line: l, field, .. }) => {
+                assert_eq!(
+                    (l, field.as_str()),
+                    (line(&missing, "trace = \"nowhere.trace\""), "trace")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // A trace is the link's capacity: no rate beside it, a queue in
+        // packets, no offloads.
+        for (extra, field) in [
+            ("\nrate = \"10mbit\"", "rate"),
+            ("\noffloads = true", "offloads"),
+        ] {
+            let b = one.replace("queue = \"100p\"", &format!("queue = \"100p\"{extra}"));
+            match parse_at(&b) {
+                Err(TestbedError::File { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{extra}: {other:?}"),
+            }
+        }
+        match parse_at(&one.replace("queue = \"100p\"", "queue = \"20ms\"")) {
+            Err(TestbedError::File { field, .. }) => assert_eq!(field, "queue"),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// `aqm` in a file: parameters parsed and printed back, bad ones named

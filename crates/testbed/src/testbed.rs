@@ -103,12 +103,12 @@ pub const EMULATOR_TIMING_MAX_BPS: u64 = 500_000_000;
 pub fn choose_backend(l: &LinkSpec, netem: bool) -> Result<LinkBackend, TestbedError> {
     let imp = l.impairment.is_some_and(|i| !i.is_none());
     let fast = l.rate_bps.is_some_and(|r| r > EMULATOR_MAX_BPS);
-    if l.aqm.is_some() {
-        // Only the emulator runs CoDel here; netem's kernel would have the
+    if l.aqm.is_some() || l.trace.is_some() {
+        // Only the emulator runs CoDel and traces here; netem's kernel would have the
         // qdiscs, but a queue in front of netem is not a link's queue.
         if l.offloads || fast {
             return Err(TestbedError::Invalid(format!(
-                "link {}: aqm runs in the user-space link emulator, which needs offloads = false and a rate of at most {}",
+                "link {}: aqm and trace run in the user-space link emulator, which needs offloads = false and a rate of at most {}",
                 l.label(),
                 format_rate(EMULATOR_MAX_BPS)
             )));
@@ -883,12 +883,27 @@ impl Testbed {
         // The token bucket in front holds the host's queue; the wire's own
         // queue only ever holds the bucket's burst, so it is sized to never
         // drop what the bucket lets through.
-        let queue = EMULATOR_QUEUE_FRAMES;
+        // A trace link has no tbf: its queue is the wire's.
+        let queue = match (&l.trace, l.queue) {
+            (Some(_), Some(QueueLimit::Packets(n))) => n as usize,
+            _ => EMULATOR_QUEUE_FRAMES,
+        };
         let seed = seed_for(&self.name, li);
-        let wires = [
+        let mut wires = [
             crate::emu::Wire::new(l.rate_bps, imp, queue, seed),
             crate::emu::Wire::new(l.rate_bps, imp, queue, seed ^ 0x5555_5555_5555_5555),
         ];
+        if let Some(t) = &l.trace {
+            for (w, t) in wires.iter_mut().zip(t.iter()) {
+                // A spec read back from JSON names its traces without them.
+                let t = if t.ms.is_empty() {
+                    crate::spec::LinkTrace::load(&t.path)?
+                } else {
+                    t.clone()
+                };
+                w.trace = Some(crate::emu::TraceClock::new(t.ms));
+            }
+        }
         let aqm = l.aqm.map(|spec| {
             let (frames, bytes) = match l.queue {
                 Some(crate::spec::QueueLimit::Packets(n)) => (n as usize, u64::MAX),

@@ -893,21 +893,8 @@ fn delay_with_offloads_on_needs_netem_and_fails_before_creating_anything() {
     let _g = heavy();
     let name = "tpnetem";
     let _ = remove(name);
-    let text = r#"
-[[node]]
-name = "a"
-kind = "host"
-[[node]]
-name = "b"
-kind = "host"
-[[link]]
-endpoints = ["a", "b"]
-rate = "10mbit"
-delay = "20ms"
-loss = "0%"
-offloads = true
-"#;
-    let spec = parse_topology(text, Path::new("netem.toml"), &LinkOpts::default()).unwrap();
+    let text = pair_text("rate = \"10mbit\"\ndelay = \"20ms\"\nloss = \"0%\"\noffloads = true");
+    let spec = parse_topology(&text, Path::new("netem.toml"), &LinkOpts::default()).unwrap();
     assert_eq!(spec.links[0].impairment.unwrap().delay_ns, 20_000_000);
     let mut plain = spec.clone();
     plain.links[0].offloads = false;
@@ -1069,6 +1056,23 @@ fn a_lone_frame_takes_its_wire_time_on_every_hop() {
     // No frame is faster than the wire; the fastest is close to it.
     assert!(min >= 0.999 * model, "{min} < {model}");
     assert!(min <= 1.30 * model, "{min} > 1.3 x {model}");
+}
+
+/// Hosts a and b on one link with `link`'s settings (TOML lines).
+fn pair_text(link: &str) -> String {
+    format!(
+        r#"
+[[node]]
+name = "a"
+kind = "host"
+[[node]]
+name = "b"
+kind = "host"
+[[link]]
+endpoints = ["a", "b"]
+{link}
+"#
+    )
 }
 
 /// a — r1 — b, each link's settings given as TOML lines.
@@ -1360,4 +1364,45 @@ fn codel_holds_the_standing_queue_near_target() {
         codel.1
     );
     assert!(codel.2 > 0, "CoDel never dropped");
+}
+
+/// Issue 23: a trace-driven link (Mahimahi's format) carries what its
+/// trace offers. The trace repeats every 100 ms with 1, 2 or 3
+/// opportunities per ms (200 in all: 2 000/s, 24 Mbit/s of IP packets);
+/// a saturating sender of 1472 B datagrams (1500 B IP, one opportunity
+/// each) gets 2 000 × 1472 × 8 = 23.552 Mbit/s of payload.
+#[test]
+fn a_trace_link_carries_the_traces_mean_rate() {
+    if !root("a_trace_link_carries_the_traces_mean_rate") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tltrace";
+    let _ = remove(name);
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = String::new();
+    for ms in 1..=100 {
+        for _ in 0..(ms % 3) + 1 {
+            trace.push_str(&format!("{ms}\n"));
+        }
+    }
+    std::fs::write(dir.path().join("cell.trace"), trace).unwrap();
+    let text = pair_text("trace = \"cell.trace\"");
+    let spec = parse_topology(&text, &dir.path().join("t.toml"), &LinkOpts::default()).unwrap();
+    let mean = spec.links[0].trace.as_ref().unwrap()[0].mean_bps();
+    assert_eq!(mean, 24e6);
+    let tb = Testbed::up(name, &spec).unwrap();
+    assert_eq!(tb.backends(), [testbed::LinkBackend::TbfEmulator]);
+    let r = saturate(&tb, 1472, 1, 3.0, 4 << 20, 500_000);
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+    let model = 2000.0 * 1472.0 * 8.0;
+    eprintln!(
+        "trace link: {:.4} Mbit/s of payload over {:.2} s (model {:.4}), ratio {:.5}",
+        r.bps / 1e6,
+        r.span,
+        model / 1e6,
+        r.bps / model
+    );
+    assert!((r.bps / model - 1.0).abs() < 0.005, "{} vs {model}", r.bps);
 }

@@ -480,6 +480,17 @@ fn link_detail(l: &tb::LinkSpec) -> String {
     if let Some(a) = l.aqm {
         s.push_str(&format!(", aqm {}", a.as_text()));
     }
+    if let Some(t) = &l.trace {
+        for (k, t) in t.iter().enumerate() {
+            s.push_str(&format!(
+                ", trace {}→{} {} ({} mean)",
+                l.endpoints[k],
+                l.endpoints[1 - k],
+                t.path.display(),
+                tb::format_rate(t.mean_bps() as u64)
+            ));
+        }
+    }
     s
 }
 
