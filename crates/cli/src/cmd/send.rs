@@ -191,7 +191,9 @@ pub struct Args {
     /// packets at line rate (`recv --xdp` is the receiving half). Taken for
     /// one forward one-way UDP flow to a neighbour on IFACE within its MTU;
     /// otherwise the socket path runs and the result's host.send_path says
-    /// why. docs/engine.md, "AF_XDP path".
+    /// why. Frames the driver refuses (veth: the peer's ring full) count as
+    /// the sending host's drops (total.sender_host_drops). docs/engine.md,
+    /// "AF_XDP path".
     #[arg(long = "xdp", value_name = "IFACE")]
     pub xdp: Option<String>,
 }

@@ -258,7 +258,7 @@ pub fn flood(port: &mut TxPort, ep: Endpoints, size: u32, secs: f64) -> Result<u
         let _ = port.xsk.kick();
         port.reclaim(&mut free);
     }
-    Ok(sent - (total - free.len()) as u64 - port.xsk.driver_drops)
+    Ok((sent - (total - free.len()) as u64).saturating_sub(port.xsk.driver_drops))
 }
 
 /// What a session asked of the XDP path and got.
