@@ -46,6 +46,7 @@ struct NodeSamples {
     busy: Vec<f64>,
     softirq: Vec<f64>,
     drops: Vec<f64>,
+    links: std::collections::BTreeSet<String>,
 }
 
 impl NodeAcc {
@@ -66,6 +67,12 @@ impl NodeAcc {
                 }
                 if let Some(s) = num(h, &["softirq"]) {
                     a.softirq.push(s);
+                }
+            }
+            if let Some(l) = c.get("links").and_then(|x| x.get(node)) {
+                let t = crate::runner::links_text(l);
+                if !t.is_empty() {
+                    a.links.insert(t);
                 }
             }
             // Only runs whose counters reached this node say how many it dropped.
@@ -95,6 +102,7 @@ impl NodeAcc {
                         cpu_busy: stats(&a.busy),
                         cpu_softirq: stats(&a.softirq),
                         drops: stats(&a.drops),
+                        links: a.links.into_iter().collect(),
                     },
                 )
             })

@@ -58,21 +58,26 @@ pub fn nodes_table(out: &mut String, s: &CampaignSummary) {
     } else {
         "Each node is its own host: its CPU figures are that host's.</p>\n"
     });
-    out.push_str("<div class=\"tablewrap\"><table class=\"nodes\"><thead><tr><th>Scenario</th><th>Node</th><th>Role</th><th>CPU busy</th><th>softirq</th><th>Drops per run</th></tr></thead><tbody>\n");
+    out.push_str("<div class=\"tablewrap\"><table class=\"nodes\"><thead><tr><th>Scenario</th><th>Node</th><th>Role</th><th>CPU busy</th><th>softirq</th><th>Drops per run</th><th>Links as read back</th></tr></thead><tbody>\n");
     for sc in &s.scenarios {
         let mut nodes: Vec<(&String, &NodeFigures)> = sc.nodes.iter().collect();
         nodes.sort_by_key(|(name, n)| (rank(n), name.as_str()));
         for (name, n) in nodes {
             let _ = writeln!(
                 out,
-                "<tr data-node=\"{}\"><td class=\"axis\">{}</td><td class=\"axis\">{}</td><td class=\"axis\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr data-node=\"{}\"><td class=\"axis\">{}</td><td class=\"axis\">{}</td><td class=\"axis\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"axis\">{}</td></tr>",
                 esc(name),
                 esc(&sc.key),
                 esc(name),
                 esc(&n.role),
                 share(&n.cpu_busy),
                 share(&n.cpu_softirq),
-                figure(&n.drops, 1.0, "")
+                figure(&n.drops, 1.0, ""),
+                if n.links.is_empty() {
+                    "–".to_string()
+                } else {
+                    esc(&n.links.join(" | "))
+                }
             );
         }
     }

@@ -483,6 +483,11 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
         cpu_busy: Some(stats(busy, 0.01)),
         cpu_softirq: Some(stats(busy / 2.0, 0.0)),
         drops: Some(stats(drops, 0.0)),
+        links: if role == "router" {
+            vec!["eth0 mtu 9000, qdisc tbf, gro on gso on tso on".into()]
+        } else {
+            vec![]
+        },
     };
     let mut s = common::apps_like();
     let sc = &mut s.scenarios[0];
@@ -503,8 +508,16 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
         r2.contains("70.0 ± 1.0 %") && r2.contains("35.0 %") && r2.contains(">200<"),
         "{r2}"
     );
+    // The links as the router read them back during its runs.
+    assert!(
+        r2.ends_with("<td class=\"axis\">eth0 mtu 9000, qdisc tbf, gro on gso on tso on</td>"),
+        "{r2}"
+    );
     let b = &html[at("b")..];
-    assert!(b[..b.find("</tr>").unwrap()].ends_with("<td>0</td>"), "{b}");
+    assert!(
+        b[..b.find("</tr>").unwrap()].ends_with("<td>0</td><td class=\"axis\">–</td>"),
+        "{b}"
+    );
     // Real hosts are not called the test-bed; the emulated test-bed is.
     assert!(html.contains("Each node is its own host"), "{html}");
     let mut bed = s.clone();

@@ -167,6 +167,11 @@ pub struct NodeFigures {
     pub cpu_softirq: Option<MetricStats>,
     /// Packets dropped on the node per run (every interface and qdisc).
     pub drops: Option<MetricStats>,
+    /// What its changed links were during the runs, read back from the
+    /// node after they were set (`eth0 mtu 9000, qdisc tbf, gro on gso on
+    /// tso on`), each distinct state once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
 }
 
 /// Environment a campaign ran in, as recorded with its runs.
