@@ -39,7 +39,7 @@ Examples:
   wirebench recv                 # [::]:5400, dual-stack
   wirebench recv -B 192.0.2.7    # one address only
   wirebench recv -p 6000 -q
-  wirebench recv --log-dir logs/ # per-packet log of every session
+  wirebench recv --log-dir logs/ # per-packet log of every session (send -x NAME names it)
   WIREBENCH_KEY=$(cat key) wirebench recv --allow 192.0.2.0/24
   WIREBENCH_KEY=$(cat key) wirebench recv --require-auth probes
   wirebench recv --iperf3        # also an iperf3 server on 5201: iperf3 -c HOST works

@@ -39,6 +39,12 @@ Examples:
   wirebench send -a ::1 -T tcp --max -t 5000 --json result.json
   wirebench send -a rx -m rtt -C 50 -c 200 -z 500 --interval 1000
   wirebench send -a rx --flows 4 -C 2000 -c 1200 -k 1024
+  wirebench send flows.ditg -l send.log -x recv.log   # ITGSend's spelling works too
+
+D-ITG: ITGSend's options are accepted in its own spelling (-sa, -rp, -Ft,
+-Fp, VoIP -x CODEC, -i, -Sdp, ...), rewritten to wirebench's; what cannot
+map (-L/-X ITGLog, -H passive mode, -T SCTP/DCCP, ...) exits 2 saying why.
+The full table: docs/options.md.
 
 Stop conditions (one of): -t MS (default 10000), -z PACKETS, -k KBYTES (1 KB = 1024 B);
 with -z and -k the flow generates exactly that many packets / bytes.
