@@ -8,7 +8,7 @@
 
 use super::frame;
 use super::sys::Desc;
-use super::{Action, Claim, Steer, BATCH, FRAME_SIZE, RX_FRAMES};
+use super::{Action, Claim, Steer, BATCH, FRAME_SIZE};
 use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack};
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{unmap, Worker, WorkerOutcome, POLL_MS};
@@ -151,7 +151,7 @@ pub(crate) fn describe(host: &mut wirebench_schema::result::HostInfo, taken: &Ta
 /// Gives every receive socket all its frames to fill; returns the scratch
 /// of a receive loop (descriptors taken, frames to give back).
 fn prime(steer: &mut Steer) -> ([Desc; BATCH], [u64; BATCH]) {
-    let all: Vec<u64> = (0..RX_FRAMES)
+    let all: Vec<u64> = (0..steer.rx_frames)
         .map(|i| u64::from(i) * u64::from(FRAME_SIZE))
         .collect();
     for s in &mut steer.socks {
