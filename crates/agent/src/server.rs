@@ -256,6 +256,7 @@ pub fn cleanup_on_signal(shared: Shared) -> std::io::Result<()> {
 }
 
 /// Marks the agent a supervisor started (it must not start another).
+#[cfg(unix)]
 const SUPERVISED: &str = "WIREBENCH_AGENT_SUPERVISED";
 
 /// Under sshd (`SSH_CONNECTION` set) the agent runs as a child of a small
