@@ -5,9 +5,12 @@ own limit. bench/compare.sh runs it as `--sections xdp`.
 
 Rows, 64-byte UDP payloads, medians of --reps runs:
   path limit, XDP drop   frames/s b's XDP program dropped while an AF_XDP
-                         flood ran on a (the xdp_path example): what the
-                         kernel carries over veth on this host
-  path limit, AF_XDP rx  the same, taken off AF_XDP rings on b
+                         flood ran on a (the xdp_path example), the flood
+                         pinned to its own CPU (--sender-cpu, taskset) and
+                         the sink to another: what the kernel carries over
+                         veth on this host, the ceiling for --xdp
+  path limit, AF_XDP rx  the same, taken off AF_XDP rings on b (copy mode:
+                         the kernel copies every frame into the UMEM)
   wirebench --xdp        send --xdp / recv --xdp, --max: delivered pps, loss
   wirebench socket path  send / recv, --max
   iperf3                 -u -b 0 -l 64
@@ -15,7 +18,13 @@ Rows, 64-byte UDP payloads, medians of --reps runs:
 and paced --xdp flows at 100 kpps and 1 Mpps: achieved rate error and the
 p99 schedule error (sent.schedule_error_s).
 
-Delivered pps = packets received / the sender's duration. The test-bed
+Delivered pps = packets received / the sender's duration. Every run is
+printed as it ends (with the load average), and each repetition's --xdp
+rate is also given as a share of the limit measured in the same
+repetition, since on a shared host absolute figures move with the load.
+For --xdp the sending host's drops (frames the veth driver refused,
+`sendto` EBUSY) and the receiving host's (AF_XDP ring drops) come from the
+result document. --rows picks rows (default: all). The test-bed
 (`wbxdpb`) and every process this script starts are removed at the end,
 also on Ctrl-C.
 """
@@ -92,12 +101,20 @@ def loadavg():
         return float(f.read().split()[0])
 
 
-def path_limit(xdp_path, mode, secs):
+def pin(cpu):
+    """taskset prefix for one CPU (none when cpu is None)."""
+    return [] if cpu is None else ["taskset", "-c", str(cpu)]
+
+
+def path_limit(xdp_path, mode, secs, cpus):
     """frames/s the XDP sink on b saw while a flooded (None on failure)."""
-    sink = start(ns(B, [xdp_path, "sink", "eth0", "9000", mode, str(secs)]))
+    sender_cpu, sink_cpu = cpus
+    sink = start(ns(B, pin(sink_cpu) + [xdp_path, "sink", "eth0", "9000", mode,
+                                        str(secs)]))
     time.sleep(0.5)
-    rc, out = run(ns(A, [xdp_path, "flood", "eth0", "10.0.1.1:9001",
-                         f"{DST4}:9000", str(SIZE), str(secs + 1)]), secs + 30)
+    rc, out = run(ns(A, pin(sender_cpu) + [xdp_path, "flood", "eth0", "10.0.1.1:9001",
+                                           f"{DST4}:9000", str(SIZE), str(secs + 1)]),
+                  secs + 30)
     try:
         sink.wait(15)
     except subprocess.TimeoutExpired:
@@ -181,9 +198,20 @@ def ditg(secs, workdir):
     return pk / tm, None
 
 
+def kpps(v):
+    return "-" if v is None else f"{v / 1e3:.0f}"
+
+
+def pctv(v):
+    return "-" if v is None else f"{v * 100:.3f} %"
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
+
+
+ROWS = ("drop", "count", "xdp", "sock", "iperf3", "ditg", "paced")
 
 
 def main():
@@ -194,7 +222,19 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--secs", type=float, default=2.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--rows", default=",".join(ROWS),
+                    help=f"comma-separated rows to measure, of {','.join(ROWS)}")
+    ap.add_argument("--sender-cpu", type=int, default=None,
+                    help="CPU the path-limit flood is pinned to (default: the last; "
+                    "the sink gets the one before it)")
     args = ap.parse_args()
+    want = set(args.rows.split(","))
+    if not want <= set(ROWS):
+        print(f"--rows: unknown {','.join(sorted(want - set(ROWS)))} (rows: {','.join(ROWS)})")
+        return 2
+    ncpu = os.cpu_count() or 1
+    sender_cpu = ncpu - 1 if args.sender_cpu is None else args.sender_cpu
+    cpus = (sender_cpu, (sender_cpu - 1) % ncpu if ncpu > 1 else None)
     wb = os.path.abspath(args.wirebench)
     xdp_path = args.xdp_path or os.path.join(os.path.dirname(wb), "examples", "xdp_path")
     if os.geteuid() != 0:
@@ -210,6 +250,9 @@ def main():
     load0 = loadavg()
     rows = {k: [] for k in ("drop", "count", "xdp", "sock", "iperf3", "ditg")}
     loss = {k: [] for k in ("xdp", "sock", "iperf3")}
+    # --xdp: (sending host drops, receiving host drops) per run
+    drops = []
+    of_limit = []
     paced = {100000: [], 1000000: []}
     try:
         rc, out = run([wb, "testbed", "up", "direct", "--name", NAME], 120)
@@ -221,18 +264,40 @@ def main():
         time.sleep(0.3)
         for rep in range(args.reps):
             log(f"xdp rep {rep + 1}/{args.reps}")
-            rows["drop"].append(path_limit(xdp_path, "drop", args.secs))
-            rows["count"].append(path_limit(xdp_path, "count", args.secs))
+            for mode in ("drop", "count"):
+                if mode in want:
+                    v = path_limit(xdp_path, mode, args.secs, cpus)
+                    rows[mode].append(v)
+                    log(f"  path limit ({mode}): {kpps(v)} kpps, load {loadavg():.2f}")
             for key, xdp in (("xdp", True), ("sock", False)):
+                if key not in want:
+                    continue
                 r = wirebench(wb, 15490 + rep, ["--max"], args.secs, xdp)
                 rows[key].append(r and r[0])
                 loss[key].append(r and r[1])
-            r = iperf3(args.secs)
-            rows["iperf3"].append(r and r[0])
-            loss["iperf3"].append(r and r[1])
-            r = ditg(args.secs, workdir)
-            rows["ditg"].append(r and r[0])
-            for pps in paced:
+                if not r:
+                    continue
+                line = f"  {key}: {kpps(r[0])} kpps, loss {pctv(r[1])}"
+                if xdp:
+                    d = r[2]
+                    drops.append((d["total"]["sender_host_drops"],
+                                  d["receiver"]["rcvbuf_errors"]))
+                    line += f", drops: sender host {drops[-1][0]}, receiver host {drops[-1][1]}"
+                    lim = rows["drop"][-1] if rows["drop"] else None
+                    if lim:
+                        of_limit.append(r[0] / lim)
+                        line += f", {r[0] / lim:.2f} of this rep's limit"
+                log(line + f", load {loadavg():.2f}")
+            if "iperf3" in want:
+                r = iperf3(args.secs)
+                rows["iperf3"].append(r and r[0])
+                loss["iperf3"].append(r and r[1])
+                log(f"  iperf3: {kpps(r and r[0])} kpps, load {loadavg():.2f}")
+            if "ditg" in want:
+                r = ditg(args.secs, workdir)
+                rows["ditg"].append(r and r[0])
+                log(f"  D-ITG: {kpps(r and r[0])} kpps, load {loadavg():.2f}")
+            for pps in paced if "paced" in want else ():
                 r = wirebench(wb, 15495 + rep, ["-C", str(pps)], args.secs, True)
                 if r:
                     s = r[2]["flows"][0]["sent"]
@@ -242,16 +307,10 @@ def main():
     finally:
         cleanup(wb)
     load1 = loadavg()
-
-    def kpps(v):
-        return "-" if v is None else f"{v / 1e3:.0f}"
-
-    def pctv(v):
-        return "-" if v is None else f"{v * 100:.2f} %"
-
     limit = med(rows["drop"])
     print(f"\n64 B UDP on the direct test-bed (veth), medians of {args.reps}, "
-          f"{args.secs:g} s runs; load average {load0:.2f} -> {load1:.2f}")
+          f"{args.secs:g} s runs; load average {load0:.2f} -> {load1:.2f}; "
+          f"path-limit flood on CPU {cpus[0]}, sink on CPU {cpus[1]}")
     print(f"{'row':34} {'kpps':>7} {'loss':>9} {'of limit':>9}")
     names = [("drop", "path limit (XDP drop on b)"),
              ("count", "path limit (AF_XDP rx on b)"),
@@ -264,6 +323,12 @@ def main():
         of = "-" if v is None or not limit else f"{v / limit:.2f}"
         print(f"{label:34} {kpps(v):>7} {pctv(med(loss.get(k, []))):>9} {of:>9}")
     x, s, i = med(rows["xdp"]), med(rows["sock"]), med(rows["iperf3"])
+    if of_limit:
+        print(f"--xdp / XDP-drop limit of the same repetition: median {med(of_limit):.2f} "
+              f"({', '.join(f'{v:.2f}' for v in of_limit)})")
+    if drops:
+        print(f"--xdp drops per run (sender host, receiver host): "
+              f"{', '.join(f'{a}/{b}' for a, b in drops)}")
     if x and s:
         print(f"--xdp / socket path: {x / s:.2f}")
     if x and i:
@@ -276,7 +341,7 @@ def main():
                   f"{med([r[2] for r in rs]) * 100:.2f} %")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "loss": loss,
+            json.dump({"rows": rows, "loss": loss, "of_limit": of_limit, "drops": drops,
                        "paced": {str(k): v for k, v in paced.items()},
                        "load": [load0, load1]}, f, indent=1)
     return 0

@@ -22,21 +22,25 @@ pub fn detach(cmd: &mut Command) {
     // Own process group: a terminal's Ctrl-C reaches the agent, which
     // stops its children in order, not the children directly.
     cmd.process_group(0);
+    die_with_parent(cmd, libc::SIGKILL);
+}
+
+/// Linux: the child gets `sig` when this process dies (PR_SET_PDEATHSIG);
+/// elsewhere nothing.
+#[cfg(unix)]
+pub fn die_with_parent(cmd: &mut Command, sig: libc::c_int) {
     #[cfg(target_os = "linux")]
     // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no
     // memory of the parent.
     unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            );
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0);
             Ok(())
         });
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (cmd, sig);
 }
 
 #[cfg(windows)]

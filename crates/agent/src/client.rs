@@ -9,8 +9,8 @@
 //! path; the agent protocol adds none.
 
 use crate::proto::{
-    Allow, CpuSample, HelloInfo, HostMeta, Op, ProcessState, Reply, Request, Response, Role,
-    AGENT_PROTOCOL_REVISION, AGENT_PROTOCOL_VERSION, MAX_LINE,
+    Allow, Controller, CpuSample, HelloInfo, HostMeta, Op, ProcessState, Reply, Request, Response,
+    Role, AGENT_PROTOCOL_REVISION, AGENT_PROTOCOL_VERSION, MAX_LINE,
 };
 use crate::AgentError;
 use std::collections::BTreeMap;
@@ -129,6 +129,8 @@ pub struct AgentSpec {
     pub allow: Allow,
     /// Extra agent arguments (tests: `--protocol-version`).
     pub extra: Vec<String>,
+    /// Who is connecting (recorded in the node's lab lock).
+    pub controller: Option<Controller>,
 }
 
 /// `extra`, and for an agent on this host (a child, or in a namespace of
@@ -290,6 +292,7 @@ impl AgentConn {
                 version: AGENT_PROTOCOL_VERSION,
                 allow: spec.allow.clone(),
                 revision: AGENT_PROTOCOL_REVISION,
+                controller: spec.controller.clone(),
             },
             CALL_TIMEOUT,
         );
@@ -311,6 +314,11 @@ impl AgentConn {
                 message: format!("expected a hello, got {other:?}"),
             }),
             Err(AgentError::Lost { reason, .. }) => Err(conn.not_started(reason)),
+            Err(AgentError::Remote { node, message })
+                if message.starts_with(crate::journal::BUSY_PREFIX) =>
+            {
+                Err(AgentError::Busy { node, message })
+            }
             Err(e) => Err(e),
         }
     }
@@ -372,7 +380,8 @@ impl AgentConn {
             .unwrap_or_default();
         let mut r = what.to_string();
         if let Some(s) = status {
-            r.push_str(&format!(" ({})", describe_status(s)));
+            let ssh = matches!(self.channel, Channel::Ssh { .. });
+            r.push_str(&format!(" ({})", describe_status(s, ssh)));
         }
         if !err.is_empty() {
             r.push_str(": ");
@@ -666,7 +675,12 @@ impl Drop for AgentConn {
     }
 }
 
-fn describe_status(s: std::process::ExitStatus) -> String {
+/// How a transport process ended. Over SSH the status is the remote
+/// one: a shell, and the agent's supervisor under sshd
+/// ([`crate::server::supervise_under_ssh`]), report a command killed by
+/// signal N as 128 + N, and ssh's own 255 means the connection (or the
+/// remote side without a status) went.
+fn describe_status(s: std::process::ExitStatus, ssh: bool) -> String {
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
@@ -675,6 +689,10 @@ fn describe_status(s: std::process::ExitStatus) -> String {
         }
     }
     match s.code() {
+        Some(c) if ssh && (129..=192).contains(&c) => {
+            format!("killed by {} on the node", signal_name(c - 128))
+        }
+        Some(255) if ssh => "ssh exit status 255: the connection was lost".into(),
         Some(c) => format!("exit status {c}"),
         None => s.to_string(),
     }

@@ -14,7 +14,12 @@
 //! that may change links holds an exclusive `flock` on the lock file for
 //! its whole life (the kernel drops it when the process dies, however it
 //! dies), so a journal whose lock can be taken belongs to a dead agent,
-//! and a second controller is told who holds the node. Each entry names
+//! and a second controller is told who holds the node: the lock file
+//! names the holder (agent pid, host, user, boot, and the controller's
+//! host, pid and campaign) and is emptied when the holder ends in order,
+//! so a holder named in a lock that can be taken is one that died (its
+//! pid gone, or an earlier boot), and the next agent says it took over.
+//! Each entry names
 //! the interface's MAC address: an entry whose interface is gone or is
 //! another one now (a namespace whose inode was reused) is dropped, not
 //! applied.
@@ -80,12 +85,16 @@ pub enum JournalError {
         source: std::io::Error,
     },
     /// Another live agent holds this node.
-    #[error("this node is in use by another wirebench agent ({holder}); wait until its campaign ends, or ask its owner")]
+    #[error("this node is in use by {holder}; wait until it ends (`wirebench run --wait-lab`), or ask its owner")]
     Busy {
         /// Its pid, host, user, controller and start.
         holder: String,
     },
 }
+
+/// How the refusal of a held node begins (the controller tells it from
+/// other refusals by it).
+pub const BUSY_PREFIX: &str = "this node is in use by ";
 
 /// The directory journals live in.
 pub fn state_dir() -> PathBuf {
@@ -151,34 +160,128 @@ fn user_of_euid() -> Option<String> {
     None
 }
 
-/// Who holds a node, written into the lock file for the next one to read.
-fn holder_text() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
-        .or_else(user_of_euid)
-        .unwrap_or_else(|| "?".into());
-    let from = std::env::var("SSH_CONNECTION")
-        .ok()
-        .and_then(|c| host::ssh_connection_addrs(&c))
-        .map(|(c, _)| format!(", controller {c}"))
-        .unwrap_or_default();
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    format!(
-        "pid {} on {}, user {user}{from}, since unix time {since}",
-        std::process::id(),
-        host::hostname()
-    )
+/// Who holds a node: written into the lock file for the next one to
+/// read, one JSON object.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The agent's process id.
+    pub pid: u32,
+    /// The node's host name.
+    pub host: String,
+    /// The agent's user.
+    pub user: String,
+    /// The address its SSH connection came from, if any.
+    #[serde(default)]
+    pub ssh_from: Option<String>,
+    /// Unix time the lock was taken.
+    pub since: u64,
+    /// The kernel's boot id then (a lock from an earlier boot is stale).
+    #[serde(default)]
+    pub boot_id: String,
+    /// The controller driving it, when it said (revision 3).
+    #[serde(default)]
+    pub controller: Option<crate::proto::Controller>,
+}
+
+impl Holder {
+    /// This process, driven by `controller`.
+    pub fn me(controller: Option<crate::proto::Controller>) -> Holder {
+        Holder {
+            pid: std::process::id(),
+            host: host::hostname(),
+            user: std::env::var("USER")
+                .or_else(|_| std::env::var("LOGNAME"))
+                .ok()
+                .or_else(user_of_euid)
+                .unwrap_or_else(|| "?".into()),
+            ssh_from: std::env::var("SSH_CONNECTION")
+                .ok()
+                .and_then(|c| host::ssh_connection_addrs(&c))
+                .map(|(c, _)| c.to_string()),
+            since: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            boot_id: boot_id(),
+            controller,
+        }
+    }
+
+    /// `campaign "x" of controller ctl pid 77 (its agent: pid 4242 on r1,
+    /// user root, since unix time 1795000000)`.
+    pub fn describe(&self) -> String {
+        let agent = format!(
+            "pid {} on {}, user {}{}, since unix time {}",
+            self.pid,
+            self.host,
+            self.user,
+            self.ssh_from
+                .as_deref()
+                .map(|a| format!(", over SSH from {a}"))
+                .unwrap_or_default(),
+            self.since
+        );
+        match &self.controller {
+            Some(c) => format!(
+                "campaign {:?} of controller {} pid {} (its agent: {agent})",
+                c.campaign, c.host, c.pid
+            ),
+            None => format!("another wirebench agent ({agent})"),
+        }
+    }
+
+    /// Why a holder whose lock could be taken is gone.
+    fn gone(&self) -> String {
+        if !self.boot_id.is_empty() && self.boot_id != boot_id() {
+            return "it is from before the node's last boot".into();
+        }
+        if !pid_alive(self.pid) {
+            format!("its agent, pid {}, is gone", self.pid)
+        } else {
+            format!(
+                "its agent ended without releasing it (pid {} is another process now)",
+                self.pid
+            )
+        }
+    }
+}
+
+/// The kernel's id of this boot ("" where there is none).
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn pid_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        // SAFETY: signal 0 only checks that the process exists.
+        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
+/// The holder a lock file names: its JSON, or the text of an older
+/// release.
+fn read_holder(text: &str) -> Option<Result<Holder, String>> {
+    let t = text.trim();
+    if t.is_empty() {
+        return None;
+    }
+    Some(serde_json::from_str(t).map_err(|_| t.to_string()))
 }
 
 /// A node's journal, held (locked) by this agent.
 pub struct Journal {
     path: PathBuf,
     /// Held for the agent's life; closing it releases the lock.
-    _lock: File,
+    lock: File,
     file: Option<File>,
     /// (kind, interface) already written: later changes keep the first
     /// "before".
@@ -193,8 +296,12 @@ fn io(what: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error)
 impl Journal {
     /// Takes this node's lock (Busy, naming the holder, when a live agent
     /// has it) and puts back whatever a dead agent's journal says;
-    /// returns the journal and what was restored.
-    pub fn open(dir: &std::path::Path) -> Result<(Journal, Vec<String>), JournalError> {
+    /// returns the journal and what was done (a stale lock taken over,
+    /// what was restored).
+    pub fn open(
+        dir: &std::path::Path,
+        controller: Option<crate::proto::Controller>,
+    ) -> Result<(Journal, Vec<String>), JournalError> {
         std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
         let key = netns_key();
         let lock_path = dir.join(format!("{key}.lock"));
@@ -217,26 +324,47 @@ impl Journal {
             std::thread::sleep(std::time::Duration::from_millis(10));
             held = try_lock(&lock);
         }
+        let left = std::fs::read_to_string(&lock_path).unwrap_or_default();
         held.map_err(|e| match e {
             LockErr::Held => JournalError::Busy {
-                holder: std::fs::read_to_string(&lock_path)
-                    .map(|s| s.trim().to_string())
-                    .ok()
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| "holder unknown".into()),
+                holder: match read_holder(&left) {
+                    Some(Ok(h)) => h.describe(),
+                    Some(Err(text)) => format!("another wirebench agent ({text})"),
+                    None => "another wirebench agent (holder unknown)".into(),
+                },
             },
             LockErr::Io(e) => io("locking", &lock_path)(e),
         })?;
+        // A holder still named: it never released the lock, it died.
+        let took_over: Option<String> = match read_holder(&left) {
+            Some(Ok(h)) => Some(format!(
+                "took over the lab lock of {}: {}",
+                h.describe(),
+                h.gone()
+            )),
+            // An older release's text, never emptied: nothing to tell.
+            Some(Err(_)) | None => None,
+        };
         let _ = lock.set_len(0);
-        let _ = lock.write_all(holder_text().as_bytes());
+        let me = serde_json::to_string(&Holder::me(controller)).unwrap_or_default();
+        let _ = lock.write_all(me.as_bytes());
+        let _ = lock.sync_all();
         let mut j = Journal {
             path: dir.join(format!("{key}.journal")),
-            _lock: lock,
+            lock,
             file: None,
             recorded: BTreeSet::new(),
         };
-        let restored = j.recover()?;
-        Ok((j, restored))
+        let mut done = j.recover()?;
+        done.extend(took_over);
+        Ok((j, done))
+    }
+
+    /// Ends this holder's claim in order: the lock file names nobody, so
+    /// the next agent does not take this one for dead; the lock itself
+    /// goes with the file.
+    pub fn release(self) {
+        let _ = self.lock.set_len(0);
     }
 
     /// Entries of the journal on disk (a torn last line, from a crash
@@ -390,7 +518,12 @@ mod tests {
     #[test]
     fn a_second_holder_is_told_who_holds_the_node_and_a_torn_line_is_skipped() {
         let d = tempfile::tempdir().unwrap();
-        let (mut j, done) = Journal::open(d.path()).unwrap();
+        let ctl = crate::proto::Controller {
+            host: "ctlhost".into(),
+            pid: 77,
+            campaign: "lab-a".into(),
+        };
+        let (mut j, done) = Journal::open(d.path(), Some(ctl)).unwrap();
         assert!(done.is_empty());
         // An interface that does not exist here: written, then dropped on
         // recovery instead of applied.
@@ -406,23 +539,75 @@ mod tests {
             .unwrap();
         // flock is per open file: a second open in this process is a
         // second holder.
-        match Journal::open(d.path()) {
-            Err(JournalError::Busy { holder }) => {
+        match Journal::open(d.path(), None) {
+            Err(e @ JournalError::Busy { .. }) => {
+                let m = e.to_string();
                 assert!(
-                    holder.contains(&format!("pid {}", std::process::id())),
-                    "{holder}"
+                    m.starts_with(&format!(
+                        "this node is in use by campaign \"lab-a\" of controller ctlhost pid 77 (its agent: pid {} on ",
+                        std::process::id()
+                    )),
+                    "{m}"
                 )
             }
             other => panic!("{:?}", other.map(|(_, d)| d)),
         }
         let path = j.path().to_path_buf();
+        // Dropped without release: as if the agent had died.
         drop(j);
-        let (_j, done) = Journal::open(d.path()).unwrap();
-        assert_eq!(done.len(), 1, "{done:?}");
+        let (j, done) = Journal::open(d.path(), None).unwrap();
+        assert_eq!(done.len(), 2, "{done:?}");
+        assert!(
+            done[1].starts_with(
+                "took over the lab lock of campaign \"lab-a\" of controller ctlhost pid 77"
+            ),
+            "{done:?}"
+        );
         assert!(
             done[0].starts_with("dropped the journal entry of wbjnone0"),
             "{done:?}"
         );
         assert!(!path.exists());
+        // Released in order: the next holder takes nothing over.
+        j.release();
+        let (j, done) = Journal::open(d.path(), None).unwrap();
+        assert!(done.is_empty(), "{done:?}");
+        j.release();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_lock_left_by_a_dead_pid_or_an_earlier_boot_is_taken_over_and_said_so() {
+        let d = tempfile::tempdir().unwrap();
+        let lock = d.path().join(format!("{}.lock", netns_key()));
+        // A pid that cannot exist (above pid_max's ceiling).
+        let dead = Holder {
+            pid: 4_194_305,
+            host: "r1".into(),
+            user: "root".into(),
+            ssh_from: Some("10.254.0.1".into()),
+            since: 1,
+            boot_id: boot_id(),
+            controller: None,
+        };
+        std::fs::write(&lock, serde_json::to_string(&dead).unwrap()).unwrap();
+        let (j, done) = Journal::open(d.path(), None).unwrap();
+        assert_eq!(
+            done,
+            ["took over the lab lock of another wirebench agent (pid 4194305 on r1, user root, over SSH from 10.254.0.1, since unix time 1): its agent, pid 4194305, is gone"]
+        );
+        drop(j);
+        let old_boot = Holder {
+            pid: std::process::id(),
+            boot_id: "an-earlier-boot".into(),
+            ..dead
+        };
+        std::fs::write(&lock, serde_json::to_string(&old_boot).unwrap()).unwrap();
+        let (j, done) = Journal::open(d.path(), None).unwrap();
+        assert!(
+            done[0].ends_with(": it is from before the node's last boot"),
+            "{done:?}"
+        );
+        j.release();
     }
 }

@@ -34,7 +34,8 @@ mod win;
 pub use client::{connect_all, for_each, AgentConn, AgentSpec, Channel, CALL_TIMEOUT};
 pub use policy::NodeAllow;
 pub use proto::{
-    Allow, CpuDelta, CpuSample, HostMeta, Role, AGENT_PROTOCOL_REVISION, AGENT_PROTOCOL_VERSION,
+    Allow, Controller, CpuDelta, CpuSample, HostMeta, Role, AGENT_PROTOCOL_REVISION,
+    AGENT_PROTOCOL_VERSION,
 };
 pub use server::{Agent, AgentConfig, Shared};
 
@@ -93,6 +94,14 @@ pub enum AgentError {
         /// How it ended (exit status, signal, stderr).
         reason: String,
     },
+    /// Another controller's campaign holds the node (its lab lock).
+    #[error("node {node}: {message}")]
+    Busy {
+        /// The node's name in the campaign.
+        node: String,
+        /// The agent's message, naming the holder.
+        message: String,
+    },
     /// The agent answered something that is not the protocol.
     #[error("node {node}: agent protocol: {message}")]
     Protocol {
@@ -120,6 +129,7 @@ impl AgentError {
             | AgentError::Version { node, .. }
             | AgentError::Lost { node, .. }
             | AgentError::Protocol { node, .. }
+            | AgentError::Busy { node, .. }
             | AgentError::Remote { node, .. } => node,
         }
     }

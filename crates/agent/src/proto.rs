@@ -18,7 +18,11 @@
 //! same, without them. Revision 2: `hello` names the management interfaces
 //! (the ones carrying the agent's own SSH connection) and what the agent
 //! restored from a dead predecessor's journal; `route_ifaces` says which
-//! interface leads to each data address.
+//! interface leads to each data address. Revision 3: `hello` names the
+//! controller (host, pid, campaign), which the node's lab lock records;
+//! a `cpu` sample lists the agent itself and children that ended since
+//! the session's last samples, so every wirebench process of the node is
+//! in its CPU figures.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -28,13 +32,17 @@ use wirebench_testbed::IfaceCounters;
 /// Version of this protocol; bumped on any incompatible change.
 pub const AGENT_PROTOCOL_VERSION: u32 = 2;
 /// Additions within [`AGENT_PROTOCOL_VERSION`] (see the module notes).
-pub const AGENT_PROTOCOL_REVISION: u32 = 2;
+pub const AGENT_PROTOCOL_REVISION: u32 = 3;
 /// First revision whose agents relay a sender's interval lines.
 pub const REVISION_STREAM: u32 = 1;
 /// First revision whose agents name their management interfaces at
 /// `hello`, answer `route_ifaces`, keep a journal on disk and report what
 /// they recovered from it.
 pub const REVISION_LAB: u32 = 2;
+/// First revision whose controllers name themselves at `hello` and read
+/// the agent's own entry ([`Role::Agent`]) and ended children in a `cpu`
+/// sample.
+pub const REVISION_HOLDER: u32 = 3;
 /// Interval lines an agent holds for the controller between two `wait`s;
 /// beyond that the oldest are dropped (a stalled controller must not make
 /// the agent grow).
@@ -67,6 +75,20 @@ pub enum Role {
     Receiver,
     /// `wirebench send ARGS --json=FILE`: its result document comes back.
     Sender,
+    /// The agent itself (revision 3, only in `cpu` samples; never started).
+    Agent,
+}
+
+/// Who drives an agent (revision 3): recorded in the node's lab lock, so
+/// a second controller is told whose campaign holds the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Controller {
+    /// The controller's host name.
+    pub host: String,
+    /// Its process id there.
+    pub pid: u32,
+    /// The campaign's name.
+    pub campaign: String,
 }
 
 /// One request line from the controller.
@@ -94,6 +116,9 @@ pub enum Op {
         /// The controller's [`AGENT_PROTOCOL_REVISION`] (absent: 0).
         #[serde(default, skip_serializing_if = "is_zero")]
         revision: u32,
+        /// Revision 3: who the controller is (for the lab lock).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        controller: Option<Controller>,
     },
     /// The host's [`HostMeta`].
     Metadata,
@@ -379,6 +404,9 @@ pub struct ProcTicks {
     pub user: u64,
     /// Kernel-mode ticks so far.
     pub system: u64,
+    /// Revision 3: the child has ended; these are its final ticks.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ended: bool,
 }
 
 /// Cumulative CPU counters; the controller differences two samples.
@@ -392,7 +420,8 @@ pub struct CpuSample {
     pub total: CoreTicks,
     /// Each CPU.
     pub cores: Vec<CoreTicks>,
-    /// The agent's children.
+    /// The agent's children (and, revision 3, the agent itself and
+    /// children that ended lately, with their final ticks).
     pub procs: Vec<ProcTicks>,
 }
 
@@ -478,6 +507,10 @@ impl CpuSample {
             .iter()
             .filter_map(|p| {
                 let b = before.procs.iter().find(|b| b.pid == p.pid);
+                // Ended before the interval began: none of its time is in it.
+                if p.ended && b.is_some_and(|b| b.ended) {
+                    return None;
+                }
                 let (bu, bs) = b.map(|b| (b.user, b.system)).unwrap_or((0, 0));
                 (seconds > 0.0).then(|| ProcShare {
                     pid: p.pid,
@@ -596,6 +629,7 @@ mod tests {
                 version: 1,
                 allow: Allow::default(),
                 revision: 0,
+                controller: None,
             }
         );
         let s = Request {
@@ -656,6 +690,11 @@ mod tests {
                 version: AGENT_PROTOCOL_VERSION,
                 allow: Allow::default(),
                 revision: AGENT_PROTOCOL_REVISION,
+                controller: Some(Controller {
+                    host: "ctl".into(),
+                    pid: 4,
+                    campaign: "c".into(),
+                }),
             },
         };
         let back: Request = serde_json::from_str(&hello.line()).unwrap();
@@ -686,6 +725,7 @@ mod tests {
                 role: Role::Sender,
                 user: 0,
                 system: 0,
+                ended: false,
             }],
         };
         let busy = CoreTicks {
@@ -706,6 +746,7 @@ mod tests {
                 role: Role::Sender,
                 user: 50,
                 system: 25,
+                ended: false,
             }],
         };
         let d = b.delta(&a);
@@ -713,5 +754,27 @@ mod tests {
         assert!((d.host.busy() - 0.5).abs() < 1e-9);
         assert!((d.procs[0].user - 0.5).abs() < 1e-9);
         assert!((d.procs[0].system - 0.25).abs() < 1e-9);
+        // A child that ended during the interval counts with its final
+        // ticks; one that had already ended before it does not count.
+        let mut c = b.clone();
+        c.mono_ns = 2_000_000_000;
+        c.procs[0].ended = true;
+        c.procs.push(ProcTicks {
+            handle: 2,
+            pid: 8,
+            role: Role::Sender,
+            user: 10,
+            system: 0,
+            ended: true,
+        });
+        let d = c.delta(&b);
+        assert_eq!(d.procs.len(), 2, "{d:?}");
+        assert_eq!(d.procs[1].pid, 8);
+        assert!((d.procs[1].user - 0.1).abs() < 1e-9);
+        let mut e = c.clone();
+        e.mono_ns = 3_000_000_000;
+        assert!(e.delta(&c).procs.is_empty(), "{:?}", e.delta(&c));
+        let line = serde_json::to_string(&Role::Agent).unwrap();
+        assert_eq!(line, r#""agent""#);
     }
 }

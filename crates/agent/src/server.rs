@@ -19,7 +19,7 @@ use crate::journal::{Before, Journal, JournalError};
 use crate::policy::{check_start_args, NodeAllow};
 use crate::proto::{
     Allow, HelloInfo, Op, ProcTicks, ProcessState, Reply, Request, Response, Role, MAX_LINE,
-    MAX_STREAM_BUFFER, REVISION_LAB, REVISION_STREAM,
+    MAX_STREAM_BUFFER, REVISION_HOLDER, REVISION_LAB, REVISION_STREAM,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -112,6 +112,9 @@ struct State {
     /// links.
     journal: Option<Journal>,
     procs: BTreeMap<u32, Proc>,
+    /// Children that ended, with their final CPU ticks (the newest few:
+    /// a run's sender ends before the sample after it is taken).
+    ended: VecDeque<ProcTicks>,
     next_handle: u32,
     /// The work directory was created by this agent (only then is it
     /// removed).
@@ -198,6 +201,11 @@ impl Shared {
             stop_child(&mut p.child, Duration::from_secs(2));
         }
         let done = self.restore();
+        // Restored (or not): either way this session is over, and the
+        // next agent must not take it for a dead one.
+        if let Some(j) = self.lock().journal.take() {
+            j.release();
+        }
         if std::mem::take(&mut self.lock().workdir_made) {
             let _ = std::fs::remove_dir_all(&self.workdir);
         }
@@ -245,6 +253,59 @@ pub fn cleanup_on_signal(shared: Shared) -> std::io::Result<()> {
         }
     });
     Ok(())
+}
+
+/// Marks the agent a supervisor started (it must not start another).
+const SUPERVISED: &str = "WIREBENCH_AGENT_SUPERVISED";
+
+/// Under sshd (`SSH_CONNECTION` set) the agent runs as a child of a small
+/// supervisor that passes its exit on as a status: sshd reports a command
+/// killed by a signal to the client only as "exit-signal", which OpenSSH's
+/// client turns into its own 255, and the controller could not name the
+/// signal. Here it becomes 128 + N, which the controller names
+/// (`killed by SIGKILL (9) on the node`). SIGHUP, SIGINT and SIGTERM are
+/// passed to the agent (which restores, then exits 128 + N); if the
+/// supervisor itself dies, the agent gets SIGTERM (Linux). Returns the
+/// status to exit with, or None: run the agent in this process.
+#[cfg(unix)]
+pub fn supervise_under_ssh() -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    if std::env::var_os("SSH_CONNECTION").is_none() || std::env::var_os(SUPERVISED).is_some() {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let mut cmd = Command::new(exe);
+    cmd.args(std::env::args_os().skip(1)).env(SUPERVISED, "1");
+    crate::child::die_with_parent(&mut cmd, libc::SIGTERM);
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    // Without the handlers in place a signal would end the supervisor
+    // alone: run the agent in this process instead.
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM]).ok()?;
+    let mut child = cmd.spawn().ok()?;
+    let pid = child.id() as libc::pid_t;
+    let handle = signals.handle();
+    let fwd = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            // SAFETY: a signal to the child this process started.
+            unsafe { libc::kill(pid, sig) };
+        }
+    });
+    let st = child.wait();
+    handle.close();
+    let _ = fwd.join();
+    Some(match st {
+        Ok(st) => st
+            .code()
+            .or_else(|| st.signal().map(|sig| 128 + sig))
+            .unwrap_or(1),
+        Err(_) => 1,
+    })
+}
+
+/// Elsewhere the agent runs in the process sshd started.
+#[cfg(not(unix))]
+pub fn supervise_under_ssh() -> Option<i32> {
+    None
 }
 
 /// Windows: the console events that stand for those signals (Ctrl-C,
@@ -370,6 +431,8 @@ pub struct Agent {
     eof: Arc<AtomicBool>,
     /// Interfaces carrying this agent's SSH connection: never changed.
     mgmt: Vec<String>,
+    /// The controller's revision, from its `hello`.
+    peer_revision: u32,
 }
 
 enum Step {
@@ -388,6 +451,7 @@ impl Agent {
             responders: BTreeMap::new(),
             eof: Arc::new(AtomicBool::new(false)),
             mgmt: host::mgmt_ifaces(),
+            peer_revision: 0,
         }
     }
 
@@ -529,7 +593,13 @@ impl Agent {
         match op {
             // The controller's revision needs no answer: each feature is
             // asked for explicitly (`start` with `stream`).
-            Op::Hello { version, allow, .. } => {
+            Op::Hello {
+                version,
+                allow,
+                revision,
+                controller,
+            } => {
+                self.peer_revision = revision;
                 let info = HelloInfo {
                     version: self.cfg.version,
                     tool_version: self.cfg.tool_version.clone(),
@@ -558,7 +628,7 @@ impl Agent {
                 let changes =
                     !(allow.mtu.is_empty() && allow.offloads.is_empty() && allow.rate.is_empty());
                 let mut info = info;
-                match Journal::open(&crate::journal::state_dir()) {
+                match Journal::open(&crate::journal::state_dir(), controller) {
                     Ok((j, recovered)) => {
                         for r in &recovered {
                             eprintln!(
@@ -570,6 +640,8 @@ impl Agent {
                         }
                         if changes {
                             self.shared.lock().journal = Some(j);
+                        } else {
+                            j.release();
                         }
                     }
                     Err(e @ JournalError::Busy { .. }) if changes => return err(e.to_string()),
@@ -598,8 +670,24 @@ impl Agent {
                             role: p.role,
                             user,
                             system,
+                            ended: false,
                         });
                     }
+                }
+                // A controller of an older revision would not know these.
+                if self.peer_revision >= REVISION_HOLDER && self.cfg.revision >= REVISION_HOLDER {
+                    let me = std::process::id();
+                    if let Some((user, system)) = host::pid_ticks(me) {
+                        s.procs.push(ProcTicks {
+                            handle: 0,
+                            pid: me,
+                            role: Role::Agent,
+                            user,
+                            system,
+                            ended: false,
+                        });
+                    }
+                    s.procs.extend(st.ended.iter().cloned());
                 }
                 (Reply::Cpu(s), Step::Go)
             }
@@ -642,7 +730,10 @@ impl Agent {
                 let p = self.shared.lock().procs.remove(&handle);
                 match p {
                     Some(mut p) => {
+                        // Its ticks just before the end (stopping reaps it).
+                        let ticks = host::pid_ticks(p.pid);
                         stop_child(&mut p.child, Duration::from_secs(2));
+                        note_ended(&mut self.shared.lock(), handle, &p, ticks);
                         (Reply::Process(finish(handle, p)), Step::Go)
                     }
                     None => err(format!("no child with handle {handle}")),
@@ -818,6 +909,7 @@ impl Agent {
         let logf = std::fs::File::create(&log).map_err(|e| format!("creating a log: {e}"))?;
         let mut cmd = Command::new(&self.cfg.program);
         let json = match role {
+            Role::Agent => return Err("start: an agent is not started by an agent".into()),
             Role::Receiver => {
                 cmd.arg("recv");
                 None
@@ -904,8 +996,12 @@ impl Agent {
                     .procs
                     .get_mut(&handle)
                     .ok_or_else(|| format!("no child with handle {handle}"))?;
+                // Read before reaping: an exited child's ticks are only
+                // there until then.
+                let ticks = host::pid_ticks(p.pid);
                 if let Ok(Some(_)) = p.child.try_wait() {
                     let p = st.procs.remove(&handle).ok_or("child vanished")?;
+                    note_ended(&mut st, handle, &p, ticks);
                     return Ok(finish(handle, p));
                 }
                 // Interval lines go out as soon as they are there.
@@ -920,6 +1016,28 @@ impl Agent {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Children whose final ticks are kept for the next samples: enough for
+/// every sender of a run to be in the sample after it.
+const ENDED_KEPT: usize = 64;
+
+/// Keeps an ended child's last ticks for the next `cpu` samples.
+fn note_ended(st: &mut State, handle: u32, p: &Proc, ticks: Option<(u64, u64)>) {
+    let Some((user, system)) = ticks else {
+        return;
+    };
+    if st.ended.len() >= ENDED_KEPT {
+        st.ended.pop_front();
+    }
+    st.ended.push_back(ProcTicks {
+        handle,
+        pid: p.pid,
+        role: p.role,
+        user,
+        system,
+        ended: true,
+    });
 }
 
 /// Writes one response line and flushes it: an error means the

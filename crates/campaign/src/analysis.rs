@@ -12,7 +12,9 @@ use crate::campaign::{parse_selector, Campaign, Scenario};
 use crate::facts::Readable;
 use crate::metrics::num;
 use crate::store::{RunFilter, RunInfo, RunRow, RunStatus, Store, StoreError};
-use crate::summary::{CampaignSummary, MetricInfo, MetricStats, NodeFigures, ScenarioSummary};
+use crate::summary::{
+    CampaignSummary, HopFigures, MetricInfo, MetricStats, NodeFigures, ScenarioSummary,
+};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use thiserror::Error;
@@ -46,6 +48,7 @@ struct NodeSamples {
     busy: Vec<f64>,
     softirq: Vec<f64>,
     drops: Vec<f64>,
+    links: std::collections::BTreeSet<String>,
 }
 
 impl NodeAcc {
@@ -66,6 +69,12 @@ impl NodeAcc {
                 }
                 if let Some(s) = num(h, &["softirq"]) {
                     a.softirq.push(s);
+                }
+            }
+            if let Some(l) = c.get("links").and_then(|x| x.get(node)) {
+                let t = crate::runner::links_text(l);
+                if !t.is_empty() {
+                    a.links.insert(t);
                 }
             }
             // Only runs whose counters reached this node say how many it dropped.
@@ -95,8 +104,63 @@ impl NodeAcc {
                         cpu_busy: stats(&a.busy),
                         cpu_softirq: stats(&a.softirq),
                         drops: stats(&a.drops),
+                        links: a.links.into_iter().collect(),
                     },
                 )
+            })
+            .collect()
+    }
+}
+
+/// Per emulated hop (test-bed runs: the counters' `hops`), each run's mean
+/// queueing, serialisation and propagation, in the order hops first
+/// appear (a path's order).
+#[derive(Default)]
+struct HopAcc(Vec<(HopKey, [Vec<f64>; 3])>);
+
+/// A hop: the nodes a frame leaves and reaches.
+type HopKey = (String, String);
+
+impl HopAcc {
+    fn add(&mut self, c: &Value) {
+        for h in c
+            .get("hops")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let end = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+            let key = (end("from"), end("to"));
+            let i = match self.0.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
+                None => {
+                    self.0.push((key, Default::default()));
+                    self.0.len() - 1
+                }
+            };
+            for (v, k) in
+                self.0[i]
+                    .1
+                    .iter_mut()
+                    .zip(["queueing_s", "serialisation_s", "propagation_s"])
+            {
+                if let Some(x) = num(h, &[k]) {
+                    v.push(x);
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> Vec<HopFigures> {
+        let stats = |v: &[f64]| aggregate(v).map(MetricStats::from);
+        self.0
+            .into_iter()
+            .map(|((from, to), [q, s, p])| HopFigures {
+                from,
+                to,
+                queueing_s: stats(&q),
+                serialisation_s: stats(&s),
+                propagation_s: stats(&p),
             })
             .collect()
     }
@@ -156,6 +220,7 @@ struct ScenarioAcc {
     fragmented: bool,
     sites: BTreeMap<String, f64>,
     nodes: NodeAcc,
+    hops: HopAcc,
     series: crate::series::SeriesAcc,
     dist: crate::dist::ScenarioDist,
     systems: std::collections::BTreeSet<String>,
@@ -278,6 +343,7 @@ impl<'c> Summarizer<'c> {
             *a.sites.entry(name).or_default() += num(site, &["count"]).unwrap_or(0.0);
         }
         a.nodes.add(c);
+        a.hops.add(c);
     }
 
     /// A run's result document, for the figures drawn from whole
@@ -366,6 +432,7 @@ impl<'c> Summarizer<'c> {
                 upper_bound_bps: ub,
                 runs_above_bound: a.runs_above_bound,
                 nodes: a.nodes.finish(),
+                hops: a.hops.finish(),
                 series: a.series.finish(),
                 dist: (a.dist.runs > 0).then_some(a.dist),
             });
@@ -910,6 +977,29 @@ mod tests {
             started_at: String::new(),
             ended_at: String::new(),
         }
+    }
+
+    /// Each run's `hops` become per-hop means over the runs, in the order
+    /// hops first appear; runs without hops add nothing.
+    #[test]
+    fn hops_aggregate_over_runs() {
+        let run = |q: f64| {
+            json!({"hops": [
+                {"from": "a", "to": "r1", "frames": 10, "queueing_s": q, "serialisation_s": 123.04e-6, "propagation_s": 0.0},
+                {"from": "r1", "to": "b", "frames": 10, "queueing_s": 0.0, "serialisation_s": 10.4e-6, "propagation_s": 0.02}
+            ]})
+        };
+        let mut acc = HopAcc::default();
+        acc.add(&run(1e-6));
+        acc.add(&json!({"drop_sites": []}));
+        acc.add(&run(3e-6));
+        let h = acc.finish();
+        assert_eq!(h.len(), 2);
+        assert_eq!((h[0].from.as_str(), h[0].to.as_str()), ("a", "r1"));
+        let q = h[0].queueing_s.as_ref().unwrap();
+        assert_eq!(q.n, 2);
+        assert!((q.mean - 2e-6).abs() < 1e-15);
+        assert!((h[1].propagation_s.as_ref().unwrap().mean - 0.02).abs() < 1e-15);
     }
 
     /// A tbf that throttled 180 720 times and dropped nothing dropped

@@ -2,7 +2,9 @@
 //!
 //! Subcommands return `anyhow::Result<()>`. An error whose chain holds a
 //! [`BadInput`] means the user asked for something impossible (exit 2);
-//! anything else means the measurement itself failed (exit 1).
+//! [`LabBusy`], that another campaign holds the lab's nodes (exit 75,
+//! sysexits' EX_TEMPFAIL: the same command may work later); anything else
+//! means the measurement itself failed (exit 1).
 
 use std::fmt;
 
@@ -17,6 +19,18 @@ impl fmt::Display for BadInput {
 }
 
 impl std::error::Error for BadInput {}
+
+/// Another controller's campaign holds a node (exit status 75).
+#[derive(Debug)]
+pub struct LabBusy(pub String);
+
+impl fmt::Display for LabBusy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LabBusy {}
 
 /// `bail_input!("...")` returns a [`BadInput`] error from the current function.
 #[macro_export]
@@ -53,6 +67,8 @@ pub fn code_for(result: anyhow::Result<()>) -> i32 {
             eprintln!("wirebench: {}", message(&e));
             if e.chain().any(|c| c.downcast_ref::<BadInput>().is_some()) {
                 2
+            } else if e.chain().any(|c| c.downcast_ref::<LabBusy>().is_some()) {
+                75
             } else {
                 1
             }

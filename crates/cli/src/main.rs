@@ -3,6 +3,7 @@
 //! or bad input (clap's own usage errors already exit 2).
 
 mod cmd;
+mod ditg;
 mod exit;
 mod key;
 
@@ -48,8 +49,11 @@ enum Command {
 }
 
 fn main() {
-    let matches = negative_values(Cli::command())
-        .get_matches_from(ditg_compat(std::env::args_os().collect()));
+    let args = match ditg::translate(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => std::process::exit(exit::code_for(Err(e))),
+    };
+    let matches = negative_values(Cli::command()).get_matches_from(args);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
@@ -82,31 +86,4 @@ fn negative_values(cmd: clap::Command) -> clap::Command {
         }
     })
     .mut_subcommands(negative_values)
-}
-
-/// D-ITG habits clap would misread: ITGSend's `-sa`/`-sp`/`-rp` become
-/// `--bind`/`--cport`/`--data-port`; its `-poll` (poll the flows of a
-/// script instead of one thread each) would parse as `-p oll`. wirebench
-/// always paces its own way, so `send -poll` is dropped with a note.
-fn ditg_compat(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    if args.get(1).is_some_and(|a| a == "send") {
-        // ITGSend's two-letter options, which clap would read as `-s a`.
-        for a in args.iter_mut().skip(2) {
-            let long = match a.to_str() {
-                Some("-sa") => "--bind",
-                Some("-sp") => "--cport",
-                Some("-rp") => "--data-port",
-                _ => continue,
-            };
-            *a = long.into();
-        }
-    }
-    if args.get(1).is_some_and(|a| a == "send") && args.iter().any(|a| a == "-poll") {
-        args.retain(|a| a != "-poll");
-        eprintln!(
-            "wirebench send: note: -poll (ITGSend's polling mode) ignored: flows are paced by \
-             their own threads or shared pacers (--pacers)"
-        );
-    }
-    args
 }

@@ -22,6 +22,7 @@ fn local(node: &str) -> AgentSpec {
         },
         allow: Allow::default(),
         extra: vec![],
+        controller: None,
     }
 }
 
@@ -196,6 +197,7 @@ impl Pair {
                 rate: if allow_mtu { vec![dev.into()] } else { vec![] },
             },
             extra: vec![],
+            controller: None,
         }
     }
 }
@@ -420,7 +422,7 @@ fn a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_hold
         m.starts_with(&format!(
             "node a2: this node is in use by another wirebench agent (pid {} on ",
             a.hello.pid
-        )) && m.ends_with("; wait until its campaign ends, or ask its owner"),
+        )) && m.ends_with("; wait until it ends (`wirebench run --wait-lab`), or ask its owner"),
         "{m}"
     );
     let host = a.hello.hostname.clone();
@@ -433,6 +435,7 @@ fn a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_hold
     );
     // Only observing is not holding: that agent connects.
     drop(AgentConn::connect(&p.spec(&p.a, "observer", false)).unwrap());
+    let a_pid = a.hello.pid;
     // SAFETY: killing the agent we started (ip netns exec execs it).
     unsafe { libc::kill(a.hello.pid as i32, libc::SIGKILL) };
     std::thread::sleep(Duration::from_millis(300));
@@ -448,12 +451,23 @@ fn a_sigkilled_agents_journal_is_restored_by_hand_and_a_held_node_names_its_hold
         String::from_utf8(out.stdout).unwrap()
     };
     let said = restore();
+    let lines: Vec<&str> = said.lines().collect();
     assert_eq!(
-        said,
-        "restored v0 mtu 1400\nrestored v0 default root qdisc\n"
+        lines[..2],
+        ["restored v0 mtu 1400", "restored v0 default root qdisc"],
+        "{said}"
     );
-    for l in said.lines() {
-        assert_agents_doc_quotes(l, &[("v0", "eth0")]);
+    // The dead agent's lab lock is taken over, and said so.
+    let pid = a_pid;
+    assert_eq!(lines.len(), 3, "{said}");
+    assert!(
+        lines[2].starts_with(&format!(
+            "took over the lab lock of another wirebench agent (pid {pid} on "
+        )) && lines[2].ends_with(&format!("): its agent, pid {pid}, is gone")),
+        "{said}"
+    );
+    for l in lines {
+        assert_agents_doc_quotes(l, &[("v0", "eth0"), (&format!(" on {host},"), " on r1,")]);
     }
     assert_eq!(mtu_in(&p.a, "v0"), 1400);
     assert_eq!(root_qdisc(&p.a, "v0").1, "0:");

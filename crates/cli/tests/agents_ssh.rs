@@ -510,6 +510,24 @@ fn campaign_over_ssh_changes_and_restores_mtus_survives_a_lost_agent_and_checks_
         }
     }
 
+    // The report's node table shows the links as read back per scenario.
+    let sum = wirebench_campaign::analysis::summarize(&st, &c.id.to_string()).unwrap();
+    let links: Vec<&String> = sum
+        .scenarios
+        .iter()
+        .flat_map(|s| s.nodes.get("r1"))
+        .flat_map(|n| &n.links)
+        .collect();
+    for m in [1500, 9000] {
+        assert!(
+            links
+                .iter()
+                .any(|l| l.contains(&format!("eth0 mtu {m}, qdisc tbf"))
+                    && l.contains(&format!("eth1 mtu {m}, qdisc tbf"))),
+            "{links:?}"
+        );
+    }
+
     // 1b. `run --check` of that lab: names what apply_* would touch and
     // the management path, measures the path, and changes nothing.
     let states = || -> Vec<_> { NODES.iter().map(|n| node_state(&lab.ns(n))).collect() };
@@ -743,8 +761,19 @@ fn node_state(ns: &str) -> (Vec<(String, u32)>, String) {
     )
 }
 
-/// PIDs of the wirebench agents running in namespace `ns`.
+/// PIDs of the wirebench agents running in namespace `ns` (under sshd an
+/// agent runs beneath a supervisor of the same command line that passes
+/// its exit status on: the agent is the one without an agent child).
 fn agents_in(ns: &str) -> Vec<i32> {
+    let all = agent_procs(ns);
+    all.iter()
+        .filter(|(p, _)| !all.iter().any(|(_, pp)| pp == p))
+        .map(|(p, _)| *p)
+        .collect()
+}
+
+/// (pid, parent pid) of every `wirebench agent --stdio` process in `ns`.
+fn agent_procs(ns: &str) -> Vec<(i32, i32)> {
     use std::os::unix::fs::MetadataExt;
     let ino = std::fs::metadata(format!("/run/netns/{ns}")).unwrap().ino();
     let want = format!("net:[{ino}]");
@@ -759,7 +788,13 @@ fn agents_in(ns: &str) -> Vec<i32> {
             && cmd.split(|&b| b == 0).next() == Some(BIN.as_bytes());
         let net = std::fs::read_link(e.path().join("ns/net")).ok();
         if is_agent && net.is_some_and(|n| n.to_string_lossy() == want) {
-            v.push(pid);
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok())
+                .unwrap_or(0);
+            v.push((pid, ppid));
         }
     }
     v
@@ -846,6 +881,8 @@ fn sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on() {
             why.starts_with(&format!("node {node}: agent lost: ")),
             "{why}"
         );
+        // Over SSH too the signal is named (the supervisor's 128 + 9).
+        assert!(why.contains("(killed by SIGKILL (9) on the node)"), "{why}");
         assert!(!why.contains(&format!("node {node}: node {node}")), "{why}");
         assert_agents_doc_quotes(
             why.lines().next().unwrap_or(""),
@@ -866,15 +903,61 @@ fn sigkilled_agents_leave_nothing_changed_and_the_campaign_goes_on() {
             .find(|n| {
                 n.starts_with(&format!(
                     "node {node}: an earlier agent there ended without restoring"
-                ))
+                )) && n.contains("restored eth0 mtu")
             })
             .unwrap_or_else(|| panic!("no note for {node}: {notes:?}\n{err}"));
         assert!(n.contains("restored eth0 mtu 1500"), "{n}");
+        // The dead agent's lab lock was taken over, and said so.
+        assert!(
+            n.contains("took over the lab lock of campaign \"kill\" of controller ")
+                && n.contains("is gone"),
+            "{n}"
+        );
         assert!(n.contains("restored eth0 default root qdisc"), "{n}");
         assert!(err.contains(n.as_str()), "{err}");
         assert_agents_doc_quotes(
             &format!("wirebench: {n}"),
             &[(&format!("node {node}:"), "node rcv:")],
+        );
+    }
+    // Every ok run stored what its links were (read back after they were
+    // set, not at connect) and every wirebench process of the nodes.
+    for r in runs.iter().filter(|r| r.status == RunStatus::Ok) {
+        let o = r.counters.as_ref().unwrap();
+        for (n, i) in [("a", "eth0"), ("r1", "eth0"), ("r1", "eth1"), ("b", "eth0")] {
+            assert_eq!(o["links"][n][i]["mtu"], 9000, "{n}/{i}: {}", o["links"]);
+            assert_eq!(o["links"][n][i]["qdisc"], "tbf", "{n}/{i}: {}", o["links"]);
+            let m = o["metadata"][n]["interfaces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["name"] == i)
+                .unwrap();
+            assert_eq!(m["mtu"], 9000, "{n}/{i}");
+        }
+        assert!(o["links"]["a"].get("mgmt0").is_none(), "{}", o["links"]);
+        let roles = |n: &str| -> Vec<String> {
+            o["cpu"][n]["procs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["role"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert!(roles("a").contains(&"sender".into()), "{:?}", roles("a"));
+        assert!(roles("b").contains(&"receiver".into()), "{:?}", roles("b"));
+        for n in NODES {
+            assert!(roles(n).contains(&"agent".into()), "{n}: {:?}", roles(n));
+        }
+        let sender = o["cpu"]["a"]["procs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["role"] == "sender")
+            .unwrap();
+        assert!(
+            sender["user"].as_f64().unwrap() + sender["system"].as_f64().unwrap() > 0.0,
+            "a sender that sent for 2 s used no CPU: {sender}"
         );
     }
     let out = lab.run(&f, &["--resume"], None);
@@ -966,4 +1049,137 @@ fn agent_install_copies_this_binary_over_ssh_and_checks_its_version() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Two controllers, one lab (issue 29, item 4). While campaign A holds the
+/// nodes, campaign B is refused at once with one line naming A's
+/// campaign, controller host and pid (exit status 75, nothing changed);
+/// with `--wait-lab` B waits, holding nothing, and runs once A is done.
+/// Then a node changed by hand between campaigns (no journal explains it)
+/// is reported by the next campaign, not silently taken as it is.
+#[test]
+fn a_second_controller_is_refused_naming_the_holder_or_waits_for_the_lab() {
+    if !can_run("a_second_controller_is_refused_naming_the_holder_or_waits_for_the_lab") {
+        return;
+    }
+    let _one = one_lab();
+    let lab = Lab::up("wblock");
+    let fa = lab.campaign("holdA", "repetitions = 2\nduration_s = 3", "mtu = [9000]");
+    let fb = lab.campaign("holdB", "repetitions = 1\npackets = 300", "mtu = [9000]");
+    let db_b = lab.dir.path().join("b.db");
+    let run_b = |more: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.arg("run")
+            .arg(&fb)
+            .arg("--db")
+            .arg(&db_b)
+            .arg("-q")
+            .args(more);
+        lab.in_ctl(&mut c);
+        c
+    };
+    let mut a = lab.start(&fa);
+    let t0 = Instant::now();
+    // A holds the lab once it changed b's link.
+    while !link_mtus(&lab.ns("b"))
+        .iter()
+        .any(|(i, m)| i == "eth0" && *m == 9000)
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "A never started");
+        assert!(a.try_wait().unwrap().is_none(), "A ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run_b(&[]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
+    let line = err.trim();
+    assert_eq!(line.lines().count(), 1, "{err}");
+    assert!(
+        line.starts_with(
+            "wirebench: node a: this node is in use by campaign \"holdA\" of controller "
+        ) && line.contains(&format!(" pid {} (its agent: pid ", a.id()))
+            && line.contains("over SSH from 10.254.0.1")
+            && line.ends_with("(so are nodes r1, b)"),
+        "{line}"
+    );
+    let h = wirebench_agent::host::hostname();
+    assert_agents_doc_quotes(
+        line,
+        &[
+            (&format!("controller {h} pid"), "controller ctl1 pid"),
+            (&format!(" on {h}, "), " on snd, "),
+            ("node a:", "node snd:"),
+            ("nodes r1, b)", "nodes r1, rcv)"),
+            ("\"holdA\"", "\"jumbo-lab\""),
+        ],
+    );
+    let st_b = Store::open(&db_b).unwrap();
+    if let Some(c) = st_b.latest_by_name("holdB").unwrap() {
+        assert!(st_b.runs(c.id).unwrap().is_empty());
+    }
+    // B waits for A, then runs.
+    let b = run_b(&["--wait-lab=120"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let a_out = a.wait_with_output().unwrap();
+    assert!(
+        a_out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&a_out.stderr)
+    );
+    let b_out = b.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&b_out.stderr);
+    assert!(b_out.status.success(), "{err}");
+    assert!(
+        err.contains("wirebench: waiting for the lab (--wait-lab): node a: this node is in use by campaign \"holdA\""),
+        "{err}"
+    );
+    let st = lab.store();
+    let ca = st.latest_by_name("holdA").unwrap().unwrap();
+    let a_end = st
+        .runs(ca.id)
+        .unwrap()
+        .iter()
+        .map(|r| r.ended_at.clone())
+        .max()
+        .unwrap();
+    let cb = st_b.latest_by_name("holdB").unwrap().unwrap();
+    let b_runs = st_b.runs(cb.id).unwrap();
+    assert_eq!(b_runs.len(), 1);
+    assert_eq!(b_runs[0].status, RunStatus::Ok, "{:?}", b_runs[0].error);
+    assert!(b_runs[0].started_at >= a_end, "B ran while A held the lab");
+    assert!(lab.all_1500());
+    assert!(lab.default_qdiscs());
+
+    // b's data link changed by hand since A first saw it (MTU 1400, no
+    // journal): the next campaign of that store says so before its runs,
+    // and puts b back to 1400 at its end, as it found it.
+    sh(Command::new("ip").args(["-n", &lab.ns("b"), "link", "set", "eth0", "mtu", "1400"]));
+    let fc = lab.campaign("holdC", "repetitions = 1\npackets = 300", "mtu = [1500]");
+    let out = lab.run(&fc, &[], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    sh(Command::new("ip").args(["-n", &lab.ns("b"), "link", "set", "eth0", "mtu", "1500"]));
+    assert!(out.status.success(), "{err}");
+    let said = err
+        .lines()
+        .find(|l| {
+            l.starts_with("wirebench: node b: its interfaces differ from what campaign \"holdA\"")
+        })
+        .unwrap_or_else(|| panic!("not reported: {err}"));
+    assert!(
+        said.contains("(eth0 mtu 1500, qdisc ") && said.contains("now eth0 mtu 1400, qdisc "),
+        "{said}"
+    );
+    assert!(!err.contains("node a: its interfaces differ"), "{err}");
+    assert_agents_doc_quotes(
+        said,
+        &[("node b:", "node rcv:"), ("\"holdA\"", "\"jumbo-lab\"")],
+    );
+    let cc = st.latest_by_name("holdC").unwrap().unwrap();
+    let runs = st.runs(cc.id).unwrap();
+    let notes = runs[0].counters.as_ref().unwrap()["notes"].to_string();
+    assert!(notes.contains("node b: its interfaces differ"), "{notes}");
+    assert!(lab.all_1500());
 }

@@ -35,6 +35,7 @@ fn meta(side: Side) -> LogMeta {
         started_at: None,
         tool: "test".into(),
         delay_offset_ns: 0,
+        sessions: Vec::new(),
         flows: vec![
             FlowMeta {
                 id: 1,

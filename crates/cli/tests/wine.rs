@@ -174,6 +174,7 @@ fn wine_agent(w: &(String, String), dir: &std::path::Path) -> wirebench_agent::A
         channel: wirebench_agent::Channel::Local { program: script },
         allow: wirebench_agent::Allow::default(),
         extra: vec![],
+        controller: None,
     }
 }
 

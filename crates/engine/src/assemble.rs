@@ -235,6 +235,7 @@ pub(crate) fn assemble_doc(mut p: DocInputs) -> ResultDoc {
             host: p.extra.host.clone(),
             rcvbuf_errors: p.extra.rcvbuf_errors,
             foreign_control: p.extra.foreign_control,
+            log: None,
         },
         cpu: Cpu {
             sender: p.cpu_sender.share(p.run_s),

@@ -5,9 +5,13 @@
 //! sends `Start` ([`Together`]) — and one result document with all flows
 //! ([`run_many`]). A session that cannot open stops the others before they
 //! start; a Ctrl-C (the plans share one cancel flag) stops them all.
+//! With `-l FILE`, each session logs to a part beside FILE and the parts
+//! are joined into FILE at the end ([`wirebench_pktlog::merge`]), flows
+//! numbered as in the document.
 
 use crate::plan::{CheckedPlan, Hooks};
 use crate::EngineError;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use wirebench_schema::result::{ResultDoc, SessionPart};
 
@@ -95,6 +99,69 @@ pub fn run_many(plans: Vec<CheckedPlan>, hooks: Hooks) -> Result<ResultDoc, Engi
         }
         return Err(EngineError::BadPlan("no receiver".into()));
     }
+    let log = plans.first().and_then(|p| p.log.clone());
+    let parts: Vec<PathBuf> = match &log {
+        Some(path) => (0..plans.len()).map(|k| part_path(path, k)).collect(),
+        None => Vec::new(),
+    };
+    let plans: Vec<CheckedPlan> = plans
+        .into_iter()
+        .enumerate()
+        .map(|(k, p)| match parts.get(k) {
+            Some(part) => p.with_log(part.clone()),
+            None => p,
+        })
+        .collect();
+    let run = run_sessions(plans, hooks);
+    let Some(path) = log else { return run };
+    let joined = match &run {
+        Ok(_) | Err(EngineError::Partial { .. }) => join_logs(&parts, &path),
+        Err(_) => Ok(()),
+    };
+    for p in &parts {
+        let _ = std::fs::remove_file(p);
+    }
+    match (run, joined) {
+        (run, Ok(())) => run,
+        (Ok(doc), Err(why)) => Err(EngineError::Partial {
+            reason: why,
+            doc: Box::new(doc),
+        }),
+        (Err(EngineError::Partial { reason, doc }), Err(why)) => Err(EngineError::Partial {
+            reason: format!("{reason}; {why}"),
+            doc,
+        }),
+        (Err(e), Err(_)) => Err(e),
+    }
+}
+
+/// Where session `k`'s part of the log `path` is written: a hidden file
+/// beside it, removed once joined.
+fn part_path(path: &Path, k: usize) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "log".into());
+    path.with_file_name(format!(".{name}.part{k}"))
+}
+
+/// Joins the sessions' parts into `path`.
+fn join_logs(parts: &[PathBuf], path: &Path) -> Result<(), String> {
+    let why = |e: String| {
+        format!(
+            "-l {}: the sessions' logs were not joined: {e}",
+            path.display()
+        )
+    };
+    let file = std::fs::File::create(path).map_err(|e| why(e.to_string()))?;
+    let refs: Vec<&Path> = parts.iter().map(PathBuf::as_path).collect();
+    wirebench_pktlog::merge::merge(&refs, std::io::BufWriter::new(file))
+        .map(|_| ())
+        .map_err(|e| why(e.to_string()))
+}
+
+/// The sessions, one thread each, started together; their documents merged.
+fn run_sessions(plans: Vec<CheckedPlan>, hooks: Hooks) -> Result<ResultDoc, EngineError> {
     let together = Together::new(plans.len());
     let mut handles = Vec::new();
     for (k, p) in plans.into_iter().enumerate() {

@@ -882,6 +882,7 @@ fn send_log_meta(plan: &SessionPlan, session: u32, ip: IpVersion, mtu: u32) -> L
         ),
         tool: format!("wirebench {}", env!("CARGO_PKG_VERSION")),
         delay_offset_ns: 0,
+        sessions: Vec::new(),
         flows: plan
             .flows
             .iter()

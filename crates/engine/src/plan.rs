@@ -109,6 +109,9 @@ pub struct SessionPlan {
     pub jitter_buffer_ms: u32,
     /// Write a per-packet log of what was sent here (`-l`, docs/logs.md).
     pub log: Option<std::path::PathBuf>,
+    /// Ask the receiver to log this session's packets under this file name
+    /// in its log directory (ITGSend's `-x`; `Hello.log_name`).
+    pub remote_log: Option<String>,
     /// Pre-shared key: authenticate to the receiver, and require it to
     /// prove the same key (docs/security.md).
     pub key: Option<wirebench_wire::auth::Key>,
@@ -133,6 +136,16 @@ pub struct SessionPlan {
 /// downstream checks it again. Read-only: a change would need a new check.
 #[derive(Debug, Clone)]
 pub struct CheckedPlan(SessionPlan);
+
+impl CheckedPlan {
+    /// The plan with its sender log written to `log` instead: for a run
+    /// with several receivers, each session's part of the one `-l` log
+    /// ([`crate::run_many`]). Where the log goes is no part of the checks.
+    pub(crate) fn with_log(mut self, log: std::path::PathBuf) -> CheckedPlan {
+        self.0.log = Some(log);
+        self
+    }
+}
 
 impl std::ops::Deref for CheckedPlan {
     type Target = SessionPlan;
@@ -240,6 +253,7 @@ impl SessionPlan {
             command: None,
             jitter_buffer_ms: DEFAULT_JITTER_BUFFER_MS,
             log: None,
+            remote_log: None,
             key: None,
             auth_probes: false,
             pacing: Pacing::Auto,
@@ -267,6 +281,10 @@ impl SessionPlan {
             )));
         }
         crate::transport::icmp::check(self)?;
+        if let Some(name) = &self.remote_log {
+            wirebench_wire::limits::check_log_name(name)
+                .map_err(|e| EngineError::BadPlan(format!("-x: {e}")))?;
+        }
         if self.auth_probes && self.key.is_none() {
             return Err(EngineError::BadPlan(
                 "--auth probes: needs the pre-shared key (--key-file or WIREBENCH_KEY)".into(),

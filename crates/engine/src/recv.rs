@@ -65,18 +65,28 @@ pub const LOG_MAX_TOTAL: u64 = 10 << 30;
 /// link someone planted) is never opened, the next suffix is.
 const LOG_NAME_TRIES: u32 = 16;
 
-/// Opens a new log for session `sid` in `dir`: `session-<id>.wblog`, else
-/// `session-<id>-<k>.wblog` for the first k not taken.
+/// Opens a new log for session `sid` in `dir`: under the name the sender
+/// asked for (`named`, already checked by `check_log_name`: one file name)
+/// or `session-<id>.wblog`; when that is taken, the same with `-<k>`
+/// before the extension for the first k not taken.
 fn open_session_log(
     dir: &std::path::Path,
     sid: u32,
+    named: Option<&str>,
     cap: &wirebench_pktlog::stream::LogCap,
 ) -> Result<(LogSink, std::path::PathBuf), wirebench_pktlog::LogError> {
+    let own = format!("session-{sid:08x}.wblog");
+    let base = named.unwrap_or(&own);
+    // "recv.log" -> ("recv", ".log"); a name without a dot keeps it all.
+    let (stem, ext) = match base.rfind('.') {
+        Some(i) if i > 0 => base.split_at(i),
+        _ => (base, ""),
+    };
     let mut k = 0;
     loop {
         let name = match k {
-            0 => format!("session-{sid:08x}.wblog"),
-            _ => format!("session-{sid:08x}-{k}.wblog"),
+            0 => base.to_string(),
+            _ => format!("{stem}-{k}{ext}"),
         };
         let path = dir.join(name);
         match LogSink::create_new(&path, cap.clone()) {
@@ -103,6 +113,9 @@ pub struct DaemonConfig {
     pub log_dir: Option<std::path::PathBuf>,
     /// Most bytes of records one session's log may hold.
     pub log_max_session: u64,
+    /// Senders may name their session's log (`send -x NAME`, within
+    /// `log_dir`); false refuses such sessions.
+    pub log_names: bool,
     /// Bytes of records all logs of this daemon may still write together
     /// (shared by clones of the configuration).
     pub log_total_left: Arc<AtomicU64>,
@@ -139,6 +152,7 @@ impl Default for DaemonConfig {
             idle_timeout: SESSION_IDLE,
             log_dir: None,
             log_max_session: LOG_MAX_SESSION,
+            log_names: true,
             log_total_left: Arc::new(AtomicU64::new(LOG_MAX_TOTAL)),
             key: None,
             require_probe_auth: false,
@@ -438,6 +452,7 @@ fn session(
         auth,
         live: live_asked,
         auth_probes,
+        log_name,
     } = hello
     else {
         stats.foreign_control.fetch_add(1, Ordering::Relaxed);
@@ -499,6 +514,22 @@ fn session(
     if let Err(e) = limits::check_flows(&setups) {
         return refuse(&mut ctl, format!("bad Hello: {e}"));
     }
+    if let Some(name) = &log_name {
+        let why = if log_dir.is_none() {
+            "this receiver keeps no logs (start it with --log-dir DIR)".to_string()
+        } else if !cfg.log_names {
+            "this receiver does not take log names from senders (recv --no-log-names)".to_string()
+        } else {
+            match limits::check_log_name(name) {
+                Ok(_) => String::new(),
+                Err(e) => e.to_string(),
+            }
+        };
+        if !why.is_empty() {
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+            return refuse(&mut ctl, format!("-x {name}: {why}"));
+        }
+    }
     // The session's sockets, buffers and threads are reserved before any
     // is opened, and given back when `_grant` goes, however it ends.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -554,7 +585,7 @@ fn session(
                 per_log_bytes: Some(cfg.log_max_session),
                 shared_left: Some(cfg.log_total_left.clone()),
             };
-            match open_session_log(dir, sid, &cap) {
+            match open_session_log(dir, sid, log_name.as_deref(), &cap) {
                 Ok(s) => Some(s),
                 Err(e) => {
                     stats.sessions_failed.fetch_add(1, Ordering::Relaxed);
@@ -655,6 +686,11 @@ fn session(
         live: at.live,
         reverse: remote.any(),
         auth_probes: probe_key.is_some(),
+        // Only the name: the sender has no business with our directory.
+        log: log_name.and(
+            sink.as_ref()
+                .and_then(|(_, p)| p.file_name().map(|n| n.to_string_lossy().into_owned())),
+        ),
     })?;
     let live_queues: Vec<Arc<LiveQueue>> = if at.live {
         flows.0.iter().map(|f| f.shared.live.clone()).collect()
@@ -872,6 +908,10 @@ fn session(
                 let mut host = sys::host_info();
                 #[cfg(target_os = "linux")]
                 let ring_drops = crate::xdp::rx::describe(&mut host, &xdp);
+                #[cfg(target_os = "linux")]
+                if let (Some(Ok((_, counts))), true) = (&xdp, verbose) {
+                    eprintln!("wirebench recv: session {sid:08x}: {}", counts.line());
+                }
                 #[cfg(not(target_os = "linux"))]
                 let ring_drops = 0;
                 let extra = ReportExtra {
@@ -960,6 +1000,7 @@ fn log_meta(
         ),
         tool: format!("wirebench {}", env!("CARGO_PKG_VERSION")),
         delay_offset_ns: offset,
+        sessions: Vec::new(),
         flows: setups
             .iter()
             .map(|s| FlowMeta {
@@ -988,17 +1029,33 @@ mod tests {
         #[cfg(not(unix))]
         std::fs::write(dir.path().join("session-0000002a.wblog"), b"x").unwrap();
         let cap = wirebench_pktlog::stream::LogCap::default();
-        let (sink, path) = open_session_log(dir.path(), 42, &cap).unwrap();
+        let (sink, path) = open_session_log(dir.path(), 42, None, &cap).unwrap();
         assert_eq!(path.file_name().unwrap(), "session-0000002a-1.wblog");
         drop(sink);
         // The same id again (an earlier session's log is there): -2.
-        let (_s, path) = open_session_log(dir.path(), 42, &cap).unwrap();
+        let (_s, path) = open_session_log(dir.path(), 42, None, &cap).unwrap();
         assert_eq!(path.file_name().unwrap(), "session-0000002a-2.wblog");
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
         // Every name taken: refused, nothing opened.
         for k in 3..LOG_NAME_TRIES {
             std::fs::write(dir.path().join(format!("session-0000002a-{k}.wblog")), b"x").unwrap();
         }
-        assert!(open_session_log(dir.path(), 42, &cap).is_err());
+        assert!(open_session_log(dir.path(), 42, None, &cap).is_err());
+    }
+
+    #[test]
+    fn a_named_log_keeps_its_extension_when_the_name_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let cap = wirebench_pktlog::stream::LogCap::default();
+        let name = |n: Option<&str>| {
+            let (_s, p) = open_session_log(dir.path(), 7, n, &cap).unwrap();
+            p.file_name().unwrap().to_string_lossy().into_owned()
+        };
+        assert_eq!(name(Some("recv.log")), "recv.log");
+        assert_eq!(name(Some("recv.log")), "recv-1.log");
+        assert_eq!(name(Some("plain")), "plain");
+        assert_eq!(name(Some("plain")), "plain-1");
+        assert_eq!(name(Some("a.b.log")), "a.b.log");
+        assert_eq!(name(Some("a.b.log")), "a.b-1.log");
     }
 }

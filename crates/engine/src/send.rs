@@ -91,6 +91,7 @@ pub fn run_checked(plan: CheckedPlan, hooks: Hooks) -> Result<ResultDoc, EngineE
         live,
         setups,
         probe_key,
+        remote_log,
     } = crate::session::open(&plan, addr, &src_ports, hooks.live.is_some())?;
     let mut ctl = ctl;
     let ip = if dst_ip.is_ipv4() {
@@ -197,6 +198,8 @@ pub fn run_checked(plan: CheckedPlan, hooks: Hooks) -> Result<ResultDoc, EngineE
     let cpu_sender = CpuTime::process().since(cpu0);
     let host1 = HostCpu::read();
     let sndbuf_errors = sys::udp_sndbuf_errors().saturating_sub(snd0);
+    #[cfg(target_os = "linux")]
+    let sndbuf_errors = sndbuf_errors + xdp.driver_drops();
     let (ctl, peer_gone) = watcher.finish();
 
     let mut partial: Option<String> = peer_gone;
@@ -296,6 +299,7 @@ pub fn run_checked(plan: CheckedPlan, hooks: Hooks) -> Result<ResultDoc, EngineE
     if let Some(f) = &forward {
         f.fill_tcp(&mut doc.flows);
     }
+    doc.receiver.log = remote_log;
     #[cfg(target_os = "linux")]
     if let Some(p) = xdp.send_path(plan.xdp.as_deref().unwrap_or_default()) {
         doc.host.send_path = p;

@@ -46,6 +46,8 @@ pub(crate) struct Opened {
     /// `--auth probes`: the session's probe key (both ends derived it
     /// from the handshake; the receiver confirmed it checks MACs).
     pub probe_key: Option<wirebench_wire::auth::ProbeKey>,
+    /// The file the receiver logs the session to (`-x`, `Ready.log`).
+    pub remote_log: Option<String>,
 }
 
 /// Connects to the receiver and runs the session up to (not including)
@@ -107,12 +109,13 @@ pub(crate) fn open(
         auth: nonce.map(|n| wirebench_wire::auth::to_hex(&n)),
         live: live_asked,
         auth_probes: plan.auth_probes,
+        log_name: plan.remote_log.clone(),
     })?;
     let reply = ctl.expect("Ready", REPLY_TIMEOUT)?;
     let (reply, probe_key) =
         crate::auth::sender_handshake(&mut ctl, key, nonce, session, reply, REPLY_TIMEOUT)?;
     let probe_key = probe_key.filter(|_| plan.auth_probes);
-    let (ports, live) = match reply {
+    let (ports, live, remote_log) = match reply {
         ControlMsg::Ready { auth_probes, .. } if plan.auth_probes && !auth_probes => {
             let m = "the receiver does not check probe MACs (--auth probes); upgrade it";
             let _ = ctl.send(&ControlMsg::Error { message: m.into() });
@@ -123,9 +126,14 @@ pub(crate) fn open(
             let _ = ctl.send(&ControlMsg::Error { message: m.into() });
             return Err(EngineError::Remote(m.into()));
         }
-        ControlMsg::Ready { ports, live, .. } if ports.len() == plan.flows.len() => {
-            (ports, live && live_asked)
+        ControlMsg::Ready { ref log, .. } if plan.remote_log.is_some() && log.is_none() => {
+            let m = "the receiver does not support -x (a log named by the sender); upgrade it";
+            let _ = ctl.send(&ControlMsg::Error { message: m.into() });
+            return Err(EngineError::Remote(m.into()));
         }
+        ControlMsg::Ready {
+            ports, live, log, ..
+        } if ports.len() == plan.flows.len() => (ports, live && live_asked, log),
         other => {
             return Err(EngineError::Protocol(format!(
                 "expected Ready with {} ports, got {other:?}",
@@ -171,6 +179,7 @@ pub(crate) fn open(
         live,
         setups,
         probe_key,
+        remote_log,
     })
 }
 

@@ -189,6 +189,7 @@ fn the_receiver_sends_only_to_the_control_peers_address() {
         auth: None,
         live: false,
         auth_probes: false,
+        log_name: None,
     });
     rd.read_line(&mut line).unwrap();
     let data = match ControlMsg::from_line(&line).unwrap() {

@@ -99,6 +99,7 @@ impl Client {
             auth: None,
             live: false,
             auth_probes: false,
+            log_name: None,
         });
         self.recv()
     }
@@ -356,6 +357,7 @@ fn hostile_receiver(port: u16, on: fn(&ControlMsg) -> Option<String>) -> JoinHan
                         live: false,
                         reverse: false,
                         auth_probes: false,
+                        log: None,
                     }
                     .to_line(),
                 ),
@@ -490,6 +492,7 @@ fn challenge(c: &mut Client, sid: u32, cn: &[u8; NONCE_LEN]) -> Result<[u8; NONC
         auth: Some(auth::to_hex(cn)),
         live: false,
         auth_probes: false,
+        log_name: None,
     });
     match c.recv() {
         ControlMsg::Challenge { nonce, proof } => {
@@ -529,6 +532,7 @@ fn unauthenticated_wrong_key_and_replayed_sessions_are_refused() {
         auth: Some("zz".into()),
         live: false,
         auth_probes: false,
+        log_name: None,
     });
     assert!(error_text(c.recv()).contains("auth"));
     // A wrong key: the answer does not check out.
@@ -971,6 +975,7 @@ fn authenticated_probes_count_forgeries_and_keep_the_figures() {
         auth: Some(auth::to_hex(&cn)),
         live: false,
         auth_probes: true,
+        log_name: None,
     });
     let sn = match c.recv() {
         ControlMsg::Challenge { nonce, .. } => auth::from_hex("nonce", &nonce).unwrap(),
@@ -1050,6 +1055,7 @@ fn authenticated_probes_count_forgeries_and_keep_the_figures() {
         auth: None,
         live: false,
         auth_probes: true,
+        log_name: None,
     });
     assert!(error_text(c.recv()).contains("--auth probes"));
 }
@@ -1398,6 +1404,7 @@ fn open_declared(
         auth: (mode != AuthMode::NoKey).then(|| auth::to_hex(&cn)),
         live: false,
         auth_probes: macs,
+        log_name: None,
     });
     let mut pk = None;
     if mode != AuthMode::NoKey {
@@ -1637,6 +1644,7 @@ fn reverse_flows_go_only_where_the_declared_or_authentic_hello_came_from() {
             auth: (mode != AuthMode::NoKey).then(|| auth::to_hex(&cn)),
             live: false,
             auth_probes: mode != AuthMode::NoKey,
+            log_name: None,
         });
         let mut pk = None;
         if mode != AuthMode::NoKey {

@@ -171,6 +171,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         auth: None,
         live: false,
         auth_probes: false,
+        log_name: None,
     };
     c2.write_all(hello.to_line().as_bytes()).unwrap();
     let mut line = String::new();
@@ -188,6 +189,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         auth: None,
         live: false,
         auth_probes: false,
+        log_name: None,
     };
     c3.write_all(hello99.to_line().as_bytes()).unwrap();
     let mut line = String::new();

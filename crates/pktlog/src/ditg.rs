@@ -153,6 +153,7 @@ impl<R: Read> DitgReader<R> {
                 started_at: None,
                 tool: "D-ITG".into(),
                 delay_offset_ns: 0,
+                sessions: Vec::new(),
                 flows: Vec::new(),
             },
             mtu,

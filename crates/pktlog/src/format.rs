@@ -166,6 +166,22 @@ pub struct LogMeta {
     pub delay_offset_ns: i64,
     /// The flows of the run.
     pub flows: Vec<FlowMeta>,
+    /// A sender log of a run with several receivers (one session each):
+    /// which flows went in which session. Empty for a one-session log.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<LogSession>,
+}
+
+/// One session of a log that holds several (see [`LogMeta::sessions`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSession {
+    /// The control-session id its probes carried.
+    pub session: u32,
+    /// The receiver it went to, as the sender named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest: Option<String>,
+    /// Its flows' ids in this log.
+    pub flows: Vec<u16>,
 }
 
 /// Per-flow facts known only when the run ends.

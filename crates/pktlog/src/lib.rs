@@ -13,11 +13,12 @@ pub mod decode;
 pub mod ditg;
 pub mod export;
 pub mod format;
+pub mod merge;
 pub mod read;
 pub mod stream;
 pub mod write;
 
-pub use format::{FlowEnd, FlowMeta, LogFooter, LogMeta, Record, Side};
+pub use format::{FlowEnd, FlowMeta, LogFooter, LogMeta, LogSession, Record, Side};
 pub use read::LogReader;
 pub use write::LogWriter;
 

@@ -307,6 +307,7 @@ mod tests {
             started_at: None,
             tool: "test".into(),
             delay_offset_ns: 0,
+            sessions: Vec::new(),
             flows: (1..=3)
                 .map(|id| FlowMeta {
                     id,

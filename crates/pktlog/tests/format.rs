@@ -15,6 +15,7 @@ fn meta() -> LogMeta {
         started_at: Some("2026-11-22T17:00:00Z".into()),
         tool: "wirebench test".into(),
         delay_offset_ns: -1234,
+        sessions: Vec::new(),
         flows: vec![FlowMeta {
             id: 1,
             transport: "udp".into(),

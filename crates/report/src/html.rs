@@ -177,6 +177,7 @@ fn campaign_section(out: &mut String, s: &CampaignSummary, idx: usize) {
         part_body(out, &part.summary, idx * 256 + pi * 16, several);
     }
     crate::nodes::nodes_table(out, s);
+    crate::nodes::hops_table(out, s);
     crate::timeseries::series_section(out, s);
     crate::dist::dist_section(out, s);
 

@@ -755,6 +755,7 @@ mod tests {
             upper_bound_bps: None,
             runs_above_bound: 0,
             nodes: Default::default(),
+            hops: Default::default(),
             series: None,
             dist: None,
         }

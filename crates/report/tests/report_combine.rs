@@ -46,6 +46,7 @@ fn s4(name: &str, gain: f64) -> CampaignSummary {
                 upper_bound_bps: Some(common::tcp_bound(6, 1e9)),
                 runs_above_bound: 0,
                 nodes: Default::default(),
+                hops: Default::default(),
                 series: None,
                 dist: None,
             }

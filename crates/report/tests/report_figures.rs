@@ -63,6 +63,7 @@ fn n2(x_axis: &str, xs: &[&str]) -> CampaignSummary {
             upper_bound_bps: Some(9.57e8),
             runs_above_bound: 0,
             nodes: Default::default(),
+            hops: Default::default(),
             series: None,
             dist: None,
         });

@@ -438,6 +438,7 @@ fn change_colour_follows_the_metric_table() {
             upper_bound_bps: None,
             runs_above_bound: 0,
             nodes: Default::default(),
+            hops: Default::default(),
             series: None,
             dist: None,
         };
@@ -483,6 +484,11 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
         cpu_busy: Some(stats(busy, 0.01)),
         cpu_softirq: Some(stats(busy / 2.0, 0.0)),
         drops: Some(stats(drops, 0.0)),
+        links: if role == "router" {
+            vec!["eth0 mtu 9000, qdisc tbf, gro on gso on tso on".into()]
+        } else {
+            vec![]
+        },
     };
     let mut s = common::apps_like();
     let sc = &mut s.scenarios[0];
@@ -503,8 +509,16 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
         r2.contains("70.0 ± 1.0 %") && r2.contains("35.0 %") && r2.contains(">200<"),
         "{r2}"
     );
+    // The links as the router read them back during its runs.
+    assert!(
+        r2.ends_with("<td class=\"axis\">eth0 mtu 9000, qdisc tbf, gro on gso on tso on</td>"),
+        "{r2}"
+    );
     let b = &html[at("b")..];
-    assert!(b[..b.find("</tr>").unwrap()].ends_with("<td>0</td>"), "{b}");
+    assert!(
+        b[..b.find("</tr>").unwrap()].ends_with("<td>0</td><td class=\"axis\">–</td>"),
+        "{b}"
+    );
     // Real hosts are not called the test-bed; the emulated test-bed is.
     assert!(html.contains("Each node is its own host"), "{html}");
     let mut bed = s.clone();
@@ -520,6 +534,57 @@ fn nodes_table_lists_every_hop_in_path_order_with_its_cpu_and_drops() {
     assert!(!a.contains("593"), "{a}");
     // Campaigns without agents have no such table.
     assert!(!render_html(&common::apps_like()).contains("Nodes: CPU"));
+}
+
+/// Runs over emulated links get the per-hop split: a row per hop in the
+/// order given, its three means in µs and a bar whose parts are their
+/// shares; campaigns without hops have no such table.
+#[test]
+fn hops_table_splits_each_hops_time() {
+    use wirebench_schema::summary::{HopFigures, MetricStats};
+    let stats = |mean: f64| MetricStats {
+        n: 3,
+        mean,
+        sd: 0.0,
+        median: mean,
+        min: mean,
+        max: mean,
+        ci95: 0.0,
+        cv: 0.0,
+        cv_warning: false,
+        pct_vs_baseline: None,
+    };
+    let hop = |from: &str, to: &str, q: f64, ser: f64, p: f64| HopFigures {
+        from: from.into(),
+        to: to.into(),
+        queueing_s: Some(stats(q)),
+        serialisation_s: Some(stats(ser)),
+        propagation_s: Some(stats(p)),
+    };
+    assert!(!render_html(&common::apps_like()).contains("Where time went"));
+    let mut s = common::apps_like();
+    s.scenarios[0].hops = vec![
+        hop("a", "r1", 0.0, 123.04e-6, 0.0),
+        hop("r1", "b", 25e-6, 25e-6, 50e-6),
+    ];
+    let html = render_html(&s);
+    assert!(html.contains("<h4>Where time went, per hop</h4>"), "{html}");
+    let row = |h: &str| {
+        let r = &html[html.find(&format!("<td class=\"axis\">{h}</td>")).unwrap()..];
+        r[..r.find("</tr>").unwrap()].to_string()
+    };
+    let a = row("a→r1");
+    assert!(a.contains("<td>123 µs</td>"), "{a}");
+    assert!(a.contains("width:0.0%;background:#d95f02"), "{a}");
+    assert!(a.contains("width:100.0%;background:#1b9e77"), "{a}");
+    let b = row("r1→b");
+    assert!(
+        b.contains("width:25.0%;background:#d95f02")
+            && b.contains("width:25.0%;background:#1b9e77")
+            && b.contains("width:50.0%;background:#7570b3"),
+        "{b}"
+    );
+    assert!(html.find("a→r1").unwrap() < html.find("r1→b").unwrap());
 }
 
 /// Scenarios with delay and |IPDV| histograms get the distribution

@@ -63,6 +63,7 @@ fn mixed() -> CampaignSummary {
             upper_bound_bps: None,
             runs_above_bound: 0,
             nodes: Default::default(),
+            hops: Default::default(),
             series: None,
             dist: None,
         });

@@ -342,6 +342,10 @@ pub struct ReceiverInfo {
     /// Connections to the control port during the run that were not a
     /// wirebench session.
     pub foreign_control: u64,
+    /// The file, in the receiver's log directory, it logged this session
+    /// to when the sender named one (`send -x NAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
 }
 
 /// CPU use over the run.

@@ -128,6 +128,11 @@ pub struct ScenarioSummary {
     /// figures of a lab. Empty for other runs.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub nodes: BTreeMap<String, NodeFigures>,
+    /// Where the time went on each emulated hop (test-bed runs whose
+    /// counters hold `hops`), in path order of first appearance. Empty for
+    /// other runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hops: Vec<HopFigures>,
     /// Throughput, delay, jitter and loss over time (campaigns with
     /// `interval_ms`): mean and min–max band over the repetitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -167,6 +172,27 @@ pub struct NodeFigures {
     pub cpu_softirq: Option<MetricStats>,
     /// Packets dropped on the node per run (every interface and qdisc).
     pub drops: Option<MetricStats>,
+    /// What its changed links were during the runs, read back from the
+    /// node after they were set (`eth0 mtu 9000, qdisc tbf, gro on gso on
+    /// tso on`), each distinct state once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
+}
+
+/// One direction of one emulated link in one scenario: the mean time a
+/// frame spent per hop, each over the ok repetitions (seconds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HopFigures {
+    /// Node the frames left.
+    pub from: String,
+    /// Node they reached.
+    pub to: String,
+    /// Waiting for the wire behind earlier frames.
+    pub queueing_s: Option<MetricStats>,
+    /// On the wire: `max(len + 24, 84) × 8 / rate`.
+    pub serialisation_s: Option<MetricStats>,
+    /// Delay, jitter and waiting not to overtake.
+    pub propagation_s: Option<MetricStats>,
 }
 
 /// Environment a campaign ran in, as recorded with its runs.

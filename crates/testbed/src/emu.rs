@@ -15,7 +15,8 @@
 //! before its predecessor delivers it with its predecessor (unlike netem,
 //! whose jitter reorders); reordering is its own, explicit knob.
 
-use crate::spec::{Impairment, JitterDist};
+use crate::aqm::AqmQueue;
+use crate::spec::{Impairment, JitterDist, TRACE_OPPORTUNITY_BYTES};
 use crate::testbed::{WIRE_MIN_FRAME, WIRE_OVERHEAD};
 
 /// A small, fast, seedable generator (SplitMix64, Steele, Lea and Flood,
@@ -96,6 +97,8 @@ pub fn pareto_scale(sd: f64) -> f64 {
 pub enum Fate {
     /// Dropped before the wire: the emulator's queue was full.
     QueueFull,
+    /// Dropped by CoDel at the head of the queue (`aqm` links).
+    AqmDrop,
     /// Lost on the wire (it took its wire time, nobody receives it).
     Lost,
     /// Delivered at `at` (ns, the caller's clock), `copies` times (2 when
@@ -106,6 +109,8 @@ pub enum Fate {
     /// caller can split the frame's time into queueing (arrival → start),
     /// serialisation (start → end) and propagation (end → at).
     Deliver {
+        /// Arrival at the wire's queue.
+        arrival: u64,
         /// Delivery time.
         at: u64,
         /// Start of serialisation.
@@ -130,6 +135,75 @@ fn wire_bytes(frame_len: u32) -> u64 {
     (frame_len + WIRE_OVERHEAD).max(WIRE_MIN_FRAME) as u64
 }
 
+/// The delivery opportunities of a trace-driven direction, cycled: which
+/// one is next and how many bytes it still carries. Opportunities that
+/// pass while nothing waits are lost, as in Mahimahi.
+#[derive(Debug, Clone)]
+pub struct TraceClock {
+    ms: Vec<u64>,
+    period_ns: u64,
+    cycle: u64,
+    idx: usize,
+    left: u32,
+}
+
+impl TraceClock {
+    /// Cycles through `ms` (non-decreasing, the last one the period,
+    /// as [`crate::spec::LinkTrace`] checks).
+    pub fn new(ms: Vec<u64>) -> TraceClock {
+        let period_ns = ms.last().copied().unwrap_or(1).max(1) * 1_000_000;
+        TraceClock {
+            ms,
+            period_ns,
+            cycle: 0,
+            idx: 0,
+            left: TRACE_OPPORTUNITY_BYTES,
+        }
+    }
+
+    fn at(&self) -> u64 {
+        self.cycle * self.period_ns + self.ms[self.idx] * 1_000_000
+    }
+
+    fn step(&mut self) {
+        self.idx += 1;
+        if self.idx == self.ms.len() {
+            self.idx = 0;
+            self.cycle += 1;
+        }
+        self.left = TRACE_OPPORTUNITY_BYTES;
+    }
+
+    /// When the last of `bytes` (ready from `start`) has been carried.
+    pub fn carry(&mut self, start: u64, bytes: u32) -> u64 {
+        if self.at() < start {
+            // Skip what passed while the wire was idle, without walking.
+            self.cycle = start / self.period_ns;
+            let off = start - self.cycle * self.period_ns;
+            self.idx = self.ms.partition_point(|&m| m * 1_000_000 < off);
+            if self.idx == self.ms.len() {
+                self.idx = 0;
+                self.cycle += 1;
+            }
+            self.left = TRACE_OPPORTUNITY_BYTES;
+        }
+        let mut need = bytes.max(1);
+        loop {
+            let take = need.min(self.left);
+            self.left -= take;
+            need -= take;
+            if need == 0 {
+                let t = self.at();
+                if self.left == 0 {
+                    self.step();
+                }
+                return t;
+            }
+            self.step();
+        }
+    }
+}
+
 /// One direction of one link: its clock, its queue limit and its laws.
 #[derive(Debug, Clone)]
 pub struct Wire {
@@ -148,6 +222,8 @@ pub struct Wire {
     last_at: u64,
     /// Gilbert–Elliott: in the bad state.
     bad: bool,
+    /// Capacity from a trace instead of `rate_bps`.
+    pub trace: Option<TraceClock>,
     /// Ends of wire time of the frames still queued or on the wire, oldest
     /// first (a ring of `queue_frames` + 1 entries).
     ends: Vec<u64>,
@@ -168,6 +244,7 @@ impl Wire {
             busy_rem: 0,
             last_at: 0,
             bad: false,
+            trace: None,
             ends: vec![0; queue_frames + 1],
             ends_head: 0,
             ends_len: 0,
@@ -203,24 +280,36 @@ impl Wire {
         }
     }
 
-    /// Admits a frame of `len` bytes that arrived at `arrival` (ns).
+    /// Admits a frame of `len` bytes that arrived at `arrival` (ns), on a
+    /// drop-tail wire (one without `aqm`): its whole fate is known at once.
     pub fn admit(&mut self, arrival: u64, len: u32) -> Fate {
         if self.backlog(arrival) >= self.queue_frames {
             return Fate::QueueFull;
         }
         let start = arrival.max(self.busy_until);
-        let end = match self.rate_bps {
-            Some(r) if start == self.busy_until => {
-                let bits = wire_bytes(len) * 8 * 1_000_000_000 + self.busy_rem;
-                self.busy_rem = bits % r;
-                start + bits / r
+        self.transmit(arrival, start, len)
+    }
+
+    /// Puts a frame on the wire at `start` (the wire is free by then):
+    /// its serialisation, then the loss model and the delay laws.
+    fn transmit(&mut self, arrival: u64, start: u64, len: u32) -> Fate {
+        let end = if let Some(t) = &mut self.trace {
+            // A trace carries IP packets: the Ethernet header is ours.
+            t.carry(start, len.saturating_sub(ETH_HEADER))
+        } else {
+            match self.rate_bps {
+                Some(r) if start == self.busy_until => {
+                    let bits = wire_bytes(len) * 8 * 1_000_000_000 + self.busy_rem;
+                    self.busy_rem = bits % r;
+                    start + bits / r
+                }
+                Some(r) => {
+                    let bits = wire_bytes(len) * 8 * 1_000_000_000;
+                    self.busy_rem = bits % r;
+                    start + bits / r
+                }
+                None => start,
             }
-            Some(r) => {
-                let bits = wire_bytes(len) * 8 * 1_000_000_000;
-                self.busy_rem = bits % r;
-                start + bits / r
-            }
-            None => start,
         };
         self.busy_until = end;
         let tail = (self.ends_head + self.ends_len) % self.ends.len();
@@ -243,6 +332,7 @@ impl Wire {
             .then(|| (self.rng.next_u64() % payload_bits as u64) as u32);
         let reorder = self.rng.chance(self.imp.reorder);
         Fate::Deliver {
+            arrival,
             at,
             start,
             end,
@@ -250,6 +340,81 @@ impl Wire {
             corrupt_bit,
             reorder,
         }
+    }
+}
+
+/// One direction of a link whose queue is managed (`aqm`): frames wait in
+/// the [`AqmQueue`] until the wire is free, and the queue picks which one
+/// goes next (FQ-CoDel's round robin, CoDel's drops at the head), so a
+/// frame's fate is only known when the wire takes it. The caller feeds
+/// arrivals in order with [`ManagedWire::enqueue`] and lets time pass with
+/// [`ManagedWire::advance`]; both report each frame's fate by its slot.
+#[derive(Debug, Clone)]
+pub struct ManagedWire {
+    /// The wire after the queue (its own queue limit unused).
+    pub wire: Wire,
+    queue: AqmQueue,
+    /// Time the queue has been run to: a frame stamped earlier than this
+    /// (read late) is queued as if it arrived now, since the wire's
+    /// choices up to here are made.
+    clock: u64,
+}
+
+impl ManagedWire {
+    /// A managed direction: `wire` behind `queue`.
+    pub fn new(wire: Wire, queue: AqmQueue) -> ManagedWire {
+        ManagedWire {
+            wire,
+            queue,
+            clock: 0,
+        }
+    }
+
+    /// When the wire next takes a frame from the queue; None when empty.
+    pub fn next_start(&self) -> Option<u64> {
+        (!self.queue.is_empty()).then_some(self.wire.busy_until.max(self.clock))
+    }
+
+    /// Frames waiting for the wire.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Runs the wire up to `now`: each frame it starts sending before then
+    /// gets its fate.
+    pub fn advance(&mut self, now: u64, mut fate: impl FnMut(u32, Fate)) {
+        while !self.queue.is_empty() {
+            let t = self.wire.busy_until.max(self.clock);
+            if t > now {
+                break;
+            }
+            self.clock = t;
+            // The wire's ring of frames in flight only serves drop-tail's
+            // backlog; keep it from filling.
+            self.wire.backlog(t);
+            let next = self.queue.dequeue(t, |s| fate(s, Fate::AqmDrop));
+            if let Some((slot, arrival, len)) = next {
+                let f = self.wire.transmit(arrival, t, len);
+                fate(slot, f);
+            }
+        }
+        self.clock = self.clock.max(now);
+    }
+
+    /// Queues the frame in `slot` that arrived at `arrival`, after running
+    /// the wire up to then; `hash` is its flow ([`crate::aqm::flow_hash`]).
+    pub fn enqueue(
+        &mut self,
+        slot: u32,
+        arrival: u64,
+        len: u32,
+        hash: u32,
+        mut fate: impl FnMut(u32, Fate),
+    ) {
+        self.advance(arrival, &mut fate);
+        let arrival = arrival.max(self.clock);
+        self.queue
+            .enqueue(slot, arrival, len, hash, |s| fate(s, Fate::QueueFull));
     }
 }
 
@@ -304,6 +469,45 @@ mod tests {
             last = at(w.admit(0, 60));
         }
         assert_eq!(last, 7 * 84 * 8 * 1_000_000_000 / 333_333);
+    }
+
+    /// A trace of 4 opportunities in a 4 ms period ([1, 1, 2, 4]): full
+    /// frames take one each, small ones share one, opportunities that pass
+    /// while the wire is idle are lost, and a saturating sender gets the
+    /// trace's mean rate (12 Mbit/s of IP packets) exactly.
+    #[test]
+    fn trace_driven_wire() {
+        const MS: u64 = 1_000_000;
+        let mut w = Wire::new(None, imp(), 100_000, 1);
+        w.trace = Some(TraceClock::new(vec![1, 1, 2, 4]));
+        // 1514 B frames (1500 B IP) all ready at 0: one per opportunity.
+        let got: Vec<u64> = (0..6).map(|_| at(w.admit(0, 1514))).collect();
+        assert_eq!(got, [MS, MS, 2 * MS, 4 * MS, 5 * MS, 5 * MS]);
+        // Idle until 9.5 ms: the opportunities at 6 and 8 ms are lost;
+        // the next is at 10 ms (the third period's second line).
+        assert_eq!(at(w.admit(9 * MS + MS / 2, 1514)), 10 * MS);
+        // 164 B frames (150 B IP): ten share one opportunity.
+        let mut w = Wire::new(None, imp(), 100_000, 1);
+        w.trace = Some(TraceClock::new(vec![1, 1, 2, 4]));
+        let got: Vec<u64> = (0..11).map(|_| at(w.admit(0, 164))).collect();
+        assert_eq!(got[9], MS);
+        assert_eq!(got[10], MS);
+        // A 9014 B frame (9000 B IP) takes six opportunities: 1, 1, 2, 4,
+        // then 5 and 5 ms.
+        let mut w = Wire::new(None, imp(), 100_000, 1);
+        w.trace = Some(TraceClock::new(vec![1, 1, 2, 4]));
+        assert_eq!(at(w.admit(0, 9014)), 5 * MS);
+        // Saturated for 10 000 periods: 40 000 frames in 40 s.
+        let mut w = Wire::new(None, imp(), 100_000, 1);
+        w.trace = Some(TraceClock::new(vec![1, 1, 2, 4]));
+        let mut last = 0;
+        for _ in 0..40_000 {
+            last = at(w.admit(0, 1514));
+        }
+        assert_eq!(last, 40_000 * MS);
+        let bps = 40_000.0 * 1500.0 * 8.0 / (last as f64 / 1e9);
+        let t = crate::spec::LinkTrace::parse("1\n1\n2\n4\n", std::path::Path::new("t")).unwrap();
+        assert_eq!(bps, t.mean_bps());
     }
 
     #[test]

@@ -30,8 +30,8 @@ pub(crate) use imp::*;
 /// delivered, lost (loss model), queue drops, buffer drops, then the
 /// frames timed and their summed queueing, serialisation and propagation
 /// nanoseconds (so a reader's difference of two snapshots gives the means
-/// over any span without a per-frame system call).
-pub const COUNTERS: usize = 9;
+/// over any span without a per-frame system call), then CoDel's drops.
+pub const COUNTERS: usize = 10;
 
 /// One direction's counters, read from the file the emulator updates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -61,6 +61,9 @@ pub struct WireCounters {
     /// jitter draw, and any wait not to overtake the frame before (ns).
     #[serde(default)]
     pub propagation_ns: u64,
+    /// Frames CoDel dropped at the head of a managed queue (`aqm` links).
+    #[serde(default)]
+    pub aqm_drops: u64,
 }
 
 impl WireCounters {
@@ -82,6 +85,7 @@ impl WireCounters {
                 .serialisation_ns
                 .saturating_sub(before.serialisation_ns),
             propagation_ns: self.propagation_ns.saturating_sub(before.propagation_ns),
+            aqm_drops: self.aqm_drops.saturating_sub(before.aqm_drops),
         }
     }
 
@@ -170,6 +174,7 @@ pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
         queueing_ns: w(d * COUNTERS + 6),
         serialisation_ns: w(d * COUNTERS + 7),
         propagation_ns: w(d * COUNTERS + 8),
+        aqm_drops: w(d * COUNTERS + 9),
     };
     (b.len() >= 2 * COUNTERS * 8).then(|| [dir(0), dir(1)])
 }
@@ -180,8 +185,10 @@ mod imp {
     /// wake-up from `ppoll` on a busy machine is late by tens of µs.
     const SPIN_NS: u64 = 15_000;
 
-    use crate::emu::{Fate, Wire, ETH_HEADER};
+    use crate::aqm::{flow_hash, AqmQueue};
+    use crate::emu::{Fate, ManagedWire, Wire, ETH_HEADER};
     use crate::error::TestbedError;
+    use crate::spec::AqmSpec;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -322,13 +329,18 @@ mod imp {
         reorder: bool,
     }
 
-    /// One direction: frames read on `rx`, written on `tx`, held in a FIFO
-    /// of delivery times (frames never overtake but by `reorder`) whose
-    /// bytes sit in slots taken from a LIFO free list, so only as many
-    /// slots are ever touched as were held at once.
-    struct Dir {
-        wire: Wire,
-        rx: RawFd,
+    /// How one direction queues: drop-tail, every frame's fate decided on
+    /// arrival, or a managed queue that decides when the wire is free.
+    enum Queue {
+        Tail(Wire),
+        Managed(ManagedWire),
+    }
+
+    /// The frames of one direction between reading and sending: held in a
+    /// FIFO of delivery times (frames never overtake but by `reorder`)
+    /// whose bytes sit in slots taken from a LIFO free list, so only as
+    /// many slots are ever touched as were held at once.
+    struct Store {
         tx: RawFd,
         held: Vec<Held>,
         head: usize,
@@ -336,28 +348,63 @@ mod imp {
         free: Vec<u32>,
         slot_size: usize,
         data: Vec<u8>,
+        /// Length of the frame in each slot.
+        slot_len: Vec<u32>,
         counts: Counts,
     }
 
-    impl Dir {
-        fn new(wire: Wire, rx: RawFd, tx: RawFd, slot_size: usize, counts: Counts) -> Dir {
-            let n = slots_for(&wire, slot_size);
-            Dir {
-                wire,
-                rx,
-                tx,
-                held: vec![Held::default(); n],
-                head: 0,
-                len: 0,
-                free: (0..n as u32).rev().collect(),
-                slot_size,
-                data: vec![0u8; n * slot_size],
-                counts,
+    impl Store {
+        /// Acts on a frame's fate: counts it, frees its slot when it is
+        /// dropped, holds it for delivery otherwise.
+        fn settle(&mut self, slot: u32, fate: Fate) {
+            match fate {
+                Fate::Lost => self.counts.add(2, 1),
+                Fate::QueueFull => self.counts.add(3, 1),
+                Fate::AqmDrop => self.counts.add(9, 1),
+                Fate::Deliver {
+                    arrival,
+                    at,
+                    start,
+                    end,
+                    copies,
+                    corrupt_bit,
+                    reorder,
+                } => {
+                    self.counts.add(5, 1);
+                    self.counts.add(6, start.saturating_sub(arrival));
+                    self.counts.add(7, end - start);
+                    self.counts.add(8, at - end);
+                    if let Some(b) = corrupt_bit {
+                        let i =
+                            slot as usize * self.slot_size + ETH_HEADER as usize + (b / 8) as usize;
+                        self.data[i] ^= 1 << (b % 8);
+                    }
+                    let n = self.held.len();
+                    let tail = (self.head + self.len) % n;
+                    let prev = (tail + n - 1) % n;
+                    let mut h = Held {
+                        at,
+                        slot,
+                        len: self.slot_len[slot as usize],
+                        copies,
+                        reorder,
+                    };
+                    if self.len > 0 && self.held[prev].reorder {
+                        // The previous frame asked to be passed: this
+                        // one takes its (earlier) delivery time.
+                        let p = &mut self.held[prev];
+                        std::mem::swap(&mut p.slot, &mut h.slot);
+                        std::mem::swap(&mut p.len, &mut h.len);
+                        std::mem::swap(&mut p.copies, &mut h.copies);
+                        p.reorder = false;
+                        h.reorder = false;
+                    }
+                    self.held[tail] = h;
+                    self.len += 1;
+                    return;
+                }
             }
-        }
-
-        fn next_at(&self) -> Option<u64> {
-            (self.len > 0).then(|| self.held[self.head].at)
+            self.free.push(slot);
         }
 
         /// Sends every frame due at `now`.
@@ -386,13 +433,88 @@ mod imp {
                 self.len -= 1;
             }
         }
+    }
+
+    /// One direction: frames read on `rx`, queued and timed by `queue`,
+    /// held and written on the other end by `store`.
+    struct Dir {
+        queue: Queue,
+        rx: RawFd,
+        store: Store,
+        /// Seed of the flow hash (FQ-CoDel's perturbation).
+        perturb: u64,
+    }
+
+    impl Dir {
+        fn new(
+            wire: Wire,
+            aqm: Option<&Aqm>,
+            rx: RawFd,
+            tx: RawFd,
+            slot_size: usize,
+            counts: Counts,
+        ) -> Dir {
+            let mut wire = wire;
+            if let Some(a) = aqm {
+                // Sizes the slots; a byte limit alone counts no frames.
+                wire.queue_frames = a.limit_frames.min(1 << 20);
+            }
+            let n = slots_for(&wire, slot_size);
+            let queue = match aqm {
+                Some(a) => Queue::Managed(ManagedWire::new(
+                    wire,
+                    AqmQueue::new(&a.spec, n, a.limit_frames, a.limit_bytes),
+                )),
+                None => Queue::Tail(wire),
+            };
+            Dir {
+                queue,
+                rx,
+                store: Store {
+                    tx,
+                    held: vec![Held::default(); n],
+                    head: 0,
+                    len: 0,
+                    free: (0..n as u32).rev().collect(),
+                    slot_size,
+                    data: vec![0u8; n * slot_size],
+                    slot_len: vec![0; n],
+                    counts,
+                },
+                perturb: aqm.map_or(0, |a| a.perturb),
+            }
+        }
+
+        /// The next time something is due: a delivery, or the wire taking
+        /// a frame from a managed queue.
+        fn next_at(&self) -> Option<u64> {
+            let st = &self.store;
+            let held = (st.len > 0).then(|| st.held[st.head].at);
+            let start = match &self.queue {
+                Queue::Managed(m) => m.next_start(),
+                Queue::Tail(_) => None,
+            };
+            match (held, start) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+
+        /// Lets the managed queue's wire run to `now`, then sends every
+        /// frame due.
+        fn deliver(&mut self, now: u64) {
+            if let Queue::Managed(m) = &mut self.queue {
+                let st = &mut self.store;
+                m.advance(now, |slot, fate| st.settle(slot, fate));
+            }
+            self.store.deliver(now);
+        }
 
         /// Reads up to `batch` frames; Err when the socket is broken (its
         /// interface is gone).
         fn receive(&mut self, clock_off: i64, now: u64, batch: usize) -> Result<(), ()> {
             for _ in 0..batch {
-                let n = self.held.len();
-                let Some(&slot) = self.free.last() else {
+                let Some(&slot) = self.store.free.last() else {
                     // Full: read the frame anyway (the socket buffer must
                     // not back up behind it) and count it dropped.
                     let mut sink = [0u8; 1];
@@ -411,13 +533,13 @@ mod imp {
                             _ => Err(()),
                         };
                     }
-                    self.counts.add(0, 1);
-                    self.counts.add(4, 1);
+                    self.store.counts.add(0, 1);
+                    self.store.counts.add(4, 1);
                     continue;
                 };
-                let tail = (self.head + self.len) % n;
-                let off = slot as usize * self.slot_size;
-                let buf = &mut self.data[off..off + self.slot_size];
+                let st = &mut self.store;
+                let off = slot as usize * st.slot_size;
+                let buf = &mut st.data[off..off + st.slot_size];
                 let mut iov = libc::iovec {
                     iov_base: buf.as_mut_ptr() as *mut libc::c_void,
                     iov_len: buf.len(),
@@ -438,57 +560,39 @@ mod imp {
                     };
                 }
                 let len = r as usize;
-                if len > self.slot_size || len < ETH_HEADER as usize {
+                if len > st.slot_size || len < ETH_HEADER as usize {
                     // Larger than the link's MTU (a GSO packet): not a frame.
                     continue;
                 }
                 let arrival = kernel_stamp(&msg, clock_off, now).unwrap_or(now);
-                self.counts.add(0, 1);
-                match self.wire.admit(arrival, len as u32) {
-                    Fate::Lost => self.counts.add(2, 1),
-                    Fate::QueueFull => self.counts.add(3, 1),
-                    Fate::Deliver {
-                        at,
-                        start,
-                        end,
-                        copies,
-                        corrupt_bit,
-                        reorder,
-                    } => {
-                        self.counts.add(5, 1);
-                        self.counts.add(6, start.saturating_sub(arrival));
-                        self.counts.add(7, end - start);
-                        self.counts.add(8, at - end);
-                        if let Some(b) = corrupt_bit {
-                            let i = ETH_HEADER as usize + (b / 8) as usize;
-                            buf[i] ^= 1 << (b % 8);
-                        }
-                        let prev = (tail + n - 1) % n;
-                        self.free.pop();
-                        let mut h = Held {
-                            at,
-                            slot,
-                            len: len as u32,
-                            copies,
-                            reorder,
-                        };
-                        if self.len > 0 && self.held[prev].reorder {
-                            // The previous frame asked to be passed: this
-                            // one takes its (earlier) delivery time.
-                            let p = &mut self.held[prev];
-                            std::mem::swap(&mut p.slot, &mut h.slot);
-                            std::mem::swap(&mut p.len, &mut h.len);
-                            std::mem::swap(&mut p.copies, &mut h.copies);
-                            p.reorder = false;
-                            h.reorder = false;
-                        }
-                        self.held[tail] = h;
-                        self.len += 1;
+                st.counts.add(0, 1);
+                st.free.pop();
+                st.slot_len[slot as usize] = len as u32;
+                match &mut self.queue {
+                    Queue::Tail(w) => {
+                        let fate = w.admit(arrival, len as u32);
+                        st.settle(slot, fate);
+                    }
+                    Queue::Managed(m) => {
+                        let hash = flow_hash(&st.data[off..off + len], self.perturb);
+                        m.enqueue(slot, arrival, len as u32, hash, |s, f| st.settle(s, f));
                     }
                 }
             }
             Ok(())
         }
+    }
+
+    /// A managed queue for both directions of a link.
+    pub(crate) struct Aqm {
+        /// CoDel or FQ-CoDel and its parameters.
+        pub(crate) spec: AqmSpec,
+        /// Frames queued at most.
+        pub(crate) limit_frames: usize,
+        /// Bytes queued at most.
+        pub(crate) limit_bytes: u64,
+        /// Seed of the flow hash.
+        pub(crate) perturb: u64,
     }
 
     /// The frame's kernel receive time on CLOCK_MONOTONIC (the kernel
@@ -577,6 +681,7 @@ mod imp {
         pub(crate) fn open(
             ends: [&str; 2],
             wires: [Wire; 2],
+            aqm: Option<Aqm>,
             mtu: u32,
             counters: std::fs::File,
         ) -> Result<Emulator, TestbedError> {
@@ -588,9 +693,22 @@ mod imp {
             let back = unsafe { base.add(COUNTERS) };
             let [w0, w1] = wires;
             let dirs = [
-                Dir::new(w0, a.as_raw_fd(), b.as_raw_fd(), slot, Counts(base)),
-                // SAFETY: the mapping holds 2 × COUNTERS words.
-                Dir::new(w1, b.as_raw_fd(), a.as_raw_fd(), slot, Counts(back)),
+                Dir::new(
+                    w0,
+                    aqm.as_ref(),
+                    a.as_raw_fd(),
+                    b.as_raw_fd(),
+                    slot,
+                    Counts(base),
+                ),
+                Dir::new(
+                    w1,
+                    aqm.as_ref(),
+                    b.as_raw_fd(),
+                    a.as_raw_fd(),
+                    slot,
+                    Counts(back),
+                ),
             ];
             Ok(Emulator {
                 socks: [a, b],
@@ -703,7 +821,7 @@ mod imp {
                     } else {
                         4
                     };
-                    d.tx = if d.rx == 3 { 4 } else { 3 };
+                    d.store.tx = if d.rx == 3 { 4 } else { 3 };
                 }
                 let pid = libc::getpid().to_ne_bytes();
                 libc::write(5, pid.as_ptr() as *const libc::c_void, 4);
@@ -772,11 +890,21 @@ mod imp {
 #[cfg(not(target_os = "linux"))]
 pub(crate) struct Emulator;
 
+/// See the Linux version.
+#[cfg(not(target_os = "linux"))]
+pub(crate) struct Aqm {
+    pub(crate) spec: crate::spec::AqmSpec,
+    pub(crate) limit_frames: usize,
+    pub(crate) limit_bytes: u64,
+    pub(crate) perturb: u64,
+}
+
 #[cfg(not(target_os = "linux"))]
 impl Emulator {
     pub(crate) fn open(
         _ends: [&str; 2],
         _wires: [crate::emu::Wire; 2],
+        _aqm: Option<Aqm>,
         _mtu: u32,
         _counters: std::fs::File,
     ) -> Result<Emulator, crate::error::TestbedError> {

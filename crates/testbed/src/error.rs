@@ -21,6 +21,16 @@ pub enum TestbedError {
         /// What is wrong.
         msg: String,
     },
+    /// A link's trace file is wrong at a given line; nothing was touched.
+    #[error("trace file {path}:{line}: {msg}")]
+    Trace {
+        /// The trace file.
+        path: PathBuf,
+        /// Its line, from 1.
+        line: usize,
+        /// What is wrong.
+        msg: String,
+    },
     /// A node name the test-bed does not have.
     #[error("test-bed `{testbed}` has no node `{node}` (nodes: {known})")]
     UnknownNode {
@@ -91,6 +101,7 @@ impl TestbedError {
             self,
             TestbedError::Invalid(_)
                 | TestbedError::File { .. }
+                | TestbedError::Trace { .. }
                 | TestbedError::UnknownNode { .. }
                 | TestbedError::Unsupported(_)
         )

@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod aqm;
 pub mod counters;
 pub mod emu;
 pub mod emu_run;

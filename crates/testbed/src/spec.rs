@@ -5,7 +5,7 @@
 use crate::error::TestbedError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Default link MTU when neither the preset, the file nor an override set one.
 pub const DEFAULT_MTU: u32 = 1500;
@@ -340,6 +340,180 @@ pub fn parse_queue(s: &str) -> Result<QueueLimit, String> {
     Ok(QueueLimit::Bytes(b.round() as u64))
 }
 
+/// The active queue management of an emulated link's queue (RFC 8289
+/// CoDel, RFC 8290 FQ-CoDel), run by the link emulator because this
+/// kernel, like many container kernels, has neither qdisc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AqmKind {
+    /// One FIFO under CoDel.
+    Codel,
+    /// Flows hashed into queues served by deficit round robin, CoDel in each.
+    FqCodel,
+}
+
+/// `aqm = "codel"` / `"fq_codel"` and their parameters (tc's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AqmSpec {
+    /// Which algorithm.
+    pub kind: AqmKind,
+    /// Acceptable standing queue delay, ns (RFC 8289 §4.4: 5 ms).
+    pub target_ns: u64,
+    /// Window the delay must stay above target before drops start, ns
+    /// (RFC 8289 §4.3: 100 ms).
+    pub interval_ns: u64,
+    /// Bytes a flow may send per round (RFC 8290 §4.2: one MTU, 1514).
+    pub quantum: u32,
+    /// Flow queues (RFC 8290 §5.2.2: 1024); 1 for plain CoDel.
+    pub flows: u32,
+}
+
+impl AqmSpec {
+    /// RFC defaults of `kind`.
+    pub fn new(kind: AqmKind) -> AqmSpec {
+        AqmSpec {
+            kind,
+            target_ns: 5_000_000,
+            interval_ns: 100_000_000,
+            quantum: 1514,
+            flows: if kind == AqmKind::Codel { 1 } else { 1024 },
+        }
+    }
+
+    /// The topology-file form, e.g. `fq_codel target 5ms interval 100ms`.
+    pub fn as_text(&self) -> String {
+        let mut s = format!(
+            "{} target {}us interval {}us",
+            match self.kind {
+                AqmKind::Codel => "codel",
+                AqmKind::FqCodel => "fq_codel",
+            },
+            self.target_ns / 1000,
+            self.interval_ns / 1000
+        );
+        if self.kind == AqmKind::FqCodel {
+            s.push_str(&format!(" quantum {} flows {}", self.quantum, self.flows));
+        }
+        s
+    }
+}
+
+/// Parses `"codel"`, `"fq_codel"`, optionally followed by `target T`,
+/// `interval T` and, for fq_codel, `quantum BYTES` and `flows N`.
+pub fn parse_aqm(s: &str) -> Result<AqmSpec, String> {
+    let mut w = s.split_whitespace();
+    let mut a = match w.next() {
+        Some("codel") => AqmSpec::new(AqmKind::Codel),
+        Some("fq_codel") => AqmSpec::new(AqmKind::FqCodel),
+        _ => {
+            return Err(format!(
+                "`{s}`: aqm is \"codel\" or \"fq_codel\", then optional `target 5ms interval 100ms` (fq_codel also `quantum 1514 flows 1024`)"
+            ))
+        }
+    };
+    while let Some(key) = w.next() {
+        let Some(v) = w.next() else {
+            return Err(format!("`{s}`: `{key}` needs a value"));
+        };
+        let int = |lo: u32, hi: u32| -> Result<u32, String> {
+            v.parse::<u32>()
+                .ok()
+                .filter(|n| (lo..=hi).contains(n))
+                .ok_or_else(|| format!("`{s}`: {key} must be {lo}..={hi}"))
+        };
+        match key {
+            "target" => a.target_ns = parse_duration_ns(v)?,
+            "interval" => a.interval_ns = parse_duration_ns(v)?,
+            "quantum" if a.kind == AqmKind::FqCodel => a.quantum = int(64, 65_536)?,
+            "flows" if a.kind == AqmKind::FqCodel => a.flows = int(1, 65_536)?,
+            _ => return Err(format!("`{s}`: unknown aqm parameter `{key}`")),
+        }
+    }
+    if a.target_ns == 0 || a.interval_ns < a.target_ns {
+        return Err(format!(
+            "`{s}`: target must be above 0 and interval at least target"
+        ));
+    }
+    Ok(a)
+}
+
+/// Bytes of IP packet one delivery opportunity of a trace carries:
+/// Mahimahi's 1504 B less the 4 B header its TUN devices add.
+pub const TRACE_OPPORTUNITY_BYTES: u32 = 1500;
+
+/// One direction's trace (Mahimahi's format: one line per delivery
+/// opportunity, its time in whole ms; the trace repeats with the last
+/// line's time as its period).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkTrace {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// Opportunity times in ms, non-decreasing, the last one the period.
+    /// Read at `up` from `path`; not stored with the test-bed.
+    #[serde(skip)]
+    pub ms: Vec<u64>,
+}
+
+impl LinkTrace {
+    /// Reads and checks a trace file; errors name the file and line.
+    pub fn load(path: &Path) -> Result<LinkTrace, TestbedError> {
+        let text = wirebench_input::read_text(path)
+            .map_err(|e| TestbedError::Invalid(format!("trace file {e}")))?;
+        Self::parse(&text, path)
+    }
+
+    /// [`LinkTrace::load`] on text already read.
+    pub fn parse(text: &str, path: &Path) -> Result<LinkTrace, TestbedError> {
+        let err = |line: usize, msg: String| TestbedError::Trace {
+            path: path.to_path_buf(),
+            line,
+            msg,
+        };
+        let mut ms = Vec::new();
+        for (i, l) in text.lines().enumerate() {
+            let t = l.trim();
+            let v: u64 = t.parse().map_err(|_| {
+                err(
+                    i + 1,
+                    format!("`{t}` is not a delivery time (whole ms, one per line)"),
+                )
+            })?;
+            if v > 86_400_000 {
+                return Err(err(i + 1, format!("{v} ms is more than a day")));
+            }
+            if ms.last().is_some_and(|&p| v < p) {
+                return Err(err(
+                    i + 1,
+                    format!("{v} ms is earlier than the line before; times never go back"),
+                ));
+            }
+            ms.push(v);
+        }
+        match ms.last() {
+            None => Err(err(1, "no delivery opportunity in the trace".into())),
+            Some(0) => Err(err(
+                ms.len(),
+                "the last time (the period the trace repeats with) is 0 ms".into(),
+            )),
+            Some(_) => Ok(LinkTrace {
+                path: path.to_path_buf(),
+                ms,
+            }),
+        }
+    }
+
+    /// Period of the trace, ms.
+    pub fn period_ms(&self) -> u64 {
+        self.ms.last().copied().unwrap_or(0)
+    }
+
+    /// Mean rate of IP bytes the trace carries, bit/s.
+    pub fn mean_bps(&self) -> f64 {
+        self.ms.len() as f64 * TRACE_OPPORTUNITY_BYTES as f64 * 8.0 * 1000.0
+            / self.period_ms().max(1) as f64
+    }
+}
+
 /// Parses a loss: `"1%"`, `0.01`, or `"gemodel P R [1-H [1-K]]"` (netem's
 /// order: P good→bad, R bad→good, 1−h loss in bad, 1−k loss in good).
 pub fn parse_loss_spec(s: &str) -> Result<(f64, Option<GeModel>), String> {
@@ -400,6 +574,14 @@ pub struct LinkSpec {
     /// The link's queue at each end; None = the node's `txqueuelen` packets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueLimit>,
+    /// CoDel or FQ-CoDel on the link's queue, which then lives in the
+    /// emulator (docs/testbed.md, "Active queue management").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aqm: Option<AqmSpec>,
+    /// Trace-driven capacity instead of a rate: [first→second,
+    /// second→first] (docs/testbed.md, "Trace-driven links").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Box<[LinkTrace; 2]>>,
 }
 
 impl LinkSpec {
@@ -412,6 +594,8 @@ impl LinkSpec {
             offloads: false,
             impairment: None,
             queue: None,
+            aqm: None,
+            trace: None,
         }
     }
 
@@ -514,6 +698,13 @@ impl TopologySpec {
     pub fn queue_all(&mut self, q: QueueLimit) {
         for l in &mut self.links {
             l.queue = Some(q);
+        }
+    }
+
+    /// Gives every link with a rate the same AQM (the CLI's `--aqm`).
+    pub fn aqm_all(&mut self, a: AqmSpec) {
+        for l in self.links.iter_mut().filter(|l| l.rate_bps.is_some()) {
+            l.aqm = Some(a);
         }
     }
 
@@ -620,11 +811,44 @@ impl TopologySpec {
                 imp.check()
                     .map_err(|(f, m)| (Loc::Link(i, f), format!("link {}: {m}", l.label())))?;
             }
-            if l.queue.is_some() && l.rate_bps.is_none() {
+            if l.trace.is_some() {
+                let why = if l.rate_bps.is_some() {
+                    Some(("rate", "a trace link's capacity is its trace; drop `rate`"))
+                } else if l.offloads {
+                    Some((
+                        "offloads",
+                        "a trace link runs in the user-space emulator, which carries frames, not GSO super-packets; set offloads = false",
+                    ))
+                } else if l
+                    .queue
+                    .is_some_and(|q| !matches!(q, QueueLimit::Packets(_)))
+                {
+                    Some((
+                        "queue",
+                        "a trace link's queue is counted in packets (\"100p\")",
+                    ))
+                } else {
+                    None
+                };
+                if let Some((f, m)) = why {
+                    return Err((Loc::Link(i, f), format!("link {}: {m}", l.label())));
+                }
+            }
+            let paced = l.rate_bps.is_some() || l.trace.is_some();
+            if l.aqm.is_some() && !paced {
+                return Err((
+                    Loc::Link(i, "aqm"),
+                    format!(
+                        "link {}: an aqm manages the queue behind a rate; give the link a rate or a trace",
+                        l.label()
+                    ),
+                ));
+            }
+            if l.queue.is_some() && !paced {
                 return Err((
                     Loc::Link(i, "queue"),
                     format!(
-                        "link {}: a queue fills only behind a rate; give the link a rate",
+                        "link {}: a queue fills only behind a rate; give the link a rate or a trace",
                         l.label()
                     ),
                 ));
@@ -983,6 +1207,8 @@ struct RawLinkSettings {
     duplicate: Option<toml::Spanned<toml::Value>>,
     corrupt: Option<toml::Spanned<toml::Value>>,
     queue: Option<toml::Spanned<String>>,
+    aqm: Option<toml::Spanned<String>>,
+    trace: Option<toml::Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -1000,6 +1226,8 @@ struct RawLink {
     duplicate: Option<toml::Spanned<toml::Value>>,
     corrupt: Option<toml::Spanned<toml::Value>>,
     queue: Option<toml::Spanned<String>>,
+    aqm: Option<toml::Spanned<String>>,
+    trace: Option<toml::Spanned<toml::Value>>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -1141,6 +1369,7 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
             link.rate_bps = Some(bps);
         }
         if let Some(off) = settings.iter().find_map(|s| s.offloads) {
+            spans.insert("offloads", off.span().start);
             link.offloads = *off.get_ref();
         }
         let mut imp = Impairment::default();
@@ -1192,6 +1421,37 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
             link.queue =
                 Some(parse_queue(q.get_ref()).map_err(|m| ferr(q.span().start, "queue", m))?);
         }
+        if let Some(q) = settings.iter().find_map(|s| s.aqm) {
+            spans.insert("aqm", q.span().start);
+            link.aqm = Some(parse_aqm(q.get_ref()).map_err(|m| ferr(q.span().start, "aqm", m))?);
+        }
+        if let Some(t) = settings.iter().find_map(|s| s.trace) {
+            spans.insert("trace", t.span().start);
+            let at = t.span().start;
+            let names: Vec<&str> = match t.get_ref() {
+                toml::Value::String(s) => vec![s, s],
+                toml::Value::Array(a) if a.len() == 2 => {
+                    a.iter().filter_map(|v| v.as_str()).collect()
+                }
+                _ => vec![],
+            };
+            if names.len() != 2 {
+                return Err(ferr(
+                    at,
+                    "trace",
+                    "trace is a file (both directions) or two: [\"first-to-second\", \"second-to-first\"]".into(),
+                ));
+            }
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let load = |n: &str| -> Result<LinkTrace, TestbedError> {
+                let p = dir.join(n);
+                if !p.is_file() {
+                    return Err(ferr(at, "trace", format!("no trace file {}", p.display())));
+                }
+                LinkTrace::load(&p)
+            };
+            link.trace = Some(Box::new([load(names[0])?, load(names[1])?]));
+        }
         if !imp.is_none() {
             link.impairment = Some(imp);
         }
@@ -1234,6 +1494,8 @@ struct RawRef<'a> {
     duplicate: Option<&'a toml::Spanned<toml::Value>>,
     corrupt: Option<&'a toml::Spanned<toml::Value>>,
     queue: Option<&'a toml::Spanned<String>>,
+    aqm: Option<&'a toml::Spanned<String>>,
+    trace: Option<&'a toml::Spanned<toml::Value>>,
 }
 
 impl<'a> RawRef<'a> {
@@ -1250,6 +1512,8 @@ impl<'a> RawRef<'a> {
             duplicate: l.duplicate.as_ref(),
             corrupt: l.corrupt.as_ref(),
             queue: l.queue.as_ref(),
+            aqm: l.aqm.as_ref(),
+            trace: l.trace.as_ref(),
         }
     }
     fn from_defaults(l: &'a RawLinkSettings) -> Self {
@@ -1265,6 +1529,8 @@ impl<'a> RawRef<'a> {
             duplicate: l.duplicate.as_ref(),
             corrupt: l.corrupt.as_ref(),
             queue: l.queue.as_ref(),
+            aqm: l.aqm.as_ref(),
+            trace: l.trace.as_ref(),
         }
     }
 }
@@ -1528,6 +1794,135 @@ offloads = true
             ..Default::default()
         };
         assert!(preset("router", &bad).is_err());
+    }
+
+    /// `trace` in a file: one file for both directions or one each,
+    /// relative to the topology file; a bad line is named by trace file
+    /// and line, a missing file by the topology's line.
+    #[test]
+    fn trace_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("up.trace"), "1\n1\n2\n4\n").unwrap();
+        std::fs::write(dir.path().join("down.trace"), "5\n10\n").unwrap();
+        std::fs::write(dir.path().join("bad.trace"), "1\n2\nx3\n").unwrap();
+        std::fs::write(dir.path().join("back.trace"), "1\n5\n4\n").unwrap();
+        std::fs::write(dir.path().join("zero.trace"), "0\n0\n").unwrap();
+        std::fs::write(dir.path().join("empty.trace"), "").unwrap();
+        let topo = dir.path().join("t.toml");
+        let parse_at = |t: &str| parse_topology(t, &topo, &LinkOpts::default());
+        let t = GOOD.replace(
+            "mtu = 1500\noffloads = true",
+            "mtu = 1500\ntrace = [\"up.trace\", \"down.trace\"]\naqm = \"codel\"\nqueue = \"100p\"",
+        );
+        let s = parse_at(&t).unwrap();
+        let tr = s.links[3].trace.as_ref().unwrap();
+        assert_eq!(tr[0].ms, [1, 1, 2, 4]);
+        assert_eq!(tr[1].ms, [5, 10]);
+        // 4 opportunities of 1500 B per 4 ms: 12 Mbit/s; 2 per 10 ms.
+        assert_eq!(tr[0].mean_bps(), 12e6);
+        assert_eq!(tr[1].mean_bps(), 2.4e6);
+        let one = t.replace("[\"up.trace\", \"down.trace\"]", "\"up.trace\"");
+        let s = parse_at(&one).unwrap();
+        assert_eq!(s.links[3].trace.as_ref().unwrap()[1].ms, [1, 1, 2, 4]);
+        for (file, line) in [
+            ("bad.trace", 3),
+            ("back.trace", 3),
+            ("zero.trace", 2),
+            ("empty.trace", 1),
+        ] {
+            match parse_at(&one.replace("up.trace", file)) {
+                Err(e @ TestbedError::Trace { .. }) => {
+                    let TestbedError::Trace {
+                        line: l, ref path, ..
+                    } = e
+                    else {
+                        unreachable!()
+                    };
+                    assert_eq!((l, path.file_name().unwrap().to_str()), (line, Some(file)));
+                    assert!(e.is_bad_input());
+                }
+                other => panic!("{file}: {other:?}"),
+            }
+        }
+        let line = |t: &str, s: &str| t.lines().position(|l| l == s).unwrap() + 1;
+        let missing = one.replace("up.trace", "nowhere.trace");
+        match parse_at(&missing) {
+            Err(TestbedError::File { line: l, field, .. }) => {
+                assert_eq!(
+                    (l, field.as_str()),
+                    (line(&missing, "trace = \"nowhere.trace\""), "trace")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // A trace is the link's capacity: no rate beside it, a queue in
+        // packets, no offloads.
+        for (extra, field) in [
+            ("\nrate = \"10mbit\"", "rate"),
+            ("\noffloads = true", "offloads"),
+        ] {
+            let b = one.replace("queue = \"100p\"", &format!("queue = \"100p\"{extra}"));
+            match parse_at(&b) {
+                Err(TestbedError::File { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{extra}: {other:?}"),
+            }
+        }
+        match parse_at(&one.replace("queue = \"100p\"", "queue = \"20ms\"")) {
+            Err(TestbedError::File { field, .. }) => assert_eq!(field, "queue"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `aqm` in a file: parameters parsed and printed back, bad ones named
+    /// with their line.
+    #[test]
+    fn aqm_settings() {
+        let t = GOOD.replace(
+            "mtu = 1500\noffloads = true",
+            "mtu = 1500\nrate = \"10mbit\"\naqm = \"fq_codel target 2ms flows 64\"",
+        );
+        let s = parse(&t).unwrap();
+        let a = s.links[3].aqm.unwrap();
+        assert_eq!(
+            a,
+            AqmSpec {
+                kind: AqmKind::FqCodel,
+                target_ns: 2_000_000,
+                interval_ns: 100_000_000,
+                quantum: 1514,
+                flows: 64,
+            }
+        );
+        assert_eq!(parse_aqm(&a.as_text()), Ok(a));
+        let c = parse_aqm("codel").unwrap();
+        assert_eq!(
+            (c.target_ns, c.interval_ns, c.flows),
+            (5_000_000, 100_000_000, 1)
+        );
+        assert_eq!(parse_aqm(&c.as_text()), Ok(c));
+        for bad in [
+            "red",
+            "codel flows 4",
+            "codel target",
+            "codel target 5 parsecs",
+            "fq_codel quantum 10",
+            "codel target 200ms interval 100ms",
+            "codel target 0ms",
+        ] {
+            assert!(parse_aqm(bad).is_err(), "{bad}");
+        }
+        let line = |t: &str, s: &str| t.lines().position(|l| l == s).unwrap() + 1;
+        let b = t.replace("flows 64", "flows 0");
+        assert_eq!(
+            file_err(&b),
+            (
+                line(&b, "aqm = \"fq_codel target 2ms flows 0\""),
+                "aqm".into()
+            )
+        );
+        // An aqm manages the queue behind a rate.
+        let b = t.replace("rate = \"10mbit\"\n", "");
+        assert_eq!(file_err(&b).1, "aqm");
     }
 
     /// Impairments and queues in a file: every field parsed, bad values

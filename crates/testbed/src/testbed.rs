@@ -103,6 +103,18 @@ pub const EMULATOR_TIMING_MAX_BPS: u64 = 500_000_000;
 pub fn choose_backend(l: &LinkSpec, netem: bool) -> Result<LinkBackend, TestbedError> {
     let imp = l.impairment.is_some_and(|i| !i.is_none());
     let fast = l.rate_bps.is_some_and(|r| r > EMULATOR_MAX_BPS);
+    if l.aqm.is_some() || l.trace.is_some() {
+        // Only the emulator runs CoDel and traces here; netem's kernel would have the
+        // qdiscs, but a queue in front of netem is not a link's queue.
+        if l.offloads || fast {
+            return Err(TestbedError::Invalid(format!(
+                "link {}: aqm and trace run in the user-space link emulator, which needs offloads = false and a rate of at most {}",
+                l.label(),
+                format_rate(EMULATOR_MAX_BPS)
+            )));
+        }
+        return Ok(LinkBackend::TbfEmulator);
+    }
     if !imp && l.rate_bps.is_none() {
         return Ok(LinkBackend::Veth);
     }
@@ -138,6 +150,15 @@ pub const EMU_ENDS: [&str; 2] = ["wire0", "wire1"];
 
 /// Frames the emulator queues per direction before dropping.
 const EMULATOR_QUEUE_FRAMES: usize = 1000;
+
+/// Frames a managed queue holds without a `queue` on the link: tc's
+/// defaults (sch_codel 1000 packets, sch_fq_codel 10240).
+fn aqm_default_limit(kind: crate::spec::AqmKind) -> usize {
+    match kind {
+        crate::spec::AqmKind::Codel => 1000,
+        crate::spec::AqmKind::FqCodel => 10_240,
+    }
+}
 
 /// A seed per link and build, so two links never draw the same losses.
 fn seed_for(name: &str, li: usize) -> u64 {
@@ -803,8 +824,12 @@ impl Testbed {
             let mut b = String::new();
             for f in &n.ifaces {
                 let node = self.spec.node(&n.name).expect("planned from the spec");
+                let managed = self.spec.links[f.link].aqm.is_some();
                 let sh = Shaping {
-                    rate: f.rate_bps,
+                    // A managed link's queue is the emulator's: a token
+                    // bucket at the host would hold the standing queue in
+                    // front of it, where CoDel cannot see it.
+                    rate: f.rate_bps.filter(|_| !managed),
                     mtu: f.mtu,
                     queue_len: node.queue_len(),
                     forward_pps: node.forward_pps,
@@ -858,12 +883,40 @@ impl Testbed {
         // The token bucket in front holds the host's queue; the wire's own
         // queue only ever holds the bucket's burst, so it is sized to never
         // drop what the bucket lets through.
-        let queue = EMULATOR_QUEUE_FRAMES;
+        // A trace link has no tbf: its queue is the wire's.
+        let queue = match (&l.trace, l.queue) {
+            (Some(_), Some(QueueLimit::Packets(n))) => n as usize,
+            _ => EMULATOR_QUEUE_FRAMES,
+        };
         let seed = seed_for(&self.name, li);
-        let wires = [
+        let mut wires = [
             crate::emu::Wire::new(l.rate_bps, imp, queue, seed),
             crate::emu::Wire::new(l.rate_bps, imp, queue, seed ^ 0x5555_5555_5555_5555),
         ];
+        if let Some(t) = &l.trace {
+            for (w, t) in wires.iter_mut().zip(t.iter()) {
+                // A spec read back from JSON names its traces without them.
+                let t = if t.ms.is_empty() {
+                    crate::spec::LinkTrace::load(&t.path)?
+                } else {
+                    t.clone()
+                };
+                w.trace = Some(crate::emu::TraceClock::new(t.ms));
+            }
+        }
+        let aqm = l.aqm.map(|spec| {
+            let (frames, bytes) = match l.queue {
+                Some(crate::spec::QueueLimit::Packets(n)) => (n as usize, u64::MAX),
+                Some(q) => (usize::MAX, q.bytes_at(l.rate_bps).unwrap_or(u64::MAX)),
+                None => (aqm_default_limit(spec.kind), u64::MAX),
+            };
+            crate::emu_run::Aqm {
+                spec,
+                limit_frames: frames,
+                limit_bytes: bytes,
+                perturb: seed.rotate_left(17),
+            }
+        });
         let mtu = l.mtu;
         // Created here: a thread in another network namespace may not be
         // allowed to create files (seen in a sandboxed container).
@@ -876,7 +929,7 @@ impl Testbed {
             .open(&path)
             .map_err(|e| TestbedError::io(format!("creating {}", path.display()), e))?;
         in_netns(&link_netns(&self.name, li), move || {
-            crate::emu_run::Emulator::open(EMU_ENDS, wires, mtu, counters)?.spawn()
+            crate::emu_run::Emulator::open(EMU_ENDS, wires, aqm, mtu, counters)?.spawn()
         })
         .map(|_| ())
         .map_err(|e| TestbedError::Probe(format!("link {}: emulator: {e}", l.label())))
@@ -1441,6 +1494,14 @@ mod tests {
         l.impairment = None;
         l.rate_bps = Some(100_000_000);
         assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::Tbf);
+        // CoDel runs in the emulator only, up to its rate, offloads off.
+        l.aqm = Some(crate::spec::AqmSpec::new(crate::spec::AqmKind::Codel));
+        assert!(choose_backend(&l, true).is_err());
+        l.offloads = false;
+        l.rate_bps = Some(1_000_000_000);
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::TbfEmulator);
+        l.rate_bps = Some(2_000_000_000);
+        assert!(choose_backend(&l, true).is_err());
     }
 
     #[test]

@@ -893,21 +893,8 @@ fn delay_with_offloads_on_needs_netem_and_fails_before_creating_anything() {
     let _g = heavy();
     let name = "tpnetem";
     let _ = remove(name);
-    let text = r#"
-[[node]]
-name = "a"
-kind = "host"
-[[node]]
-name = "b"
-kind = "host"
-[[link]]
-endpoints = ["a", "b"]
-rate = "10mbit"
-delay = "20ms"
-loss = "0%"
-offloads = true
-"#;
-    let spec = parse_topology(text, Path::new("netem.toml"), &LinkOpts::default()).unwrap();
+    let text = pair_text("rate = \"10mbit\"\ndelay = \"20ms\"\nloss = \"0%\"\noffloads = true");
+    let spec = parse_topology(&text, Path::new("netem.toml"), &LinkOpts::default()).unwrap();
     assert_eq!(spec.links[0].impairment.unwrap().delay_ns, 20_000_000);
     let mut plain = spec.clone();
     plain.links[0].offloads = false;
@@ -1071,7 +1058,25 @@ fn a_lone_frame_takes_its_wire_time_on_every_hop() {
     assert!(min <= 1.30 * model, "{min} > 1.3 x {model}");
 }
 
-fn delay_loss_spec(extra: &str) -> TopologySpec {
+/// Hosts a and b on one link with `link`'s settings (TOML lines).
+fn pair_text(link: &str) -> String {
+    format!(
+        r#"
+[[node]]
+name = "a"
+kind = "host"
+[[node]]
+name = "b"
+kind = "host"
+[[link]]
+endpoints = ["a", "b"]
+{link}
+"#
+    )
+}
+
+/// a — r1 — b, each link's settings given as TOML lines.
+fn chain3(a_r1: &str, r1_b: &str) -> TopologySpec {
     let text = format!(
         r#"
 [[node]]
@@ -1085,15 +1090,20 @@ name = "b"
 kind = "host"
 [[link]]
 endpoints = ["a", "r1"]
-rate = "100mbit"
+{a_r1}
 [[link]]
 endpoints = ["r1", "b"]
-rate = "100mbit"
-delay = "20ms"
-{extra}
+{r1_b}
 "#
     );
-    parse_topology(&text, Path::new("delay.toml"), &LinkOpts::default()).unwrap()
+    parse_topology(&text, Path::new("chain3.toml"), &LinkOpts::default()).unwrap()
+}
+
+fn delay_loss_spec(extra: &str) -> TopologySpec {
+    chain3(
+        "rate = \"100mbit\"",
+        &format!("rate = \"100mbit\"\ndelay = \"20ms\"\n{extra}"),
+    )
 }
 
 /// Issue 23, L3: delay and loss on a kernel without netem. 5 000 probes at
@@ -1233,4 +1243,166 @@ fn emulators_of_a_killed_controller_go_with_the_next_down() {
     assert!(remove(name).unwrap());
     assert!(all_end(&pids), "{pids:?} outlived down");
     assert_eq!(leftovers(name), Vec::<String>::new());
+}
+
+/// a —(unshaped)— r1 —(20 Mbit/s, `extra`)— b.
+fn bottleneck_spec(extra: &str) -> TopologySpec {
+    chain3("", &format!("rate = \"20mbit\"\n{extra}"))
+}
+
+/// One CUBIC TCP bulk flow from a to b for `secs` (bounded in time), started
+/// before the call returns; the join handle gives the bytes received.
+fn tcp_bulk(tb: &Testbed, secs: f64) -> std::thread::JoinHandle<u64> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let dst = tb.addr("b", false).unwrap();
+    let l: TcpListener = tb
+        .in_node("b", move || {
+            TcpListener::bind(SocketAddr::new(dst, 0))
+                .map_err(|e| TestbedError::Probe(e.to_string()))
+        })
+        .unwrap();
+    let to = l.local_addr().unwrap();
+    let mut tx: TcpStream = tb
+        .in_node("a", move || {
+            TcpStream::connect_timeout(&to, Duration::from_secs(5))
+                .map_err(|e| TestbedError::Probe(e.to_string()))
+        })
+        .unwrap();
+    let (mut rx, _) = l.accept().unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // A loss-based sender, the one that fills a drop-tail queue (the
+    // host's default here is BBR, which keeps its own queue short).
+    {
+        use std::os::fd::AsRawFd;
+        let cc = b"cubic";
+        // SAFETY: a valid socket and a buffer of the stated length.
+        let rc = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                cc.as_ptr() as *const libc::c_void,
+                cc.len() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0u64;
+        while let Ok(n) = rx.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+        }
+        got
+    });
+    std::thread::spawn(move || {
+        let buf = vec![0x5au8; 1 << 16];
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        while Instant::now() < end {
+            if tx.write_all(&buf).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        reader.join().unwrap_or(0)
+    })
+}
+
+/// Issue 23: CoDel in the emulator holds the bottleneck's standing queue
+/// near its 5 ms target under a TCP bulk flow, where the same link with a
+/// 200-frame drop-tail queue lets TCP fill it (200 × 616 µs = 123 ms at
+/// 20 Mbit/s). Probes sharing the queue read the queue's delay.
+#[test]
+fn codel_holds_the_standing_queue_near_target() {
+    if !root("codel_holds_the_standing_queue_near_target") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tlaqm";
+    let mut medians = Vec::new();
+    for extra in ["queue = \"200p\"", "queue = \"200p\"\naqm = \"codel\""] {
+        let _ = remove(name);
+        let tb = Testbed::up(name, &bottleneck_spec(extra)).unwrap();
+        let bulk = tcp_bulk(&tb, 5.0);
+        std::thread::sleep(Duration::from_millis(1500));
+        let before = tb.wire_counters();
+        let (mut d, _lost) = one_way(&tb, 64, 250, Duration::from_millis(10));
+        let after = tb.wire_counters();
+        let got = bulk.join().unwrap();
+        let hops = hop_times(&tb.spec().links, &before, &after);
+        tb.down().unwrap();
+        assert_eq!(leftovers(name), Vec::<String>::new());
+        d.sort_unstable();
+        let med = d[d.len() / 2] as f64 / 1e6;
+        let h = hops
+            .iter()
+            .find(|h| h.from == "r1" && h.to == "b")
+            .unwrap_or_else(|| panic!("{hops:?}"));
+        let w = after[1].unwrap()[0].delta(&before[1].unwrap()[0]);
+        eprintln!(
+            "{extra:?}: TCP {:.2} Mbit/s, probe one-way p50 {med:.2} ms, wire queueing mean {:.2} ms, CoDel drops {}",
+            got as f64 * 8.0 / 5.0 / 1e6,
+            h.queueing_s * 1e3,
+            w.aqm_drops
+        );
+        assert!(got > 5_000_000, "the bulk flow moved {got} B");
+        medians.push((med, h.queueing_s * 1e3, w.aqm_drops));
+    }
+    let (tail, codel) = (medians[0], medians[1]);
+    // Drop-tail: the queue is the router's, full (123 ms), and the wire
+    // behind it has none; CoDel: the emulator's queue, near 5 ms.
+    assert!(tail.0 > 80.0, "drop-tail probes read {} ms", tail.0);
+    assert_eq!(tail.2, 0);
+    assert!(codel.0 < 25.0, "codel probes read {} ms", codel.0);
+    assert!(
+        (1.0..20.0).contains(&codel.1),
+        "codel sojourn {} ms",
+        codel.1
+    );
+    assert!(codel.2 > 0, "CoDel never dropped");
+}
+
+/// Issue 23: a trace-driven link (Mahimahi's format) carries what its
+/// trace offers. The trace repeats every 100 ms with 1, 2 or 3
+/// opportunities per ms (200 in all: 2 000/s, 24 Mbit/s of IP packets);
+/// a saturating sender of 1472 B datagrams (1500 B IP, one opportunity
+/// each) gets 2 000 × 1472 × 8 = 23.552 Mbit/s of payload.
+#[test]
+fn a_trace_link_carries_the_traces_mean_rate() {
+    if !root("a_trace_link_carries_the_traces_mean_rate") {
+        return;
+    }
+    let _g = heavy();
+    let name = "tltrace";
+    let _ = remove(name);
+    let dir = tempfile::tempdir().unwrap();
+    let mut trace = String::new();
+    for ms in 1..=100 {
+        for _ in 0..(ms % 3) + 1 {
+            trace.push_str(&format!("{ms}\n"));
+        }
+    }
+    std::fs::write(dir.path().join("cell.trace"), trace).unwrap();
+    let text = pair_text("trace = \"cell.trace\"");
+    let spec = parse_topology(&text, &dir.path().join("t.toml"), &LinkOpts::default()).unwrap();
+    let mean = spec.links[0].trace.as_ref().unwrap()[0].mean_bps();
+    assert_eq!(mean, 24e6);
+    let tb = Testbed::up(name, &spec).unwrap();
+    assert_eq!(tb.backends(), [testbed::LinkBackend::TbfEmulator]);
+    let r = saturate(&tb, 1472, 1, 3.0, 4 << 20, 500_000);
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+    let model = 2000.0 * 1472.0 * 8.0;
+    eprintln!(
+        "trace link: {:.4} Mbit/s of payload over {:.2} s (model {:.4}), ratio {:.5}",
+        r.bps / 1e6,
+        r.span,
+        model / 1e6,
+        r.bps / model
+    );
+    assert!((r.bps / model - 1.0).abs() < 0.005, "{} vs {model}", r.bps);
 }

@@ -109,6 +109,13 @@ pub enum ControlMsg {
         /// sender refuses.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         auth_probes: bool,
+        /// The name the receiver should log this session under (ITGSend's
+        /// `-x`): one file name, confined to the receiver's log directory
+        /// ([`crate::limits::check_log_name`]). Absent: the receiver's own
+        /// naming, if it logs at all. An older receiver ignores it and says
+        /// nothing in `Ready.log`, which the sender refuses.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log_name: Option<String>,
     },
     /// Receiver → sender, after an authenticating `Hello`: the receiver's
     /// nonce and its proof that it holds the key (hex).
@@ -139,6 +146,11 @@ pub enum ControlMsg {
         /// session, as `Hello.auth_probes` asked.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         auth_probes: bool,
+        /// The file the receiver logs this session to, inside its log
+        /// directory: `Hello.log_name`, or that name with a `-k` suffix
+        /// when the name was taken. Present only when a name was asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        log: Option<String>,
     },
     /// Receiver → sender, during the run: every reverse flow has finished
     /// sending (the sender then sends `Stop`).
@@ -335,6 +347,7 @@ mod tests {
                 auth: Some("00ff".into()),
                 live: true,
                 auth_probes: true,
+                log_name: Some("recv.log".into()),
             },
             ControlMsg::Challenge {
                 nonce: "01".into(),
@@ -346,6 +359,7 @@ mod tests {
                 live: true,
                 reverse: true,
                 auth_probes: true,
+                log: Some("recv-1.log".into()),
             },
             ControlMsg::ReverseDone,
             ControlMsg::Intervals {
@@ -481,6 +495,7 @@ mod tests {
                 live: false,
                 reverse: false,
                 auth_probes: false,
+                log: None,
             }
         );
         let line = ControlMsg::Ready {
@@ -488,6 +503,7 @@ mod tests {
             live: false,
             reverse: false,
             auth_probes: false,
+            log: None,
         }
         .to_line();
         assert_eq!(line, "{\"type\":\"ready\",\"ports\":[1]}\n");

@@ -77,6 +77,34 @@ pub enum LimitError {
     Invalid(String),
 }
 
+/// Longest log name a sender may ask for (`Hello.log_name`).
+pub const MAX_LOG_NAME: usize = 128;
+
+/// Checks a log name a sender asks the receiver to write (`Hello.log_name`,
+/// ITGSend's `-x`): one plain file name of at most [`MAX_LOG_NAME`] bytes
+/// of ASCII letters, digits, `.`, `_` and `-`, not starting with `.` or
+/// `-`. So it can name no other directory (no separator, no `..`), no
+/// hidden file, nothing a shell or a Windows path would read otherwise.
+pub fn check_log_name(name: &str) -> Result<&str, LimitError> {
+    let why = if name.is_empty() {
+        "is empty"
+    } else if name.len() > MAX_LOG_NAME {
+        "is longer than 128 bytes"
+    } else if name.contains(['/', '\\']) {
+        "is a path: the receiver writes only into its own log directory, give a file name"
+    } else if name.starts_with(['.', '-']) {
+        "starts with '.' or '-'"
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        "may hold only letters, digits, '.', '_' and '-'"
+    } else {
+        return Ok(name);
+    };
+    Err(LimitError::Invalid(format!("log name {name:?} {why}")))
+}
+
 /// Checks `value` against `min..=max`, naming `field` when it is not.
 pub fn in_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<u64, LimitError> {
     if (min..=max).contains(&value) {
@@ -202,6 +230,36 @@ pub fn plausible_delay(delay_ns: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_names_stay_in_the_log_directory() {
+        for ok in [
+            "recv.log",
+            "ITGRecv.log",
+            "a",
+            "run_1-b.wblog",
+            &"x".repeat(128),
+        ] {
+            assert_eq!(check_log_name(ok), Ok(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "..",
+            ".hidden",
+            "-rf",
+            "../x",
+            "a/b",
+            "/tmp/r.log",
+            "a\\b",
+            "C:x",
+            "a b",
+            "é.log",
+            "a\0b",
+            &"x".repeat(129),
+        ] {
+            assert!(check_log_name(bad).is_err(), "{bad:?} accepted");
+        }
+    }
     use crate::control::Transport;
     use proptest::prelude::*;
 

@@ -280,10 +280,11 @@ fn any_msg() -> impl Strategy<Value = ControlMsg> {
             proptest::collection::vec(flow_setup(), 0..5),
             proptest::option::of("[0-9a-f]{0,64}"),
             any::<bool>(),
-            any::<bool>()
+            any::<bool>(),
+            proptest::option::of("[a-zA-Z0-9._-]{1,20}")
         )
-            .prop_map(
-                |(session, rtt, flows, auth, live, auth_probes)| ControlMsg::Hello {
+            .prop_map(|(session, rtt, flows, auth, live, auth_probes, log_name)| {
+                ControlMsg::Hello {
                     version: CONTROL_VERSION,
                     session,
                     meter: if rtt { MeterMode::Rtt } else { MeterMode::Owd },
@@ -291,22 +292,27 @@ fn any_msg() -> impl Strategy<Value = ControlMsg> {
                     auth,
                     live,
                     auth_probes,
+                    log_name,
                 }
-            ),
+            }),
         (text, text).prop_map(|(nonce, proof)| ControlMsg::Challenge { nonce, proof }),
         text.prop_map(|mac| ControlMsg::Auth { mac }),
         (
             proptest::collection::vec(any::<u16>(), 0..8),
             any::<bool>(),
             any::<bool>(),
-            any::<bool>()
+            any::<bool>(),
+            proptest::option::of("[a-zA-Z0-9._-]{1,20}")
         )
-            .prop_map(|(ports, live, reverse, auth_probes)| ControlMsg::Ready {
-                ports,
-                live,
-                reverse,
-                auth_probes
-            }),
+            .prop_map(
+                |(ports, live, reverse, auth_probes, log)| ControlMsg::Ready {
+                    ports,
+                    live,
+                    reverse,
+                    auth_probes,
+                    log
+                }
+            ),
         Just(ControlMsg::ReverseDone),
         proptest::collection::vec(live_interval(), 0..4)
             .prop_map(|items| ControlMsg::Intervals { items }),

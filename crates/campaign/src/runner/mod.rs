@@ -32,6 +32,7 @@ mod session;
 pub mod signals;
 
 pub use args::send_args;
+pub use nodes::links_text;
 pub use order::{plan, PlannedRun};
 pub use session::{Session, SessionRun};
 pub use signals::{install_signal_handlers, stop_requested};
@@ -65,6 +66,10 @@ pub enum RunError {
     /// A node's agent could not be reached or refused (real hosts).
     #[error("{0}")]
     Agent(String),
+    /// Another controller's campaign holds a node (its lab lock); the CLI
+    /// exits 75 (EX_TEMPFAIL: try again later).
+    #[error("{0}")]
+    LabBusy(String),
     /// A local file, directory or socket operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -103,6 +108,9 @@ pub struct RunOptions {
     /// Append progress (run start/end, live interval figures of campaigns
     /// with `interval_ms`) to this file as JSON lines.
     pub progress_log: Option<PathBuf>,
+    /// `[[hosts.node]]` campaigns: how long to wait for nodes another
+    /// campaign holds (None: refuse at once).
+    pub wait_lab: Option<Duration>,
 }
 
 /// What a campaign run did.
@@ -162,6 +170,28 @@ fn grown(
     crate::campaign::check_growth(&old, c, done).map_err(refuse)
 }
 
+/// Per node name: the state of its `apply_*` interfaces when the latest
+/// campaign of the store that recorded one first reached it (its
+/// environment's `links NAME`), and that campaign.
+fn earlier_links(
+    store: &Store,
+) -> Result<std::collections::BTreeMap<String, (String, String)>, RunError> {
+    let mut rows = store.campaigns()?;
+    rows.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+    let mut out = std::collections::BTreeMap::new();
+    for r in rows {
+        for (k, v) in &r.environment.extra {
+            if let Some(node) = k.strip_prefix("links ") {
+                out.insert(
+                    node.to_string(),
+                    (v.clone(), format!("{:?} ({})", r.name, r.started_at)),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Consecutive failures, with no success yet, after which a campaign stops.
 pub const FAIL_FAST_RUNS: usize = 3;
 
@@ -181,6 +211,7 @@ pub fn check_nodes(c: &Campaign, binary: &std::path::Path) -> Result<String, Run
     }
     let mut nodes = nodes::Nodes::new(h.nodes.clone(), binary.to_path_buf());
     nodes.set_pairings(h.pairings.clone());
+    nodes.set_lab(&c.name, None);
     let r = nodes.check();
     let end = nodes.teardown();
     let text = r?;
@@ -294,6 +325,14 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
     std::fs::create_dir_all(&work)
         .map_err(|e| RunError::io(format!("creating {}", work.display()), e))?;
     let mut bed = make_bed(c, &opts.binary)?;
+    if let Some(n) = bed.nodes() {
+        n.set_lab(&c.name, opts.wait_lab);
+        n.set_earlier_links(earlier_links(store)?);
+        // Before the first run: a lab another campaign holds is refused
+        // (or waited for) here, not inside a run that then seems to have
+        // started while it waited.
+        n.connect()?;
+    }
     let mut ctx = Ctx::new(c, store, opts, work.clone());
     let mut total = already + todo.len();
     let pb = progress_bar(total, already, opts.progress);

@@ -25,7 +25,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use wirebench_agent::proto::{CpuSample, HostMeta, REVISION_LAB};
-use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Role};
+use wirebench_agent::{AgentConn, AgentError, AgentSpec, Allow, Channel, Controller, Role};
+
+/// How often a campaign started with `--wait-lab` asks a held node again.
+const LAB_RETRY: Duration = Duration::from_secs(2);
 
 /// Path-MTU probes per run before a path counts as broken, and the pause
 /// between them: 10 × 300 ms outlasts IPv6 duplicate address detection
@@ -64,6 +67,16 @@ pub(super) struct Nodes {
     notes: Vec<String>,
     /// `[hosts.pairings]`: a scenario with a `pairing` uses only its nodes.
     pairings: BTreeMap<String, Pairing>,
+    /// Who this controller is, for the nodes' lab locks.
+    controller: Option<Controller>,
+    /// `--wait-lab`: how long to wait for nodes another campaign holds.
+    wait_lab: Option<Duration>,
+    /// Per node: the state of its `apply_*` interfaces when this campaign
+    /// first reached it (`host H: eth0 mtu 1500, qdisc noqueue, ...`).
+    links_before: BTreeMap<String, String>,
+    /// Per node: that state as an earlier campaign in the store first saw
+    /// it, and which campaign that was.
+    earlier: BTreeMap<String, (String, String)>,
 }
 
 /// Where a run's live intervals go: its label in the progress.
@@ -163,7 +176,29 @@ impl Nodes {
             connected_once: false,
             notes: Vec::new(),
             pairings: BTreeMap::new(),
+            controller: None,
+            wait_lab: None,
+            links_before: BTreeMap::new(),
+            earlier: BTreeMap::new(),
         }
+    }
+
+    /// Names this controller and campaign to the nodes' lab locks, and
+    /// how long to wait when another campaign holds a node (None: refuse
+    /// at once).
+    pub(super) fn set_lab(&mut self, campaign: &str, wait: Option<Duration>) {
+        self.controller = Some(Controller {
+            host: wirebench_agent::host::hostname(),
+            pid: std::process::id(),
+            campaign: campaign.to_string(),
+        });
+        self.wait_lab = wait;
+    }
+
+    /// What earlier campaigns of the store found on each node (node →
+    /// (state, campaign)), compared when this one first reaches it.
+    pub(super) fn set_earlier_links(&mut self, earlier: BTreeMap<String, (String, String)>) {
+        self.earlier = earlier;
     }
 
     /// The node sets of `[hosts.pairings]`.
@@ -232,10 +267,11 @@ impl Nodes {
                         rate: all(n.apply_link_rate),
                     },
                     extra: self.extra.clone(),
+                    controller: self.controller.clone(),
                 }
             })
             .collect();
-        let res = wirebench_agent::connect_all(&specs);
+        let res = self.connect_waiting(&specs)?;
         let mut errs = Vec::new();
         for (i, r) in missing.iter().zip(res) {
             match r {
@@ -280,7 +316,92 @@ impl Nodes {
                 Err(_) => return Err(RunError::Agent("metadata thread panicked".into())),
             }
         }
+        if !self.connected_once {
+            self.first_links()?;
+        }
         self.connected_once = true;
+        Ok(())
+    }
+
+    /// Connects `specs`; a node another campaign holds (its lab lock)
+    /// refuses the campaign with one line naming the holder, or, with
+    /// `--wait-lab`, is asked again until it is free or the time is up.
+    /// While waiting nothing is held: the nodes reached are let go, so two
+    /// waiting campaigns cannot hold each other's nodes.
+    fn connect_waiting(
+        &self,
+        specs: &[AgentSpec],
+    ) -> Result<Vec<Result<AgentConn, AgentError>>, RunError> {
+        let t0 = Instant::now();
+        let mut said = false;
+        loop {
+            let res = wirebench_agent::connect_all(specs);
+            let busy: Vec<&AgentError> = res
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .filter(|e| matches!(e, AgentError::Busy { .. }))
+                .collect();
+            let Some(first) = busy.first() else {
+                return Ok(res);
+            };
+            let mut line = first.to_string();
+            if busy.len() > 1 {
+                let more: Vec<&str> = busy[1..].iter().map(|e| e.node()).collect();
+                line.push_str(&format!(" (so are nodes {})", more.join(", ")));
+            }
+            // Mid-campaign a held node fails the run, it is not waited for.
+            let wait = self.wait_lab.filter(|_| !self.connected_once);
+            match wait {
+                Some(limit) if t0.elapsed() < limit && !stop_requested() => {
+                    if !said {
+                        eprintln!("wirebench: waiting for the lab (--wait-lab): {line}");
+                        said = true;
+                    }
+                    drop(res);
+                    std::thread::sleep(LAB_RETRY);
+                }
+                Some(limit) => {
+                    return Err(RunError::LabBusy(format!(
+                        "{line}; still held after waiting {} s (--wait-lab)",
+                        limit.as_secs()
+                    )))
+                }
+                None => return Err(RunError::LabBusy(line)),
+            }
+        }
+    }
+
+    /// Reads what every node's `apply_*` interfaces are before this
+    /// campaign changes them, and reports a node that differs from what an
+    /// earlier campaign found there when no journal explains it (what a
+    /// dead agent's journal covered was put back before this): it is taken
+    /// as it is, but said.
+    fn first_links(&mut self) -> Result<(), RunError> {
+        for i in 0..self.nodes.len() {
+            if self.ifaces[i].is_empty() {
+                continue;
+            }
+            let (Some(c), Some(m)) = (self.conns[i].as_mut(), self.meta[i].as_ref()) else {
+                continue;
+            };
+            let qd = c.counters().map_err(|e| RunError::Agent(e.to_string()))?;
+            let state = link_states(&self.ifaces[i], m, &qd);
+            let text = format!("host {}: {}", m.hostname, links_text(&state));
+            let name = self.nodes[i].name.clone();
+            if let Some((then, campaign)) = self.earlier.get(&name) {
+                let same_host = then.split(':').next() == text.split(':').next();
+                if same_host && *then != text {
+                    let n = format!(
+                        "node {name}: its interfaces differ from what campaign {campaign} found there ({}), now {}; no journal of a wirebench agent explains it, so this campaign takes them as they are (if an earlier campaign left them so, put them back by hand)",
+                        then.split_once(": ").map(|x| x.1).unwrap_or(then),
+                        text.split_once(": ").map(|x| x.1).unwrap_or(&text),
+                    );
+                    eprintln!("wirebench: {n}");
+                    self.notes.push(n);
+                }
+            }
+            self.links_before.insert(name, text);
+        }
         Ok(())
     }
 
@@ -356,7 +477,7 @@ impl Nodes {
         match self.connect() {
             // A node lost during the campaign that cannot be reached again
             // fails this run; the next one tries again.
-            Err(RunError::Agent(e)) if self.connected_once => {
+            Err(RunError::Agent(e) | RunError::LabBusy(e)) if self.connected_once => {
                 for i in 0..self.nodes.len() {
                     if self.meta[i].is_some() && self.conns[i].is_none() {
                         self.drop_node(i);
@@ -462,6 +583,40 @@ impl Nodes {
         Ok(v)
     }
 
+    /// Reads the metadata of every node in use that changes links again
+    /// (all at once); Some(reason) when an agent was lost meanwhile.
+    fn reread_metadata(&mut self, using: &[bool]) -> Option<String> {
+        let ifaces = &self.ifaces;
+        let metas = std::thread::scope(|s| {
+            let hs: Vec<_> = self
+                .conns
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| using[*i] && !ifaces[*i].is_empty())
+                .filter_map(|(i, c)| c.as_mut().map(|c| (i, s.spawn(move || c.metadata()))))
+                .collect();
+            hs.into_iter()
+                .map(|(i, h)| (i, h.join()))
+                .collect::<Vec<_>>()
+        });
+        let mut lost_one = None;
+        for (i, m) in metas {
+            match m {
+                Ok(Ok(m)) => self.meta[i] = Some(m),
+                Ok(Err(e)) => {
+                    if lost(&e) {
+                        self.drop_node(i);
+                    }
+                    lost_one.get_or_insert(e.to_string());
+                }
+                Err(_) => {
+                    lost_one.get_or_insert("a metadata thread panicked".into());
+                }
+            }
+        }
+        lost_one
+    }
+
     /// CPU and counters of every connected node, all at once.
     fn sample(&mut self) -> Vec<Option<Result<(CpuSample, Value), AgentError>>> {
         std::thread::scope(|s| {
@@ -522,6 +677,14 @@ impl Nodes {
             }
         }
         if let Some(e) = self.ensure(s)? {
+            out.error = Some(e);
+            return Ok(out);
+        }
+        // What the links are now, read back from the nodes that change
+        // them: the run's metadata is what the run had, not what the node
+        // had when it connected.
+        let using = self.in_use(s)?;
+        if let Some(e) = self.reread_metadata(&using) {
             out.error = Some(e);
             return Ok(out);
         }
@@ -619,7 +782,7 @@ impl Nodes {
         let mut cpu = serde_json::Map::new();
         let mut roles = serde_json::Map::new();
         let mut meta = serde_json::Map::new();
-        let using = self.in_use(s)?;
+        let mut links = serde_json::Map::new();
         for (i, (b, a)) in before.into_iter().zip(after).enumerate() {
             // Idle nodes of other pairings are no part of this run.
             if !using[i] {
@@ -632,6 +795,13 @@ impl Nodes {
             }
             match (b, a) {
                 (Some(Ok((cb, kb))), Some(Ok((ca, ka)))) => {
+                    if let (false, Some(m), Ok(qd)) = (
+                        self.ifaces[i].is_empty(),
+                        &self.meta[i],
+                        serde_json::from_value(kb.clone()),
+                    ) {
+                        links.insert(name.clone(), link_states(&self.ifaces[i], m, &qd));
+                    }
                     cpu.insert(
                         name.clone(),
                         serde_json::to_value(ca.delta(&cb)).unwrap_or(Value::Null),
@@ -666,6 +836,8 @@ impl Nodes {
             "roles": roles,
             "path_mtu": pmtu,
             "metadata": meta,
+            "links": links,
+            "links_before": self.links_before,
         });
         if let (Some(name), Some(p)) = (&s.settings.pairing, self.pairing(s)?) {
             out.observed["pairing"] = json!({
@@ -1084,4 +1256,85 @@ fn merge_docs(mut docs: Vec<Value>) -> Option<Value> {
         }
     }
     Some(first)
+}
+
+/// What `ifaces` have now: MTU and offloads from the metadata, the root
+/// qdisc from the counters (`iface → {mtu, qdisc, offloads}`).
+fn link_states(
+    ifaces: &[String],
+    meta: &HostMeta,
+    qdiscs: &BTreeMap<String, wirebench_testbed::IfaceCounters>,
+) -> Value {
+    let mut out = serde_json::Map::new();
+    for f in ifaces {
+        let Some(im) = meta.interfaces.iter().find(|x| &x.name == f) else {
+            out.insert(f.clone(), json!({ "missing": true }));
+            continue;
+        };
+        let offloads: serde_json::Map<String, Value> = OFFLOADS
+            .iter()
+            .filter_map(|(long, short)| {
+                im.offloads
+                    .get(*long)
+                    .map(|on| (short.to_string(), json!(on)))
+            })
+            .collect();
+        out.insert(
+            f.clone(),
+            json!({
+                "mtu": im.mtu,
+                "qdisc": qdiscs.get(f).map(|q| q.qdisc.kind.as_str()).unwrap_or(""),
+                "offloads": offloads,
+            }),
+        );
+    }
+    Value::Object(out)
+}
+
+/// The offloads `apply_offloads` switches: `ethtool -k` name, short name.
+const OFFLOADS: [(&str, &str); 3] = [
+    ("tcp-segmentation-offload", "tso"),
+    ("generic-segmentation-offload", "gso"),
+    ("generic-receive-offload", "gro"),
+];
+
+/// `eth0 mtu 9000, qdisc tbf, tso on gso on gro on; eth1 ...` of
+/// [`link_states`].
+pub fn links_text(states: &Value) -> String {
+    let Some(m) = states.as_object() else {
+        return String::new();
+    };
+    m.iter()
+        .map(|(f, v)| {
+            if v.get("missing").is_some() {
+                return format!("{f} missing");
+            }
+            let mut t = format!(
+                "{f} mtu {}, qdisc {}",
+                v["mtu"],
+                v["qdisc"]
+                    .as_str()
+                    .filter(|q| !q.is_empty())
+                    .unwrap_or("unknown")
+            );
+            if let Some(o) = v["offloads"].as_object().filter(|o| !o.is_empty()) {
+                let on: Vec<String> = o
+                    .iter()
+                    .map(|(k, b)| {
+                        format!(
+                            "{k} {}",
+                            if b.as_bool() == Some(true) {
+                                "on"
+                            } else {
+                                "off"
+                            }
+                        )
+                    })
+                    .collect();
+                t.push_str(&format!(", {}", on.join(" ")));
+            }
+            t
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -335,6 +335,18 @@ impl<'a> Ctx<'a> {
         if let Some(row) = self.store.campaign(cid)? {
             let mut env = row.environment;
             env.extra.extend(crate::analysis::node_lines(meta));
+            // What the nodes' links were when the campaign first reached
+            // them (a resume keeps its first record): the next campaign
+            // compares with it.
+            if let Some(before) = observed.get("links_before").and_then(Value::as_object) {
+                for (node, text) in before {
+                    if let Some(t) = text.as_str() {
+                        env.extra
+                            .entry(format!("links {node}"))
+                            .or_insert_with(|| t.to_string());
+                    }
+                }
+            }
             self.store.set_environment(cid, &env)?;
         }
         self.env_has_nodes = true;

@@ -73,6 +73,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !args.stdio {
         crate::bail_input!("`wirebench agent` needs --stdio (it is started by `wirebench run`, see docs/agents.md), --restore or --install DEST");
     }
+    if let Some(status) = wirebench_agent::server::supervise_under_ssh() {
+        std::process::exit(status);
+    }
     let program = match args.binary {
         Some(p) => p,
         None => std::env::current_exe()
@@ -104,7 +107,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 fn restore() -> anyhow::Result<()> {
     use wirebench_agent::journal::{state_dir, Journal};
     let dir = state_dir();
-    let (_held, done) = Journal::open(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (held, done) = Journal::open(&dir, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    held.release();
     if done.is_empty() {
         println!(
             "nothing to restore: no journal of a dead agent in {}",

@@ -106,6 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         progress_log: None,
+        wait_lab: None,
     };
     let out = run_campaign(&c, &store, &opts).map_err(map_run_error)?;
     if out.interrupted {

@@ -56,8 +56,10 @@ pub struct Args {
     pub quiet: bool,
     /// Write a per-packet log of every session into DIR (session-<id>.wblog,
     /// the receiver side like D-ITG's -x; read it with `wirebench decode`).
-    /// A name already taken is never opened or followed (links included):
-    /// the log goes to session-<id>-1.wblog, -2, ... instead.
+    /// A sender may name its session's log (`send -x NAME`: a plain file
+    /// name, written into DIR and nowhere else). A name already taken is
+    /// never opened or followed (links included): the log goes to
+    /// session-<id>-1.wblog (NAME-1), -2, ... instead.
     #[arg(short = 'x', long = "log-dir", value_name = "DIR")]
     pub log_dir: Option<std::path::PathBuf>,
     /// Most bytes one session's log may hold (32 bytes a packet; K, M, G:
@@ -68,6 +70,11 @@ pub struct Args {
     /// Most bytes all sessions' logs of this daemon may hold together.
     #[arg(long = "log-max-total", value_name = "BYTES", default_value = "10G", value_parser = parse_bytes)]
     pub log_max_total: u64,
+    /// Refuse senders that name their session's log (`send -x NAME`);
+    /// their sessions are refused, saying so. Without it a sender's name
+    /// is taken, confined to --log-dir.
+    #[arg(long = "no-log-names")]
+    pub no_log_names: bool,
     /// Serve only senders that prove the pre-shared key in FILE (mode 600;
     /// HMAC challenge-response, the key never crosses the network). The key
     /// may instead be in the WIREBENCH_KEY environment variable.
@@ -290,6 +297,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         verbose: !args.quiet,
         log_dir: args.log_dir.clone(),
         log_max_session: args.log_max,
+        log_names: !args.no_log_names,
         peer_share_pct: args.peer_share,
         log_total_left: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(args.log_max_total)),
         key,

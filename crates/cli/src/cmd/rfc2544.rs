@@ -304,6 +304,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         progress_log: None,
+        wait_lab: None,
     };
     let quiet = a.quiet;
     let mut say = |line: String| {

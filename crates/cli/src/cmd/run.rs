@@ -51,6 +51,13 @@ pub struct Args {
     /// local or through agents, and notes (an agent too old to relay them).
     #[arg(long, value_name = "FILE")]
     pub progress_log: Option<PathBuf>,
+    /// [[hosts.node]] campaigns: when another controller's campaign holds
+    /// a node (its lab lock), wait up to SECS (default 3600) for it to end
+    /// instead of refusing at once; asked every 2 s, holding nothing
+    /// meanwhile. Without it a held lab ends `run` at once with exit
+    /// status 75, naming the campaign, controller host and pid holding it.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true, default_missing_value = "3600")]
+    pub wait_lab: Option<u64>,
 }
 
 /// Loads, validates and (with `quick`) shortens a campaign file.
@@ -102,6 +109,7 @@ fn store_target(flag: Option<&Path>, c: &Campaign) -> PathBuf {
 pub fn map_run_error(e: RunError) -> anyhow::Error {
     match e {
         RunError::BadInput(m) => bad_input(m),
+        RunError::LabBusy(m) => anyhow::Error::new(crate::exit::LabBusy(m)),
         other => anyhow::Error::new(other),
     }
 }
@@ -137,6 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
         progress_log: args.progress_log.clone(),
+        wait_lab: args.wait_lab.map(std::time::Duration::from_secs),
     };
     if c.rfc2544.is_some() {
         return run_rfc2544(&c, &store, &opts, &args, &db);

@@ -132,10 +132,20 @@ pub struct Args {
     #[arg(long = "jitter-buffer", value_name = "MS", default_value_t = wirebench_engine::plan::DEFAULT_JITTER_BUFFER_MS)]
     pub jitter_buffer_ms: u32,
     /// Per-packet log of what this sender sent and could not send (D-ITG's
-    /// -l); read it with `wirebench decode FILE`. The receiver's side:
-    /// `wirebench recv --log-dir DIR`.
-    #[arg(short = 'l', long = "log", value_name = "FILE")]
+    /// -l; default ITGSend.log in the current directory); read it with
+    /// `wirebench decode FILE`. One file for the whole run, also when a
+    /// script's flows go to several receivers (flows numbered as in the
+    /// result). The receiver's side: -x, `wirebench recv --log-dir DIR`.
+    #[arg(short = 'l', long = "log", value_name = "FILE", num_args = 0..=1, default_missing_value = "ITGSend.log")]
     pub log: Option<PathBuf>,
+    /// Ask the receiver to log this run's packets under NAME (D-ITG's -x;
+    /// default ITGRecv.log): a plain file name, written into the
+    /// receiver's `recv --log-dir` (a receiver without one, or started with
+    /// --no-log-names, refuses the run); if NAME is taken there, NAME-1,
+    /// NAME-2, ... The name it used is printed and in the result
+    /// (receiver.log). Read it with `wirebench decode`.
+    #[arg(short = 'x', long = "recv-log", value_name = "NAME", num_args = 0..=1, default_missing_value = "ITGRecv.log")]
+    pub recv_log: Option<String>,
     /// Authenticate with the pre-shared key in FILE (mode 600), and require
     /// the receiver to prove the same key. The key may instead be in the
     /// WIREBENCH_KEY environment variable; never give it on the command line.
@@ -181,7 +191,9 @@ pub struct Args {
     /// packets at line rate (`recv --xdp` is the receiving half). Taken for
     /// one forward one-way UDP flow to a neighbour on IFACE within its MTU;
     /// otherwise the socket path runs and the result's host.send_path says
-    /// why. docs/engine.md, "AF_XDP path".
+    /// why. Frames the driver refuses (veth: the peer's ring full) count as
+    /// the sending host's drops (total.sender_host_drops). docs/engine.md,
+    /// "AF_XDP path".
     #[arg(long = "xdp", value_name = "IFACE")]
     pub xdp: Option<String>,
 }
@@ -333,19 +345,11 @@ fn build_plans(args: &Args) -> anyhow::Result<Vec<CheckedPlan>> {
             None => groups.push((key, vec![(f, d)])),
         }
     }
-    if groups.len() > 1 {
-        if args.log.is_some() {
-            crate::bail_input!(
-                "-l: one log per run needs one session; this script needs {} (one per receiver and source address)",
-                groups.len()
-            );
-        }
-        if args.json_stream {
-            crate::bail_input!(
-                "--json-stream: streams one session's intervals; this script needs {} (one per receiver and source address)",
-                groups.len()
-            );
-        }
+    if groups.len() > 1 && args.json_stream {
+        crate::bail_input!(
+            "--json-stream: streams one session's intervals; this script needs {} (one per receiver and source address)",
+            groups.len()
+        );
     }
     // A session of ICMP echo flows (e.g. script lines with -T ICMP) measures
     // round trips unless a meter was asked for.
@@ -412,6 +416,10 @@ fn session_plan(
     if let Some(p) = &args.log {
         super::report::check_parent("-l", p)?;
         plan.log = Some(p.clone());
+    }
+    if let Some(name) = &args.recv_log {
+        wirebench_wire::limits::check_log_name(name).map_err(|e| bad_input(format!("-x: {e}")))?;
+        plan.remote_log = Some(name.clone());
     }
     plan.key = crate::key::load(args.key_file.as_deref())?;
     if let Some(mode) = &args.auth {
@@ -1066,6 +1074,27 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
             &mut s,
             "Foreign control conns",
             doc.receiver.foreign_control.to_string(),
+        );
+    }
+    // -x: where each receiver logged its session (in its --log-dir).
+    let logs: Vec<String> = if doc.sessions.is_empty() {
+        doc.receiver.log.iter().cloned().collect()
+    } else {
+        doc.sessions
+            .iter()
+            .filter_map(|p| {
+                p.receiver
+                    .log
+                    .as_ref()
+                    .map(|l| format!("{l} at {}", p.dest))
+            })
+            .collect()
+    };
+    if !logs.is_empty() {
+        line(
+            &mut s,
+            "Receiver log (-x)",
+            format!("{} (in the receiver's --log-dir)", logs.join(", ")),
         );
     }
     s

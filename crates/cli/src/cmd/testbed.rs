@@ -108,6 +108,12 @@ pub struct UpArgs {
     /// bytes (256KiB) or time at the link rate (20ms); overrides txqueuelen.
     #[arg(long, value_name = "SIZE")]
     pub queue: Option<String>,
+    /// CoDel or FQ-CoDel on every rated link's queue, run by the link
+    /// emulator (the queue then lives there, not at the hosts):
+    /// "codel", "fq_codel", optionally "fq_codel target 5ms interval
+    /// 100ms quantum 1514 flows 1024" (RFC 8289/8290 defaults).
+    #[arg(long, value_name = "AQM")]
+    pub aqm: Option<String>,
 }
 
 impl UpArgs {
@@ -270,6 +276,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         Some(q) => Some(tb::parse_queue(q).map_err(|e| bad_input(format!("--queue: {e}")))?),
         None => None,
     };
+    let aqm = match &a.aqm {
+        Some(q) => Some(tb::spec::parse_aqm(q).map_err(|e| bad_input(format!("--aqm: {e}")))?),
+        None => None,
+    };
     let mut spec = if PRESETS.contains(&a.topology.as_str()) {
         tb::preset(&a.topology, &o).map_err(map)?
     } else if Path::new(&a.topology).exists() || a.topology.ends_with(".toml") {
@@ -286,6 +296,9 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     }
     if let Some(q) = queue {
         spec.queue_all(q);
+    }
+    if let Some(q) = aqm {
+        spec.aqm_all(q);
     }
     spec.validate().map_err(map)?;
     tb::cleanup_on_signal()?;
@@ -464,6 +477,20 @@ fn link_detail(l: &tb::LinkSpec) -> String {
             tb::QueueLimit::Time(ns) => format!(", queue {}", ms(ns)),
         });
     }
+    if let Some(a) = l.aqm {
+        s.push_str(&format!(", aqm {}", a.as_text()));
+    }
+    if let Some(t) = &l.trace {
+        for (k, t) in t.iter().enumerate() {
+            s.push_str(&format!(
+                ", trace {}→{} {} ({} mean)",
+                l.endpoints[k],
+                l.endpoints[1 - k],
+                t.path.display(),
+                tb::format_rate(t.mean_bps() as u64)
+            ));
+        }
+    }
     s
 }
 
@@ -539,8 +566,13 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
                     ),
                     None => String::new(),
                 };
+                let aqm = if c.aqm_drops > 0 {
+                    format!(", CoDel drops {}", c.aqm_drops)
+                } else {
+                    String::new()
+                };
                 println!(
-                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{split}",
+                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{aqm}{split}",
                     c.frames_in, c.delivered, c.lost, c.queue_drops, c.buffer_drops
                 );
             }

@@ -112,6 +112,9 @@ pub(crate) fn check(plan: &SessionPlan) -> Result<(), EngineError> {
     if plan.key.is_some() {
         return bad("--key-file: ICMP echo flows have no receiver to authenticate to".into());
     }
+    if plan.remote_log.is_some() {
+        return bad("-x: ICMP echo flows have no receiver to keep a log".into());
+    }
     if plan.log.is_some() {
         return bad("-l: per-packet logs are written for flows to a receiver, not -T icmp".into());
     }

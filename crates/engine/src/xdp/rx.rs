@@ -26,10 +26,46 @@ const SPINS: u32 = 2000;
 
 /// The session's UDP flows waiting for a receive thread (position, state).
 pub(crate) type UdpFlows = Vec<(usize, Box<UdpFlow>)>;
-/// Whether the XDP path was taken: Ok(how it attached, and the frames its
-/// rings dropped, set when the session's receive thread ends), Err(why
-/// not); None: not asked.
-pub(crate) type Taken = Option<Result<(String, Arc<AtomicU64>), String>>;
+/// Whether the XDP path was taken: Ok(how it attached, and its sockets'
+/// counters, set when the session's receive thread ends), Err(why not);
+/// None: not asked.
+pub(crate) type Taken = Option<Result<(String, Arc<RingCounts>), String>>;
+
+/// The receive sockets' `XDP_STATISTICS` at the end of a session: where
+/// the frames the XDP program steered but nobody read went.
+#[derive(Debug, Default)]
+pub(crate) struct RingCounts {
+    /// The rx ring was full (the receive thread fell behind).
+    ring_full: AtomicU64,
+    /// No UMEM frame to copy into (fill ring empty) and other drops.
+    dropped: AtomicU64,
+    /// Times the kernel found the fill ring empty.
+    fill_empty: AtomicU64,
+}
+
+impl RingCounts {
+    fn set(&self, st: &super::XskStats) {
+        self.ring_full.store(st.rx_ring_full, Ordering::Relaxed);
+        self.dropped.store(st.rx_dropped, Ordering::Relaxed);
+        self.fill_empty.store(st.rx_fill_empty, Ordering::Relaxed);
+    }
+
+    /// Frames lost on the receiving host.
+    fn lost(&self) -> u64 {
+        self.ring_full.load(Ordering::Relaxed) + self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// For `recv`'s log.
+    pub(crate) fn line(&self) -> String {
+        format!(
+            "AF_XDP rings dropped {} frames (rx ring full {}, no fill frame or other {}; fill ring found empty {} times)",
+            self.lost(),
+            self.ring_full.load(Ordering::Relaxed),
+            self.dropped.load(Ordering::Relaxed),
+            self.fill_empty.load(Ordering::Relaxed)
+        )
+    }
+}
 
 /// Takes the session's UDP flows onto the XDP path of `iface` when it can:
 /// one UDP flow, one-way (no reflections), and no other session on the
@@ -74,7 +110,7 @@ pub(crate) fn take(
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
     let desc = steer.describe();
-    let drops = Arc::new(AtomicU64::new(0));
+    let drops = Arc::new(RingCounts::default());
     let dropped = drops.clone();
     let Some((i, flow)) = udp.pop() else {
         return (udp, None);
@@ -103,7 +139,7 @@ pub(crate) fn describe(host: &mut wirebench_schema::result::HostInfo, taken: &Ta
         None => 0,
         Some(Ok((how, drops))) => {
             host.rx_timestamps = format!("{RX_STAMP} ({how})");
-            drops.load(Ordering::Relaxed)
+            drops.lost()
         }
         Some(Err(why)) => {
             host.rx_timestamps = format!("{} (XDP not used: {why})", host.rx_timestamps);
@@ -130,7 +166,7 @@ fn serve(
     mut steer: Steer,
     port: u16,
     _claim: Claim,
-    dropped: &AtomicU64,
+    dropped: &RingCounts,
 ) -> WorkerOutcome {
     crate::clock::raise_priority();
     tighten_timer_slack();
@@ -189,7 +225,7 @@ fn serve(
         }
     }
     let st = steer.stats();
-    dropped.store(st.rx_dropped + st.rx_ring_full, Ordering::Relaxed);
+    dropped.set(&st);
     f.rx.outcome(CpuTime::thread().since(cpu0))
 }
 

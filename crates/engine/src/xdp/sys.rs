@@ -442,6 +442,9 @@ impl<T: Copy> Ring<T> {
 
     /// Producer side: publishes `n` written descriptors.
     fn submit(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
         self.prod = self.prod.wrapping_add(n);
         // SAFETY: as `load_prod`; Release orders the descriptor writes
         // before the index the kernel reads.
@@ -468,6 +471,9 @@ impl<T: Copy> Ring<T> {
 
     /// Consumer side: hands `n` read descriptors back.
     fn release(&mut self, n: u32) {
+        if n == 0 {
+            return;
+        }
         self.cons = self.cons.wrapping_add(n);
         // SAFETY: as `submit`.
         unsafe { (*self.consumer).store(self.cons, Ordering::Release) }
@@ -476,6 +482,17 @@ impl<T: Copy> Ring<T> {
 
 /// A received frame: where it lies in the UMEM and how long it is.
 pub(crate) type Desc = libc::xdp_desc;
+
+/// What a transmit wake-up left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kick {
+    /// Nothing waits on the ring.
+    Done,
+    /// Frames wait on the ring (the kernel stopped at its budget or was busy).
+    Pending,
+    /// The driver dropped one frame; others may wait.
+    Dropped,
+}
 
 /// How the socket was bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,7 +524,14 @@ pub(crate) struct Xsk {
     fd: OwnedFd,
     umem: Mmap,
     pub mode: Mode,
+    /// Frames the driver refused after taking them off the tx ring
+    /// (`sendto` said EBUSY: the kernel completed them unsent).
+    pub driver_drops: u64,
 }
+
+/// `XDP_MAX_TX_SKB_BUDGET` (<linux/if_xdp.h>, Linux 6.17): how many frames
+/// one `sendto` may move in copy mode (32 without it).
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
 
 fn setsockopt<T>(fd: RawFd, opt: libc::c_int, v: &T) -> io::Result<()> {
     // SAFETY: `v` is a live value of the type the option expects (callers
@@ -592,6 +616,9 @@ impl Xsk {
         }
         if cfg.tx {
             setsockopt(r, libc::XDP_TX_RING, &cfg.ring)?;
+            // One wake-up per batch instead of one per 32 frames; older
+            // kernels refuse the option and keep their 32.
+            let _ = setsockopt(r, XDP_MAX_TX_SKB_BUDGET, &cfg.ring);
         }
         // SAFETY: xdp_mmap_offsets is plain integers; all-zero is valid.
         let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
@@ -655,6 +682,7 @@ impl Xsk {
             fd,
             umem,
             mode,
+            driver_drops: 0,
         })
     }
 
@@ -724,25 +752,25 @@ impl Xsk {
             tx.put(i as u32, d);
         }
         tx.submit(n);
-        // Copy mode transmits at most 32 frames per call (the kernel's
-        // TX_BATCH_SIZE) and says EAGAIN while more wait.
+        // Copy mode moves at most its budget (32 frames on kernels without
+        // XDP_MAX_TX_SKB_BUDGET) per call and says EAGAIN while more wait;
+        // a refused frame ends the call early too.
         for _ in 0..n / 32 + 2 {
-            if !self.kick()? {
+            if self.kick()? == Kick::Done {
                 break;
             }
         }
         Ok(n as usize)
     }
 
-    /// Wakes the kernel's transmit path (copy mode needs a call per 32
-    /// frames; zero-copy only when the ring asks for it). True when frames
-    /// are left on the ring (the kernel was busy or stopped at its batch).
-    pub(crate) fn kick(&self) -> io::Result<bool> {
+    /// Wakes the kernel's transmit path (copy mode needs a call per
+    /// budget; zero-copy only when the ring asks for it).
+    pub(crate) fn kick(&mut self) -> io::Result<Kick> {
         let Some(tx) = self.tx.as_ref() else {
-            return Ok(false);
+            return Ok(Kick::Done);
         };
         if self.mode == Mode::ZeroCopy && !tx.need_wakeup() {
-            return Ok(false);
+            return Ok(Kick::Done);
         }
         // SAFETY: a zero-length sendto with no buffer and no address is the
         // AF_XDP "transmit what is on the ring" call.
@@ -757,12 +785,19 @@ impl Xsk {
             )
         };
         if r >= 0 {
-            return Ok(false);
+            return Ok(Kick::Done);
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
-            // Busy or out of buffers: the frames stay on the ring, retried.
-            Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS) => Ok(true),
+            // The driver dropped the frame it was given (NET_XMIT_DROP;
+            // veth: the peer's ring was full); the rest stay on the ring.
+            Some(libc::EBUSY) => {
+                self.driver_drops += 1;
+                Ok(Kick::Dropped)
+            }
+            // Budget used up, queue stopped or out of buffers: the frames
+            // stay on the ring, retried.
+            Some(libc::EAGAIN) | Some(libc::ENOBUFS) => Ok(Kick::Pending),
             _ => Err(e),
         }
     }

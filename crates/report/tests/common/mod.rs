@@ -222,6 +222,7 @@ pub fn s5_like(campaign_file: &str) -> CampaignSummary {
                     upper_bound_bps: Some(bound),
                     runs_above_bound: 0,
                     nodes: Default::default(),
+                    hops: Default::default(),
                     series: None,
                     dist: None,
                 });
@@ -331,6 +332,7 @@ pub fn apps_like() -> CampaignSummary {
                 upper_bound_bps: None,
                 runs_above_bound: 0,
                 nodes: Default::default(),
+                hops: Default::default(),
                 series: None,
                 dist: None,
             });
