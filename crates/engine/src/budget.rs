@@ -109,14 +109,15 @@ pub fn default_buffer(usual: u64, flows: usize, session: &Resources) -> u64 {
     usual.min(share).max(MIN_DEFAULT_BUF)
 }
 
-/// One-way TCP flows up to this many have a receive thread each; more
-/// share one receive worker per CPU. On a host whose CPUs are busy with
-/// other work, a TCP flow's receive thread also runs the kernel's
-/// receive and ACK processing, and the scheduler gives each thread its
-/// share: with two shared workers 60 flows on the 1 Gbit/s router bed
-/// carried 0.82 x iperf3 -P 60 (median of 9 runs at load 12), with a
-/// thread each 1.27 x (13 runs; docs/performance.md, "Many TCP flows"). iperf3
-/// 3.16 and later runs a thread per stream too, at most 128 per process.
+/// Most receive threads of a session's one-way TCP flows: up to this
+/// many flows have a thread each, more are dealt out to this many
+/// workers. On a host whose CPUs are busy with other work, a TCP flow's
+/// receive thread also runs the kernel's receive and ACK processing, and
+/// the scheduler gives each thread its share: with one worker per CPU
+/// (two) 60 flows on the 1 Gbit/s router bed carried 0.82 x iperf3 -P 60
+/// (median of 9 runs at load 12), with a thread each 1.27 x (13 runs;
+/// docs/performance.md, "Many TCP flows"). iperf3 3.16 and later runs a
+/// thread per stream too, at most 128 per process.
 pub const TCP_OWN_THREADS: usize = 128;
 
 /// What a session of these flows costs on a receiver with `cores` CPUs:
@@ -125,8 +126,8 @@ pub const TCP_OWN_THREADS: usize = 128;
 /// the sender asked (`rcvbuf`); threads: the session's own, one per
 /// RTT-meter TCP flow (`meter`: the session's, unless the flow names its
 /// own) and per reverse flow, the UDP receive workers (one per flow up to
-/// the CPUs, then shared) and the one-way TCP ones (one per flow up to
-/// [`TCP_OWN_THREADS`], then one per CPU).
+/// the CPUs, then shared) and the one-way TCP ones (one per flow, at
+/// most [`TCP_OWN_THREADS`]).
 pub fn cost(
     setups: &[FlowSetup],
     meter: MeterMode,
@@ -168,12 +169,7 @@ pub fn cost(
             threads,
         });
     }
-    let tcp_workers = if tcp <= TCP_OWN_THREADS as u64 {
-        tcp
-    } else {
-        tcp.min(cores as u64)
-    };
-    r.threads += udp.min(cores as u64) + tcp_workers;
+    r.threads += udp.min(cores as u64) + tcp.min(TCP_OWN_THREADS as u64);
     r
 }
 
@@ -502,16 +498,16 @@ mod tests {
         let c = cost(&many, MeterMode::Owd, 2, &s);
         assert!(c.buffer_bytes <= s.buffer_bytes, "{c:?}");
         assert_eq!(default_buffer(UDP_RCVBUF, 1_000_000, &s), MIN_DEFAULT_BUF);
-        // One-way TCP flows share a receive worker per CPU; a flow asking
-        // for the RTT meter in a one-way session has a thread of its own.
+        // One-way TCP flows have at most TCP_OWN_THREADS receive
+        // threads; a flow asking for the RTT meter in a one-way session
+        // has a thread of its own.
         let mut tcp = vec![setup(Transport::Tcp, None); 1000];
         tcp[0].meter = Some(MeterMode::Rtt);
         let c = cost(&tcp, MeterMode::Owd, 2, &s);
-        assert_eq!(c.threads, 1 + 1 + 2);
-        // Up to TCP_OWN_THREADS of them have a thread each.
-        let c = cost(&tcp[..=TCP_OWN_THREADS], MeterMode::Owd, 2, &s);
         assert_eq!(c.threads, 1 + 1 + TCP_OWN_THREADS as u64);
         assert!(c.threads <= s.threads && c.sockets <= s.sockets, "{c:?}");
+        let c = cost(&tcp[..61], MeterMode::Owd, 2, &s);
+        assert_eq!(c.threads, 1 + 1 + 60);
     }
 
     #[test]

@@ -352,8 +352,8 @@ fn many_flows_are_received_exactly() {
 }
 
 /// One-way TCP flows with a receive thread each (more than the CPUs),
-/// and more than `TCP_OWN_THREADS` of them, which share the receiver's
-/// TCP workers (epoll); the RTT-meter one keeps a thread of its own and
+/// and more than `TCP_OWN_THREADS` of them, some of which share a
+/// receive worker (epoll); the RTT-meter one keeps a thread of its own and
 /// its reflections. Paced flows are received record for record, each in
 /// its own flow; bulk flows on the sender's shared writer are received
 /// exactly as far as they were sent, and every flow lasts its 400 ms.

@@ -255,7 +255,13 @@ pub(crate) trait FlowRx: Send {
 /// worker's positions and flows.
 pub(crate) fn per_cpu<T>(flows: Vec<(usize, Box<T>)>) -> Vec<(Vec<usize>, Vec<T>)> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let n = flows.len().min(cores);
+    deal(flows, cores)
+}
+
+/// Deals flows (position in the session, state) round-robin to at most
+/// `workers` receive workers: each worker's positions and flows.
+pub(crate) fn deal<T>(flows: Vec<(usize, Box<T>)>, workers: usize) -> Vec<(Vec<usize>, Vec<T>)> {
+    let n = flows.len().min(workers.max(1));
     let mut groups: Vec<(Vec<usize>, Vec<T>)> = (0..n).map(|_| (Vec::new(), Vec::new())).collect();
     for (k, (i, f)) in flows.into_iter().enumerate() {
         groups[k % n].0.push(i);

@@ -12,7 +12,7 @@ use crate::records::{Fill, RecordReader};
 use crate::session::CONNECT_TIMEOUT;
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{
-    per_cpu, reply_len, unmap, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend,
+    deal, reply_len, unmap, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend,
     ReverseEnd, RxEnd, RxFlow, Worker, WorkerOutcome, POLL_MS,
 };
 use crate::transport::udp::rx::UdpFlow;
@@ -334,19 +334,14 @@ fn conns_token(k: usize) -> usize {
 
 /// Starts the receive workers of a session's one-way TCP flows (`tcp`:
 /// position in the session, listener), each serving its flows with
-/// [`tcp_rx_many`]: a thread per flow up to
-/// [`budget::TCP_OWN_THREADS`] flows, beyond that one worker per CPU
-/// (a thread each, 1 000 flows did not fit the session's thread budget).
+/// [`tcp_rx_many`]: a thread per flow, at most
+/// [`budget::TCP_OWN_THREADS`] (1 000 threads would not fit the
+/// session's thread budget), which then share the flows out.
 pub(crate) fn start_workers(
     tcp: Vec<(usize, Box<Listening>)>,
     workers: &mut Vec<Worker>,
 ) -> Result<(), EngineError> {
-    let groups = if tcp.len() <= budget::TCP_OWN_THREADS {
-        tcp.into_iter().map(|(i, f)| (vec![i], vec![*f])).collect()
-    } else {
-        per_cpu(tcp)
-    };
-    for (g, (ids, flows)) in groups.into_iter().enumerate() {
+    for (g, (ids, flows)) in deal(tcp, budget::TCP_OWN_THREADS).into_iter().enumerate() {
         let mut poller =
             net::Poller::new(TCP_EVENTS).map_err(|e| EngineError::io("receive poller", e))?;
         let mut shared = Vec::with_capacity(flows.len());
