@@ -510,6 +510,55 @@ mod tests {
         assert_eq!(bps, t.mean_bps());
     }
 
+    /// A managed wire starts each frame when the wire is free and no
+    /// earlier: frames queued at once go back to back, `advance` starts
+    /// none after `now`, and a frame reaching an idle wire starts on arrival.
+    #[test]
+    fn managed_wire_takes_frames_when_free() {
+        use crate::spec::{AqmKind, AqmSpec};
+        let wire = Wire::new(Some(100_000_000), imp(), 1000, 1);
+        let q = AqmQueue::new(&AqmSpec::new(AqmKind::FqCodel), 16, 1000, u64::MAX);
+        let mut m = ManagedWire::new(wire, q);
+        let mut fates: Vec<(u32, Fate)> = Vec::new();
+        m.enqueue(0, 1_000, 1514, 1, |s, f| fates.push((s, f)));
+        m.enqueue(1, 1_000, 1514, 2, |s, f| fates.push((s, f)));
+        // The second arrival runs the wire to 1 µs first: the idle wire
+        // has taken the first frame then, the second waits.
+        assert_eq!(fates.len(), 1);
+        m.advance(1_000, |s, f| fates.push((s, f)));
+        assert_eq!(fates.len(), 1);
+        assert_eq!(m.next_start(), Some(1_000 + 123_040));
+        m.advance(1_000 + 123_039, |s, f| fates.push((s, f)));
+        assert_eq!(fates.len(), 1);
+        m.advance(1_000 + 123_040, |s, f| fates.push((s, f)));
+        let starts: Vec<(u32, u64)> = fates
+            .iter()
+            .map(|&(s, f)| match f {
+                Fate::Deliver { start, arrival, .. } => {
+                    assert_eq!(arrival, 1_000);
+                    (s, start)
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(starts, [(0, 1_000), (1, 1_000 + 123_040)]);
+        assert_eq!(m.next_start(), None);
+        // Idle wire: a frame arriving at 1 ms starts at 1 ms.
+        fates.clear();
+        m.enqueue(2, 1_000_000, 100, 3, |s, f| fates.push((s, f)));
+        m.advance(2_000_000, |s, f| fates.push((s, f)));
+        assert!(matches!(
+            fates[..],
+            [(
+                2,
+                Fate::Deliver {
+                    start: 1_000_000,
+                    ..
+                }
+            )]
+        ));
+    }
+
     #[test]
     fn drop_tail_queue() {
         let mut w = Wire::new(Some(100_000_000), imp(), 3, 1);

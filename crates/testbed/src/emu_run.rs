@@ -33,6 +33,20 @@ pub(crate) use imp::*;
 /// over any span without a per-frame system call), then CoDel's drops.
 pub const COUNTERS: usize = 10;
 
+/// A managed queue (`aqm`) for both directions of a link, as the
+/// emulator is told it (the forwarding loop is Linux-only).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) struct Aqm {
+    /// CoDel or FQ-CoDel and its parameters.
+    pub(crate) spec: crate::spec::AqmSpec,
+    /// Frames queued at most.
+    pub(crate) limit_frames: usize,
+    /// Bytes queued at most.
+    pub(crate) limit_bytes: u64,
+    /// Seed of the flow hash.
+    pub(crate) perturb: u64,
+}
+
 /// One direction's counters, read from the file the emulator updates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WireCounters {
@@ -185,10 +199,10 @@ mod imp {
     /// wake-up from `ppoll` on a busy machine is late by tens of µs.
     const SPIN_NS: u64 = 15_000;
 
+    use super::Aqm;
     use crate::aqm::{flow_hash, AqmQueue};
     use crate::emu::{Fate, ManagedWire, Wire, ETH_HEADER};
     use crate::error::TestbedError;
-    use crate::spec::AqmSpec;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -583,18 +597,6 @@ mod imp {
         }
     }
 
-    /// A managed queue for both directions of a link.
-    pub(crate) struct Aqm {
-        /// CoDel or FQ-CoDel and its parameters.
-        pub(crate) spec: AqmSpec,
-        /// Frames queued at most.
-        pub(crate) limit_frames: usize,
-        /// Bytes queued at most.
-        pub(crate) limit_bytes: u64,
-        /// Seed of the flow hash.
-        pub(crate) perturb: u64,
-    }
-
     /// The frame's kernel receive time on CLOCK_MONOTONIC (the kernel
     /// stamps on CLOCK_REALTIME; `clock_off` is realtime − monotonic, read
     /// just before). None when absent or implausible (in the future or
@@ -890,21 +892,12 @@ mod imp {
 #[cfg(not(target_os = "linux"))]
 pub(crate) struct Emulator;
 
-/// See the Linux version.
-#[cfg(not(target_os = "linux"))]
-pub(crate) struct Aqm {
-    pub(crate) spec: crate::spec::AqmSpec,
-    pub(crate) limit_frames: usize,
-    pub(crate) limit_bytes: u64,
-    pub(crate) perturb: u64,
-}
-
 #[cfg(not(target_os = "linux"))]
 impl Emulator {
     pub(crate) fn open(
         _ends: [&str; 2],
         _wires: [crate::emu::Wire; 2],
-        _aqm: Option<Aqm>,
+        _aqm: Option<crate::emu_run::Aqm>,
         _mtu: u32,
         _counters: std::fs::File,
     ) -> Result<Emulator, crate::error::TestbedError> {
