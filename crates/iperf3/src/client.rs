@@ -791,16 +791,7 @@ fn reverse_flow(
     }
     r.received.from = Some(addr.to_string());
     match &g.rx {
-        Some(rx) => {
-            let s = &rx.summary;
-            r.received.counts = s.counts.clone();
-            r.throughput_bps = s.throughput_bps;
-            r.frames = s.frames;
-            r.delay_s = s.delay_s;
-            r.jitter_s = s.jitter_s;
-            r.delay_hist = s.delay_hist.clone();
-            r.ipdv_hist = s.ipdv_hist.clone();
-        }
+        Some(rx) => rx.fill(&mut r),
         None => {
             let span = g.last_ns.saturating_sub(g.first_ns) as f64 / 1e9;
             r.received.counts.bytes = g.bytes;

@@ -4,6 +4,7 @@
 //! what clients send, the client for what an iperf3 server sends (`-R`).
 
 use crate::proto::udp_header;
+use wirebench_engine::result::FlowResult;
 use wirebench_stats::{FlowConfig, IpVersion, RecvAccumulator, RecvSummary};
 use wirebench_wire::Transport;
 
@@ -87,6 +88,19 @@ impl UdpRx {
     /// Closes the stream: its summary is taken once.
     pub(crate) fn finish(&mut self) {
         self.summary = self.acc.summary(None);
+    }
+
+    /// Puts the closed stream's receive figures (counts, throughput,
+    /// framing, delay, jitter and their histograms) into `f`.
+    pub(crate) fn fill(&self, f: &mut FlowResult) {
+        let s = &self.summary;
+        f.received.counts = s.counts.clone();
+        f.throughput_bps = s.throughput_bps;
+        f.frames = s.frames;
+        f.delay_s = s.delay_s;
+        f.jitter_s = s.jitter_s;
+        f.delay_hist = s.delay_hist.clone();
+        f.ipdv_hist = s.ipdv_hist.clone();
     }
 }
 

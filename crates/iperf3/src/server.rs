@@ -21,7 +21,7 @@ use std::time::Duration;
 use wirebench_engine::budget::{Ledger, Resources};
 use wirebench_engine::clock::{mono_ns, realtime_ns, wait_until};
 use wirebench_engine::gate::{Gate, Refusal};
-use wirebench_engine::result::{CpuTime, FlowResult, Received, Requested, ResultDoc, Total};
+use wirebench_engine::result::{CpuTime, FlowResult, Requested, ResultDoc, Total};
 use wirebench_engine::sys::{self, CpuClock};
 use wirebench_stats::{IpVersion, SendSummary, Throughput};
 use wirebench_wire::{Direction, Transport};
@@ -1275,27 +1275,16 @@ fn build_doc(
                 f.sent.bytes = c.bytes;
                 f.sent.packets = c.packets.max(0) as u64;
             }
+            f.received.from = o.from.map(|a| unmap_addr(a).to_string());
             match &o.rx {
                 Some(rx) => {
-                    let s = &rx.summary;
-                    f.received = Received {
-                        counts: s.counts.clone(),
-                        from: o.from.map(|a| a.to_string()),
-                        ..Received::default()
-                    };
-                    f.throughput_bps = s.throughput_bps;
-                    f.frames = s.frames;
-                    f.delay_s = s.delay_s;
-                    f.jitter_s = s.jitter_s;
-                    f.delay_hist = s.delay_hist.clone();
-                    f.ipdv_hist = s.ipdv_hist.clone();
-                    total.delay_max_s = total.delay_max_s.max(s.delay_s.max);
+                    rx.fill(&mut f);
+                    total.delay_max_s = total.delay_max_s.max(rx.summary.delay_s.max);
                 }
                 None => {
                     let dur = span(o.first_ns, o.last_ns);
                     f.received.counts.bytes = o.bytes;
                     f.received.counts.lost = (!udp).then_some(0);
-                    f.received.from = o.from.map(|a| unmap_addr(a).to_string());
                     f.throughput_bps.payload = if dur > 0.0 {
                         o.bytes as f64 * 8.0 / dur
                     } else {
