@@ -277,6 +277,9 @@ fn accept(
     closing: &mut impl FnMut(&TcpConn),
 ) {
     while let Ok((s, from)) = listener.accept() {
+        // Only the session's sender may connect (from the port it
+        // declared, when it did): anyone else would hold the flow's
+        // connection (and get reflections).
         let theirs =
             unmap(from.ip()) == peer.ip() && (peer.port() == 0 || from.port() == peer.port());
         if !theirs || !make_room(conns, rf, closing) {
