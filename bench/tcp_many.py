@@ -14,7 +14,8 @@ ITGSend script of N lines (a thread per flow at each end).
 
     bench/tcp_many.py --wirebench target/release/wirebench \\
         [--places loopback,bed] [--flows 1,8,60,256,1000] [--secs 5] \\
-        [--record 8000] [--tools wirebench,iperf3,ditg] [--json FILE]
+        [--record 8000] [--tools wirebench,iperf3,ditg] [--json FILE] \\
+        [--queue 16MiB]
 
 Run as root (test-bed namespaces). Every process it starts is in its own
 process group and is killed at exit; the test-bed (name tcpm<pid>) is
@@ -80,7 +81,7 @@ def on_signal(signum, _frame):
 class Place:
     """Where the flows run: loopback, or node a to node b of a test-bed."""
 
-    def __init__(self, name, binary):
+    def __init__(self, name, binary, queue=None):
         self.name = name
         self.bin = binary
         if name == "loopback":
@@ -88,8 +89,11 @@ class Place:
             return
         global BED
         bed = f"tcpm{os.getpid()}"
-        r = subprocess.run([binary, "testbed", "up", "router", "--name", bed,
-                            "--rate", "1gbit", "--mtu", "1500"],
+        up = [binary, "testbed", "up", "router", "--name", bed,
+              "--rate", "1gbit", "--mtu", "1500"]
+        if queue:
+            up += ["--queue", queue]
+        r = subprocess.run(up,
                            capture_output=True, text=True, timeout=120)
         BED = (binary, bed)
         if r.returncode != 0:
@@ -342,6 +346,9 @@ def main():
                     "its default 128 KiB)")
     ap.add_argument("--tools", default="wirebench,iperf3,ditg")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--queue", default=None,
+                    help="the bed's queue at each end of a link (testbed up "
+                    "--queue: 1000p, 16MiB, 20ms); default the bed's own")
     args = ap.parse_args()
     try:
         flows = [int(x) for x in args.flows.split(",") if x.strip()]
@@ -378,7 +385,7 @@ def main():
     binary = os.path.abspath(args.wirebench)
     rows = []
     for pname in places:
-        place = Place(pname, binary)
+        place = Place(pname, binary, args.queue)
         sink = open(os.path.join(workdir, "servers.out"), "ab")
         # The receiver's default budgets: one-way TCP flows share one
         # receive worker per CPU, so 1000 flows fit its 512 threads.

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# What should check K1's bed model at the sending host (issue #24)? On a
+# bed like K1's (router preset, 1 Gbit/s, MTU 1500) runs PAIRS pairs of
+# iperf3 -P FLOWS then wirebench --flows FLOWS (5 s each) for each host
+# queue variant named in MODES, changed on the live bed at nodes a and b:
+#   built   as `testbed up` makes it (this binary's default; first only)
+#   pfifo   tbf (GSO split into frames at enqueue) + pfifo of 1000 frames
+#   bfifo   the same tbf + a byte FIFO of BFIFO bytes
+#   gsooff  pfifo, GSO/TSO off at the hosts' veths (TCP builds MSS skbs)
+#   nosplit tbf without its one-frame peak bucket and a 128 KiB bucket:
+#           GSO skbs (up to 64 KiB) stay whole, so the pfifo counts skbs as
+#           a TSO NIC's txqueue does (a diagnostic, not a faithful link: tbf
+#           then charges the 24 B of wire overhead once per skb)
+# and prints per run the throughput, the retransmits, the drops of node
+# a's qdisc and of the router's, and the host's backlog drops.
+# Needs root, iperf3 and ethtool. CHRT=N: see below.
+# Usage: bash bench/tcp_hostqueue.sh [wirebench] [PAIRS=5] [MODES="built"] [FLOWS=60]
+set -euo pipefail
+WB=${1:-target/release/wirebench}
+PAIRS=${2:-5}
+MODES=${3:-built}
+FLOWS=${4:-60}
+BFIFO=${BFIFO:-4194304}
+# CHRT=N runs both tools' clients and servers under SCHED_FIFO priority N,
+# so that on a host busy with other work they run as on a quiet one.
+RT=(); [ -n "${CHRT:-}" ] && RT=(chrt -f "$CHRT")
+TB=tcphq$$
+command -v iperf3 >/dev/null || { echo "iperf3 missing: apt-get install iperf3" >&2; exit 2; }
+command -v ethtool >/dev/null || { echo "ethtool missing: apt-get install ethtool" >&2; exit 2; }
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; "$WB" testbed down --name $TB >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+"$WB" testbed up router --name $TB --rate 1gbit --mtu 1500 >/dev/null
+A=wb-$TB-a B=wb-$TB-b R=wb-$TB-r1
+for n in $A $B $R; do ip netns list | grep -q "^$n\b" || { echo "namespace $n not found" >&2; exit 1; }; done
+"$WB" testbed exec --name $TB b -- "${RT[@]}" iperf3 -s -p 5541 >/dev/null 2>&1 & pids+=($!)
+"$WB" testbed exec --name $TB b -- "${RT[@]}" "$WB" recv -q -p 5542 >/dev/null 2>&1 & pids+=($!)
+sleep 1
+backlog() { python3 -c "print(sum(int(l.split()[1],16) for l in open('/proc/net/softnet_stat')))"; }
+# Drops of a namespace's root qdiscs (a root counts its children's drops).
+drops() { ip netns exec "$1" tc -s qdisc | awk '/^qdisc/ {root=($0 ~ / root /)} root && /dropped/ {gsub(/[(),]/,""); for (i=1;i<=NF;i++) if ($i=="dropped") s+=$(i+1)} END {print s+0}'; }
+setmode() {
+  for n in $A $B; do
+    ip netns exec $n ethtool -K eth0 gso on tso on >/dev/null 2>&1 || true
+    case $1 in
+      built) [ "$first" = 1 ] || { echo "mode built must come first" >&2; exit 2; } ;;
+      pfifo|gsooff|bfifo)
+        ip netns exec $n tc qdisc replace dev eth0 root handle 1: tbf rate 1gbit burst 46875 limit 1514000 overhead 24 mpu 84 peakrate 1tbit mtu 1514
+        if [ "$1" = bfifo ]; then q="bfifo limit $BFIFO"; else q="pfifo limit 1000"; fi
+        ip netns exec $n tc qdisc del dev eth0 parent 1:1 2>/dev/null || true
+        ip netns exec $n tc qdisc add dev eth0 parent 1:1 handle 10: $q
+        if [ "$1" = gsooff ]; then ip netns exec $n ethtool -K eth0 gso off tso off >/dev/null; fi
+        ;;
+      nosplit)
+        ip netns exec $n tc qdisc replace dev eth0 root handle 1: tbf rate 1gbit burst 131072 limit 1514000 overhead 24 mpu 84
+        ip netns exec $n tc qdisc del dev eth0 parent 1:1 2>/dev/null || true
+        ip netns exec $n tc qdisc add dev eth0 parent 1:1 handle 10: pfifo limit 1000
+        ;;
+      *) echo "unknown mode $1" >&2; exit 2 ;;
+    esac
+  done
+}
+run() {
+  local tool=$1 b0 a0 r0
+  b0=$(backlog); a0=$(drops $A); r0=$(drops $R)
+  if [ "$tool" = iperf3 ]; then
+    timeout 60 "$WB" testbed exec --name $TB a -- "${RT[@]}" iperf3 -c b -p 5541 -P "$FLOWS" -t 5 -J >/tmp/$TB-ip.json 2>/dev/null || echo -n "(iperf3 failed) "
+  else
+    timeout 60 "$WB" testbed exec --name $TB a -- "${RT[@]}" "$WB" send -a b -p 5542 -4 -T tcp --max --flows "$FLOWS" -c 8000 -t 5000 --json /tmp/$TB-wb.json >/dev/null 2>&1 || echo -n "(wirebench failed) "
+  fi
+  python3 - "$tool" /tmp/$TB-ip.json /tmp/$TB-wb.json <<'PY'
+import json, sys
+if sys.argv[1] == "iperf3":
+    e = json.load(open(sys.argv[2]))["end"]
+    bps, rtx = e["sum_received"]["bits_per_second"], e["sum_sent"].get("retransmits", 0)
+else:
+    d = json.load(open(sys.argv[3]))
+    bps = d["total"]["throughput_bps"]["payload"]
+    rtx = sum(f.get("tcp", {}).get("retransmits", 0) for f in d["flows"])
+print(f"{sys.argv[1]:9} {bps / 1e6:6.1f} Mbit/s, retransmits {rtx:6d}", end="")
+PY
+  echo ", node a drops $(( $(drops $A) - a0 )), router drops $(( $(drops $R) - r0 )), backlog drops $(( $(backlog) - b0 )), load $(cut -d' ' -f1 /proc/loadavg)"
+}
+first=1
+for mode in $MODES; do
+  setmode "$mode"; first=0
+  echo "== $mode: $(ip netns exec $A tc qdisc show dev eth0 | tr '\n' ';')"
+  for _ in $(seq 1 "$PAIRS"); do run iperf3; run wirebench; done
+done
+rm -f /tmp/$TB-ip.json /tmp/$TB-wb.json
