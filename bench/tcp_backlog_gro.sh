@@ -32,17 +32,7 @@ run() {
   else
     timeout 60 "$WB" testbed exec --name $TB a -- "$WB" send -a b -p 5542 -4 -T tcp --max --flows 60 -c 8000 -t 5000 --json /tmp/$TB-wb.json >/dev/null 2>&1
   fi
-  python3 - "$tool" /tmp/$TB-ip.json /tmp/$TB-wb.json <<'PY'
-import json, sys
-if sys.argv[1] == "iperf3":
-    e = json.load(open(sys.argv[2]))["end"]
-    bps, rtx = e["sum_received"]["bits_per_second"], e["sum_sent"].get("retransmits", 0)
-else:
-    d = json.load(open(sys.argv[3]))
-    bps = d["total"]["throughput_bps"]["payload"]
-    rtx = sum(f.get("tcp", {}).get("retransmits", 0) for f in d["flows"])
-print(f"{sys.argv[1]:9} {bps / 1e6:6.0f} Mbit/s, retransmits {rtx:6d}", end="")
-PY
+  python3 "$(dirname "$0")/tcp_total.py" "$tool" "/tmp/$TB-$([ "$tool" = iperf3 ] && echo ip || echo wb).json"
   echo ", backlog drops $(( $(backlog) - b0 )), node a qdisc drops $(( $(adrops) - q0 ))"
 }
 for mode in built gro; do
