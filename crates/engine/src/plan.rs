@@ -171,6 +171,34 @@ pub struct Hooks {
     pub(crate) together: Option<std::sync::Arc<crate::multi::Together>>,
 }
 
+/// A flow's largest payload against its transport: TCP records up to
+/// [`wirebench_wire::MAX_TCP_RECORD`] (framed by the long length,
+/// `FLAG_LONG`), held whole by a receiver that checks probe MACs only up
+/// to [`wirebench_model::MAX_PAYLOAD`]; datagrams up to that too.
+fn check_record_len(n: usize, f: &FlowPlan, auth_probes: bool) -> Result<(), EngineError> {
+    use wirebench_model::MAX_PAYLOAD;
+    let p = f.spec.max_payload();
+    if p <= MAX_PAYLOAD {
+        return Ok(());
+    }
+    let why = if f.transport != Transport::Tcp {
+        format!(
+            "{} carries at most {MAX_PAYLOAD} B per packet (payloads above that need -T tcp)",
+            f.transport.as_str().to_uppercase()
+        )
+    } else if p > wirebench_wire::MAX_TCP_RECORD {
+        format!(
+            "TCP records are at most {} B",
+            wirebench_wire::MAX_TCP_RECORD
+        )
+    } else if auth_probes {
+        format!("with --auth probes TCP records are at most {MAX_PAYLOAD} B (the receiver holds a record whole to check its MAC)")
+    } else {
+        return Ok(());
+    };
+    Err(EngineError::BadPlan(format!("flow {n}: -c {p}: {why}")))
+}
+
 /// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
 /// RTT-meter flows always have a thread each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -330,13 +358,7 @@ impl SessionPlan {
                 .validate()
                 .map_err(|e| EngineError::BadPlan(format!("flow {}: {e}", i + 1)))?;
             check_rate(i + 1, &f.spec)?;
-            if f.spec.max_payload() > u16::MAX as u32 {
-                return Err(EngineError::BadPlan(format!(
-                    "flow {}: payload above {} bytes cannot be framed",
-                    i + 1,
-                    u16::MAX
-                )));
-            }
+            check_record_len(i + 1, f, self.auth_probes)?;
             if f.direction == Direction::Reverse {
                 // The receiver paces a reverse flow on sockets of its own;
                 // our socket options and the round-trip meter (reflection
