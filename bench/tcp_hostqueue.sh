@@ -3,24 +3,30 @@
 # bed like K1's (router preset, 1 Gbit/s, MTU 1500) runs PAIRS pairs of
 # iperf3 -P FLOWS then wirebench --flows FLOWS (5 s each) for each host
 # queue variant named in MODES, changed on the live bed at nodes a and b:
-#   built   as `testbed up` makes it (this binary's default; first only)
-#   pfifo   tbf (GSO split into frames at enqueue) + pfifo of 1000 frames
-#   bfifo   the same tbf + a byte FIFO of BFIFO bytes
-#   gsooff  pfifo, GSO/TSO off at the hosts' veths (TCP builds MSS skbs)
-#   nosplit tbf without its one-frame peak bucket and a 128 KiB bucket:
-#           GSO skbs (up to 64 KiB) stay whole, so the pfifo counts skbs as
-#           a TSO NIC's txqueue does (a diagnostic, not a faithful link: tbf
-#           then charges the 24 B of wire overhead once per skb)
+#   keep    as `testbed up $UP` built it (UP: more `testbed up` options,
+#           e.g. UP="--queue 16MiB --offloads on")
+#   pfifo   as `testbed up` builds it by default: tbf at the link rate whose one-frame
+#           peak bucket cuts GSO skbs into frames at enqueue, and a pfifo
+#           of 1000 packets (frames)
+#   bfifo   the same tbf and a byte FIFO of BFIFO bytes (default 4 MiB)
+#   nosplit tbf without the peak bucket and with a 128 KiB bucket, so GSO
+#           skbs (up to 64 KiB) stay whole and the pfifo counts skbs, as
+#           a TSO NIC's transmit queue does (a diagnostic only: tbf then
+#           charges the wire's 24 B once per skb, not per frame); needs GSO=1
 # and prints per run the throughput, the retransmits, the drops of node
 # a's qdisc and of the router's, and the host's backlog drops.
-# Needs root, iperf3 and ethtool. CHRT=N: see below.
-# Usage: bash bench/tcp_hostqueue.sh [wirebench] [PAIRS=5] [MODES="built"] [FLOWS=60]
+# Needs root, iperf3 and ethtool. GSO=1, GRO=1, CHRT=N: see below.
+# Usage: bash bench/tcp_hostqueue.sh [wirebench] [PAIRS=5] [MODES="pfifo"] [FLOWS=60]
 set -euo pipefail
 WB=${1:-target/release/wirebench}
 PAIRS=${2:-5}
-MODES=${3:-built}
+MODES=${3:-pfifo}
 FLOWS=${4:-60}
 BFIFO=${BFIFO:-4194304}
+# GSO=1 switches GSO/TSO on at the hosts' veths (the bed's default, like
+# `--offloads off`, has them off: TCP then builds one skb per segment).
+# GRO=1 switches GRO on at every veth of the bed first (veth then queues
+# in its own NAPI ring, not in the per-CPU backlog; tcp_backlog_gro.sh).
 # CHRT=N runs both tools' clients and servers under SCHED_FIFO priority N,
 # so that on a host busy with other work they run as on a quiet one.
 RT=(); [ -n "${CHRT:-}" ] && RT=(chrt -f "$CHRT")
@@ -31,26 +37,31 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; "$WB" testbed down --name $TB >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-"$WB" testbed up router --name $TB --rate 1gbit --mtu 1500 >/dev/null
+# shellcheck disable=SC2086 # UP is a list of options
+"$WB" testbed up router --name $TB --rate 1gbit --mtu 1500 ${UP:-} >/dev/null
 A=wb-$TB-a B=wb-$TB-b R=wb-$TB-r1
 for n in $A $B $R; do ip netns list | grep -q "^$n\b" || { echo "namespace $n not found" >&2; exit 1; }; done
 "$WB" testbed exec --name $TB b -- "${RT[@]}" iperf3 -s -p 5541 >/dev/null 2>&1 & pids+=($!)
 "$WB" testbed exec --name $TB b -- "${RT[@]}" "$WB" recv -q -p 5542 >/dev/null 2>&1 & pids+=($!)
+if [ "${GSO:-0}" = 1 ]; then
+  for n in $A $B; do ip netns exec $n ethtool -K eth0 gso on tso on >/dev/null; done
+fi
+if [ "${GRO:-0}" = 1 ]; then
+  for n in $A $B $R; do for d in $(ip netns exec $n ls /sys/class/net | grep '^eth'); do ip netns exec $n ethtool -K "$d" gro on >/dev/null; done; done
+fi
 sleep 1
 backlog() { python3 -c "print(sum(int(l.split()[1],16) for l in open('/proc/net/softnet_stat')))"; }
 # Drops of a namespace's root qdiscs (a root counts its children's drops).
 drops() { ip netns exec "$1" tc -s qdisc | awk '/^qdisc/ {root=($0 ~ / root /)} root && /dropped/ {gsub(/[(),]/,""); for (i=1;i<=NF;i++) if ($i=="dropped") s+=$(i+1)} END {print s+0}'; }
 setmode() {
   for n in $A $B; do
-    ip netns exec $n ethtool -K eth0 gso on tso on >/dev/null 2>&1 || true
     case $1 in
-      built) [ "$first" = 1 ] || { echo "mode built must come first" >&2; exit 2; } ;;
-      pfifo|gsooff|bfifo)
+      keep) ;;
+      pfifo|bfifo)
         ip netns exec $n tc qdisc replace dev eth0 root handle 1: tbf rate 1gbit burst 46875 limit 1514000 overhead 24 mpu 84 peakrate 1tbit mtu 1514
         if [ "$1" = bfifo ]; then q="bfifo limit $BFIFO"; else q="pfifo limit 1000"; fi
         ip netns exec $n tc qdisc del dev eth0 parent 1:1 2>/dev/null || true
         ip netns exec $n tc qdisc add dev eth0 parent 1:1 handle 10: $q
-        if [ "$1" = gsooff ]; then ip netns exec $n ethtool -K eth0 gso off tso off >/dev/null; fi
         ;;
       nosplit)
         ip netns exec $n tc qdisc replace dev eth0 root handle 1: tbf rate 1gbit burst 131072 limit 1514000 overhead 24 mpu 84
@@ -72,10 +83,9 @@ run() {
   python3 "$(dirname "$0")/tcp_total.py" "$tool" "/tmp/$TB-$([ "$tool" = iperf3 ] && echo ip || echo wb).json"
   echo ", node a drops $(( $(drops $A) - a0 )), router drops $(( $(drops $R) - r0 )), backlog drops $(( $(backlog) - b0 )), load $(cut -d' ' -f1 /proc/loadavg)"
 }
-first=1
 for mode in $MODES; do
-  setmode "$mode"; first=0
-  echo "== $mode: $(ip netns exec $A tc qdisc show dev eth0 | tr '\n' ';')"
+  setmode "$mode"
+  echo "== $mode (GSO=${GSO:-0} GRO=${GRO:-0}): $(ip netns exec $A tc qdisc show dev eth0 | tr '\n' ';')"
   for _ in $(seq 1 "$PAIRS"); do run iperf3; run wirebench; done
 done
 rm -f /tmp/$TB-ip.json /tmp/$TB-wb.json
