@@ -126,9 +126,28 @@ pub struct SessionPlan {
     /// (`--link-rate`): the result then carries the run's physical bound
     /// and flags throughput above it (`total.above_bound`).
     pub link_rate_bps: Option<u64>,
-    /// `--xdp IFACE`: send by the AF_XDP path of this interface when the
-    /// session allows it (Linux; docs/engine.md, "AF_XDP path").
-    pub xdp: Option<String>,
+    /// Whether the session's flow may leave by the AF_XDP path (Linux;
+    /// docs/engine.md, "AF_XDP path").
+    pub xdp: XdpUse,
+}
+
+/// Whether and where a session uses the AF_XDP path (Linux, root; see
+/// docs/engine.md, "AF_XDP path"): the sender's `SessionPlan::xdp` and
+/// the receiver's `DaemonConfig::xdp`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum XdpUse {
+    /// The socket path only (`--no-xdp`, and the library's default, so
+    /// that an embedding program never loads XDP programs unasked).
+    #[default]
+    Off,
+    /// Where the session allows it: the interface holding the session's
+    /// own address (the CLI's default). A receiver takes it only for
+    /// senders that ask (`Hello.xdp`) and never on a loopback device,
+    /// whose one queue the sender's socket needs.
+    Auto,
+    /// This interface (`--xdp IFACE`); a receiver serves every session it
+    /// can by it, asked or not.
+    Iface(String),
 }
 
 /// A [`SessionPlan`] that passed [`SessionPlan::check`]: what
@@ -287,7 +306,7 @@ impl SessionPlan {
             pacing: Pacing::Auto,
             phases: Phases::Spread,
             link_rate_bps: None,
-            xdp: None,
+            xdp: XdpUse::Off,
         }
     }
 

@@ -183,6 +183,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         live: false,
         auth_probes: false,
         log_name: None,
+        xdp: false,
     };
     c2.write_all(hello.to_line().as_bytes()).unwrap();
     let mut line = String::new();
@@ -201,6 +202,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         live: false,
         auth_probes: false,
         log_name: None,
+        xdp: false,
     };
     c3.write_all(hello99.to_line().as_bytes()).unwrap();
     let mut line = String::new();
