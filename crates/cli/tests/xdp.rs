@@ -71,7 +71,13 @@ struct Bed {
 }
 
 impl Bed {
+    /// The bed with `recv --xdp eth0` in b.
     fn up() -> Bed {
+        Bed::with_recv(&["--xdp", "eth0"])
+    }
+
+    /// The bed with `recv RECV_ARGS` in b.
+    fn with_recv(recv_args: &[&str]) -> Bed {
         let one = ONE_BED.lock().unwrap_or_else(|e| e.into_inner());
         let out = Command::new(BIN)
             .args(["testbed", "up", "direct", "--name", NAME])
@@ -89,7 +95,7 @@ impl Bed {
         bed.recv = Some(
             Command::new("ip")
                 .args(["netns", "exec", &ns("b"), BIN, "recv", "-q", "-p", PORT])
-                .args(["--xdp", "eth0"])
+                .args(recv_args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -101,7 +107,13 @@ impl Bed {
         bed
     }
 
+    /// `send --xdp eth0 ARGS` from a.
     fn send(&self, dest: &str, args: &[&str]) -> Child {
+        self.send_as(dest, &[&["--xdp", "eth0"], args].concat())
+    }
+
+    /// `send ARGS` from a.
+    fn send_as(&self, dest: &str, args: &[&str]) -> Child {
         Command::new("ip")
             .args([
                 "netns",
@@ -114,7 +126,6 @@ impl Bed {
                 "-p",
                 PORT,
             ])
-            .args(["--xdp", "eth0"])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -259,4 +270,114 @@ fn sigkill_of_either_end_leaves_no_xdp_program_or_socket() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("0 wirebench XDP program"));
+}
+
+/// Runs `send -a DEST ARGS` from a and returns its document (the run
+/// must succeed).
+fn doc(bed: &Bed, dest: &str, args: &[&str]) -> Value {
+    let out = bed
+        .send_as(dest, &[args, &["--json", "-"]].concat())
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "send {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The document's send path and the receiver's timestamp source.
+fn paths(v: &Value) -> (String, String) {
+    let s = |p: &Value| p.as_str().unwrap_or_default().to_string();
+    (
+        s(&v["host"]["send_path"]),
+        s(&v["receiver"]["host"]["rx_timestamps"]),
+    )
+}
+
+/// The sender of `v` kept to the socket path for `why`, did not ask the
+/// receiver, and sent its `sent` packets.
+fn socket_path_because(v: &Value, why: &str, sent: u64) {
+    let (tx, rx) = paths(v);
+    assert!(
+        tx.starts_with(&format!("sendmmsg (AF_XDP not used: {why}")),
+        "{tx}"
+    );
+    assert_eq!(
+        rx, "kernel",
+        "a receiver not asked stays on its socket path"
+    );
+    assert_eq!(v["flows"][0]["sent"]["packets"], sent);
+}
+
+#[test]
+fn without_flags_both_ends_take_the_xdp_path_where_they_can_and_no_xdp_opts_out() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    let bed = Bed::with_recv(&[]);
+    let paced = ["-C", "60000", "-c", "64", "-z", "6000"];
+    // Neither end names an interface: the sender finds eth0 (it holds the
+    // session's address) and asks the receiver, which finds its own.
+    let v = doc(&bed, "10.0.1.2", &paced);
+    let (tx, rx) = paths(&v);
+    assert!(tx.starts_with("af_xdp eth0, "), "{tx}");
+    assert!(rx.starts_with("af_xdp ring pick-up ("), "{rx}");
+    assert_eq!(v["flows"][0]["received"]["packets"], 6000);
+    // --no-xdp: the socket path, and the receiver is not asked.
+    let v = doc(&bed, "10.0.1.2", &[&paced[..], &["--no-xdp"]].concat());
+    assert_eq!(paths(&v), ("sendmmsg".into(), "kernel".into()));
+    assert_eq!(v["flows"][0]["sent"]["packets"], 6000);
+    // Sessions the path is not for say why at the sender; the receiver is
+    // not asked.
+    for (args, why) in [
+        (&["-m", "rtt", "-C", "60000", "-z", "500"][..], "RTT meter"),
+        (
+            &["-C", "2000", "-z", "500"][..],
+            "2000 packets/s, below the 50000",
+        ),
+    ] {
+        let v = doc(&bed, "10.0.1.2", args);
+        socket_path_because(&v, why, 500);
+        assert_eq!(v["flows"][0]["received"]["packets"], 500);
+    }
+    // A shaping qdisc on the sender's interface: AF_XDP would skip it, so
+    // the sender keeps to the socket path.
+    let tc = |op: &str| {
+        let mut a = vec!["tc", "qdisc", op, "dev", "eth0", "root"];
+        if op == "add" {
+            a.extend(["tbf", "rate", "1gbit", "burst", "64kb", "latency", "50ms"]);
+        }
+        in_node("a", &a);
+    };
+    tc("add");
+    let v = doc(&bed, "10.0.1.2", &paced);
+    tc("del");
+    socket_path_because(&v, "eth0 has a tbf qdisc", 6000);
+    // Loopback: the kernel drops IPv4 frames sent past the socket layer,
+    // so the socket path runs and says so.
+    let lo = Command::new("ip")
+        .args(["netns", "exec", &ns("a"), BIN, "recv", "-q", "-p", PORT])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _lo = Kill(lo);
+    assert!(eventually(
+        || in_node("a", &["ss", "-Htln"]).contains(&format!(":{PORT}"))
+    ));
+    let v = doc(&bed, "127.0.0.1", &["--max", "-c", "64", "-z", "500"]);
+    socket_path_because(&v, "lo is a loopback device: the kernel drops IPv4", 500);
+    assert!(eventually(|| xsk_count("a") == 0 && xsk_count("b") == 0));
+    assert!(eventually(|| !xdp_attached("b")));
 }

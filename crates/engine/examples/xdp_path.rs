@@ -38,7 +38,7 @@ fn main() -> std::process::ExitCode {
             };
             let run = || -> Result<(u64, String), String> {
                 let idx = xdp::ifindex(iface).map_err(|e| e.to_string())?;
-                let dst_mac = xdp::neighbour(idx, dst.ip())
+                let dst_mac = xdp::next_hop_mac(iface, idx, dst.ip())
                     .map_err(|e| e.to_string())?
                     .ok_or_else(|| format!("no neighbour entry for {} on {iface}", dst.ip()))?;
                 let ep = xdp::Endpoints {

@@ -126,9 +126,28 @@ pub struct SessionPlan {
     /// (`--link-rate`): the result then carries the run's physical bound
     /// and flags throughput above it (`total.above_bound`).
     pub link_rate_bps: Option<u64>,
-    /// `--xdp IFACE`: send by the AF_XDP path of this interface when the
-    /// session allows it (Linux; docs/engine.md, "AF_XDP path").
-    pub xdp: Option<String>,
+    /// Whether the session's flow may leave by the AF_XDP path (Linux;
+    /// docs/engine.md, "AF_XDP path").
+    pub xdp: XdpUse,
+}
+
+/// Whether and where a session uses the AF_XDP path (Linux, root; see
+/// docs/engine.md, "AF_XDP path"): the sender's `SessionPlan::xdp` and
+/// the receiver's `DaemonConfig::xdp`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum XdpUse {
+    /// The socket path only (`--no-xdp`, and the library's default, so
+    /// that an embedding program never loads XDP programs unasked).
+    #[default]
+    Off,
+    /// Where the session allows it: the interface holding the session's
+    /// own address (the CLI's default). A receiver takes it only for
+    /// senders that ask (`Hello.xdp`) and never on a loopback device,
+    /// whose one queue the sender's socket needs.
+    Auto,
+    /// This interface (`--xdp IFACE`); a receiver serves every session it
+    /// can by it, asked or not.
+    Iface(String),
 }
 
 /// A [`SessionPlan`] that passed [`SessionPlan::check`]: what
@@ -169,6 +188,34 @@ pub struct Hooks {
     /// Set by [`crate::run_many`]: the sessions of one run with several
     /// receivers send `Start` together.
     pub(crate) together: Option<std::sync::Arc<crate::multi::Together>>,
+}
+
+/// A flow's largest payload against its transport: TCP records up to
+/// [`wirebench_wire::MAX_TCP_RECORD`] (framed by the long length,
+/// `FLAG_LONG`), held whole by a receiver that checks probe MACs only up
+/// to [`wirebench_model::MAX_PAYLOAD`]; datagrams up to that too.
+fn check_record_len(n: usize, f: &FlowPlan, auth_probes: bool) -> Result<(), EngineError> {
+    use wirebench_model::MAX_PAYLOAD;
+    let p = f.spec.max_payload();
+    if p <= MAX_PAYLOAD {
+        return Ok(());
+    }
+    let why = if f.transport != Transport::Tcp {
+        format!(
+            "{} carries at most {MAX_PAYLOAD} B per packet (payloads above that need -T tcp)",
+            f.transport.as_str().to_uppercase()
+        )
+    } else if p > wirebench_wire::MAX_TCP_RECORD {
+        format!(
+            "TCP records are at most {} B",
+            wirebench_wire::MAX_TCP_RECORD
+        )
+    } else if auth_probes {
+        format!("with --auth probes TCP records are at most {MAX_PAYLOAD} B (the receiver holds a record whole to check its MAC)")
+    } else {
+        return Ok(());
+    };
+    Err(EngineError::BadPlan(format!("flow {n}: -c {p}: {why}")))
 }
 
 /// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
@@ -259,7 +306,7 @@ impl SessionPlan {
             pacing: Pacing::Auto,
             phases: Phases::Spread,
             link_rate_bps: None,
-            xdp: None,
+            xdp: XdpUse::Off,
         }
     }
 
@@ -330,13 +377,7 @@ impl SessionPlan {
                 .validate()
                 .map_err(|e| EngineError::BadPlan(format!("flow {}: {e}", i + 1)))?;
             check_rate(i + 1, &f.spec)?;
-            if f.spec.max_payload() > u16::MAX as u32 {
-                return Err(EngineError::BadPlan(format!(
-                    "flow {}: payload above {} bytes cannot be framed",
-                    i + 1,
-                    u16::MAX
-                )));
-            }
+            check_record_len(i + 1, f, self.auth_probes)?;
             if f.direction == Direction::Reverse {
                 // The receiver paces a reverse flow on sockets of its own;
                 // our socket options and the round-trip meter (reflection

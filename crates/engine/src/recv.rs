@@ -138,9 +138,9 @@ pub struct DaemonConfig {
     /// Stream live intervals to senders that ask for them (false only to
     /// play a receiver from before they existed, in tests).
     pub live_intervals: bool,
-    /// `--xdp IFACE`: receive a session's UDP flow by the AF_XDP path of
-    /// this interface when it can (Linux; docs/engine.md, "AF_XDP path").
-    pub xdp: Option<String>,
+    /// Whether a session's UDP flow may arrive by the AF_XDP path (Linux;
+    /// docs/engine.md, "AF_XDP path").
+    pub xdp: crate::XdpUse,
 }
 
 impl Default for DaemonConfig {
@@ -162,7 +162,7 @@ impl Default for DaemonConfig {
             budgets: Budgets::default(),
             peer_share_pct: budget::PEER_SHARE_PCT,
             live_intervals: true,
-            xdp: None,
+            xdp: crate::XdpUse::Off,
         }
     }
 }
@@ -453,6 +453,7 @@ fn session(
         live: live_asked,
         auth_probes,
         log_name,
+        xdp: xdp_asked,
     } = hello
     else {
         stats.foreign_control.fetch_add(1, Ordering::Relaxed);
@@ -662,7 +663,9 @@ fn session(
         }
     }
     #[cfg(target_os = "linux")]
-    let (udp, xdp) = crate::xdp::rx::take(cfg.xdp.as_deref(), udp, &mut flows.1);
+    let (udp, xdp) = crate::xdp::rx::take(&cfg.xdp, xdp_asked, local_ip, udp, &mut flows.1);
+    #[cfg(not(target_os = "linux"))]
+    let _ = xdp_asked;
     #[cfg(target_os = "linux")]
     if let (Some(Err(why)), true) = (&xdp, verbose) {
         eprintln!("wirebench recv: session {sid:08x}: socket path, not XDP: {why}");

@@ -116,7 +116,7 @@ impl RttRx {
                         && h.is_reflected()
                         && h.len as usize >= wirebench_wire::RTT_MIN_LEN
                 };
-                let framed = rd.drain(ours, |h, rec| {
+                let framed = rd.drain(ours, |h, rec, _| {
                     if key.as_ref().is_some_and(|k| !k.verify(rec)) {
                         forged += 1;
                         return;

@@ -301,7 +301,7 @@ pub fn run_checked(plan: CheckedPlan, hooks: Hooks) -> Result<ResultDoc, EngineE
     }
     doc.receiver.log = remote_log;
     #[cfg(target_os = "linux")]
-    if let Some(p) = xdp.send_path(plan.xdp.as_deref().unwrap_or_default()) {
+    if let Some(p) = xdp.send_path(&plan.xdp) {
         doc.host.send_path = p;
     }
     match partial {

@@ -110,6 +110,10 @@ pub(crate) fn open(
         live: live_asked,
         auth_probes: plan.auth_probes,
         log_name: plan.remote_log.clone(),
+        #[cfg(target_os = "linux")]
+        xdp: crate::xdp::tx::asks(plan, unmap(local.ip()), dst_ip),
+        #[cfg(not(target_os = "linux"))]
+        xdp: false,
     })?;
     let reply = ctl.expect("Ready", REPLY_TIMEOUT)?;
     let (reply, probe_key) =

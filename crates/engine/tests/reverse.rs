@@ -190,6 +190,7 @@ fn the_receiver_sends_only_to_the_control_peers_address() {
         live: false,
         auth_probes: false,
         log_name: None,
+        xdp: false,
     });
     rd.read_line(&mut line).unwrap();
     let data = match ControlMsg::from_line(&line).unwrap() {

@@ -100,6 +100,7 @@ impl Client {
             live: false,
             auth_probes: false,
             log_name: None,
+            xdp: false,
         });
         self.recv()
     }
@@ -493,6 +494,7 @@ fn challenge(c: &mut Client, sid: u32, cn: &[u8; NONCE_LEN]) -> Result<[u8; NONC
         live: false,
         auth_probes: false,
         log_name: None,
+        xdp: false,
     });
     match c.recv() {
         ControlMsg::Challenge { nonce, proof } => {
@@ -533,6 +535,7 @@ fn unauthenticated_wrong_key_and_replayed_sessions_are_refused() {
         live: false,
         auth_probes: false,
         log_name: None,
+        xdp: false,
     });
     assert!(error_text(c.recv()).contains("auth"));
     // A wrong key: the answer does not check out.
@@ -976,6 +979,7 @@ fn authenticated_probes_count_forgeries_and_keep_the_figures() {
         live: false,
         auth_probes: true,
         log_name: None,
+        xdp: false,
     });
     let sn = match c.recv() {
         ControlMsg::Challenge { nonce, .. } => auth::from_hex("nonce", &nonce).unwrap(),
@@ -1056,6 +1060,7 @@ fn authenticated_probes_count_forgeries_and_keep_the_figures() {
         live: false,
         auth_probes: true,
         log_name: None,
+        xdp: false,
     });
     assert!(error_text(c.recv()).contains("--auth probes"));
 }
@@ -1405,6 +1410,7 @@ fn open_declared(
         live: false,
         auth_probes: macs,
         log_name: None,
+        xdp: false,
     });
     let mut pk = None;
     if mode != AuthMode::NoKey {
@@ -1645,6 +1651,7 @@ fn reverse_flows_go_only_where_the_declared_or_authentic_hello_came_from() {
             live: false,
             auth_probes: mode != AuthMode::NoKey,
             log_name: None,
+            xdp: false,
         });
         let mut pk = None;
         if mode != AuthMode::NoKey {

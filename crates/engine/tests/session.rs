@@ -19,6 +19,17 @@ fn plan(dest: &str, port: u16, flows: Vec<FlowPlan>) -> SessionPlan {
     p
 }
 
+/// A TCP flow: paced at `pps` records of `size` bytes, or `--max` when
+/// `pps` is None.
+fn tcp(pps: Option<f64>, size: u32, stop: Stop, seed: u64) -> FlowPlan {
+    let mut f = udp(pps.unwrap_or(1.0), size, stop, seed);
+    if pps.is_none() {
+        f.spec = FlowSpec::max_rate(size).unwrap();
+    }
+    f.transport = Transport::Tcp;
+    f
+}
+
 fn udp(pps: f64, size: u32, stop: Stop, seed: u64) -> FlowPlan {
     FlowPlan {
         spec: FlowSpec::constant(pps, size).unwrap(),
@@ -172,6 +183,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         live: false,
         auth_probes: false,
         log_name: None,
+        xdp: false,
     };
     c2.write_all(hello.to_line().as_bytes()).unwrap();
     let mut line = String::new();
@@ -190,6 +202,7 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         live: false,
         auth_probes: false,
         log_name: None,
+        xdp: false,
     };
     c3.write_all(hello99.to_line().as_bytes()).unwrap();
     let mut line = String::new();
@@ -374,20 +387,12 @@ fn tcp_flows_on_own_and_shared_receive_workers_are_received_exactly() {
 /// RTT-meter one, checked as [`tcp_flows_on_own_and_shared_receive_workers_are_received_exactly`] says.
 fn tcp_session(port: u16, paced: usize) {
     let mut flows: Vec<FlowPlan> = (0..paced)
-        .map(|i| {
-            let mut f = udp(50.0, 100 + i as u32, Stop::DurationMs(400), i as u64);
-            f.transport = Transport::Tcp;
-            f
-        })
+        .map(|i| tcp(Some(50.0), 100 + i as u32, Stop::DurationMs(400), i as u64))
         .collect();
     for i in 0..3 {
-        let mut f = udp(1.0, 8000, Stop::DurationMs(400), 100 + i);
-        f.spec = FlowSpec::max_rate(8000).unwrap();
-        f.transport = Transport::Tcp;
-        flows.push(f);
+        flows.push(tcp(None, 8000, Stop::DurationMs(400), 100 + i));
     }
-    let mut rtt = udp(50.0, 200, Stop::DurationMs(400), 99);
-    rtt.transport = Transport::Tcp;
+    let mut rtt = tcp(Some(50.0), 200, Stop::DurationMs(400), 99);
     rtt.meter = Some(MeterMode::Rtt);
     flows.push(rtt);
     let n = flows.len();
@@ -625,6 +630,65 @@ fn tcp_options_are_applied_per_flow() {
     ))
     .unwrap_err();
     assert!(e.to_string().starts_with("-M:"), "{e}");
+    stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
+}
+
+/// TCP records longer than 64 KiB (`-c` up to 16 MiB, framed by the long
+/// length): paced flows of 65 536 B, 1 MB and 16 MiB records, a bulk flow
+/// of 300 000 B records and an RTT-meter flow of 100 000 B records are
+/// received record for record, each with its own write→read delay, and
+/// their bytes counted whole. A UDP flow above 64 000 B, and a long TCP
+/// record with `--auth probes`, are refused before anything is sent,
+/// naming the flow and the limit.
+#[test]
+fn tcp_records_longer_than_64_kib_are_framed_and_timed_whole() {
+    let _cpu = beside_others();
+    let port = 15461;
+    let (stop, h) = daemon(port);
+    let mut flows = Vec::new();
+    for (pps, size) in [(50.0, 65_536u32), (20.0, 1_000_000), (10.0, 16 << 20)] {
+        flows.push(tcp(Some(pps), size, Stop::DurationMs(300), size as u64));
+    }
+    flows.push(tcp(None, 300_000, Stop::DurationMs(300), 7));
+    let mut rtt = tcp(Some(20.0), 100_000, Stop::DurationMs(300), 8);
+    rtt.meter = Some(MeterMode::Rtt);
+    flows.push(rtt);
+    let doc = wirebench_engine::run(plan("127.0.0.1", port, flows)).unwrap();
+    assert!(!doc.partial, "{:?}", doc.partial_reason);
+    let sizes = [65_536u64, 1_000_000, 16 << 20, 300_000, 100_000];
+    for (f, size) in doc.flows.iter().zip(sizes) {
+        let id = f.id;
+        assert_eq!(f.received.foreign, 0, "flow {id}");
+        assert!(f.sent.packets > 1, "flow {id}: {:?}", f.sent);
+        assert_eq!(f.received.counts.unique, f.sent.packets, "flow {id}");
+        assert_eq!(f.received.counts.lost, Some(0), "flow {id}");
+        assert_eq!(f.received.counts.bytes, f.sent.packets * size, "flow {id}");
+        assert!(
+            f.delay_s.min > 0.0 && f.delay_s.max < 1.0,
+            "flow {id}: {:?}",
+            f.delay_s
+        );
+    }
+    assert_eq!(doc.flows[0].sent.packets, 15);
+    assert_eq!(doc.flows[1].sent.packets, 6);
+    assert_eq!(doc.flows[2].sent.packets, 3);
+    // A 16 MiB record takes longer to arrive than a 1 MB one: its delay is
+    // write to the read that brings its last byte.
+    assert!(doc.flows[2].delay_s.mean > doc.flows[1].delay_s.mean);
+    let r = &doc.flows[4];
+    assert_eq!(r.rtt_received, Some(6), "{r:?}");
+    assert!(r.rtt_s.is_some_and(|d| d.min > 0.0), "{:?}", r.rtt_s);
+
+    let mut u = udp(10.0, 70_000, Stop::DurationMs(100), 1);
+    let e = wirebench_engine::run(plan("127.0.0.1", port, vec![u.clone()])).unwrap_err();
+    assert!(e.to_string().contains("flow 1: -c 70000: UDP"), "{e}");
+    u.transport = Transport::Tcp;
+    let mut p = plan("127.0.0.1", port, vec![u]);
+    p.auth_probes = true;
+    p.key = Some(wirebench_wire::auth::Key::from_text(b"0123456789abcdef0123").unwrap());
+    let e = wirebench_engine::run(p).unwrap_err();
+    assert!(e.to_string().contains("--auth probes"), "{e}");
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
 }

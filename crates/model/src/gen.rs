@@ -7,7 +7,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::dist::Sampler;
 use crate::{
-    Departure, FlowSpec, Generator, IdtModel, SizeModel, MAX_GAP_NS, MAX_PAYLOAD, MIN_PAYLOAD,
+    Departure, FlowSpec, Generator, IdtModel, SizeModel, MAX_GAP_NS, MAX_PAYLOAD, MAX_RECORD,
+    MIN_PAYLOAD,
 };
 
 /// Stream `stream` of the ChaCha generator keyed by `seed`.
@@ -154,7 +155,9 @@ impl ModelGen {
     /// split so that no packet falls below the probe header and the sizes
     /// add up to `transfer_bytes` exactly.
     fn finish_size(&mut self, want: u64) -> u32 {
-        let mut s = want.clamp(MIN_PAYLOAD as u64, MAX_PAYLOAD as u64);
+        // Random draws are capped at MAX_PAYLOAD already; a constant may
+        // be a TCP record up to MAX_RECORD.
+        let mut s = want.clamp(MIN_PAYLOAD as u64, MAX_RECORD as u64);
         if let Some(left) = self.transfer_left {
             if left == 0 {
                 return MIN_PAYLOAD;

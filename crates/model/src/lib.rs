@@ -36,6 +36,10 @@ pub use payload::Payload;
 pub const MIN_PAYLOAD: u32 = 24;
 /// D-ITG's largest payload; sizes are clamped to [MIN_PAYLOAD, MAX_PAYLOAD].
 pub const MAX_PAYLOAD: u32 = 64000;
+/// Largest constant payload (`-c`): a TCP record may be this long. Other
+/// transports stay within [`MAX_PAYLOAD`]; the engine's plan check says so
+/// for a flow whose transport it knows.
+pub const MAX_RECORD: u32 = wirebench_wire::MAX_TCP_RECORD;
 /// A single gap is never longer than this (heavy tails such as Cauchy or
 /// Pareto with shape ≤ 1 can draw astronomically long gaps).
 pub const MAX_GAP_NS: u64 = 3_600_000_000_000;
@@ -283,10 +287,10 @@ impl SizeModel {
             if !(v.is_finite()
                 && v.fract() == 0.0
                 && v >= MIN_PAYLOAD as f64
-                && v <= MAX_PAYLOAD as f64)
+                && v <= MAX_RECORD as f64)
             {
                 return Err(bad(&flag, format!(
-                    "payload must be a whole number of bytes in {MIN_PAYLOAD}..={MAX_PAYLOAD} (the probe header alone is {MIN_PAYLOAD}), got {v}"
+                    "payload must be a whole number of bytes in {MIN_PAYLOAD}..={MAX_PAYLOAD}, or up to {MAX_RECORD} for TCP records (the probe header alone is {MIN_PAYLOAD}), got {v}"
                 )));
             }
             return Ok(SizeModel::Constant { bytes: v as u32 });
@@ -308,11 +312,11 @@ impl SizeModel {
     fn validate(&self) -> Result<(), ModelError> {
         match self {
             SizeModel::Constant { bytes } => {
-                if (MIN_PAYLOAD..=MAX_PAYLOAD).contains(bytes) {
+                if (MIN_PAYLOAD..=MAX_RECORD).contains(bytes) {
                     Ok(())
                 } else {
                     Err(bad("-c", format!(
-                        "payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes (the probe header alone is {MIN_PAYLOAD}), got {bytes}"
+                        "payload must be {MIN_PAYLOAD}..={MAX_PAYLOAD} bytes, or up to {MAX_RECORD} for TCP records (the probe header alone is {MIN_PAYLOAD}), got {bytes}"
                     )))
                 }
             }

@@ -1,11 +1,12 @@
 //! Figures over time (campaigns with `interval_ms`): per scenario,
 //! throughput, delay, jitter and loss per interval — the mean over the
-//! repetitions as a line and their min–max as a shaded band. Its own module
-//! so the main document only calls it.
+//! repetitions as a line and their min–max as a shaded band — and, for TCP
+//! flows, their `TCP_INFO` spread over the flows and the flows that
+//! stalled. Its own module so the main document only calls it.
 
 use crate::fmt::{esc, num, scale_for};
 use std::fmt::Write as _;
-use wirebench_schema::series::Band;
+use wirebench_schema::series::{Band, TcpSeries};
 use wirebench_schema::summary::CampaignSummary;
 
 const W: f64 = 300.0;
@@ -155,7 +156,56 @@ pub fn series_section(out: &mut String, s: &CampaignSummary) {
             out.push('\n');
         }
         out.push_str("</div>\n");
+        if let Some(t) = &se.tcp {
+            tcp_part(out, t, se.interval_s);
+        }
     }
+}
+
+/// A scenario's TCP flows over time: `TCP_INFO` per interval as the
+/// median flow (line) within the smallest and largest flow (band), the
+/// retransmits and stalled flows of a run, and the longest stalls.
+fn tcp_part(out: &mut String, t: &TcpSeries, interval_s: f64) {
+    let _ = writeln!(
+        out,
+        "<p class=\"legendnote\">TCP, {} flow{} per run, the sender's TCP_INFO once per interval per flow: line = median flow (mean over the repetitions), band = smallest to largest flow; retransmits and stalled flows are all flows of a run (band over the repetitions). A flow stalls in an interval when none of its data arrived there after it had begun, while the run still carried data.</p>\n<div class=\"series-row\">",
+        t.flows,
+        if t.flows == 1 { "" } else { "s" }
+    );
+    for (title, unit, band) in [
+        ("TCP cwnd", "bytes", &t.cwnd_bytes),
+        ("TCP srtt", "s", &t.srtt_s),
+        ("TCP delivery rate", "bit/s", &t.delivery_rate_bps),
+        ("TCP pacing rate", "bit/s", &t.pacing_rate_bps),
+        ("TCP retransmits", "segments", &t.retransmits),
+        ("TCP flows stalled", "flows", &t.stalled),
+    ] {
+        if band.mean.iter().all(Option::is_none) {
+            continue;
+        }
+        out.push_str(&chart(title, unit, band, interval_s));
+        out.push('\n');
+    }
+    out.push_str("</div>\n");
+    if t.stalls.is_empty() {
+        out.push_str("<p class=\"legendnote\">No TCP flow stalled.</p>\n");
+        return;
+    }
+    out.push_str("<table class=\"stalls\"><caption>Longest TCP stalls (state when the first stalled interval ended)</caption>\n<tr><th>run</th><th>flow</th><th>from (s)</th><th>for (s)</th><th>cwnd (B)</th><th>srtt (ms)</th><th>retransmits during</th></tr>\n");
+    for st in &t.stalls {
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            st.run,
+            st.flow,
+            num(st.t_s, 3),
+            num(st.intervals as f64 * interval_s, 3),
+            st.cwnd_bytes,
+            num(st.srtt_s * 1e3, 3),
+            st.retransmits
+        );
+    }
+    out.push_str("</table>\n");
 }
 
 #[cfg(test)]

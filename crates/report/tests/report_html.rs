@@ -628,24 +628,12 @@ fn distributions_are_charted() {
 /// series, no section.
 #[test]
 fn series_over_time_are_charted_per_scenario() {
-    use wirebench_schema::series::{Band, ScenarioSeries};
     let mut s = common::apps_like();
     assert!(!render_html(&s).contains("<h3>Over time</h3>"));
-    let band = |base: f64| Band {
-        mean: (0..10).map(|i| Some(base + i as f64)).collect(),
-        min: (0..10).map(|i| Some(base + i as f64 - 0.5)).collect(),
-        max: (0..10).map(|i| Some(base + i as f64 + 0.5)).collect(),
-    };
-    s.scenarios[0].series = Some(ScenarioSeries {
-        interval_s: 0.2,
-        runs: 3,
-        throughput_bps: band(1e6),
-        delay_s: band(1e-3),
-        jitter_s: band(1e-4),
-        lost: band(0.0),
-    });
+    s.scenarios[0].series = Some(series(10, 0.2, 3));
     let html = render_html(&s);
     assert!(html.contains("<h3>Over time</h3>"), "section");
+    assert!(!html.contains("TCP cwnd"), "no TCP part without TCP flows");
     assert!(html.contains("3 runs, 200 ms intervals"), "legend");
     assert_eq!(html.matches("<svg class=\"series\"").count(), 4);
     for title in ["Throughput", "Delay", "Jitter", "Packets lost"] {
@@ -661,6 +649,83 @@ fn series_over_time_are_charted_per_scenario() {
             "{title}: one band"
         );
     }
+}
+
+/// `n` intervals rising from `base` by 1, the band ±0.5 around them.
+fn band(n: usize, base: f64) -> wirebench_schema::series::Band {
+    let at = |d: f64| (0..n).map(|i| Some(base + i as f64 + d)).collect();
+    wirebench_schema::series::Band {
+        mean: at(0.0),
+        min: at(-0.5),
+        max: at(0.5),
+    }
+}
+
+/// A scenario series of `n` intervals of `interval_s` over `runs` runs,
+/// without TCP flows.
+fn series(n: usize, interval_s: f64, runs: usize) -> wirebench_schema::series::ScenarioSeries {
+    wirebench_schema::series::ScenarioSeries {
+        interval_s,
+        runs,
+        throughput_bps: band(n, 1e6),
+        delay_s: band(n, 1e-3),
+        jitter_s: band(n, 1e-4),
+        lost: band(n, 0.0),
+        tcp: None,
+    }
+}
+
+/// A scenario with TCP flows: their TCP_INFO charts beside the four (the
+/// pacing rate has no readings and is left out) and the stalls table,
+/// naming the flow that stalled and its state.
+#[test]
+fn tcp_flows_over_time_show_their_spread_and_stalls() {
+    use wirebench_schema::series::{Band, ScenarioSeries, Stall, TcpSeries};
+    let mut s = common::apps_like();
+    let band = |base| band(4, base);
+    s.scenarios[0].series = Some(ScenarioSeries {
+        tcp: Some(TcpSeries {
+            flows: 60,
+            cwnd_bytes: band(1e5),
+            srtt_s: band(1e-3),
+            pacing_rate_bps: Band {
+                mean: vec![None; 4],
+                min: vec![None; 4],
+                max: vec![None; 4],
+            },
+            delivery_rate_bps: band(1e8),
+            retransmits: band(10.0),
+            stalled: band(1.0),
+            stalls: vec![Stall {
+                run: 2,
+                flow: 17,
+                t_s: 1.5,
+                intervals: 3,
+                cwnd_bytes: 2896,
+                srtt_s: 0.2125,
+                retransmits: 41,
+            }],
+        }),
+        ..series(4, 0.5, 1)
+    });
+    let html = render_html(&s);
+    assert_eq!(html.matches("<svg class=\"series\"").count(), 4 + 5);
+    for title in [
+        "TCP cwnd",
+        "TCP srtt",
+        "TCP delivery rate",
+        "TCP retransmits",
+        "TCP flows stalled",
+    ] {
+        assert!(html.contains(&format!("aria-label=\"{title}\"")), "{title}");
+    }
+    assert!(!html.contains("TCP pacing rate"));
+    assert!(html.contains("60 flows per run"));
+    assert!(
+        html.contains("<tr><td>2</td><td>17</td><td>1.50</td><td>1.50</td><td>2896</td><td>212</td><td>41</td></tr>"),
+        "{}",
+        &html[html.find("<table class=\"stalls\"").unwrap_or(0)..]
+    );
 }
 
 fn decode_base64(s: &str) -> Vec<u8> {

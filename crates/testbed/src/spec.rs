@@ -37,7 +37,7 @@ pub const DEFAULT_TXQUEUELEN: u32 = 1000;
 /// Overrides applied to every link (the CLI's `--mtu`, `--rate`,
 /// `--offloads`), every router (`--forward-pps`) and every node
 /// (`--txqueuelen`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct LinkOpts {
     /// Link MTU (`--mtu`).
     pub mtu: Option<u32>,
@@ -54,6 +54,21 @@ pub struct LinkOpts {
     /// One-way propagation delay added on every link (the link's `delay`).
     #[serde(default)]
     pub delay_ns: Option<u64>,
+    /// Delay variation on every link (the link's `jitter`; needs a delay,
+    /// from this or from the topology file).
+    #[serde(default)]
+    pub jitter_ns: Option<u64>,
+    /// Loss on every link (the link's `loss`): a random rate, or
+    /// Gilbert-Elliott bursts (rate 0 and the chain), as
+    /// [`parse_loss_spec`] returns them.
+    #[serde(default)]
+    pub loss: Option<(f64, Option<GeModel>)>,
+    /// Drop-tail queue of every link (the link's `queue`).
+    #[serde(default)]
+    pub queue: Option<QueueLimit>,
+    /// CoDel or FQ-CoDel on every link with a rate (the link's `aqm`).
+    #[serde(default)]
+    pub aqm: Option<AqmSpec>,
 }
 
 /// What a node is: hosts send and receive, routers forward, switches bridge.
@@ -682,6 +697,19 @@ impl TopologySpec {
             }
             if let Some(d) = o.delay_ns {
                 l.impairment.get_or_insert_default().delay_ns = d;
+            }
+            if let Some(j) = o.jitter_ns {
+                l.impairment.get_or_insert_default().jitter_ns = j;
+            }
+            if let Some((p, ge)) = o.loss {
+                let i = l.impairment.get_or_insert_default();
+                (i.loss, i.gemodel) = (p, ge);
+            }
+            if let Some(q) = o.queue {
+                l.queue = Some(q);
+            }
+            if let (Some(a), Some(_)) = (o.aqm, l.rate_bps) {
+                l.aqm = Some(a);
             }
         }
     }

@@ -116,6 +116,12 @@ pub enum ControlMsg {
         /// nothing in `Ready.log`, which the sender refuses.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         log_name: Option<String>,
+        /// The sender will send the session's flow by its AF_XDP path
+        /// where it can and asks the receiver to take it off AF_XDP rings
+        /// too (a receiver left to choose does so only when asked). Older
+        /// receivers ignore it and use their socket path.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        xdp: bool,
     },
     /// Receiver → sender, after an authenticating `Hello`: the receiver's
     /// nonce and its proof that it holds the key (hex).
@@ -348,6 +354,7 @@ mod tests {
                 live: true,
                 auth_probes: true,
                 log_name: Some("recv.log".into()),
+                xdp: true,
             },
             ControlMsg::Challenge {
                 nonce: "01".into(),

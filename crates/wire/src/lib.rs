@@ -19,6 +19,7 @@ pub use wirebench_schema::opts as sockopts;
 
 pub use control::{ControlMsg, Direction, FlowSetup, MeterMode, Transport, CONTROL_VERSION};
 pub use probe::{
-    ProbeError, ProbeHeader, Reflection, FLAG_HELLO, FLAG_REFLECTED, FLAG_RTT, MAGIC,
-    PROBE_HEADER_LEN, PROBE_VERSION, REFLECTION_LEN, RTT_MIN_LEN,
+    ProbeError, ProbeHeader, Reflection, FLAG_HELLO, FLAG_LONG, FLAG_REFLECTED, FLAG_RTT,
+    LONG_HEADER_LEN, MAGIC, MAX_TCP_RECORD, PROBE_HEADER_LEN, PROBE_VERSION, REFLECTION_LEN,
+    RTT_MIN_LEN,
 };

@@ -24,7 +24,8 @@ pub const MAX_SESSION_INTERVALS: usize = 1 << 18;
 /// Most flows per session (flow ids are 16 bits; each flow costs a socket
 /// on both ends, and a few KiB of statistics).
 pub const MAX_FLOWS: usize = 10_000;
-/// Largest probe: the header's `len` field is 16 bits.
+/// Largest probe: the header's `len` field is 16 bits (TCP records may be
+/// longer, up to [`crate::MAX_TCP_RECORD`]: `FLAG_LONG`).
 pub const MAX_PROBE_LEN: u32 = u16::MAX as u32;
 /// Path MTU range: IPv4's minimum (RFC 791) to loopback's 64 KiB.
 pub const MIN_MTU: u32 = 68;
@@ -140,11 +141,16 @@ impl FlowSetup {
         }
         // 0: the sender did not say (the receiver then sizes for the largest).
         if self.max_len != 0 {
+            let most = if self.transport == crate::Transport::Tcp {
+                crate::MAX_TCP_RECORD
+            } else {
+                MAX_PROBE_LEN
+            };
             in_range(
                 "max_len",
                 self.max_len.into(),
                 PROBE_HEADER_LEN as u64,
-                MAX_PROBE_LEN.into(),
+                most.into(),
             )?;
         }
         // 0: unknown path MTU.
@@ -291,6 +297,11 @@ mod tests {
         let mut s = setup(None);
         s.max_len = 70_000;
         assert!(s.check().unwrap_err().to_string().contains("max_len"));
+        s.transport = Transport::Tcp;
+        assert!(s.check().is_ok());
+        s.max_len = crate::MAX_TCP_RECORD + 1;
+        assert!(s.check().unwrap_err().to_string().contains("max_len"));
+        s.transport = Transport::Udp;
         s.max_len = 0;
         s.mtu = 20;
         assert!(s.check().unwrap_err().to_string().contains("mtu"));
@@ -356,7 +367,7 @@ mod tests {
                     let ns = interval_ns(ms).unwrap();
                     prop_assert!(ns >= 1_000_000 && ns / 1_000_000 == ms);
                 }
-                prop_assert!(max_len <= MAX_PROBE_LEN);
+                prop_assert!(max_len <= crate::MAX_TCP_RECORD);
             }
             prop_assert!(intervals_per_flow(n) * n.clamp(1, MAX_FLOWS) <= MAX_SESSION_INTERVALS);
         }

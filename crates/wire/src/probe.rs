@@ -15,6 +15,10 @@
 //! and reconstructed to 64 bits by the receiver. In RTT mode the reflector
 //! writes its receive and transmit times (16 bytes) right after the header,
 //! so a reflected probe is at least [`RTT_MIN_LEN`] bytes.
+//!
+//! A TCP record longer than the 16-bit `len` can say ([`FLAG_LONG`], up to
+//! [`MAX_TCP_RECORD`] bytes) sets `len` to 65535 and carries its whole
+//! length in the 4 bytes right after the header ([`field::LONG_LEN`]).
 
 use thiserror::Error;
 
@@ -43,6 +47,9 @@ pub mod field {
     pub const SEQ: Field = 12..16;
     /// Sender's transmit time, ns.
     pub const TX_TIME: Field = 16..24;
+    /// A [`super::FLAG_LONG`] record's whole length, right after the header
+    /// (where a reflection's times would be: reflections are never long).
+    pub const LONG_LEN: Field = 24..28;
     /// Reflector's receive time (RTT mode), ns, right after the header.
     pub const REFLECT_RX_TIME: Field = 24..32;
     /// Reflector's transmit time (RTT mode), ns.
@@ -76,7 +83,17 @@ pub const FLAG_REFLECTED: u8 = 0x02;
 /// receiver knows it from a squatter before the first (possibly delayed)
 /// probe. It is no probe: never recorded, never counted. Not valid on UDP.
 pub const FLAG_HELLO: u8 = 0x08;
-const KNOWN_FLAGS: u8 = FLAG_RTT | FLAG_REFLECTED | FLAG_HELLO;
+/// A TCP record longer than 65535 bytes: its length is the 32-bit
+/// [`field::LONG_LEN`] after the header (the 16-bit `len` reads 65535).
+/// Never valid on UDP, whose datagrams are shorter.
+pub const FLAG_LONG: u8 = 0x10;
+const KNOWN_FLAGS: u8 = FLAG_RTT | FLAG_REFLECTED | FLAG_HELLO | FLAG_LONG;
+/// Longest TCP record (`-c` on TCP): 16 MiB. A receiver holds only a
+/// record's header, so the bound is about a sender's write buffer (one
+/// record at least) and a record's delay, not receive memory.
+pub const MAX_TCP_RECORD: u32 = 16 << 20;
+/// Bytes a [`FLAG_LONG`] record needs before its length is known.
+pub const LONG_HEADER_LEN: usize = PROBE_HEADER_LEN + 4;
 
 /// The fixed header of every probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -152,6 +169,52 @@ impl ProbeHeader {
         buf[field::SEQ].copy_from_slice(&self.seq.to_be_bytes());
         buf[field::TX_TIME].copy_from_slice(&self.tx_ns.to_be_bytes());
         Ok(())
+    }
+
+    /// Writes the header of a TCP record that fills all of `buf`: `len`
+    /// is `buf.len()`, with [`FLAG_LONG`] and the long length when it is
+    /// over 65535 (up to [`MAX_TCP_RECORD`]).
+    pub fn encode_record(&self, buf: &mut [u8]) -> Result<(), ProbeError> {
+        let n = buf.len();
+        if n > MAX_TCP_RECORD as usize {
+            return Err(ProbeError::Length {
+                field: u16::MAX,
+                have: n,
+            });
+        }
+        let mut h = *self;
+        h.flags &= !FLAG_LONG;
+        if n > usize::from(u16::MAX) {
+            h.flags |= FLAG_LONG;
+            h.len = u16::MAX;
+            h.encode(buf)?;
+            buf[field::LONG_LEN].copy_from_slice(&(n as u32).to_be_bytes());
+            Ok(())
+        } else {
+            h.len = n as u16;
+            h.encode(buf)
+        }
+    }
+
+    /// The whole length of the TCP record whose header is `h`, decoded
+    /// from `buf` (the record's first bytes): `Ok(None)` while a long
+    /// record's length has not arrived yet; an error when a long length is
+    /// out of range (the stream has lost its framing).
+    pub fn record_len(&self, buf: &[u8]) -> Result<Option<usize>, ProbeError> {
+        if self.flags & FLAG_LONG == 0 {
+            return Ok(Some(usize::from(self.len)));
+        }
+        if buf.len() < LONG_HEADER_LEN {
+            return Ok(None);
+        }
+        let n = u32::from_be_bytes(bytes(buf, field::LONG_LEN));
+        if n <= u32::from(u16::MAX) || n > MAX_TCP_RECORD || self.len != u16::MAX {
+            return Err(ProbeError::Length {
+                field: self.len,
+                have: n as usize,
+            });
+        }
+        Ok(Some(n as usize))
     }
 
     /// Decodes and validates the header of a received datagram or record
@@ -331,6 +394,32 @@ mod tests {
         let mut short = [0u8; RTT_MIN_LEN - 1];
         Reflection::stamp_tx(&mut short, u64::MAX);
         assert_eq!(short, [0u8; RTT_MIN_LEN - 1]);
+    }
+
+    #[test]
+    fn long_records_carry_their_length_after_the_header() {
+        let mut buf = vec![0u8; 100_000];
+        sample().encode_record(&mut buf).unwrap();
+        let h = ProbeHeader::decode_prefix(&buf).unwrap();
+        assert_eq!((h.flags, h.len), (FLAG_RTT | FLAG_LONG, u16::MAX));
+        assert_eq!(h.record_len(&buf[..LONG_HEADER_LEN - 1]), Ok(None));
+        assert_eq!(h.record_len(&buf), Ok(Some(100_000)));
+        // Not a datagram: its length field cannot match.
+        assert!(ProbeHeader::decode_datagram(&buf[..65_507]).is_err());
+        // A short record keeps the 16-bit field, even from a header that
+        // had the flag.
+        let mut short = [0u8; 65_535];
+        h.encode_record(&mut short).unwrap();
+        let s = ProbeHeader::decode_prefix(&short).unwrap();
+        assert_eq!((s.flags, s.len), (FLAG_RTT, 65_535));
+        assert_eq!(s.record_len(&short[..24]), Ok(Some(65_535)));
+        // Long lengths that a sender never writes lose the framing.
+        for bad in [1000u32, 65_535, MAX_TCP_RECORD + 1] {
+            buf[field::LONG_LEN].copy_from_slice(&bad.to_be_bytes());
+            assert!(h.record_len(&buf).is_err(), "{bad}");
+        }
+        let mut huge = vec![0u8; MAX_TCP_RECORD as usize + 1];
+        assert!(sample().encode_record(&mut huge).is_err());
     }
 
     #[test]

@@ -281,20 +281,24 @@ fn any_msg() -> impl Strategy<Value = ControlMsg> {
             proptest::option::of("[0-9a-f]{0,64}"),
             any::<bool>(),
             any::<bool>(),
-            proptest::option::of("[a-zA-Z0-9._-]{1,20}")
+            proptest::option::of("[a-zA-Z0-9._-]{1,20}"),
+            any::<bool>()
         )
-            .prop_map(|(session, rtt, flows, auth, live, auth_probes, log_name)| {
-                ControlMsg::Hello {
-                    version: CONTROL_VERSION,
-                    session,
-                    meter: if rtt { MeterMode::Rtt } else { MeterMode::Owd },
-                    flows,
-                    auth,
-                    live,
-                    auth_probes,
-                    log_name,
+            .prop_map(
+                |(session, rtt, flows, auth, live, auth_probes, log_name, xdp)| {
+                    ControlMsg::Hello {
+                        version: CONTROL_VERSION,
+                        session,
+                        meter: if rtt { MeterMode::Rtt } else { MeterMode::Owd },
+                        flows,
+                        auth,
+                        live,
+                        auth_probes,
+                        log_name,
+                        xdp,
+                    }
                 }
-            }),
+            ),
         (text, text).prop_map(|(nonce, proof)| ControlMsg::Challenge { nonce, proof }),
         text.prop_map(|mac| ControlMsg::Auth { mac }),
         (

@@ -149,6 +149,15 @@ axis_table! {
     ForwardPps forward_pps: forward_pps, Link(|l, v| l.forward_pps = v.parse().ok()), Keep;
     /// One-way delay added on every test-bed link (the link's `delay`).
     Delay delay: delay, Link(|l, v| l.delay_ns = wirebench_testbed::spec::parse_duration_ns(v).ok()), Keep;
+    /// Delay variation on every test-bed link (the link's `jitter`, uniform law).
+    Jitter jitter: jitter, Link(|l, v| l.jitter_ns = wirebench_testbed::spec::parse_duration_ns(v).ok()), Keep;
+    /// Frame loss on every test-bed link: "1%" or "gemodel 1% 25%" (the link's `loss`).
+    Loss loss: loss, Link(|l, v| l.loss = wirebench_testbed::parse_loss_spec(v).ok()), Keep;
+    /// Drop-tail queue of every test-bed link: "100p", "256KiB", "20ms" (the link's `queue`).
+    Queue queue: queue, Link(|l, v| l.queue = wirebench_testbed::parse_queue(v).ok()), Keep;
+    /// CoDel or FQ-CoDel on every rated test-bed link (the link's `aqm`);
+    /// "none" for the plain drop-tail baseline.
+    Aqm aqm: aqm, Link(|l, v| l.aqm = wirebench_testbed::spec::parse_aqm(v).ok()), Keep;
     /// Which sender node(s) of `[[hosts.node]]` send in the scenario: one
     /// node name per value (comparing systems: a Windows and a Linux
     /// sender to the same receiver).
@@ -350,13 +359,67 @@ fn offloads(v: &Scalar) -> Result<String, String> {
     }
 }
 
-fn delay(v: &Scalar) -> Result<String, String> {
+/// A duration value of axis `name` (its canonical text lower-case).
+fn time_value(name: &str, example: &str, v: &Scalar) -> Result<String, String> {
     match v {
         Scalar::Str(s) => {
             wirebench_testbed::spec::parse_duration_ns(s).map(|_| s.trim().to_ascii_lowercase())
         }
         _ => Err(format!(
-            "delay must be a duration such as \"20ms\" or \"250us\", got {}",
+            "{name} must be a duration such as {example}, got {}",
+            v.text()
+        )),
+    }
+}
+
+fn delay(v: &Scalar) -> Result<String, String> {
+    time_value("delay", "\"20ms\" or \"250us\"", v)
+}
+
+fn jitter(v: &Scalar) -> Result<String, String> {
+    time_value("jitter", "\"2ms\"", v)
+}
+
+/// One spelling per value: words joined by single spaces.
+fn words(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn loss(v: &Scalar) -> Result<String, String> {
+    let Scalar::Str(s) = v else {
+        return Err(format!(
+            "loss must be a string such as \"1%\" or \"gemodel 1% 25%\", got {}",
+            v.text()
+        ));
+    };
+    let (p, ge) = wirebench_testbed::parse_loss_spec(s)?;
+    let imp = wirebench_testbed::Impairment {
+        loss: p,
+        gemodel: ge,
+        ..Default::default()
+    };
+    imp.check().map_err(|(_, m)| m)?;
+    Ok(words(s))
+}
+
+fn queue(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) => wirebench_testbed::parse_queue(s).map(|_| s.trim().to_string()),
+        _ => Err(format!(
+            "queue must be a string such as \"100p\", \"256KiB\" or \"20ms\", got {}",
+            v.text()
+        )),
+    }
+}
+
+/// `"none"` is the drop-tail baseline: no AQM (the link's own, if any,
+/// stays; the key still tells the scenarios apart).
+fn aqm(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) if s.trim() == "none" => Ok("none".into()),
+        Scalar::Str(s) => wirebench_testbed::spec::parse_aqm(s).map(|_| words(s)),
+        _ => Err(format!(
+            "aqm must be \"codel\", \"fq_codel\" (with optional parameters) or \"none\", got {}",
             v.text()
         )),
     }
@@ -549,5 +612,97 @@ mod tests {
             e.starts_with("t.toml:5: `delay`:") && e.contains("[testbed]"),
             "{e}"
         );
+    }
+
+    /// `jitter`, `loss`, `queue` and `aqm` reach every link of the bed a
+    /// scenario is built on; values are checked (naming the axis and the
+    /// line) and combinations a preset's links cannot take are refused
+    /// before any run.
+    #[test]
+    fn impairment_queue_and_aqm_axes_set_every_link() {
+        use wirebench_testbed::spec::{AqmKind, QueueLimit};
+        let text = |target: &str, axes: &str| format!("packets = 10\n{target}\n[matrix]\n{axes}\n");
+        let rated = "[testbed]\npreset = \"router\"\nlink_rate = \"100mbit\"";
+        let c = Campaign::parse(
+            &text(
+                rated,
+                "delay = [\"10ms\"]\njitter = [\"1MS\"]\nloss = [\"gemodel  1% 25%\", \"0.5%\"]\nqueue = [\"100p\"]\naqm = [\"none\", \"fq_codel target 2ms\"]",
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let s = c.expand();
+        assert_eq!(s.len(), 4);
+        assert_eq!(
+            s[0].key,
+            "delay=10ms,jitter=1ms,loss=gemodel 1% 25%,queue=100p,aqm=none"
+        );
+        let k = s[1].link_key();
+        assert_eq!(
+            (k.delay_ns, k.jitter_ns),
+            (Some(10_000_000), Some(1_000_000))
+        );
+        assert_eq!(k.queue, Some(QueueLimit::Packets(100)));
+        assert!(k
+            .aqm
+            .is_some_and(|a| a.kind == AqmKind::FqCodel && a.target_ns == 2_000_000));
+        // "none" is the plain drop-tail baseline, another bed than fq_codel.
+        assert!(s[0].link_key().aqm.is_none());
+        assert_ne!(s[0].link_key(), s[1].link_key());
+        for (sc, ge) in [(&s[0], true), (&s[2], false)] {
+            let spec = wirebench_testbed::preset("router", &sc.link_key()).unwrap();
+            for l in &spec.links {
+                let i = l.impairment.expect("impaired link");
+                assert_eq!((i.delay_ns, i.jitter_ns), (10_000_000, 1_000_000));
+                assert_eq!(i.gemodel.is_some(), ge, "{i:?}");
+                if !ge {
+                    assert!((i.loss - 0.005).abs() < 1e-12, "{i:?}");
+                }
+                assert_eq!(l.queue, Some(QueueLimit::Packets(100)));
+            }
+        }
+        let spec = wirebench_testbed::preset("router", &s[1].link_key()).unwrap();
+        assert!(spec.links.iter().all(|l| l.aqm.is_some()));
+        for a in ["jitter", "loss", "queue", "aqm"] {
+            assert!(crate::campaign::Axis::from_name(a).is_some_and(|x| x.is_link()));
+        }
+
+        let err = |t: String| Campaign::parse(&t, "t.toml").unwrap_err().to_string();
+        let e = err(text(rated, "loss = [\"150%\"]"));
+        assert!(e.starts_with("t.toml:6: `loss`:"), "{e}");
+        let e = err(text(rated, "queue = [\"lots\"]"));
+        assert!(
+            e.starts_with("t.toml:6: `queue`:") && e.contains("1000p"),
+            "{e}"
+        );
+        let e = err(text(rated, "aqm = [\"red\"]"));
+        assert!(
+            e.starts_with("t.toml:6: `aqm`:") && e.contains("fq_codel"),
+            "{e}"
+        );
+        let e = err(text(rated, "jitter = [\"1ms\"]"));
+        assert!(
+            e.starts_with("t.toml:6: `jitter`:") && e.contains("delay"),
+            "{e}"
+        );
+        let e = err(text(
+            rated,
+            "delay = [\"0ms\", \"5ms\"]\njitter = [\"1ms\"]",
+        ));
+        assert!(e.contains("`jitter`:") && e.contains("non-zero"), "{e}");
+        let unrated = "[testbed]\npreset = \"router\"";
+        let e = err(text(unrated, "aqm = [\"codel\"]"));
+        assert!(
+            e.starts_with("t.toml:5: `aqm`:") && e.contains("link_rate"),
+            "{e}"
+        );
+        // A link_rate axis gives the rate.
+        Campaign::parse(
+            &text(unrated, "link_rate = [\"10mbit\"]\naqm = [\"codel\"]"),
+            "t.toml",
+        )
+        .unwrap();
+        let e = err(text("[loopback]", "aqm = [\"codel\"]"));
+        assert!(e.contains("`aqm`:") && e.contains("[testbed]"), "{e}");
     }
 }

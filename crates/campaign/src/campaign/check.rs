@@ -222,6 +222,34 @@ fn check_matrix(
             ));
         }
     }
+    // Impairments a preset's links cannot take are refused here, naming the
+    // axis, rather than when the run's test-bed is built (a topology file
+    // may give its links their own delay and rate; the bed checks those).
+    if let Target::Testbed(t) = target {
+        let preset = t.preset.is_some();
+        let nonzero_delays = m.axes.get(&Axis::Delay).is_some_and(|d| {
+            d.iter()
+                .all(|v| wirebench_testbed::spec::parse_duration_ns(v).is_ok_and(|ns| ns > 0))
+        });
+        if preset && m.axes.contains_key(&Axis::Jitter) && !nonzero_delays {
+            return Err(ctx.err(
+                span_of(Axis::Jitter),
+                "jitter",
+                "jitter needs a delay: give a `delay` axis with non-zero values in this matrix",
+            ));
+        }
+        let aqm_on = m
+            .axes
+            .get(&Axis::Aqm)
+            .is_some_and(|a| a.iter().any(|v| v != "none"));
+        if preset && aqm_on && t.link_rate.is_none() && !m.axes.contains_key(&Axis::LinkRate) {
+            return Err(ctx.err(
+                span_of(Axis::Aqm),
+                "aqm",
+                "aqm manages a rated link's queue: set link_rate in [testbed] or give a `link_rate` axis",
+            ));
+        }
+    }
     for a in Axis::ALL.into_iter().filter(|a| a.is_link()) {
         // Real nodes that allow it take MTU and offload axes.
         let real_ok = match target {

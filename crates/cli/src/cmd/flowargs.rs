@@ -62,7 +62,7 @@ pub struct FlowArgs {
     #[arg(short = 'B', num_args = 4..=6, value_names = ["ON_LAW", "ON_MS..", "OFF_LAW", "OFF_MS.."], allow_negative_numbers = true, help_heading = IDT)]
     pub burst: Option<Vec<String>>,
 
-    /// Constant payload size in bytes, probe header included (D-ITG -c). Default 512.
+    /// Constant payload size in bytes, probe header included (D-ITG -c). Default 512. 24..64000; a TCP flow's records may be up to 16777216 (16 MiB, one write→read delay per record); not with --auth probes above 64000.
     #[arg(short = 'c', value_name = "BYTES", allow_negative_numbers = true, group = "size", help_heading = SIZE)]
     pub constant_size: Option<f64>,
     /// Uniform size in [MIN, MAX) bytes, truncated (D-ITG -u).

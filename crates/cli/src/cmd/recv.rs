@@ -5,7 +5,7 @@
 use crate::exit::bad_input;
 use std::net::IpAddr;
 use std::time::Duration;
-use wirebench_engine::{budget, Cidr, Daemon, DaemonConfig};
+use wirebench_engine::{budget, Cidr, Daemon, DaemonConfig, XdpUse};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -147,8 +147,16 @@ pub struct Args {
     /// sessions of one UDP flow, one session at a time; others use the
     /// socket path and the report says why. The program is removed when the
     /// session ends, and with the process however it ends (a BPF link).
-    #[arg(long = "xdp", value_name = "IFACE")]
+    /// Without --xdp or --no-xdp the path is taken, as root, for senders
+    /// that ask for it (`send` does where its half can run) on the
+    /// interface holding the session's address, except a loopback device,
+    /// whose one queue the sender's AF_XDP socket needs.
+    #[arg(long = "xdp", value_name = "IFACE", conflicts_with = "no_xdp")]
     pub xdp: Option<String>,
+    /// The socket path for every session, even for senders that ask for
+    /// the AF_XDP path.
+    #[arg(long = "no-xdp")]
+    pub no_xdp: bool,
     /// Detach any wirebench XDP program still held on the --xdp interface
     /// (by a hung wirebench), print how many, and exit.
     #[arg(long = "xdp-cleanup", requires = "xdp")]
@@ -307,7 +315,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_session: Duration::from_secs(args.max_session),
         budgets,
         live_intervals: !args.no_live_intervals,
-        xdp: args.xdp.clone(),
+        xdp: match (&args.xdp, args.no_xdp) {
+            (Some(i), _) => XdpUse::Iface(i.clone()),
+            (None, true) => XdpUse::Off,
+            (None, false) => XdpUse::Auto,
+        },
         ..DaemonConfig::default()
     })
     .map_err(|e| {

@@ -198,10 +198,18 @@ pub struct Args {
     /// one forward one-way UDP flow to a neighbour on IFACE within its MTU;
     /// otherwise the socket path runs and the result's host.send_path says
     /// why. Frames the driver refuses (veth: the peer's ring full) count as
-    /// the sending host's drops (total.sender_host_drops). docs/engine.md,
-    /// "AF_XDP path".
-    #[arg(long = "xdp", value_name = "IFACE")]
+    /// the sending host's drops (total.sender_host_drops). Without --xdp or
+    /// --no-xdp, as root, such a flow at --max or at least 50000 packets/s
+    /// takes the path on the interface holding the session's address when
+    /// that link has no shaping qdisc (IPv4 loopback never: the kernel
+    /// drops those frames), and asks the receiver for its half; the result
+    /// says why when it does not. docs/engine.md, "AF_XDP path".
+    #[arg(long = "xdp", value_name = "IFACE", conflicts_with = "no_xdp")]
     pub xdp: Option<String>,
+    /// The socket path only: no AF_XDP socket here, and the receiver is
+    /// not asked for its half.
+    #[arg(long = "no-xdp")]
+    pub no_xdp: bool,
 }
 
 fn parse_link_rate(s: &str) -> Result<u64, String> {
@@ -415,7 +423,11 @@ fn session_plan(
     if let Some(iface) = &args.xdp {
         check_xdp_iface(iface)?;
     }
-    plan.xdp = args.xdp.clone();
+    plan.xdp = match (&args.xdp, args.no_xdp) {
+        (Some(i), _) => wirebench_engine::XdpUse::Iface(i.clone()),
+        (None, true) => wirebench_engine::XdpUse::Off,
+        (None, false) => wirebench_engine::XdpUse::Auto,
+    };
     if args.json_stream && args.json.as_deref() == Some("-") {
         crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");
     }

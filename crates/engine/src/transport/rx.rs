@@ -205,6 +205,20 @@ impl RxFlow {
     /// its delay returned, anything else counted and dropped.
     #[inline]
     pub(crate) fn take(&mut self, h: &ProbeHeader, d: &[u8], ts: u64, offset: i64) -> Option<i64> {
+        self.take_record(h, d, d.len(), ts, offset)
+    }
+
+    /// [`RxFlow::take`] for a TCP record of `len` bytes of which `d` holds
+    /// the first (a streamed record: its header only).
+    #[inline]
+    pub(crate) fn take_record(
+        &mut self,
+        h: &ProbeHeader,
+        d: &[u8],
+        len: usize,
+        ts: u64,
+        offset: i64,
+    ) -> Option<i64> {
         // With probe MACs, a probe without a valid one is forged: counted,
         // never recorded or reflected.
         if self.sh.probe_key.as_ref().is_some_and(|k| !k.verify(d)) {
@@ -212,7 +226,7 @@ impl RxFlow {
             return None;
         }
         let delay = self.sh.admit(&self.acc.acc, h, ts, offset)?;
-        self.acc.record(h, delay, ts, d.len());
+        self.acc.record(h, delay, ts, len);
         Some(delay)
     }
 

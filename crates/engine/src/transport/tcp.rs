@@ -317,10 +317,9 @@ impl BulkWriter {
             );
             let mut o = 0;
             for (i, &(_, size)) in self.meta[..n].iter().enumerate() {
-                self.h.len = size as u16;
                 self.h.seq = self.seq.wrapping_add(i as u32);
                 b.starts[i] = o;
-                let _ = self.h.encode(&mut self.buf[o..o + size as usize]);
+                let _ = self.h.encode_record(&mut self.buf[o..o + size as usize]);
                 o += size as usize;
             }
             b.starts[n] = o;
@@ -557,11 +556,10 @@ fn tcp_send(
         }
         let mut off = 0;
         for (i, &(_, size)) in due.iter().enumerate() {
-            h.len = size as u16;
             h.seq = seq.wrapping_add(i as u32);
             h.tx_ns = tx;
             let rec = &mut buf[off..off + size as usize];
-            let _ = h.encode(rec);
+            let _ = h.encode_record(rec);
             if let Some(k) = &job.probe_key {
                 k.sign(rec);
             }

@@ -241,6 +241,8 @@ impl Steer {
 /// A transmit-only AF_XDP socket on queue 0 of an interface.
 pub struct TxPort {
     xsk: sys::Xsk,
+    /// The interface's name.
+    iface: String,
 }
 
 impl TxPort {
@@ -259,7 +261,10 @@ impl TxPort {
             },
         )
         .map_err(kernel("AF_XDP transmit socket"))?;
-        Ok(TxPort { xsk })
+        Ok(TxPort {
+            xsk,
+            iface: iface.to_string(),
+        })
     }
 
     /// "AF_XDP copy mode" / "AF_XDP zero-copy mode".
@@ -299,6 +304,17 @@ pub(crate) fn on_iface(iface: &str, ip: IpAddr) -> Result<(), String> {
     }
 }
 
+/// The interface holding address `ip` (a loopback address not listed,
+/// such as 127.0.0.2, is loopback's), or why there is none.
+pub(crate) fn iface_of(ip: IpAddr) -> Result<String, String> {
+    let names = sys::ifaces_with(ip).map_err(|e| format!("interface list: {e}"))?;
+    match names.into_iter().next() {
+        Some(n) => Ok(n),
+        None if ip.is_loopback() => Ok("lo".into()),
+        None => Err(format!("no interface holds {ip}")),
+    }
+}
+
 /// The MAC address of `iface`.
 pub fn mac_of(iface: &str) -> Result<[u8; 6], XdpError> {
     let s =
@@ -321,6 +337,22 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(m)
 }
 
+/// Whether `iface` is a loopback device (ARPHRD_LOOPBACK): its frames
+/// carry all-zero Ethernet addresses and it has no neighbour table.
+pub fn is_loopback(iface: &str) -> bool {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/type")).is_ok_and(|t| t.trim() == "772")
+}
+
+/// The Ethernet address frames to `ip` out of `iface` (index `ifindex`)
+/// go to: the neighbour table's entry, or zeros on a loopback device
+/// (which takes every frame as its own).
+pub fn next_hop_mac(iface: &str, ifindex: u32, ip: IpAddr) -> Result<Option<[u8; 6]>, XdpError> {
+    if is_loopback(iface) {
+        return Ok(Some([0; 6]));
+    }
+    neighbour(ifindex, ip)
+}
+
 /// The link-layer address the kernel's neighbour table holds for `ip` on
 /// interface `ifindex` (RTM_GETNEIGH dump), if it holds one.
 pub fn neighbour(ifindex: u32, ip: IpAddr) -> Result<Option<[u8; 6]>, XdpError> {
@@ -335,10 +367,7 @@ pub fn neighbour(ifindex: u32, ip: IpAddr) -> Result<Option<[u8; 6]>, XdpError> 
         libc::AF_INET6
     } as u8;
     // nlmsghdr (16) + ndmsg (12).
-    let mut req = [0u8; 28];
-    req[0..4].copy_from_slice(&28u32.to_ne_bytes());
-    req[4..6].copy_from_slice(&RTM_GETNEIGH.to_ne_bytes());
-    req[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+    let mut req = dump_request::<28>(RTM_GETNEIGH);
     req[16] = family;
     let want: Vec<u8> = match ip {
         IpAddr::V4(a) => a.octets().to_vec(),
@@ -355,26 +384,97 @@ pub fn neighbour(ifindex: u32, ip: IpAddr) -> Result<Option<[u8; 6]>, XdpError> 
             return;
         }
         let (mut dst, mut ll) = (None, None);
-        let mut a = &m[12..];
-        while a.len() >= 4 {
-            let len = usize::from(u16::from_ne_bytes([a[0], a[1]]));
-            let ty = u16::from_ne_bytes([a[2], a[3]]);
-            if len < 4 || len > a.len() {
-                break;
-            }
-            match ty {
-                NDA_DST => dst = Some(&a[4..len]),
-                NDA_LLADDR if len == 10 => ll = a[4..10].try_into().ok(),
-                _ => {}
-            }
-            a = &a[((len + 3) & !3).min(a.len())..];
-        }
+        each_attr(&m[12..], |ty, v| match ty {
+            NDA_DST => dst = Some(v),
+            NDA_LLADDR => ll = v.try_into().ok(),
+            _ => {}
+        });
         if dst == Some(&want[..]) {
             found = ll;
         }
     })
     .map_err(kernel("neighbour table"))?;
     Ok(found)
+}
+
+/// A route-netlink dump request of type `ty`, `N` bytes: the message
+/// header, then a zeroed family header for the caller to fill.
+fn dump_request<const N: usize>(ty: u16) -> [u8; N] {
+    let mut req = [0u8; N];
+    req[0..4].copy_from_slice(&(N as u32).to_ne_bytes());
+    req[4..6].copy_from_slice(&ty.to_ne_bytes());
+    req[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16).to_ne_bytes());
+    req
+}
+
+/// Hands each route-netlink attribute in `a` (type, value) to `each`,
+/// stopping at the first malformed one.
+fn each_attr<'a>(mut a: &'a [u8], mut each: impl FnMut(u16, &'a [u8])) {
+    while a.len() >= 4 {
+        let len = usize::from(u16::from_ne_bytes([a[0], a[1]]));
+        let ty = u16::from_ne_bytes([a[2], a[3]]);
+        if len < 4 || len > a.len() {
+            return;
+        }
+        each(ty, &a[4..len]);
+        a = &a[((len + 3) & !3).min(a.len())..];
+    }
+}
+
+/// The queueing disciplines of interface `ifindex` (RTM_GETQDISC dump):
+/// each one's parent handle and kind.
+fn qdiscs(ifindex: u32) -> Result<Vec<(u32, String)>, XdpError> {
+    const RTM_NEWQDISC: u16 = 36;
+    const RTM_GETQDISC: u16 = 38;
+    const TCA_KIND: u16 = 1;
+    // nlmsghdr (16) + tcmsg (20), family AF_UNSPEC.
+    let req = dump_request::<36>(RTM_GETQDISC);
+    let mut found = Vec::new();
+    sys::netlink_dump(&req, |ty, m| {
+        if ty != RTM_NEWQDISC || m.len() < 20 {
+            return;
+        }
+        if u32::from_ne_bytes([m[4], m[5], m[6], m[7]]) != ifindex {
+            return;
+        }
+        let parent = u32::from_ne_bytes([m[12], m[13], m[14], m[15]]);
+        each_attr(&m[20..], |ty, v| {
+            if ty == TCA_KIND {
+                let kind = v.split(|&b| b == 0).next().unwrap_or_default();
+                found.push((parent, String::from_utf8_lossy(kind).into_owned()));
+            }
+        });
+    })
+    .map_err(kernel("queueing discipline list"))?;
+    Ok(found)
+}
+
+/// Ok when the XDP path on `iface` skips no queueing discipline someone
+/// set up to shape or emulate a link, else which one: AF_XDP hands the
+/// sender's frames straight to the driver, past the root qdisc
+/// (`egress`), and the receiver's XDP program takes frames before any
+/// ingress or clsact qdisc sees them. The kernel's own defaults (noqueue,
+/// pfifo_fast, mq, fq_codel, fq) only queue, so skipping them changes no
+/// emulated link.
+pub(crate) fn no_shaping(iface: &str, egress: bool) -> Result<(), String> {
+    const TC_H_ROOT: u32 = 0xFFFF_FFFF;
+    const TC_H_INGRESS: u32 = 0xFFFF_FFF1;
+    const DEFAULTS: [&str; 5] = ["noqueue", "pfifo_fast", "mq", "fq_codel", "fq"];
+    let idx = ifindex(iface).map_err(|e| e.to_string())?;
+    let all = qdiscs(idx).map_err(|e| e.to_string())?;
+    let shaping = all.iter().find(|(parent, kind)| {
+        if egress {
+            *parent == TC_H_ROOT && !DEFAULTS.contains(&kind.as_str())
+        } else {
+            *parent == TC_H_INGRESS
+        }
+    });
+    match shaping {
+        None => Ok(()),
+        Some((_, kind)) => Err(format!(
+            "{iface} has a {kind} qdisc that the AF_XDP path would skip (--xdp {iface} takes it all the same)"
+        )),
+    }
 }
 
 /// Detaches every wirebench XDP program from `iface` that a link still

@@ -13,7 +13,8 @@ use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack};
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{unmap, Worker, WorkerOutcome, POLL_MS};
 use crate::transport::udp::rx::UdpFlow;
-use std::net::SocketAddr;
+use crate::XdpUse;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -67,19 +68,47 @@ impl RingCounts {
     }
 }
 
-/// Takes the session's UDP flows onto the XDP path of `iface` when it can:
-/// one UDP flow, one-way (no reflections), and no other session on the
-/// path. Returns the flows left for the socket workers and what happened:
-/// Ok(description) when the path was taken, Err(why not) when it was asked
-/// for and not taken.
+/// The interface the receiver's half of the XDP path would use for a
+/// session at `local_ip` whose sender `asked` for it (`Hello.xdp`): None
+/// when not to try, Err(why not) when it cannot.
+fn iface_for(mode: &XdpUse, asked: bool, local_ip: IpAddr) -> Option<Result<String, String>> {
+    match mode {
+        XdpUse::Off => None,
+        XdpUse::Iface(i) => Some(Ok(i.clone())),
+        XdpUse::Auto if !asked => None,
+        XdpUse::Auto if !super::sys::is_root() => Some(Err(
+            "not root (AF_XDP and XDP programs need CAP_NET_RAW and CAP_BPF)".into(),
+        )),
+        XdpUse::Auto => Some(super::iface_of(local_ip).and_then(|i| {
+            if super::is_loopback(&i) {
+                Err(format!(
+                    "{i} is a loopback device: its one queue takes one AF_XDP socket, the sender's"
+                ))
+            } else {
+                super::no_shaping(&i, false).map(|()| i)
+            }
+        })),
+    }
+}
+
+/// Takes the session's UDP flows onto the XDP path `mode` allows when it
+/// can ([`iface_for`]): one UDP flow, one-way (no reflections), and no
+/// other session on the path. Returns the flows left for the socket
+/// workers and what happened: Ok(description) when the path was taken,
+/// Err(why not) when it was tried and not taken.
 pub(crate) fn take(
-    iface: Option<&str>,
+    mode: &XdpUse,
+    asked: bool,
+    local_ip: IpAddr,
     mut udp: UdpFlows,
     workers: &mut Vec<Worker>,
 ) -> (UdpFlows, Taken) {
-    let Some(iface) = iface else {
-        return (udp, None);
+    let iface = match iface_for(mode, asked, local_ip) {
+        None => return (udp, None),
+        Some(Err(why)) => return (udp, Some(Err(why))),
+        Some(Ok(i)) => i,
     };
+    let iface = iface.as_str();
     if udp.len() != 1 {
         let why = format!(
             "{} UDP flows (the XDP path serves one per session)",

@@ -264,14 +264,26 @@ pub(crate) fn ifindex(name: &str) -> io::Result<u32> {
     }
 }
 
+/// Whether the process runs as root (what AF_XDP sockets and XDP
+/// programs need, short of holding the capabilities one by one).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Whether interface `iface` holds address `ip` (getifaddrs).
 pub(crate) fn iface_has(iface: &str, ip: std::net::IpAddr) -> io::Result<bool> {
+    Ok(ifaces_with(ip)?.iter().any(|n| n == iface))
+}
+
+/// The names of the interfaces holding address `ip` (getifaddrs).
+pub(crate) fn ifaces_with(ip: std::net::IpAddr) -> io::Result<Vec<String>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut found = false;
+    let mut found = Vec::new();
     let mut cur = head;
     while !cur.is_null() {
         // SAFETY: `cur` is a node of the list getifaddrs built, alive until
@@ -282,7 +294,7 @@ pub(crate) fn iface_has(iface: &str, ip: std::net::IpAddr) -> io::Result<bool> {
             cur = c.ifa_next;
             (std::ffi::CStr::from_ptr(c.ifa_name), c.ifa_addr)
         };
-        if addr.is_null() || name.to_bytes() != iface.as_bytes() {
+        if addr.is_null() {
             continue;
         }
         // SAFETY: as above; the family says which sockaddr it is.
@@ -299,7 +311,9 @@ pub(crate) fn iface_has(iface: &str, ip: std::net::IpAddr) -> io::Result<bool> {
                 _ => None,
             }
         };
-        found |= a == Some(ip);
+        if a == Some(ip) {
+            found.push(name.to_string_lossy().into_owned());
+        }
     }
     // SAFETY: the list getifaddrs returned, freed once.
     unsafe { libc::freeifaddrs(head) };

@@ -12,7 +12,7 @@ use super::{TxPort, BATCH, FRAMES, FRAME_SIZE};
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
 use crate::pacing::Launch;
 use crate::pacing::{gather, min_probe_len, wait_or_stop, FlowSent, Schedule, SendRec};
-use crate::plan::{FlowPlan, SessionPlan};
+use crate::plan::{FlowPlan, SessionPlan, XdpUse};
 use crate::transport::DataSock;
 use crate::EngineError;
 use std::net::{IpAddr, SocketAddr};
@@ -263,7 +263,7 @@ pub fn flood(port: &mut TxPort, ep: Endpoints, size: u32, secs: f64) -> Result<u
 
 /// What a session asked of the XDP path and got.
 pub(crate) enum Chosen {
-    /// `--xdp` not given.
+    /// The plan said `XdpUse::Off`.
     NotAsked,
     /// Asked for, not taken: why (the socket path runs instead).
     Fallback(String),
@@ -272,15 +272,21 @@ pub(crate) enum Chosen {
 }
 
 impl Chosen {
-    /// `host.send_path` of the document.
-    pub(crate) fn send_path(&self, iface: &str) -> Option<String> {
+    /// `host.send_path` of the document: the path, and for the socket
+    /// path why the XDP path (`asked` by the plan) was not taken.
+    pub(crate) fn send_path(&self, asked: &XdpUse) -> Option<String> {
+        let why = |why: &str| match asked {
+            XdpUse::Iface(i) => format!("--xdp {i} not used: {why}"),
+            _ => format!("AF_XDP not used: {why}"),
+        };
         match self {
             Chosen::NotAsked => None,
-            Chosen::Fallback(why) => Some(format!(
-                "{} (--xdp {iface} not used: {why})",
-                crate::net::SEND_PATH
+            Chosen::Fallback(w) => Some(format!("{} ({})", crate::net::SEND_PATH, why(w))),
+            Chosen::Xdp(x) => Some(format!(
+                "af_xdp {}, {}, {TX_STAMP}",
+                x.0.iface,
+                x.0.describe()
             )),
-            Chosen::Xdp(x) => Some(format!("af_xdp {iface}, {}, {TX_STAMP}", x.0.describe())),
         }
     }
 
@@ -295,37 +301,11 @@ impl Chosen {
     }
 }
 
-/// Decides whether the session's flow can leave by the XDP path of
-/// `plan.xdp`: one forward one-way UDP flow without socket options or a
-/// packet log, to a neighbour on that interface, within its MTU.
-/// `socks` are the flows' connected data sockets (their ports are the
-/// probes' source ports).
-pub(crate) fn choose(
-    plan: &SessionPlan,
-    socks: &[Option<DataSock>],
-    src_ip: IpAddr,
-    dst_ip: IpAddr,
-    dst_port: Option<u16>,
-    mtu: u32,
-) -> Chosen {
-    let Some(iface) = plan.xdp.as_deref() else {
-        return Chosen::NotAsked;
-    };
-    match try_choose(plan, iface, socks, src_ip, dst_ip, dst_port, mtu) {
-        Ok(x) => Chosen::Xdp(Box::new(x)),
-        Err(why) => Chosen::Fallback(why),
-    }
-}
-
-fn try_choose(
-    plan: &SessionPlan,
-    iface: &str,
-    socks: &[Option<DataSock>],
-    src_ip: IpAddr,
-    dst_ip: IpAddr,
-    dst_port: Option<u16>,
-    mtu: u32,
-) -> Result<(TxPort, Endpoints), String> {
+/// The session's one flow when the session has the shape the XDP path
+/// serves — one forward one-way (OWD) UDP flow without socket options or
+/// a packet log — else why not. The sender asks the receiver for its
+/// half (`Hello.xdp`) only then.
+pub(crate) fn shape(plan: &SessionPlan) -> Result<&FlowPlan, String> {
     let [f] = plan.flows.as_slice() else {
         return Err(format!(
             "{} flows (the XDP path sends one per session)",
@@ -344,6 +324,131 @@ fn try_choose(
     if plan.log.is_some() {
         return Err("-l packet logs are written by the socket path".into());
     }
+    Ok(f)
+}
+
+/// Slowest mean packet rate at which `XdpUse::Auto` takes the path:
+/// below it the socket path keeps up with the asked rate on any host
+/// this runs on, and its kernel receive timestamps are the finer ones.
+pub(crate) const AUTO_MIN_PPS: f64 = 50_000.0;
+
+/// Ok when `f` is fast enough for `XdpUse::Auto` to take the XDP path
+/// (`--max`, or a mean rate of at least [`AUTO_MIN_PPS`]), else why not.
+fn fast_enough(f: &FlowPlan) -> Result<(), String> {
+    if f.spec.is_max() {
+        return Ok(());
+    }
+    match f.spec.nominal_rate_pps() {
+        Some(pps) if pps >= AUTO_MIN_PPS => Ok(()),
+        Some(pps) => Err(format!(
+            "{pps:.0} packets/s, below the {AUTO_MIN_PPS:.0} where the socket path stops keeping up"
+        )),
+        None => Err("the model has no mean rate".into()),
+    }
+}
+
+/// What the XDP path needs that is known before the session starts: the
+/// session's shape ([`shape`]), the interface the plan allows (for
+/// `XdpUse::Auto` the one holding `src_ip`, for a fast enough flow,
+/// without a shaping qdisc), not an IPv4 loopback ([`loopback_ok`]),
+/// holding `src_ip`, and the Ethernet address of `dst_ip` on it. Returns
+/// the flow, the interface and that address, or why not.
+fn pick(
+    plan: &SessionPlan,
+    src_ip: IpAddr,
+    dst_ip: IpAddr,
+) -> Result<(&FlowPlan, String, [u8; 6]), String> {
+    let f = shape(plan)?;
+    let auto = plan.xdp == XdpUse::Auto;
+    let iface = match &plan.xdp {
+        XdpUse::Off => return Err("--no-xdp".into()),
+        XdpUse::Iface(i) => i.clone(),
+        XdpUse::Auto => {
+            fast_enough(f)?;
+            let i = auto_iface(src_ip)?;
+            super::no_shaping(&i, true)?;
+            i
+        }
+    };
+    loopback_ok(&iface, dst_ip, auto)?;
+    let idx = super::ifindex(&iface).map_err(|e| e.to_string())?;
+    super::on_iface(&iface, src_ip)?;
+    let dst_mac = super::next_hop_mac(&iface, idx, dst_ip)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no neighbour entry for {dst_ip} on {iface} (not on its link?)"))?;
+    Ok((f, iface, dst_mac))
+}
+
+/// Whether the sender will try the XDP path, so asks the receiver to take
+/// its half (`Hello.xdp`): everything [`pick`] checks holds.
+pub(crate) fn asks(plan: &SessionPlan, src_ip: IpAddr, dst_ip: IpAddr) -> bool {
+    plan.xdp != XdpUse::Off && pick(plan, src_ip, dst_ip).is_ok()
+}
+
+/// The interface `XdpUse::Auto` sends from: the one holding the
+/// session's address `src_ip`, when the process may use AF_XDP at all.
+fn auto_iface(src_ip: IpAddr) -> Result<String, String> {
+    if !super::sys::is_root() {
+        return Err("not root (AF_XDP and XDP programs need CAP_NET_RAW and CAP_BPF)".into());
+    }
+    super::iface_of(src_ip)
+}
+
+/// Decides whether the session's flow can leave by the XDP path the plan
+/// allows (`plan.xdp`): [`pick`], and every probe within the interface's
+/// MTU. `socks` are the flows' connected data sockets (their ports are
+/// the probes' source ports).
+pub(crate) fn choose(
+    plan: &SessionPlan,
+    socks: &[Option<DataSock>],
+    src_ip: IpAddr,
+    dst_ip: IpAddr,
+    dst_port: Option<u16>,
+    mtu: u32,
+) -> Chosen {
+    if plan.xdp == XdpUse::Off {
+        return Chosen::NotAsked;
+    }
+    match try_choose(plan, socks, src_ip, dst_ip, dst_port, mtu) {
+        Ok(x) => Chosen::Xdp(Box::new(x)),
+        Err(why) => Chosen::Fallback(why),
+    }
+}
+
+/// Ok unless `iface` is a loopback device the XDP path does not serve
+/// (docs/engine.md, "AF_XDP path", measured on Linux 6.18): IPv4 frames
+/// that reach loopback without the route the socket path attaches to
+/// them are dropped as martians, and IPv6 frames outrun its receive
+/// backlog and are lost uncounted, so only an explicit `--xdp lo` takes
+/// it, and only for IPv6.
+fn loopback_ok(iface: &str, dst_ip: IpAddr, auto: bool) -> Result<(), String> {
+    if !super::is_loopback(iface) {
+        Ok(())
+    } else if dst_ip.is_ipv4() {
+        Err(format!(
+            "{iface} is a loopback device: the kernel drops IPv4 frames that arrive there \
+             without a route (drop reasons IP_LOCALNET, IP_LOCAL_SOURCE)"
+        ))
+    } else if auto {
+        Err(format!(
+            "{iface} is a loopback device: frames passing the socket layer overrun its \
+             receive backlog unseen (--xdp {iface} sends IPv6 this way all the same)"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn try_choose(
+    plan: &SessionPlan,
+    socks: &[Option<DataSock>],
+    src_ip: IpAddr,
+    dst_ip: IpAddr,
+    dst_port: Option<u16>,
+    mtu: u32,
+) -> Result<(TxPort, Endpoints), String> {
+    let (f, iface, dst_mac) = pick(plan, src_ip, dst_ip)?;
+    let iface = iface.as_str();
     let hl = frame::header_len(dst_ip.is_ipv6()) as u32;
     let biggest = f.spec.max_payload();
     if biggest + hl - 14 > mtu || biggest > max_payload(dst_ip.is_ipv6()) {
@@ -360,11 +465,6 @@ fn try_choose(
         return Err("no UDP data socket".into());
     };
     let src_port = s.local_addr().map_err(|e| e.to_string())?.port();
-    let idx = super::ifindex(iface).map_err(|e| e.to_string())?;
-    super::on_iface(iface, src_ip)?;
-    let dst_mac = super::neighbour(idx, dst_ip)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no neighbour entry for {dst_ip} on {iface} (not on its link?)"))?;
     let ep = Endpoints {
         src_mac: super::mac_of(iface).map_err(|e| e.to_string())?,
         dst_mac,

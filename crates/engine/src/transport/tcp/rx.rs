@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use wirebench_wire::auth::ProbeKey;
-use wirebench_wire::{Reflection, FLAG_REFLECTED, PROBE_HEADER_LEN};
+use wirebench_wire::{Reflection, FLAG_LONG, FLAG_REFLECTED, PROBE_HEADER_LEN};
 
 /// Opens flow `rf`'s data listener on `port` (the daemon's end).
 pub(crate) fn listen(port: DataPort, rf: RxFlow) -> Result<(u16, RxEnd), EngineError> {
@@ -155,6 +155,17 @@ pub(crate) const TCP_IDENTIFY: Duration = Duration::from_secs(2);
 /// Record reader of a data connection: a user-space buffer per granted
 /// connection.
 const TCP_BUF: usize = 256 << 10;
+
+/// A data connection's record reader: records are read past once their
+/// header is in, unless a probe MAC at a record's end must be checked
+/// (then records are held whole, and [`TCP_BUF`] bounds their length).
+fn record_reader(rf: &RxFlow) -> RecordReader {
+    if rf.sh.probe_key.is_some() {
+        RecordReader::new(TCP_BUF)
+    } else {
+        RecordReader::streaming(TCP_BUF)
+    }
+}
 
 /// Reflections queued beyond this (the sender does not read them) are
 /// dropped; the sender counts them as round-trip loss.
@@ -297,7 +308,7 @@ fn accept(
         }
         conns.push(TcpConn {
             stream: s,
-            rd: RecordReader::new(TCP_BUF),
+            rd: record_reader(rf),
             out: Vec::with_capacity(if rf.reflect { 64 << 10 } else { 0 }),
             out_head: 0,
             accepted_ns: mono_ns(),
@@ -515,14 +526,14 @@ fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
         let identified = &mut c.identified;
         let framed = c.rd.drain(
             |h| h.session == sid && h.flow == flow_id,
-            |h, rec| {
+            |h, rec, len| {
                 *identified = true;
-                if h.is_hello() || rf.take(h, rec, ts, offset).is_none() {
+                if h.is_hello() || rf.take_record(h, rec, len, ts, offset).is_none() {
                     return;
                 }
                 if reflect && h.is_rtt() && out.len() + rlen <= TCP_OUT_MAX {
                     let mut rh = *h;
-                    rh.flags |= FLAG_REFLECTED;
+                    rh.flags = (rh.flags | FLAG_REFLECTED) & !FLAG_LONG;
                     rh.len = rlen as u16;
                     let at = out.len();
                     out.resize(at + rlen, 0);
@@ -558,7 +569,7 @@ fn tcp_rx_stream(stream: TcpStream, mut rf: RxFlow) -> WorkerOutcome {
     let _ = stream.set_nonblocking(true);
     let mut conn = TcpConn {
         stream,
-        rd: RecordReader::new(TCP_BUF),
+        rd: record_reader(&rf),
         out: Vec::new(),
         out_head: 0,
         accepted_ns: mono_ns(),
