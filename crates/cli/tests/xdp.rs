@@ -326,6 +326,17 @@ fn without_flags_both_ends_take_the_xdp_path_where_they_can_and_no_xdp_opts_out(
     assert!(tx.starts_with("af_xdp eth0, "), "{tx}");
     assert!(rx.starts_with("af_xdp ring pick-up ("), "{rx}");
     assert_eq!(v["flows"][0]["received"]["packets"], 6000);
+    // The summary says so too.
+    let out = bed.send_as("10.0.1.2", &paced).wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Send path") && text.contains("af_xdp eth0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Receive timestamps") && text.contains("af_xdp ring pick-up"),
+        "{text}"
+    );
     // --no-xdp: the socket path, and the receiver is not asked.
     let v = doc(&bed, "10.0.1.2", &[&paced[..], &["--no-xdp"]].concat());
     assert_eq!(paths(&v), ("sendmmsg".into(), "kernel".into()));

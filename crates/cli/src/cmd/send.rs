@@ -1087,6 +1087,18 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
             doc.cpu.host.steal
         ),
     );
+    // The AF_XDP path where either end took it (why not, when it did not:
+    // in the document, and on stderr for --xdp).
+    if doc.host.send_path.starts_with("af_xdp") {
+        line(&mut s, "Send path", doc.host.send_path.clone());
+    }
+    if doc.receiver.host.rx_timestamps.starts_with("af_xdp") {
+        line(
+            &mut s,
+            "Receive timestamps",
+            doc.receiver.host.rx_timestamps.clone(),
+        );
+    }
     if doc.receiver.foreign_control > 0 {
         line(
             &mut s,
