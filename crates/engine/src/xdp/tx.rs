@@ -526,3 +526,61 @@ pub(crate) fn run_flows(
     drop(socks);
     Ok(vec![sent])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Stop;
+    use wirebench_model::FlowSpec;
+
+    fn flow(spec: FlowSpec) -> FlowPlan {
+        FlowPlan {
+            spec,
+            transport: Transport::Udp,
+            stop: Stop::Packets(10),
+            seed: 1,
+            opts: Default::default(),
+            direction: Direction::Forward,
+            meter: None,
+        }
+    }
+
+    #[test]
+    fn auto_takes_max_and_fast_flows_only() {
+        let ok = |s: Result<FlowSpec, _>| fast_enough(&flow(s.unwrap()));
+        assert_eq!(ok(FlowSpec::max_rate(64)), Ok(()));
+        assert_eq!(ok(FlowSpec::constant(AUTO_MIN_PPS, 64)), Ok(()));
+        let slow = ok(FlowSpec::constant(2000.0, 64)).unwrap_err();
+        assert!(slow.starts_with("2000 packets/s"), "{slow}");
+    }
+
+    #[test]
+    fn only_the_shape_the_path_serves_is_asked_for() {
+        let mut plan = SessionPlan::new("x", vec![flow(FlowSpec::max_rate(64).unwrap())]);
+        assert!(shape(&plan).is_ok());
+        plan.meter = MeterMode::Rtt;
+        assert!(shape(&plan).unwrap_err().starts_with("RTT meter"));
+        plan.meter = MeterMode::Owd;
+        plan.flows.push(plan.flows[0].clone());
+        assert!(shape(&plan).unwrap_err().starts_with("2 flows"));
+        plan.flows.pop();
+        plan.flows[0].transport = Transport::Tcp;
+        assert!(shape(&plan).is_err());
+        // Off never asks, whatever the shape.
+        plan.flows[0].transport = Transport::Udp;
+        let lo = "127.0.0.1".parse().unwrap();
+        assert!(!asks(&plan, lo, lo));
+    }
+
+    #[test]
+    fn loopback_takes_no_ipv4_and_ipv6_only_when_named() {
+        let (v4, v6) = ("127.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        assert!(loopback_ok("lo", v4, false)
+            .unwrap_err()
+            .contains("IP_LOCALNET"));
+        assert!(loopback_ok("lo", v6, true).is_err());
+        assert_eq!(loopback_ok("lo", v6, false), Ok(()));
+        // A non-loopback interface is not this check's business.
+        assert_eq!(loopback_ok("no-such-if0", v4, true), Ok(()));
+    }
+}
