@@ -203,7 +203,7 @@ pub struct Args {
     /// takes the path on the interface holding the session's address when
     /// that link has no shaping qdisc (IPv4 loopback never: the kernel
     /// drops those frames), and asks the receiver for its half; the result
-    /// says why when it does not. docs/engine.md, "AF_XDP path".
+    /// says why when such a flow does not. docs/engine.md, "AF_XDP path".
     #[arg(long = "xdp", value_name = "IFACE", conflicts_with = "no_xdp")]
     pub xdp: Option<String>,
     /// The socket path only: no AF_XDP socket here, and the receiver is

@@ -379,6 +379,18 @@ fn pick(
     Ok((f, iface, dst_mac))
 }
 
+/// Whether the plan considers the XDP path for this session at all:
+/// `--xdp IFACE` always (and says why not when it cannot), `XdpUse::Auto`
+/// for a session of the path's [`shape`] that is [`fast_enough`] (other
+/// sessions are no candidates and their documents do not mention it).
+fn considered(plan: &SessionPlan) -> bool {
+    match plan.xdp {
+        XdpUse::Off => false,
+        XdpUse::Iface(_) => true,
+        XdpUse::Auto => shape(plan).is_ok_and(|f| fast_enough(f).is_ok()),
+    }
+}
+
 /// Whether the sender will try the XDP path, so asks the receiver to take
 /// its half (`Hello.xdp`): everything [`pick`] checks holds.
 pub(crate) fn asks(plan: &SessionPlan, src_ip: IpAddr, dst_ip: IpAddr) -> bool {
@@ -406,7 +418,7 @@ pub(crate) fn choose(
     dst_port: Option<u16>,
     mtu: u32,
 ) -> Chosen {
-    if plan.xdp == XdpUse::Off {
+    if !considered(plan) {
         return Chosen::NotAsked;
     }
     match try_choose(plan, socks, src_ip, dst_ip, dst_port, mtu) {
@@ -566,10 +578,17 @@ mod tests {
         plan.flows.pop();
         plan.flows[0].transport = Transport::Tcp;
         assert!(shape(&plan).is_err());
-        // Off never asks, whatever the shape.
+        // Off never asks, whatever the shape; Auto considers only fast
+        // flows of the shape.
         plan.flows[0].transport = Transport::Udp;
         let lo = "127.0.0.1".parse().unwrap();
-        assert!(!asks(&plan, lo, lo));
+        assert!(!asks(&plan, lo, lo) && !considered(&plan));
+        plan.xdp = XdpUse::Auto;
+        assert!(considered(&plan));
+        plan.flows[0].spec = FlowSpec::constant(2000.0, 64).unwrap();
+        assert!(!considered(&plan));
+        plan.xdp = XdpUse::Iface("lo".into());
+        assert!(considered(&plan));
     }
 
     #[test]
