@@ -203,7 +203,7 @@ pub struct Args {
     /// takes the path on the interface holding the session's address when
     /// that link has no shaping qdisc (IPv4 loopback never: the kernel
     /// drops those frames), and asks the receiver for its half; the result
-    /// says why when it does not. docs/engine.md, "AF_XDP path".
+    /// says why when such a flow does not. docs/engine.md, "AF_XDP path".
     #[arg(long = "xdp", value_name = "IFACE", conflicts_with = "no_xdp")]
     pub xdp: Option<String>,
     /// The socket path only: no AF_XDP socket here, and the receiver is
@@ -1087,6 +1087,18 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
             doc.cpu.host.steal
         ),
     );
+    // The AF_XDP path where either end took it (why not, when it did not:
+    // in the document, and on stderr for --xdp).
+    if doc.host.send_path.starts_with("af_xdp") {
+        line(&mut s, "Send path", doc.host.send_path.clone());
+    }
+    if doc.receiver.host.rx_timestamps.starts_with("af_xdp") {
+        line(
+            &mut s,
+            "Receive timestamps",
+            doc.receiver.host.rx_timestamps.clone(),
+        );
+    }
     if doc.receiver.foreign_control > 0 {
         line(
             &mut s,

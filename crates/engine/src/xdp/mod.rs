@@ -531,6 +531,22 @@ mod tests {
     }
 
     #[test]
+    fn loopback_addresses_are_los_and_its_queue_discipline_shapes_nothing() {
+        assert!(is_loopback("lo"));
+        assert!(!is_loopback("no-such-if0"));
+        assert_eq!(iface_of("127.0.0.1".parse().unwrap()), Ok("lo".into()));
+        // Not listed by getifaddrs, still loopback's.
+        assert_eq!(iface_of("127.0.0.2".parse().unwrap()), Ok("lo".into()));
+        assert!(iface_of("192.0.2.77".parse().unwrap()).is_err());
+        assert_eq!(no_shaping("lo", true), Ok(()));
+        assert_eq!(no_shaping("lo", false), Ok(()));
+        assert_eq!(
+            next_hop_mac("lo", 1, "127.0.0.1".parse().unwrap()).ok(),
+            Some(Some([0; 6]))
+        );
+    }
+
+    #[test]
     fn only_an_interfaces_own_addresses_are_on_it() {
         assert_eq!(on_iface("lo", "127.0.0.1".parse().unwrap()), Ok(()));
         assert!(on_iface("lo", "192.0.2.1".parse().unwrap()).is_err());

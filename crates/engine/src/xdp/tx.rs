@@ -379,6 +379,18 @@ fn pick(
     Ok((f, iface, dst_mac))
 }
 
+/// Whether the plan considers the XDP path for this session at all:
+/// `--xdp IFACE` always (and says why not when it cannot), `XdpUse::Auto`
+/// for a session of the path's [`shape`] that is [`fast_enough`] (other
+/// sessions are no candidates and their documents do not mention it).
+fn considered(plan: &SessionPlan) -> bool {
+    match plan.xdp {
+        XdpUse::Off => false,
+        XdpUse::Iface(_) => true,
+        XdpUse::Auto => shape(plan).is_ok_and(|f| fast_enough(f).is_ok()),
+    }
+}
+
 /// Whether the sender will try the XDP path, so asks the receiver to take
 /// its half (`Hello.xdp`): everything [`pick`] checks holds.
 pub(crate) fn asks(plan: &SessionPlan, src_ip: IpAddr, dst_ip: IpAddr) -> bool {
@@ -406,7 +418,7 @@ pub(crate) fn choose(
     dst_port: Option<u16>,
     mtu: u32,
 ) -> Chosen {
-    if plan.xdp == XdpUse::Off {
+    if !considered(plan) {
         return Chosen::NotAsked;
     }
     match try_choose(plan, socks, src_ip, dst_ip, dst_port, mtu) {
@@ -525,4 +537,69 @@ pub(crate) fn run_flows(
     // The data sockets stay open to the end: they hold the source port.
     drop(socks);
     Ok(vec![sent])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Stop;
+    use wirebench_model::FlowSpec;
+
+    fn flow(spec: FlowSpec) -> FlowPlan {
+        FlowPlan {
+            spec,
+            transport: Transport::Udp,
+            stop: Stop::Packets(10),
+            seed: 1,
+            opts: Default::default(),
+            direction: Direction::Forward,
+            meter: None,
+        }
+    }
+
+    #[test]
+    fn auto_takes_max_and_fast_flows_only() {
+        let ok = |s: Result<FlowSpec, _>| fast_enough(&flow(s.unwrap()));
+        assert_eq!(ok(FlowSpec::max_rate(64)), Ok(()));
+        assert_eq!(ok(FlowSpec::constant(AUTO_MIN_PPS, 64)), Ok(()));
+        let slow = ok(FlowSpec::constant(2000.0, 64)).unwrap_err();
+        assert!(slow.starts_with("2000 packets/s"), "{slow}");
+    }
+
+    #[test]
+    fn only_the_shape_the_path_serves_is_asked_for() {
+        let mut plan = SessionPlan::new("x", vec![flow(FlowSpec::max_rate(64).unwrap())]);
+        assert!(shape(&plan).is_ok());
+        plan.meter = MeterMode::Rtt;
+        assert!(shape(&plan).unwrap_err().starts_with("RTT meter"));
+        plan.meter = MeterMode::Owd;
+        plan.flows.push(plan.flows[0].clone());
+        assert!(shape(&plan).unwrap_err().starts_with("2 flows"));
+        plan.flows.pop();
+        plan.flows[0].transport = Transport::Tcp;
+        assert!(shape(&plan).is_err());
+        // Off never asks, whatever the shape; Auto considers only fast
+        // flows of the shape.
+        plan.flows[0].transport = Transport::Udp;
+        let lo = "127.0.0.1".parse().unwrap();
+        assert!(!asks(&plan, lo, lo) && !considered(&plan));
+        plan.xdp = XdpUse::Auto;
+        assert!(considered(&plan));
+        plan.flows[0].spec = FlowSpec::constant(2000.0, 64).unwrap();
+        assert!(!considered(&plan));
+        plan.xdp = XdpUse::Iface("lo".into());
+        assert!(considered(&plan));
+    }
+
+    #[test]
+    fn loopback_takes_no_ipv4_and_ipv6_only_when_named() {
+        let (v4, v6) = ("127.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        assert!(loopback_ok("lo", v4, false)
+            .unwrap_err()
+            .contains("IP_LOCALNET"));
+        assert!(loopback_ok("lo", v6, true).is_err());
+        assert_eq!(loopback_ok("lo", v6, false), Ok(()));
+        // A non-loopback interface is not this check's business.
+        assert_eq!(loopback_ok("no-such-if0", v4, true), Ok(()));
+    }
 }
