@@ -312,15 +312,15 @@ fn socket_path_because(v: &Value, why: &str, sent: u64) {
 }
 
 #[test]
-fn without_flags_both_ends_take_the_xdp_path_where_they_can_and_no_xdp_opts_out() {
+fn xdp_auto_takes_the_path_at_both_ends_where_it_can_and_a_plain_send_does_not() {
     if !root() {
         eprintln!("SKIPPED: needs root (network namespaces, XDP)");
         return;
     }
     let bed = Bed::with_recv(&[]);
-    let paced = ["-C", "60000", "-c", "64", "-z", "6000"];
+    let paced = ["-C", "60000", "-c", "64", "-z", "6000", "--xdp", "auto"];
     // Neither end names an interface: the sender finds eth0 (it holds the
-    // session's address) and asks the receiver, which finds its own.
+    // session's address) and asks the plain receiver, which finds its own.
     let v = doc(&bed, "10.0.1.2", &paced);
     let (tx, rx) = paths(&v);
     assert!(tx.starts_with("af_xdp eth0, "), "{tx}");
@@ -337,15 +337,19 @@ fn without_flags_both_ends_take_the_xdp_path_where_they_can_and_no_xdp_opts_out(
         text.contains("Receive timestamps") && text.contains("af_xdp ring pick-up"),
         "{text}"
     );
-    // --no-xdp: the socket path, and the receiver is not asked.
-    let v = doc(&bed, "10.0.1.2", &[&paced[..], &["--no-xdp"]].concat());
-    assert_eq!(paths(&v), ("sendmmsg".into(), "kernel".into()));
-    assert_eq!(v["flows"][0]["sent"]["packets"], 6000);
+    // Without --xdp (and with --no-xdp) the socket path, and the receiver
+    // is not asked: a script comparing `--max` with `--max --xdp IFACE`
+    // compares the two paths.
+    for opt in [&[][..], &["--no-xdp"][..]] {
+        let v = doc(&bed, "10.0.1.2", &[&paced[..6], opt].concat());
+        assert_eq!(paths(&v), ("sendmmsg".into(), "kernel".into()), "{opt:?}");
+        assert_eq!(v["flows"][0]["sent"]["packets"], 6000);
+    }
     // Sessions the path is not for (reflected, slow) are no candidates:
     // neither end mentions it.
     for args in [
-        &["-m", "rtt", "-C", "60000", "-z", "500"][..],
-        &["-C", "2000", "-z", "500"][..],
+        &["-m", "rtt", "-C", "60000", "-z", "500", "--xdp", "auto"][..],
+        &["-C", "2000", "-z", "500", "--xdp", "auto"][..],
     ] {
         let v = doc(&bed, "10.0.1.2", args);
         assert_eq!(paths(&v), ("sendmmsg".into(), "kernel".into()), "{args:?}");
@@ -384,7 +388,11 @@ fn without_flags_both_ends_take_the_xdp_path_where_they_can_and_no_xdp_opts_out(
     assert!(eventually(
         || in_node("a", &["ss", "-Htln"]).contains(&format!(":{PORT}"))
     ));
-    let v = doc(&bed, "127.0.0.1", &["--max", "-c", "64", "-z", "500"]);
+    let v = doc(
+        &bed,
+        "127.0.0.1",
+        &["--max", "-c", "64", "-z", "500", "--xdp", "auto"],
+    );
     socket_path_because(&v, "lo is a loopback device: the kernel drops IPv4", 500);
     assert!(eventually(|| xsk_count("a") == 0 && xsk_count("b") == 0));
     assert!(eventually(|| !xdp_attached("b")));

@@ -141,7 +141,8 @@ pub enum XdpUse {
     #[default]
     Off,
     /// Where the session allows it: the interface holding the session's
-    /// own address (the CLI's default). A receiver takes it only for
+    /// own address (`send --xdp auto`; the CLI receiver's default, which
+    /// acts only when asked). A receiver takes it only for
     /// senders that ask (`Hello.xdp`) and never on a loopback device,
     /// whose one queue the sender's socket needs.
     Auto,

@@ -79,6 +79,13 @@ pub fn send_args(
     if st.flows > 1 {
         a.extend(["--flows".into(), st.flows.to_string()]);
     }
+    // Fast one-flow UDP runs (RFC 2544 trials, --max floods) take the
+    // AF_XDP path where the node allows it; the run's result says which
+    // path ran and why (docs/engine.md, "AF_XDP path").
+    let fast = st.max_rate || st.pps.is_some_and(|p| p >= 50_000.0);
+    if st.transport == "udp" && st.flows <= 1 && fast {
+        a.extend(["--xdp".into(), "auto".into()]);
+    }
     for (flag, v) in [
         ("--dscp", &st.dscp),
         ("--cc", &st.cc),
@@ -168,6 +175,35 @@ mod tests {
         let s = c.expand();
         let a = send_args(&c, &s[0], "10.0.0.2".parse().unwrap(), 5401, 9, c.length).join(" ");
         assert!(a.ends_with("-z 10 --link-rate 1000000000 --seed 9"), "{a}");
+    }
+
+    #[test]
+    fn fast_one_flow_udp_runs_ask_for_the_xdp_path() {
+        let c = Campaign::parse(
+            "packets = 10\n[loopback]\n[matrix]\nip = [4]\ntransport = [\"udp\", \"tcp\"]\npps = [\"max\", 60000, 1000]\n",
+            "t.toml",
+        )
+        .unwrap();
+        let asks: Vec<(String, bool)> = c
+            .expand()
+            .iter()
+            .map(|s| {
+                let a = send_args(&c, s, "127.0.0.1".parse().unwrap(), 5401, 9, c.length);
+                let asks = a.windows(2).any(|w| w[0] == "--xdp" && w[1] == "auto");
+                (
+                    format!(
+                        "{} {:?} {:?}",
+                        s.settings.transport, s.settings.pps, s.settings.max_rate
+                    ),
+                    asks,
+                )
+            })
+            .collect();
+        assert_eq!(asks.len(), 6);
+        for (what, asks) in &asks {
+            let fast = what.starts_with("udp") && !what.contains("Some(1000.0)");
+            assert_eq!(*asks, fast, "{what}");
+        }
     }
 
     #[test]

@@ -194,20 +194,22 @@ pub struct Args {
     pub link_rate: Option<u64>,
     /// Send through an AF_XDP socket on IFACE (Linux, root): frames go
     /// straight to the driver's ring, past the socket layer, for small
-    /// packets at line rate (`recv --xdp` is the receiving half). Taken for
-    /// one forward one-way UDP flow to a neighbour on IFACE within its MTU;
-    /// otherwise the socket path runs and the result's host.send_path says
-    /// why. Frames the driver refuses (veth: the peer's ring full) count as
-    /// the sending host's drops (total.sender_host_drops). Without --xdp or
-    /// --no-xdp, as root, such a flow at --max or at least 50000 packets/s
-    /// takes the path on the interface holding the session's address when
-    /// that link has no shaping qdisc (IPv4 loopback never: the kernel
-    /// drops those frames), and asks the receiver for its half; the result
-    /// says why when such a flow does not. docs/engine.md, "AF_XDP path".
-    #[arg(long = "xdp", value_name = "IFACE", conflicts_with = "no_xdp")]
+    /// packets at line rate (`recv --xdp` is the receiving half; a plain
+    /// `recv` takes it when asked). Taken for one forward one-way UDP flow
+    /// to a neighbour on IFACE within its MTU; otherwise the socket path
+    /// runs and the result's host.send_path says why. Frames the driver
+    /// refuses (veth: the peer's ring full) count as the sending host's
+    /// drops (total.sender_host_drops). `--xdp auto` lets the session find
+    /// its interface (the one holding the session's address) and take the
+    /// path where it pays: as root, for such a flow at --max or at least
+    /// 50000 packets/s, on a link without a shaping qdisc (IPv4 loopback
+    /// never: the kernel drops those frames); campaigns and RFC 2544 trials
+    /// pass it for their fast UDP runs. Without --xdp the socket path runs.
+    /// docs/engine.md, "AF_XDP path".
+    #[arg(long = "xdp", value_name = "IFACE|auto", conflicts_with = "no_xdp")]
     pub xdp: Option<String>,
-    /// The socket path only: no AF_XDP socket here, and the receiver is
-    /// not asked for its half.
+    /// The socket path only (the default; for scripts that want to say so):
+    /// no AF_XDP socket here, and the receiver is not asked for its half.
     #[arg(long = "no-xdp")]
     pub no_xdp: bool,
 }
@@ -420,13 +422,15 @@ fn session_plan(
     plan.pacing = args.pacing;
     plan.phases = args.phases;
     plan.link_rate_bps = args.link_rate;
-    if let Some(iface) = &args.xdp {
-        check_xdp_iface(iface)?;
-    }
-    plan.xdp = match (&args.xdp, args.no_xdp) {
-        (Some(i), _) => wirebench_engine::XdpUse::Iface(i.clone()),
-        (None, true) => wirebench_engine::XdpUse::Off,
-        (None, false) => wirebench_engine::XdpUse::Auto,
+    // A plain `send` keeps to the socket path, so that a script comparing
+    // the two paths (`--max` against `--max --xdp IFACE`) compares them.
+    plan.xdp = match args.xdp.as_deref() {
+        None => wirebench_engine::XdpUse::Off,
+        Some("auto") => wirebench_engine::XdpUse::Auto,
+        Some(i) => {
+            check_xdp_iface(i)?;
+            wirebench_engine::XdpUse::Iface(i.to_string())
+        }
     };
     if args.json_stream && args.json.as_deref() == Some("-") {
         crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");
@@ -526,7 +530,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             });
         }
     };
-    if args.xdp.is_some() && !doc.host.send_path.starts_with("af_xdp") {
+    if args.xdp.is_some() && doc.host.send_path.contains("not used") {
         eprintln!("wirebench send: {}", doc.host.send_path);
     }
     // The summary is printed whatever then happens to the file.
