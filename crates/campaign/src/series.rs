@@ -132,7 +132,8 @@ struct RunTcp {
 /// `intervals[].tcp`. A flow stalls in interval k when nothing of it
 /// arrived there although it had begun (k after its first interval with
 /// data) and the run still carried data (k up to the last interval in
-/// which any flow's data arrived).
+/// which any flow's data arrived; a flow whose intervals end early
+/// stalls from there up to the one before that).
 fn run_tcp(doc: &ResultDoc, run: usize) -> Option<RunTcp> {
     let tcp: Vec<_> = doc
         .flows
@@ -199,7 +200,14 @@ fn run_tcp(doc: &ResultDoc, run: usize) -> Option<RunTcp> {
         };
         let mut k = first;
         while k <= last_data {
-            let quiet = |k: usize| f.intervals.get(k).is_none_or(|iv| iv.packets == 0);
+            // Flows' intervals count from each one's first packet, so a
+            // flow may end one interval before the others without
+            // stalling: an interval it does not have counts only before
+            // the run's last one with data.
+            let quiet = |k: usize| match f.intervals.get(k) {
+                Some(iv) => iv.packets == 0,
+                None => k < last_data,
+            };
             if !quiet(k) {
                 k += 1;
                 continue;
@@ -213,7 +221,11 @@ fn run_tcp(doc: &ResultDoc, run: usize) -> Option<RunTcp> {
             r.stalls.push(Stall {
                 run,
                 flow: f.id,
-                t_s: f.intervals.get(start).map_or(f64::NAN, |iv| iv.t_s),
+                t_s: doc
+                    .flows
+                    .iter()
+                    .find_map(|g| g.intervals.get(start))
+                    .map_or(f64::NAN, |iv| iv.t_s),
                 intervals: k - start,
                 cwnd_bytes: at.map_or(0, |t| t.cwnd_bytes),
                 srtt_s: at.map_or(0.0, |t| t.rtt_s),
@@ -499,5 +511,27 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// A flow whose intervals end early stalls from there, up to the
+    /// interval before the run's last with data: intervals count from
+    /// each flow's first packet, so lacking only the last one is no stall.
+    #[test]
+    fn a_flow_that_ends_early_stalls_but_a_one_interval_shift_does_not() {
+        let long: Vec<Interval> = (0..4).map(|_| tcp_iv(10, 5_000, 0.001, 0)).collect();
+        let shifted = long[..3].to_vec();
+        let short = long[..2].to_vec();
+        let mut doc = run(vec![long, shifted, short]);
+        for (i, f) in doc.flows.iter_mut().enumerate() {
+            f.id = i as u16 + 1;
+            for (k, iv) in f.intervals.iter_mut().enumerate() {
+                iv.t_s = k as f64 * 0.25;
+            }
+        }
+        let t = scenario_series([&doc].into_iter()).unwrap().tcp.unwrap();
+        assert_eq!(t.stalled.mean, [Some(0.0), Some(0.0), Some(1.0), Some(0.0)]);
+        assert_eq!(t.stalls.len(), 1);
+        assert_eq!((t.stalls[0].flow, t.stalls[0].t_s), (3, 0.5));
+        assert_eq!(t.stalls[0].intervals, 1);
     }
 }
