@@ -26,19 +26,10 @@
 #   link with an impairment up to 1 Gbit/s), tbf alone with offloads on
 #   (the emulator never takes a link with offloads).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-wb="${WIREBENCH:-${CARGO_TARGET_DIR:-$root/target}/release/wirebench}"
-[[ -x "$wb" ]] || (cd "$root" && cargo build --release -q -p wirebench)
 rates=("$@"); [[ ${#rates[@]} -gt 0 ]] || rates=(10mbit 50mbit 100mbit 200mbit 500mbit 1gbit)
 read -r -a backends <<<"${BACKENDS:-emulator tbf}"
-tb=lkbench; port=15981; dir="$(mktemp -d /tmp/wirebench-linkemu.XXXXXX)"
-recv_pid=""
-cleanup() {
-    [[ -n "$recv_pid" ]] && kill "$recv_pid" 2>/dev/null || true
-    "$wb" testbed down --name $tb >/dev/null 2>&1 || true
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
+tb=lkbench; port=15981
+. "$(dirname "${BASH_SOURCE[0]}")/link_common.sh"
 
 up() { # backend rate delay
     local extra=()
