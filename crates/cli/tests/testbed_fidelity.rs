@@ -34,8 +34,20 @@ impl Bed {
     /// The router test-bed under its own `name` (tests other helpers of
     /// this machine may run at the same time use their own).
     fn up_named(name: &'static str, args: &[&str]) -> Bed {
+        Bed::up_with("router", name, args, false)
+    }
+
+    /// The `preset` test-bed with its receiver (and, through `send_rt`,
+    /// its sender) at SCHED_FIFO 50, as a host whose stack gets the CPU
+    /// it needs: what is measured is then the link, not the share of a
+    /// busy machine the hosts get.
+    fn up_rt(preset: &str, args: &[&str]) -> Bed {
+        Bed::up_with(preset, NAME, args, true)
+    }
+
+    fn up_with(preset: &str, name: &'static str, args: &[&str], rt: bool) -> Bed {
         let one = ONE_BED.lock().unwrap_or_else(|e| e.into_inner());
-        let mut a = vec!["testbed", "up", "router", "--name", name];
+        let mut a = vec!["testbed", "up", preset, "--name", name];
         a.extend(args);
         let out = Command::new(BIN).args(&a).output().unwrap();
         assert!(
@@ -48,16 +60,14 @@ impl Bed {
             recv: None,
             _one: one,
         };
+        let ns = format!("wb-{name}-b");
+        let mut recv = vec!["netns", "exec", &ns];
+        if rt {
+            recv.extend(["chrt", "-f", "50"]);
+        }
+        recv.extend([BIN, "recv", "-p", PORT]);
         let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &format!("wb-{name}-b"),
-                BIN,
-                "recv",
-                "-p",
-                PORT,
-            ])
+            .args(&recv)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -86,10 +96,23 @@ impl Bed {
 
     /// `wirebench send` from node a; the result document and the summary.
     fn send_text(&self, args: &[&str]) -> (Value, String) {
+        self.send_with(args, false)
+    }
+
+    /// `wirebench send` from node a at SCHED_FIFO 50 (see `up_rt`).
+    fn send_rt(&self, args: &[&str]) -> Value {
+        self.send_with(args, true).0
+    }
+
+    fn send_with(&self, args: &[&str], rt: bool) -> (Value, String) {
         let dir = tempfile::tempdir().unwrap();
         let json = dir.path().join("r.json");
         let ns = format!("wb-{}-a", self.name);
-        let mut a = vec!["netns", "exec", &ns, BIN, "send", "-a", "b", "-p", PORT];
+        let mut a = vec!["netns", "exec", &ns];
+        if rt {
+            a.extend(["chrt", "-f", "50"]);
+        }
+        a.extend([BIN, "send", "-a", "b", "-p", PORT]);
         a.extend(args);
         a.extend(["--linger", "300", "--json", json.to_str().unwrap()]);
         let out = Command::new("ip").args(&a).output().unwrap();
@@ -190,6 +213,48 @@ fn transfers_complete_no_faster_than_the_wire_and_host_drops_are_split() {
     assert!(secs < 1.05, "a 1 s run sent for {secs} s");
     assert!(not_sent > 5000.0, "not sent {not_sent} of 20000");
     drop(bed);
+}
+
+/// Issue 23: through one emulated link (forced by a 1 ns delay; at 1 Gbit/s
+/// without impairments the default is tbf alone, whose bucket lets a
+/// transfer beat the wire) S4's 5 MiB transfer at MTU 9000 never completes
+/// faster than its wire minimum, the first run on a fresh bed included.
+/// How close to the minimum it comes depends on the CPU the hosts get, so
+/// that figure is a benchmark's (bench/link_transfer.sh: 40 of 40 within
+/// 1.01 x at load 3-5, docs/testbed.md "How exact it is"); here only a
+/// gross miss (the wire's time lost, not the hosts') fails.
+#[test]
+fn a_transfer_through_the_emulator_never_beats_the_wire() {
+    if skip_unless_root("a_transfer_through_the_emulator_never_beats_the_wire") {
+        return;
+    }
+    let bed = Bed::up_rt(
+        "direct",
+        &["--mtu", "9000", "--rate", "1gbit", "--delay", "1ns"],
+    );
+    let mut ratios = Vec::new();
+    for _ in 0..3 {
+        let doc = bed.send_rt(&["-4", "-T", "tcp", "--max", "-c", "8192", "-k", "5120"]);
+        let fl = &doc["flows"][0];
+        assert_eq!(f(fl, &["received", "bytes"]), 5_242_880.0);
+        let wire_per_payload =
+            f(fl, &["throughput_bps", "wire"]) / f(fl, &["throughput_bps", "payload"]);
+        let wire_min = 5_242_880.0 * 8.0 * wire_per_payload / 1e9;
+        ratios.push(f(fl, &["completion_s"]) / wire_min);
+    }
+    drop(bed);
+    eprintln!("5 MiB through the emulator: completion / wire minimum {ratios:?}");
+    assert!(
+        ratios.iter().all(|r| *r >= 1.0),
+        "faster than the wire: completion / wire minimum {ratios:?}"
+    );
+    let mut sorted = ratios.clone();
+    sorted.sort_by(f64::total_cmp);
+    assert!(
+        sorted[1] <= 1.2,
+        "median completion / wire minimum {} ({ratios:?})",
+        sorted[1]
+    );
 }
 
 /// A TCP/IPv4 transfer of `kbytes` KiB from a to b, as fast as it goes,
