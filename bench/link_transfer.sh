@@ -12,6 +12,8 @@
 # softirq work, not the wire, makes runs slow.
 #
 #   bench/link_transfer.sh          BEDS=10 RUNS=4 CC=cubic|bbr (default: the kernel's)
+#   FORCE= (empty) leaves the bed's own choice of backend (a 1 Gbit/s jumbo
+#   link is the emulator's by default too; FORCE defaults to --delay 1ns).
 #   WIREBENCH=path to use a built binary. Needs root. Runs its own test-bed
 #   `lktransfer` and removes it on exit.
 set -euo pipefail
@@ -21,7 +23,7 @@ tb=lktransfer; port=15983
 
 uptime
 for b in $(seq 1 "$beds"); do
-    "$wb" testbed up direct --name $tb --mtu 9000 --rate 1gbit --delay 1ns >/dev/null
+    "$wb" testbed up direct --name $tb --mtu 9000 --rate 1gbit ${FORCE---delay 1ns} >/dev/null
     "$wb" testbed exec --name $tb b -- chrt -f 50 "$wb" recv -p $port >/dev/null 2>&1 & recv_pid=$!
     sleep 1
     for r in $(seq 1 "$runs"); do

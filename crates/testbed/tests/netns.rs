@@ -761,7 +761,7 @@ fn bad_input_creates_nothing() {
 }
 
 /// A long chain, so that `up` takes long enough to be killed in the middle;
-/// its links are rated under `EMULATOR_TIMING_MAX_BPS`, so each has a wire
+/// its links' frame rates are under `EMULATOR_TIMING_MAX_FPS`, so each has a wire
 /// emulator to clean up too.
 fn chain_spec(routers: usize) -> TopologySpec {
     let mut t = TopologySpec::chain(routers);
