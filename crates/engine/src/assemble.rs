@@ -154,6 +154,7 @@ pub(crate) fn assemble_doc(mut p: DocInputs) -> ResultDoc {
             rtt_received: o.rtt.as_ref().map(|r| r.counts.unique),
             tcp: o.tcp,
             tcp_cc: o.tcp_cc.clone(),
+            zerocopy: o.zerocopy.clone(),
             // No E-model without the loss it rests on.
             voip: f
                 .spec

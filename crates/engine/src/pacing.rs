@@ -174,6 +174,8 @@ pub(crate) struct FlowSent {
     pub tcp: Option<TcpInfo>,
     /// TCP: the congestion control the kernel used (read back).
     pub tcp_cc: Option<String>,
+    /// TCP `--zerocopy`: what the kernel did with the sends.
+    pub zerocopy: Option<wirebench_schema::result::ZeroCopy>,
     pub error: Option<String>,
 }
 
@@ -187,6 +189,7 @@ impl FlowSent {
             cancelled: false,
             tcp: None,
             tcp_cc: None,
+            zerocopy: None,
             error: Some(msg.to_string()),
         }
     }
@@ -208,6 +211,7 @@ impl FlowSent {
             cancelled,
             tcp: None,
             tcp_cc: None,
+            zerocopy: None,
             error,
         }
     }

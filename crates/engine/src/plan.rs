@@ -435,6 +435,19 @@ impl SessionPlan {
                     )));
                 }
             }
+            if f.opts.zerocopy == Some(true) {
+                if !cfg!(target_os = "linux") {
+                    return Err(EngineError::BadPlan(
+                        "--zerocopy: zero-copy sends (MSG_ZEROCOPY) are a Linux kernel feature; this system has none".into(),
+                    ));
+                }
+                if f.direction == wirebench_wire::Direction::Reverse {
+                    return Err(EngineError::BadPlan(format!(
+                        "--zerocopy: flow {} is reverse (-R); zero-copy applies to the flows this host sends",
+                        i + 1
+                    )));
+                }
+            }
             match f.stop {
                 Stop::DurationMs(0) => {
                     return Err(EngineError::BadPlan("-t: duration must be > 0 ms".into()))

@@ -566,6 +566,7 @@ pub const TOML_KEYS: &[&str] = &[
     "window",
     "mss",
     "nagle",
+    "zerocopy",
     "bind",
     "cport",
     "bind_dev",
@@ -785,6 +786,11 @@ fn toml_opts(t: &toml::Table) -> Result<SockOpts, ScriptError> {
             None => None,
             Some(toml::Value::Boolean(b)) => Some(*b),
             Some(_) => return Err(err("nagle", "must be true or false")),
+        },
+        zerocopy: match t.get("zerocopy") {
+            None => None,
+            Some(toml::Value::Boolean(b)) => Some(*b),
+            Some(_) => return Err(err("zerocopy", "must be true or false")),
         },
         bind: text("bind")?
             .map(|v| sockopts::parse_addr(&v).map_err(|e| err("bind", e)))

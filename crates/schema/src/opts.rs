@@ -37,6 +37,10 @@ pub struct SockOpts {
     /// off for paced flows, on for `--max` and Telnet.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nagle: Option<bool>,
+    /// TCP: send with MSG_ZEROCOPY (`--zerocopy`, Linux); what the kernel
+    /// made of it is the flow's `zerocopy` result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zerocopy: Option<bool>,
     /// Source address of the flow's data socket (D-ITG `-sa`, iperf3
     /// `-B`); the session's control connection leaves from it too.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,6 +76,7 @@ impl SockOpts {
             window: self.window.or(base.window),
             mss: self.mss.or(base.mss),
             nagle: self.nagle.or(base.nagle),
+            zerocopy: self.zerocopy.or(base.zerocopy),
             bind: self.bind.or(base.bind),
             cport: self.cport.or(base.cport),
             bind_dev: self.bind_dev.clone().or_else(|| base.bind_dev.clone()),
@@ -87,6 +92,8 @@ impl SockOpts {
             Some("-M")
         } else if self.nagle.is_some() {
             Some("-D/--nagle")
+        } else if self.zerocopy == Some(true) {
+            Some("--zerocopy")
         } else {
             None
         }

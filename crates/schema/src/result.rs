@@ -222,6 +222,11 @@ pub struct FlowResult {
     /// from the socket (`--cc`, or the system default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp_cc: Option<String>,
+    /// TCP with `--zerocopy`: whether the kernel sent from the flow's
+    /// buffers and what it reported. Absent without `--zerocopy` (and in
+    /// documents written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zerocopy: Option<ZeroCopy>,
     /// E-model for VoIP application models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub voip: Option<Voip>,
@@ -237,6 +242,31 @@ pub struct FlowResult {
     /// |IPDV| values as a compact histogram.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipdv_hist: Option<crate::dist::Histogram>,
+}
+
+/// What became of a TCP flow's zero-copy sends (`--zerocopy`, Linux
+/// MSG_ZEROCOPY; the kernel's docs/networking/msg_zerocopy.rst).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct ZeroCopy {
+    /// At least one write went out with MSG_ZEROCOPY.
+    pub used: bool,
+    /// Writes made with MSG_ZEROCOPY that the kernel took (it numbers
+    /// exactly these).
+    pub sends: u64,
+    /// Of those, the ones whose completion the kernel reported by the
+    /// flow's end (the rest were still unacknowledged).
+    pub completed: u64,
+    /// Completed sends in ranges the kernel flagged as copied
+    /// (SO_EE_CODE_ZEROCOPY_COPIED): it delivered them to a local socket
+    /// (loopback, veth into a namespace of this host) or the device could
+    /// not send from user pages, so the copy was made after all.
+    pub copied: u64,
+    /// Why the flow wrote (from some point on) without MSG_ZEROCOPY: the
+    /// kernel refused SO_ZEROCOPY, or a send with ENOBUFS (optmem_max or
+    /// locked-memory limits). Said once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 /// ITU-T G.107 E-model figures for a VoIP flow.

@@ -888,6 +888,20 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
             ),
         );
     }
+    if let Some(z) = &f.zerocopy {
+        let mut t = if z.used {
+            format!(
+                "{} MSG_ZEROCOPY sends, {} completed, {} of them copied by the kernel",
+                z.sends, z.completed, z.copied
+            )
+        } else {
+            "not used".to_string()
+        };
+        if let Some(why) = &z.fallback {
+            t.push_str(&format!("; plain writes: {why}"));
+        }
+        line(&mut s, "Zero-copy", t);
+    }
     if let Some(v) = &f.voip {
         line(
             &mut s,

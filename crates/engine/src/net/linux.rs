@@ -471,6 +471,116 @@ impl SendBatch {
     }
 }
 
+/// `SO_ZEROCOPY` of <asm-generic/socket.h> (the value of every
+/// architecture but MIPS, SPARC, PA-RISC and Alpha; libc does not export it
+/// for Linux).
+const SO_ZEROCOPY: libc::c_int = 60;
+/// <linux/errqueue.h>: the origin of a zero-copy completion, and the code
+/// saying the kernel copied the data after all.
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+/// Lets a TCP socket's sends be zero-copy (SO_ZEROCOPY, Linux 4.14+); the
+/// kernel's refusal is the reason a `--zerocopy` flow writes plainly.
+pub fn enable_zerocopy(fd: RawFd) -> io::Result<()> {
+    if setsockopt_int(fd, libc::SOL_SOCKET, SO_ZEROCOPY, 1) {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One `send(MSG_ZEROCOPY)` of `buf`: the kernel reads the bytes from these
+/// pages until it reports the send complete ([`zerocopy_completions`]), so
+/// the caller must leave them alone until then. Blocks as the socket does
+/// (SO_SNDTIMEO, non-blocking mode).
+pub fn send_zerocopy(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: the pointer and length describe a live slice the kernel only
+    // reads; the caller keeps it unmodified until the completion.
+    let n = unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr() as *const libc::c_void,
+            buf.len(),
+            libc::MSG_ZEROCOPY | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// The kernel ran out of what it charges zero-copy sends to (optmem_max,
+/// locked pages): the send was refused, nothing was sent.
+pub fn is_nobufs(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOBUFS)
+}
+
+/// Reads every zero-copy completion queued on the socket's error queue
+/// without waiting; `f(lo, hi, copied)` gets each range of send numbers
+/// (inclusive; the kernel numbers a socket's successful zero-copy sends
+/// 0, 1, ... as u32) and whether the kernel copied them. Other error-queue
+/// messages are read and dropped. Returns the ranges read.
+pub fn zerocopy_completions(fd: RawFd, mut f: impl FnMut(u32, u32, bool)) -> io::Result<usize> {
+    let mut n = 0;
+    loop {
+        // Room for one IP_RECVERR / IPV6_RECVERR message: a
+        // sock_extended_err and the offender's address.
+        let mut cbuf = [0u64; 16];
+        // SAFETY: msghdr is plain integers and pointers; all zeros is a
+        // valid empty header.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        h.msg_controllen = std::mem::size_of_val(&cbuf);
+        // SAFETY: `h` points at `cbuf` with its length and carries no data
+        // buffers; the kernel writes at most that much control data.
+        let r = unsafe { libc::recvmsg(fd, &mut h, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(n),
+                io::ErrorKind::Interrupted => continue,
+                _ => Err(e),
+            };
+        }
+        // SAFETY: the walk stays inside `cbuf` as the kernel filled it
+        // (msg_controllen is what it wrote); a RECVERR message carries a
+        // sock_extended_err, read unaligned.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h);
+            while !c.is_null() {
+                let recverr = matches!(
+                    ((*c).cmsg_level, (*c).cmsg_type),
+                    (libc::SOL_IP, libc::IP_RECVERR) | (libc::SOL_IPV6, libc::IPV6_RECVERR)
+                );
+                if recverr {
+                    let ee = std::ptr::read_unaligned(
+                        libc::CMSG_DATA(c) as *const libc::sock_extended_err
+                    );
+                    if ee.ee_errno == 0 && ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
+                        f(
+                            ee.ee_info,
+                            ee.ee_data,
+                            ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                        );
+                        n += 1;
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&h, c);
+            }
+        }
+    }
+}
+
+/// Waits up to `timeout_ms` for the socket's error queue (zero-copy
+/// completions) to have something; true when it has.
+pub fn wait_errqueue(fd: RawFd, timeout_ms: i32) -> bool {
+    let mut p = [super::pollfd(fd, 0)];
+    super::poll(&mut p, timeout_ms) > 0 && p[0].revents & libc::POLLERR != 0
+}
+
 /// Readiness of many sockets at once (`epoll`, level-triggered): a receive
 /// worker serving thousands of flows wakes for the sockets that have
 /// datagrams, at a cost that does not grow with the sockets it watches.

@@ -80,6 +80,32 @@ pub fn set_flow_label(_fd: RawFd, _dst: std::net::Ipv6Addr, _label: u32) -> io::
     ))
 }
 
+/// Zero-copy sends (MSG_ZEROCOPY) are a Linux kernel feature.
+pub fn enable_zerocopy(_fd: RawFd) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "zero-copy sends (MSG_ZEROCOPY) are supported on Linux only",
+    ))
+}
+
+/// Never called: [`enable_zerocopy`] refuses first.
+pub fn send_zerocopy(_fd: RawFd, _buf: &[u8]) -> io::Result<usize> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+pub fn is_nobufs(_e: &io::Error) -> bool {
+    false
+}
+
+/// No zero-copy sends, so no completions.
+pub fn zerocopy_completions(_fd: RawFd, _f: impl FnMut(u32, u32, bool)) -> io::Result<usize> {
+    Ok(0)
+}
+
+pub fn wait_errqueue(_fd: RawFd, _timeout_ms: i32) -> bool {
+    false
+}
+
 /// What one datagram's IP header carried: never known on this path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IpMarks {
