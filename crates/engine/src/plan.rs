@@ -391,7 +391,7 @@ impl SessionPlan {
                 }
                 if !f.opts.is_default() {
                     return Err(EngineError::BadPlan(format!(
-                        "-R/--bidir: flow {} is reverse; socket options and binding (-b/--dscp, -f, --cc, --window, -sa/-sp/-rp, --bind-dev, ...) apply to forward flows only",
+                        "-R/--bidir: flow {} is reverse; socket options and binding (-b/--dscp, -f, --cc, --window, --zerocopy, -sa/-sp/-rp, --bind-dev, ...) apply to forward flows only",
                         i + 1
                     )));
                 }
@@ -435,18 +435,11 @@ impl SessionPlan {
                     )));
                 }
             }
-            if f.opts.zerocopy == Some(true) {
-                if !cfg!(target_os = "linux") {
-                    return Err(EngineError::BadPlan(
-                        "--zerocopy: zero-copy sends (MSG_ZEROCOPY) are a Linux kernel feature; this system has none".into(),
-                    ));
-                }
-                if f.direction == wirebench_wire::Direction::Reverse {
-                    return Err(EngineError::BadPlan(format!(
-                        "--zerocopy: flow {} is reverse (-R); zero-copy applies to the flows this host sends",
-                        i + 1
-                    )));
-                }
+            // Reverse flows were refused above with every socket option.
+            if f.opts.zerocopy == Some(true) && !cfg!(target_os = "linux") {
+                return Err(EngineError::BadPlan(
+                    "--zerocopy: zero-copy sends (MSG_ZEROCOPY) are a Linux kernel feature; this system has none".into(),
+                ));
             }
             match f.stop {
                 Stop::DurationMs(0) => {

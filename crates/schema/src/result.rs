@@ -599,3 +599,34 @@ mod ip_number {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flow written before `zerocopy` existed reads as None, and the
+    /// object round-trips with `fallback` left out when there was none.
+    #[test]
+    fn zerocopy_is_optional_and_round_trips() {
+        let mut f = FlowResult::default();
+        let mut v = serde_json::to_value(&f).unwrap();
+        assert!(v.get("zerocopy").is_none());
+        v.as_object_mut().unwrap().remove("zerocopy");
+        let old: FlowResult = serde_json::from_value(v).unwrap();
+        assert_eq!(old.zerocopy, None);
+        f.zerocopy = Some(ZeroCopy {
+            used: true,
+            sends: 10,
+            completed: 9,
+            copied: 9,
+            fallback: None,
+        });
+        let v = serde_json::to_value(&f).unwrap();
+        assert_eq!(
+            v["zerocopy"],
+            serde_json::json!({"used": true, "sends": 10, "completed": 9, "copied": 9})
+        );
+        let back: FlowResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back, f);
+    }
+}

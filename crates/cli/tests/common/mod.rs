@@ -171,7 +171,7 @@ pub fn realtime() -> Command {
 }
 
 /// Runs `cmd ARGS --json`, which must succeed; its result document.
-fn json_of(mut cmd: Command, args: &[&str]) -> Value {
+pub fn json_of(mut cmd: Command, args: &[&str]) -> Value {
     let out = cmd
         .args(args)
         .arg("--json")
