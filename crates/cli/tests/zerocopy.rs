@@ -138,7 +138,7 @@ impl Drop for Netns {
 }
 
 /// The kernel charges each zero-copy send's completion to the socket's
-/// option memory (net.core.optmem_max, per namespace since Linux 6.9):
+/// option memory (net.core.optmem_max, per namespace in recent kernels):
 /// with 64 bytes of it every MSG_ZEROCOPY send fails with ENOBUFS. The
 /// flow then writes plainly, all its records arrive, and the document
 /// says zero-copy was not used and why.
