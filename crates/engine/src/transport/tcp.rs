@@ -847,176 +847,179 @@ mod tests {
         assert!(lo > 0.0 && hi / lo < 2.0, "{bytes:?}");
     }
 
-    /// Reads a connection's records of `rec` bytes until the peer closes
-    /// and checks each as it comes: session 7, `flow`, numbered from 0 in
-    /// order, transmit stamps never going back, the filler all zeros (the
-    /// flows under test send `Payload::Zeros`, so a buffer rewritten
-    /// while the kernel still sent from it would show). Returns the whole
-    /// records read; a record cut short by the close is not one.
-    fn read_records(c: TcpStream, rec: usize, flow: u16) -> u64 {
-        read_records_from(c, rec, flow, 0)
-    }
-
-    /// [`read_records`] from record number `first` on.
-    fn read_records_from(mut c: TcpStream, rec: usize, flow: u16, first: u64) -> u64 {
-        use std::io::Read;
-        let mut buf = vec![0u8; rec];
-        let (mut n, mut last_tx) = (first, 0u64);
-        while c.read_exact(&mut buf).is_ok() {
-            let h = ProbeHeader::decode_prefix(&buf).unwrap();
-            assert_eq!((h.session, h.flow, h.seq), (7, flow, n as u32));
-            assert_eq!(h.record_len(&buf).unwrap(), Some(rec));
-            assert!(h.tx_ns >= last_tx, "record {n}: stamp went back");
-            last_tx = h.tx_ns;
-            let body = &buf[wirebench_wire::LONG_HEADER_LEN.min(rec)..];
-            assert!(body.iter().all(|&b| b == 0), "record {n}: filler changed");
-            n += 1;
-        }
-        n - first
-    }
-
-    fn zc_plan(spec: FlowSpec, ms: u64) -> FlowPlan {
-        let mut plan = flow(1.0, 100, Stop::DurationMs(ms));
-        plan.spec = spec;
-        plan.spec.payload = wirebench_model::Payload::Zeros;
-        plan.transport = Transport::Tcp;
-        plan.opts.zerocopy = Some(true);
-        plan
-    }
-
-    /// On loopback the kernel takes every send zero-copy, reports each
-    /// one complete and copied (it copies when it delivers to a local
-    /// socket).
-    fn assert_zc_loopback(z: Option<ZeroCopy>) {
-        let z = z.expect("a --zerocopy flow reports zerocopy");
-        assert!(z.used && z.sends > 0, "{z:?}");
-        assert_eq!(z.completed, z.sends, "{z:?}");
-        assert!(z.copied > 0 && z.copied <= z.completed, "{z:?}");
-        assert_eq!(z.fallback, None);
-    }
-
-    /// `--zerocopy --max` over IPv4 and IPv6 loopback, small, 64000 B and
-    /// 1 MiB records: exactly the records counted arrive, intact and in
-    /// order, and the completions are counted.
+    /// `--zerocopy` (MSG_ZEROCOPY is Linux's).
     #[cfg(target_os = "linux")]
-    #[test]
-    fn zerocopy_bulk_flows_deliver_intact_records_and_count_completions() {
-        for (rec, at) in [
-            (200, "127.0.0.1:0"),
-            (64_000, "[::1]:0"),
-            (1 << 20, "127.0.0.1:0"),
-        ] {
-            let l = std::net::TcpListener::bind(at).unwrap();
+    mod zerocopy {
+        use super::*;
+
+        /// Reads a connection's records of `rec` bytes until the peer closes
+        /// and checks each as it comes: session 7, `flow`, numbered from 0 in
+        /// order, transmit stamps never going back, the filler all zeros (the
+        /// flows under test send `Payload::Zeros`, so a buffer rewritten
+        /// while the kernel still sent from it would show). Returns the whole
+        /// records read; a record cut short by the close is not one.
+        fn read_records(c: TcpStream, rec: usize, flow: u16) -> u64 {
+            read_records_from(c, rec, flow, 0)
+        }
+
+        /// [`read_records`] from record number `first` on.
+        fn read_records_from(mut c: TcpStream, rec: usize, flow: u16, first: u64) -> u64 {
+            use std::io::Read;
+            let mut buf = vec![0u8; rec];
+            let (mut n, mut last_tx) = (first, 0u64);
+            while c.read_exact(&mut buf).is_ok() {
+                let h = ProbeHeader::decode_prefix(&buf).unwrap();
+                assert_eq!((h.session, h.flow, h.seq), (7, flow, n as u32));
+                assert_eq!(h.record_len(&buf).unwrap(), Some(rec));
+                assert!(h.tx_ns >= last_tx, "record {n}: stamp went back");
+                last_tx = h.tx_ns;
+                let body = &buf[wirebench_wire::LONG_HEADER_LEN.min(rec)..];
+                assert!(body.iter().all(|&b| b == 0), "record {n}: filler changed");
+                n += 1;
+            }
+            n - first
+        }
+
+        fn zc_plan(spec: FlowSpec, ms: u64) -> FlowPlan {
+            let mut plan = flow(1.0, 100, Stop::DurationMs(ms));
+            plan.spec = spec;
+            plan.spec.payload = wirebench_model::Payload::Zeros;
+            plan.transport = Transport::Tcp;
+            plan.opts.zerocopy = Some(true);
+            plan
+        }
+
+        /// On loopback the kernel takes every send zero-copy, reports each
+        /// one complete and copied (it copies when it delivers to a local
+        /// socket).
+        fn assert_zc_loopback(z: Option<ZeroCopy>) {
+            let z = z.expect("a --zerocopy flow reports zerocopy");
+            assert!(z.used && z.sends > 0, "{z:?}");
+            assert_eq!(z.completed, z.sends, "{z:?}");
+            assert!(z.copied > 0 && z.copied <= z.completed, "{z:?}");
+            assert_eq!(z.fallback, None);
+        }
+
+        /// `--zerocopy --max` over IPv4 and IPv6 loopback, small, 64000 B and
+        /// 1 MiB records: exactly the records counted arrive, intact and in
+        /// order, and the completions are counted.
+        #[test]
+        fn zerocopy_bulk_flows_deliver_intact_records_and_count_completions() {
+            for (rec, at) in [
+                (200, "127.0.0.1:0"),
+                (64_000, "[::1]:0"),
+                (1 << 20, "127.0.0.1:0"),
+            ] {
+                let l = std::net::TcpListener::bind(at).unwrap();
+                let to = l.local_addr().unwrap();
+                let reader =
+                    std::thread::spawn(move || read_records(l.accept().unwrap().0, rec, 1));
+                let s = TcpStream::connect(to).unwrap();
+                let plan = zc_plan(FlowSpec::max_rate(rec as u32).unwrap(), 200);
+                let mut j = job(plan, 1, mono_ns() + 2_000_000);
+                j.cfg.transport = Transport::Tcp;
+                let out = run_flow(j, Box::new(TcpTx::new(s)));
+                assert_eq!(out.error, None, "{rec} B");
+                assert!(out.send.packets > 2, "{rec} B: {:?}", out.send);
+                assert_eq!(reader.join().unwrap(), out.send.packets, "{rec} B");
+                assert_zc_loopback(out.zerocopy);
+            }
+        }
+
+        /// A paced `--zerocopy` flow of 64000 B records over IPv6: every
+        /// record due is sent on its schedule and arrives, with its completion
+        /// counted.
+        #[test]
+        fn zerocopy_paced_flow_sends_every_record_on_schedule() {
+            let l = std::net::TcpListener::bind("[::1]:0").unwrap();
             let to = l.local_addr().unwrap();
-            let reader = std::thread::spawn(move || read_records(l.accept().unwrap().0, rec, 1));
+            let reader = std::thread::spawn(move || read_records(l.accept().unwrap().0, 64_000, 1));
             let s = TcpStream::connect(to).unwrap();
-            let plan = zc_plan(FlowSpec::max_rate(rec as u32).unwrap(), 200);
+            let plan = zc_plan(FlowSpec::constant(200.0, 64_000).unwrap(), 300);
             let mut j = job(plan, 1, mono_ns() + 2_000_000);
             j.cfg.transport = Transport::Tcp;
             let out = run_flow(j, Box::new(TcpTx::new(s)));
-            assert_eq!(out.error, None, "{rec} B");
-            assert!(out.send.packets > 2, "{rec} B: {:?}", out.send);
-            assert_eq!(reader.join().unwrap(), out.send.packets, "{rec} B");
-            assert_zc_loopback(out.zerocopy);
+            assert_eq!(out.error, None);
+            assert_eq!(
+                (out.send.packets, out.send.not_sent),
+                (60, 0),
+                "{:?}",
+                out.send
+            );
+            assert_eq!(reader.join().unwrap(), 60);
+            let z = out.zerocopy.clone();
+            assert_zc_loopback(z);
+            // One send per due batch at 200 records/s: not one per buffer.
+            assert!(out.zerocopy.unwrap().sends >= 30);
         }
-    }
 
-    /// A paced `--zerocopy` flow of 64000 B records over IPv6: every
-    /// record due is sent on its schedule and arrives, with its completion
-    /// counted.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn zerocopy_paced_flow_sends_every_record_on_schedule() {
-        let l = std::net::TcpListener::bind("[::1]:0").unwrap();
-        let to = l.local_addr().unwrap();
-        let reader = std::thread::spawn(move || read_records(l.accept().unwrap().0, 64_000, 1));
-        let s = TcpStream::connect(to).unwrap();
-        let plan = zc_plan(FlowSpec::constant(200.0, 64_000).unwrap(), 300);
-        let mut j = job(plan, 1, mono_ns() + 2_000_000);
-        j.cfg.transport = Transport::Tcp;
-        let out = run_flow(j, Box::new(TcpTx::new(s)));
-        assert_eq!(out.error, None);
-        assert_eq!(
-            (out.send.packets, out.send.not_sent),
-            (60, 0),
-            "{:?}",
-            out.send
-        );
-        assert_eq!(reader.join().unwrap(), 60);
-        let z = out.zerocopy.clone();
-        assert_zc_loopback(z);
-        // One send per due batch at 200 records/s: not one per buffer.
-        assert!(out.zerocopy.unwrap().sends >= 30);
-    }
-
-    /// Three `--zerocopy --max` flows on one shared writer: each one's
-    /// records arrive intact and in order, and each counts its own
-    /// completions.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn zerocopy_shared_writer_keeps_each_flows_records_and_completions() {
-        const REC: usize = 64_000;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let to = l.local_addr().unwrap();
-        let socks: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(to).unwrap()).collect();
-        let readers: Vec<_> = (0..3)
-            .map(|_| {
-                let c = l.accept().unwrap().0;
-                std::thread::spawn(move || {
-                    use std::io::Read;
-                    // The flow id is in the first record; read it first.
-                    let mut head = [0u8; wirebench_wire::PROBE_HEADER_LEN];
-                    let mut c2 = c.try_clone().unwrap();
-                    c2.read_exact(&mut head).unwrap();
-                    let flow = ProbeHeader::decode_prefix(&head).unwrap().flow;
-                    // The rest of record 0, then the others.
-                    let mut rest = vec![0u8; REC - head.len()];
-                    c2.read_exact(&mut rest).unwrap();
-                    (flow, 1 + read_records_from(c, REC, flow, 1))
+        /// Three `--zerocopy --max` flows on one shared writer: each one's
+        /// records arrive intact and in order, and each counts its own
+        /// completions.
+        #[test]
+        fn zerocopy_shared_writer_keeps_each_flows_records_and_completions() {
+            const REC: usize = 64_000;
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let to = l.local_addr().unwrap();
+            let socks: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(to).unwrap()).collect();
+            let readers: Vec<_> = (0..3)
+                .map(|_| {
+                    let c = l.accept().unwrap().0;
+                    std::thread::spawn(move || {
+                        use std::io::Read;
+                        // The flow id is in the first record; read it first.
+                        let mut head = [0u8; wirebench_wire::PROBE_HEADER_LEN];
+                        let mut c2 = c.try_clone().unwrap();
+                        c2.read_exact(&mut head).unwrap();
+                        let flow = ProbeHeader::decode_prefix(&head).unwrap().flow;
+                        // The rest of record 0, then the others.
+                        let mut rest = vec![0u8; REC - head.len()];
+                        c2.read_exact(&mut rest).unwrap();
+                        (flow, 1 + read_records_from(c, REC, flow, 1))
+                    })
                 })
-            })
-            .collect();
-        let t0 = mono_ns() + 2_000_000;
-        let jobs: Vec<(usize, FlowJob, TcpStream)> = socks
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let plan = zc_plan(FlowSpec::max_rate(REC as u32).unwrap(), 300);
-                let mut j = job(plan, i as u16 + 1, t0);
-                j.cfg.transport = Transport::Tcp;
-                j.tcp_write = 256 << 10;
-                (i, j, s)
-            })
-            .collect();
-        let out = run_bulk_shared(jobs);
-        let mut got: Vec<(u16, u64)> = readers.into_iter().map(|r| r.join().unwrap()).collect();
-        got.sort();
-        for (i, o) in &out {
-            assert_eq!(o.error, None);
-            assert!(o.send.packets > 2, "{:?}", o.send);
-            assert_eq!(got[*i], (*i as u16 + 1, o.send.packets));
-            assert_zc_loopback(o.zerocopy.clone());
+                .collect();
+            let t0 = mono_ns() + 2_000_000;
+            let jobs: Vec<(usize, FlowJob, TcpStream)> = socks
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let plan = zc_plan(FlowSpec::max_rate(REC as u32).unwrap(), 300);
+                    let mut j = job(plan, i as u16 + 1, t0);
+                    j.cfg.transport = Transport::Tcp;
+                    j.tcp_write = 256 << 10;
+                    (i, j, s)
+                })
+                .collect();
+            let out = run_bulk_shared(jobs);
+            let mut got: Vec<(u16, u64)> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+            got.sort();
+            for (i, o) in &out {
+                assert_eq!(o.error, None);
+                assert!(o.send.packets > 2, "{:?}", o.send);
+                assert_eq!(got[*i], (*i as u16 + 1, o.send.packets));
+                assert_zc_loopback(o.zerocopy.clone());
+            }
         }
-    }
 
-    /// The kernel refuses SO_ZEROCOPY on a socket that is not TCP or UDP
-    /// (here a Unix stream): the pool says why, once, and its sends are
-    /// plain writes that deliver the bytes.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_refused_zerocopy_falls_back_to_plain_writes_and_says_why() {
-        use std::io::Read;
-        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let mut pool = WritePool::new(a.as_raw_fd(), true, 4096, |x| x.fill(9));
-        let i = pool.acquire(a.as_raw_fd()).unwrap();
-        assert_eq!(pool.send(&a, i, 0..4096).unwrap(), 4096);
-        pool.release(i);
-        let mut got = vec![0u8; 4096];
-        b.read_exact(&mut got).unwrap();
-        assert!(got.iter().all(|&x| x == 9));
-        let z = pool.finish(a.as_raw_fd(), 0).unwrap();
-        assert!(!z.used && z.sends == 0, "{z:?}");
-        assert!(z.fallback.unwrap().contains("SO_ZEROCOPY"));
+        /// The kernel refuses SO_ZEROCOPY on a socket that is not TCP or UDP
+        /// (here a Unix stream): the pool says why, once, and its sends are
+        /// plain writes that deliver the bytes.
+        #[test]
+        fn a_refused_zerocopy_falls_back_to_plain_writes_and_says_why() {
+            use std::io::Read;
+            let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let mut pool = WritePool::new(a.as_raw_fd(), true, 4096, |x| x.fill(9));
+            let i = pool.acquire(a.as_raw_fd()).unwrap();
+            assert_eq!(pool.send(&a, i, 0..4096).unwrap(), 4096);
+            pool.release(i);
+            let mut got = vec![0u8; 4096];
+            b.read_exact(&mut got).unwrap();
+            assert!(got.iter().all(|&x| x == 9));
+            let z = pool.finish(a.as_raw_fd(), 0).unwrap();
+            assert!(!z.used && z.sends == 0, "{z:?}");
+            assert!(z.fallback.unwrap().contains("SO_ZEROCOPY"));
+        }
     }
 
     #[test]
