@@ -1,0 +1,258 @@
+//! Threaded NAPI on the interface the AF_XDP receiver listens on: owns
+//! the switch (`/sys/class/net/IFACE/threaded`), the journal that records
+//! the interface's own setting before it is changed, and putting that
+//! setting back.
+//!
+//! Why: veth runs its peer's receive (the XDP program and, for AF_XDP in
+//! copy mode, the copy into the UMEM) in the softirq of the sender's own
+//! transmit, on the sender's CPU; with threaded NAPI that half runs in a
+//! kernel thread the scheduler can put on another CPU. The switch is a
+//! setting of the interface, so by default it is made only on a test-bed's
+//! own veth (a namespace `wb-<bed>-<node>` of a test-bed with a state file),
+//! always journalled first, and undone when the session's [`super::Steer`]
+//! drops. A SIGKILL leaves the journal behind; the next [`super::Steer`] on
+//! the interface, or [`super::cleanup`] (`recv --xdp-cleanup`), restores
+//! from it.
+//!
+//! A veth has NAPI instances only while an XDP program is attached (or GRO
+//! is on), and the kernel refuses the write (EOPNOTSUPP) without one, so
+//! both switching and restoring happen while a program is attached.
+
+use crate::plan::NapiUse;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+/// Where the journals live, one file per (network namespace, interface).
+const JOURNAL_DIR: &str = "/run/wirebench/xdp-napi";
+/// Where `ip netns` keeps its namespace handles.
+const NETNS_DIR: &str = "/run/netns";
+/// Where the test-beds keep their state files (`<bed>.json`).
+const TESTBED_DIR: &str = "/run/wirebench";
+
+/// What the receiver did about threaded NAPI on its interface.
+#[derive(Debug)]
+pub(crate) enum Napi {
+    /// Switched on here; restored when this value drops.
+    Switched {
+        /// Held for its `Drop`.
+        _restore: Threaded,
+    },
+    /// Already threaded by its owner: used as it is, not touched.
+    Already,
+    /// Left as it was, and why.
+    Left(String),
+}
+
+impl Napi {
+    /// For the receive-timestamp description ("threaded NAPI" or not).
+    pub(crate) fn describe(&self) -> Option<String> {
+        match self {
+            Napi::Switched { .. } => Some("threaded NAPI".into()),
+            Napi::Already => Some("threaded NAPI (already on)".into()),
+            Napi::Left(_) => None,
+        }
+    }
+}
+
+/// An interface switched to threaded NAPI; dropping it writes the
+/// journalled setting back and removes the journal.
+#[derive(Debug)]
+pub(crate) struct Threaded {
+    sysfs: PathBuf,
+    original: String,
+    journal: PathBuf,
+}
+
+impl Drop for Threaded {
+    fn drop(&mut self) {
+        // A failed write keeps the journal, so the next start restores it.
+        if std::fs::write(&self.sysfs, &self.original).is_ok() {
+            let _ = std::fs::remove_file(&self.journal);
+        }
+    }
+}
+
+/// The inode of this process's network namespace.
+fn netns_ino() -> std::io::Result<u64> {
+    Ok(std::fs::metadata("/proc/self/ns/net")?.ino())
+}
+
+/// The name of this process's network namespace when it is a test-bed
+/// node's (`wb-<bed>-<node>` with `<bed>`'s state file present).
+fn testbed_netns(ino: u64) -> Option<String> {
+    let ours = std::fs::read_dir(NETNS_DIR)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .find(|e| {
+            e.file_name().to_string_lossy().starts_with("wb-")
+                && std::fs::metadata(e.path()).is_ok_and(|m| m.ino() == ino)
+        })?
+        .file_name()
+        .to_string_lossy()
+        .into_owned();
+    let beds = std::fs::read_dir(TESTBED_DIR).ok()?;
+    beds.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .map(str::to_string)
+        })
+        .any(|bed| ours.starts_with(&format!("wb-{bed}-")))
+        .then_some(ours)
+}
+
+/// The journal of `iface` in the namespace `ino`.
+fn journal_path(ino: u64, iface: &str) -> PathBuf {
+    PathBuf::from(JOURNAL_DIR).join(format!("{ino}-{iface}"))
+}
+
+/// The sysfs switch of `iface`, after checking that this process's sysfs
+/// shows the interface of its own namespace (index `ifindex`): sysfs is
+/// mounted per namespace (`ip netns exec` remounts it), a plain `setns`
+/// would show another one's.
+fn sysfs_switch(iface: &str, ifindex: u32) -> Result<PathBuf, String> {
+    let dir = PathBuf::from(format!("/sys/class/net/{iface}"));
+    let idx = std::fs::read_to_string(dir.join("ifindex"))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    if idx.trim().parse::<u32>().ok() != Some(ifindex) {
+        return Err(format!(
+            "{} belongs to another network namespace",
+            dir.display()
+        ));
+    }
+    Ok(dir.join("threaded"))
+}
+
+/// A journal's fields: interface index and the setting to restore.
+fn parse_journal(text: &str) -> Option<(u32, String)> {
+    let (mut idx, mut orig) = (None, None);
+    for line in text.lines() {
+        match line.split_once('=') {
+            Some(("ifindex", v)) => idx = v.trim().parse().ok(),
+            Some(("threaded", v)) => orig = Some(v.trim().to_string()),
+            _ => {}
+        }
+    }
+    Some((idx?, orig.filter(|o| !o.is_empty() && o.len() < 8)?))
+}
+
+/// Restores `iface` (index `ifindex`) from a journal a killed receiver
+/// left, while a program is attached (see the module's doc). Returns
+/// whether there was one. A journal of an interface since recreated
+/// (another index) is only removed: the new one has its own setting.
+pub(crate) fn restore_stale(iface: &str, ifindex: u32) -> Result<bool, String> {
+    let ino = netns_ino().map_err(|e| format!("network namespace: {e}"))?;
+    let journal = journal_path(ino, iface);
+    let text = match std::fs::read_to_string(&journal) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(format!("{}: {e}", journal.display())),
+    };
+    if let Some((idx, orig)) = parse_journal(&text) {
+        if idx == ifindex {
+            let sw = sysfs_switch(iface, ifindex)?;
+            std::fs::write(&sw, &orig)
+                .map_err(|e| format!("restoring {} to {orig}: {e}", sw.display()))?;
+        }
+    }
+    std::fs::remove_file(&journal).map_err(|e| format!("{}: {e}", journal.display()))?;
+    Ok(true)
+}
+
+/// Whether a journal waits for `iface` in this namespace.
+pub(crate) fn stale(iface: &str) -> bool {
+    netns_ino().is_ok_and(|ino| journal_path(ino, iface).exists())
+}
+
+/// Switches `iface` (index `ifindex`, a program attached) to threaded
+/// NAPI as `mode` allows: [`NapiUse::Auto`] only on a test-bed's own
+/// veth, [`NapiUse::On`] on any interface. The setting found is
+/// journalled before it is changed.
+pub(crate) fn switch(iface: &str, ifindex: u32, mode: NapiUse) -> Napi {
+    match mode {
+        NapiUse::Off => return Napi::Left("--xdp-napi off".into()),
+        NapiUse::On => {}
+        NapiUse::Auto => {
+            match super::link_kind(ifindex) {
+                Ok(Some(k)) if k == "veth" => {}
+                Ok(k) => {
+                    return Napi::Left(format!(
+                        "{iface} is no veth ({})",
+                        k.as_deref().unwrap_or("a device")
+                    ))
+                }
+                Err(e) => return Napi::Left(e.to_string()),
+            }
+            let owned = netns_ino().ok().and_then(testbed_netns);
+            if owned.is_none() {
+                return Napi::Left(format!(
+                    "{iface} is not a test-bed's (--xdp-napi on switches it all the same)"
+                ));
+            }
+        }
+    }
+    match try_switch(iface, ifindex) {
+        Ok(n) => n,
+        Err(e) => Napi::Left(e),
+    }
+}
+
+fn try_switch(iface: &str, ifindex: u32) -> Result<Napi, String> {
+    let sw = sysfs_switch(iface, ifindex)?;
+    let original = std::fs::read_to_string(&sw)
+        .map_err(|e| format!("{}: {e}", sw.display()))?
+        .trim()
+        .to_string();
+    if original != "0" {
+        return Ok(Napi::Already);
+    }
+    let ino = netns_ino().map_err(|e| format!("network namespace: {e}"))?;
+    let journal = journal_path(ino, iface);
+    std::fs::create_dir_all(JOURNAL_DIR).map_err(|e| format!("{JOURNAL_DIR}: {e}"))?;
+    std::fs::write(
+        &journal,
+        format!("ifindex={ifindex}\nthreaded={original}\n"),
+    )
+    .map_err(|e| format!("{}: {e}", journal.display()))?;
+    let t = Threaded {
+        sysfs: sw,
+        original,
+        journal,
+    };
+    match std::fs::write(&t.sysfs, "1") {
+        Ok(()) => Ok(Napi::Switched { _restore: t }),
+        Err(e) => {
+            let msg = format!("{}: {e}", t.sysfs.display());
+            // Nothing changed: drop writes the same setting back and
+            // removes the journal.
+            drop(t);
+            Err(msg)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journals_parse_strictly() {
+        assert_eq!(
+            parse_journal("ifindex=7\nthreaded=0\n"),
+            Some((7, "0".to_string()))
+        );
+        assert_eq!(parse_journal("threaded=0\n"), None);
+        assert_eq!(parse_journal("ifindex=7\n"), None);
+        assert_eq!(parse_journal("ifindex=x\nthreaded=0\n"), None);
+        assert_eq!(parse_journal("ifindex=7\nthreaded=\n"), None);
+    }
+
+    #[test]
+    fn foreign_interfaces_are_left_alone_by_default() {
+        // Loopback is no veth and no test-bed's: auto never touches it.
+        let idx = super::super::ifindex("lo").unwrap();
+        assert!(matches!(switch("lo", idx, NapiUse::Auto), Napi::Left(_)));
+        assert!(matches!(switch("lo", idx, NapiUse::Off), Napi::Left(_)));
+    }
+}
