@@ -14,6 +14,11 @@
 //! the interface, or [`super::cleanup`] (`recv --xdp-cleanup`), restores
 //! from it.
 //!
+//! The kernel thread runs at the priority the sender's and receiver's own
+//! threads take (`clock::raise_priority`): at the default it is the one
+//! the two spinning threads and any other load crowd out, and its ring
+//! (veth's 256 frames) then overflows at the sender.
+//!
 //! A veth has NAPI instances only while an XDP program is attached (or GRO
 //! is on), and the kernel refuses the write (EOPNOTSUPP) without one, so
 //! both switching and restoring happen while a program is attached.
@@ -77,29 +82,48 @@ fn netns_ino() -> std::io::Result<u64> {
     Ok(std::fs::metadata("/proc/self/ns/net")?.ino())
 }
 
-/// The name of this process's network namespace when it is a test-bed
-/// node's (`wb-<bed>-<node>` with `<bed>`'s state file present).
-fn testbed_netns(ino: u64) -> Option<String> {
-    let ours = std::fs::read_dir(NETNS_DIR)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .find(|e| {
-            e.file_name().to_string_lossy().starts_with("wb-")
-                && std::fs::metadata(e.path()).is_ok_and(|m| m.ino() == ino)
-        })?
-        .file_name()
-        .to_string_lossy()
-        .into_owned();
-    let beds = std::fs::read_dir(TESTBED_DIR).ok()?;
-    beds.filter_map(|e| e.ok())
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".json"))
-                .map(str::to_string)
+/// Whether `iface` of this process's network namespace (inode `ino`) is
+/// one a test-bed made: the namespace is a node's (`wb-<bed>-<node>` in
+/// `ip netns`), and `<bed>`'s state file lists `iface` among that node's
+/// interfaces. An interface someone else added to a node's namespace is
+/// not the test-bed's.
+fn testbed_iface(ino: u64, iface: &str) -> bool {
+    let Some(netns) = std::fs::read_dir(NETNS_DIR).ok().and_then(|d| {
+        d.filter_map(|e| e.ok()).find_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name.starts_with("wb-") && std::fs::metadata(e.path()).is_ok_and(|m| m.ino() == ino))
+                .then_some(name)
         })
-        .any(|bed| ours.starts_with(&format!("wb-{bed}-")))
-        .then_some(ours)
+    }) else {
+        return false;
+    };
+    let Ok(beds) = std::fs::read_dir(TESTBED_DIR) else {
+        return false;
+    };
+    beds.filter_map(|e| e.ok()).any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(bed) = name.strip_suffix(".json") else {
+            return false;
+        };
+        netns.starts_with(&format!("wb-{bed}-"))
+            && std::fs::read(e.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .is_some_and(|st| state_lists(&st, &netns, iface))
+    })
+}
+
+/// Whether a test-bed state document lists interface `iface` on the node
+/// whose namespace is `netns` (`plan.nodes[].netns`, `.ifaces[].name`).
+fn state_lists(st: &serde_json::Value, netns: &str, iface: &str) -> bool {
+    st["plan"]["nodes"].as_array().is_some_and(|nodes| {
+        nodes.iter().any(|n| {
+            n["netns"] == netns
+                && n["ifaces"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f["name"] == iface))
+        })
+    })
 }
 
 /// The journal of `iface` in the namespace `ino`.
@@ -165,6 +189,24 @@ pub(crate) fn stale(iface: &str) -> bool {
     netns_ino().is_ok_and(|ino| journal_path(ino, iface).exists())
 }
 
+/// The kernel threads of `iface`'s NAPI instances (`napi/<iface>-<id>`,
+/// the name cut to 15 bytes as the kernel cuts it). The name is not
+/// unique across namespaces, so the caller compares before and after
+/// creating its own.
+fn napi_threads(iface: &str) -> Vec<i32> {
+    let mut name = format!("napi/{iface}-").into_bytes();
+    name.truncate(15);
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with(&name))
+        })
+        .collect()
+}
+
 /// Switches `iface` (index `ifindex`, a program attached) to threaded
 /// NAPI as `mode` allows: [`NapiUse::Auto`] only on a test-bed's own
 /// veth, [`NapiUse::On`] on any interface. The setting found is
@@ -184,8 +226,7 @@ pub(crate) fn switch(iface: &str, ifindex: u32, mode: NapiUse) -> Napi {
                 }
                 Err(e) => return Napi::Left(e.to_string()),
             }
-            let owned = netns_ino().ok().and_then(testbed_netns);
-            if owned.is_none() {
+            if !netns_ino().is_ok_and(|ino| testbed_iface(ino, iface)) {
                 return Napi::Left(format!(
                     "{iface} is not a test-bed's (--xdp-napi on switches it all the same)"
                 ));
@@ -220,8 +261,16 @@ fn try_switch(iface: &str, ifindex: u32) -> Result<Napi, String> {
         original,
         journal,
     };
+    let before = napi_threads(iface);
     match std::fs::write(&t.sysfs, "1") {
-        Ok(()) => Ok(Napi::Switched { _restore: t }),
+        Ok(()) => {
+            for tid in napi_threads(iface) {
+                if !before.contains(&tid) {
+                    crate::clock::raise_priority_of(tid);
+                }
+            }
+            Ok(Napi::Switched { _restore: t })
+        }
         Err(e) => {
             let msg = format!("{}: {e}", t.sysfs.display());
             // Nothing changed: drop writes the same setting back and
@@ -246,6 +295,19 @@ mod tests {
         assert_eq!(parse_journal("ifindex=7\n"), None);
         assert_eq!(parse_journal("ifindex=x\nthreaded=0\n"), None);
         assert_eq!(parse_journal("ifindex=7\nthreaded=\n"), None);
+    }
+
+    #[test]
+    fn only_interfaces_a_state_file_lists_on_the_node_are_a_beds() {
+        let st = serde_json::json!({"plan": {"nodes": [
+            {"netns": "wb-t-a", "ifaces": [{"name": "eth0"}]},
+            {"netns": "wb-t-b", "ifaces": [{"name": "eth0"}, {"name": "eth1"}]}
+        ]}});
+        assert!(state_lists(&st, "wb-t-a", "eth0"));
+        assert!(state_lists(&st, "wb-t-b", "eth1"));
+        assert!(!state_lists(&st, "wb-t-a", "eth1"));
+        assert!(!state_lists(&st, "wb-t-c", "eth0"));
+        assert!(!state_lists(&serde_json::json!({}), "wb-t-a", "eth0"));
     }
 
     #[test]
