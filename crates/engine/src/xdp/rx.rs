@@ -293,6 +293,7 @@ pub fn sink(
     let give_up = mono_ns() + (wait_secs * 1e9) as u64;
     let mut started: Option<(u64, u64, u64)> = None;
     let mut received = 0u64;
+    let mut idle = 0u32;
     loop {
         let now = mono_ns();
         match started {
@@ -316,8 +317,18 @@ pub fn sink(
             got += n;
         }
         received += got as u64;
-        if got == 0 && action == Action::Drop {
+        if got > 0 {
+            idle = 0;
+        } else if action == Action::Drop {
             std::thread::sleep(std::time::Duration::from_millis(1));
+        } else if idle < SPINS {
+            // As the receiver does: with threaded NAPI the kernel thread
+            // filling the rings may share this CPU, and a sink that never
+            // sleeps takes its time.
+            idle += 1;
+            std::hint::spin_loop();
+        } else if let Some(s) = steer.socks.first() {
+            s.wait_rx(1);
         }
     }
     let (t0, m0, r0) = started.unwrap_or((mono_ns(), steer.matched(port), received));
