@@ -29,9 +29,18 @@ rate is also given as a share of the limit measured in the same
 repetition, since on a shared host absolute figures move with the load.
 For --xdp the sending host's drops (frames the veth driver refused,
 `sendto` EBUSY) and the receiving host's (AF_XDP ring drops) come from the
-result document. --rows picks rows (default: all). The test-bed
-(`wbxdpb`) and every process this script starts are removed at the end,
-also on Ctrl-C.
+result document. --rows picks rows (default: all).
+
+--napi picks threaded NAPI on b's eth0 for the XDP rows (drop, count,
+xdp, paced), as `recv --xdp-napi` and the sink's last argument: auto (the
+default, as O1's commands get it: switched on, since eth0 is a test-bed's
+own veth), off, or both, which runs every XDP row under each setting in
+turn within each repetition (interleaved) and prints both. The socket-path,
+iperf3 and D-ITG rows never attach a program, so the setting does not
+reach them (it is restored when each XDP run ends).
+
+The test-bed (--name, default `wbxdpb`) and every process this script
+starts are removed at the end, also on Ctrl-C.
 """
 
 import argparse
@@ -46,6 +55,12 @@ import time
 
 NAME = "wbxdpb"
 A, B = f"wb-{NAME}-a", f"wb-{NAME}-b"
+
+
+def set_name(name):
+    global NAME, A, B
+    NAME = name
+    A, B = f"wb-{NAME}-a", f"wb-{NAME}-b"
 DST4 = "10.0.1.2"
 SIZE = 64
 PROCS = []
@@ -111,11 +126,11 @@ def pin(cpu):
     return [] if cpu is None else ["taskset", "-c", str(cpu)]
 
 
-def path_limit(xdp_path, mode, secs, cpus):
+def path_limit(xdp_path, mode, secs, cpus, napi):
     """frames/s the XDP sink on b saw while a flooded (None on failure)."""
     sender_cpu, sink_cpu = cpus
     sink = start(ns(B, pin(sink_cpu) + [xdp_path, "sink", "eth0", "9000", mode,
-                                        str(secs)]))
+                                        str(secs), napi]))
     time.sleep(0.5)
     rc, out = run(ns(A, pin(sender_cpu) + [xdp_path, "flood", "eth0", "10.0.1.1:9001",
                                            f"{DST4}:9000", str(SIZE), str(secs + 1)]),
@@ -139,10 +154,10 @@ def path_limit(xdp_path, mode, secs, cpus):
     return None
 
 
-def wirebench(wb, port, args, secs, xdp):
+def wirebench(wb, port, args, secs, xdp, napi="auto"):
     """(delivered pps, loss, document) of one wirebench run (None on failure)."""
     rx = start(ns(B, [wb, "recv", "-q", "-p", str(port)]
-                  + (["--xdp", "eth0"] if xdp else ["--no-xdp"])))
+                  + (["--xdp", "eth0", "--xdp-napi", napi] if xdp else ["--no-xdp"])))
     time.sleep(0.8)
     out = tempfile.mktemp(prefix="wbxdp-", suffix=".json")
     argv = [wb, "send", "-a", DST4, "-4", "-p", str(port), "-c", str(SIZE),
@@ -216,6 +231,8 @@ def med(xs):
 
 
 ROWS = ("drop", "count", "xdp", "sock", "iperf3", "ditg", "paced")
+# Rows that attach b's XDP program, so threaded NAPI reaches them.
+XDP_ROWS = ("drop", "count", "xdp", "paced")
 
 
 def main():
@@ -228,14 +245,20 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--rows", default=",".join(ROWS),
                     help=f"comma-separated rows to measure, of {','.join(ROWS)}")
+    ap.add_argument("--napi", default="auto", choices=("auto", "off", "on", "both"),
+                    help="threaded NAPI on b's eth0 for the XDP rows (both: off and "
+                    "auto in turn in every repetition)")
+    ap.add_argument("--name", default=NAME, help="test-bed name")
     ap.add_argument("--sender-cpu", type=int, default=None,
                     help="CPU the path-limit flood is pinned to (default: the last; "
                     "the sink gets the one before it)")
     args = ap.parse_args()
+    set_name(args.name)
     want = set(args.rows.split(","))
     if not want <= set(ROWS):
         print(f"--rows: unknown {','.join(sorted(want - set(ROWS)))} (rows: {','.join(ROWS)})")
         return 2
+    settings = ["off", "auto"] if args.napi == "both" else [args.napi]
     ncpu = os.cpu_count() or 1
     sender_cpu = ncpu - 1 if args.sender_cpu is None else args.sender_cpu
     cpus = (sender_cpu, (sender_cpu - 1) % ncpu if ncpu > 1 else None)
@@ -252,12 +275,14 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = tempfile.mkdtemp(prefix="wbxdp-")
     load0 = loadavg()
-    rows = {k: [] for k in ("drop", "count", "xdp", "sock", "iperf3", "ditg")}
-    loss = {k: [] for k in ("xdp", "sock", "iperf3")}
+    # Per threaded-NAPI setting (XDP rows) or "" (the others).
+    rows = {(k, n): [] for n in settings for k in ("drop", "count", "xdp")}
+    rows.update({(k, ""): [] for k in ("sock", "iperf3", "ditg")})
+    loss = {k: [] for k in rows}
     # --xdp: (sending host drops, receiving host drops) per run
-    drops = []
-    of_limit = []
-    paced = {100000: [], 1000000: []}
+    drops = {n: [] for n in settings}
+    of_limit = {n: [] for n in settings}
+    paced = {(pps, n): [] for n in settings for pps in (100000, 1000000)}
     try:
         rc, out = run([wb, "testbed", "up", "direct", "--name", NAME], 120)
         if rc != 0:
@@ -268,93 +293,111 @@ def main():
         time.sleep(0.3)
         for rep in range(args.reps):
             log(f"xdp rep {rep + 1}/{args.reps}")
-            for mode in ("drop", "count"):
-                if mode in want:
-                    v = path_limit(xdp_path, mode, args.secs, cpus)
-                    rows[mode].append(v)
-                    log(f"  path limit ({mode}): {kpps(v)} kpps, load {loadavg():.2f}")
-            for key, xdp in (("xdp", True), ("sock", False)):
-                if key not in want:
-                    continue
-                r = wirebench(wb, 15490 + rep, ["--max"], args.secs, xdp)
-                rows[key].append(r and r[0])
-                loss[key].append(r and r[1])
-                if not r:
-                    continue
-                line = f"  {key}: {kpps(r[0])} kpps, loss {pctv(r[1])}"
-                if xdp:
-                    d = r[2]
-                    drops.append((d["total"]["sender_host_drops"],
-                                  d["receiver"]["rcvbuf_errors"]))
-                    line += f", drops: sender host {drops[-1][0]}, receiver host {drops[-1][1]}"
-                    lim = rows["drop"][-1] if rows["drop"] else None
-                    if lim:
-                        of_limit.append(r[0] / lim)
-                        line += f", {r[0] / lim:.2f} of this rep's limit"
-                log(line + f", load {loadavg():.2f}")
+            for napi in settings:
+                tag = f" [napi {napi}]" if len(settings) > 1 or napi != "auto" else ""
+                for mode in ("drop", "count"):
+                    if mode in want:
+                        v = path_limit(xdp_path, mode, args.secs, cpus, napi)
+                        rows[(mode, napi)].append(v)
+                        log(f"  path limit ({mode}){tag}: {kpps(v)} kpps, load {loadavg():.2f}")
+                if "xdp" in want:
+                    r = wirebench(wb, 15490 + rep, ["--max"], args.secs, True, napi)
+                    rows[("xdp", napi)].append(r and r[0])
+                    loss[("xdp", napi)].append(r and r[1])
+                    if r:
+                        d = r[2]
+                        drops[napi].append((d["total"]["sender_host_drops"],
+                                            d["receiver"]["rcvbuf_errors"]))
+                        line = (f"  xdp{tag}: {kpps(r[0])} kpps, loss {pctv(r[1])}, drops: "
+                                f"sender host {drops[napi][-1][0]}, receiver host "
+                                f"{drops[napi][-1][1]}")
+                        lim = rows[("drop", napi)][-1] if rows[("drop", napi)] else None
+                        if lim:
+                            of_limit[napi].append(r[0] / lim)
+                            line += f", {r[0] / lim:.2f} of this rep's limit"
+                        log(line + f" ({d['receiver']['host']['rx_timestamps']}), "
+                            f"load {loadavg():.2f}")
+                for pps in (100000, 1000000) if "paced" in want else ():
+                    r = wirebench(wb, 15495 + rep, ["-C", str(pps)], args.secs, True, napi)
+                    if r:
+                        s = r[2]["flows"][0]["sent"]
+                        paced[(pps, napi)].append(((s["rate_pps"] - pps) / pps,
+                                                   s["schedule_error_s"]["p99"],
+                                                   r[1]))
+                        lim = rows[("drop", napi)][-1] if rows[("drop", napi)] else None
+                        e, p99, l = paced[(pps, napi)][-1]
+                        log(f"  paced {pps / 1e3:.0f} kpps{tag}: rate error {e * 100:+.3f} %, "
+                            f"schedule error p99 {p99 * 1e6:.0f} us, loss {l * 100:.2f} %, "
+                            f"this rep's limit {kpps(lim)} kpps, load {loadavg():.2f}")
+            if "sock" in want:
+                r = wirebench(wb, 15480 + rep, ["--max"], args.secs, False)
+                rows[("sock", "")].append(r and r[0])
+                loss[("sock", "")].append(r and r[1])
+                if r:
+                    log(f"  sock: {kpps(r[0])} kpps, loss {pctv(r[1])}, load {loadavg():.2f}")
             if "iperf3" in want:
                 r = iperf3(args.secs)
-                rows["iperf3"].append(r and r[0])
-                loss["iperf3"].append(r and r[1])
+                rows[("iperf3", "")].append(r and r[0])
+                loss[("iperf3", "")].append(r and r[1])
                 log(f"  iperf3: {kpps(r and r[0])} kpps, load {loadavg():.2f}")
             if "ditg" in want:
                 r = ditg(args.secs, workdir)
-                rows["ditg"].append(r and r[0])
+                rows[("ditg", "")].append(r and r[0])
                 log(f"  D-ITG: {kpps(r and r[0])} kpps, load {loadavg():.2f}")
-            for pps in paced if "paced" in want else ():
-                r = wirebench(wb, 15495 + rep, ["-C", str(pps)], args.secs, True)
-                if r:
-                    s = r[2]["flows"][0]["sent"]
-                    paced[pps].append(((s["rate_pps"] - pps) / pps,
-                                       s["schedule_error_s"]["p99"],
-                                       r[1]))
-                    lim = rows["drop"][-1] if rows["drop"] else None
-                    log(f"  paced {pps / 1e3:.0f} kpps: rate error {paced[pps][-1][0] * 100:+.3f} %, "
-                        f"schedule error p99 {paced[pps][-1][1] * 1e6:.0f} us, loss "
-                        f"{r[1] * 100:.2f} %, this rep's limit {kpps(lim)} kpps, "
-                        f"load {loadavg():.2f}")
     finally:
         cleanup(wb)
     load1 = loadavg()
-    limit = med(rows["drop"])
     print(f"\n64 B UDP on the direct test-bed (veth), medians of {args.reps}, "
           f"{args.secs:g} s runs; load average {load0:.2f} -> {load1:.2f}; "
           f"path-limit flood on CPU {cpus[0]}, sink on CPU {cpus[1]}")
-    print(f"{'row':34} {'kpps':>7} {'loss':>9} {'of limit':>9}")
+    print(f"{'row':46} {'kpps':>7} {'loss':>9} {'of limit':>9}")
     names = [("drop", "path limit (XDP drop on b)"),
              ("count", "path limit (AF_XDP rx on b)"),
              ("xdp", "wirebench --xdp --max"),
              ("sock", "wirebench socket path --max"),
              ("iperf3", "iperf3 -u -b 0 -l 64"),
              ("ditg", "D-ITG -C 2000000 -c 64")]
-    for k, label in names:
-        v = med(rows[k])
-        of = "-" if v is None or not limit else f"{v / limit:.2f}"
-        print(f"{label:34} {kpps(v):>7} {pctv(med(loss.get(k, []))):>9} {of:>9}")
-    x, s, i = med(rows["xdp"]), med(rows["sock"]), med(rows["iperf3"])
-    if of_limit:
-        print(f"--xdp / XDP-drop limit of the same repetition: median {med(of_limit):.2f} "
-              f"({', '.join(f'{v:.2f}' for v in of_limit)})")
-    if drops:
-        print(f"--xdp drops per run (sender host, receiver host): "
-              f"{', '.join(f'{a}/{b}' for a, b in drops)}")
-    if x and s:
-        print(f"--xdp / socket path: {x / s:.2f}")
-    if x and i:
-        print(f"--xdp / iperf3: {x / i:.2f}")
-    for pps, rs in paced.items():
-        if rs:
-            err, p99 = med([r[0] for r in rs]), med([r[1] for r in rs])
-            ok = abs(err) <= 0.001 and p99 < 50e-6
-            print(f"paced --xdp {pps / 1e3:.0f} kpps: rate error {err * 100:+.3f} %, "
-                  f"schedule error p99 {p99 * 1e6:.0f} us, loss "
-                  f"{med([r[2] for r in rs]) * 100:.2f} % (goal +-0.1 % and < 50 us: "
-                  f"{'met' if ok else 'not met'}; load {load0:.2f} -> {load1:.2f})")
+    for napi in settings:
+        limit = med(rows[("drop", napi)])
+        for k, label in names:
+            key = (k, napi) if k in XDP_ROWS else (k, "")
+            if key[1] == "" and napi != settings[-1]:
+                continue
+            v = med(rows[key])
+            if key[1]:
+                label += f", napi {napi}"
+            of = "-" if v is None or not limit else f"{v / limit:.2f}"
+            print(f"{label:46} {kpps(v):>7} {pctv(med(loss.get(key, []))):>9} {of:>9}")
+    for napi in settings:
+        x = med(rows[("xdp", napi)])
+        s, i = med(rows[("sock", "")]), med(rows[("iperf3", "")])
+        if of_limit[napi]:
+            print(f"napi {napi}: --xdp / XDP-drop limit of the same repetition: median "
+                  f"{med(of_limit[napi]):.2f} ({', '.join(f'{v:.2f}' for v in of_limit[napi])})")
+        if drops[napi]:
+            print(f"napi {napi}: --xdp drops per run (sender host, receiver host): "
+                  f"{', '.join(f'{a}/{b}' for a, b in drops[napi])}")
+        if x and s:
+            print(f"napi {napi}: --xdp / socket path: {x / s:.2f}")
+        if x and i:
+            print(f"napi {napi}: --xdp / iperf3: {x / i:.2f}")
+        for pps in (100000, 1000000):
+            rs = paced[(pps, napi)]
+            if rs:
+                err, p99 = med([r[0] for r in rs]), med([r[1] for r in rs])
+                ok = abs(err) <= 0.001 and p99 < 50e-6
+                print(f"napi {napi}: paced --xdp {pps / 1e3:.0f} kpps: rate error "
+                      f"{err * 100:+.3f} %, schedule error p99 {p99 * 1e6:.0f} us, loss "
+                      f"{med([r[2] for r in rs]) * 100:.2f} % (goal +-0.1 % and < 50 us: "
+                      f"{'met' if ok else 'not met'}; load {load0:.2f} -> {load1:.2f})")
     if args.json:
+        def keyed(d):
+            return {f"{k[0]}/{k[1]}" if isinstance(k, tuple) else str(k): v
+                    for k, v in d.items()}
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "loss": loss, "of_limit": of_limit, "drops": drops,
-                       "paced": {str(k): v for k, v in paced.items()},
-                       "load": [load0, load1]}, f, indent=1)
+            json.dump({"rows": keyed(rows), "loss": keyed(loss), "of_limit": of_limit,
+                       "drops": drops, "paced": keyed(paced), "load": [load0, load1]},
+                      f, indent=1)
     return 0
 
 

@@ -2,7 +2,10 @@
 //! session sent and received by XDP delivers every probe over IPv4 and
 //! IPv6 and writes a valid document that says which path and timestamps it
 //! used; SIGKILL of either end leaves no XDP program on the interface and
-//! no AF_XDP socket behind (the namespace's count in /proc/net/protocols). Runs are short (a second of traffic at most).
+//! no AF_XDP socket behind (the namespace's count in /proc/net/protocols);
+//! threaded NAPI is switched on the bed's own veth only and put back
+//! after every ending, SIGKILL included (by `recv --xdp-cleanup`). Runs
+//! are short (a second of traffic at most).
 #![cfg(target_os = "linux")]
 
 use serde_json::Value;
@@ -255,21 +258,144 @@ fn sigkill_of_either_end_leaves_no_xdp_program_or_socket() {
         "AF_XDP socket left in b"
     );
     // Nothing for --xdp-cleanup to find either.
+    assert!(xdp_cleanup_in_b().contains("0 wirebench XDP program"));
+}
+
+/// What `recv --xdp eth0 --xdp-cleanup` in b says (it must succeed).
+fn xdp_cleanup_in_b() -> String {
     let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns("b"),
-            BIN,
-            "recv",
-            "--xdp",
-            "eth0",
-            "--xdp-cleanup",
-        ])
+        .args(["netns", "exec", &ns("b"), BIN, "recv", "--xdp", "eth0"])
+        .arg("--xdp-cleanup")
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("0 wirebench XDP program"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A `recv -q ARGS` in NODE, listening when `start` returns; killed on
+/// drop.
+struct Recv(Child);
+
+impl Recv {
+    fn start(node: &str, args: &[&str]) -> Recv {
+        let c = Command::new("ip")
+            .args(["netns", "exec", &ns(node), BIN, "recv", "-q"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let r = Recv(c);
+        let port = args.iter().skip_while(|a| **a != "-p").nth(1).unwrap();
+        assert!(eventually(
+            || in_node(node, &["ss", "-Htln"]).contains(&format!(":{port}"))
+        ));
+        r
+    }
+}
+
+impl Drop for Recv {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// NODE's `threaded` setting of IFACE ("0", "1").
+fn threaded(node: &str, iface: &str) -> String {
+    in_node(node, &["cat", &format!("/sys/class/net/{iface}/threaded")])
+        .trim()
+        .to_string()
+}
+
+/// A veth pair the test-bed did not make, between a (`xdf1`, 10.77.0.1)
+/// and b (`xdf0`, 10.77.0.2): gone on drop (and with the namespaces).
+struct Foreign;
+
+impl Foreign {
+    fn add() -> Foreign {
+        for cmd in [
+            &[
+                "ip", "link", "add", "xdf0", "type", "veth", "peer", "name", "xdf1",
+            ][..],
+            &["ip", "link", "set", "xdf1", "netns", &ns("a")],
+            &["ip", "addr", "add", "10.77.0.2/24", "dev", "xdf0"],
+            &["ip", "link", "set", "xdf0", "up"],
+        ] {
+            in_node("b", cmd);
+        }
+        in_node("a", &["ip", "addr", "add", "10.77.0.1/24", "dev", "xdf1"]);
+        in_node("a", &["ip", "link", "set", "xdf1", "up"]);
+        Foreign
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        in_node("b", &["ip", "link", "del", "xdf0"]);
+    }
+}
+
+#[test]
+fn threaded_napi_is_switched_on_the_beds_veth_only_and_put_back_after_sigkill() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    let mut bed = Bed::up();
+    assert_eq!(threaded("b", "eth0"), "0");
+    // A session: threaded while it runs, the document says so, and the
+    // setting is back when it ends.
+    let v = doc(
+        &bed,
+        "10.0.1.2",
+        &["--xdp", "eth0", "-C", "20000", "-c", "64", "-z", "4000"],
+    );
+    let (_, rx) = paths(&v);
+    assert!(rx.contains("threaded NAPI"), "{rx}");
+    assert_eq!(v["flows"][0]["received"]["packets"], 4000);
+    assert!(eventually(|| threaded("b", "eth0") == "0"), "not put back");
+    // SIGKILL of the receiver mid-session: the switch outlives it (the
+    // kernel keeps the setting), `recv --xdp-cleanup` puts it back.
+    let mut sender = bed.send("10.0.1.2", &["-C", "1000", "-c", "64", "-t", "20000"]);
+    let switched = eventually(|| xdp_attached("b") && threaded("b", "eth0") == "1");
+    let recv = bed.recv.as_mut().unwrap();
+    recv.kill().unwrap();
+    let _ = recv.wait();
+    bed.recv = None;
+    sender.kill().unwrap();
+    let _ = sender.wait();
+    assert!(switched, "threaded NAPI not switched on mid-session");
+    assert!(eventually(|| !xdp_attached("b")));
+    assert_eq!(
+        threaded("b", "eth0"),
+        "1",
+        "the kill left nothing to restore"
+    );
+    let said = xdp_cleanup_in_b();
+    assert!(said.contains("threaded NAPI setting restored"), "{said}");
+    assert_eq!(threaded("b", "eth0"), "0");
+    assert!(!xdp_attached("b"), "cleanup left its program");
+    // Nothing left to restore the second time.
+    let said = xdp_cleanup_in_b();
+    assert!(!said.contains("restored"), "{said}");
+    // An interface the bed did not make, in the bed's own namespace: left
+    // alone.
+    let _foreign = Foreign::add();
+    let _other = Recv::start("b", &["-p", PORT, "--xdp", "xdf0"]);
+    let v = doc(
+        &bed,
+        "10.77.0.2",
+        &["--xdp", "xdf1", "-C", "20000", "-c", "64", "-z", "2000"],
+    );
+    let (_, rx) = paths(&v);
+    assert!(
+        rx.starts_with("af_xdp ring pick-up") && !rx.contains("threaded"),
+        "{rx}"
+    );
+    assert_eq!(v["flows"][0]["received"]["packets"], 2000);
+    assert_eq!(threaded("b", "xdf0"), "0");
 }
 
 /// Runs `send -a DEST ARGS` from a and returns its document (the run
@@ -357,37 +483,20 @@ fn xdp_auto_takes_the_path_at_both_ends_where_it_can_and_a_plain_send_does_not()
     }
     // A shaping qdisc on the sender's interface: AF_XDP would skip it, so
     // the sender keeps to the socket path.
-    let tc = |op: &str| {
-        let mut a = vec!["tc", "qdisc", op, "dev", "eth0", "root"];
-        if op == "add" {
-            a.extend(["tbf", "rate", "1gbit", "burst", "64kb", "latency", "50ms"]);
-        }
-        in_node("a", &a);
+    // (The bed's own root qdisc is pfifo_fast, one of the defaults.)
+    let tc = |q: &[&str]| {
+        in_node(
+            "a",
+            &[&["tc", "qdisc", "replace", "dev", "eth0", "root"], q].concat(),
+        );
     };
-    tc("add");
+    tc(&["tbf", "rate", "1gbit", "burst", "64kb", "latency", "50ms"]);
     let v = doc(&bed, "10.0.1.2", &paced);
-    tc("del");
+    tc(&["pfifo_fast"]);
     socket_path_because(&v, "eth0 has a tbf qdisc", 6000);
     // Loopback: the kernel drops IPv4 frames sent past the socket layer,
     // so the socket path runs and says so.
-    let lo = Command::new("ip")
-        .args(["netns", "exec", &ns("a"), BIN, "recv", "-q", "-p", PORT])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    struct Kill(Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _lo = Kill(lo);
-    assert!(eventually(
-        || in_node("a", &["ss", "-Htln"]).contains(&format!(":{PORT}"))
-    ));
+    let _lo = Recv::start("a", &["-p", PORT]);
     let v = doc(
         &bed,
         "127.0.0.1",

@@ -4,8 +4,10 @@
 //!
 //! ```text
 //! xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS   (frames sent)
-//! xdp_path sink IFACE PORT drop|count SECS                 (frames/s seen)
+//! xdp_path sink IFACE PORT drop|count SECS [auto|on|off]   (frames/s seen)
 //! ```
+//! The sink's last argument is threaded NAPI on IFACE, as `recv
+//! --xdp-napi` (default auto: switched on a test-bed's own veth).
 //! The flood's destination MAC is the neighbour entry of DST_IP on IFACE
 //! (ping it first). Linux only; needs root.
 
@@ -16,7 +18,7 @@ fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || {
         eprintln!(
-            "usage: xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS\n       xdp_path sink IFACE PORT drop|count SECS"
+            "usage: xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS\n       xdp_path sink IFACE PORT drop|count SECS [auto|on|off]"
         );
         ExitCode::from(2)
     };
@@ -65,7 +67,13 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
-        ["sink", iface, port, action, secs] => {
+        ["sink", iface, port, action, secs, napi @ ..] if napi.len() <= 1 => {
+            let napi = match napi.first().copied().unwrap_or("auto") {
+                "auto" => wirebench_engine::NapiUse::Auto,
+                "on" => wirebench_engine::NapiUse::On,
+                "off" => wirebench_engine::NapiUse::Off,
+                _ => return usage(),
+            };
             let action = match *action {
                 "drop" => xdp::Action::Drop,
                 "count" => xdp::Action::Redirect,
@@ -74,7 +82,7 @@ fn main() -> std::process::ExitCode {
             let (Ok(port), Some(secs)) = (port.parse::<u16>(), num(secs)) else {
                 return usage();
             };
-            match xdp::sink(iface, port, action, secs, 10.0) {
+            match xdp::sink(iface, port, action, napi, secs, 10.0) {
                 Ok(c) => {
                     let rate = |n: u64| n as f64 / c.secs.max(1e-9);
                     println!(

@@ -151,6 +151,20 @@ pub enum XdpUse {
     Iface(String),
 }
 
+/// Whether the AF_XDP receiver switches its interface to threaded NAPI
+/// while a session holds it (Linux; docs/engine.md, "Threaded NAPI").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NapiUse {
+    /// Never (the library's default: an embedding program's interfaces
+    /// keep their settings).
+    #[default]
+    Off,
+    /// On a test-bed's own veth only (`recv`'s default).
+    Auto,
+    /// On any interface the receiver listens on (`--xdp-napi on`).
+    On,
+}
+
 /// A [`SessionPlan`] that passed [`SessionPlan::check`]: what
 /// [`crate::send::run_checked`] and [`crate::run_many`] take, so nothing
 /// downstream checks it again. Read-only: a change would need a new check.

@@ -141,6 +141,9 @@ pub struct DaemonConfig {
     /// Whether a session's UDP flow may arrive by the AF_XDP path (Linux;
     /// docs/engine.md, "AF_XDP path").
     pub xdp: crate::XdpUse,
+    /// Whether the AF_XDP receiver switches its interface to threaded
+    /// NAPI while a session holds it (docs/engine.md, "Threaded NAPI").
+    pub xdp_napi: crate::NapiUse,
 }
 
 impl Default for DaemonConfig {
@@ -163,6 +166,7 @@ impl Default for DaemonConfig {
             peer_share_pct: budget::PEER_SHARE_PCT,
             live_intervals: true,
             xdp: crate::XdpUse::Off,
+            xdp_napi: crate::NapiUse::Off,
         }
     }
 }
@@ -663,7 +667,14 @@ fn session(
         }
     }
     #[cfg(target_os = "linux")]
-    let (udp, xdp) = crate::xdp::rx::take(&cfg.xdp, xdp_asked, local_ip, udp, &mut flows.1);
+    let (udp, xdp) = crate::xdp::rx::take(
+        &cfg.xdp,
+        cfg.xdp_napi,
+        xdp_asked,
+        local_ip,
+        udp,
+        &mut flows.1,
+    );
     #[cfg(not(target_os = "linux"))]
     let _ = xdp_asked;
     #[cfg(target_os = "linux")]

@@ -158,13 +158,37 @@ pub struct Args {
     #[arg(long = "no-xdp")]
     pub no_xdp: bool,
     /// Detach any wirebench XDP program still held on the --xdp interface
-    /// (by a hung wirebench), print how many, and exit.
+    /// (by a hung wirebench), put back the threaded-NAPI setting a killed
+    /// receiver left on it, say what was undone, and exit. `recv --xdp
+    /// IFACE` does the same when it starts.
     #[arg(long = "xdp-cleanup", requires = "xdp")]
     pub xdp_cleanup: bool,
+    /// Threaded NAPI on the receiving interface while an XDP session holds
+    /// it (Linux): veth runs the receive half (XDP program, copy into the
+    /// AF_XDP rings) in the sender's own transmit call, on the sender's
+    /// CPU; threaded, it runs in a kernel thread on another CPU. auto: only
+    /// on a test-bed's own veth (`testbed exec`); on: on any interface;
+    /// off: never. The setting found is journalled and put back when the
+    /// session ends, and by the next start or --xdp-cleanup after a
+    /// SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran
+    /// so. docs/engine.md, "Threaded NAPI".
+    #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "auto")]
+    pub xdp_napi: NapiArg,
     /// Answer senders like a receiver from before live intervals (tests of
     /// the sender's fallback only).
     #[arg(long = "no-live-intervals", hide = true)]
     pub no_live_intervals: bool,
+}
+
+/// `--xdp-napi`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum NapiArg {
+    /// Only on a test-bed's own veth.
+    Auto,
+    /// On any interface.
+    On,
+    /// Never.
+    Off,
 }
 
 const BUDGETS: &str = "Budgets (per session and over all sessions at once)";
@@ -284,9 +308,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Err(bad_input("--iperf3: the port must be 1..65535"));
     }
     if let Some(iface) = &args.xdp {
-        let removed = xdp_cleanup(iface)?;
+        let (removed, napi) = xdp_cleanup(iface)?;
         if args.xdp_cleanup {
-            println!("{iface}: {removed} wirebench XDP program(s) detached");
+            println!(
+                "{iface}: {removed} wirebench XDP program(s) detached{}",
+                if napi {
+                    ", threaded NAPI setting restored"
+                } else {
+                    ""
+                }
+            );
             return Ok(());
         }
     }
@@ -319,6 +350,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             (Some(i), _) => XdpUse::Iface(i.clone()),
             (None, true) => XdpUse::Off,
             (None, false) => XdpUse::Auto,
+        },
+        xdp_napi: match args.xdp_napi {
+            NapiArg::Auto => wirebench_engine::NapiUse::Auto,
+            NapiArg::On => wirebench_engine::NapiUse::On,
+            NapiArg::Off => wirebench_engine::NapiUse::Off,
         },
         ..DaemonConfig::default()
     })
@@ -388,15 +424,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Detaches what a hung wirebench left on `iface` (a killed one leaves
-/// nothing: its BPF link died with it); a missing interface is bad input.
+/// Detaches what a hung wirebench left on `iface` (a killed one leaves no
+/// program: its BPF link died with it) and restores a threaded-NAPI
+/// switch a killed one left: (programs detached, NAPI restored). A
+/// missing interface is bad input.
 #[cfg(target_os = "linux")]
-fn xdp_cleanup(iface: &str) -> anyhow::Result<usize> {
+fn xdp_cleanup(iface: &str) -> anyhow::Result<(usize, bool)> {
     wirebench_engine::xdp::ifindex(iface).map_err(|e| bad_input(format!("--xdp: {e}")))?;
-    Ok(wirebench_engine::xdp::cleanup(iface)?)
+    let c = wirebench_engine::xdp::cleanup(iface)?;
+    Ok((c.programs, c.napi_restored))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn xdp_cleanup(_iface: &str) -> anyhow::Result<usize> {
+fn xdp_cleanup(_iface: &str) -> anyhow::Result<(usize, bool)> {
     Err(bad_input("--xdp: AF_XDP is Linux only"))
 }

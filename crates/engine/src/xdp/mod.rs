@@ -12,6 +12,7 @@
 //! "AF_XDP path".
 
 pub(crate) mod frame;
+mod napi;
 mod prog;
 pub(crate) mod rx;
 mod sys;
@@ -23,6 +24,7 @@ pub use rx::{sink, SinkCount};
 pub use sys::XskStats;
 pub use tx::flood;
 
+use crate::plan::NapiUse;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,6 +130,9 @@ fn rx_queues(iface: &str) -> u32 {
 /// The XDP program on an interface steering the registered UDP ports to
 /// AF_XDP sockets (one per receive queue), or dropping them.
 pub struct Steer {
+    // Restored while the program is still attached (the switch needs
+    // the veth's NAPI instances, which live as long as the program).
+    napi: napi::Napi,
     socks: Vec<sys::Xsk>,
     /// UMEM frames of each socket.
     rx_frames: u32,
@@ -143,8 +148,15 @@ pub struct Steer {
 impl Steer {
     /// Loads the program for `ports` on `iface`, native XDP where the
     /// driver has it, else generic; with [`Action::Redirect`] an AF_XDP
-    /// socket per receive queue.
-    pub fn open(iface: &str, ports: &[u16], action: Action) -> Result<Steer, XdpError> {
+    /// socket per receive queue. Then restores the interface's NAPI
+    /// setting from a journal a killed receiver left, and switches it to
+    /// threaded NAPI as `napi` allows (docs/engine.md, "Threaded NAPI").
+    pub fn open(
+        iface: &str,
+        ports: &[u16],
+        action: Action,
+        napi: NapiUse,
+    ) -> Result<Steer, XdpError> {
         let idx = ifindex(iface)?;
         let port_map = sys::map_create(sys::MAP_ARRAY, 4, 8, 65536, "wb_ports")
             .map_err(kernel("BPF port map"))?;
@@ -195,7 +207,15 @@ impl Steer {
                 "generic",
             ),
         };
+        // The link is ours alone (an interface takes one XDP link), so a
+        // journal found now is a dead receiver's; one that cannot be
+        // restored stays for `cleanup` to report.
+        let napi = match napi::restore_stale(iface, idx) {
+            Ok(_) => napi::switch(iface, idx, napi),
+            Err(why) => napi::Napi::Left(why),
+        };
         Ok(Steer {
+            napi,
             rx_frames: rx_frames(queues),
             socks,
             ports: port_map,
@@ -215,11 +235,26 @@ impl Steer {
         }
     }
 
-    /// "native XDP, copy mode" and the like, for the result document.
+    /// "native XDP, AF_XDP copy mode, threaded NAPI" and the like, for
+    /// the result document.
     pub fn describe(&self) -> String {
-        match self.socks.first() {
+        let mut d = match self.socks.first() {
             Some(s) => format!("{} XDP, AF_XDP {} mode", self.attach, mode_name(s.mode)),
             None => format!("{} XDP", self.attach),
+        };
+        if let Some(n) = self.napi.describe() {
+            d.push_str(", ");
+            d.push_str(&n);
+        }
+        d
+    }
+
+    /// Why the interface was left without threaded NAPI (None: it runs
+    /// threaded).
+    pub fn napi_left(&self) -> Option<&str> {
+        match &self.napi {
+            napi::Napi::Left(why) => Some(why),
+            _ => None,
         }
     }
 
@@ -477,10 +512,23 @@ pub(crate) fn no_shaping(iface: &str, egress: bool) -> Result<(), String> {
     }
 }
 
+/// What [`cleanup`] found and undid on an interface.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cleaned {
+    /// wirebench XDP programs detached (held by a hung wirebench).
+    pub programs: usize,
+    /// Whether a threaded-NAPI switch a killed receiver left was undone.
+    pub napi_restored: bool,
+}
+
 /// Detaches every wirebench XDP program from `iface` that a link still
-/// holds (a process that hangs on to one); returns how many. Links die
-/// with their last descriptor, so after a crash or SIGKILL there are none.
-pub fn cleanup(iface: &str) -> Result<usize, XdpError> {
+/// holds (a process that hangs on to one), then restores the interface's
+/// NAPI setting from a journal a killed receiver left. Links die with
+/// their last descriptor, so after a crash or SIGKILL there are none, but
+/// the NAPI switch outlives its process: restoring needs the veth's NAPI
+/// instances, so a pass-everything program is attached for the moment it
+/// takes.
+pub fn cleanup(iface: &str) -> Result<Cleaned, XdpError> {
     let idx = ifindex(iface)?;
     let mut n = 0;
     for l in sys::xdp_links().map_err(kernel("BPF link list"))? {
@@ -489,7 +537,57 @@ pub fn cleanup(iface: &str) -> Result<usize, XdpError> {
             n += 1;
         }
     }
-    Ok(n)
+    let napi_restored = napi::stale(iface);
+    if napi_restored {
+        // No ports: the program passes every frame on to the kernel.
+        let s = Steer::open(iface, &[], Action::Drop, NapiUse::Off)?;
+        let why = s.napi_left().map(str::to_string);
+        drop(s);
+        if napi::stale(iface) {
+            return Err(XdpError::Unsupported(format!(
+                "{iface}: the threaded-NAPI setting a killed receiver left could not be restored: {}",
+                why.unwrap_or_default()
+            )));
+        }
+    }
+    Ok(Cleaned {
+        programs: n,
+        napi_restored,
+    })
+}
+
+/// The kind of link `ifindex` is ("veth", "bridge", …; None for a
+/// device without one, such as a physical NIC or loopback), from its
+/// RTM_GETLINK entry.
+fn link_kind(ifindex: u32) -> Result<Option<String>, XdpError> {
+    const RTM_NEWLINK: u16 = 16;
+    const RTM_GETLINK: u16 = 18;
+    const IFLA_LINKINFO: u16 = 18;
+    const IFLA_INFO_KIND: u16 = 1;
+    const NLA_TYPE_MASK: u16 = 0x3fff;
+    // nlmsghdr (16) + ifinfomsg (16), family AF_UNSPEC.
+    let req = dump_request::<32>(RTM_GETLINK);
+    let mut kind = None;
+    sys::netlink_dump(&req, |ty, m| {
+        if ty != RTM_NEWLINK || m.len() < 16 {
+            return;
+        }
+        if u32::from_ne_bytes([m[4], m[5], m[6], m[7]]) != ifindex {
+            return;
+        }
+        each_attr(&m[16..], |ty, v| {
+            if ty & NLA_TYPE_MASK == IFLA_LINKINFO {
+                each_attr(v, |ty, v| {
+                    if ty & NLA_TYPE_MASK == IFLA_INFO_KIND {
+                        let k = v.split(|&b| b == 0).next().unwrap_or_default();
+                        kind = Some(String::from_utf8_lossy(k).into_owned());
+                    }
+                });
+            }
+        });
+    })
+    .map_err(kernel("link list"))?;
+    Ok(kind)
 }
 
 /// Whether any wirebench XDP program is attached to `iface` (tests).
@@ -520,6 +618,13 @@ mod tests {
                 "{q} queues: {f}"
             );
         }
+    }
+
+    #[test]
+    fn link_kinds_come_from_the_link_table() {
+        let lo = ifindex("lo").unwrap();
+        assert_eq!(link_kind(lo).unwrap(), None);
+        assert_eq!(link_kind(u32::MAX).unwrap(), None);
     }
 
     #[test]

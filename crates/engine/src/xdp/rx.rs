@@ -13,7 +13,7 @@ use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack};
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{unmap, Worker, WorkerOutcome, POLL_MS};
 use crate::transport::udp::rx::UdpFlow;
-use crate::XdpUse;
+use crate::{NapiUse, XdpUse};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -98,6 +98,7 @@ fn iface_for(mode: &XdpUse, asked: bool, local_ip: IpAddr) -> Option<Result<Stri
 /// Err(why not) when it was tried and not taken.
 pub(crate) fn take(
     mode: &XdpUse,
+    napi: NapiUse,
     asked: bool,
     local_ip: IpAddr,
     mut udp: UdpFlows,
@@ -134,7 +135,7 @@ pub(crate) fn take(
         },
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
-    let steer = match Steer::open(iface, &[port], Action::Redirect) {
+    let steer = match Steer::open(iface, &[port], Action::Redirect, napi) {
         Ok(s) => s,
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
@@ -276,20 +277,23 @@ pub struct SinkCount {
 /// The path-limit measurement's receiving end: counts the frames to UDP
 /// `port` on `iface` for `secs` seconds from the first one, dropping them
 /// in the XDP program ([`Action::Drop`]) or taking them off the AF_XDP
-/// rings ([`Action::Redirect`]). Gives up after `wait_secs` without a frame.
+/// rings ([`Action::Redirect`]), with threaded NAPI as `napi` allows (as a
+/// receiver would). Gives up after `wait_secs` without a frame.
 pub fn sink(
     iface: &str,
     port: u16,
     action: Action,
+    napi: NapiUse,
     secs: f64,
     wait_secs: f64,
 ) -> Result<SinkCount, super::XdpError> {
     crate::clock::raise_priority();
-    let mut steer = Steer::open(iface, &[port], action)?;
+    let mut steer = Steer::open(iface, &[port], action, napi)?;
     let (mut descs, mut back) = prime(&mut steer);
     let give_up = mono_ns() + (wait_secs * 1e9) as u64;
     let mut started: Option<(u64, u64, u64)> = None;
     let mut received = 0u64;
+    let mut idle = 0u32;
     loop {
         let now = mono_ns();
         match started {
@@ -313,8 +317,18 @@ pub fn sink(
             got += n;
         }
         received += got as u64;
-        if got == 0 && action == Action::Drop {
+        if got > 0 {
+            idle = 0;
+        } else if action == Action::Drop {
             std::thread::sleep(std::time::Duration::from_millis(1));
+        } else if idle < SPINS {
+            // As the receiver does: with threaded NAPI the kernel thread
+            // filling the rings may share this CPU, and a sink that never
+            // sleeps takes its time.
+            idle += 1;
+            std::hint::spin_loop();
+        } else if let Some(s) = steer.socks.first() {
+            s.wait_rx(1);
         }
     }
     let (t0, m0, r0) = started.unwrap_or((mono_ns(), steer.matched(port), received));

@@ -1,0 +1,320 @@
+//! Threaded NAPI on the interface the AF_XDP receiver listens on: owns
+//! the switch (`/sys/class/net/IFACE/threaded`), the journal that records
+//! the interface's own setting before it is changed, and putting that
+//! setting back.
+//!
+//! Why: veth runs its peer's receive (the XDP program and, for AF_XDP in
+//! copy mode, the copy into the UMEM) in the softirq of the sender's own
+//! transmit, on the sender's CPU; with threaded NAPI that half runs in a
+//! kernel thread the scheduler can put on another CPU. The switch is a
+//! setting of the interface, so by default it is made only on a test-bed's
+//! own veth (a namespace `wb-<bed>-<node>` of a test-bed with a state file),
+//! always journalled first, and undone when the session's [`super::Steer`]
+//! drops. A SIGKILL leaves the journal behind; the next [`super::Steer`] on
+//! the interface, or [`super::cleanup`] (`recv --xdp-cleanup`), restores
+//! from it.
+//!
+//! The kernel thread runs at the priority the sender's and receiver's own
+//! threads take (`clock::raise_priority`): at the default it is the one
+//! the two spinning threads and any other load crowd out, and its ring
+//! (veth's 256 frames) then overflows at the sender.
+//!
+//! A veth has NAPI instances only while an XDP program is attached (or GRO
+//! is on), and the kernel refuses the write (EOPNOTSUPP) without one, so
+//! both switching and restoring happen while a program is attached.
+
+use crate::plan::NapiUse;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+/// Where the journals live, one file per (network namespace, interface).
+const JOURNAL_DIR: &str = "/run/wirebench/xdp-napi";
+/// Where `ip netns` keeps its namespace handles.
+const NETNS_DIR: &str = "/run/netns";
+/// Where the test-beds keep their state files (`<bed>.json`).
+const TESTBED_DIR: &str = "/run/wirebench";
+
+/// What the receiver did about threaded NAPI on its interface.
+#[derive(Debug)]
+pub(crate) enum Napi {
+    /// Switched on here; restored when this value drops.
+    Switched {
+        /// Held for its `Drop`.
+        _restore: Threaded,
+    },
+    /// Already threaded by its owner: used as it is, not touched.
+    Already,
+    /// Left as it was, and why.
+    Left(String),
+}
+
+impl Napi {
+    /// For the receive-timestamp description ("threaded NAPI" or not).
+    pub(crate) fn describe(&self) -> Option<String> {
+        match self {
+            Napi::Switched { .. } => Some("threaded NAPI".into()),
+            Napi::Already => Some("threaded NAPI (already on)".into()),
+            Napi::Left(_) => None,
+        }
+    }
+}
+
+/// An interface switched to threaded NAPI; dropping it writes the
+/// journalled setting back and removes the journal.
+#[derive(Debug)]
+pub(crate) struct Threaded {
+    sysfs: PathBuf,
+    original: String,
+    journal: PathBuf,
+}
+
+impl Drop for Threaded {
+    fn drop(&mut self) {
+        // A failed write keeps the journal, so the next start restores it.
+        if std::fs::write(&self.sysfs, &self.original).is_ok() {
+            let _ = std::fs::remove_file(&self.journal);
+        }
+    }
+}
+
+/// The inode of this process's network namespace.
+fn netns_ino() -> std::io::Result<u64> {
+    Ok(std::fs::metadata("/proc/self/ns/net")?.ino())
+}
+
+/// Whether `iface` of this process's network namespace (inode `ino`) is
+/// one a test-bed made: the namespace is a node's (`wb-<bed>-<node>` in
+/// `ip netns`), and `<bed>`'s state file lists `iface` among that node's
+/// interfaces. An interface someone else added to a node's namespace is
+/// not the test-bed's.
+fn testbed_iface(ino: u64, iface: &str) -> bool {
+    let Some(netns) = std::fs::read_dir(NETNS_DIR).ok().and_then(|d| {
+        d.filter_map(|e| e.ok()).find_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name.starts_with("wb-") && std::fs::metadata(e.path()).is_ok_and(|m| m.ino() == ino))
+                .then_some(name)
+        })
+    }) else {
+        return false;
+    };
+    let Ok(beds) = std::fs::read_dir(TESTBED_DIR) else {
+        return false;
+    };
+    beds.filter_map(|e| e.ok()).any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(bed) = name.strip_suffix(".json") else {
+            return false;
+        };
+        netns.starts_with(&format!("wb-{bed}-"))
+            && std::fs::read(e.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .is_some_and(|st| state_lists(&st, &netns, iface))
+    })
+}
+
+/// Whether a test-bed state document lists interface `iface` on the node
+/// whose namespace is `netns` (`plan.nodes[].netns`, `.ifaces[].name`).
+fn state_lists(st: &serde_json::Value, netns: &str, iface: &str) -> bool {
+    st["plan"]["nodes"].as_array().is_some_and(|nodes| {
+        nodes.iter().any(|n| {
+            n["netns"] == netns
+                && n["ifaces"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f["name"] == iface))
+        })
+    })
+}
+
+/// The journal of `iface` in the namespace `ino`.
+fn journal_path(ino: u64, iface: &str) -> PathBuf {
+    PathBuf::from(JOURNAL_DIR).join(format!("{ino}-{iface}"))
+}
+
+/// The sysfs switch of `iface`, after checking that this process's sysfs
+/// shows the interface of its own namespace (index `ifindex`): sysfs is
+/// mounted per namespace (`ip netns exec` remounts it), a plain `setns`
+/// would show another one's.
+fn sysfs_switch(iface: &str, ifindex: u32) -> Result<PathBuf, String> {
+    let dir = PathBuf::from(format!("/sys/class/net/{iface}"));
+    let idx = std::fs::read_to_string(dir.join("ifindex"))
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    if idx.trim().parse::<u32>().ok() != Some(ifindex) {
+        return Err(format!(
+            "{} belongs to another network namespace",
+            dir.display()
+        ));
+    }
+    Ok(dir.join("threaded"))
+}
+
+/// A journal's fields: interface index and the setting to restore.
+fn parse_journal(text: &str) -> Option<(u32, String)> {
+    let (mut idx, mut orig) = (None, None);
+    for line in text.lines() {
+        match line.split_once('=') {
+            Some(("ifindex", v)) => idx = v.trim().parse().ok(),
+            Some(("threaded", v)) => orig = Some(v.trim().to_string()),
+            _ => {}
+        }
+    }
+    Some((idx?, orig.filter(|o| !o.is_empty() && o.len() < 8)?))
+}
+
+/// Restores `iface` (index `ifindex`) from a journal a killed receiver
+/// left, while a program is attached (see the module's doc). Returns
+/// whether there was one. A journal of an interface since recreated
+/// (another index) is only removed: the new one has its own setting.
+pub(crate) fn restore_stale(iface: &str, ifindex: u32) -> Result<bool, String> {
+    let ino = netns_ino().map_err(|e| format!("network namespace: {e}"))?;
+    let journal = journal_path(ino, iface);
+    let text = match std::fs::read_to_string(&journal) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(format!("{}: {e}", journal.display())),
+    };
+    if let Some((idx, orig)) = parse_journal(&text) {
+        if idx == ifindex {
+            let sw = sysfs_switch(iface, ifindex)?;
+            std::fs::write(&sw, &orig)
+                .map_err(|e| format!("restoring {} to {orig}: {e}", sw.display()))?;
+        }
+    }
+    std::fs::remove_file(&journal).map_err(|e| format!("{}: {e}", journal.display()))?;
+    Ok(true)
+}
+
+/// Whether a journal waits for `iface` in this namespace.
+pub(crate) fn stale(iface: &str) -> bool {
+    netns_ino().is_ok_and(|ino| journal_path(ino, iface).exists())
+}
+
+/// The kernel threads of `iface`'s NAPI instances (`napi/<iface>-<id>`,
+/// the name cut to 15 bytes as the kernel cuts it). The name is not
+/// unique across namespaces, so the caller compares before and after
+/// creating its own.
+fn napi_threads(iface: &str) -> Vec<i32> {
+    let mut name = format!("napi/{iface}-").into_bytes();
+    name.truncate(15);
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with(&name))
+        })
+        .collect()
+}
+
+/// Switches `iface` (index `ifindex`, a program attached) to threaded
+/// NAPI as `mode` allows: [`NapiUse::Auto`] only on a test-bed's own
+/// veth, [`NapiUse::On`] on any interface. The setting found is
+/// journalled before it is changed.
+pub(crate) fn switch(iface: &str, ifindex: u32, mode: NapiUse) -> Napi {
+    match mode {
+        NapiUse::Off => return Napi::Left("--xdp-napi off".into()),
+        NapiUse::On => {}
+        NapiUse::Auto => {
+            match super::link_kind(ifindex) {
+                Ok(Some(k)) if k == "veth" => {}
+                Ok(k) => {
+                    return Napi::Left(format!(
+                        "{iface} is no veth ({})",
+                        k.as_deref().unwrap_or("a device")
+                    ))
+                }
+                Err(e) => return Napi::Left(e.to_string()),
+            }
+            if !netns_ino().is_ok_and(|ino| testbed_iface(ino, iface)) {
+                return Napi::Left(format!(
+                    "{iface} is not a test-bed's (--xdp-napi on switches it all the same)"
+                ));
+            }
+        }
+    }
+    match try_switch(iface, ifindex) {
+        Ok(n) => n,
+        Err(e) => Napi::Left(e),
+    }
+}
+
+fn try_switch(iface: &str, ifindex: u32) -> Result<Napi, String> {
+    let sw = sysfs_switch(iface, ifindex)?;
+    let original = std::fs::read_to_string(&sw)
+        .map_err(|e| format!("{}: {e}", sw.display()))?
+        .trim()
+        .to_string();
+    if original != "0" {
+        return Ok(Napi::Already);
+    }
+    let ino = netns_ino().map_err(|e| format!("network namespace: {e}"))?;
+    let journal = journal_path(ino, iface);
+    std::fs::create_dir_all(JOURNAL_DIR).map_err(|e| format!("{JOURNAL_DIR}: {e}"))?;
+    std::fs::write(
+        &journal,
+        format!("ifindex={ifindex}\nthreaded={original}\n"),
+    )
+    .map_err(|e| format!("{}: {e}", journal.display()))?;
+    let t = Threaded {
+        sysfs: sw,
+        original,
+        journal,
+    };
+    let before = napi_threads(iface);
+    match std::fs::write(&t.sysfs, "1") {
+        Ok(()) => {
+            for tid in napi_threads(iface) {
+                if !before.contains(&tid) {
+                    crate::clock::raise_priority_of(tid);
+                }
+            }
+            Ok(Napi::Switched { _restore: t })
+        }
+        Err(e) => {
+            let msg = format!("{}: {e}", t.sysfs.display());
+            // Nothing changed: drop writes the same setting back and
+            // removes the journal.
+            drop(t);
+            Err(msg)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journals_parse_strictly() {
+        assert_eq!(
+            parse_journal("ifindex=7\nthreaded=0\n"),
+            Some((7, "0".to_string()))
+        );
+        assert_eq!(parse_journal("threaded=0\n"), None);
+        assert_eq!(parse_journal("ifindex=7\n"), None);
+        assert_eq!(parse_journal("ifindex=x\nthreaded=0\n"), None);
+        assert_eq!(parse_journal("ifindex=7\nthreaded=\n"), None);
+    }
+
+    #[test]
+    fn only_interfaces_a_state_file_lists_on_the_node_are_a_beds() {
+        let st = serde_json::json!({"plan": {"nodes": [
+            {"netns": "wb-t-a", "ifaces": [{"name": "eth0"}]},
+            {"netns": "wb-t-b", "ifaces": [{"name": "eth0"}, {"name": "eth1"}]}
+        ]}});
+        assert!(state_lists(&st, "wb-t-a", "eth0"));
+        assert!(state_lists(&st, "wb-t-b", "eth1"));
+        assert!(!state_lists(&st, "wb-t-a", "eth1"));
+        assert!(!state_lists(&st, "wb-t-c", "eth0"));
+        assert!(!state_lists(&serde_json::json!({}), "wb-t-a", "eth0"));
+    }
+
+    #[test]
+    fn foreign_interfaces_are_left_alone_by_default() {
+        // Loopback is no veth and no test-bed's: auto never touches it.
+        let idx = super::super::ifindex("lo").unwrap();
+        assert!(matches!(switch("lo", idx, NapiUse::Auto), Napi::Left(_)));
+        assert!(matches!(switch("lo", idx, NapiUse::Off), Napi::Left(_)));
+    }
+}
