@@ -160,6 +160,10 @@ fn zerocopy_is_refused_for_udp_icmp_reverse_and_in_scripts_for_udp() {
         &["-a", "127.0.0.1", "-T", "tcp", "-R", "--zerocopy"],
         "--zerocopy",
     );
+    bad(
+        &argv("-a 127.0.0.1 -T tcp --max --iperf3 --zerocopy"),
+        "--zerocopy",
+    );
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("zc.toml");
     std::fs::write(&script, "[[flow]]\nidt = \"C 10\"\nzerocopy = true\n").unwrap();
