@@ -14,6 +14,11 @@ use std::time::Duration;
 
 static TRAFFIC: Mutex<()> = Mutex::new(());
 
+/// A command line's words.
+fn argv(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 /// The flow's records all arrived (TCP on loopback loses none; a record
 /// cut by the close at the end is counted by neither side) and the kernel
 /// took the sends zero-copy, reported every one complete, and copied them
@@ -37,74 +42,26 @@ fn zerocopy_records_arrive_whole_and_the_document_counts_the_kernels_copies() {
     let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
     let _r = Recv::start(15741);
     // One bulk flow of 1 MiB records (FLAG_LONG) over IPv6.
-    let doc = send_json(&[
-        "-a",
-        "::1",
-        "-p",
-        "15741",
-        "-T",
-        "tcp",
-        "--max",
-        "-c",
-        "1048576",
-        "-t",
-        "400",
-        "--zerocopy",
-    ]);
+    let doc = send_json(&argv(
+        "-a ::1 -p 15741 -T tcp --max -c 1048576 -t 400 --zerocopy",
+    ));
     assert_zero_copied(&doc["flows"][0]);
     // Three bulk flows of 64000 B on the shared writer, IPv4.
-    let doc = send_json(&[
-        "-a",
-        "127.0.0.1",
-        "-p",
-        "15741",
-        "-T",
-        "tcp",
-        "--max",
-        "-c",
-        "64000",
-        "--flows",
-        "3",
-        "-t",
-        "400",
-        "--zerocopy",
-    ]);
+    let doc = send_json(&argv(
+        "-a 127.0.0.1 -p 15741 -T tcp --max -c 64000 --flows 3 -t 400 --zerocopy",
+    ));
     for fl in doc["flows"].as_array().unwrap() {
         assert_zero_copied(fl);
     }
     // A paced flow of small records: every one due is sent and arrives.
-    let doc = send_json(&[
-        "-a",
-        "127.0.0.1",
-        "-p",
-        "15741",
-        "-T",
-        "tcp",
-        "-C",
-        "200",
-        "-c",
-        "300",
-        "-t",
-        "400",
-        "--zerocopy",
-    ]);
+    let doc = send_json(&argv(
+        "-a 127.0.0.1 -p 15741 -T tcp -C 200 -c 300 -t 400 --zerocopy",
+    ));
     let fl = &doc["flows"][0];
     assert_eq!(u(fl, "sent.packets"), 80, "{}", at(fl, "sent"));
     assert_zero_copied(fl);
     // Without the flag the document has no zerocopy object.
-    let doc = send_json(&[
-        "-a",
-        "127.0.0.1",
-        "-p",
-        "15741",
-        "-T",
-        "tcp",
-        "--max",
-        "-c",
-        "64000",
-        "-t",
-        "200",
-    ]);
+    let doc = send_json(&argv("-a 127.0.0.1 -p 15741 -T tcp --max -c 64000 -t 200"));
     assert!(doc["flows"][0].get("zerocopy").is_none());
 }
 
@@ -159,23 +116,8 @@ fn zerocopy_falls_back_to_plain_writes_when_the_kernel_has_no_option_memory() {
     let _r = Recv::command(recv, Duration::from_secs(10));
     let mut send = ns.exec();
     send.args([BIN, "send"]);
-    let doc = json_of(
-        send,
-        &[
-            "-a",
-            "127.0.0.1",
-            "-p",
-            "15742",
-            "-T",
-            "tcp",
-            "--max",
-            "-c",
-            "64000",
-            "-t",
-            "300",
-            "--zerocopy",
-        ],
-    );
+    let args = argv("-a 127.0.0.1 -p 15742 -T tcp --max -c 64000 -t 300 --zerocopy");
+    let doc = json_of(send, &args);
     let fl = &doc["flows"][0];
     let sent = u(fl, "sent.packets");
     assert!(sent > 0);
@@ -185,6 +127,23 @@ fn zerocopy_falls_back_to_plain_writes_when_the_kernel_has_no_option_memory() {
     assert_eq!(u(z, "sends"), 0, "{z}");
     let why = z["fallback"].as_str().unwrap_or_default();
     assert!(why.contains("optmem_max"), "{z}");
+    // The human summary and stderr say it too, stderr once for the
+    // three flows.
+    let out = ns
+        .exec()
+        .args([BIN, "send"])
+        .args(&args)
+        .args(["--flows", "3"])
+        .output()
+        .expect("run wirebench send");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Zero-copy") && stdout.contains("optmem_max"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("--zerocopy: flow").count(), 1, "{stderr}");
 }
 
 #[test]
@@ -199,6 +158,10 @@ fn zerocopy_is_refused_for_udp_icmp_reverse_and_in_scripts_for_udp() {
     );
     bad(
         &["-a", "127.0.0.1", "-T", "tcp", "-R", "--zerocopy"],
+        "--zerocopy",
+    );
+    bad(
+        &argv("-a 127.0.0.1 -T tcp --max --iperf3 --zerocopy"),
         "--zerocopy",
     );
     let dir = tempfile::tempdir().unwrap();

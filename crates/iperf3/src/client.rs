@@ -87,6 +87,9 @@ pub fn check(plan: &SessionPlan) -> Result<Transport, Iperf3Error> {
     if plan.key.is_some() {
         return bad("an iperf3 server has no wirebench key (--key-file, WIREBENCH_KEY)");
     }
+    if plan.flows.iter().any(|f| f.opts.zerocopy == Some(true)) {
+        return bad("--zerocopy is for the engine's TCP flows to a wirebench receiver; iperf3's own -Z is sendfile");
+    }
     if plan.log.is_some() {
         return bad("-l: the per-packet log needs a wirebench receiver");
     }

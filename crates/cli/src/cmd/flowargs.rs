@@ -167,7 +167,7 @@ pub struct SockArgs {
     /// TCP: keep Nagle's algorithm on (coalesce small writes), also for paced flows.
     #[arg(long = "nagle", help_heading = SOCK)]
     pub nagle: bool,
-    /// TCP: send with MSG_ZEROCOPY (Linux): the kernel sends from wirebench's own buffers instead of copying them, and reports when each send is done. It pays off on a real NIC with large records (64000 B and up, -c up to 16M) when the sender's CPU is the limit; on loopback and veth the kernel copies anyway when it delivers locally (the result says how many sends it copied) and the completions cost extra, so expect it to be slower there. Where the kernel refuses, the flow writes plainly and the result says why (flows[].zerocopy). Not for UDP, ICMP or reverse (-R) flows.
+    /// TCP: send with MSG_ZEROCOPY (Linux): the kernel sends from wirebench's own buffers instead of copying them, and reports when each send is done. It pays off on a real NIC with large records (64000 B and up; -c takes up to 16777216 on TCP) when the sender's CPU is the limit; on loopback and veth the kernel copies anyway when it delivers locally (the result says how many sends it copied) and the completions cost extra, so expect it to be slower there. Where the kernel refuses, the flow writes plainly and the result says why (flows[].zerocopy). Not for UDP, ICMP or reverse (-R) flows.
     #[arg(long = "zerocopy", help_heading = SOCK)]
     pub zerocopy: bool,
     /// Source address of the flows and of the control connection (D-ITG -sa, iperf3 -B/--bind; -B here is D-ITG's burst). The receiver sees the data come from it.

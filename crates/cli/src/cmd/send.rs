@@ -533,6 +533,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.xdp.is_some() && doc.host.send_path.contains("not used") {
         eprintln!("wirebench send: {}", doc.host.send_path);
     }
+    // A zero-copy fallback is said once per reason, however many flows
+    // it struck.
+    let mut said: Vec<&str> = Vec::new();
+    for f in &doc.flows {
+        if let Some(why) = f.zerocopy.as_ref().and_then(|z| z.fallback.as_deref()) {
+            if !said.contains(&why) {
+                said.push(why);
+                eprintln!("wirebench send: --zerocopy: flow {}: {why}", f.id);
+            }
+        }
+    }
     // The summary is printed whatever then happens to the file.
     let live_printed = printer
         .as_ref()
