@@ -10,7 +10,10 @@ Rows, 64-byte UDP payloads, medians of --reps runs:
                          the sink to another: what the kernel carries over
                          veth on this host, the ceiling for --xdp
   path limit, AF_XDP rx  the same, taken off AF_XDP rings on b (copy mode:
-                         the kernel copies every frame into the UMEM)
+                         the kernel copies every frame into the UMEM);
+                         with threaded NAPI the program and the copy run
+                         in b's NAPI thread, which the scheduler places
+                         freely (not pinned)
   wirebench --xdp        send --xdp / recv --xdp, --max: delivered pps, loss
   wirebench socket path  send / recv, --max
   iperf3                 -u -b 0 -l 64

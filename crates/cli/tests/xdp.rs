@@ -274,7 +274,7 @@ fn xdp_cleanup_in_b() -> String {
 
 /// A `recv -q ARGS` in NODE, listening when `start` returns; killed on
 /// drop.
-struct Recv(Child);
+struct Recv(Option<Child>);
 
 impl Recv {
     fn start(node: &str, args: &[&str]) -> Recv {
@@ -286,19 +286,26 @@ impl Recv {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let r = Recv(c);
+        let r = Recv(Some(c));
         let port = args.iter().skip_while(|a| **a != "-p").nth(1).unwrap();
         assert!(eventually(
             || in_node(node, &["ss", "-Htln"]).contains(&format!(":{port}"))
         ));
         r
     }
+
+    /// The process, no longer killed on drop.
+    fn into_child(mut self) -> Child {
+        self.0.take().unwrap()
+    }
 }
 
 impl Drop for Recv {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -356,6 +363,21 @@ fn threaded_napi_is_switched_on_the_beds_veth_only_and_put_back_after_sigkill() 
     assert!(rx.contains("threaded NAPI"), "{rx}");
     assert_eq!(v["flows"][0]["received"]["packets"], 4000);
     assert!(eventually(|| threaded("b", "eth0") == "0"), "not put back");
+    // SIGTERM (as Ctrl-C) mid-session: put back before the process ends.
+    let mut sender = bed.send("10.0.1.2", &["-C", "1000", "-c", "64", "-t", "20000"]);
+    let switched = eventually(|| xdp_attached("b") && threaded("b", "eth0") == "1");
+    let mut recv = bed.recv.take().unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &recv.id().to_string()])
+        .status();
+    let st = recv.wait().unwrap();
+    sender.kill().unwrap();
+    let _ = sender.wait();
+    assert!(switched, "threaded NAPI not switched on mid-session");
+    assert_eq!(st.code(), Some(143), "{st:?}");
+    assert_eq!(threaded("b", "eth0"), "0", "SIGTERM left it switched");
+    assert!(!xdp_cleanup_in_b().contains("restored"));
+    bed.recv = Some(Recv::start("b", &["-p", PORT, "--xdp", "eth0"]).into_child());
     // SIGKILL of the receiver mid-session: the switch outlives it (the
     // kernel keeps the setting), `recv --xdp-cleanup` puts it back.
     let mut sender = bed.send("10.0.1.2", &["-C", "1000", "-c", "64", "-t", "20000"]);

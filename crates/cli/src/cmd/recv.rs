@@ -169,8 +169,8 @@ pub struct Args {
     /// CPU; threaded, it runs in a kernel thread on another CPU. auto: only
     /// on a test-bed's own veth (`testbed exec`); on: on any interface;
     /// off: never. The setting found is journalled and put back when the
-    /// session ends, and by the next start or --xdp-cleanup after a
-    /// SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran
+    /// session ends or recv gets Ctrl-C/SIGTERM, and by the next start or
+    /// --xdp-cleanup after a SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran
     /// so. docs/engine.md, "Threaded NAPI".
     #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "auto")]
     pub xdp_napi: NapiArg,
@@ -321,6 +321,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             return Ok(());
         }
     }
+    #[cfg(target_os = "linux")]
+    if !args.no_xdp {
+        restore_napi_on_signals()?;
+    }
     let key = crate::key::load(args.key_file.as_deref())?;
     let authenticated = key.is_some();
     if let (Some(mode), false) = (&args.require_auth, authenticated) {
@@ -433,6 +437,25 @@ fn xdp_cleanup(iface: &str) -> anyhow::Result<(usize, bool)> {
     wirebench_engine::xdp::ifindex(iface).map_err(|e| bad_input(format!("--xdp: {e}")))?;
     let c = wirebench_engine::xdp::cleanup(iface)?;
     Ok((c.programs, c.napi_restored))
+}
+
+/// Ctrl-C and SIGTERM end the receiver as before (status 130, 143), after
+/// putting back a threaded-NAPI switch a session holds: the default action
+/// would end the process without it (docs/engine.md, "Threaded NAPI").
+#[cfg(target_os = "linux")]
+fn restore_napi_on_signals() -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| anyhow::anyhow!("installing the signal handler: {e}"))?;
+    std::thread::Builder::new()
+        .name("wb-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                wirebench_engine::xdp::restore_napi_now();
+                std::process::exit(128 + sig);
+            }
+        })?;
+    Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -556,6 +556,13 @@ pub fn cleanup(iface: &str) -> Result<Cleaned, XdpError> {
     })
 }
 
+/// Puts back the threaded-NAPI switches this process made, for a signal
+/// handler about to end it (a session's own end does so by itself; after
+/// SIGKILL, [`cleanup`] does). Returns how many were put back.
+pub fn restore_napi_now() -> usize {
+    napi::restore_own()
+}
+
 /// The kind of link `ifindex` is ("veth", "bridge", …; None for a
 /// device without one, such as a physical NIC or loopback), from its
 /// RTM_GETLINK entry.

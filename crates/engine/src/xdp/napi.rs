@@ -184,6 +184,43 @@ pub(crate) fn restore_stale(iface: &str, ifindex: u32) -> Result<bool, String> {
     Ok(true)
 }
 
+/// Puts back every switch this process made (its journals), for a
+/// signal handler about to end the process: its programs are still
+/// attached, so the writes work. Returns how many were put back.
+pub(crate) fn restore_own() -> usize {
+    let Ok(ino) = netns_ino() else {
+        return 0;
+    };
+    let Ok(dir) = std::fs::read_dir(JOURNAL_DIR) else {
+        return 0;
+    };
+    let prefix = format!("{ino}-");
+    let me = format!("pid={}", std::process::id());
+    let mut n = 0;
+    for e in dir.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(iface) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        if !text.lines().any(|l| l == me) {
+            continue;
+        }
+        let Some((idx, orig)) = parse_journal(&text) else {
+            continue;
+        };
+        let Ok(sw) = sysfs_switch(iface, idx) else {
+            continue;
+        };
+        if std::fs::write(&sw, &orig).is_ok() && std::fs::remove_file(e.path()).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Whether a journal waits for `iface` in this namespace.
 pub(crate) fn stale(iface: &str) -> bool {
     netns_ino().is_ok_and(|ino| journal_path(ino, iface).exists())
@@ -253,7 +290,10 @@ fn try_switch(iface: &str, ifindex: u32) -> Result<Napi, String> {
     std::fs::create_dir_all(JOURNAL_DIR).map_err(|e| format!("{JOURNAL_DIR}: {e}"))?;
     std::fs::write(
         &journal,
-        format!("ifindex={ifindex}\nthreaded={original}\n"),
+        format!(
+            "ifindex={ifindex}\nthreaded={original}\npid={}\n",
+            std::process::id()
+        ),
     )
     .map_err(|e| format!("{}: {e}", journal.display()))?;
     let t = Threaded {
