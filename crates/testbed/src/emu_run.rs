@@ -233,10 +233,12 @@ const SPIN_SHARE_PCT: i64 = 20;
 const NAP_NS: u64 = 50_000;
 /// Spin time the loop may save up while sleeping (ns).
 const SPIN_BUDGET_NS: i64 = 1_000_000;
-/// A sleep shorter than this ends at its deadline only, not at a
-/// frame's arrival: frames cannot be due before those already held,
-/// the ring keeps them with their kernel timestamps, and waking for
-/// each arrival would double the wake-ups at a high frame rate.
+/// A sleep shorter than this ends at its deadline, not at the arrival of
+/// a frame in a direction that holds frames: a direction's frames cannot
+/// be due before those it already holds, its ring keeps them with their
+/// kernel timestamps, and waking for each arrival would double the
+/// wake-ups at a high frame rate. A direction holding none (the ACKs
+/// against a bulk flow) still wakes the loop when a frame arrives.
 const QUIET_NS: u64 = 200_000;
 
 /// What the forwarding loop does next ([`Spin::step`]).
@@ -1120,28 +1122,26 @@ mod imp {
                         return;
                     }
                 }
-                let (wait, events) = match spin.step(now, next) {
+                let (wait, quiet) = match spin.step(now, next) {
                     Step::Deliver | Step::Spin => continue,
-                    Step::Sleep { ns, frames: false } => (ns, 0),
-                    Step::Sleep { ns, frames: true } => {
-                        if self.dirs.iter().any(|d| d.ring.peek().is_some()) {
-                            continue;
-                        }
-                        (ns, libc::POLLIN)
-                    }
+                    Step::Sleep { ns, frames } => (ns, !frames),
                 };
-                let mut fds = [
+                let mut fds = [0, 1].map(|k| {
+                    let d = &self.dirs[k];
+                    let watch = !quiet || d.next_at().is_none();
                     libc::pollfd {
-                        fd: 3,
-                        events,
+                        fd: d.rx,
+                        events: if watch { libc::POLLIN } else { 0 },
                         revents: 0,
-                    },
-                    libc::pollfd {
-                        fd: 4,
-                        events,
-                        revents: 0,
-                    },
-                ];
+                    }
+                });
+                if fds
+                    .iter()
+                    .zip(&self.dirs)
+                    .any(|(f, d)| f.events != 0 && d.ring.peek().is_some())
+                {
+                    continue;
+                }
                 let ts = libc::timespec {
                     tv_sec: (wait / 1_000_000_000) as libc::time_t,
                     tv_nsec: (wait % 1_000_000_000) as libc::c_long,
