@@ -6,7 +6,10 @@
 # hops within 0.1 %. RUNS runs of SECS s each (default 5 of 2 s for TCP,
 # 3 s for UDP), sender and receiver at SCHED_FIFO 50; prints each run's
 # payload / the result's own upper_bound_bps, the median and how many
-# runs were within the clause. Quote it with the load (`uptime`).
+# runs were within the clause, and per emulated hop the time its wire
+# stood idle in short gaps (`idle_ns`, summed over the runs: a hop idle
+# no longer than the hop before it lost no time of its own) and the
+# emulator's mean send lateness. Quote it with the load (`uptime`).
 #
 #   bench/link_bounds.sh            RUNS=5; WIREBENCH=path to use a built binary
 # Needs root. Runs its own test-bed `lkbounds` and removes it on exit.
@@ -23,6 +26,7 @@ bound() {
     "$wb" testbed exec --name $tb b -- chrt -f 50 "$wb" recv -p $port >/dev/null 2>&1 & recv_pid=$!
     sleep 1
     : >"$dir/ratios"
+    "$wb" testbed status --name $tb --counters --json >"$dir/before.json"
     for _ in $(seq 1 "$runs"); do
         rm -f "$dir/r.json"
         timeout 60 "$wb" testbed exec --name $tb a -- chrt -f 50 "$wb" send -a b -p $port -4 \
@@ -30,16 +34,28 @@ bound() {
         python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["total"]; print("%.5f" % (t["throughput_bps"]["payload"] / t["upper_bound_bps"]))' \
             "$dir/r.json" >>"$dir/ratios" 2>/dev/null || echo nan >>"$dir/ratios"
     done
+    "$wb" testbed status --name $tb --counters --json >"$dir/after.json"
     kill "$recv_pid" 2>/dev/null || true; wait "$recv_pid" 2>/dev/null || true; recv_pid=""
     "$wb" testbed down --name $tb >/dev/null
-    python3 - "$dir/ratios" "$limit" "$preset $up: $*" <<'PY'
-import math, statistics, sys
+    python3 - "$dir/ratios" "$limit" "$preset $up: $*" "$dir/before.json" "$dir/after.json" <<'PY'
+import json, math, statistics, sys
 xs = [float(l) for l in open(sys.argv[1])]
+before = json.load(open(sys.argv[4]))["wire_counters"]
+after = json.load(open(sys.argv[5]))["wire_counters"]
+hops = []
+for i, (b, a) in enumerate(zip(before, after)):
+    if not (a and b) or "idle_ns" not in a[0]:
+        continue  # no emulator on this link, or one without these counters
+    d = {k: a[0].get(k, 0) - b[0].get(k, 0) for k in ("idle_ns", "late_ns", "timed")}
+    late = d["late_ns"] / max(d["timed"], 1) / 1e3
+    hops.append(f"hop {i + 1} idle {d['idle_ns'] / 1e6:.2f} ms, sent late {late:.1f} us mean")
 ok = [x for x in xs if not math.isnan(x)]
 lim = float(sys.argv[2])
 print(f"{sys.argv[3]}\n  payload / bound per run: {' '.join(f'{x:.4f}' for x in xs)}; "
       f"median {statistics.median(ok):.4f}; within {lim:.1%}: "
       f"{sum(abs(x - 1) <= lim for x in ok)} of {len(xs)}")
+if hops:
+    print("  " + "; ".join(hops))
 PY
 }
 

@@ -32,8 +32,14 @@ pub(crate) use imp::*;
 /// delivered, lost (loss model), queue drops, buffer drops, then the
 /// frames timed and their summed queueing, serialisation and propagation
 /// nanoseconds (so a reader's difference of two snapshots gives the means
-/// over any span without a per-frame system call), then CoDel's drops.
-pub const COUNTERS: usize = 10;
+/// over any span without a per-frame system call), then CoDel's drops,
+/// the wire's short idle gaps and the summed lateness of its sends.
+pub const COUNTERS: usize = 12;
+
+/// An idle gap on a wire shorter than this counts in
+/// [`WireCounters::idle_ns`]: a stall of the frames' source inside a run,
+/// not the pause between two runs.
+pub const IDLE_GAP_MAX_NS: u64 = 100_000_000;
 
 /// A managed queue (`aqm`) for both directions of a link, as the
 /// emulator is told it (the forwarding loop is Linux-only).
@@ -80,6 +86,16 @@ pub struct WireCounters {
     /// Frames CoDel dropped at the head of a managed queue (`aqm` links).
     #[serde(default)]
     pub aqm_drops: u64,
+    /// Summed time the wire stood idle between a frame and the next one
+    /// when the gap was under [`IDLE_GAP_MAX_NS`] (ns): in a saturating
+    /// run, the time its source (the sending host, the hop before) did not
+    /// keep it busy, lost for good by the frames behind.
+    #[serde(default)]
+    pub idle_ns: u64,
+    /// Summed time from each delivered frame's due time to its send (ns):
+    /// the emulator's own wake-up and batching lateness.
+    #[serde(default)]
+    pub late_ns: u64,
 }
 
 impl WireCounters {
@@ -102,6 +118,8 @@ impl WireCounters {
                 .saturating_sub(before.serialisation_ns),
             propagation_ns: self.propagation_ns.saturating_sub(before.propagation_ns),
             aqm_drops: self.aqm_drops.saturating_sub(before.aqm_drops),
+            idle_ns: self.idle_ns.saturating_sub(before.idle_ns),
+            late_ns: self.late_ns.saturating_sub(before.late_ns),
         }
     }
 
@@ -191,6 +209,8 @@ pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
         serialisation_ns: w(d * COUNTERS + 7),
         propagation_ns: w(d * COUNTERS + 8),
         aqm_drops: w(d * COUNTERS + 9),
+        idle_ns: w(d * COUNTERS + 10),
+        late_ns: w(d * COUNTERS + 11),
     };
     (b.len() >= 2 * COUNTERS * 8).then(|| [dir(0), dir(1)])
 }
@@ -213,10 +233,12 @@ const SPIN_SHARE_PCT: i64 = 20;
 const NAP_NS: u64 = 50_000;
 /// Spin time the loop may save up while sleeping (ns).
 const SPIN_BUDGET_NS: i64 = 1_000_000;
-/// A sleep shorter than this ends at its deadline only, not at a
-/// frame's arrival: frames cannot be due before those already held,
-/// the ring keeps them with their kernel timestamps, and waking for
-/// each arrival would double the wake-ups at a high frame rate.
+/// A sleep shorter than this ends at its deadline, not at the arrival of
+/// a frame in a direction that holds frames: a direction's frames cannot
+/// be due before those it already holds, its ring keeps them with their
+/// kernel timestamps, and waking for each arrival would double the
+/// wake-ups at a high frame rate. A direction holding none (the ACKs
+/// against a bulk flow) still wakes the loop when a frame arrives.
 const QUIET_NS: u64 = 200_000;
 
 /// What the forwarding loop does next ([`Spin::step`]).
@@ -594,6 +616,8 @@ mod imp {
         data: Vec<u8>,
         /// Length of the frame in each slot.
         slot_len: Vec<u32>,
+        /// When the last frame timed left the wire (ns).
+        last_end: u64,
         /// One `sendmmsg` call's messages and their buffers.
         batch: Vec<libc::mmsghdr>,
         iov: Vec<libc::iovec>,
@@ -617,6 +641,11 @@ mod imp {
                     corrupt_bit,
                     reorder,
                 } => {
+                    let gap = start.saturating_sub(self.last_end);
+                    if gap < super::IDLE_GAP_MAX_NS {
+                        self.counts.add(10, gap);
+                    }
+                    self.last_end = end;
                     self.counts.add(5, 1);
                     self.counts.add(6, start.saturating_sub(arrival));
                     self.counts.add(7, end - start);
@@ -675,6 +704,7 @@ mod imp {
                         n += 1;
                     }
                     self.counts.add(1, h.copies as u64);
+                    self.counts.add(11, now - h.at);
                     head = (head + 1) % self.held.len();
                     len -= 1;
                     taken += 1;
@@ -757,6 +787,7 @@ mod imp {
                     slot_size,
                     data: vec![0u8; n * slot_size],
                     slot_len: vec![0; n],
+                    last_end: 0,
                     // SAFETY: mmsghdr and iovec are plain data; zeroed is
                     // a valid value (null pointers, zero lengths).
                     batch: vec![unsafe { std::mem::zeroed() }; SEND_BATCH],
@@ -1091,28 +1122,26 @@ mod imp {
                         return;
                     }
                 }
-                let (wait, events) = match spin.step(now, next) {
+                let (wait, quiet) = match spin.step(now, next) {
                     Step::Deliver | Step::Spin => continue,
-                    Step::Sleep { ns, frames: false } => (ns, 0),
-                    Step::Sleep { ns, frames: true } => {
-                        if self.dirs.iter().any(|d| d.ring.peek().is_some()) {
-                            continue;
-                        }
-                        (ns, libc::POLLIN)
-                    }
+                    Step::Sleep { ns, frames } => (ns, !frames),
                 };
-                let mut fds = [
+                let mut fds = [0, 1].map(|k| {
+                    let d = &self.dirs[k];
+                    let watch = !quiet || d.next_at().is_none();
                     libc::pollfd {
-                        fd: 3,
-                        events,
+                        fd: d.rx,
+                        events: if watch { libc::POLLIN } else { 0 },
                         revents: 0,
-                    },
-                    libc::pollfd {
-                        fd: 4,
-                        events,
-                        revents: 0,
-                    },
-                ];
+                    }
+                });
+                if fds
+                    .iter()
+                    .zip(&self.dirs)
+                    .any(|(f, d)| f.events != 0 && d.ring.peek().is_some())
+                {
+                    continue;
+                }
                 let ts = libc::timespec {
                     tv_sec: (wait / 1_000_000_000) as libc::time_t,
                     tv_nsec: (wait % 1_000_000_000) as libc::c_long,

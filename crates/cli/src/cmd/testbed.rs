@@ -571,8 +571,17 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
                 } else {
                     String::new()
                 };
+                let idle = if c.timed > 0 {
+                    format!(
+                        "; idle in short gaps {:.3} ms, sent late by {:.1} µs mean",
+                        c.idle_ns as f64 / 1e6,
+                        c.late_ns as f64 / c.timed as f64 / 1e3
+                    )
+                } else {
+                    String::new()
+                };
                 println!(
-                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{aqm}{split}",
+                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{aqm}{split}{idle}",
                     c.frames_in, c.delivered, c.lost, c.queue_drops, c.buffer_drops
                 );
             }
