@@ -76,19 +76,11 @@ mod imp {
     /// a busy host (compilers, other tests) preempts the pacer less often.
     /// Silently stays at the current priority without the privilege.
     pub fn raise_priority() {
-        // SAFETY: gettid takes nothing and returns an integer.
-        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
-        raise_priority_of(tid);
-    }
-
-    /// Gives thread `tid` the priority [`raise_priority`] gives the
-    /// calling one (best effort).
-    pub fn raise_priority_of(tid: i32) {
-        // SAFETY: setpriority takes and returns integers only; a refused
-        // priority or a gone thread is an error return, not undefined
-        // behaviour.
+        // SAFETY: gettid and setpriority take and return integers only; a
+        // refused priority is an error return, not undefined behaviour.
         unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -10);
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, -10);
         }
     }
 }

@@ -14,10 +14,10 @@
 //! the interface, or [`super::cleanup`] (`recv --xdp-cleanup`), restores
 //! from it.
 //!
-//! The kernel thread runs at the priority the sender's and receiver's own
-//! threads take (`clock::raise_priority`): at the default it is the one
-//! the two spinning threads and any other load crowd out, and its ring
-//! (veth's 256 frames) then overflows at the sender.
+//! The kernel thread keeps the default priority, below the receiver's own
+//! thread (`clock::raise_priority`): when the two share a CPU, what waits
+//! is veth's 256-frame ring, which stops the sender's queue when full (the
+//! test-bed's veths have a qdisc), and not the AF_XDP ring, which drops.
 //!
 //! A veth has NAPI instances only while an XDP program is attached (or GRO
 //! is on), and the kernel refuses the write (EOPNOTSUPP) without one, so
@@ -226,24 +226,6 @@ pub(crate) fn stale(iface: &str) -> bool {
     netns_ino().is_ok_and(|ino| journal_path(ino, iface).exists())
 }
 
-/// The kernel threads of `iface`'s NAPI instances (`napi/<iface>-<id>`,
-/// the name cut to 15 bytes as the kernel cuts it). The name is not
-/// unique across namespaces, so the caller compares before and after
-/// creating its own.
-fn napi_threads(iface: &str) -> Vec<i32> {
-    let mut name = format!("napi/{iface}-").into_bytes();
-    name.truncate(15);
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with(&name))
-        })
-        .collect()
-}
-
 /// Switches `iface` (index `ifindex`, a program attached) to threaded
 /// NAPI as `mode` allows: [`NapiUse::Auto`] only on a test-bed's own
 /// veth, [`NapiUse::On`] on any interface. The setting found is
@@ -301,16 +283,8 @@ fn try_switch(iface: &str, ifindex: u32) -> Result<Napi, String> {
         original,
         journal,
     };
-    let before = napi_threads(iface);
     match std::fs::write(&t.sysfs, "1") {
-        Ok(()) => {
-            for tid in napi_threads(iface) {
-                if !before.contains(&tid) {
-                    crate::clock::raise_priority_of(tid);
-                }
-            }
-            Ok(Napi::Switched { _restore: t })
-        }
+        Ok(()) => Ok(Napi::Switched { _restore: t }),
         Err(e) => {
             let msg = format!("{}: {e}", t.sysfs.display());
             // Nothing changed: drop writes the same setting back and
