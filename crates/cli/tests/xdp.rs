@@ -350,7 +350,7 @@ fn threaded_napi_is_switched_on_the_beds_veth_only_and_put_back_after_sigkill() 
         eprintln!("SKIPPED: needs root (network namespaces, XDP)");
         return;
     }
-    let mut bed = Bed::up();
+    let mut bed = Bed::with_recv(&["--xdp", "eth0", "--xdp-napi", "auto"]);
     assert_eq!(threaded("b", "eth0"), "0");
     // A session: threaded while it runs, the document says so, and the
     // setting is back when it ends.
@@ -377,7 +377,8 @@ fn threaded_napi_is_switched_on_the_beds_veth_only_and_put_back_after_sigkill() 
     assert_eq!(st.code(), Some(143), "{st:?}");
     assert_eq!(threaded("b", "eth0"), "0", "SIGTERM left it switched");
     assert!(!xdp_cleanup_in_b().contains("restored"));
-    bed.recv = Some(Recv::start("b", &["-p", PORT, "--xdp", "eth0"]).into_child());
+    bed.recv =
+        Some(Recv::start("b", &["-p", PORT, "--xdp", "eth0", "--xdp-napi", "auto"]).into_child());
     // SIGKILL of the receiver mid-session: the switch outlives it (the
     // kernel keeps the setting), `recv --xdp-cleanup` puts it back.
     let mut sender = bed.send("10.0.1.2", &["-C", "1000", "-c", "64", "-t", "20000"]);
@@ -505,7 +506,7 @@ fn xdp_auto_takes_the_path_at_both_ends_where_it_can_and_a_plain_send_does_not()
     }
     // A shaping qdisc on the sender's interface: AF_XDP would skip it, so
     // the sender keeps to the socket path.
-    // (The bed's own root qdisc is pfifo_fast, one of the defaults.)
+    // (pfifo_fast, one of the defaults, then puts a plain queue back.)
     let tc = |q: &[&str]| {
         in_node(
             "a",

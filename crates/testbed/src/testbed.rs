@@ -543,20 +543,6 @@ fn qdisc_lines(dev: &str, sh: &Shaping) -> Vec<String> {
     v
 }
 
-/// The root qdisc of an unshaped veth end (backend `veth`): the kernel's
-/// default for a device with a queue, in place of veth's `noqueue`. Frames
-/// leave at once as before (veth never stops its queue for the socket
-/// path's frames), but when the peer takes frames through its NAPI ring
-/// (an XDP program attached, as on the AF_XDP path, or GRO on) and that
-/// 256-frame ring is full, a veth with a qdisc stops its queue instead of
-/// dropping the frame (Linux 6.16): an AF_XDP sender's frame then waits on
-/// its ring (`sendto` says EAGAIN) and a socket sender's in the qdisc,
-/// as with a NIC whose transmit ring is full, rather than being lost at
-/// the sending host.
-fn veth_queue_line(dev: &str) -> String {
-    format!("qdisc replace dev {dev} root pfifo_fast")
-}
-
 /// The `tc` batch lines that shape one real interface like a test-bed link
 /// of `rate_bps` (wire overhead and minimum frame charged, a packet FIFO of
 /// `queue_len` behind it). The agent uses them for the `link_rate` axis on
@@ -862,11 +848,7 @@ impl Testbed {
                         .then_some(self.spec.links[f.link].impairment.as_ref())
                         .flatten(),
                 };
-                let mut lines = qdisc_lines(&f.name, &sh);
-                if lines.is_empty() && self.backends[f.link] == LinkBackend::Veth {
-                    lines.push(veth_queue_line(&f.name));
-                }
-                for line in lines {
+                for line in qdisc_lines(&f.name, &sh) {
                     b.push_str(&line);
                     b.push('\n');
                 }
@@ -1428,10 +1410,6 @@ mod tests {
         let v = qdisc_lines("eth0", &sh(None, 1500, None, Some(&imp)));
         assert!(v[0].starts_with("qdisc replace dev eth0 root handle 1: netem"));
         assert!(qdisc_lines("eth0", &sh(None, 1500, None, None)).is_empty());
-        assert_eq!(
-            veth_queue_line("eth0"),
-            "qdisc replace dev eth0 root pfifo_fast"
-        );
         // A packet-rate cap: every packet charged 1514 B, 29 000 of them
         // per second, 145 packets (5 ms) of bucket; under the link tbf when there
         // is one, the root otherwise.

@@ -166,13 +166,15 @@ pub struct Args {
     /// Threaded NAPI on the receiving interface while an XDP session holds
     /// it (Linux): veth runs the receive half (XDP program, copy into the
     /// AF_XDP rings) in the sender's own transmit call, on the sender's
-    /// CPU; threaded, it runs in a kernel thread on another CPU. auto: only
-    /// on a test-bed's own veth (`testbed exec`); on: on any interface;
-    /// off: never. The setting found is journalled and put back when the
+    /// CPU; threaded, it runs in a kernel thread on another CPU. off (the
+    /// default): never; auto: only on a test-bed's own veth (`testbed
+    /// exec`); on: on any interface. Threaded, a sender can outrun veth's
+    /// 256-frame ring, which drops at the sending host unless the sending
+    /// veth has a qdisc (0.3-0.5 % of a --max run on a test-bed). The setting found is journalled and put back when the
     /// session ends or recv gets Ctrl-C/SIGTERM, and by the next start or
     /// --xdp-cleanup after a SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran
     /// so. docs/engine.md, "Threaded NAPI".
-    #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "auto")]
+    #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "off")]
     pub xdp_napi: NapiArg,
     /// Answer senders like a receiver from before live intervals (tests of
     /// the sender's fallback only).
