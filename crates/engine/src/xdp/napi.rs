@@ -7,17 +7,18 @@
 //! copy mode, the copy into the UMEM) in the softirq of the sender's own
 //! transmit, on the sender's CPU; with threaded NAPI that half runs in a
 //! kernel thread the scheduler can put on another CPU. The switch is a
-//! setting of the interface, so by default it is made only on a test-bed's
-//! own veth (a namespace `wb-<bed>-<node>` of a test-bed with a state file),
-//! always journalled first, and undone when the session's [`super::Steer`]
+//! setting of the interface, so it is made only when asked (`--xdp-napi`;
+//! off by default), with `auto` only on a test-bed's own veth (a namespace
+//! `wb-<bed>-<node>` of a test-bed with a state file), always journalled first, and undone when the session's [`super::Steer`]
 //! drops. A SIGKILL leaves the journal behind; the next [`super::Steer`] on
 //! the interface, or [`super::cleanup`] (`recv --xdp-cleanup`), restores
 //! from it.
 //!
 //! The kernel thread keeps the default priority, below the receiver's own
 //! thread (`clock::raise_priority`): when the two share a CPU, what waits
-//! is veth's 256-frame ring, which stops the sender's queue when full (the
-//! test-bed's veths have a qdisc), and not the AF_XDP ring, which drops.
+//! is veth's 256-frame ring, which stops the sender's queue when full if
+//! the sending veth has a qdisc (else it drops there), and not the AF_XDP
+//! ring, which drops.
 //!
 //! A veth has NAPI instances only while an XDP program is attached (or GRO
 //! is on), and the kernel refuses the write (EOPNOTSUPP) without one, so
