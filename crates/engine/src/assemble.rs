@@ -155,6 +155,7 @@ pub(crate) fn assemble_doc(mut p: DocInputs) -> ResultDoc {
             tcp: o.tcp,
             tcp_cc: o.tcp_cc.clone(),
             zerocopy: o.zerocopy.clone(),
+            gso: o.gso.clone(),
             // No E-model without the loss it rests on.
             voip: f
                 .spec

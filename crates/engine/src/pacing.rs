@@ -176,6 +176,8 @@ pub(crate) struct FlowSent {
     pub tcp_cc: Option<String>,
     /// TCP `--zerocopy`: what the kernel did with the sends.
     pub zerocopy: Option<wirebench_schema::result::ZeroCopy>,
+    /// UDP with segmentation offload: how the datagrams left.
+    pub gso: Option<wirebench_schema::result::Gso>,
     pub error: Option<String>,
 }
 
@@ -190,6 +192,7 @@ impl FlowSent {
             tcp: None,
             tcp_cc: None,
             zerocopy: None,
+            gso: None,
             error: Some(msg.to_string()),
         }
     }
@@ -212,6 +215,7 @@ impl FlowSent {
             tcp: None,
             tcp_cc: None,
             zerocopy: None,
+            gso: None,
             error,
         }
     }

@@ -455,6 +455,9 @@ impl SessionPlan {
                     "--zerocopy: zero-copy sends (MSG_ZEROCOPY) are a Linux kernel feature; this system has none".into(),
                 ));
             }
+            if f.opts.gso == Some(true) {
+                check_gso(i + 1, f)?;
+            }
             match f.stop {
                 Stop::DurationMs(0) => {
                     return Err(EngineError::BadPlan("-t: duration must be > 0 ms".into()))
@@ -513,6 +516,31 @@ pub fn clip_to_budget(size: u32, remaining: u64, min: u32) -> u32 {
         return remaining.min(u32::MAX as u64) as u32;
     }
     size
+}
+
+/// `--gso on` for flow `n`: UDP, on Linux, with probes two of which fit
+/// one segmented send.
+fn check_gso(n: usize, f: &FlowPlan) -> Result<(), EngineError> {
+    if f.transport != Transport::Udp {
+        return Err(EngineError::BadPlan(format!(
+            "--gso on: flow {n} is {}; segmentation offload applies to UDP flows (-T udp)",
+            f.transport.as_str().to_uppercase()
+        )));
+    }
+    if !crate::net::UDP_OFFLOAD {
+        return Err(EngineError::BadPlan(
+            "--gso on: UDP segmentation offload (UDP_SEGMENT) is a Linux kernel feature; this system has none".into(),
+        ));
+    }
+    let most = f.spec.max_payload() as usize;
+    let limit = crate::net::GSO_MAX_BYTES / 2;
+    if most > limit {
+        return Err(EngineError::BadPlan(format!(
+            "--gso on: flow {n} sends datagrams of up to {most} B; one segmented send carries at most {} B, so no two of them fit: use -c {limit} or less, or --gso auto",
+            crate::net::GSO_MAX_BYTES
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -144,6 +144,9 @@ pub struct DaemonConfig {
     /// Whether the AF_XDP receiver switches its interface to threaded
     /// NAPI while a session holds it (docs/engine.md, "Threaded NAPI").
     pub xdp_napi: crate::NapiUse,
+    /// One-way UDP flows' sockets take coalesced datagrams (UDP GRO,
+    /// Linux; docs/engine.md, "UDP segmentation offload").
+    pub udp_gro: bool,
 }
 
 impl Default for DaemonConfig {
@@ -167,6 +170,7 @@ impl Default for DaemonConfig {
             live_intervals: true,
             xdp: crate::XdpUse::Off,
             xdp_napi: crate::NapiUse::Off,
+            udp_gro: true,
         }
     }
 }
@@ -580,6 +584,7 @@ fn session(
         probe_key: probe_key.clone(),
         dgram_buf: budget::default_buffer(budget::UDP_RCVBUF, setups.len(), session_budget),
         offset: None,
+        gro: cfg.udp_gro,
     };
     // Declared before `flows`, so that on every way out the flows' threads
     // (and with them the log producers) are gone before the sink is dropped.

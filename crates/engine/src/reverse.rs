@@ -420,6 +420,7 @@ impl Local {
             probe_key,
             dgram_buf: crate::budget::UDP_RCVBUF,
             offset: Some((offset_ns.saturating_neg(), error_ns)),
+            gro: true,
         };
         for ((f, s), (port, bound)) in plan.flows.iter().zip(setups).zip(data) {
             if f.direction != Direction::Reverse {

@@ -801,6 +801,8 @@ fn toml_opts(t: &toml::Table) -> Result<SockOpts, ScriptError> {
         bind_dev: text("bind_dev")?
             .map(|v| sockopts::parse_dev(&v).map_err(|e| err("bind_dev", e)))
             .transpose()?,
+        // The command line's --gso applies to every line (`over`).
+        gso: None,
         data_port: None,
     })
 }

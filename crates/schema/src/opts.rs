@@ -41,6 +41,11 @@ pub struct SockOpts {
     /// made of it is the flow's `zerocopy` result.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zerocopy: Option<bool>,
+    /// UDP: send runs of same-size datagrams as one segmented send (UDP
+    /// GSO, `--gso on|off`, Linux); unset (`auto`): for `--max` flows where
+    /// the kernel takes it. What was used is the flow's `gso` result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gso: Option<bool>,
     /// Source address of the flow's data socket (D-ITG `-sa`, iperf3
     /// `-B`); the session's control connection leaves from it too.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -77,6 +82,7 @@ impl SockOpts {
             mss: self.mss.or(base.mss),
             nagle: self.nagle.or(base.nagle),
             zerocopy: self.zerocopy.or(base.zerocopy),
+            gso: self.gso.or(base.gso),
             bind: self.bind.or(base.bind),
             cport: self.cport.or(base.cport),
             bind_dev: self.bind_dev.clone().or_else(|| base.bind_dev.clone()),

@@ -227,6 +227,11 @@ pub struct FlowResult {
     /// documents written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zerocopy: Option<ZeroCopy>,
+    /// UDP sent with segmentation offload (`--gso`, by default `--max`
+    /// flows on Linux): how the datagrams left. Absent where GSO was not
+    /// tried (and in documents written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gso: Option<Gso>,
     /// E-model for VoIP application models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub voip: Option<Voip>,
@@ -265,6 +270,31 @@ pub struct ZeroCopy {
     /// Why the flow wrote (from some point on) without MSG_ZEROCOPY: the
     /// kernel refused SO_ZEROCOPY, or a send with ENOBUFS (optmem_max or
     /// locked-memory limits). Said once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+}
+
+/// How a UDP flow's datagrams left with segmentation offload (UDP GSO,
+/// Linux UDP_SEGMENT; the kernel's docs/networking/segmentation-offloads.rst):
+/// one send carries a run of same-size probes, each a complete datagram
+/// with its own sequence number and transmit time, which the kernel or
+/// the device cuts apart.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct Gso {
+    /// At least one segmented send went out.
+    pub used: bool,
+    /// Segmented sends the kernel took (two or more datagrams each).
+    pub sends: u64,
+    /// Datagrams those sends carried (the rest of the flow's, if any,
+    /// went as plain datagrams: different sizes side by side, a run of
+    /// one, or after a fallback).
+    pub datagrams: u64,
+    /// `datagrams / sends` (0 without sends).
+    pub segments_per_send: f64,
+    /// Why the flow sent plain datagrams from some point on: the kernel
+    /// refused a segmented send (e.g. a device that cannot checksum, a
+    /// segment longer than the path's MTU). Said once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
 }

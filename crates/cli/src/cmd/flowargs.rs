@@ -170,6 +170,9 @@ pub struct SockArgs {
     /// TCP: send with MSG_ZEROCOPY (Linux): the kernel sends from wirebench's own buffers instead of copying them, and reports when each send is done. It pays off on a real NIC with large records (64000 B and up; -c takes up to 16777216 on TCP) when the sender's CPU is the limit; on loopback and veth the kernel copies anyway when it delivers locally (the result says how many sends it copied) and the completions cost extra, so expect it to be slower there. Where the kernel refuses, the flow writes plainly and the result says why (flows[].zerocopy). Not for UDP, ICMP or reverse (-R) flows.
     #[arg(long = "zerocopy", help_heading = SOCK)]
     pub zerocopy: bool,
+    /// UDP segmentation offload (UDP GSO, Linux 4.18+): one send carries a run of up to 64 same-size probes, each a complete datagram with its own sequence number and transmit time, and the kernel (or the NIC) cuts them apart, so the sender pays one trip through the stack per run instead of per datagram. auto (the default): for --max flows; on: also for paced flows (what is due at once, i.e. a backlog); off: one datagram per sendmmsg entry, as before. Where the kernel refuses (a device that cannot checksum, a probe longer than the path's MTU allows), the flow sends plainly and says why once. How it went is flows[].gso in the result. docs/engine.md, "UDP segmentation offload".
+    #[arg(long = "gso", value_name = "WHEN", default_value = "auto", help_heading = SOCK)]
+    pub gso: GsoArg,
     /// Source address of the flows and of the control connection (D-ITG -sa, iperf3 -B/--bind; -B here is D-ITG's burst). The receiver sees the data come from it.
     #[arg(long = "bind", value_name = "ADDR", value_parser = sockopts::parse_addr, help_heading = SOCK)]
     pub bind: Option<std::net::IpAddr>,
@@ -182,6 +185,18 @@ pub struct SockArgs {
     /// The receiver's data port for the flow, 1024..65535 (D-ITG -rp): agreed in the session; a receiver that cannot open it refuses with the reason. With --flows N, one flow only.
     #[arg(long = "data-port", value_name = "PORT", value_parser = sockopts::parse_data_port, help_heading = SOCK)]
     pub data_port: Option<u16>,
+}
+
+/// `send --gso`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, clap::ValueEnum)]
+pub enum GsoArg {
+    /// For --max UDP flows.
+    #[default]
+    Auto,
+    /// For every UDP flow.
+    On,
+    /// Never.
+    Off,
 }
 
 impl SockArgs {
@@ -201,6 +216,11 @@ impl SockArgs {
                 None
             },
             zerocopy: self.zerocopy.then_some(true),
+            gso: match self.gso {
+                GsoArg::Auto => None,
+                GsoArg::On => Some(true),
+                GsoArg::Off => Some(false),
+            },
             bind: self.bind,
             cport: self.cport,
             bind_dev: self.bind_dev.clone(),

@@ -176,10 +176,29 @@ pub struct Args {
     /// so. docs/engine.md, "Threaded NAPI".
     #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "off")]
     pub xdp_napi: NapiArg,
+    /// UDP GRO on one-way UDP flows' sockets (Linux 5.0+): the kernel may
+    /// hand over a run of same-size datagrams of one flow (a sender's UDP
+    /// GSO send, or what the NIC coalesced) as one, which wirebench cuts
+    /// apart and counts datagram by datagram (loss, order, duplicates,
+    /// delay) as before. on (the default on Linux): the datagrams of one
+    /// run share one kernel receive time, the run's, so their delays and
+    /// jitter are those of the run, not of each datagram; off: every
+    /// datagram is received, and stamped, on its own (the kernel cuts a
+    /// segmented send apart on arrival). Flows whose probes are reflected
+    /// (-m rtt) never use it. docs/engine.md, "UDP segmentation offload".
+    #[arg(long = "gro", value_name = "WHEN")]
+    pub gro: Option<OnOff>,
     /// Answer senders like a receiver from before live intervals (tests of
     /// the sender's fallback only).
     #[arg(long = "no-live-intervals", hide = true)]
     pub no_live_intervals: bool,
+}
+
+/// `--gro`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 /// `--xdp-napi`.
@@ -327,6 +346,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !args.no_xdp {
         restore_napi_on_signals()?;
     }
+    if args.gro == Some(OnOff::On) && !cfg!(target_os = "linux") {
+        return Err(bad_input(
+            "--gro on: UDP GRO is a Linux kernel feature; this system has none",
+        ));
+    }
     let key = crate::key::load(args.key_file.as_deref())?;
     let authenticated = key.is_some();
     if let (Some(mode), false) = (&args.require_auth, authenticated) {
@@ -362,6 +386,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             NapiArg::On => wirebench_engine::NapiUse::On,
             NapiArg::Off => wirebench_engine::NapiUse::Off,
         },
+        udp_gro: args.gro != Some(OnOff::Off),
         ..DaemonConfig::default()
     })
     .map_err(|e| {

@@ -543,6 +543,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 eprintln!("wirebench send: --zerocopy: flow {}: {why}", f.id);
             }
         }
+        if let Some(why) = f.gso.as_ref().and_then(|g| g.fallback.as_deref()) {
+            if !said.contains(&why) {
+                said.push(why);
+                eprintln!("wirebench send: --gso: flow {}: {why}", f.id);
+            }
+        }
     }
     // The summary is printed whatever then happens to the file.
     let live_printed = printer
@@ -912,6 +918,20 @@ fn flow_block(f: &FlowResult, intervals: bool) -> String {
             t.push_str(&format!("; plain writes: {why}"));
         }
         line(&mut s, "Zero-copy", t);
+    }
+    if let Some(g) = &f.gso {
+        let mut t = if g.used {
+            format!(
+                "{} segmented sends of {:.1} datagrams on average ({} datagrams)",
+                g.sends, g.segments_per_send, g.datagrams
+            )
+        } else {
+            "not used".to_string()
+        };
+        if let Some(why) = &g.fallback {
+            t.push_str(&format!("; plain sends: {why}"));
+        }
+        line(&mut s, "UDP GSO", t);
     }
     if let Some(v) = &f.voip {
         line(

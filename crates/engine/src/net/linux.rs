@@ -1,11 +1,12 @@
 //! Linux socket plumbing the standard library does not offer: `recvmmsg`
-//! and `sendmmsg` batches over preallocated buffers, kernel receive
+//! and `sendmmsg` batches over preallocated buffers, UDP segmentation
+//! offload both ways (UDP_SEGMENT sends, UDP_GRO receives), kernel receive
 //! timestamps (SO_TIMESTAMPNS), forced buffer sizes.
 //!
 //! Every buffer and message header is allocated once per flow; the hot path
 //! only rewrites lengths and calls the kernel.
 
-use super::RawFd;
+use super::{RawFd, Segmented, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
 use std::io;
 
 /// Messages per `recvmmsg` / `sendmmsg` call.
@@ -50,6 +51,27 @@ pub fn set_sndbuf(fd: RawFd, bytes: usize) {
     if !setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, b) {
         setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, b);
     }
+}
+
+/// <linux/udp.h>: per-send segment size (UDP GSO, Linux 4.18) and the
+/// receive-side coalescing switch (UDP GRO, Linux 5.0).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// This system can send segmented (UDP GSO) and receive coalesced (UDP
+/// GRO) datagrams.
+pub const UDP_OFFLOAD: bool = true;
+
+/// Lets the kernel hand this socket several datagrams of one flow and
+/// size as one (UDP_GRO); [`RecvBatch::gro_size`] then says where to cut.
+pub fn enable_gro(fd: RawFd) -> bool {
+    setsockopt_int(fd, libc::SOL_UDP, UDP_GRO, 1)
+}
+
+/// Sends without UDP checksums (SO_NO_CHECK): the kernel then refuses
+/// segmented sends (EINVAL), which tests use to reach the fallback.
+#[cfg(test)]
+pub fn disable_udp_checksum(fd: RawFd) -> bool {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1)
 }
 
 /// Kernel receive timestamps on CLOCK_REALTIME: each datagram of a batch
@@ -138,8 +160,9 @@ pub struct IpMarks {
 }
 
 /// Control-message space per datagram, in u64 units for alignment: a
-/// timestamp (32 bytes) and up to three 24-byte marking messages.
-const CMSG_WORDS: usize = 16;
+/// timestamp (32 bytes), up to three 24-byte marking messages and the
+/// 24-byte UDP_GRO segment size.
+const CMSG_WORDS: usize = 20;
 
 /// A set of receive slots for `recvmmsg`, reused for every call.
 pub struct RecvBatch {
@@ -279,6 +302,27 @@ impl RecvBatch {
         None
     }
 
+    /// Datagram `i` of the last batch holds several of its sender's
+    /// datagrams of this size each (the last may be shorter), coalesced by
+    /// the kernel (after [`enable_gro`]); None: it is one datagram.
+    pub fn gro_size(&self, i: usize) -> Option<usize> {
+        let h = &self.hdrs[i].msg_hdr;
+        // SAFETY: as in `kernel_ts`: the walk stays inside control slot `i`
+        // as the kernel filled it; a UDP_GRO message carries an int, read
+        // unaligned.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                    let g = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                    return usize::try_from(g).ok().filter(|&g| g > 0);
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
+    }
+
     /// The IP marking of datagram `i` of the last batch (after
     /// [`enable_rx_marks`]; all `None` without it).
     pub fn marks(&self, i: usize) -> IpMarks {
@@ -373,7 +417,17 @@ pub struct SendBatch {
     hdrs: Vec<libc::mmsghdr>,
     /// Per-slot destinations, pointed at by the headers that have one.
     addrs: Vec<libc::sockaddr_storage>,
+    /// Headers of segmented sends ([`SendBatch::send_segmented`]), each
+    /// with its own UDP_SEGMENT control message in `seg_cmsgs`.
+    seg_hdrs: Vec<libc::mmsghdr>,
+    seg_cmsgs: Vec<u64>,
+    /// The slots each segmented header covers: (first, count).
+    runs: [(usize, usize); BATCH],
 }
+
+/// Control space of one UDP_SEGMENT message (CMSG_SPACE of a u16, 24
+/// bytes on every 64-bit Linux), in u64 units.
+const SEG_CMSG_WORDS: usize = 3;
 
 impl SendBatch {
     /// `BATCH` slots of `slot` bytes, pre-filled with a pseudo-random
@@ -387,6 +441,9 @@ impl SendBatch {
             // SAFETY: sockaddr_storage is a C struct of integers; all zeros
             // (family AF_UNSPEC) is a valid value.
             addrs: vec![unsafe { std::mem::zeroed() }; BATCH],
+            seg_hdrs: Vec::with_capacity(BATCH),
+            seg_cmsgs: vec![0u64; SEG_CMSG_WORDS * BATCH],
+            runs: [(0, 0); BATCH],
         });
         // A recognisable filler instead of zeros, so that a compressing
         // link cannot flatter the numbers.
@@ -408,8 +465,107 @@ impl SendBatch {
             h.msg_hdr.msg_iov = &mut b.iovs[i] as *mut libc::iovec;
             h.msg_hdr.msg_iovlen = 1;
             b.hdrs.push(h);
+            // SAFETY: as above, a valid empty header.
+            let mut g: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            g.msg_hdr.msg_control =
+                b.seg_cmsgs.as_mut_ptr().wrapping_add(i * SEG_CMSG_WORDS) as *mut libc::c_void;
+            g.msg_hdr.msg_controllen = SEG_CMSG_WORDS * 8;
+            // SAFETY: the header points at its own control slot of
+            // SEG_CMSG_WORDS * 8 bytes, room for one cmsghdr and a u16, so
+            // CMSG_FIRSTHDR returns a pointer inside it; the cmsghdr is
+            // written once here and only its u16 payload afterwards.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&g.msg_hdr);
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+            }
+            b.seg_hdrs.push(g);
         }
         b
+    }
+
+    /// Sends slots `from..n` on a connected socket as UDP GSO: each run of
+    /// slots of one length (at most [`GSO_MAX_SEGMENTS`] and
+    /// [`GSO_MAX_BYTES`]) goes out as one message that the kernel, or the
+    /// device, cuts into one datagram per slot; a run of one is a plain
+    /// datagram. The messages go in one `sendmmsg`. Per-slot destinations
+    /// ([`SendBatch::set_dest`]) are not used. On an error for the first
+    /// message, the error and the slots that message held.
+    pub fn send_segmented(
+        &mut self,
+        fd: RawFd,
+        from: usize,
+        n: usize,
+    ) -> Result<Segmented, (io::Error, usize)> {
+        // The unsafe call below relies on it: a non-empty range of slots.
+        assert!(from < n && n <= BATCH, "slots {from}..{n} of {BATCH}");
+        let mut m = 0;
+        let mut j = from;
+        while j < n {
+            let len = self.iovs[j].iov_len;
+            let cap = GSO_MAX_BYTES
+                .checked_div(len)
+                .unwrap_or(1)
+                .clamp(1, GSO_MAX_SEGMENTS);
+            let mut k = 1;
+            while j + k < n && k < cap && self.iovs[j + k].iov_len == len {
+                k += 1;
+            }
+            let h = &mut self.seg_hdrs[m].msg_hdr;
+            h.msg_iov = self.iovs.as_mut_ptr().wrapping_add(j);
+            h.msg_iovlen = k;
+            if k > 1 {
+                h.msg_controllen = SEG_CMSG_WORDS * 8;
+                // SAFETY: the control slot was laid out in `new` with a
+                // cmsghdr for a u16; CMSG_DATA points at that u16 inside the
+                // slot, written unaligned. k > 1 and k * len <= GSO_MAX_BYTES
+                // make len fit a u16.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, len as u16);
+                }
+            } else {
+                h.msg_controllen = 0;
+            }
+            self.runs[m] = (j, k);
+            m += 1;
+            j += k;
+        }
+        loop {
+            // SAFETY: the first m <= BATCH headers of `seg_hdrs` each point
+            // at k consecutive iovecs of `iovs` inside from..n (lengths kept
+            // within their slots by `slot()`), at no name, and at their own
+            // control slot with a valid UDP_SEGMENT message or a zero
+            // control length.
+            let r = unsafe { libc::sendmmsg(fd, self.seg_hdrs.as_mut_ptr(), m as libc::c_uint, 0) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err((e, self.runs[0].1));
+            }
+            let mut out = Segmented::default();
+            for &(_, k) in &self.runs[..r as usize] {
+                out.slots += k;
+                if k > 1 {
+                    out.sends += 1;
+                    out.segments += k;
+                }
+            }
+            return Ok(out);
+        }
+    }
+
+    /// The kernel refused a segmented send for a reason that a plain send
+    /// would not meet (no UDP GSO, a device that cannot checksum, a segment
+    /// longer than the path's MTU allows).
+    pub fn gso_refused(e: &io::Error) -> bool {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+        )
     }
 
     /// Every slot at its full length, to fill the payload content once.

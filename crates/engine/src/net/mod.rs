@@ -31,6 +31,26 @@ mod portable;
 #[cfg(unix)]
 pub use std::os::fd::{AsRawFd, RawFd};
 
+/// <net/udp.h> UDP_MAX_SEGMENTS of the oldest kernel with UDP GSO: newer
+/// ones take 128, every one takes 64.
+pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Most payload bytes one segmented send may carry: an IPv6 packet's
+/// 16-bit payload length less the UDP header.
+pub const GSO_MAX_BYTES: usize = u16::MAX as usize - 8 - 40;
+/// Receive slot that holds whatever UDP GRO coalesces into one datagram.
+pub const GRO_SLOT: usize = u16::MAX as usize + 1;
+
+/// What one `SendBatch::send_segmented` call got out.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Segmented {
+    /// Slots (datagrams) the kernel took.
+    pub slots: usize,
+    /// Of the messages it took, those of two or more segments (UDP GSO).
+    pub sends: usize,
+    /// The datagrams those carried.
+    pub segments: usize,
+}
+
 /// A socket's raw handle; on Windows the SOCKET value.
 #[cfg(windows)]
 pub type RawFd = std::os::windows::io::RawSocket;

@@ -80,6 +80,15 @@ pub fn set_flow_label(_fd: RawFd, _dst: std::net::Ipv6Addr, _label: u32) -> io::
     ))
 }
 
+/// UDP segmentation offload (UDP_SEGMENT, UDP_GRO) is a Linux kernel
+/// feature.
+pub const UDP_OFFLOAD: bool = false;
+
+/// No UDP GRO on this path.
+pub fn enable_gro(_fd: RawFd) -> bool {
+    false
+}
+
 /// Zero-copy sends (MSG_ZEROCOPY) are a Linux kernel feature.
 pub fn enable_zerocopy(_fd: RawFd) -> io::Result<()> {
     Err(io::Error::new(
@@ -184,6 +193,11 @@ impl RecvBatch {
         None
     }
 
+    /// Never coalesced on this path.
+    pub fn gro_size(&self, _i: usize) -> Option<usize> {
+        None
+    }
+
     /// Never available on this path.
     pub fn marks(&self, _i: usize) -> IpMarks {
         IpMarks::default()
@@ -251,6 +265,27 @@ impl SendBatch {
     /// connected peer.
     pub fn set_dest(&mut self, i: usize, to: Option<&socket2::SockAddr>) {
         self.dests[i] = to.and_then(|a| a.as_socket());
+    }
+
+    /// No UDP GSO here: the slots go one by one as [`SendBatch::send`]
+    /// sends them (never called: [`UDP_OFFLOAD`] is false).
+    pub fn send_segmented(
+        &mut self,
+        fd: RawFd,
+        from: usize,
+        n: usize,
+    ) -> Result<super::Segmented, (io::Error, usize)> {
+        self.send(fd, from, n)
+            .map(|slots| super::Segmented {
+                slots,
+                ..Default::default()
+            })
+            .map_err(|e| (e, 1))
+    }
+
+    /// Never: no segmented sends on this path.
+    pub fn gso_refused(_e: &io::Error) -> bool {
+        false
     }
 
     /// Sends slots `from..n` one by one; returns how many left (at least 1

@@ -193,6 +193,9 @@ pub(crate) struct RxFlow {
     /// Receive buffer a datagram socket asks for (the sender's ask or the
     /// session's default share); streams keep autotuning unless asked.
     pub(crate) dgram_buf: usize,
+    /// A datagram socket lets the kernel coalesce same-size datagrams
+    /// (UDP GRO) where nothing is reflected.
+    pub(crate) gro: bool,
     pub(crate) acc: Recorder,
     pub(crate) sh: Arc<FlowShared>,
 }
@@ -345,6 +348,28 @@ pub(crate) struct RxAt {
     /// Our clock minus the sender's, when known before `Start` (the
     /// sender's end of a reverse flow).
     pub(crate) offset: Option<(i64, u64)>,
+    /// One-way UDP flows take coalesced datagrams (UDP GRO, Linux).
+    pub(crate) gro: bool,
+}
+
+impl RxAt {
+    /// A one-way session `sid` from 127.0.0.1 whose clock offset is known
+    /// (zero), for tests of a flow's receive end.
+    #[cfg(test)]
+    pub(crate) fn loopback(sid: u32, dgram_buf: usize, gro: bool) -> RxAt {
+        RxAt {
+            sid,
+            peer_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            ip: IpVersion::V4,
+            meter: MeterMode::Owd,
+            max_intervals: 1024,
+            live: false,
+            probe_key: None,
+            dgram_buf: dgram_buf as u64,
+            offset: Some((0, 0)),
+            gro,
+        }
+    }
 }
 
 /// Flow `s`'s receive end before its transport opens it: its shared
@@ -376,6 +401,7 @@ pub(crate) fn rx_flow(s: &FlowSetup, at: &RxAt, log: Option<LogProducer>) -> RxF
         dgram_buf: s
             .rcvbuf
             .map_or(at.dgram_buf as usize, |w| budget::flow_buf(w) as usize),
+        gro: at.gro,
         acc: Recorder {
             acc: RecvAccumulator::with_max_intervals(cfg, at.max_intervals),
             log,

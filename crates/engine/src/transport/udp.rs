@@ -7,7 +7,7 @@ pub(crate) mod rx;
 
 use super::{connect_err, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack};
-use crate::net::{set_sndbuf, AsRawFd, RawFd, SendBatch, BATCH};
+use crate::net::{self, set_sndbuf, AsRawFd, RawFd, Segmented, SendBatch, BATCH};
 use crate::pacing::{
     each_batch, gather, header, wait_or_stop, FlowEnd, FlowJob, FlowSent, Schedule, SendRec,
 };
@@ -59,12 +59,18 @@ fn connect(
     // in the host's qdisc are charged to it, so an overloaded sender blocks
     // (and its late packets count as not sent) instead of overfilling its
     // own transmit queue, which is how a host with a NIC behaves.
-    let s: UdpSocket = sock.into();
-    Ok(Box::new(UdpTx(s)))
+    Ok(Box::new(UdpTx::new(sock.into())))
 }
 
-/// A UDP flow's connected sending end.
-pub(crate) struct UdpTx(pub UdpSocket);
+/// A UDP flow's connected sending end, and how its datagrams left
+/// (segmentation offload) once it has paced.
+pub(crate) struct UdpTx(pub UdpSocket, Option<wirebench_schema::result::Gso>);
+
+impl UdpTx {
+    pub(crate) fn new(s: UdpSocket) -> UdpTx {
+        UdpTx(s, None)
+    }
+}
 
 impl FlowTx for UdpTx {
     fn caps(&self) -> &'static Caps {
@@ -72,7 +78,14 @@ impl FlowTx for UdpTx {
     }
 
     fn pace(&mut self, r: FlowRun<'_>) -> FlowEnd {
-        udp_send(r.job, &self.0, r.sched, r.acc, r.first_tx)
+        let mut gso = Gso::new(&r.job.plan);
+        let end = udp_send(r.job, &self.0, r.sched, r.acc, r.first_tx, &mut gso);
+        self.1 = gso.result();
+        end
+    }
+
+    fn ended(&self, _job: &FlowJob, sent: &mut FlowSent) {
+        sent.gso = self.1.clone();
     }
 
     fn reflector(&self, r: &Reflected) -> std::io::Result<RttRx> {
@@ -93,6 +106,47 @@ impl FlowTx for UdpTx {
     }
 }
 
+/// A flow's UDP segmentation offload: whether its sends are segmented
+/// now, and what came of them for the result (`flows[].gso`).
+#[derive(Default)]
+struct Gso {
+    /// Runs of same-size datagrams go out as one segmented send.
+    on: bool,
+    /// The flow started with `on` (the result then says how it went).
+    tried: bool,
+    sends: u64,
+    datagrams: u64,
+    fallback: Option<String>,
+}
+
+impl Gso {
+    /// `--gso on|off` as asked; `auto` (unset) segments `--max` flows,
+    /// where every batch is a run of due datagrams. Only where the system
+    /// has UDP GSO.
+    fn new(plan: &FlowPlan) -> Gso {
+        let on = net::UDP_OFFLOAD && plan.opts.gso.unwrap_or(plan.spec.is_max());
+        Gso {
+            on,
+            tried: on,
+            ..Gso::default()
+        }
+    }
+
+    fn result(&self) -> Option<wirebench_schema::result::Gso> {
+        self.tried.then(|| wirebench_schema::result::Gso {
+            used: self.sends > 0,
+            sends: self.sends,
+            datagrams: self.datagrams,
+            segments_per_send: if self.sends > 0 {
+                self.datagrams as f64 / self.sends as f64
+            } else {
+                0.0
+            },
+            fallback: self.fallback.clone(),
+        })
+    }
+}
+
 /// One UDP flow's send state between batches: the socket, the header
 /// template, the next sequence number and the refusal count.
 struct UdpOut<'a> {
@@ -103,13 +157,17 @@ struct UdpOut<'a> {
     refused: &'a mut u64,
     /// `--auth probes`: signs each probe once its header is final.
     key: Option<&'a ProbeKey>,
+    gso: &'a mut Gso,
 }
 
 impl UdpOut<'_> {
     /// Sends the gathered packets `meta` (scheduled time, size) with
-    /// `sendmmsg`, stamping the transmit time immediately before the call.
-    /// A packet the kernel refuses is `not_sent` and the rest of the batch
-    /// is renumbered, so the receiver sees no gap for it.
+    /// `sendmmsg`, runs of one size as segmented sends where [`Gso`] is on,
+    /// stamping the transmit time immediately before the call. A packet
+    /// the kernel refuses is `not_sent` (all of a refused segmented send's)
+    /// and the rest of the batch is renumbered, so the receiver sees no gap
+    /// for it. The kernel's first refusal of a segmented send for want of
+    /// GSO turns it off for the flow and the batch goes out plainly.
     fn send(&mut self, batch: &mut SendBatch, meta: &[(u64, u32)], acc: &mut SendRec, max: bool) {
         let n = meta.len();
         let mut seq = *self.seq;
@@ -132,8 +190,22 @@ impl UdpOut<'_> {
         let actual = mono_ns();
         let mut i = 0;
         while i < n {
-            match batch.send(self.fd, i, n) {
-                Ok(k) => {
+            let r = if self.gso.on {
+                batch.send_segmented(self.fd, i, n)
+            } else {
+                batch
+                    .send(self.fd, i, n)
+                    .map(|slots| Segmented {
+                        slots,
+                        ..Segmented::default()
+                    })
+                    .map_err(|e| (e, 1))
+            };
+            match r {
+                Ok(s) => {
+                    let k = s.slots;
+                    self.gso.sends += s.sends as u64;
+                    self.gso.datagrams += s.segments as u64;
                     for (j, &(at, size)) in meta[i..i + k].iter().enumerate() {
                         let sq = seq.wrapping_add(j as u32);
                         acc.record_sent(if max { actual } else { at }, actual, size, sq, tx);
@@ -141,21 +213,28 @@ impl UdpOut<'_> {
                     seq = seq.wrapping_add(k as u32);
                     i += k;
                 }
-                Err(e) => {
-                    let (at, size) = meta[i];
-                    acc.record_not_sent(1, at, seq, size);
-                    if e.kind() == ErrorKind::ConnectionRefused {
-                        *self.refused += 1;
+                Err((e, k)) if self.gso.on && k > 1 && SendBatch::gso_refused(&e) => {
+                    self.gso.on = false;
+                    self.gso.fallback = Some(format!(
+                        "the kernel refused a segmented send of {k} datagrams ({e}); plain sendmmsg from then on"
+                    ));
+                }
+                Err((e, k)) => {
+                    for &(at, size) in &meta[i..i + k] {
+                        acc.record_not_sent(1, at, seq, size);
                     }
-                    for (j, &(_, size)) in meta.iter().enumerate().skip(i + 1) {
-                        let cur = seq.wrapping_add((j - i) as u32 - 1);
+                    if e.kind() == ErrorKind::ConnectionRefused {
+                        *self.refused += k as u64;
+                    }
+                    for (j, &(_, size)) in meta.iter().enumerate().skip(i + k) {
+                        let cur = seq.wrapping_add((j - i - k) as u32);
                         let slot = batch.slot(j, size as usize);
                         ProbeHeader::stamp_seq(slot, cur);
-                        if let Some(k) = self.key {
-                            k.sign(slot);
+                        if let Some(key) = self.key {
+                            key.sign(slot);
                         }
                     }
-                    i += 1;
+                    i += k;
                     if e.kind() == ErrorKind::WouldBlock {
                         std::thread::yield_now();
                     }
@@ -181,6 +260,7 @@ fn udp_send(
     sched: &mut Schedule,
     acc: &mut SendRec,
     first_tx: &mut u64,
+    gso: &mut Gso,
 ) -> FlowEnd {
     let fd = s.as_raw_fd();
     let mut batch = SendBatch::new(sched.max_len as usize);
@@ -197,6 +277,7 @@ fn udp_send(
             first_tx,
             refused: &mut refused,
             key: job.probe_key.as_ref(),
+            gso: &mut *gso,
         };
         out.send(&mut batch, due, acc, max);
         // Every send refused for a long stretch: the receiver's port is gone.
@@ -235,6 +316,8 @@ struct SharedFlow {
     error: Option<String>,
     /// `--auth probes`: the session's probe key.
     key: Option<ProbeKey>,
+    /// Segmentation offload of a flow with a socket of its own.
+    gso: Gso,
 }
 
 /// One packet of a [`run_shared`] round on the pacer's socket: its flow
@@ -345,6 +428,11 @@ pub(crate) fn run_shared(
         match Schedule::new(&job.plan, job.t0, job.min_len()) {
             Ok(sched) => {
                 max_len = max_len.max(sched.max_len);
+                // Segmented sends need a connected socket.
+                let gso = match out {
+                    Out::Own(_) => Gso::new(&job.plan),
+                    Out::Shared(_) => Gso::default(),
+                };
                 ctl.get_or_insert((job.abort.clone(), job.cancel, job.t0));
                 flows.push(SharedFlow {
                     idx,
@@ -363,6 +451,7 @@ pub(crate) fn run_shared(
                     refused: 0,
                     error: None,
                     key: job.probe_key.clone(),
+                    gso,
                 });
             }
             Err(e) => done.push((idx, FlowSent::failed(&e))),
@@ -436,6 +525,7 @@ pub(crate) fn run_shared(
                         first_tx: &mut f.first_tx,
                         refused: &mut f.refused,
                         key: f.key.as_ref(),
+                        gso: &mut f.gso,
                     };
                     out.send(&mut batch, &meta[..n], &mut f.acc, false);
                 }
@@ -478,10 +568,9 @@ pub(crate) fn run_shared(
             (Some(e), _) => Err(e),
             (None, h) => Ok(h),
         };
-        done.push((
-            f.idx,
-            FlowSent::ran(f.first_tx, f.acc.summary(&f.sched), None, end),
-        ));
+        let mut sent = FlowSent::ran(f.first_tx, f.acc.summary(&f.sched), None, end);
+        sent.gso = f.gso.result();
+        done.push((f.idx, sent));
     }
     done
 }
@@ -613,6 +702,98 @@ mod tests {
         assert_eq!(ports[2], own);
     }
 
+    /// Sends `sizes` (one batch) as a `--max` flow from `tx`, segmentation
+    /// offload on; returns the flow's offload state and sent count.
+    #[cfg(target_os = "linux")]
+    pub(super) fn send_sizes(tx: &UdpSocket, sizes: &[u32]) -> (Gso, u64, u32) {
+        let j = job(flow(1000.0, 100, Stop::Packets(100)), 1, 0);
+        let mut h = header(&j);
+        let (mut seq, mut first_tx, mut refused) = (0u32, 0u64, 0u64);
+        let mut gso = Gso {
+            on: true,
+            tried: true,
+            ..Gso::default()
+        };
+        let mut acc = rec();
+        let mut batch = SendBatch::new(100);
+        let meta: Vec<(u64, u32)> = sizes.iter().map(|&s| (0, s)).collect();
+        UdpOut {
+            fd: tx.as_raw_fd(),
+            h: &mut h,
+            seq: &mut seq,
+            first_tx: &mut first_tx,
+            refused: &mut refused,
+            key: None,
+            gso: &mut gso,
+        }
+        .send(&mut batch, &meta, &mut acc, true);
+        (gso, acc.packets(), seq)
+    }
+
+    /// Reads `n` datagrams: (sequence number, length).
+    #[cfg(target_os = "linux")]
+    fn read_seq_len(rx: &UdpSocket, n: usize) -> Vec<(u32, usize)> {
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let mut buf = [0u8; 2048];
+        (0..n)
+            .map(|_| {
+                let len = rx.recv(&mut buf).unwrap();
+                let h = ProbeHeader::decode_datagram(&buf[..len]).unwrap();
+                assert_eq!(usize::from(h.len), len);
+                (h.seq, len)
+            })
+            .collect()
+    }
+
+    /// With UDP GSO a batch goes out as one segmented send per run of one
+    /// size; on a socket without GRO every datagram arrives on its own,
+    /// once, with its own sequence number and length.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn segmented_sends_split_at_size_changes_and_every_datagram_arrives() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        let sizes = [64, 64, 64, 64, 64, 80, 80, 80, 64, 64, 100];
+        let (gso, sent, seq) = send_sizes(&tx, &sizes);
+        assert_eq!((sent, seq), (11, 11));
+        // Runs 5 x 64, 3 x 80, 2 x 64 segmented; the single 100 B plain.
+        assert_eq!((gso.sends, gso.datagrams), (3, 10));
+        assert!(gso.on && gso.fallback.is_none());
+        let want: Vec<(u32, usize)> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| (i as u32, s as usize))
+            .collect();
+        assert_eq!(read_seq_len(&rx, sizes.len()), want);
+        let r = gso.result().unwrap();
+        assert!(r.used);
+        assert_eq!(r.segments_per_send, 10.0 / 3.0);
+    }
+
+    /// A kernel that refuses segmented sends (here: a socket without UDP
+    /// checksums, EINVAL) turns GSO off for the flow, says why once, and
+    /// the same batch goes out plainly: nothing is lost or renumbered.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_refused_segmented_send_falls_back_to_plain_datagrams() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        assert!(crate::net::disable_udp_checksum(tx.as_raw_fd()));
+        let (gso, sent, seq) = send_sizes(&tx, &[64; 20]);
+        assert_eq!((sent, seq), (20, 20));
+        assert!(!gso.on);
+        assert_eq!((gso.sends, gso.datagrams), (0, 0));
+        let why = gso.fallback.clone().unwrap();
+        assert!(why.contains("refused a segmented send"), "{why}");
+        let want: Vec<(u32, usize)> = (0..20).map(|i| (i, 64)).collect();
+        assert_eq!(read_seq_len(&rx, 20), want);
+        let r = gso.result().unwrap();
+        assert!(!r.used && r.fallback.is_some());
+    }
+
     /// A packet the kernel refuses in a round of several flows is its own
     /// flow's `not_sent`; that flow's later packets are renumbered, the
     /// other flow's go out untouched.
@@ -634,6 +815,7 @@ mod tests {
                 refused: 0,
                 error: None,
                 key: None,
+                gso: Gso::default(),
             }
         };
         // Port 0 cannot be sent to (EINVAL): every packet of flow 2 fails.

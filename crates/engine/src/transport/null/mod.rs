@@ -287,8 +287,8 @@ mod tests {
     #[test]
     fn a_flow_runs_send_to_receive_over_the_null_transport() {
         use crate::transport::rx::{flow_report, rx_flow, RxAt};
-        use wirebench_stats::IpVersion;
-        use wirebench_wire::{FlowSetup, MeterMode, Transport};
+
+        use wirebench_wire::{FlowSetup, Transport};
         let (sid, flow_id) = (7, 1);
         let setup = FlowSetup {
             flow_id,
@@ -297,17 +297,7 @@ mod tests {
             mtu: 1500,
             ..Default::default()
         };
-        let at = RxAt {
-            sid,
-            peer_ip: std::net::Ipv4Addr::LOCALHOST.into(),
-            ip: IpVersion::V4,
-            meter: MeterMode::Owd,
-            max_intervals: 1024,
-            live: false,
-            probe_key: None,
-            dgram_buf: 0,
-            offset: Some((0, 0)),
-        };
+        let at = RxAt::loopback(sid, 0, false);
         let wire = Arc::new(Wire::default());
         let rf = rx_flow(&setup, &at, None);
         let shared = rf.sh.clone();

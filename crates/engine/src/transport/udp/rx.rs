@@ -143,7 +143,7 @@ impl ReverseEnd for ReversePort {
         u.connect(to)
             .map_err(|e| format!("cannot connect to {to}: {e}"))?;
         set_sndbuf(u.as_raw_fd(), REVERSE_SNDBUF);
-        Ok(Box::new(super::UdpTx(u)))
+        Ok(Box::new(super::UdpTx::new(u)))
     }
 }
 
@@ -158,6 +158,8 @@ pub(crate) struct UdpFlow {
     /// reflected, so a session cannot be used to send packets to a third
     /// party (spoofed source addresses) nor be taken over by one datagram.
     registered: Option<SocketAddr>,
+    /// The kernel may hand several datagrams over as one (UDP GRO).
+    gro: bool,
 }
 
 impl FlowRx for UdpFlow {
@@ -176,7 +178,8 @@ impl FlowRx for UdpFlow {
 
 impl UdpFlow {
     /// Sets `sock` up for receiving (kernel timestamps, the IP marking of
-    /// each datagram, a read timeout to look at the stop flag).
+    /// each datagram, coalesced datagrams where asked and nothing is
+    /// reflected, a read timeout to look at the stop flag).
     fn new(
         sock: UdpSocket,
         rx: RxFlow,
@@ -185,12 +188,15 @@ impl UdpFlow {
     ) -> Result<UdpFlow, EngineError> {
         enable_rx_timestamps(sock.as_raw_fd());
         net::enable_rx_marks(sock.as_raw_fd(), v6);
+        // Reflections are queued per receive slot, one datagram each.
+        let gro = rx.gro && !rx.reflect && net::enable_gro(sock.as_raw_fd());
         sock.set_read_timeout(Some(Duration::from_millis(POLL_MS)))
             .map_err(|e| EngineError::io("data socket", e))?;
         Ok(UdpFlow {
             sock,
             rx,
             registered,
+            gro,
         })
     }
 
@@ -213,6 +219,18 @@ impl UdpFlow {
                 continue;
             }
             let from = batch.source(i).map(unmap_addr);
+            if let Some(seg) = batch.gro_size(i) {
+                // Datagrams the kernel coalesced (UDP GRO): each is taken
+                // on its own, all with the one receive time the kernel
+                // gave them.
+                let m = batch.marks(i);
+                for d in batch.data(i).chunks(seg) {
+                    if self.accept(d, from, ts, offset).is_some() {
+                        self.rx.acc.marks.see(m.tos, m.ttl, m.flow_label);
+                    }
+                }
+                continue;
+            }
             let d = batch.data(i);
             let Some(h) = self.accept(d, from, ts, offset) else {
                 continue;
@@ -307,8 +325,13 @@ impl UdpFlow {
     /// The batch slot this flow needs: one byte more than its largest
     /// probe, so an oversize foreign datagram shows up as truncated
     /// instead of fitting by accident, and room for an authenticated
-    /// reflection (longer than the probe).
+    /// reflection (longer than the probe). With UDP GRO, room for the
+    /// largest datagram the kernel coalesces; an oversize datagram is
+    /// then foreign by [`UdpFlow::accept`]'s length check.
     fn slot(&self) -> usize {
+        if self.gro {
+            return net::GRO_SLOT;
+        }
         self.rx.max_len.max(AUTH_RTT_MIN_LEN) + 1
     }
 }
@@ -484,6 +507,79 @@ fn nap_ns(n: usize, prev_ts: u64, last_ts: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flow's receiving end on loopback as a session makes it (flow 1
+    /// of session 7, the ids the sender's test helpers use), with UDP GRO
+    /// or without, and a sending socket connected to it.
+    #[cfg(target_os = "linux")]
+    fn loopback_flow(gro: bool) -> (UdpFlow, UdpSocket, Arc<FlowShared>) {
+        use crate::transport::rx::{rx_flow, RxAt};
+        use wirebench_wire::{FlowSetup, Transport};
+        let setup = FlowSetup {
+            flow_id: 1,
+            transport: Transport::Udp,
+            max_len: 100,
+            mtu: 1500,
+            ..Default::default()
+        };
+        let at = RxAt::loopback(7, 1 << 20, gro);
+        let rf = rx_flow(&setup, &at, None);
+        let sh = rf.sh.clone();
+        sh.start_ns.store(realtime_ns(), Ordering::Relaxed);
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(sock.local_addr().unwrap()).unwrap();
+        let from = tx.local_addr().unwrap();
+        let f = UdpFlow::new(sock, rf, Some(from), false).unwrap();
+        (f, tx, sh)
+    }
+
+    /// Segmented sends of two sizes and one foreign datagram (another
+    /// session's): with GRO on, the kernel hands them over in fewer
+    /// receive slots than datagrams, and the flow still accounts each
+    /// probe once, in order, nothing lost, the foreign one counted apart;
+    /// with GRO off, one slot per datagram and the same accounting.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn coalesced_datagrams_are_accounted_one_by_one() {
+        for gro in [true, false] {
+            let (mut f, tx, sh) = loopback_flow(gro);
+            let mut sizes = vec![64u32; 30];
+            sizes.extend([80u32; 10]);
+            let (g, sent, _) = super::super::tests::send_sizes(&tx, &sizes);
+            assert_eq!((sent, g.sends), (40, 2));
+            let mut other = [0u8; 64];
+            ProbeHeader {
+                flags: 0,
+                session: 8,
+                flow: 1,
+                len: 64,
+                seq: 0,
+                tx_ns: realtime_ns(),
+            }
+            .encode(&mut other)
+            .unwrap();
+            tx.send(&other).unwrap();
+            let mut batch = RecvBatch::new(f.slot());
+            let mut slots = 0;
+            // Until the socket's read timeout says nothing more is queued.
+            while let Ok((n, _)) = f.read_batch(&mut batch) {
+                slots += n;
+            }
+            let r = crate::transport::rx::flow_report(1, &sh, f.rx.acc.into_recv(), Some(40), None);
+            assert_eq!(r.summary.counts.unique, 40, "gro {gro}");
+            assert_eq!(r.summary.counts.lost, Some(0), "gro {gro}");
+            assert_eq!(r.summary.counts.duplicates, 0, "gro {gro}");
+            assert_eq!(r.summary.counts.reordered, 0, "gro {gro}");
+            assert_eq!(r.foreign, 1, "gro {gro}");
+            if gro {
+                // Two runs of one size and the foreign datagram.
+                assert!(slots <= 3, "{slots} receive slots with GRO");
+            } else {
+                assert_eq!(slots, 41);
+            }
+        }
+    }
 
     #[test]
     fn naps_only_while_datagrams_arrive_fast() {
