@@ -97,6 +97,7 @@ pub(crate) fn open(
             port: f.opts.data_port,
             meter: f.meter.filter(|m| *m != plan.meter),
             src_port: src_ports.get(i).copied().flatten(),
+            bulk: f.spec.is_max(),
         })
         .collect();
     let key = plan.key.as_ref();

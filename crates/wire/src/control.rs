@@ -77,6 +77,12 @@ pub struct FlowSetup {
     /// the first datagram that passes every check (docs/security.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub src_port: Option<u16>,
+    /// A bulk UDP flow (`--max`): the receiver may take its datagrams
+    /// coalesced (UDP GRO, `recv --gro`), which stamps each run of them
+    /// with one receive time. Absent (paced flows, an older sender):
+    /// every datagram is received and stamped on its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bulk: bool,
 }
 
 /// One control message; serialised with a `type` tag in snake_case.

@@ -361,7 +361,7 @@ mod tests {
         fn checked_setups_are_safe(interval in any::<Option<u64>>(), max_len in any::<u32>(),
                                    mtu in any::<u32>(), pb in any::<Option<u32>>(), n in 0usize..1000) {
             let s = FlowSetup { flow_id: 0, transport: Transport::Tcp, interval_ms: interval,
-                                max_len, mtu, playout_buffer_ms: pb, rcvbuf: None, reverse: None, port: None, meter: None, src_port: None };
+                                max_len, mtu, playout_buffer_ms: pb, rcvbuf: None, reverse: None, port: None, meter: None, src_port: None, bulk: false };
             if s.check().is_ok() {
                 if let Some(ms) = interval {
                     let ns = interval_ns(ms).unwrap();

@@ -211,9 +211,10 @@ fn flow_setup() -> impl Strategy<Value = FlowSetup> {
         proptest::option::of(any::<u32>()),
         proptest::option::of(any::<u64>()),
         proptest::option::of(any::<u16>()),
+        any::<bool>(),
     )
         .prop_map(
-            |(flow_id, tcp, interval_ms, max_len, mtu, playout, rcvbuf, seed, src_port)| {
+            |(flow_id, tcp, interval_ms, max_len, mtu, playout, rcvbuf, seed, src_port, bulk)| {
                 FlowSetup {
                     flow_id,
                     transport: if tcp { Transport::Tcp } else { Transport::Udp },
@@ -226,6 +227,7 @@ fn flow_setup() -> impl Strategy<Value = FlowSetup> {
                     port: None,
                     meter: None,
                     src_port,
+                    bulk,
                 }
             },
         )

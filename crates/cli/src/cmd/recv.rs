@@ -176,16 +176,18 @@ pub struct Args {
     /// so. docs/engine.md, "Threaded NAPI".
     #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "off")]
     pub xdp_napi: NapiArg,
-    /// UDP GRO on one-way UDP flows' sockets (Linux 5.0+): the kernel may
-    /// hand over a run of same-size datagrams of one flow (a sender's UDP
-    /// GSO send, or what the NIC coalesced) as one, which wirebench cuts
-    /// apart and counts datagram by datagram (loss, order, duplicates,
-    /// delay) as before. on (the default on Linux): the datagrams of one
-    /// run share one kernel receive time, the run's, so their delays and
-    /// jitter are those of the run, not of each datagram; off: every
-    /// datagram is received, and stamped, on its own (the kernel cuts a
-    /// segmented send apart on arrival). Flows whose probes are reflected
-    /// (-m rtt) never use it. docs/engine.md, "UDP segmentation offload".
+    /// UDP GRO on the sockets of bulk (--max) one-way UDP flows (Linux
+    /// 5.0+): the kernel may hand over a run of same-size datagrams of one
+    /// flow (a sender's UDP GSO send, or what the NIC coalesced) as one,
+    /// which wirebench cuts apart and counts datagram by datagram (loss,
+    /// order, duplicates, delay) as before. on (the default on Linux): the
+    /// datagrams of one run share one kernel receive time, the run's, so
+    /// their delays and jitter are those of the run, not of each datagram;
+    /// off: every datagram is received, and stamped, on its own (the
+    /// kernel cuts a segmented send apart on arrival). Paced flows and
+    /// flows whose probes are reflected (-m rtt) never use it, so their
+    /// per-packet timing stays per packet. docs/engine.md, "UDP
+    /// segmentation offload".
     #[arg(long = "gro", value_name = "WHEN")]
     pub gro: Option<OnOff>,
     /// Answer senders like a receiver from before live intervals (tests of

@@ -194,7 +194,7 @@ pub(crate) struct RxFlow {
     /// session's default share); streams keep autotuning unless asked.
     pub(crate) dgram_buf: usize,
     /// A datagram socket lets the kernel coalesce same-size datagrams
-    /// (UDP GRO) where nothing is reflected.
+    /// (UDP GRO): a bulk flow, where nothing is reflected.
     pub(crate) gro: bool,
     pub(crate) acc: Recorder,
     pub(crate) sh: Arc<FlowShared>,
@@ -348,7 +348,8 @@ pub(crate) struct RxAt {
     /// Our clock minus the sender's, when known before `Start` (the
     /// sender's end of a reverse flow).
     pub(crate) offset: Option<(i64, u64)>,
-    /// One-way UDP flows take coalesced datagrams (UDP GRO, Linux).
+    /// Bulk one-way UDP flows ([`FlowSetup::bulk`]) may take coalesced
+    /// datagrams (UDP GRO, Linux; `recv --gro`).
     pub(crate) gro: bool,
 }
 
@@ -401,7 +402,7 @@ pub(crate) fn rx_flow(s: &FlowSetup, at: &RxAt, log: Option<LogProducer>) -> RxF
         dgram_buf: s
             .rcvbuf
             .map_or(at.dgram_buf as usize, |w| budget::flow_buf(w) as usize),
-        gro: at.gro,
+        gro: at.gro && s.bulk,
         acc: Recorder {
             acc: RecvAccumulator::with_max_intervals(cfg, at.max_intervals),
             log,

@@ -520,6 +520,7 @@ mod tests {
             transport: Transport::Udp,
             max_len: 100,
             mtu: 1500,
+            bulk: true,
             ..Default::default()
         };
         let at = RxAt::loopback(7, 1 << 20, gro);
