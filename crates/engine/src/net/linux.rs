@@ -6,7 +6,7 @@
 //! Every buffer and message header is allocated once per flow; the hot path
 //! only rewrites lengths and calls the kernel.
 
-use super::{RawFd, Segmented, GSO_MAX_BYTES, GSO_MAX_SEGMENTS};
+use super::{RawFd, Segmented, GSO_MAX_BYTES};
 use std::io;
 
 /// Messages per `recvmmsg` / `sendmmsg` call.
@@ -57,6 +57,9 @@ pub fn set_sndbuf(fd: RawFd, bytes: usize) {
 /// receive-side coalescing switch (UDP GRO, Linux 5.0).
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
+/// <net/udp.h> UDP_MAX_SEGMENTS of the oldest kernel with UDP GSO: newer
+/// ones take 128, every one takes 64.
+const GSO_MAX_SEGMENTS: usize = 64;
 /// This system can send segmented (UDP GSO) and receive coalesced (UDP
 /// GRO) datagrams.
 pub const UDP_OFFLOAD: bool = true;

@@ -31,9 +31,6 @@ mod portable;
 #[cfg(unix)]
 pub use std::os::fd::{AsRawFd, RawFd};
 
-/// <net/udp.h> UDP_MAX_SEGMENTS of the oldest kernel with UDP GSO: newer
-/// ones take 128, every one takes 64.
-pub const GSO_MAX_SEGMENTS: usize = 64;
 /// Most payload bytes one segmented send may carry: an IPv6 packet's
 /// 16-bit payload length less the UDP header.
 pub const GSO_MAX_BYTES: usize = u16::MAX as usize - 8 - 40;
