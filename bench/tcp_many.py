@@ -18,8 +18,8 @@ ITGSend script of N lines (a thread per flow at each end).
         [--queue 16MiB]
 
 Run as root (test-bed namespaces). Every process it starts is in its own
-process group and is killed at exit; the test-bed (name tcpm<pid>) is
-taken down at exit, on error and on SIGINT/SIGTERM. Traffic stays on
+process group and is killed at exit; the test-bed (name tcpm<pid>, or
+--bed-name) is taken down at exit, on error and on SIGINT/SIGTERM. Traffic stays on
 127.0.0.1 or inside the test-bed's namespaces.
 """
 
@@ -81,14 +81,14 @@ def on_signal(signum, _frame):
 class Place:
     """Where the flows run: loopback, or node a to node b of a test-bed."""
 
-    def __init__(self, name, binary, queue=None):
+    def __init__(self, name, binary, queue=None, bed_name=None):
         self.name = name
         self.bin = binary
         if name == "loopback":
             self.dest, self.tx, self.rx = "127.0.0.1", [], []
             return
         global BED
-        bed = f"tcpm{os.getpid()}"
+        bed = bed_name or f"tcpm{os.getpid()}"
         up = [binary, "testbed", "up", "router", "--name", bed,
               "--rate", "1gbit", "--mtu", "1500"]
         if queue:
@@ -346,6 +346,10 @@ def main():
                     "its default 128 KiB)")
     ap.add_argument("--tools", default="wirebench,iperf3,ditg")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--bed-name", default=None,
+                    help="the test-bed's name (1-12 lowercase letters/digits; "
+                    "default tcpm<pid>), so that runs beside others' beds "
+                    "keep to their own")
     ap.add_argument("--queue", default=None,
                     help="the bed's queue at each end of a link (testbed up "
                     "--queue: 1000p, 16MiB, 20ms); default the bed's own")
@@ -385,7 +389,7 @@ def main():
     binary = os.path.abspath(args.wirebench)
     rows = []
     for pname in places:
-        place = Place(pname, binary, args.queue)
+        place = Place(pname, binary, args.queue, args.bed_name)
         sink = open(os.path.join(workdir, "servers.out"), "ab")
         # The receiver's default budgets: one-way TCP flows share one
         # receive worker per CPU, so 1000 flows fit its 512 threads.

@@ -4,8 +4,11 @@
 //! used; SIGKILL of either end leaves no XDP program on the interface and
 //! no AF_XDP socket behind (the namespace's count in /proc/net/protocols);
 //! threaded NAPI is switched on the bed's own veth only and put back
-//! after every ending, SIGKILL included (by `recv --xdp-cleanup`). Runs
-//! are short (a second of traffic at most).
+//! after every ending, SIGKILL included (by `recv --xdp-cleanup`); the
+//! sender's session queue appears on its noqueue veth only for the
+//! session and is gone after every ending (SIGKILL: by `send
+//! --xdp-cleanup` or the next sender), a configured root and `--xdp-txq
+//! keep` left alone. Runs are short (a second of traffic at most).
 #![cfg(target_os = "linux")]
 
 use serde_json::Value;
@@ -144,6 +147,12 @@ impl Drop for Bed {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // A killed sender's queue goes with the namespace, its journal
+        // under /run does not.
+        let _ = Command::new("ip")
+            .args(["netns", "exec", &ns("a"), BIN, "send", "--xdp", "eth0"])
+            .arg("--xdp-cleanup")
+            .output();
         let _ = Command::new(BIN)
             .args(["testbed", "down", "--name", NAME])
             .output();
@@ -245,6 +254,8 @@ fn sigkill_of_either_end_leaves_no_xdp_program_or_socket() {
         eventually(|| xsk_count("a") == 0),
         "AF_XDP socket left in a"
     );
+    let said = send_cleanup_in_a();
+    assert!(said.contains("sending queue removed"), "{said}");
     let recv = bed.recv.as_mut().unwrap();
     recv.kill().unwrap();
     let _ = recv.wait();
@@ -263,12 +274,26 @@ fn sigkill_of_either_end_leaves_no_xdp_program_or_socket() {
 
 /// What `recv --xdp eth0 --xdp-cleanup` in b says (it must succeed).
 fn xdp_cleanup_in_b() -> String {
+    xdp_cleanup_in("b", "recv")
+}
+
+/// What `send --xdp eth0 --xdp-cleanup` in a says (it must succeed).
+fn send_cleanup_in_a() -> String {
+    xdp_cleanup_in("a", "send")
+}
+
+/// What `CMD --xdp eth0 --xdp-cleanup` in NODE says (it must succeed).
+fn xdp_cleanup_in(node: &str, cmd: &str) -> String {
     let out = Command::new("ip")
-        .args(["netns", "exec", &ns("b"), BIN, "recv", "--xdp", "eth0"])
+        .args(["netns", "exec", &ns(node), BIN, cmd, "--xdp", "eth0"])
         .arg("--xdp-cleanup")
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -528,4 +553,123 @@ fn xdp_auto_takes_the_path_at_both_ends_where_it_can_and_a_plain_send_does_not()
     socket_path_because(&v, "lo is a loopback device: the kernel drops IPv4", 500);
     assert!(eventually(|| xsk_count("a") == 0 && xsk_count("b") == 0));
     assert!(eventually(|| !xdp_attached("b")));
+}
+
+/// NODE's eth0 root qdisc as "KIND HANDLE" ("noqueue 0:").
+fn root_qdisc(node: &str) -> String {
+    in_node(node, &["tc", "qdisc", "show", "dev", "eth0", "root"])
+        .split_whitespace()
+        .skip(1)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Sends `signal` to `child` and returns its exit status.
+fn signal(child: &mut Child, signal: &str) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status();
+    child.wait().unwrap()
+}
+
+#[test]
+fn the_senders_queue_lives_as_long_as_its_session_on_a_noqueue_veth_only() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    const OURS: &str = "pfifo_fast 7762:";
+    let bed = Bed::up();
+    assert_eq!(root_qdisc("a"), "noqueue 0:");
+    let run = ["--xdp", "eth0", "-C", "20000", "-c", "64", "-z", "4000"];
+    // A session: the document says it added the queue, gone at its end.
+    let v = doc(&bed, "10.0.1.2", &run);
+    let (tx, _) = paths(&v);
+    assert!(
+        tx.contains(&format!("sending queue {OURS} for the session")),
+        "{tx}"
+    );
+    assert_eq!(v["flows"][0]["received"]["packets"], 4000);
+    assert_eq!(root_qdisc("a"), "noqueue 0:");
+    // Mid-session it is there; SIGTERM and a second Ctrl-C remove it
+    // before the process ends, a first Ctrl-C ends the session (which
+    // removes it).
+    let long = ["-C", "1000", "-c", "64", "-t", "20000"];
+    for (sigs, code) in [
+        (&["-TERM"][..], Some(143)),
+        (&["-INT", "-INT"][..], Some(130)),
+        (&["-INT"][..], None),
+    ] {
+        let mut sender = bed.send("10.0.1.2", &long);
+        let added = eventually(|| root_qdisc("a") == OURS && xsk_count("a") > 0);
+        for sig in &sigs[..sigs.len() - 1] {
+            let _ = Command::new("kill")
+                .args([*sig, &sender.id().to_string()])
+                .status();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let st = signal(&mut sender, sigs[sigs.len() - 1]);
+        assert!(added, "{sigs:?}: no session queue mid-session");
+        if code.is_some() {
+            assert_eq!(st.code(), code, "{sigs:?}: {st:?}");
+        }
+        assert_eq!(root_qdisc("a"), "noqueue 0:", "{sigs:?} left the queue");
+    }
+    // SIGKILL: the queue outlives the process; --xdp-cleanup removes it,
+    // and finds nothing the second time.
+    let mut sender = bed.send("10.0.1.2", &long);
+    let added = eventually(|| root_qdisc("a") == OURS && xsk_count("a") > 0);
+    signal(&mut sender, "-KILL");
+    assert!(added, "no session queue mid-session");
+    assert_eq!(root_qdisc("a"), OURS, "the kill left nothing to remove");
+    let said = send_cleanup_in_a();
+    assert!(said.contains("sending queue removed"), "{said}");
+    assert_eq!(root_qdisc("a"), "noqueue 0:");
+    assert!(!send_cleanup_in_a().contains("removed"));
+    // SIGKILL again: the next sender removes the dead one's queue, adds
+    // its own, and removes that at its end.
+    let mut sender = bed.send("10.0.1.2", &long);
+    assert!(eventually(|| root_qdisc("a") == OURS && xsk_count("a") > 0));
+    signal(&mut sender, "-KILL");
+    assert_eq!(root_qdisc("a"), OURS);
+    let v = doc(&bed, "10.0.1.2", &run);
+    assert!(paths(&v).0.contains("for the session"), "{v}");
+    assert_eq!(root_qdisc("a"), "noqueue 0:");
+    assert!(!send_cleanup_in_a().contains("removed"));
+    // --xdp-txq keep: nothing added, and the document says why.
+    let mut sender = bed.send("10.0.1.2", &[&long[..], &["--xdp-txq", "keep"]].concat());
+    let seen = eventually(|| xsk_count("a") > 0);
+    let kept = root_qdisc("a");
+    signal(&mut sender, "-KILL");
+    assert!(seen && kept == "noqueue 0:", "{kept}");
+    let v = doc(
+        &bed,
+        "10.0.1.2",
+        &[&run[..], &["--xdp-txq", "keep"]].concat(),
+    );
+    assert!(
+        paths(&v)
+            .0
+            .contains("no sending queue added (--xdp-txq keep)"),
+        "{v}"
+    );
+    // A root someone configured is left alone, during and after.
+    in_node(
+        "a",
+        &[
+            "tc", "qdisc", "add", "dev", "eth0", "root", "handle", "5:", "pfifo",
+        ],
+    );
+    let v = doc(&bed, "10.0.1.2", &run);
+    let configured = root_qdisc("a");
+    in_node("a", &["tc", "qdisc", "del", "dev", "eth0", "root"]);
+    assert!(
+        paths(&v)
+            .0
+            .contains("no sending queue added (eth0 has its own root qdisc, pfifo 5:)"),
+        "{v}"
+    );
+    assert_eq!(v["flows"][0]["received"]["packets"], 4000);
+    assert_eq!(configured, "pfifo 5:");
 }

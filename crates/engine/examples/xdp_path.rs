@@ -3,9 +3,11 @@
 //! on the `direct` test-bed; docs/engine.md, "AF_XDP path").
 //!
 //! ```text
-//! xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS   (frames sent)
+//! xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS [auto|keep]   (frames sent)
 //! xdp_path sink IFACE PORT drop|count SECS [auto|on|off]   (frames/s seen)
 //! ```
+//! The flood's last argument is the sending queue on IFACE, as `send
+//! --xdp-txq` (default auto: a session qdisc on a veth with noqueue).
 //! The sink's last argument is threaded NAPI on IFACE, as `recv
 //! --xdp-napi` (default auto: switched on a test-bed's own veth).
 //! The flood's destination MAC is the neighbour entry of DST_IP on IFACE
@@ -18,7 +20,7 @@ fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || {
         eprintln!(
-            "usage: xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS\n       xdp_path sink IFACE PORT drop|count SECS [auto|on|off]"
+            "usage: xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS [auto|keep]\n       xdp_path sink IFACE PORT drop|count SECS [auto|on|off]"
         );
         ExitCode::from(2)
     };
@@ -29,7 +31,12 @@ fn main() -> std::process::ExitCode {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["flood", iface, src, dst, size, secs] => {
+        ["flood", iface, src, dst, size, secs, txq @ ..] if txq.len() <= 1 => {
+            let txq = match txq.first().copied().unwrap_or("auto") {
+                "auto" => wirebench_engine::TxqUse::Auto,
+                "keep" => wirebench_engine::TxqUse::Keep,
+                _ => return usage(),
+            };
             let (Ok(src), Ok(dst), Ok(size), Some(secs)) = (
                 src.parse::<std::net::SocketAddr>(),
                 dst.parse::<std::net::SocketAddr>(),
@@ -49,7 +56,7 @@ fn main() -> std::process::ExitCode {
                     src,
                     dst,
                 };
-                let mut port = xdp::TxPort::open(iface).map_err(|e| e.to_string())?;
+                let mut port = xdp::TxPort::open(iface, txq).map_err(|e| e.to_string())?;
                 let sent = xdp::flood(&mut port, ep, size, secs)?;
                 Ok((sent, port.describe()))
             };

@@ -605,6 +605,35 @@ fn pacers(plan: &SessionPlan) -> usize {
     pacer_threads(plan.pacing, candidates, cores)
 }
 
+/// Forward `--max` flows of a connection-oriented transport: the bulk
+/// TCP flows among which [`bulk_write_bytes`] shares the CPUs.
+fn bulk_tcp_flows(plan: &SessionPlan) -> usize {
+    plan.flows
+        .iter()
+        .filter(|f| {
+            f.direction == wirebench_wire::Direction::Forward
+                && caps(f.transport).connection_oriented
+                && f.spec.is_max()
+        })
+        .count()
+}
+
+/// Time the sender adds to its start lead for its bulk TCP writers: each
+/// fills its flows' write buffers ([`bulk_write_bytes`] each) before its
+/// first write, and a flow's span starts at t_0 whether or not its writer
+/// had begun. Filling 1 000 × 128 KiB took the shared writer 145 ms on a
+/// 2-CPU host at load 7–14 (92 ms of CPU, two thirds of it the kernel
+/// clearing fresh pages) where the lead for 1 000 flows was 70 ms; 2 ns a
+/// byte leaves room for a busier host.
+pub(crate) fn bulk_tcp_lead_ns(plan: &SessionPlan) -> u64 {
+    const NS_PER_BYTE: u64 = 2;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let n = bulk_tcp_flows(plan);
+    (n * bulk_write_bytes(n, cores)) as u64 * NS_PER_BYTE
+}
+
 /// Runs every flow of the plan on its own socket (in plan order) and
 /// returns what each sent, once all have finished. A flow without a socket
 /// (a reverse flow: the receiver sends it) is not run here; its slot says
@@ -636,12 +665,7 @@ pub(crate) fn run_flows(
         .unwrap_or(1);
     let candidate = |f: &FlowPlan| shared_candidate(plan, f);
     let candidates = plan.flows.iter().filter(|f| candidate(f)).count();
-    let bulk_tcp = plan
-        .flows
-        .iter()
-        .filter(|f| forward(f) && caps(f.transport).connection_oriented && f.spec.is_max())
-        .count();
-    let tcp_write = bulk_write_bytes(bulk_tcp, cores);
+    let tcp_write = bulk_write_bytes(bulk_tcp_flows(plan), cores);
     // Two or more one-way bulk TCP flows share one writer thread
     // (run_bulk_shared), as iperf3 before 3.16 serves its streams;
     // RTT-meter flows keep a thread for reflections. Writers on several
@@ -965,6 +989,37 @@ pub(crate) mod tests {
         let t0 = 1_000_000_000;
         let mut s = Schedule::new(&plan.flows[2], t0 + 500_000, MIN_PAYLOAD).unwrap();
         assert_eq!(s.next(t0).map(|(at, _)| at), Some(t0 + 500_000));
+    }
+
+    /// The start lead grows with the bulk TCP writers' buffers (1 000
+    /// flows: 128 KiB each, 2 ns a byte) and only with them.
+    #[test]
+    fn bulk_tcp_writers_get_a_start_lead_for_their_buffers() {
+        let stop = Stop::DurationMs(1000);
+        let bulk = |n: usize| {
+            let flows = (0..n)
+                .map(|_| {
+                    let mut f = flow(1.0, 8000, stop);
+                    f.spec = FlowSpec::max_rate(8000).unwrap();
+                    f.transport = Transport::Tcp;
+                    f
+                })
+                .collect();
+            SessionPlan::new("127.0.0.1", flows)
+        };
+        assert!(bulk_tcp_lead_ns(&bulk(1000)) >= 1000 * (128 << 10) * 2);
+        assert_eq!(bulk_tcp_lead_ns(&bulk(0)), 0);
+        let mut paced = bulk(3);
+        for f in &mut paced.flows {
+            f.spec = FlowSpec::constant(100.0, 8000).unwrap();
+        }
+        paced.flows[0].transport = Transport::Udp;
+        assert_eq!(bulk_tcp_lead_ns(&paced), 0);
+        let mut udp = bulk(3);
+        for f in &mut udp.flows {
+            f.transport = Transport::Udp;
+        }
+        assert_eq!(bulk_tcp_lead_ns(&udp), 0);
     }
 
     #[test]

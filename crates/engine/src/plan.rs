@@ -129,6 +129,9 @@ pub struct SessionPlan {
     /// Whether the session's flow may leave by the AF_XDP path (Linux;
     /// docs/engine.md, "AF_XDP path").
     pub xdp: XdpUse,
+    /// Whether the XDP path's sender gives its veth a queue for the
+    /// session (docs/engine.md, "Sending queue").
+    pub xdp_txq: TxqUse,
 }
 
 /// Whether and where a session uses the AF_XDP path (Linux, root; see
@@ -159,10 +162,26 @@ pub enum NapiUse {
     /// keep their settings).
     #[default]
     Off,
-    /// On a test-bed's own veth only (`recv`'s default).
+    /// On a test-bed's own veth only, for sessions whose sender asked
+    /// for the XDP path (it has a sending queue of the session's).
     Auto,
     /// On any interface the receiver listens on (`--xdp-napi on`).
     On,
+}
+
+/// Whether the AF_XDP sender gives its interface a root qdisc for the
+/// session (Linux; docs/engine.md, "Sending queue"): a veth stops its
+/// queue when the peer's ring is full only when it has one, and without
+/// it drops the frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TxqUse {
+    /// Never (the library's default: an embedding program's interfaces
+    /// keep their settings).
+    #[default]
+    Keep,
+    /// On a veth whose root is the kernel's default noqueue (`send`'s
+    /// default).
+    Auto,
 }
 
 /// A [`SessionPlan`] that passed [`SessionPlan::check`]: what
@@ -322,6 +341,7 @@ impl SessionPlan {
             phases: Phases::Spread,
             link_rate_bps: None,
             xdp: XdpUse::Off,
+            xdp_txq: TxqUse::Keep,
         }
     }
 

@@ -158,21 +158,27 @@ pub struct Args {
     #[arg(long = "no-xdp")]
     pub no_xdp: bool,
     /// Detach any wirebench XDP program still held on the --xdp interface
-    /// (by a hung wirebench), put back the threaded-NAPI setting a killed
-    /// receiver left on it, say what was undone, and exit. `recv --xdp
-    /// IFACE` does the same when it starts.
+    /// (by a hung wirebench), remove the sending queue a killed `send
+    /// --xdp` left on it, put back the threaded-NAPI setting a killed
+    /// receiver left, say what was undone, and exit. `recv --xdp IFACE`
+    /// does the same when it starts (`send --xdp-cleanup` is the same).
     #[arg(long = "xdp-cleanup", requires = "xdp")]
     pub xdp_cleanup: bool,
     /// Threaded NAPI on the receiving interface while an XDP session holds
     /// it (Linux): veth runs the receive half (XDP program, copy into the
     /// AF_XDP rings) in the sender's own transmit call, on the sender's
-    /// CPU; threaded, it runs in a kernel thread on another CPU. off (the
-    /// default): never; auto: only on a test-bed's own veth (`testbed
-    /// exec`); on: on any interface. Threaded, a sender can outrun veth's
-    /// 256-frame ring, which drops at the sending host unless the sending
-    /// veth has a qdisc (0.3-0.5 % of a --max run on a test-bed). The setting found is journalled and put back when the
-    /// session ends or recv gets Ctrl-C/SIGTERM, and by the next start or
-    /// --xdp-cleanup after a SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran
+    /// CPU; threaded, it runs in a kernel thread the scheduler puts on
+    /// another CPU: faster on a quiet host, slower on a busy one, where that
+    /// thread waits behind other work. off (the default): never. auto: on a
+    /// test-bed's own veth (`testbed exec`), for sessions whose sender
+    /// sends by AF_XDP (`send --xdp`, which gives its veth a sending queue
+    /// for the session, so the faster receive half cannot make it drop); a
+    /// socket-path sender's session keeps it off. on: any interface, every
+    /// session (a socket-path sender on a veth without a queue then loses
+    /// 15-38 % of a --max run at its own host). The setting found is
+    /// journalled and put back when the session ends or recv gets
+    /// Ctrl-C/SIGTERM, and by the next start or --xdp-cleanup after a
+    /// SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran
     /// so. docs/engine.md, "Threaded NAPI".
     #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "off")]
     pub xdp_napi: NapiArg,
@@ -206,7 +212,7 @@ pub enum OnOff {
 /// `--xdp-napi`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum NapiArg {
-    /// Only on a test-bed's own veth.
+    /// On a test-bed's own veth, for senders that send by AF_XDP.
     Auto,
     /// On any interface.
     On,
@@ -331,22 +337,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Err(bad_input("--iperf3: the port must be 1..65535"));
     }
     if let Some(iface) = &args.xdp {
-        let (removed, napi) = xdp_cleanup(iface)?;
+        let said = xdp_cleanup(iface)?;
         if args.xdp_cleanup {
-            println!(
-                "{iface}: {removed} wirebench XDP program(s) detached{}",
-                if napi {
-                    ", threaded NAPI setting restored"
-                } else {
-                    ""
-                }
-            );
+            println!("{said}");
             return Ok(());
         }
     }
     #[cfg(target_os = "linux")]
     if !args.no_xdp {
-        restore_napi_on_signals()?;
+        restore_on_signals(None)?;
     }
     if args.gro == Some(OnOff::On) && !cfg!(target_os = "linux") {
         return Err(bad_input(
@@ -458,29 +457,51 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Detaches what a hung wirebench left on `iface` (a killed one leaves no
-/// program: its BPF link died with it) and restores a threaded-NAPI
-/// switch a killed one left: (programs detached, NAPI restored). A
-/// missing interface is bad input.
+/// program: its BPF link died with it), removes the sending queue and
+/// restores the threaded-NAPI switch a killed one left; says what it did
+/// in one line. A missing interface is bad input.
 #[cfg(target_os = "linux")]
-fn xdp_cleanup(iface: &str) -> anyhow::Result<(usize, bool)> {
+pub(crate) fn xdp_cleanup(iface: &str) -> anyhow::Result<String> {
     wirebench_engine::xdp::ifindex(iface).map_err(|e| bad_input(format!("--xdp: {e}")))?;
     let c = wirebench_engine::xdp::cleanup(iface)?;
-    Ok((c.programs, c.napi_restored))
+    Ok(format!(
+        "{iface}: {} wirebench XDP program(s) detached{}{}",
+        c.programs,
+        if c.txq_removed {
+            ", sending queue removed"
+        } else {
+            ""
+        },
+        if c.napi_restored {
+            ", threaded NAPI setting restored"
+        } else {
+            ""
+        }
+    ))
 }
 
-/// Ctrl-C and SIGTERM end the receiver as before (status 130, 143), after
-/// putting back a threaded-NAPI switch a session holds: the default action
-/// would end the process without it (docs/engine.md, "Threaded NAPI").
+/// Ctrl-C and SIGTERM end the process as before (status 130, 143), after
+/// putting back what a session changed on its interfaces (threaded NAPI,
+/// a sending queue): the default action would end the process without
+/// it (docs/engine.md, "Threaded NAPI", "Sending queue"). With
+/// `first_ctrl_c`, the first Ctrl-C only sets that flag (the sender's
+/// "stop the flows, keep the result"); the next one ends the process.
 #[cfg(target_os = "linux")]
-fn restore_napi_on_signals() -> anyhow::Result<()> {
+pub(crate) fn restore_on_signals(
+    first_ctrl_c: Option<&'static std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
+    use std::sync::atomic::Ordering;
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .map_err(|e| anyhow::anyhow!("installing the signal handler: {e}"))?;
     std::thread::Builder::new()
         .name("wb-signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                wirebench_engine::xdp::restore_napi_now();
+            for sig in signals.forever() {
+                if sig == SIGINT && first_ctrl_c.is_some_and(|f| !f.swap(true, Ordering::SeqCst)) {
+                    continue;
+                }
+                wirebench_engine::xdp::restore_now();
                 std::process::exit(128 + sig);
             }
         })?;
@@ -488,6 +509,6 @@ fn restore_napi_on_signals() -> anyhow::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn xdp_cleanup(_iface: &str) -> anyhow::Result<(usize, bool)> {
+pub(crate) fn xdp_cleanup(_iface: &str) -> anyhow::Result<String> {
     Err(bad_input("--xdp: AF_XDP is Linux only"))
 }

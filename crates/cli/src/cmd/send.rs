@@ -212,6 +212,32 @@ pub struct Args {
     /// no AF_XDP socket here, and the receiver is not asked for its half.
     #[arg(long = "no-xdp")]
     pub no_xdp: bool,
+    /// The sending queue of the --xdp interface (Linux). A veth hands
+    /// frames to its peer's 256-frame ring; when that is full it holds the
+    /// AF_XDP sender back only if it has a qdisc, and with the default
+    /// noqueue it drops them (total.sender_host_drops). auto (the
+    /// default): a veth whose root is the kernel's noqueue gets a
+    /// pfifo_fast root (handle 7762:) for the session, removed at its end,
+    /// on Ctrl-C/SIGTERM, and after a SIGKILL by the next `send --xdp` or
+    /// --xdp-cleanup on it; any other root is left alone. keep: never.
+    /// The result's host.send_path says which. docs/engine.md, "Sending
+    /// queue".
+    #[arg(long = "xdp-txq", value_name = "WHEN", default_value = "auto")]
+    pub xdp_txq: TxqArg,
+    /// Remove what a killed `send --xdp` or `recv --xdp` left on the --xdp
+    /// interface (sending queue, threaded-NAPI setting, a hung one's XDP
+    /// program), say what was undone, and exit (as `recv --xdp-cleanup`).
+    #[arg(long = "xdp-cleanup", requires = "xdp")]
+    pub xdp_cleanup: bool,
+}
+
+/// `--xdp-txq`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum TxqArg {
+    /// A session qdisc on a veth whose root is the kernel's noqueue.
+    Auto,
+    /// Never.
+    Keep,
 }
 
 fn parse_link_rate(s: &str) -> Result<u64, String> {
@@ -432,6 +458,10 @@ fn session_plan(
             wirebench_engine::XdpUse::Iface(i.to_string())
         }
     };
+    plan.xdp_txq = match args.xdp_txq {
+        TxqArg::Auto => wirebench_engine::TxqUse::Auto,
+        TxqArg::Keep => wirebench_engine::TxqUse::Keep,
+    };
     if args.json_stream && args.json.as_deref() == Some("-") {
         crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");
     }
@@ -491,11 +521,19 @@ fn rand_seed() -> u64 {
 static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.xdp_cleanup {
+        let iface = args.xdp.as_deref().unwrap_or_default();
+        if iface == "auto" {
+            crate::bail_input!("--xdp-cleanup: name the interface (--xdp IFACE), not auto");
+        }
+        println!("{}", super::recv::xdp_cleanup(iface)?);
+        return Ok(());
+    }
     let plans = build_plans(&args)?;
     if args.iperf3 {
         return run_iperf3(&args, plans);
     }
-    install_ctrl_c()?;
+    install_ctrl_c(args.xdp.is_some())?;
     let mut hooks = Hooks::default();
     hooks.cancel = Some(&**INTERRUPTED);
     for plan in &plans {
@@ -571,8 +609,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The first Ctrl-C stops the flows (the result is still collected), a
-/// second one exits at once.
-fn install_ctrl_c() -> anyhow::Result<()> {
+/// second one exits at once; with --xdp (`xdp`), a second Ctrl-C or a
+/// SIGTERM first removes the sending queue a session added.
+fn install_ctrl_c(xdp: bool) -> anyhow::Result<()> {
+    #[cfg(target_os = "linux")]
+    if xdp {
+        return super::recv::restore_on_signals(Some(&**INTERRUPTED));
+    }
+    let _ = xdp;
     // The shutdown is registered first, so it sees the flag as the previous
     // Ctrl-C left it.
     signal_hook::flag::register_conditional_shutdown(SIGINT, 130, Arc::clone(&INTERRUPTED))
@@ -589,7 +633,7 @@ fn run_iperf3(args: &Args, plans: Vec<CheckedPlan>) -> anyhow::Result<()> {
         crate::bail_input!("--iperf3: --interval and --json-stream need a wirebench receiver");
     }
     wirebench_iperf3::client::check(&plan).map_err(bad_input)?;
-    install_ctrl_c()?;
+    install_ctrl_c(false)?;
     let addr = plan.resolve().map_err(bad_input)?;
     let json_out = match args.json.as_deref() {
         Some("-") | None => None,

@@ -763,6 +763,66 @@ mod tests {
         }
     }
 
+    /// A paced flow held back by a stalled reader (small socket buffers at
+    /// both ends) writes the records that fell due meanwhile in one write
+    /// each time the socket takes more: the reader finds runs of records
+    /// sharing one transmit stamp, yet every record whole, with its own
+    /// sequence number, in order, none missing, and the stamps never
+    /// going back; every record of the schedule is either sent or counted
+    /// not sent, and the run keeps its length.
+    #[test]
+    fn a_paced_flow_behind_schedule_writes_due_records_together_each_whole() {
+        use std::io::Read;
+        const REC: usize = 1518;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _ = socket2::SockRef::from(&l).set_recv_buffer_size(4096);
+        let to = l.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            // 300 records fall due while nothing is read.
+            std::thread::sleep(Duration::from_millis(150));
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            got
+        });
+        let s = TcpStream::connect(to).unwrap();
+        s.set_nodelay(true).unwrap();
+        let _ = socket2::SockRef::from(&s).set_send_buffer_size(4096);
+        let mut plan = flow(2000.0, REC as u32, Stop::DurationMs(400));
+        plan.transport = Transport::Tcp;
+        let mut j = job(plan, 1, mono_ns() + 2_000_000);
+        j.cfg.transport = Transport::Tcp;
+        let out = run_flow(j, Box::new(TcpTx::new(s)));
+        assert_eq!(out.error, None);
+        assert_eq!(out.send.packets + out.send.not_sent, 800, "{:?}", out.send);
+        assert_eq!(out.send.not_sent, 0, "{:?}", out.send);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), 800 * REC);
+        let mut stamps = Vec::new();
+        for (k, rec) in got.chunks_exact(REC).enumerate() {
+            let h = ProbeHeader::decode_prefix(rec).unwrap();
+            assert_eq!(
+                (h.session, h.flow, h.seq, usize::from(h.len)),
+                (7, 1, k as u32, REC)
+            );
+            assert!(stamps.last().is_none_or(|&t| h.tx_ns >= t), "record {k}");
+            stamps.push(h.tx_ns);
+        }
+        // Consecutive records with one stamp went out in one write.
+        let longest = stamps
+            .chunk_by(|a, b| a == b)
+            .map(<[u64]>::len)
+            .max()
+            .unwrap_or(0);
+        assert!(longest >= 10, "longest run of one write: {longest} records");
+    }
+
     /// Four bulk TCP flows on one shared writer, read round-robin by a
     /// slow reader: each stops on time with a whole run's send span, the
     /// records each counts arrive intact and in order, and the writer's

@@ -17,6 +17,7 @@ mod prog;
 pub(crate) mod rx;
 mod sys;
 pub(crate) mod tx;
+mod txq;
 
 pub use frame::Endpoints;
 pub use prog::Action;
@@ -24,7 +25,7 @@ pub use rx::{sink, SinkCount};
 pub use sys::XskStats;
 pub use tx::flood;
 
-use crate::plan::NapiUse;
+use crate::plan::{NapiUse, TxqUse};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -273,38 +274,63 @@ impl Steer {
     }
 }
 
-/// A transmit-only AF_XDP socket on queue 0 of an interface.
+/// A transmit-only AF_XDP socket on queue 0 of an interface, and the
+/// sending queue the session gave the interface, if any.
 pub struct TxPort {
     xsk: sys::Xsk,
+    // Dropped after the socket: the queue goes once nothing sends.
+    txq: txq::Txq,
     /// The interface's name.
     iface: String,
 }
 
 impl TxPort {
-    /// Opens an AF_XDP socket on queue 0 of `iface` for sending.
-    pub fn open(iface: &str) -> Result<TxPort, XdpError> {
+    /// Opens an AF_XDP socket on queue 0 of `iface` for sending. Before,
+    /// removes a sending queue a killed sender left on it and gives it one
+    /// for this session as `txq` allows (docs/engine.md, "Sending queue").
+    pub fn open(iface: &str, txq: TxqUse) -> Result<TxPort, XdpError> {
         let idx = ifindex(iface)?;
-        let xsk = sys::Xsk::open(
-            idx,
-            0,
-            sys::XskConfig {
-                frames: FRAMES,
-                frame_size: FRAME_SIZE,
-                ring: RING,
-                rx: false,
-                tx: true,
-            },
-        )
-        .map_err(kernel("AF_XDP transmit socket"))?;
+        let txq = match txq::restore_stale(iface, idx) {
+            Ok(_) => txq::add(iface, idx, txq),
+            Err(why) => txq::Txq::Left(why),
+        };
+        let cfg = sys::XskConfig {
+            frames: FRAMES,
+            frame_size: FRAME_SIZE,
+            ring: RING,
+            rx: false,
+            tx: true,
+        };
+        // The kernel frees a closed socket's hold on the queue in a
+        // deferred work item, so a session right after another one (a
+        // script's next run) can find it busy for a moment.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let xsk = loop {
+            match sys::Xsk::open(idx, 0, cfg) {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY)
+                        && std::time::Instant::now() < until =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => break r.map_err(kernel("AF_XDP transmit socket"))?,
+            }
+        };
         Ok(TxPort {
             xsk,
+            txq,
             iface: iface.to_string(),
         })
     }
 
-    /// "AF_XDP copy mode" / "AF_XDP zero-copy mode".
+    /// "AF_XDP copy mode, sending queue pfifo_fast 7762: for the session"
+    /// and the like.
     pub fn describe(&self) -> String {
-        format!("AF_XDP {} mode", mode_name(self.xsk.mode))
+        format!(
+            "AF_XDP {} mode, {}",
+            mode_name(self.xsk.mode),
+            self.txq.describe()
+        )
     }
 }
 
@@ -456,9 +482,18 @@ fn each_attr<'a>(mut a: &'a [u8], mut each: impl FnMut(u16, &'a [u8])) {
     }
 }
 
-/// The queueing disciplines of interface `ifindex` (RTM_GETQDISC dump):
-/// each one's parent handle and kind.
-fn qdiscs(ifindex: u32) -> Result<Vec<(u32, String)>, XdpError> {
+/// A queueing discipline of an interface.
+struct Qdisc {
+    /// Its parent's handle (`TC_H_ROOT` for the root).
+    parent: u32,
+    /// Its own handle (0 for the kernel's default root).
+    handle: u32,
+    /// "noqueue", "pfifo_fast", "tbf", …
+    kind: String,
+}
+
+/// The queueing disciplines of interface `ifindex` (RTM_GETQDISC dump).
+fn qdiscs(ifindex: u32) -> Result<Vec<Qdisc>, XdpError> {
     const RTM_NEWQDISC: u16 = 36;
     const RTM_GETQDISC: u16 = 38;
     const TCA_KIND: u16 = 1;
@@ -472,11 +507,16 @@ fn qdiscs(ifindex: u32) -> Result<Vec<(u32, String)>, XdpError> {
         if u32::from_ne_bytes([m[4], m[5], m[6], m[7]]) != ifindex {
             return;
         }
+        let handle = u32::from_ne_bytes([m[8], m[9], m[10], m[11]]);
         let parent = u32::from_ne_bytes([m[12], m[13], m[14], m[15]]);
         each_attr(&m[20..], |ty, v| {
             if ty == TCA_KIND {
                 let kind = v.split(|&b| b == 0).next().unwrap_or_default();
-                found.push((parent, String::from_utf8_lossy(kind).into_owned()));
+                found.push(Qdisc {
+                    parent,
+                    handle,
+                    kind: String::from_utf8_lossy(kind).into_owned(),
+                });
             }
         });
     })
@@ -492,21 +532,20 @@ fn qdiscs(ifindex: u32) -> Result<Vec<(u32, String)>, XdpError> {
 /// pfifo_fast, mq, fq_codel, fq) only queue, so skipping them changes no
 /// emulated link.
 pub(crate) fn no_shaping(iface: &str, egress: bool) -> Result<(), String> {
-    const TC_H_ROOT: u32 = 0xFFFF_FFFF;
     const TC_H_INGRESS: u32 = 0xFFFF_FFF1;
     const DEFAULTS: [&str; 5] = ["noqueue", "pfifo_fast", "mq", "fq_codel", "fq"];
     let idx = ifindex(iface).map_err(|e| e.to_string())?;
     let all = qdiscs(idx).map_err(|e| e.to_string())?;
-    let shaping = all.iter().find(|(parent, kind)| {
+    let shaping = all.iter().find(|q| {
         if egress {
-            *parent == TC_H_ROOT && !DEFAULTS.contains(&kind.as_str())
+            q.parent == txq::TC_H_ROOT && !DEFAULTS.contains(&q.kind.as_str())
         } else {
-            *parent == TC_H_INGRESS
+            q.parent == TC_H_INGRESS
         }
     });
     match shaping {
         None => Ok(()),
-        Some((_, kind)) => Err(format!(
+        Some(Qdisc { kind, .. }) => Err(format!(
             "{iface} has a {kind} qdisc that the AF_XDP path would skip (--xdp {iface} takes it all the same)"
         )),
     }
@@ -519,15 +558,18 @@ pub struct Cleaned {
     pub programs: usize,
     /// Whether a threaded-NAPI switch a killed receiver left was undone.
     pub napi_restored: bool,
+    /// Whether a sending queue a killed sender left was removed.
+    pub txq_removed: bool,
 }
 
 /// Detaches every wirebench XDP program from `iface` that a link still
-/// holds (a process that hangs on to one), then restores the interface's
-/// NAPI setting from a journal a killed receiver left. Links die with
-/// their last descriptor, so after a crash or SIGKILL there are none, but
-/// the NAPI switch outlives its process: restoring needs the veth's NAPI
-/// instances, so a pass-everything program is attached for the moment it
-/// takes.
+/// holds (a process that hangs on to one), removes the sending queue a
+/// killed sender left, then restores the interface's NAPI setting from a
+/// journal a killed receiver left. Links die with their last descriptor,
+/// so after a crash or SIGKILL there are none, but the qdisc and the NAPI
+/// switch outlive their process: restoring the switch needs the veth's
+/// NAPI instances, so a pass-everything program is attached for the
+/// moment it takes.
 pub fn cleanup(iface: &str) -> Result<Cleaned, XdpError> {
     let idx = ifindex(iface)?;
     let mut n = 0;
@@ -537,6 +579,11 @@ pub fn cleanup(iface: &str) -> Result<Cleaned, XdpError> {
             n += 1;
         }
     }
+    let txq_removed = txq::restore_stale(iface, idx).map_err(|why| {
+        XdpError::Unsupported(format!(
+            "{iface}: the sending queue a killed sender left could not be removed: {why}"
+        ))
+    })?;
     let napi_restored = napi::stale(iface);
     if napi_restored {
         // No ports: the program passes every frame on to the kernel.
@@ -553,14 +600,16 @@ pub fn cleanup(iface: &str) -> Result<Cleaned, XdpError> {
     Ok(Cleaned {
         programs: n,
         napi_restored,
+        txq_removed,
     })
 }
 
-/// Puts back the threaded-NAPI switches this process made, for a signal
-/// handler about to end it (a session's own end does so by itself; after
-/// SIGKILL, [`cleanup`] does). Returns how many were put back.
-pub fn restore_napi_now() -> usize {
-    napi::restore_own()
+/// Puts back the interface settings this process changed — threaded-NAPI
+/// switches and sending queues — for a signal handler about to end it (a
+/// session's own end does so by itself; after SIGKILL, [`cleanup`] or the
+/// next session does). Returns how many were put back.
+pub fn restore_now() -> usize {
+    napi::restore_own() + txq::restore_own()
 }
 
 /// The kind of link `ifindex` is ("veth", "bridge", …; None for a

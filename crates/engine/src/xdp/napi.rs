@@ -9,7 +9,9 @@
 //! kernel thread the scheduler can put on another CPU. The switch is a
 //! setting of the interface, so it is made only when asked (`--xdp-napi`;
 //! off by default), with `auto` only on a test-bed's own veth (a namespace
-//! `wb-<bed>-<node>` of a test-bed with a state file), always journalled first, and undone when the session's [`super::Steer`]
+//! `wb-<bed>-<node>` of a test-bed with a state file) and for a sender that
+//! asked for the XDP path (which gives its veth a sending queue, see
+//! `txq`), always journalled first, and undone when the session's [`super::Steer`]
 //! drops. A SIGKILL leaves the journal behind; the next [`super::Steer`] on
 //! the interface, or [`super::cleanup`] (`recv --xdp-cleanup`), restores
 //! from it.
@@ -79,7 +81,7 @@ impl Drop for Threaded {
 }
 
 /// The inode of this process's network namespace.
-fn netns_ino() -> std::io::Result<u64> {
+pub(super) fn netns_ino() -> std::io::Result<u64> {
     Ok(std::fs::metadata("/proc/self/ns/net")?.ino())
 }
 
@@ -127,9 +129,9 @@ fn state_lists(st: &serde_json::Value, netns: &str, iface: &str) -> bool {
     })
 }
 
-/// The journal of `iface` in the namespace `ino`.
-fn journal_path(ino: u64, iface: &str) -> PathBuf {
-    PathBuf::from(JOURNAL_DIR).join(format!("{ino}-{iface}"))
+/// The journal of `iface` in the namespace `ino` under `dir`.
+pub(super) fn journal_path(dir: &str, ino: u64, iface: &str) -> PathBuf {
+    PathBuf::from(dir).join(format!("{ino}-{iface}"))
 }
 
 /// The sysfs switch of `iface`, after checking that this process's sysfs
@@ -162,17 +164,46 @@ fn parse_journal(text: &str) -> Option<(u32, String)> {
     Some((idx?, orig.filter(|o| !o.is_empty() && o.len() < 8)?))
 }
 
+/// The journal of `iface` in this process's network namespace under
+/// `dir`: its path and text, None when there is none.
+pub(super) fn read_journal(dir: &str, iface: &str) -> Result<Option<(PathBuf, String)>, String> {
+    let ino = netns_ino().map_err(|e| format!("network namespace: {e}"))?;
+    let journal = journal_path(dir, ino, iface);
+    match std::fs::read_to_string(&journal) {
+        Ok(t) => Ok(Some((journal, t))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", journal.display())),
+    }
+}
+
+/// The journals under `dir` of this process's network namespace that
+/// this process wrote (`pid=` its own): interface, path and text each.
+pub(super) fn own_journals(dir: &str) -> Vec<(String, PathBuf, String)> {
+    let (Ok(ino), Ok(entries)) = (netns_ino(), std::fs::read_dir(dir)) else {
+        return Vec::new();
+    };
+    let prefix = format!("{ino}-");
+    let me = format!("pid={}", std::process::id());
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let iface = name.strip_prefix(&prefix)?.to_string();
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            text.lines()
+                .any(|l| l == me)
+                .then(|| (iface, e.path(), text))
+        })
+        .collect()
+}
+
 /// Restores `iface` (index `ifindex`) from a journal a killed receiver
 /// left, while a program is attached (see the module's doc). Returns
 /// whether there was one. A journal of an interface since recreated
 /// (another index) is only removed: the new one has its own setting.
 pub(crate) fn restore_stale(iface: &str, ifindex: u32) -> Result<bool, String> {
-    let ino = netns_ino().map_err(|e| format!("network namespace: {e}"))?;
-    let journal = journal_path(ino, iface);
-    let text = match std::fs::read_to_string(&journal) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(format!("{}: {e}", journal.display())),
+    let Some((journal, text)) = read_journal(JOURNAL_DIR, iface)? else {
+        return Ok(false);
     };
     if let Some((idx, orig)) = parse_journal(&text) {
         if idx == ifindex {
@@ -189,33 +220,15 @@ pub(crate) fn restore_stale(iface: &str, ifindex: u32) -> Result<bool, String> {
 /// signal handler about to end the process: its programs are still
 /// attached, so the writes work. Returns how many were put back.
 pub(crate) fn restore_own() -> usize {
-    let Ok(ino) = netns_ino() else {
-        return 0;
-    };
-    let Ok(dir) = std::fs::read_dir(JOURNAL_DIR) else {
-        return 0;
-    };
-    let prefix = format!("{ino}-");
-    let me = format!("pid={}", std::process::id());
     let mut n = 0;
-    for e in dir.filter_map(|e| e.ok()) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(iface) = name.strip_prefix(&prefix) else {
-            continue;
-        };
-        let Ok(text) = std::fs::read_to_string(e.path()) else {
-            continue;
-        };
-        if !text.lines().any(|l| l == me) {
-            continue;
-        }
+    for (iface, path, text) in own_journals(JOURNAL_DIR) {
         let Some((idx, orig)) = parse_journal(&text) else {
             continue;
         };
-        let Ok(sw) = sysfs_switch(iface, idx) else {
+        let Ok(sw) = sysfs_switch(&iface, idx) else {
             continue;
         };
-        if std::fs::write(&sw, &orig).is_ok() && std::fs::remove_file(e.path()).is_ok() {
+        if std::fs::write(&sw, &orig).is_ok() && std::fs::remove_file(&path).is_ok() {
             n += 1;
         }
     }
@@ -224,7 +237,7 @@ pub(crate) fn restore_own() -> usize {
 
 /// Whether a journal waits for `iface` in this namespace.
 pub(crate) fn stale(iface: &str) -> bool {
-    netns_ino().is_ok_and(|ino| journal_path(ino, iface).exists())
+    netns_ino().is_ok_and(|ino| journal_path(JOURNAL_DIR, ino, iface).exists())
 }
 
 /// Switches `iface` (index `ifindex`, a program attached) to threaded
@@ -269,7 +282,7 @@ fn try_switch(iface: &str, ifindex: u32) -> Result<Napi, String> {
         return Ok(Napi::Already);
     }
     let ino = netns_ino().map_err(|e| format!("network namespace: {e}"))?;
-    let journal = journal_path(ino, iface);
+    let journal = journal_path(JOURNAL_DIR, ino, iface);
     std::fs::create_dir_all(JOURNAL_DIR).map_err(|e| format!("{JOURNAL_DIR}: {e}"))?;
     std::fs::write(
         &journal,

@@ -860,9 +860,9 @@ impl Xsk {
     }
 }
 
-/// A raw route-netlink socket's request-reply exchange: sends `req`,
-/// hands every reply message to `each` until the dump ends.
-pub(crate) fn netlink_dump(req: &[u8], mut each: impl FnMut(u16, &[u8])) -> io::Result<()> {
+/// A route-netlink socket that has sent `req` and waits at most 2 s for
+/// each reply.
+fn netlink_send(req: &[u8]) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2); owned at once.
     let raw = unsafe {
         libc::socket(
@@ -901,21 +901,61 @@ pub(crate) fn netlink_dump(req: &[u8], mut each: impl FnMut(u16, &[u8])) -> io::
             std::mem::size_of::<libc::timeval>() as libc::socklen_t,
         );
     }
+    Ok(fd)
+}
+
+/// One reply datagram of `fd` into `buf`; its length.
+fn netlink_recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for its length.
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+            0,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Sends a route-netlink request that asks for an acknowledgement
+/// (`NLM_F_ACK`) and returns the kernel's verdict: Ok, or the error
+/// number its NLMSG_ERROR carried.
+pub(crate) fn netlink_ack(req: &[u8]) -> io::Result<()> {
+    let fd = netlink_send(req)?;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = netlink_recv(&fd, &mut buf)?;
+        let mut msg = &buf[..n];
+        while msg.len() >= 16 {
+            let len = u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]) as usize;
+            let ty = u16::from_ne_bytes([msg[4], msg[5]]);
+            if len < 16 || len > msg.len() {
+                return Err(io::Error::other("malformed netlink reply"));
+            }
+            if ty == libc::NLMSG_ERROR as u16 && len >= 20 {
+                let err = i32::from_ne_bytes([msg[16], msg[17], msg[18], msg[19]]);
+                return match err {
+                    0 => Ok(()),
+                    e => Err(io::Error::from_raw_os_error(-e)),
+                };
+            }
+            msg = &msg[((len + 3) & !3).min(msg.len())..];
+        }
+    }
+}
+
+/// A raw route-netlink socket's request-reply exchange: sends `req`,
+/// hands every reply message to `each` until the dump ends.
+pub(crate) fn netlink_dump(req: &[u8], mut each: impl FnMut(u16, &[u8])) -> io::Result<()> {
+    let fd = netlink_send(req)?;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        // SAFETY: `buf` is writable for its length.
-        let n = unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut msg = &buf[..n as usize];
+        let n = netlink_recv(&fd, &mut buf)?;
+        let mut msg = &buf[..n];
         while msg.len() >= 16 {
             let len = u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]) as usize;
             let ty = u16::from_ne_bytes([msg[4], msg[5]]);

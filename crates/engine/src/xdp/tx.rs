@@ -483,7 +483,7 @@ fn try_choose(
         src: SocketAddr::new(src_ip, src_port),
         dst: SocketAddr::new(dst_ip, dst_port),
     };
-    let port = TxPort::open(iface).map_err(|e| e.to_string())?;
+    let port = TxPort::open(iface, plan.xdp_txq).map_err(|e| e.to_string())?;
     Ok((port, ep))
 }
 
