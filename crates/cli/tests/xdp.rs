@@ -675,13 +675,25 @@ fn the_senders_queue_lives_as_long_as_its_session_on_a_noqueue_veth_only() {
 }
 
 #[test]
-fn by_default_the_receiver_threads_napi_for_an_xdp_sender_only() {
+fn napi_auto_threads_for_an_xdp_sender_only_and_off_is_the_default() {
     if !root() {
         eprintln!("SKIPPED: needs root (network namespaces, XDP)");
         return;
     }
-    // `recv --xdp eth0` with its default --xdp-napi.
+    // The default leaves the interface alone.
     let bed = Bed::up();
+    let v = doc(
+        &bed,
+        "10.0.1.2",
+        &["--xdp", "eth0", "-C", "20000", "-c", "64", "-z", "1000"],
+    );
+    let (_, rx) = paths(&v);
+    assert!(
+        rx.starts_with("af_xdp ring pick-up") && !rx.contains("threaded"),
+        "{rx}"
+    );
+    drop(bed);
+    let bed = Bed::with_recv(&["--xdp", "eth0", "--xdp-napi", "auto"]);
     let paced = ["-C", "20000", "-c", "64", "-z", "4000"];
     let v = doc(&bed, "10.0.1.2", &[&["--xdp", "eth0"], &paced[..]].concat());
     let (tx, rx) = paths(&v);
