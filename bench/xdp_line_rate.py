@@ -36,9 +36,11 @@ result document. --rows picks rows (default: all).
 
 --napi picks threaded NAPI on b's eth0 for the XDP rows (drop, count,
 xdp, paced), as `recv --xdp-napi` and the sink's last argument: auto (the
-default, as O1's commands get it: switched on, since eth0 is a test-bed's
-own veth), off, or both, which runs every XDP row under each setting in
-turn within each repetition (interleaved) and prints both. The socket-path,
+default here: switched on, since eth0 is a test-bed's own veth and the
+sender sends by AF_XDP; O1's commands get `recv`'s default, off), off, or
+both, which runs every XDP row under each setting in turn within each
+repetition (interleaved) and prints both. The flood and `send --xdp` give
+a's eth0 the session's sending queue (`--xdp-txq auto`). The socket-path,
 iperf3 and D-ITG rows never attach a program, so the setting does not
 reach them (it is restored when each XDP run ends).
 

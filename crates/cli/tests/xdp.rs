@@ -673,3 +673,42 @@ fn the_senders_queue_lives_as_long_as_its_session_on_a_noqueue_veth_only() {
     assert_eq!(v["flows"][0]["received"]["packets"], 4000);
     assert_eq!(configured, "pfifo 5:");
 }
+
+#[test]
+fn napi_auto_threads_for_an_xdp_sender_only_and_off_is_the_default() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    // The default leaves the interface alone.
+    let bed = Bed::up();
+    let v = doc(
+        &bed,
+        "10.0.1.2",
+        &["--xdp", "eth0", "-C", "20000", "-c", "64", "-z", "1000"],
+    );
+    let (_, rx) = paths(&v);
+    assert!(
+        rx.starts_with("af_xdp ring pick-up") && !rx.contains("threaded"),
+        "{rx}"
+    );
+    drop(bed);
+    let bed = Bed::with_recv(&["--xdp", "eth0", "--xdp-napi", "auto"]);
+    let paced = ["-C", "20000", "-c", "64", "-z", "4000"];
+    let v = doc(&bed, "10.0.1.2", &[&["--xdp", "eth0"], &paced[..]].concat());
+    let (tx, rx) = paths(&v);
+    assert!(tx.contains("for the session"), "{tx}");
+    assert!(rx.contains("threaded NAPI"), "{rx}");
+    assert_eq!(v["flows"][0]["received"]["packets"], 4000);
+    assert!(eventually(|| threaded("b", "eth0") == "0"), "not put back");
+    // A socket-path sender has no sending queue: the receiver still takes
+    // the XDP path (it serves every session) but does not thread it.
+    let v = doc(&bed, "10.0.1.2", &paced);
+    let (tx, rx) = paths(&v);
+    assert_eq!(tx, "sendmmsg");
+    assert!(
+        rx.starts_with("af_xdp ring pick-up") && !rx.contains("threaded"),
+        "{rx}"
+    );
+    assert_eq!(v["flows"][0]["received"]["packets"], 4000);
+}

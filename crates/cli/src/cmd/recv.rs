@@ -168,14 +168,16 @@ pub struct Args {
     /// it (Linux): veth runs the receive half (XDP program, copy into the
     /// AF_XDP rings) in the sender's own transmit call, on the sender's
     /// CPU; threaded, it runs in a kernel thread the scheduler puts on
-    /// another CPU: faster on a quiet host, slower on a busy one, where that
-    /// thread waits behind other work. off (the default): never. auto: on a
-    /// test-bed's own veth (`testbed exec`), for sessions whose sender
-    /// sends by AF_XDP (`send --xdp`, which gives its veth a sending queue
-    /// for the session, so the faster receive half cannot make it drop); a
-    /// socket-path sender's session keeps it off. on: any interface, every
-    /// session (a socket-path sender on a veth without a queue then loses
-    /// 15-38 % of a --max run at its own host). The setting found is
+    /// another CPU: faster on a quiet host (O1 on the `direct` bed at load
+    /// 2-4: median 610-687 kpps against 530-590), slower on a busy one
+    /// (load 4-5: 315 against 489), where that thread waits behind other
+    /// work. off (the default): never. auto: on a test-bed's own veth
+    /// (`testbed exec`), for sessions whose sender sends by AF_XDP (`send
+    /// --xdp`, which gives its veth a sending queue for the session, so the
+    /// faster receive half cannot make it drop); a socket-path sender's
+    /// session keeps it off. on: any interface, every session (a
+    /// socket-path sender on a veth without a queue then loses 15-38 % of a
+    /// --max run at its own host). The setting found is
     /// journalled and put back when the session ends or recv gets
     /// Ctrl-C/SIGTERM, and by the next start or --xdp-cleanup after a
     /// SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran

@@ -7,14 +7,14 @@
 //! copy mode, the copy into the UMEM) in the softirq of the sender's own
 //! transmit, on the sender's CPU; with threaded NAPI that half runs in a
 //! kernel thread the scheduler can put on another CPU. The switch is a
-//! setting of the interface, so it is made only when asked (`--xdp-napi`;
-//! off by default), with `auto` only on a test-bed's own veth (a namespace
-//! `wb-<bed>-<node>` of a test-bed with a state file) and for a sender that
-//! asked for the XDP path (which gives its veth a sending queue, see
-//! `txq`), always journalled first, and undone when the session's [`super::Steer`]
-//! drops. A SIGKILL leaves the journal behind; the next [`super::Steer`] on
-//! the interface, or [`super::cleanup`] (`recv --xdp-cleanup`), restores
-//! from it.
+//! setting of the interface, so it is made only as `--xdp-napi` allows
+//! (off by default), with `auto` only on a test-bed's own veth (a
+//! namespace `wb-<bed>-<node>` of a test-bed with a state file) and for a
+//! sender that asked for the XDP path (which gives its veth a sending
+//! queue, see `txq`), always journalled first, and undone when the
+//! session's [`super::Steer`] drops. A SIGKILL leaves the journal behind;
+//! the next [`super::Steer`] on the interface, or [`super::cleanup`]
+//! (`recv --xdp-cleanup`), restores from it.
 //!
 //! The kernel thread keeps the default priority, below the receiver's own
 //! thread (`clock::raise_priority`): when the two share a CPU, what waits
