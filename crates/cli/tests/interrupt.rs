@@ -109,3 +109,61 @@ fn ctrl_c_stops_a_hopelessly_late_pacer_at_once() {
     // Measured 40-100 ms; the margin is for a loaded CI host.
     assert!(took < Duration::from_millis(700), "{took:?}");
 }
+
+/// SIGTERM to `testbed exec` stops the command it runs: the command takes
+/// exec's place, so nothing is left running in the node (a parent that
+/// only waited for its child would die and leave the child behind).
+#[cfg(target_os = "linux")]
+#[test]
+fn sigterm_to_testbed_exec_reaches_the_command() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: needs root (a test-bed's network namespaces)");
+        return;
+    }
+    const NAME: &str = "intrx";
+    let up = Command::new(BIN)
+        .args(["testbed", "up", "direct", "--name", NAME])
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    struct Down;
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = Command::new(BIN)
+                .args(["testbed", "down", "--name", NAME])
+                .output();
+        }
+    }
+    let _down = Down;
+    let pids = || {
+        let o = Command::new("ip")
+            .args(["netns", "pids", &format!("wb-{NAME}-a")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let mut c = Command::new(BIN)
+        .args(["testbed", "exec", "--name", NAME, "a", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while pids().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!pids().is_empty(), "the command never started in node a");
+    // SAFETY: kill takes integers only; the pid is our own unreaped child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let st = c.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGTERM), "{st:?}");
+    let t1 = Instant::now();
+    while !pids().is_empty() && t1.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(pids(), "", "a process was left running in node a");
+}

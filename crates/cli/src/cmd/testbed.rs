@@ -644,19 +644,27 @@ fn exec(a: ExecArgs) -> anyhow::Result<()> {
         .ok_or_else(|| bad_input("exec: no command given after --"))?;
     let mut cmd = t.command(&a.node, prog).map_err(map)?;
     cmd.args(rest);
-    let status = cmd
-        .status()
-        .map_err(|e| anyhow::anyhow!("running `{prog}` in {}: {e}", a.node))?;
-    match status.code() {
-        Some(0) => Ok(()),
-        Some(c) => std::process::exit(c),
-        #[cfg(unix)]
-        None => {
-            use std::os::unix::process::ExitStatusExt;
-            std::process::exit(128 + status.signal().unwrap_or(0))
+    // The command takes this process's place (as `ip netns exec` itself
+    // does), so a signal meant for `testbed exec` (SIGTERM from a
+    // supervisor, SIGHUP of a closed terminal) reaches the command and
+    // none is left running without its parent. exec only returns on
+    // failure.
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let e = cmd.exec();
+        anyhow::bail!("running `{prog}` in {}: {e}", a.node)
+    }
+    #[cfg(not(unix))]
+    {
+        let status = cmd
+            .status()
+            .map_err(|e| anyhow::anyhow!("running `{prog}` in {}: {e}", a.node))?;
+        match status.code() {
+            Some(0) => Ok(()),
+            Some(c) => std::process::exit(c),
+            None => std::process::exit(1),
         }
-        #[cfg(not(unix))]
-        None => std::process::exit(1),
     }
 }
 
