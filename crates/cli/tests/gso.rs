@@ -38,7 +38,12 @@ fn a_max_flood_is_segmented_by_default_and_every_datagram_counts_once() {
         assert_eq!((u(g, "sends"), u(g, "datagrams")), (100, 6400), "{g}");
         assert_eq!(g["segments_per_send"].as_f64(), Some(64.0), "{g}");
         assert!(g.get("fallback").is_none(), "{g}");
-        // IPv6, and off: one datagram per sendmmsg entry, no gso object.
+        // IPv6, segmented (1000 B probes: 65 per 64 KiB, so runs of 64).
+        let doc = send_json(&argv("-a ::1 -p 15781 -T udp --max -c 1000 -z 640"));
+        let fl = &doc["flows"][0];
+        assert_all_arrived(fl, 640);
+        assert_eq!(u(at(fl, "gso"), "sends"), 10, "{}", at(fl, "gso"));
+        // Off: one datagram per sendmmsg entry, no gso object.
         let doc = send_json(&argv(
             "-a ::1 -p 15781 -T udp --max -c 64 -z 6400 --gso off",
         ));
