@@ -6,9 +6,8 @@
 #![cfg(target_os = "linux")]
 
 mod common;
-use common::{at, bad, json_of, send_json, u, Recv, BIN};
+use common::{at, bad, json_of, send_json, u, Netns, Recv, BIN};
 use serde_json::Value;
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -65,35 +64,6 @@ fn zerocopy_records_arrive_whole_and_the_document_counts_the_kernels_copies() {
     assert!(doc["flows"][0].get("zerocopy").is_none());
 }
 
-/// A network namespace of this test's own, deleted when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("wbzc-{}", std::process::id());
-        let ok = |args: &[&str]| {
-            let st = Command::new("ip").args(args).status().expect("run ip");
-            assert!(st.success(), "ip {args:?}");
-        };
-        ok(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ok(&["-n", &ns.0, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn exec(&self) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0]);
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
 /// The kernel charges each zero-copy send's completion to the socket's
 /// option memory (net.core.optmem_max, per namespace in recent kernels):
 /// with 64 bytes of it every MSG_ZEROCOPY send fails with ENOBUFS. The
@@ -107,7 +77,7 @@ fn zerocopy_falls_back_to_plain_writes_when_the_kernel_has_no_option_memory() {
         return;
     }
     let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
-    let ns = Netns::new();
+    let ns = Netns::new("wbzc");
     let mut sysctl = ns.exec();
     sysctl.args(["sysctl", "-qw", "net.core.optmem_max=64"]);
     assert!(sysctl.status().expect("run sysctl").success());

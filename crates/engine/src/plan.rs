@@ -425,7 +425,7 @@ impl SessionPlan {
                 }
                 if !f.opts.is_default() {
                     return Err(EngineError::BadPlan(format!(
-                        "-R/--bidir: flow {} is reverse; socket options and binding (-b/--dscp, -f, --cc, --window, --zerocopy, -sa/-sp/-rp, --bind-dev, ...) apply to forward flows only",
+                        "-R/--bidir: flow {} is reverse; socket options and binding (-b/--dscp, -f, --cc, --window, --zerocopy, --gso, -sa/-sp/-rp, --bind-dev, ...) apply to forward flows only",
                         i + 1
                     )));
                 }

@@ -374,3 +374,34 @@ pub fn prometheus(dir: &Path, yaml: &str, port: u16) -> Kill {
     wait_listening(port);
     k
 }
+
+/// A network namespace of this test's own, deleted when dropped.
+pub struct Netns(pub String);
+
+impl Netns {
+    /// `PREFIX-<pid>`, with its loopback up.
+    pub fn new(prefix: &str) -> Netns {
+        let name = format!("{prefix}-{}", std::process::id());
+        let ok = |args: &[&str]| {
+            let st = Command::new("ip").args(args).status().expect("run ip");
+            assert!(st.success(), "ip {args:?}");
+        };
+        ok(&["netns", "add", &name]);
+        let ns = Netns(name);
+        ok(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// `ip netns exec NAME`, to which the caller adds the command.
+    pub fn exec(&self) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0]);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}

@@ -562,12 +562,13 @@ impl SendBatch {
     }
 
     /// The kernel refused a segmented send for a reason that a plain send
-    /// would not meet (no UDP GSO, a device that cannot checksum, a segment
-    /// longer than the path's MTU allows).
+    /// may not meet (no UDP GSO, a device that cannot checksum, a segment
+    /// longer than the path's MTU allows: EINVAL, or EMSGSIZE where the
+    /// plain datagram would be fragmented instead).
     pub fn gso_refused(e: &io::Error) -> bool {
         matches!(
             e.raw_os_error(),
-            Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+            Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT | libc::EMSGSIZE)
         )
     }
 
