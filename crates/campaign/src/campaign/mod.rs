@@ -420,6 +420,9 @@ pub struct Settings {
     /// The `duration` axis: seconds this scenario's runs last, whatever
     /// the campaign's own length (see [`Campaign::run_length`]).
     pub duration_s: Option<f64>,
+    /// `send --gso on|off` for a forward UDP flow (None: the sender's
+    /// default, segmented for `--max`).
+    pub gso: Option<bool>,
 }
 
 impl Settings {
@@ -450,6 +453,7 @@ impl Settings {
             size: None,
             direction: None,
             duration_s: None,
+            gso: None,
         }
     }
 

@@ -95,6 +95,13 @@ pub fn send_args(
             a.extend([flag.into(), v.clone()]);
         }
     }
+    // Socket options reach forward flows only (a reverse flow's sender is
+    // the receiver).
+    if let (Some(on), "udp", None | Some("forward")) =
+        (st.gso, st.transport.as_str(), st.direction.as_deref())
+    {
+        a.extend(["--gso".into(), if on { "on" } else { "off" }.into()]);
+    }
     match st.direction.as_deref() {
         Some("reverse") => a.push("-R".into()),
         Some("bidir") => a.push("--bidir".into()),
