@@ -921,6 +921,25 @@ fn netlink_recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// The messages of one netlink reply datagram: (type, payload after the
+/// 16-byte header) each, or None for a malformed one (the walk ends there).
+fn netlink_messages(mut buf: &[u8]) -> impl Iterator<Item = Option<(u16, &[u8])>> {
+    std::iter::from_fn(move || {
+        if buf.len() < 16 {
+            return None;
+        }
+        let len = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
+        if len < 16 || len > buf.len() {
+            buf = &[];
+            return Some(None);
+        }
+        let body = &buf[16..len];
+        buf = &buf[((len + 3) & !3).min(buf.len())..];
+        Some(Some((ty, body)))
+    })
+}
+
 /// Sends a route-netlink request that asks for an acknowledgement
 /// (`NLM_F_ACK`) and returns the kernel's verdict: Ok, or the error
 /// number its NLMSG_ERROR carried.
@@ -929,21 +948,16 @@ pub(crate) fn netlink_ack(req: &[u8]) -> io::Result<()> {
     let mut buf = [0u8; 4096];
     loop {
         let n = netlink_recv(&fd, &mut buf)?;
-        let mut msg = &buf[..n];
-        while msg.len() >= 16 {
-            let len = u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]) as usize;
-            let ty = u16::from_ne_bytes([msg[4], msg[5]]);
-            if len < 16 || len > msg.len() {
+        for m in netlink_messages(&buf[..n]) {
+            let Some((ty, body)) = m else {
                 return Err(io::Error::other("malformed netlink reply"));
-            }
-            if ty == libc::NLMSG_ERROR as u16 && len >= 20 {
-                let err = i32::from_ne_bytes([msg[16], msg[17], msg[18], msg[19]]);
-                return match err {
+            };
+            if ty == libc::NLMSG_ERROR as u16 && body.len() >= 4 {
+                return match i32::from_ne_bytes([body[0], body[1], body[2], body[3]]) {
                     0 => Ok(()),
                     e => Err(io::Error::from_raw_os_error(-e)),
                 };
             }
-            msg = &msg[((len + 3) & !3).min(msg.len())..];
         }
     }
 }
@@ -955,20 +969,15 @@ pub(crate) fn netlink_dump(req: &[u8], mut each: impl FnMut(u16, &[u8])) -> io::
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = netlink_recv(&fd, &mut buf)?;
-        let mut msg = &buf[..n];
-        while msg.len() >= 16 {
-            let len = u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]) as usize;
-            let ty = u16::from_ne_bytes([msg[4], msg[5]]);
-            if len < 16 || len > msg.len() {
-                return Ok(());
-            }
-            if ty == libc::NLMSG_DONE as u16 || ty == libc::NLMSG_ERROR as u16 {
-                return Ok(());
-            }
-            each(ty, &msg[16..len]);
-            msg = &msg[((len + 3) & !3).min(msg.len())..];
-            if msg.len() < 16 {
-                break;
+        for m in netlink_messages(&buf[..n]) {
+            match m {
+                Some((ty, _))
+                    if ty == libc::NLMSG_DONE as u16 || ty == libc::NLMSG_ERROR as u16 =>
+                {
+                    return Ok(())
+                }
+                Some((ty, body)) => each(ty, body),
+                None => return Ok(()),
             }
         }
     }
