@@ -6,16 +6,12 @@
 #![cfg(target_os = "linux")]
 
 mod common;
-use common::{at, bad, json_of, send_json, u, Netns, Recv, BIN};
+use common::{argv, at, bad, json_of, send_json, u, Netns, Recv, BIN};
 use serde_json::Value;
 use std::sync::Mutex;
 use std::time::Duration;
 
 static TRAFFIC: Mutex<()> = Mutex::new(());
-
-fn argv(line: &str) -> Vec<&str> {
-    line.split_whitespace().collect()
-}
 
 /// All `n` probes of the flow were sent and each arrived once, in order.
 fn assert_all_arrived(fl: &Value, n: u64) {

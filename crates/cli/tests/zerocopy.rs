@@ -6,17 +6,12 @@
 #![cfg(target_os = "linux")]
 
 mod common;
-use common::{at, bad, json_of, send_json, u, Netns, Recv, BIN};
+use common::{argv, at, bad, json_of, send_json, u, Netns, Recv, BIN};
 use serde_json::Value;
 use std::sync::Mutex;
 use std::time::Duration;
 
 static TRAFFIC: Mutex<()> = Mutex::new(());
-
-/// A command line's words.
-fn argv(line: &str) -> Vec<&str> {
-    line.split_whitespace().collect()
-}
 
 /// The flow's records all arrived (TCP on loopback loses none; a record
 /// cut by the close at the end is counted by neither side) and the kernel

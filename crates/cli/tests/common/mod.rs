@@ -12,6 +12,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
+/// A command line's words, for tests that write their flags as one line.
+pub fn argv(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 /// The `wirebench` binary cargo built for these tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 
