@@ -333,30 +333,26 @@ struct Saturated {
     sent: u64,
     received: u64,
     /// Arrival gaps longer than [`STALL_NS`] after the warm-up, with the
-    /// link kept backlogged: the host ran the shaper's timer or the path's
-    /// softirq late. How many, the link time they cost (each gap less one
-    /// frame's time) and the longest.
+    /// link kept backlogged: something on the path ran late. How many and
+    /// the longest (printed, for the reader of a failure).
     stalls: u64,
-    stalled_ns: u64,
     longest_ns: u64,
+    /// The time the last emulated wire stood idle while the rate was
+    /// measured, by the emulator's own account (None without one): what
+    /// its source (the sending host, the router, the wire before) left it
+    /// without a frame, lost for good. Arrival gaps alone over-count that:
+    /// an emulator that sends late catches up, its backlog arriving at once.
+    wire_idle_ns: Option<u64>,
 }
 
-/// An arrival gap on a backlogged 100 Mbit/s link that only a late kernel
-/// timer or softirq explains: more than twice the token bucket tbf is given
-/// there (4 frames, 490 us), which would otherwise make the lost time up.
+/// An arrival gap on a backlogged 100 Mbit/s link that only something run
+/// late explains: more than twice the token bucket tbf is given there (4
+/// frames, 490 us).
 const STALL_NS: u64 = 1_000_000;
 
 /// A blocking UDP sender in `a` as fast as it can for `secs`, a receiver in
-/// `b` counting payload bytes and timing arrivals; `frame_ns` is one
-/// datagram's time on the link.
-fn saturate(
-    tb: &Testbed,
-    payload: usize,
-    gso_segs: usize,
-    secs: f64,
-    sndbuf: i32,
-    frame_ns: u64,
-) -> Saturated {
+/// `b` counting payload bytes and timing arrivals.
+fn saturate(tb: &Testbed, payload: usize, gso_segs: usize, secs: f64, sndbuf: i32) -> Saturated {
     let (rx, tx) = udp_pair(tb, Duration::from_millis(500));
     socket_opt(&tx, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, sndbuf).unwrap();
     if gso_segs > 1 {
@@ -390,20 +386,21 @@ fn saturate(
     let mut t_last = 0u64;
     let mut bytes_after = 0u64;
     let mut received = 0u64;
-    let (mut stalls, mut stalled_ns, mut longest_ns) = (0u64, 0u64, 0u64);
+    let (mut stalls, mut longest_ns) = (0u64, 0u64);
+    let mut wires_at_start = None;
     while let Some((n, ts)) = recv_ts(&rx, &mut buf) {
         received += 1;
         let f = *first.get_or_insert(ts);
         if ts.saturating_sub(f) >= warm_ns {
             if t_start.is_none() {
                 t_start = Some(ts);
+                wires_at_start = Some(tb.wire_counters());
             } else {
                 bytes_after += n as u64;
                 let gap = ts.saturating_sub(t_last);
                 longest_ns = longest_ns.max(gap);
                 if gap > STALL_NS {
                     stalls += 1;
-                    stalled_ns += gap - frame_ns;
                 }
             }
             t_last = ts;
@@ -412,14 +409,23 @@ fn saturate(
     let sent = sender.join().unwrap();
     // Bytes after the reference datagram over the time since it arrived.
     let span = (t_last - t_start.unwrap()) as f64 / 1e9;
+    // The last link's busier direction is the one that carried the flood.
+    let wire_idle_ns = wires_at_start.and_then(|before| {
+        let (b, a) = (before.last()?.as_ref()?, *tb.wire_counters().last()?);
+        let a = a?;
+        (0..2)
+            .map(|d| a[d].delta(&b[d]))
+            .max_by_key(|w| w.delivered)
+            .map(|w| w.idle_ns)
+    });
     Saturated {
         bps: bytes_after as f64 * 8.0 / span,
         span,
         sent,
         received,
         stalls,
-        stalled_ns,
         longest_ns,
+        wire_idle_ns,
     }
 }
 
@@ -542,38 +548,52 @@ fn rate_100mbit_carries_what_ethernet_carries() {
     // was busy during a failed run. What was lost, and where, never depends
     // on the scheduler.
     //
-    // A clean run reads -0.02 to 0 %. A run that reads short has arrival
-    // gaps of 1-7 ms on the backlogged link, each one the host's (a late
-    // tbf timer costs what the 490 us bucket cannot refill): on an idle
-    // 2-core VM 0-17 per run, -0.7 % at worst in 11 runs; beside a CPU hog
-    // 7-15 per run. The time they cost accounts for the whole shortfall: the
-    // rate over the rest of the run, the link's busy time, was within
-    // 0.15 % of the model in all 10 measurements of it (5 runs, idle and
-    // beside the hog). So both are checked: the busy-time rate
-    // (the shaper's accounting), and the whole-run rate (what a user
-    // reads), which is measured once more only when the run's own stalls
-    // explain at least half of its shortfall.
-    let frame_ns = wire * 8 * 1_000_000_000 / 100_000_000;
+    // A clean run reads -0.02 to 0 %. A run that reads short had its last
+    // wire stand idle: its source (the sender, a's tbf timer, the first
+    // emulator, r1's forwarding) left it without a frame, each time the
+    // host ran something late. The emulator counts that idle time, so the
+    // rate over the wire's busy time is the shaper's own accounting: it
+    // read -0.002 to +0.001 % of the model in 8 runs, idle and beside two
+    // CPU hogs (where the whole-run rate read -0.19 to -1.11 %). Arrival
+    // gaps at b over-count the idle time: an emulator that wakes late sends
+    // its backlog at once and catches up (their "busy-time" read up to
+    // +4.3 % under contention), so they are printed, not checked.
+    //
+    // Checked: the busy-time rate within 0.1 % (what Ethernet carries,
+    // every frame charged its 24 B), and the whole-run rate (what a user
+    // reads) within 1 %. A whole-run shortfall is measured once more when
+    // the wire's idle time explains at least half of it, and it is the
+    // host's, not the shaper's, when the host was contended during the run
+    // and the idle time explains at least 90 % of it; on an uncontended
+    // host it stands.
     for (what, gso) in [("1408 B", 1), ("1408 B with UDP GSO x16", 16)] {
         measure_seeing(&format!("saturating 100mbit with {what}"), || {
+            let contention = wirebench_testkit::Contention::start();
             let before = tb.counters().unwrap();
-            let r = saturate(&tb, 1408, gso, 3.0, fits, frame_ns);
+            let r = saturate(&tb, 1408, gso, 3.0, fits);
             let d = tb.counters().unwrap().delta(&before);
+            let contended = contention
+                .share()
+                .is_some_and(|c| c >= wirebench_testkit::CONTENDED);
             let err = (r.bps - expect) / expect;
-            let busy = r.span - r.stalled_ns as f64 / 1e9;
-            let busy_err = (r.bps * r.span / busy - expect) / expect;
+            let idle_ns = r
+                .wire_idle_ns
+                .expect("the router preset's 100 Mbit/s links are emulated")
+                as f64;
+            let busy_err = (r.bps * r.span / (r.span - idle_ns / 1e9) - expect) / expect;
             eprintln!(
                 "saturating {what} over 100mbit: {:.3} Mbit/s payload (model {:.3}, {:+.3} %), sent {}, received {}; \
-                 {} arrival gaps > 1 ms (longest {} us) cost {:.1} ms, busy-time rate {:+.3} %",
+                 last wire idle {:.1} ms, rate over its busy time {:+.4} %; {} arrival gaps > 1 ms (longest {} us); \
+                 host contended: {contended}",
                 r.bps / 1e6,
                 expect / 1e6,
                 err * 100.0,
                 r.sent,
                 r.received,
+                idle_ns / 1e6,
+                busy_err * 100.0,
                 r.stalls,
                 r.longest_ns / 1000,
-                r.stalled_ns as f64 / 1e6,
-                busy_err * 100.0
             );
             eprintln!("drop sites: {:?}", d.drop_sites());
             // The sender was held back by its own link (socket blocked), so
@@ -582,22 +602,22 @@ fn rate_100mbit_carries_what_ethernet_carries() {
             assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
             assert_eq!(r.sent, r.received, "{:?}", d.drop_sites());
             let short_ns = (-err).max(0.0) * r.span * 1e9;
-            let seen = (r.stalls > 0 && r.stalled_ns as f64 >= short_ns / 2.0).then(|| {
+            let seen = (idle_ns >= short_ns / 2.0).then(|| {
                 format!(
-                    "{} arrival gaps > 1 ms on the backlogged link cost {:.1} ms of its {:.1} ms shortfall",
-                    r.stalls,
-                    r.stalled_ns as f64 / 1e6,
+                    "the last wire stood idle {:.1} ms of its {:.1} ms shortfall",
+                    idle_ns / 1e6,
                     short_ns / 1e6
                 )
             });
-            check(busy_err.abs() < 0.005, || {
+            let hosts = contended && short_ns > 0.0 && idle_ns >= 0.9 * short_ns;
+            check(busy_err.abs() < 0.001, || {
                 format!(
-                    "busy-time payload throughput {:+.3} % off the model",
+                    "payload throughput over the wire's busy time {:+.4} % off the model",
                     busy_err * 100.0
                 )
             })
             .and_then(|()| {
-                check(err.abs() < 0.01, || {
+                check(err.abs() < 0.01 || hosts, || {
                     format!("payload throughput {} vs {expect}", r.bps)
                 })
             })
@@ -610,7 +630,7 @@ fn rate_100mbit_carries_what_ethernet_carries() {
     // not carry is dropped at the sender's own host, as behind a real NIC,
     // and nowhere else.
     let before = tb.counters().unwrap();
-    let Saturated { sent, received, .. } = saturate(&tb, 1408, 1, 1.0, 4 << 20, frame_ns);
+    let Saturated { sent, received, .. } = saturate(&tb, 1408, 1, 1.0, 4 << 20);
     let d = tb.counters().unwrap().delta(&before);
     eprintln!("4 MiB send buffer: sent {sent}, received {received}");
     assert!(sent > received, "sent {sent}, received {received}");
@@ -1453,7 +1473,7 @@ fn a_trace_link_carries_the_traces_mean_rate() {
     assert_eq!(mean, 24e6);
     let tb = Testbed::up(name, &spec).unwrap();
     assert_eq!(tb.backends(), [testbed::LinkBackend::TbfEmulator]);
-    let r = saturate(&tb, 1472, 1, 3.0, 4 << 20, 500_000);
+    let r = saturate(&tb, 1472, 1, 3.0, 4 << 20);
     tb.down().unwrap();
     assert_eq!(leftovers(name), Vec::<String>::new());
     let model = 2000.0 * 1472.0 * 8.0;
