@@ -11,7 +11,7 @@ use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wa
 use crate::plan::{clip_to_budget, FlowPlan, Pacing, Phases, SessionPlan, Stop};
 use crate::rtt::RttRx;
 use crate::sys::TcpInfo;
-use crate::transport::tcp::{bulk_write_bytes, run_bulk_shared, TCP_WRITE_BYTES};
+use crate::transport::tcp::{bulk_write_bytes, run_bulk_shared, run_paced_shared, TCP_WRITE_BYTES};
 use crate::transport::udp::run_shared;
 use crate::transport::{caps, DataSock, FlowRun};
 use crate::EngineError;
@@ -582,9 +582,9 @@ pub(crate) fn source_port(
     }
 }
 
-/// Paced one-way UDP flows can share pacer threads; TCP (blocking
-/// writes), --max (never waits) and RTT flows (reflection readers) keep a
-/// thread each.
+/// Paced one-way UDP flows can share pacer threads; --max (never waits)
+/// and RTT flows (reflection readers) keep a thread each, and paced TCP
+/// flows share writers of their own ([`paced_tcp_candidate`]).
 fn shared_candidate(plan: &SessionPlan, f: &FlowPlan) -> bool {
     f.direction == wirebench_wire::Direction::Forward
         && caps(f.transport).shares_pacer
@@ -683,10 +683,18 @@ pub(crate) fn run_flows(
     let shared_bulk = |f: &FlowPlan| writers > 0 && bulk_owd(f);
     let mut bulk_groups: Vec<Vec<(usize, FlowJob, TcpStream)>> =
         (0..writers).map(|_| Vec::new()).collect();
+    // Paced one-way TCP flows share writer threads as the UDP ones share
+    // pacers (run_paced_shared).
+    let paced_owd = |f: &FlowPlan| paced_tcp_candidate(plan, f);
+    let tcp_candidates = plan.flows.iter().filter(|f| paced_owd(f)).count();
+    let tcp_writers = paced_tcp_writers(plan.pacing, tcp_candidates, cores);
+    let mut paced_groups: Vec<Vec<(usize, FlowJob, TcpStream)>> =
+        (0..tcp_writers).map(|_| Vec::new()).collect();
     let pacers = pacers(plan);
     let shared = if pacers > 0 { candidates } else { 0 };
+    let shared_tcp = if tcp_writers > 0 { tcp_candidates } else { 0 };
     // Spin before deadlines only while every pacing thread can have a core.
-    let spin_ns = if pacers + (paced - shared) < cores {
+    let spin_ns = if pacers + tcp_writers + (paced - shared - shared_tcp) < cores {
         crate::clock::SPIN_NS
     } else {
         0
@@ -735,6 +743,14 @@ pub(crate) fn run_flows(
                 }
                 Err(other) => other,
             }
+        } else if tcp_writers > 0 && paced_owd(&job.plan) {
+            match sock.into_tcp() {
+                Ok(s) => {
+                    paced_groups[i % tcp_writers].push((i, job, s));
+                    continue;
+                }
+                Err(other) => other,
+            }
         } else if shared_bulk(&job.plan) {
             match sock.into_tcp() {
                 Ok(s) => {
@@ -776,6 +792,11 @@ pub(crate) fn run_flows(
         let ids = group.iter().map(|(i, _, _)| *i).collect();
         let run: GroupRun = Box::new(move || run_bulk_shared(group));
         group_runs.push((format!("wb-tcpw-{g}"), ids, run));
+    }
+    for (g, group) in paced_groups.into_iter().enumerate() {
+        let ids = group.iter().map(|(i, _, _)| *i).collect();
+        let run: GroupRun = Box::new(move || run_paced_shared(group, spin_ns));
+        group_runs.push((format!("wb-tcpp-{g}"), ids, run));
     }
     let mut pacer_handles = Vec::new();
     for (name, ids, run) in group_runs {
@@ -888,17 +909,42 @@ pub(crate) fn start_phase_ns(plan: &SessionPlan, i: usize) -> u64 {
     }
 }
 
+/// Paced one-way TCP flows, which can share writer threads
+/// ([`paced_tcp_writers`]); RTT-meter flows keep a thread each, as their
+/// bulk kin do.
+fn paced_tcp_candidate(plan: &SessionPlan, f: &FlowPlan) -> bool {
+    f.direction == wirebench_wire::Direction::Forward
+        && f.transport == wirebench_wire::Transport::Tcp
+        && !f.spec.is_max()
+        && f.meter_in(plan) == MeterMode::Owd
+}
+
+/// Writer threads for `candidates` paced one-way TCP flows on `cores`
+/// CPUs (0: a thread per flow): automatically one, from as many flows as
+/// CPUs on. A thread per flow switched among 60 flows for a quarter of
+/// its CPU, and writers on several CPUs reorder what they send through
+/// one veth link (docs/engine.md, Pacing).
+fn paced_tcp_writers(pacing: Pacing, candidates: usize, cores: usize) -> usize {
+    shared_threads(pacing, candidates, cores, 1)
+}
+
 /// Shared pacer threads for `candidates` paced one-way UDP flows on
 /// `cores` CPUs (0: a thread per flow). Automatically, flows share from as
 /// many as the CPUs on, leaving a core to the rest of the host (on
 /// loopback: the receiver).
 fn pacer_threads(pacing: Pacing, candidates: usize, cores: usize) -> usize {
+    shared_threads(pacing, candidates, cores, cores.saturating_sub(1))
+}
+
+/// Threads shared by `candidates` flows on `cores` CPUs as `pacing` asks:
+/// none (a thread per flow) below as many flows as CPUs, else `auto`.
+fn shared_threads(pacing: Pacing, candidates: usize, cores: usize, auto: usize) -> usize {
     match pacing {
         _ if candidates == 0 => 0,
         Pacing::PerFlow => 0,
         Pacing::Shared(n) => n.clamp(1, candidates),
         Pacing::Auto if candidates < cores => 0,
-        Pacing::Auto => cores.saturating_sub(1).clamp(1, candidates),
+        Pacing::Auto => auto.clamp(1, candidates),
     }
 }
 
@@ -1023,7 +1069,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn paced_udp_flows_share_pacers_from_as_many_as_the_cores() {
+    fn paced_flows_share_pacers_and_writers_from_as_many_as_the_cores() {
         use Pacing::*;
         assert_eq!(pacer_threads(Auto, 1, 2), 0);
         assert_eq!(pacer_threads(Auto, 2, 2), 1);
@@ -1036,6 +1082,11 @@ pub(crate) mod tests {
         assert_eq!(pacer_threads(Shared(4), 100, 1), 4);
         assert_eq!(pacer_threads(Shared(0), 100, 1), 1);
         assert_eq!(pacer_threads(Shared(4), 0, 8), 0);
+        assert_eq!(paced_tcp_writers(Auto, 1, 2), 0);
+        assert_eq!(paced_tcp_writers(Auto, 60, 2), 1);
+        assert_eq!(paced_tcp_writers(Auto, 60, 8), 1);
+        assert_eq!(paced_tcp_writers(PerFlow, 60, 2), 0);
+        assert_eq!(paced_tcp_writers(Shared(2), 60, 2), 2);
     }
 
     #[test]

@@ -252,17 +252,19 @@ fn check_record_len(n: usize, f: &FlowPlan, auth_probes: bool) -> Result<(), Eng
     Err(EngineError::BadPlan(format!("flow {n}: -c {p}: {why}")))
 }
 
-/// Who paces the paced one-way UDP flows of a session (TCP, `--max` and
-/// RTT-meter flows always have a thread each).
+/// Who paces the paced one-way flows of a session: UDP flows share
+/// pacers, TCP flows writers (`--max` and RTT-meter flows have threads of
+/// their own, or, bulk TCP, one writer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Pacing {
     /// A thread per flow while they are fewer than the CPUs, else
-    /// CPUs − 1 shared pacer threads (at least one).
+    /// CPUs − 1 shared UDP pacer threads (at least one) and one TCP writer.
     #[default]
     Auto,
     /// A thread per flow however many there are (to compare with).
     PerFlow,
-    /// This many shared pacer threads (at least one, at most one per flow).
+    /// This many shared UDP pacers and TCP writers (at least one, at most
+    /// one per flow).
     Shared(usize),
 }
 

@@ -164,10 +164,11 @@ pub struct Args {
     /// Needs the key (--key-file or WIREBENCH_KEY).
     #[arg(long = "auth", value_name = "session|probes", value_parser = ["session", "probes"])]
     pub auth: Option<String>,
-    /// Threads that pace the paced one-way UDP flows: `auto` (a thread per
-    /// flow while they are fewer than the CPUs, else CPUs − 1 shared pacers
-    /// with a timer heap each), `flow` (a thread per flow, however many),
-    /// or a number of shared pacer threads.
+    /// Threads that pace the paced one-way flows: `auto` (a thread per
+    /// flow while they are fewer than the CPUs, else CPUs − 1 shared UDP
+    /// pacers with a timer heap each and one writer for the TCP flows),
+    /// `flow` (a thread per flow, however many), or a number of shared
+    /// pacer threads (and as many TCP writers).
     #[arg(long = "pacers", value_name = "auto|flow|N", default_value = "auto", value_parser = parse_pacing)]
     pub pacing: Pacing,
     /// Where the flows start their schedules: `spread` (flow i of n starts

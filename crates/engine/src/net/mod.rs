@@ -109,3 +109,31 @@ pub fn poll(fds: &mut [PollFd], timeout_ms: i32) -> i32 {
     };
     r
 }
+
+/// [`poll`] with its timeout in nanoseconds: Linux waits to the timer's
+/// precision (`ppoll`; a writer that also keeps a schedule of sub-ms
+/// gaps needs it), other systems to the next whole millisecond.
+pub fn poll_ns(fds: &mut [PollFd], timeout_ns: u64) -> i32 {
+    #[cfg(target_os = "linux")]
+    {
+        let ts = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: the pointer and length describe a slice we hold mutably;
+        // `ts` lives across the call; a null signal mask leaves it as is.
+        unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    poll(
+        fds,
+        timeout_ns.div_ceil(1_000_000).min(i32::MAX as u64) as i32,
+    )
+}

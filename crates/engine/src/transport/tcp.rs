@@ -1,10 +1,14 @@
 //! TCP: a connection per flow carrying length-framed records. Paced flows
-//! write each batch of due records in one `write`; `--max` flows write as
-//! fast as the socket takes them ([`tcp_bulk`]), or, two or more, share
-//! one writer thread ([`run_bulk_shared`]).
+//! write each batch of due records in one `write`, on a thread of their
+//! own or, several, sharing one writer ([`run_paced_shared`]); `--max`
+//! flows write as fast as the socket takes them ([`tcp_bulk`]), or, two
+//! or more, share one writer thread ([`run_bulk_shared`]).
 
+mod paced;
 pub(crate) mod rx;
 mod zc;
+
+pub(crate) use paced::run_paced_shared;
 
 use super::{connect_err, hello_record, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, realtime_ns, wait_until};
