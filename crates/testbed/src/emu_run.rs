@@ -92,8 +92,9 @@ pub struct WireCounters {
     /// keep it busy, lost for good by the frames behind.
     #[serde(default)]
     pub idle_ns: u64,
-    /// Summed time from each delivered frame's due time to its send (ns):
-    /// the emulator's own wake-up and batching lateness.
+    /// Summed time from each sent frame's due time to its send (ns): the
+    /// emulator's own wake-up and batching lateness, the sum of what
+    /// [`SendError`] counts (a duplicate counts twice).
     #[serde(default)]
     pub late_ns: u64,
 }
@@ -189,15 +190,133 @@ pub fn hop_times(
     out
 }
 
-/// Reads an emulator's counters file: [first→second, second→first].
-pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
+/// Buckets of one direction's [`SendError`] histogram in the counters
+/// file, after both directions' [`COUNTERS`] words. 8 per power of two
+/// (each at most 1/8 of its lower edge wide) up to 2^32 ns (4.3 s); a
+/// larger value counts in the last. Both directions' histograms and
+/// counters fit the file's one page.
+pub const SEND_ERROR_BUCKETS: usize = 240;
+
+/// Histogram bucket of an error of `ns`: exact below 16 ns, then 8
+/// buckets per power of two.
+pub fn send_error_bucket(ns: u64) -> usize {
+    if ns < 8 {
+        return ns as usize;
+    }
+    let e = 63 - ns.leading_zeros() as usize;
+    let i = ((e - 2) << 3) + ((ns >> (e - 3)) & 7) as usize;
+    i.min(SEND_ERROR_BUCKETS - 1)
+}
+
+/// The smallest error (ns) bucket `i` counts; bucket `i + 1` starts where
+/// it ends.
+pub fn send_error_bucket_low(i: usize) -> u64 {
+    if i < 8 {
+        return i as u64;
+    }
+    let (e, sub) = (i / 8 + 2, (i % 8) as u64);
+    (8 + sub) << (e - 3)
+}
+
+/// The emulator's own error in time for one direction: for every frame
+/// it sent, the time it handed the frame to the far end's kernel minus
+/// the model's due time (the frame's kernel receive stamp + queueing +
+/// serialisation + delay and jitter), in a fixed log-bucket histogram
+/// the emulator keeps in its counters file (no allocation or system call
+/// per frame). A frame is never sent before its due time, so the error
+/// is what the emulator added to the configured delay: its wake-up, a
+/// frame read late from its ring, and the frames before it in one
+/// `sendmmsg` (whose duration is shared evenly among the frames it sent,
+/// as the kernel hands them to the far end one after the other).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendError {
+    /// Frames per bucket ([`send_error_bucket`]).
+    pub buckets: [u64; SEND_ERROR_BUCKETS],
+}
+
+impl Default for SendError {
+    fn default() -> SendError {
+        SendError {
+            buckets: [0; SEND_ERROR_BUCKETS],
+        }
+    }
+}
+
+impl SendError {
+    /// Frames counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// What was counted between snapshot `before` and this one (an
+    /// emulator restarted in between reads as counting from zero).
+    pub fn delta(&self, before: &SendError) -> SendError {
+        if self.buckets.iter().zip(&before.buckets).any(|(a, b)| a < b) {
+            return self.clone();
+        }
+        let mut d = SendError::default();
+        for (i, o) in d.buckets.iter_mut().enumerate() {
+            *o = self.buckets[i] - before.buckets[i];
+        }
+        d
+    }
+
+    /// The `q` quantile (0–1) in ns, as the upper edge of the bucket that
+    /// holds it (so at most 1/8 above the frame's error, never below);
+    /// None without a frame.
+    pub fn quantile_ns(&self, q: f64) -> Option<u64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        // The rank of the quantile, 1-based: the smallest k with k >= q·n.
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, &c) in self.buckets.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(if i + 1 < SEND_ERROR_BUCKETS {
+                    send_error_bucket_low(i + 1)
+                } else {
+                    u64::MAX
+                });
+            }
+        }
+        None
+    }
+}
+
+/// A counters file's words (0 past its end: a file of an older emulator).
+fn counter_words(path: &std::path::Path) -> Option<impl Fn(usize) -> u64> {
     let b = std::fs::read(path).ok()?;
-    let w = |i: usize| {
+    if b.len() < 2 * COUNTERS * 8 {
+        return None;
+    }
+    Some(move |i: usize| {
         b.get(i * 8..i * 8 + 8)
             .and_then(|s| s.try_into().ok())
             .map(u64::from_ne_bytes)
             .unwrap_or(0)
+    })
+}
+
+/// Reads the emulator's own send error from its counters file:
+/// [first→second, second→first].
+pub fn read_send_errors(path: &std::path::Path) -> Option<[SendError; 2]> {
+    let w = counter_words(path)?;
+    let dir = |d: usize| {
+        let mut h = SendError::default();
+        for (i, b) in h.buckets.iter_mut().enumerate() {
+            *b = w(2 * COUNTERS + d * SEND_ERROR_BUCKETS + i);
+        }
+        h
     };
+    Some([dir(0), dir(1)])
+}
+
+/// Reads an emulator's counters file: [first→second, second→first].
+pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
+    let w = counter_words(path)?;
     let dir = |d: usize| WireCounters {
         frames_in: w(d * COUNTERS),
         delivered: w(d * COUNTERS + 1),
@@ -212,7 +331,7 @@ pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
         idle_ns: w(d * COUNTERS + 10),
         late_ns: w(d * COUNTERS + 11),
     };
-    (b.len() >= 2 * COUNTERS * 8).then(|| [dir(0), dir(1)])
+    Some([dir(0), dir(1)])
 }
 
 /// How long before a deadline the loop stops sleeping and spins: a
@@ -570,16 +689,33 @@ mod imp {
     /// Counters of one direction, in a file shared with readers
     /// ([`super::read_counters`]), laid out as [`super::COUNTERS`] says.
     pub(crate) const COUNTERS: usize = super::COUNTERS;
+    /// Size of the counters file: one page.
+    const COUNTERS_BYTES: usize = 4096;
 
-    /// The counter words of one direction, in the shared mapping.
-    struct Counts(*const AtomicU64);
+    /// The counter words and the send error histogram of one direction,
+    /// in the shared mapping.
+    struct Counts {
+        words: *const AtomicU64,
+        errors: *const AtomicU64,
+    }
+
+    /// Both directions' counters and histograms fit the mapped page.
+    const _: () = assert!((2 * COUNTERS + 2 * super::SEND_ERROR_BUCKETS) * 8 <= COUNTERS_BYTES);
 
     impl Counts {
         fn add(&self, k: usize, n: u64) {
-            // SAFETY: the mapping holds 2 × COUNTERS words for the life of
-            // the process (never unmapped), k < COUNTERS, and AtomicU64
-            // has the alignment of the page-aligned u64 words.
-            unsafe { (*self.0.add(k)).fetch_add(n, Ordering::Relaxed) };
+            // SAFETY: the mapping holds COUNTERS_BYTES for the life of the
+            // process (never unmapped), k < COUNTERS, and AtomicU64 has
+            // the alignment of the page-aligned u64 words.
+            unsafe { (*self.words.add(k)).fetch_add(n, Ordering::Relaxed) };
+        }
+
+        /// Counts one frame sent `ns` after its due time.
+        fn sent_late(&self, ns: u64) {
+            self.add(11, ns);
+            let i = super::send_error_bucket(ns);
+            // SAFETY: as in `add`; i < SEND_ERROR_BUCKETS.
+            unsafe { (*self.errors.add(i)).fetch_add(1, Ordering::Relaxed) };
         }
     }
 
@@ -621,6 +757,8 @@ mod imp {
         /// One `sendmmsg` call's messages and their buffers.
         batch: Vec<libc::mmsghdr>,
         iov: Vec<libc::iovec>,
+        /// Each message's due time.
+        due: Vec<u64>,
         counts: Counts,
     }
 
@@ -701,10 +839,10 @@ mod imp {
                             iov_base: self.data[off..].as_mut_ptr() as *mut libc::c_void,
                             iov_len: h.len as usize,
                         };
+                        self.due[n] = h.at;
                         n += 1;
                     }
                     self.counts.add(1, h.copies as u64);
-                    self.counts.add(11, now - h.at);
                     head = (head + 1) % self.held.len();
                     len -= 1;
                     taken += 1;
@@ -715,6 +853,7 @@ mod imp {
                 }
                 let mut sent = 0;
                 while sent < n {
+                    let t0 = mono();
                     // A full socket buffer or a vanished peer loses the
                     // frames, as a wire would; the receive side notices a
                     // vanished interface.
@@ -728,6 +867,18 @@ mod imp {
                             libc::MSG_DONTWAIT,
                         )
                     };
+                    if r > 0 {
+                        // The kernel hands the frames of one call to the
+                        // far end one after the other (and runs the far
+                        // end's receive work for each in between): frame i
+                        // of r left at the start of its share of the call.
+                        let (r, span) = (r as u64, mono() - t0);
+                        for i in 0..r {
+                            let at = t0 + span * i / r;
+                            self.counts
+                                .sent_late(at.saturating_sub(self.due[sent + i as usize]));
+                        }
+                    }
                     // A frame the kernel refused is skipped, not retried.
                     sent += if r > 0 { r as usize } else { 1 };
                 }
@@ -793,6 +944,7 @@ mod imp {
                     batch: vec![unsafe { std::mem::zeroed() }; SEND_BATCH],
                     // SAFETY: as above.
                     iov: vec![unsafe { std::mem::zeroed() }; SEND_BATCH],
+                    due: vec![0; SEND_BATCH],
                     counts,
                 },
                 perturb: aqm.map_or(0, |a| a.perturb),
@@ -911,12 +1063,13 @@ mod imp {
     /// lives as long as the emulator; in the parent it is one page).
     fn map_counters(f: std::fs::File) -> Result<*const AtomicU64, TestbedError> {
         let what = "mapping the emulator's counters";
-        f.set_len(4096).map_err(|e| TestbedError::io(what, e))?;
-        // SAFETY: a fresh shared mapping of a 4096-byte file we own.
+        f.set_len(COUNTERS_BYTES as u64)
+            .map_err(|e| TestbedError::io(what, e))?;
+        // SAFETY: a fresh shared mapping of a file of that size we own.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                4096,
+                COUNTERS_BYTES,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 f.as_raw_fd(),
@@ -950,8 +1103,13 @@ mod imp {
             let (a, ia, ra) = packet_socket(ends[0], slot)?;
             let (b, ib, rb) = packet_socket(ends[1], slot)?;
             let base = map_counters(counters)?;
-            // SAFETY: the mapping holds 2 × COUNTERS words.
-            let back = unsafe { base.add(COUNTERS) };
+            // SAFETY: offsets within the mapping (the assertion at Counts).
+            let counts = |d: usize| unsafe {
+                Counts {
+                    words: base.add(d * COUNTERS),
+                    errors: base.add(2 * COUNTERS + d * super::SEND_ERROR_BUCKETS),
+                }
+            };
             let [w0, w1] = wires;
             let dirs = [
                 Dir::new(
@@ -961,7 +1119,7 @@ mod imp {
                     ra,
                     b.as_raw_fd(),
                     slot,
-                    Counts(base),
+                    counts(0),
                 ),
                 Dir::new(
                     w1,
@@ -970,7 +1128,7 @@ mod imp {
                     rb,
                     a.as_raw_fd(),
                     slot,
-                    Counts(back),
+                    counts(1),
                 ),
             ];
             Ok(Emulator {
@@ -1321,6 +1479,63 @@ mod tests {
                 frames: false
             }
         );
+    }
+
+    /// Every error falls in the bucket whose edges hold it, the buckets
+    /// tile 0..2^32 ns without gap or overlap, and none is wider than an
+    /// eighth of its lower edge (exact below 16 ns).
+    #[test]
+    fn send_error_buckets_tile_the_range() {
+        for i in 0..SEND_ERROR_BUCKETS - 1 {
+            let (lo, hi) = (send_error_bucket_low(i), send_error_bucket_low(i + 1));
+            assert!(hi > lo, "bucket {i}: {lo}..{hi}");
+            assert_eq!(send_error_bucket(lo), i, "low edge of {i}");
+            assert_eq!(send_error_bucket(hi - 1), i, "high edge of {i}");
+            assert!(lo < 16 || (hi - lo) * 8 <= lo, "bucket {i} {lo}..{hi}");
+        }
+        assert_eq!(send_error_bucket(15), 15);
+        assert_eq!(
+            send_error_bucket_low(SEND_ERROR_BUCKETS - 1),
+            (1u64 << 32) - (1 << 28)
+        );
+        assert_eq!(send_error_bucket(1 << 32), SEND_ERROR_BUCKETS - 1);
+        assert_eq!(send_error_bucket(u64::MAX), SEND_ERROR_BUCKETS - 1);
+        // 50 µs lies in a bucket 4 096 ns wide: 49 152..53 248.
+        let i = send_error_bucket(50_000);
+        assert_eq!(
+            (send_error_bucket_low(i), send_error_bucket_low(i + 1)),
+            (49_152, 53_248)
+        );
+    }
+
+    /// Quantiles are the upper edge of the bucket holding the rank, never
+    /// below the true value and at most an eighth above it.
+    #[test]
+    fn send_error_quantiles() {
+        let mut h = SendError::default();
+        assert_eq!(h.quantile_ns(0.5), None);
+        // 98 frames 1 µs late, one 30 µs, one 2 ms.
+        for ns in std::iter::repeat_n(1_000, 98).chain([30_000, 2_000_000]) {
+            h.buckets[send_error_bucket(ns)] += 1;
+        }
+        assert_eq!(h.count(), 100);
+        let p50 = h.quantile_ns(0.5).unwrap();
+        assert!((1_000..=1_125).contains(&p50), "{p50}");
+        // The 99th of 100 is the 30 µs frame, the 100th the 2 ms one.
+        let p99 = h.quantile_ns(0.99).unwrap();
+        assert!((30_000..=33_750).contains(&p99), "{p99}");
+        let max = h.quantile_ns(1.0).unwrap();
+        assert!((2_000_000..=2_250_000).contains(&max), "{max}");
+        assert_eq!(h.quantile_ns(0.0), h.quantile_ns(0.01));
+        // The difference of two snapshots counts what came between.
+        let mut later = h.clone();
+        later.buckets[send_error_bucket(500_000)] += 3;
+        let d = later.delta(&h);
+        assert_eq!(d.count(), 3);
+        let p50 = d.quantile_ns(0.5).unwrap();
+        assert!((500_000..=562_500).contains(&p50), "{p50}");
+        // An emulator restarted in between counts from zero.
+        assert_eq!(d.delta(&h), d);
     }
 
     /// The split is the difference of two snapshots divided by the frames

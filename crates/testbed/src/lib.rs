@@ -36,7 +36,7 @@ pub mod sys;
 pub mod testbed;
 
 pub use counters::{Counters, DropSite, IfaceCounters, QdiscCounters};
-pub use emu_run::{hop_times, HopTime, WireCounters};
+pub use emu_run::{hop_times, HopTime, SendError, WireCounters};
 pub use error::TestbedError;
 pub use plan::{IfacePlan, NodePlan, Plan, RoutePlan, SegmentPlan};
 pub use probe::DfOutcome;

@@ -1028,13 +1028,24 @@ impl Testbed {
     /// What each emulated link's wire did, both directions (first
     /// endpoint → second, then back); None for links without an emulator.
     pub fn wire_counters(&self) -> Vec<Option<[crate::emu_run::WireCounters; 2]>> {
+        self.read_emulators(crate::emu_run::read_counters)
+    }
+
+    /// `read` of each emulated link's counters file, in link order.
+    fn read_emulators<T>(&self, read: impl Fn(&Path) -> Option<T>) -> Vec<Option<T>> {
         (0..self.backends.len())
             .map(|li| {
                 (self.backends[li] == LinkBackend::TbfEmulator)
-                    .then(|| crate::emu_run::read_counters(&counters_path(&self.name, li)))
+                    .then(|| read(&counters_path(&self.name, li)))
                     .flatten()
             })
             .collect()
+    }
+
+    /// Each emulated link's own send error per frame (both directions, as
+    /// [`Testbed::wire_counters`]); None for links without an emulator.
+    pub fn send_errors(&self) -> Vec<Option<[crate::emu_run::SendError; 2]>> {
+        self.read_emulators(crate::emu_run::read_send_errors)
     }
 
     /// How each link is made, in link order.

@@ -1078,6 +1078,58 @@ fn a_lone_frame_takes_its_wire_time_on_every_hop() {
     assert!(min <= 1.30 * model, "{min} > 1.3 x {model}");
 }
 
+/// Issue 23: the emulator measures its own error per frame. Lone frames
+/// over the router preset's two 100 Mbit/s hops: each hop's histogram
+/// counts every frame it sent (as many as it delivered), its mean is the
+/// summed lateness over them, and a lone frame, whose deadline the
+/// emulator spins for, leaves within 200 µs of it at the 99th percentile
+/// (measured: p50 4–7 µs, p99 25 µs at load 5–10; 200 µs leaves room for a machine shared with
+/// compiles, where a hypervisor may deschedule the emulator's core).
+#[test]
+fn the_emulator_measures_its_own_send_error() {
+    if !root("the_emulator_measures_its_own_send_error") {
+        return;
+    }
+    let _g = heavy();
+    let name = "e6lone";
+    let _ = remove(name);
+    let o = LinkOpts {
+        rate_bps: Some(100_000_000),
+        ..Default::default()
+    };
+    let tb = Testbed::up(name, &preset("router", &o).unwrap()).unwrap();
+    let (w0, e0) = (tb.wire_counters(), tb.send_errors());
+    let (d, lost) = one_way(&tb, 1472, 300, Duration::from_millis(3));
+    let (w1, e1) = (tb.wire_counters(), tb.send_errors());
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+    assert_eq!(lost, 0);
+    assert_eq!(d.len(), 300);
+    for li in 0..2 {
+        let w = w1[li].unwrap()[0].delta(&w0[li].unwrap()[0]);
+        let e = e1[li].as_ref().unwrap()[0].delta(&e0[li].as_ref().unwrap()[0]);
+        let (p50, p99, max) = (
+            e.quantile_ns(0.5).unwrap(),
+            e.quantile_ns(0.99).unwrap(),
+            e.quantile_ns(1.0).unwrap(),
+        );
+        let mean = w.late_ns / e.count();
+        eprintln!(
+            "hop {li}: {} frames sent, error mean {mean} ns, p50 <= {p50} ns, p99 <= {p99} ns, max <= {max} ns",
+            e.count()
+        );
+        // The probes and perhaps a neighbour solicitation or its answer.
+        assert!((300..=306).contains(&e.count()), "{w:?} {}", e.count());
+        assert_eq!(e.count(), w.delivered, "{w:?}");
+        assert!(p50 <= p99 && p99 <= max);
+        assert!(
+            mean <= max,
+            "mean {mean} above the largest bucket's edge {max}"
+        );
+        assert!(p99 < 200_000, "p99 send error {p99} ns");
+    }
+}
+
 /// Hosts a and b on one link with `link`'s settings (TOML lines).
 fn pair_text(link: &str) -> String {
     format!(

@@ -553,7 +553,13 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
         // What each emulated wire did: frames in, delivered, lost by the
         // loss model, dropped by its queue or for want of buffers, and
         // where a delivered frame's time went (means since `up`).
-        for (l, w) in t.spec().links.iter().zip(t.wire_counters()) {
+        for ((l, w), e) in t
+            .spec()
+            .links
+            .iter()
+            .zip(t.wire_counters())
+            .zip(t.send_errors())
+        {
             let Some(w) = w else { continue };
             for (k, c) in w.iter().enumerate() {
                 let (from, to) = (&l.endpoints[k], &l.endpoints[1 - k]);
@@ -571,14 +577,18 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
                 } else {
                     String::new()
                 };
-                let idle = if c.timed > 0 {
-                    format!(
-                        "; idle in short gaps {:.3} ms, sent late by {:.1} µs mean",
+                // The emulator's own error: each frame's send minus its due
+                // time, as a mean and from its histogram.
+                let err = e.as_ref().map(|e| &e[k]);
+                let idle = match err.map(|h| (h.count(), h.quantile_ns(0.5), h.quantile_ns(0.99))) {
+                    Some((n, Some(p50), Some(p99))) => format!(
+                        "; idle in short gaps {:.3} ms, sent late by {:.1} µs mean, p50 ≤ {:.1} µs, p99 ≤ {:.1} µs",
                         c.idle_ns as f64 / 1e6,
-                        c.late_ns as f64 / c.timed as f64 / 1e3
-                    )
-                } else {
-                    String::new()
+                        c.late_ns as f64 / n as f64 / 1e3,
+                        p50 as f64 / 1e3,
+                        p99 as f64 / 1e3
+                    ),
+                    _ => String::new(),
                 };
                 println!(
                     "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{aqm}{split}{idle}",
