@@ -368,16 +368,22 @@ fn many_flows_are_received_exactly() {
 /// and more than `TCP_OWN_THREADS` of them, some of which share a
 /// receive worker (epoll); the RTT-meter one keeps a thread of its own and
 /// its reflections. Paced flows are received record for record, each in
-/// its own flow; bulk flows on the sender's shared writer are received
-/// exactly as far as they were sent, and every flow lasts its 400 ms.
+/// its own flow, whether they share the sender's paced writer (the
+/// default) or have a thread each (`--pacers flow`); bulk flows on the
+/// sender's shared writer are received exactly as far as they were sent,
+/// and every flow lasts its 400 ms.
 #[test]
 fn tcp_flows_on_own_and_shared_receive_workers_are_received_exactly() {
     let _cpu = beside_others();
     let port = 15419;
     let (stop, h) = daemon(port);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for paced in [2 * cores + 1, wirebench_engine::budget::TCP_OWN_THREADS] {
-        tcp_session(port, paced);
+    for (paced, pacing) in [
+        (2 * cores + 1, Pacing::Auto),
+        (2 * cores + 1, Pacing::PerFlow),
+        (wirebench_engine::budget::TCP_OWN_THREADS, Pacing::Auto),
+    ] {
+        tcp_session(port, paced, pacing);
     }
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
@@ -385,7 +391,7 @@ fn tcp_flows_on_own_and_shared_receive_workers_are_received_exactly() {
 
 /// One session of `paced` paced one-way TCP flows, 3 bulk ones and an
 /// RTT-meter one, checked as [`tcp_flows_on_own_and_shared_receive_workers_are_received_exactly`] says.
-fn tcp_session(port: u16, paced: usize) {
+fn tcp_session(port: u16, paced: usize, pacing: Pacing) {
     let mut flows: Vec<FlowPlan> = (0..paced)
         .map(|i| tcp(Some(50.0), 100 + i as u32, Stop::DurationMs(400), i as u64))
         .collect();
@@ -396,7 +402,9 @@ fn tcp_session(port: u16, paced: usize) {
     rtt.meter = Some(MeterMode::Rtt);
     flows.push(rtt);
     let n = flows.len();
-    let doc = wirebench_engine::run(plan("127.0.0.1", port, flows)).unwrap();
+    let mut p = plan("127.0.0.1", port, flows);
+    p.pacing = pacing;
+    let doc = wirebench_engine::run(p).unwrap();
     assert!(!doc.partial, "{:?}", doc.partial_reason);
     assert_eq!(doc.flows.len(), n);
     for (i, f) in doc.flows.iter().enumerate() {
