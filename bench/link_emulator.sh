@@ -22,7 +22,8 @@
 #   time, from its histogram; an upper bucket edge, at most 1/8 above).
 #   An emulator rung is judged by the wire: `held` when the wire ratio
 #   is within 0.5 % with the wire idle under 0.5 % of the window,
-#   `not-backlogged` when the input left it idle (the rung cannot be judged),
+#   `not-backlogged` when the input left it idle (the rung cannot be
+#   judged; `no-window` when the frames did not flow for a second),
 #   `not-held` otherwise. What b's socket then loses of what the wire
 #   delivered is `rx_loss`, beside the verdict, not a stop. The `socket`
 #   rows keep the end-to-end verdict (a's qdisc holds that sender to
@@ -40,18 +41,19 @@
 # the hosts' UDP sockets at `--max`, as a study runs (a's own qdisc
 # holds the sender back to about the link rate); and `xdp`, the AF_XDP
 # sender (`send --xdp eth0`), which bypasses a's qdisc, paced at
-# OVERFILL x the link's frame rate (default 1.05; `max` for `--max`), so
-# the emulator's queue stays backlogged and the rung measures the wire.
-# (At `--max` the sender offers 2-25 x the link and the flood of
-# arrivals, whose kernel receive work shares the emulator's CPU, adds to
-# its error: p99 150-200 us against 74-98 us at 1.05 x, 100 Mbit/s of
-# 1518 B.) tbf rows are socket-path only (AF_XDP would bypass the tbf
+# OVERFILL x the link's frame rate (default 1.25: at 1.05 the backlog
+# grows too slowly at 10 Mbit/s to outlast the sender's stalls; `max` for
+# `--max`), so the emulator's queue stays backlogged and the rung
+# measures the wire. (At `--max` the sender offers 2-25 x the link and
+# the flood of arrivals, whose kernel receive work shares the emulator's
+# CPU, adds to its error: p99 150-200 us against 74-98 us at 1.05 x, 100
+# Mbit/s of 1518 B.) tbf rows are socket-path only (AF_XDP would bypass the tbf
 # itself). Sender and receiver run at SCHED_FIFO 50 (the AF_XDP sender
 # at normal priority: it would hold a core), the emulator at 70
 # (docs/testbed.md), the sampler of its counters at 60. The ladder stops
-# for a frame size where a rung could not be judged (sender- or
-# receiver-limited end to end on socket rows, not-backlogged on the
-# emulator's xdp rows).
+# for a frame size where a socket row could not be judged (sender- or
+# receiver-limited); the xdp rows climb every rung (one the AF_XDP
+# sender left idle, `not-backlogged`, says nothing of the next).
 #
 #   bench/link_emulator.sh [RATES...]   # default: 10mbit 50mbit 100mbit 200mbit 500mbit 1gbit
 #   BACKENDS="emulator tbf" (default both); PATHS="socket xdp" (default
@@ -66,7 +68,7 @@ set -euo pipefail
 rates=("$@"); [[ ${#rates[@]} -gt 0 ]] || rates=(10mbit 50mbit 100mbit 200mbit 500mbit 1gbit)
 read -r -a backends <<<"${BACKENDS:-emulator tbf}"
 read -r -a paths <<<"${PATHS:-socket xdp}"
-tb=${TB:-lkbench}; port=15981; over=${OVERFILL:-1.05}
+tb=${TB:-lkbench}; port=15981; over=${OVERFILL:-1.25}
 . "$(dirname "${BASH_SOURCE[0]}")/link_common.sh"
 counters=/run/wirebench/$tb.link0.counters
 
@@ -101,7 +103,7 @@ sample() { # out: starts the sampler (above the real-time hosts, it mostly
 # The emulator's counters file, laid out as crates/testbed/src/emu_run.rs
 # says (COUNTERS words per direction, then SEND_ERROR_BUCKETS per
 # direction): snapshots with their CLOCK_MONOTONIC time every 50 ms, by a
-# sampler started before the sender, until no frame came for 0.3 s after
+# sampler started before the sender, until no frame came for 1 s after
 # some did (the sender is done). The wire's window runs from 0.5 s after
 # the first snapshot that saw frames delivered to 0.5 s before the last.
 cat >"$dir/sampler.py" <<'PY'
@@ -122,7 +124,7 @@ while time.monotonic() < deadline:
     moved = snaps[-1]["w"][0] - snaps[-2]["w"][0] >= 5
     if moved:
         quiet = snaps[-1]["t"]
-    elif quiet is not None and snaps[-1]["t"] - quiet > 0.3:
+    elif quiet is not None and snaps[-1]["t"] - quiet > 1.0:
         break
 json.dump(snaps, open(out, "w"))
 PY
@@ -231,7 +233,7 @@ def window(snaps):  # (a, b): 0.5 s inside the span in which frames were deliver
 w = load("sat.wire")
 if be == "emulator":
     if path == "xdp":
-        verdict = "no-counters"
+        verdict = "no-window"
     win = window(w) if w else None
     if win:
         a, b = win
@@ -272,8 +274,9 @@ print(f"{be:<8} {path:<6} {rate:<8} {frame:<6} {model/1e6:<9.3f} {offered/1e6:<9
 print(verdict)
 PY
 )
-            # Above a rung that could not be judged, nothing more can be.
-            case $verdict in sender-limited|receiver-limited|not-backlogged|no-counters) break ;; esac
+            # Above a socket rung that could not be judged, nothing more
+            # can be.
+            [[ $path == socket ]] && case $verdict in sender-limited|receiver-limited) break ;; esac
         done
     done
   done
