@@ -25,7 +25,8 @@
 #   `not-backlogged` when the input left it idle (the rung cannot be
 #   judged; `no-window` when the frames did not flow for a second),
 #   `not-held` otherwise. What b's socket then loses of what the wire
-#   delivered is `rx_loss`, beside the verdict, not a stop. The `socket`
+#   delivered (the loss split's `receiver_host`, of the datagrams sent)
+#   is `rx_loss`, beside the verdict, not a stop. The `socket`
 #   rows keep the end-to-end verdict (a's qdisc holds that sender to
 #   about the link rate, so the wire is not always backlogged); their
 #   wire columns are shown beside it.
@@ -202,12 +203,11 @@ try:
     f = sat["flows"][0]
     got = f["throughput_bps"]["payload"]
     offered = f["sent"]["packets"] * payload * 8 / f["sent"]["duration_s"]
-    received = f["received"]["packets"]
     rx_lost = f["loss_split"]["receiver_host"] / max(f["sent"]["packets"], 1)
     send_path = json.dumps(sat["host"].get("send_path", "")).lower()
 except Exception:
     got = offered = rx_lost = float("nan")
-    received, send_path = 0, ""
+    send_path = ""
 if path == "xdp" and "xdp" not in send_path:
     print(f"warning: the xdp row ran on another path: {send_path}", file=sys.stderr)
 ratio = got / model
@@ -253,8 +253,8 @@ if be == "emulator":
             verdict = "not-held"
         total = word(w[-1], 1) - word(w[0], 1)
         carried_bits = total * wire * 8
-        if total > 0:
-            rx_loss = f"{max(0, total - received) / total:.4f}"
+        if rx_lost == rx_lost:
+            rx_loss = f"{rx_lost:.4f}"
 cpu = (int(t1) - int(t0)) / hz
 cpu_txt = f"{cpu / (carried_bits / 1e9):.2f}" if be == "emulator" and carried_bits > 0 else "-"
 e50 = e99 = p50 = p99 = "-"
