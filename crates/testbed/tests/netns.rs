@@ -1083,7 +1083,7 @@ fn a_lone_frame_takes_its_wire_time_on_every_hop() {
 /// counts every frame it sent (as many as it delivered), its mean is the
 /// summed lateness over them, and a lone frame, whose deadline the
 /// emulator spins for, leaves within 200 µs of it at the 99th percentile
-/// (measured: p50 4–7 µs, p99 25 µs at load 5–10; 200 µs leaves room for a machine shared with
+/// (measured: p50 0.3–0.4 µs, p99 7–33 µs at load 6; 200 µs leaves room for a machine shared with
 /// compiles, where a hypervisor may deschedule the emulator's core).
 #[test]
 fn the_emulator_measures_its_own_send_error() {
