@@ -11,7 +11,9 @@ use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wa
 use crate::plan::{clip_to_budget, FlowPlan, Pacing, Phases, SessionPlan, Stop};
 use crate::rtt::RttRx;
 use crate::sys::TcpInfo;
-use crate::transport::tcp::{bulk_write_bytes, run_bulk_shared, run_paced_shared, TCP_WRITE_BYTES};
+use crate::transport::tcp::{
+    bulk_write_bytes, paced_buffer_bytes, run_bulk_shared, run_paced_shared, TCP_WRITE_BYTES,
+};
 use crate::transport::udp::run_shared;
 use crate::transport::{caps, DataSock, FlowRun};
 use crate::EngineError;
@@ -618,20 +620,35 @@ fn bulk_tcp_flows(plan: &SessionPlan) -> usize {
         .count()
 }
 
-/// Time the sender adds to its start lead for its bulk TCP writers: each
-/// fills its flows' write buffers ([`bulk_write_bytes`] each) before its
-/// first write, and a flow's span starts at t_0 whether or not its writer
-/// had begun. Filling 1 000 × 128 KiB took the shared writer 145 ms on a
-/// 2-CPU host at load 7–14 (92 ms of CPU, two thirds of it the kernel
-/// clearing fresh pages) where the lead for 1 000 flows was 70 ms; 2 ns a
-/// byte leaves room for a busier host.
-pub(crate) fn bulk_tcp_lead_ns(plan: &SessionPlan) -> u64 {
+/// Time the sender adds to its start lead for its shared TCP writers:
+/// each fills its flows' write buffers ([`bulk_write_bytes`] each for
+/// bulk flows, [`paced_buffer_bytes`] for paced ones) before its first
+/// write, and a bulk flow's span starts at t_0 whether or not its writer
+/// had begun, a paced flow's first records are due then. Filling
+/// 1 000 × 128 KiB took the shared writer 145 ms on a 2-CPU host at load
+/// 7–14 (92 ms of CPU, two thirds of it the kernel clearing fresh pages)
+/// where the lead for 1 000 flows was 70 ms; 2 ns a byte leaves room for
+/// a busier host.
+pub(crate) fn tcp_writer_lead_ns(plan: &SessionPlan) -> u64 {
     const NS_PER_BYTE: u64 = 2;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
     let n = bulk_tcp_flows(plan);
-    (n * bulk_write_bytes(n, cores)) as u64 * NS_PER_BYTE
+    let paced = plan.flows.iter().filter(|f| paced_tcp_candidate(plan, f));
+    let paced_bytes: usize = if paced_tcp_writers(plan.pacing, paced.clone().count(), cores) > 0 {
+        paced
+            .map(|f| {
+                paced_buffer_bytes(
+                    f.spec.max_payload().max(MIN_PAYLOAD) as usize,
+                    f.opts.zerocopy == Some(true),
+                )
+            })
+            .sum()
+    } else {
+        0
+    };
+    (n * bulk_write_bytes(n, cores) + paced_bytes) as u64 * NS_PER_BYTE
 }
 
 /// Runs every flow of the plan on its own socket (in plan order) and
@@ -1040,7 +1057,7 @@ pub(crate) mod tests {
     /// The start lead grows with the bulk TCP writers' buffers (1 000
     /// flows: 128 KiB each, 2 ns a byte) and only with them.
     #[test]
-    fn bulk_tcp_writers_get_a_start_lead_for_their_buffers() {
+    fn shared_tcp_writers_get_a_start_lead_for_their_buffers() {
         let stop = Stop::DurationMs(1000);
         let bulk = |n: usize| {
             let flows = (0..n)
@@ -1053,19 +1070,23 @@ pub(crate) mod tests {
                 .collect();
             SessionPlan::new("127.0.0.1", flows)
         };
-        assert!(bulk_tcp_lead_ns(&bulk(1000)) >= 1000 * (128 << 10) * 2);
-        assert_eq!(bulk_tcp_lead_ns(&bulk(0)), 0);
-        let mut paced = bulk(3);
+        assert!(tcp_writer_lead_ns(&bulk(1000)) >= 1000 * (128 << 10) * 2);
+        assert_eq!(tcp_writer_lead_ns(&bulk(0)), 0);
+        // 1 000 paced flows on the shared writer: 8 records of 8000 B each.
+        let mut paced = bulk(1000);
         for f in &mut paced.flows {
             f.spec = FlowSpec::constant(100.0, 8000).unwrap();
         }
-        paced.flows[0].transport = Transport::Udp;
-        assert_eq!(bulk_tcp_lead_ns(&paced), 0);
+        assert_eq!(tcp_writer_lead_ns(&paced), 1000 * 64_000 * 2);
+        // A thread per flow fills its own buffer before its schedule.
+        paced.pacing = Pacing::PerFlow;
+        assert_eq!(tcp_writer_lead_ns(&paced), 0);
         let mut udp = bulk(3);
         for f in &mut udp.flows {
             f.transport = Transport::Udp;
+            f.spec = FlowSpec::constant(100.0, 8000).unwrap();
         }
-        assert_eq!(bulk_tcp_lead_ns(&udp), 0);
+        assert_eq!(tcp_writer_lead_ns(&udp), 0);
     }
 
     #[test]

@@ -154,7 +154,7 @@ pub fn run_checked(plan: CheckedPlan, hooks: Hooks) -> Result<ResultDoc, EngineE
     let t0 = mono_ns()
         + START_LEAD_NS
         + START_LEAD_PER_FLOW_NS * plan.flows.len() as u64
-        + crate::pacing::bulk_tcp_lead_ns(&plan);
+        + crate::pacing::tcp_writer_lead_ns(&plan);
     let cpu0 = CpuTime::process();
     let host0 = HostCpu::read();
     let snd0 = sys::udp_sndbuf_errors();

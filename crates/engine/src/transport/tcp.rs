@@ -8,7 +8,7 @@ mod paced;
 pub(crate) mod rx;
 mod zc;
 
-pub(crate) use paced::run_paced_shared;
+pub(crate) use paced::{buffer_bytes as paced_buffer_bytes, run_paced_shared};
 
 use super::{connect_err, hello_record, Caps, DataSock, FlowRun, FlowTx, Ident, Ops};
 use crate::clock::{mono_ns, realtime_ns, wait_until};

@@ -71,12 +71,11 @@ impl PacedFlow {
         let sched = Schedule::new(&job.plan, job.t0, job.min_len())?;
         s.set_nonblocking(true)
             .map_err(|e| format!("TCP data connection: {e}"))?;
-        let max_len = sched.max_len as usize;
-        let room = (PACED_TCP_WRITE_BYTES / max_len.max(1)).max(1);
+        let (room, cap) = batch_room(sched.max_len as usize);
         let pool = WritePool::new(
             s.as_raw_fd(),
             job.plan.opts.zerocopy == Some(true),
-            room * max_len.max(1),
+            cap,
             |b| job.plan.spec.payload.fill(b, job.plan.seed),
         );
         let acc = SendRec::new(job.cfg, job.log.take(), job.flow_id);
@@ -261,6 +260,21 @@ impl PacedFlow {
             },
         )
     }
+}
+
+/// A batch of a paced flow of records up to `max_len` bytes: how many
+/// records it holds at most, and its buffer's bytes.
+fn batch_room(max_len: usize) -> (usize, usize) {
+    let room = (PACED_TCP_WRITE_BYTES / max_len.max(1)).max(1);
+    (room, room * max_len.max(1))
+}
+
+/// Bytes of write buffers the writer allocates and fills for a paced
+/// flow of records up to `max_len` bytes before its first write (with
+/// `--zerocopy`, the pool's several), for the session's start lead.
+pub(crate) fn buffer_bytes(max_len: usize, zerocopy: bool) -> usize {
+    let n = if zerocopy { super::zc::ZC_BUFFERS } else { 1 };
+    batch_room(max_len).1 * n
 }
 
 /// Paced one-way TCP flows on one writer thread. The writer keeps a heap
