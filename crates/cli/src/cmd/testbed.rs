@@ -180,7 +180,10 @@ pub enum OnOff {
 pub struct StatusArgs {
     #[arg(long, default_value = DEFAULT_NAME)]
     pub name: String,
-    /// Also per-interface packets, bytes, drops and qdisc drops.
+    /// Also per-interface packets, bytes, drops and qdisc drops, and per
+    /// emulated wire and direction its frames, drops, where their time
+    /// went, and the emulator's own error per frame (send minus the
+    /// model's due time: mean, p50, p99).
     #[arg(long)]
     pub counters: bool,
     /// Print JSON (plan, live state, counters) instead of tables.
