@@ -86,7 +86,7 @@ const BACK_OFF_US: u64 = 100;
 /// so calling again drains the ring; with it, or when a busy host left
 /// the softirq to `ksoftirqd`, the receive half runs in a kernel thread
 /// below this thread's priority, and a sender that kept calling kept it
-/// off the CPU (perf, threaded at load 20: the sending thread 14.5 % of
+/// off the CPU (perf, threaded at load 7: the sending thread 14.5 % of
 /// all samples, mostly such calls, the NAPI thread 2.7 %). So it calls
 /// again at once [`STALL_RETRIES`] times, then sleeps [`STALL_US`].
 #[derive(Default)]
