@@ -96,17 +96,19 @@ struct Stall {
 }
 
 impl Stall {
-    /// After a wake-up that left `kick`.
-    fn after(&mut self, kick: Kick) {
+    /// After a wake-up that left `kick`; true when it slept.
+    fn after(&mut self, kick: Kick) -> bool {
         if kick != Kick::Pending {
             self.run = 0;
-            return;
+            return false;
         }
         self.run += 1;
-        if self.run >= STALL_RETRIES {
-            self.run = 0;
-            std::thread::sleep(std::time::Duration::from_micros(STALL_US));
+        if self.run < STALL_RETRIES {
+            return false;
         }
+        self.run = 0;
+        std::thread::sleep(std::time::Duration::from_micros(STALL_US));
+        true
     }
 }
 
@@ -177,7 +179,9 @@ pub(crate) fn send_flow(port: &mut TxPort, ep: Endpoints, f: TxFlow) -> FlowSent
             // The kernel has not taken the last frames yet: push it on.
             match port.xsk.kick() {
                 Err(e) => break Err(format!("AF_XDP transmit: {e}")),
-                Ok(k) => stall.after(k),
+                Ok(k) => {
+                    stall.after(k);
+                }
             }
             std::hint::spin_loop();
             continue;
@@ -598,6 +602,26 @@ mod tests {
             direction: Direction::Forward,
             meter: None,
         }
+    }
+
+    #[test]
+    fn a_stopped_queue_is_called_again_then_slept_on() {
+        let mut st = Stall::default();
+        let slept: Vec<bool> = (0..2 * STALL_RETRIES)
+            .map(|_| st.after(Kick::Pending))
+            .collect();
+        let at: Vec<usize> = (0..slept.len()).filter(|&i| slept[i]).collect();
+        let n = STALL_RETRIES as usize;
+        assert_eq!(at, [n - 1, 2 * n - 1]);
+        // A call that moved the frames (or dropped one) starts the count
+        // again.
+        for _ in 0..n - 1 {
+            assert!(!st.after(Kick::Pending));
+        }
+        assert!(!st.after(Kick::Done));
+        assert!(!st.after(Kick::Pending));
+        assert!(!st.after(Kick::Dropped));
+        assert!((0..n).any(|_| st.after(Kick::Pending)));
     }
 
     #[test]
