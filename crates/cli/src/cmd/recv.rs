@@ -181,7 +181,8 @@ pub struct Args {
     /// journalled and put back when the session ends or recv gets
     /// Ctrl-C/SIGTERM, and by the next start or --xdp-cleanup after a
     /// SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran
-    /// so. docs/engine.md, "Threaded NAPI" (measurements).
+    /// so, and "NAPI not moved to a thread: …" when auto found no CPU to
+    /// spare. docs/engine.md, "Threaded NAPI" (measurements).
     #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "off")]
     pub xdp_napi: NapiArg,
     /// UDP GRO on the sockets of bulk (--max) one-way UDP flows (Linux
