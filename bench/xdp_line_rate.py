@@ -23,8 +23,12 @@ acceptance: rate within +-0.1 %, p99 schedule error under 50 us on a quiet
 host): achieved rate error (sent.rate_pps against the asked rate), the
 p99 schedule error (sent.schedule_error_s: hand-off to the ring less the
 packet's scheduled time), loss, and the verdict against those goals. The
-XDP-drop limit of the same repetition is printed beside 1 Mpps: a paced
-rate above it cannot be met on this host whatever the pacer does.
+XDP-drop limit of the same repetition is printed beside each paced rate:
+a paced rate above what the path carries cannot be met on this host
+whatever the pacer does. --paced sets the rates (default 100000,1000000);
+F*max asks F times the --xdp --max rate of the same repetition and NAPI
+setting, e.g. --paced 100000,0.9*max for the accuracy at 0.9 of what the
+path carried.
 
 Delivered pps = packets received / the sender's duration. Every run is
 printed as it ends (with the load average), and each repetition's --xdp
@@ -253,6 +257,10 @@ def main():
     ap.add_argument("--napi", default="auto", choices=("auto", "off", "on", "both"),
                     help="threaded NAPI on b's eth0 for the XDP rows (both: off and "
                     "auto in turn in every repetition)")
+    ap.add_argument("--paced", default="100000,1000000",
+                    help="comma-separated rates of the paced row: packets/s, or F*max for F "
+                    "times the --xdp --max rate of the same repetition and NAPI setting "
+                    "(needs the xdp row), e.g. 100000,0.9*max")
     ap.add_argument("--name", default=NAME, help="test-bed name")
     ap.add_argument("--sender-cpu", type=int, default=None,
                     help="CPU the path-limit flood is pinned to (default: the last; "
@@ -264,6 +272,16 @@ def main():
         print(f"--rows: unknown {','.join(sorted(want - set(ROWS)))} (rows: {','.join(ROWS)})")
         return 2
     settings = ["off", "auto"] if args.napi == "both" else [args.napi]
+    rates = args.paced.split(",")
+    for r in rates:
+        try:
+            float(r[:-4]) if r.endswith("*max") else int(r)
+        except ValueError:
+            print(f"--paced: {r!r} is no rate (packets/s, or F*max)")
+            return 2
+        if r.endswith("*max") and "xdp" not in want:
+            print(f"--paced {r}: needs the xdp row (--rows ...,xdp)")
+            return 2
     ncpu = os.cpu_count() or 1
     sender_cpu = ncpu - 1 if args.sender_cpu is None else args.sender_cpu
     cpus = (sender_cpu, (sender_cpu - 1) % ncpu if ncpu > 1 else None)
@@ -287,7 +305,7 @@ def main():
     # --xdp: (sending host drops, receiving host drops) per run
     drops = {n: [] for n in settings}
     of_limit = {n: [] for n in settings}
-    paced = {(pps, n): [] for n in settings for pps in (100000, 1000000)}
+    paced = {(r, n): [] for n in settings for r in rates}
     try:
         rc, out = run([wb, "testbed", "up", "direct", "--name", NAME], 120)
         if rc != 0:
@@ -322,15 +340,22 @@ def main():
                             line += f", {r[0] / lim:.2f} of this rep's limit"
                         log(line + f" ({d['receiver']['host']['rx_timestamps']}), "
                             f"load {loadavg():.2f}")
-                for pps in (100000, 1000000) if "paced" in want else ():
+                for rate in rates if "paced" in want else ():
+                    if rate.endswith("*max"):
+                        top = rows[("xdp", napi)][-1]
+                        if not top:
+                            continue
+                        pps = int(float(rate[:-4]) * top)
+                    else:
+                        pps = int(rate)
                     r = wirebench(wb, 15495 + rep, ["-C", str(pps)], args.secs, True, napi)
                     if r:
                         s = r[2]["flows"][0]["sent"]
-                        paced[(pps, napi)].append(((s["rate_pps"] - pps) / pps,
+                        paced[(rate, napi)].append(((s["rate_pps"] - pps) / pps,
                                                    s["schedule_error_s"]["p99"],
-                                                   r[1]))
+                                                   r[1], pps))
                         lim = rows[("drop", napi)][-1] if rows[("drop", napi)] else None
-                        e, p99, l = paced[(pps, napi)][-1]
+                        e, p99, l = paced[(rate, napi)][-1][:3]
                         log(f"  paced {pps / 1e3:.0f} kpps{tag}: rate error {e * 100:+.3f} %, "
                             f"schedule error p99 {p99 * 1e6:.0f} us, loss {l * 100:.2f} %, "
                             f"this rep's limit {kpps(lim)} kpps, load {loadavg():.2f}")
@@ -386,12 +411,13 @@ def main():
             print(f"napi {napi}: --xdp / socket path: {x / s:.2f}")
         if x and i:
             print(f"napi {napi}: --xdp / iperf3: {x / i:.2f}")
-        for pps in (100000, 1000000):
-            rs = paced[(pps, napi)]
+        for rate in rates:
+            rs = paced[(rate, napi)]
             if rs:
                 err, p99 = med([r[0] for r in rs]), med([r[1] for r in rs])
                 ok = abs(err) <= 0.001 and p99 < 50e-6
-                print(f"napi {napi}: paced --xdp {pps / 1e3:.0f} kpps: rate error "
+                asked = ", ".join(f"{r[3] / 1e3:.0f}" for r in rs)
+                print(f"napi {napi}: paced --xdp {rate} ({asked} kpps): rate error "
                       f"{err * 100:+.3f} %, schedule error p99 {p99 * 1e6:.0f} us, loss "
                       f"{med([r[2] for r in rs]) * 100:.2f} % (goal +-0.1 % and < 50 us: "
                       f"{'met' if ok else 'not met'}; load {load0:.2f} -> {load1:.2f})")

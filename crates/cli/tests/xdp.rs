@@ -375,7 +375,9 @@ fn threaded_napi_is_switched_on_the_beds_veth_only_and_put_back_after_sigkill() 
         eprintln!("SKIPPED: needs root (network namespaces, XDP)");
         return;
     }
-    let mut bed = Bed::with_recv(&["--xdp", "eth0", "--xdp-napi", "auto"]);
+    // `on`: `auto` also wants a CPU to spare, which a loaded host running
+    // the tests may not have; the switching and putting back are the same.
+    let mut bed = Bed::with_recv(&["--xdp", "eth0", "--xdp-napi", "on"]);
     assert_eq!(threaded("b", "eth0"), "0");
     // A session: threaded while it runs, the document says so, and the
     // setting is back when it ends.
@@ -403,7 +405,7 @@ fn threaded_napi_is_switched_on_the_beds_veth_only_and_put_back_after_sigkill() 
     assert_eq!(threaded("b", "eth0"), "0", "SIGTERM left it switched");
     assert!(!xdp_cleanup_in_b().contains("restored"));
     bed.recv =
-        Some(Recv::start("b", &["-p", PORT, "--xdp", "eth0", "--xdp-napi", "auto"]).into_child());
+        Some(Recv::start("b", &["-p", PORT, "--xdp", "eth0", "--xdp-napi", "on"]).into_child());
     // SIGKILL of the receiver mid-session: the switch outlives it (the
     // kernel keeps the setting), `recv --xdp-cleanup` puts it back.
     let mut sender = bed.send("10.0.1.2", &["-C", "1000", "-c", "64", "-t", "20000"]);
@@ -698,7 +700,12 @@ fn napi_auto_threads_for_an_xdp_sender_only_and_off_is_the_default() {
     let v = doc(&bed, "10.0.1.2", &[&["--xdp", "eth0"], &paced[..]].concat());
     let (tx, rx) = paths(&v);
     assert!(tx.contains("for the session"), "{tx}");
-    assert!(rx.contains("threaded NAPI"), "{rx}");
+    // Threaded when the host had a CPU to spare, else the document says
+    // why not (this test cannot choose the host's load).
+    assert!(
+        rx.contains("threaded NAPI") || rx.contains("NAPI not moved to a thread: "),
+        "{rx}"
+    );
     assert_eq!(v["flows"][0]["received"]["packets"], 4000);
     assert!(eventually(|| threaded("b", "eth0") == "0"), "not put back");
     // A socket-path sender has no sending queue: the receiver still takes

@@ -168,20 +168,21 @@ pub struct Args {
     /// it (Linux): veth runs the receive half (XDP program, copy into the
     /// AF_XDP rings) in the sender's own transmit call, on the sender's
     /// CPU; threaded, it runs in a kernel thread the scheduler puts on
-    /// another CPU: faster on a quiet host (O1 on the `direct` bed at load
-    /// 2-4: median 610-687 kpps against 530-590), slower on a busy one
-    /// (load 4-5: 315 against 489), where that thread waits behind other
-    /// work. off (the default): never. auto: on a test-bed's own veth
-    /// (`testbed exec`), for sessions whose sender sends by AF_XDP (`send
-    /// --xdp`, which gives its veth a sending queue for the session, so the
-    /// faster receive half cannot make it drop); a socket-path sender's
-    /// session keeps it off. on: any interface, every session (a
-    /// socket-path sender on a veth without a queue then loses 15-38 % of a
-    /// --max run at its own host). The setting found is
+    /// another CPU: faster on a quiet host, slower on a busy one, where
+    /// that thread waits behind other work. off (the default): never.
+    /// auto: on a test-bed's own veth (`testbed exec`), for sessions whose
+    /// sender sends by AF_XDP (`send --xdp`, which gives its veth a sending
+    /// queue for the session, so the faster receive half cannot make it
+    /// drop), and only when at least 1.5 CPUs were idle in the 100 ms
+    /// before the session (the thread needs a CPU of its own); a
+    /// socket-path sender's session keeps it off. on: any interface, every
+    /// session (a socket-path sender on a veth without a queue then loses
+    /// 15-38 % of a --max run at its own host). The setting found is
     /// journalled and put back when the session ends or recv gets
     /// Ctrl-C/SIGTERM, and by the next start or --xdp-cleanup after a
     /// SIGKILL. The report's rx_timestamps says "threaded NAPI" when it ran
-    /// so. docs/engine.md, "Threaded NAPI".
+    /// so, and "NAPI not moved to a thread: …" when auto found no CPU to
+    /// spare. docs/engine.md, "Threaded NAPI" (measurements).
     #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "off")]
     pub xdp_napi: NapiArg,
     /// UDP GRO on the sockets of bulk (--max) one-way UDP flows (Linux
@@ -214,7 +215,8 @@ pub enum OnOff {
 /// `--xdp-napi`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum NapiArg {
-    /// On a test-bed's own veth, for senders that send by AF_XDP.
+    /// On a test-bed's own veth, for senders that send by AF_XDP, when
+    /// the host has a CPU to spare.
     Auto,
     /// On any interface.
     On,

@@ -254,7 +254,7 @@ impl Steer {
     /// threaded).
     pub fn napi_left(&self) -> Option<&str> {
         match &self.napi {
-            napi::Napi::Left(why) => Some(why),
+            napi::Napi::Left(why) | napi::Napi::Busy(why) => Some(why),
             _ => None,
         }
     }

@@ -11,7 +11,8 @@
 //! (off by default), with `auto` only on a test-bed's own veth (a
 //! namespace `wb-<bed>-<node>` of a test-bed with a state file) and for a
 //! sender that asked for the XDP path (which gives its veth a sending
-//! queue, see `txq`), always journalled first, and undone when the
+//! queue, see `txq`) on a host with a CPU to spare (`spare_cpus`: on a
+//! busy one the kernel thread waits behind other work), always journalled first, and undone when the
 //! session's [`super::Steer`] drops. A SIGKILL leaves the journal behind;
 //! the next [`super::Steer`] on the interface, or [`super::cleanup`]
 //! (`recv --xdp-cleanup`), restores from it.
@@ -49,6 +50,8 @@ pub(crate) enum Napi {
     Already,
     /// Left as it was, and why.
     Left(String),
+    /// `auto` would have switched it but the host had no CPU to spare.
+    Busy(String),
 }
 
 impl Napi {
@@ -57,6 +60,7 @@ impl Napi {
         match self {
             Napi::Switched { .. } => Some("threaded NAPI".into()),
             Napi::Already => Some("threaded NAPI (already on)".into()),
+            Napi::Busy(why) => Some(format!("NAPI not moved to a thread: {why}")),
             Napi::Left(_) => None,
         }
     }
@@ -264,12 +268,66 @@ pub(crate) fn switch(iface: &str, ifindex: u32, mode: NapiUse) -> Napi {
                     "{iface} is not a test-bed's (--xdp-napi on switches it all the same)"
                 ));
             }
+            if let Err(why) = spare_cpus() {
+                return Napi::Busy(why);
+            }
         }
     }
     match try_switch(iface, ifindex) {
         Ok(n) => n,
         Err(e) => Napi::Left(e),
     }
+}
+
+/// Idle CPUs `auto` needs when the session starts: one for the sender's
+/// thread (whose transmit call runs veth's receive half when unthreaded)
+/// and one for the NAPI thread, less a half for noise. Below it the
+/// kernel thread, at the default priority, waits behind other work
+/// (docs/engine.md, "Threaded NAPI": a third of the rate lost at load 4-5
+/// on 2 CPUs).
+const SPARE_CPUS: f64 = 1.5;
+
+/// How long the host's idle time is sampled before deciding.
+const SAMPLE_MS: u64 = 100;
+
+/// Ok when the host has [`SPARE_CPUS`] idle CPUs over [`SAMPLE_MS`]
+/// (`/proc/stat`), else why threaded NAPI is not worth switching on.
+fn spare_cpus() -> Result<(), String> {
+    let read = || std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"));
+    let a = read()?;
+    std::thread::sleep(std::time::Duration::from_millis(SAMPLE_MS));
+    let b = read()?;
+    let idle = idle_cpus(&a, &b).ok_or("/proc/stat: no cpu line")?;
+    if idle >= SPARE_CPUS {
+        Ok(())
+    } else {
+        Err(format!(
+            "{idle:.1} CPUs idle, fewer than the {SPARE_CPUS} --xdp-napi auto needs"
+        ))
+    }
+}
+
+/// CPUs idle between two `/proc/stat` snapshots: the idle and iowait
+/// share of all CPU time (the first line), times the CPUs listed.
+fn idle_cpus(before: &str, after: &str) -> Option<f64> {
+    let parse = |s: &str| -> Option<(u64, u64, usize)> {
+        let mut lines = s.lines();
+        let f: Vec<u64> = lines
+            .next()?
+            .strip_prefix("cpu ")?
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        let cpus = lines.filter(|l| l.starts_with("cpu")).count();
+        let idle = f.get(3)? + f.get(4).copied().unwrap_or(0);
+        // guest and guest_nice are already counted in user and nice.
+        let total: u64 = f.iter().take(8).sum();
+        Some((idle, total, cpus))
+    };
+    let (i0, t0, _) = parse(before)?;
+    let (i1, t1, cpus) = parse(after)?;
+    let dt = t1.checked_sub(t0).filter(|&d| d > 0)?;
+    Some(i1.saturating_sub(i0) as f64 / dt as f64 * cpus as f64)
 }
 
 fn try_switch(iface: &str, ifindex: u32) -> Result<Napi, String> {
@@ -336,6 +394,21 @@ mod tests {
         assert!(!state_lists(&st, "wb-t-a", "eth1"));
         assert!(!state_lists(&st, "wb-t-c", "eth0"));
         assert!(!state_lists(&serde_json::json!({}), "wb-t-a", "eth0"));
+    }
+
+    #[test]
+    fn idle_cpus_count_idle_and_iowait_of_all_cpus() {
+        let a = "cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2\ncpu1 1 2\nintr 5\n";
+        // 1000 ticks more, 600 of them idle and 100 iowait: 0.7 of 2 CPUs.
+        let b = "cpu  250 0 250 1400 100 0 0 0 0 0\ncpu0 1 2\ncpu1 1 2\nintr 5\n";
+        let idle = idle_cpus(a, b).unwrap();
+        assert!((idle - 1.4).abs() < 1e-9, "{idle}");
+        assert!(idle < SPARE_CPUS);
+        let quiet = "cpu  100 0 100 1800 0 0 0 0 0 0\ncpu0 1 2\ncpu1 1 2\n";
+        assert!(idle_cpus(a, quiet).unwrap() >= SPARE_CPUS);
+        // No time passed, or no cpu line: no answer rather than a guess.
+        assert_eq!(idle_cpus(a, a), None);
+        assert_eq!(idle_cpus("intr 5\n", b), None);
     }
 
     #[test]

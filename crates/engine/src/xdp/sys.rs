@@ -541,6 +541,9 @@ pub(crate) struct Xsk {
     /// Frames the driver refused after taking them off the tx ring
     /// (`sendto` said EBUSY: the kernel completed them unsent).
     pub driver_drops: u64,
+    /// The kernel took `XDP_MAX_TX_SKB_BUDGET`: one `sendto` moves a
+    /// whole batch, so EAGAIN means the queue is stopped, not a budget.
+    big_budget: bool,
 }
 
 /// `XDP_MAX_TX_SKB_BUDGET` (<linux/if_xdp.h>, Linux 6.17): how many frames
@@ -628,11 +631,12 @@ impl Xsk {
         if cfg.rx {
             setsockopt(r, libc::XDP_RX_RING, &cfg.ring)?;
         }
+        let mut big_budget = false;
         if cfg.tx {
             setsockopt(r, libc::XDP_TX_RING, &cfg.ring)?;
             // One wake-up per batch instead of one per 32 frames; older
             // kernels refuse the option and keep their 32.
-            let _ = setsockopt(r, XDP_MAX_TX_SKB_BUDGET, &cfg.ring);
+            big_budget = setsockopt(r, XDP_MAX_TX_SKB_BUDGET, &cfg.ring).is_ok();
         }
         // SAFETY: xdp_mmap_offsets is plain integers; all-zero is valid.
         let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
@@ -697,6 +701,7 @@ impl Xsk {
             umem,
             mode,
             driver_drops: 0,
+            big_budget,
         })
     }
 
@@ -756,25 +761,29 @@ impl Xsk {
     }
 
     /// Queues the descriptors on the tx ring (the caller asked
-    /// [`Xsk::tx_room`] first) and kicks the kernel's transmit path.
-    pub(crate) fn send(&mut self, descs: &[Desc]) -> io::Result<usize> {
+    /// [`Xsk::tx_room`] first) and kicks the kernel's transmit path;
+    /// returns how many were queued and what the last kick left.
+    pub(crate) fn send(&mut self, descs: &[Desc]) -> io::Result<(usize, Kick)> {
         let Some(tx) = self.tx.as_mut() else {
-            return Ok(0);
+            return Ok((0, Kick::Done));
         };
         let n = tx.free(descs.len() as u32);
         for (i, &d) in descs[..n as usize].iter().enumerate() {
             tx.put(i as u32, d);
         }
         tx.submit(n);
-        // Copy mode moves at most its budget (32 frames on kernels without
-        // XDP_MAX_TX_SKB_BUDGET) per call and says EAGAIN while more wait;
-        // a refused frame ends the call early too.
+        // Without the large budget copy mode moves 32 frames per call and
+        // says EAGAIN while more wait; with it, EAGAIN means the queue is
+        // stopped, which calling again at once does not change. A refused
+        // frame ends the call early too.
+        let mut last = Kick::Done;
         for _ in 0..n / 32 + 2 {
-            if self.kick()? == Kick::Done {
+            last = self.kick()?;
+            if last == Kick::Done || (last == Kick::Pending && self.big_budget) {
                 break;
             }
         }
-        Ok(n as usize)
+        Ok((n as usize, last))
     }
 
     /// Wakes the kernel's transmit path (copy mode needs a call per
