@@ -1083,8 +1083,9 @@ fn a_lone_frame_takes_its_wire_time_on_every_hop() {
 /// counts every frame it sent (as many as it delivered), its mean is the
 /// summed lateness over them, and a lone frame, whose deadline the
 /// emulator spins for, leaves within 200 µs of it at the 99th percentile
-/// (measured: p50 0.3–0.4 µs, p99 7–33 µs at load 6; 200 µs leaves room for a machine shared with
-/// compiles, where a hypervisor may deschedule the emulator's core).
+/// (measured with the 15 µs spin lead: p50 0.9–16 µs, p99 18–106 µs,
+/// quiet and beside 4 CPU hogs; 200 µs leaves room for a machine shared
+/// with compiles, where a hypervisor may deschedule the emulator's core).
 #[test]
 fn the_emulator_measures_its_own_send_error() {
     if !root("the_emulator_measures_its_own_send_error") {
@@ -1098,36 +1099,42 @@ fn the_emulator_measures_its_own_send_error() {
         ..Default::default()
     };
     let tb = Testbed::up(name, &preset("router", &o).unwrap()).unwrap();
-    let (w0, e0) = (tb.wire_counters(), tb.send_errors());
-    let (d, lost) = one_way(&tb, 1472, 300, Duration::from_millis(3));
-    let (w1, e1) = (tb.wire_counters(), tb.send_errors());
+    // The counts are exact on any host; the p99 is timing, measured once
+    // more when the host was contended.
+    wirebench_testkit::measure("lone frames' send error", || {
+        let (w0, e0) = (tb.wire_counters(), tb.send_errors());
+        let (d, lost) = one_way(&tb, 1472, 300, Duration::from_millis(3));
+        let (w1, e1) = (tb.wire_counters(), tb.send_errors());
+        assert_eq!(lost, 0);
+        assert_eq!(d.len(), 300);
+        let mut worst = 0;
+        for li in 0..2 {
+            let w = w1[li].unwrap()[0].delta(&w0[li].unwrap()[0]);
+            let e = e1[li].as_ref().unwrap()[0].delta(&e0[li].as_ref().unwrap()[0]);
+            let (p50, p99, max) = (
+                e.quantile_ns(0.5).unwrap(),
+                e.quantile_ns(0.99).unwrap(),
+                e.quantile_ns(1.0).unwrap(),
+            );
+            let mean = w.late_ns / e.count();
+            eprintln!(
+                "hop {li}: {} frames sent, error mean {mean} ns, p50 <= {p50} ns, p99 <= {p99} ns, max <= {max} ns",
+                e.count()
+            );
+            // The probes and perhaps a neighbour solicitation or its answer.
+            assert!((300..=306).contains(&e.count()), "{w:?} {}", e.count());
+            assert_eq!(e.count(), w.delivered, "{w:?}");
+            assert!(p50 <= p99 && p99 <= max);
+            assert!(
+                mean <= max,
+                "mean {mean} above the largest bucket's edge {max}"
+            );
+            worst = worst.max(p99);
+        }
+        check(worst < 200_000, || format!("p99 send error {worst} ns"))
+    });
     tb.down().unwrap();
     assert_eq!(leftovers(name), Vec::<String>::new());
-    assert_eq!(lost, 0);
-    assert_eq!(d.len(), 300);
-    for li in 0..2 {
-        let w = w1[li].unwrap()[0].delta(&w0[li].unwrap()[0]);
-        let e = e1[li].as_ref().unwrap()[0].delta(&e0[li].as_ref().unwrap()[0]);
-        let (p50, p99, max) = (
-            e.quantile_ns(0.5).unwrap(),
-            e.quantile_ns(0.99).unwrap(),
-            e.quantile_ns(1.0).unwrap(),
-        );
-        let mean = w.late_ns / e.count();
-        eprintln!(
-            "hop {li}: {} frames sent, error mean {mean} ns, p50 <= {p50} ns, p99 <= {p99} ns, max <= {max} ns",
-            e.count()
-        );
-        // The probes and perhaps a neighbour solicitation or its answer.
-        assert!((300..=306).contains(&e.count()), "{w:?} {}", e.count());
-        assert_eq!(e.count(), w.delivered, "{w:?}");
-        assert!(p50 <= p99 && p99 <= max);
-        assert!(
-            mean <= max,
-            "mean {mean} above the largest bucket's edge {max}"
-        );
-        assert!(p99 < 200_000, "p99 send error {p99} ns");
-    }
 }
 
 /// Hosts a and b on one link with `link`'s settings (TOML lines).
