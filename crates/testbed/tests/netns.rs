@@ -1060,22 +1060,45 @@ fn a_lone_frame_takes_its_wire_time_on_every_hop() {
     );
     // 1472 B of UDP payload is a 1518 B frame (1514 B without FCS).
     let model = 2.0 * 1538.0 * 8.0 / 100e6 * 1e9;
-    let (d, lost) = one_way(&tb, 1472, 100, Duration::from_millis(20));
+    // An idle VM can wake the emulator late for every lone frame (~80 us);
+    // the emulator measures that itself, and when its own lateness
+    // explains a minimum above the bound the run is measured once more.
+    measure_seeing("a lone frame's wire time", || {
+        let e0 = tb.send_errors();
+        let (d, lost) = one_way(&tb, 1472, 100, Duration::from_millis(20));
+        let e1 = tb.send_errors();
+        assert_eq!(lost, 0);
+        let min = *d.iter().min().unwrap() as f64;
+        let mut s = d.clone();
+        s.sort_unstable();
+        // The emulator's own median lateness, summed over the two hops.
+        let own: u64 = (0..2)
+            .filter_map(|li| {
+                let e = e1[li].as_ref()?[0].delta(&e0[li].as_ref()?[0]);
+                e.quantile_ns(0.5)
+            })
+            .sum();
+        eprintln!(
+            "lone 1518 B frame over 2 x 100 Mbit/s: one-way min {:.1} us, p50 {:.1} us (model {:.1} us); the emulator's own p50 lateness over both hops {:.1} us",
+            min / 1e3,
+            s[s.len() / 2] as f64 / 1e3,
+            model / 1e3,
+            own as f64 / 1e3
+        );
+        // No frame is faster than the wire; the fastest is close to it.
+        assert!(min >= 0.999 * model, "{min} < {model}");
+        let excess = min - 1.30 * model;
+        let seen = (excess > 0.0 && own as f64 >= excess).then(|| {
+            format!(
+                "the emulator woke late by {:.1} us of the {:.1} us excess",
+                own as f64 / 1e3,
+                excess / 1e3
+            )
+        });
+        check(min <= 1.30 * model, || format!("{min} > 1.3 x {model}")).map_err(|why| (why, seen))
+    });
     tb.down().unwrap();
     assert_eq!(leftovers(name), Vec::<String>::new());
-    assert_eq!(lost, 0);
-    let min = *d.iter().min().unwrap() as f64;
-    let mut s = d.clone();
-    s.sort_unstable();
-    eprintln!(
-        "lone 1518 B frame over 2 x 100 Mbit/s: one-way min {:.1} us, p50 {:.1} us (model {:.1} us)",
-        min / 1e3,
-        s[s.len() / 2] as f64 / 1e3,
-        model / 1e3
-    );
-    // No frame is faster than the wire; the fastest is close to it.
-    assert!(min >= 0.999 * model, "{min} < {model}");
-    assert!(min <= 1.30 * model, "{min} > 1.3 x {model}");
 }
 
 /// Issue 23: the emulator measures its own error per frame. Lone frames
