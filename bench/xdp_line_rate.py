@@ -14,7 +14,12 @@ Rows, 64-byte UDP payloads, medians of --reps runs:
                          with threaded NAPI the program and the copy run
                          in b's NAPI thread, which the scheduler places
                          freely (not pinned)
-  wirebench --xdp        send --xdp / recv --xdp, --max: delivered pps, loss
+  wirebench --xdp        send --xdp / recv --xdp --xdp-rx ring, --max: delivered
+                         pps, loss (every frame through AF_XDP receive rings)
+  wirebench --xdp, records  the same with recv --xdp-rx records (row `rec`):
+                         b's XDP program writes each frame's receive record
+                         into a BPF map and drops the frame (recv's default
+                         for sessions without probe MACs)
   wirebench socket path  send / recv, --max
   iperf3                 -u -b 0 -l 64
   D-ITG                  -C 2000000 -c 64 (its own pacing at full speed)
@@ -163,10 +168,11 @@ def path_limit(xdp_path, mode, secs, cpus, napi):
     return None
 
 
-def wirebench(wb, port, args, secs, xdp, napi="auto"):
+def wirebench(wb, port, args, secs, xdp, napi="auto", rx_how="ring"):
     """(delivered pps, loss, document) of one wirebench run (None on failure)."""
     rx = start(ns(B, [wb, "recv", "-q", "-p", str(port)]
-                  + (["--xdp", "eth0", "--xdp-napi", napi] if xdp else ["--no-xdp"])))
+                  + (["--xdp", "eth0", "--xdp-napi", napi, "--xdp-rx", rx_how] if xdp
+                     else ["--no-xdp"])))
     time.sleep(0.8)
     out = tempfile.mktemp(prefix="wbxdp-", suffix=".json")
     argv = [wb, "send", "-a", DST4, "-4", "-p", str(port), "-c", str(SIZE),
@@ -239,9 +245,9 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-ROWS = ("drop", "count", "xdp", "sock", "iperf3", "ditg", "paced")
+ROWS = ("drop", "count", "xdp", "rec", "sock", "iperf3", "ditg", "paced")
 # Rows that attach b's XDP program, so threaded NAPI reaches them.
-XDP_ROWS = ("drop", "count", "xdp", "paced")
+XDP_ROWS = ("drop", "count", "xdp", "rec", "paced")
 
 
 def main():
@@ -299,12 +305,12 @@ def main():
     workdir = tempfile.mkdtemp(prefix="wbxdp-")
     load0 = loadavg()
     # Per threaded-NAPI setting (XDP rows) or "" (the others).
-    rows = {(k, n): [] for n in settings for k in ("drop", "count", "xdp")}
+    rows = {(k, n): [] for n in settings for k in ("drop", "count", "xdp", "rec")}
     rows.update({(k, ""): [] for k in ("sock", "iperf3", "ditg")})
     loss = {k: [] for k in rows}
     # --xdp: (sending host drops, receiving host drops) per run
-    drops = {n: [] for n in settings}
-    of_limit = {n: [] for n in settings}
+    drops = {(k, n): [] for n in settings for k in ("xdp", "rec")}
+    of_limit = {(k, n): [] for n in settings for k in ("xdp", "rec")}
     paced = {(r, n): [] for n in settings for r in rates}
     try:
         rc, out = run([wb, "testbed", "up", "direct", "--name", NAME], 120)
@@ -323,20 +329,22 @@ def main():
                         v = path_limit(xdp_path, mode, args.secs, cpus, napi)
                         rows[(mode, napi)].append(v)
                         log(f"  path limit ({mode}){tag}: {kpps(v)} kpps, load {loadavg():.2f}")
-                if "xdp" in want:
-                    r = wirebench(wb, 15490 + rep, ["--max"], args.secs, True, napi)
-                    rows[("xdp", napi)].append(r and r[0])
-                    loss[("xdp", napi)].append(r and r[1])
+                for row, how in (("xdp", "ring"), ("rec", "records")):
+                    if row not in want:
+                        continue
+                    r = wirebench(wb, 15490 + rep, ["--max"], args.secs, True, napi, how)
+                    rows[(row, napi)].append(r and r[0])
+                    loss[(row, napi)].append(r and r[1])
                     if r:
                         d = r[2]
-                        drops[napi].append((d["total"]["sender_host_drops"],
-                                            d["receiver"]["rcvbuf_errors"]))
-                        line = (f"  xdp{tag}: {kpps(r[0])} kpps, loss {pctv(r[1])}, drops: "
-                                f"sender host {drops[napi][-1][0]}, receiver host "
-                                f"{drops[napi][-1][1]}")
+                        dr = drops[(row, napi)]
+                        dr.append((d["total"]["sender_host_drops"],
+                                   d["receiver"]["rcvbuf_errors"]))
+                        line = (f"  {row}{tag}: {kpps(r[0])} kpps, loss {pctv(r[1])}, drops: "
+                                f"sender host {dr[-1][0]}, receiver host {dr[-1][1]}")
                         lim = rows[("drop", napi)][-1] if rows[("drop", napi)] else None
                         if lim:
-                            of_limit[napi].append(r[0] / lim)
+                            of_limit[(row, napi)].append(r[0] / lim)
                             line += f", {r[0] / lim:.2f} of this rep's limit"
                         log(line + f" ({d['receiver']['host']['rx_timestamps']}), "
                             f"load {loadavg():.2f}")
@@ -383,7 +391,8 @@ def main():
     print(f"{'row':46} {'kpps':>7} {'loss':>9} {'of limit':>9}")
     names = [("drop", "path limit (XDP drop on b)"),
              ("count", "path limit (AF_XDP rx on b)"),
-             ("xdp", "wirebench --xdp --max"),
+             ("xdp", "wirebench --xdp --max (rings)"),
+             ("rec", "wirebench --xdp --max (records)"),
              ("sock", "wirebench socket path --max"),
              ("iperf3", "iperf3 -u -b 0 -l 64"),
              ("ditg", "D-ITG -C 2000000 -c 64")]
@@ -401,12 +410,14 @@ def main():
     for napi in settings:
         x = med(rows[("xdp", napi)])
         s, i = med(rows[("sock", "")]), med(rows[("iperf3", "")])
-        if of_limit[napi]:
-            print(f"napi {napi}: --xdp / XDP-drop limit of the same repetition: median "
-                  f"{med(of_limit[napi]):.2f} ({', '.join(f'{v:.2f}' for v in of_limit[napi])})")
-        if drops[napi]:
-            print(f"napi {napi}: --xdp drops per run (sender host, receiver host): "
-                  f"{', '.join(f'{a}/{b}' for a, b in drops[napi])}")
+        for row in ("xdp", "rec"):
+            ol, dr = of_limit[(row, napi)], drops[(row, napi)]
+            if ol:
+                print(f"napi {napi}: {row} / XDP-drop limit of the same repetition: median "
+                      f"{med(ol):.2f} ({', '.join(f'{v:.2f}' for v in ol)})")
+            if dr:
+                print(f"napi {napi}: {row} drops per run (sender host, receiver host): "
+                      f"{', '.join(f'{a}/{b}' for a, b in dr)}")
         if x and s:
             print(f"napi {napi}: --xdp / socket path: {x / s:.2f}")
         if x and i:
@@ -426,8 +437,8 @@ def main():
             return {f"{k[0]}/{k[1]}" if isinstance(k, tuple) else str(k): v
                     for k, v in d.items()}
         with open(args.json, "w") as f:
-            json.dump({"rows": keyed(rows), "loss": keyed(loss), "of_limit": of_limit,
-                       "drops": drops, "paced": keyed(paced), "load": [load0, load1]},
+            json.dump({"rows": keyed(rows), "loss": keyed(loss), "of_limit": keyed(of_limit),
+                       "drops": keyed(drops), "paced": keyed(paced), "load": [load0, load1]},
                       f, indent=1)
     return 0
 

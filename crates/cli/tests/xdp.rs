@@ -1,8 +1,10 @@
 //! The AF_XDP path on a real veth test-bed (`direct`, root): a paced
 //! session sent and received by XDP delivers every probe over IPv4 and
-//! IPv6 and writes a valid document that says which path and timestamps it
-//! used; SIGKILL of either end leaves no XDP program on the interface and
-//! no AF_XDP socket behind (the namespace's count in /proc/net/protocols);
+//! IPv6, by receive records (the default) and by AF_XDP rings, and writes
+//! a valid document that says which path and timestamps it used; records
+//! count the probes a shaper dropped as lost, exactly; SIGKILL of either
+//! end leaves no XDP program (nor its record map) on the interface and no
+//! AF_XDP socket behind (the namespace's count in /proc/net/protocols);
 //! threaded NAPI is switched on the bed's own veth only and put back
 //! after every ending, SIGKILL included (by `recv --xdp-cleanup`); the
 //! sender's session queue appears on its noqueue veth only for the
@@ -166,6 +168,15 @@ fn a_paced_xdp_session_delivers_every_probe_over_ipv4_and_ipv6() {
         return;
     }
     let bed = Bed::up();
+    paced_session_counts_every_probe(&bed, "xdp program (native XDP, receive records");
+    drop(bed);
+    let bed = Bed::with_recv(&["--xdp", "eth0", "--xdp-rx", "ring"]);
+    paced_session_counts_every_probe(&bed, "af_xdp ring pick-up (native XDP, AF_XDP");
+}
+
+/// A paced session to each of b's addresses delivers all of its 10 000
+/// probes, received as `rx_stamps` says; two flows take the socket path.
+fn paced_session_counts_every_probe(bed: &Bed, rx_stamps: &str) {
     for dest in ["10.0.1.2", "fd00:0:0:1::2"] {
         let out = bed
             .send(
@@ -189,14 +200,20 @@ fn a_paced_xdp_session_delivers_every_probe_over_ipv4_and_ipv6() {
         let rx = v["receiver"]["host"]["rx_timestamps"]
             .as_str()
             .unwrap_or_default();
-        assert!(
-            rx.starts_with("af_xdp ring pick-up"),
-            "{dest}: received by {rx}"
-        );
+        assert!(rx.starts_with(rx_stamps), "{dest}: received by {rx}");
         let f = &v["flows"][0];
         assert_eq!(f["sent"]["packets"], 10000, "{dest}");
         assert_eq!(f["received"]["packets"], 10000, "{dest}: {f}");
+        assert_eq!(f["received"]["unique"], 10000, "{dest}: {f}");
+        assert_eq!(f["received"]["lost"], 0, "{dest}: {f}");
         assert_eq!(f["received"]["foreign"], 0, "{dest}");
+        assert_eq!(v["receiver"]["rcvbuf_errors"], 0, "{dest}");
+        // Frames built with TTL 64 and class 0: the marks the receiver saw.
+        assert_eq!(f["received"]["marks"]["ttl_min"], 64, "{dest}: {f}");
+        assert_eq!(f["received"]["marks"]["ttl_max"], 64, "{dest}: {f}");
+        // A delay from a stamp taken on this host: positive, under a second.
+        let d = f["delay_s"]["min"].as_f64().unwrap_or(-1.0);
+        assert!(d > 0.0 && d < 1.0, "{dest}: {d}");
         assert_eq!(f["ip_version"], if dest.contains(':') { 6 } else { 4 });
     }
     // Two flows: the socket path at both ends, each saying why.
@@ -239,16 +256,27 @@ fn sigkill_of_either_end_leaves_no_xdp_program_or_socket() {
         eprintln!("SKIPPED: needs root (network namespaces, XDP)");
         return;
     }
-    let mut bed = Bed::up();
+    for rx_how in ["records", "ring"] {
+        sigkill_leaves_nothing(rx_how);
+    }
+}
+
+/// [`sigkill_of_either_end_leaves_no_xdp_program_or_socket`] with the
+/// receiver taking frames `rx_how` (`--xdp-rx`).
+fn sigkill_leaves_nothing(rx_how: &str) {
+    let mut bed = Bed::with_recv(&["--xdp", "eth0", "--xdp-rx", rx_how]);
     let mut sender = bed.send("10.0.1.2", &["-C", "1000", "-c", "64", "-t", "20000"]);
-    // Mid-session: the program is on b's eth0, a socket at each end.
-    let running = eventually(|| xdp_attached("b") && xsk_count("b") > 0 && xsk_count("a") > 0);
+    // Mid-session: the program is on b's eth0, a socket at a and, with
+    // rings, at b (receive records need none).
+    let b_socks = usize::from(rx_how == "ring");
+    let running =
+        eventually(|| xdp_attached("b") && xsk_count("b") == b_socks && xsk_count("a") > 0);
     let (a, b) = (xsk_count("a"), xsk_count("b"));
     sender.kill().unwrap();
     let _ = sender.wait();
     assert!(
         running,
-        "the XDP session did not start (a: {a}, b: {b} sockets)"
+        "{rx_how}: the XDP session did not start (a: {a}, b: {b} sockets)"
     );
     assert!(
         eventually(|| xsk_count("a") == 0),
@@ -262,14 +290,91 @@ fn sigkill_of_either_end_leaves_no_xdp_program_or_socket() {
     bed.recv = None;
     assert!(
         eventually(|| !xdp_attached("b")),
-        "XDP program left on b's eth0"
+        "{rx_how}: XDP program left on b's eth0"
     );
     assert!(
         eventually(|| xsk_count("b") == 0),
         "AF_XDP socket left in b"
     );
+    // The record map went with the program: no map of ours is left.
+    assert!(
+        eventually(|| !bpf_map_named("wb_records")),
+        "{rx_how}: record map left"
+    );
     // Nothing for --xdp-cleanup to find either.
     assert!(xdp_cleanup_in_b().contains("0 wirebench XDP program"));
+}
+
+/// Whether a BPF map whose name starts with `name` exists (bpftool is
+/// not everywhere: the maps' fdinfo of every process is, but a map with
+/// no process holding it is gone, which is what is asked).
+fn bpf_map_named(name: &str) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        let Ok(fds) = std::fs::read_dir(p.path().join("fdinfo")) else {
+            return false;
+        };
+        fds.flatten().any(|f| {
+            std::fs::read_to_string(f.path()).is_ok_and(|t| {
+                t.lines()
+                    .any(|l| l.starts_with("map_name:") && l.contains(name))
+            })
+        })
+    })
+}
+
+/// Receive records count the probes a shaper at the sender dropped as
+/// lost, exactly as the sequence numbers say: a socket-path sender
+/// (whose frames pass a's root qdisc) through a tbf slower than its rate,
+/// to a receiver taking records.
+#[test]
+fn receive_records_count_the_probes_a_shaper_dropped() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    let bed = Bed::up();
+    let tc = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns("a"),
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            "eth0",
+        ])
+        .args([
+            "root", "tbf", "rate", "4mbit", "burst", "3000", "limit", "3000",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        tc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tc.stderr)
+    );
+    let v = doc(
+        &bed,
+        "10.0.1.2",
+        &["-C", "20000", "-c", "64", "-z", "10000"],
+    );
+    let (tx, rx) = paths(&v);
+    assert_eq!(tx, "sendmmsg");
+    assert!(rx.starts_with("xdp program ("), "{rx}");
+    let f = &v["flows"][0];
+    let sent = f["sent"]["packets"].as_u64().unwrap();
+    let got = f["received"]["packets"].as_u64().unwrap();
+    let lost = f["received"]["lost"].as_u64().unwrap();
+    assert!(sent > 9000, "{f}");
+    // 20 000 probes/s of 106 wire bytes is 17 Mbit/s: most are dropped.
+    assert!(got > 0 && lost > sent / 2, "{f}");
+    assert_eq!(got + lost, sent, "{f}");
+    assert_eq!(f["received"]["duplicates"], 0, "{f}");
+    assert_eq!(f["received"]["foreign"], 0, "{f}");
 }
 
 /// What `recv --xdp eth0 --xdp-cleanup` in b says (it must succeed).
@@ -441,7 +546,7 @@ fn threaded_napi_is_switched_on_the_beds_veth_only_and_put_back_after_sigkill() 
     );
     let (_, rx) = paths(&v);
     assert!(
-        rx.starts_with("af_xdp ring pick-up") && !rx.contains("threaded"),
+        rx.starts_with("xdp program (") && !rx.contains("threaded"),
         "{rx}"
     );
     assert_eq!(v["flows"][0]["received"]["packets"], 2000);
@@ -500,7 +605,7 @@ fn xdp_auto_takes_the_path_at_both_ends_where_it_can_and_a_plain_send_does_not()
     let v = doc(&bed, "10.0.1.2", &paced);
     let (tx, rx) = paths(&v);
     assert!(tx.starts_with("af_xdp eth0, "), "{tx}");
-    assert!(rx.starts_with("af_xdp ring pick-up ("), "{rx}");
+    assert!(rx.starts_with("xdp program ("), "{rx}");
     assert_eq!(v["flows"][0]["received"]["packets"], 6000);
     // The summary says so too.
     let out = bed.send_as("10.0.1.2", &paced).wait_with_output().unwrap();
@@ -510,7 +615,7 @@ fn xdp_auto_takes_the_path_at_both_ends_where_it_can_and_a_plain_send_does_not()
         "{text}"
     );
     assert!(
-        text.contains("Receive timestamps") && text.contains("af_xdp ring pick-up"),
+        text.contains("Receive timestamps") && text.contains("xdp program"),
         "{text}"
     );
     // Without --xdp (and with --no-xdp) the socket path, and the receiver
@@ -691,7 +796,7 @@ fn napi_auto_threads_for_an_xdp_sender_only_and_off_is_the_default() {
     );
     let (_, rx) = paths(&v);
     assert!(
-        rx.starts_with("af_xdp ring pick-up") && !rx.contains("threaded"),
+        rx.starts_with("xdp program (") && !rx.contains("threaded"),
         "{rx}"
     );
     drop(bed);
@@ -714,7 +819,7 @@ fn napi_auto_threads_for_an_xdp_sender_only_and_off_is_the_default() {
     let (tx, rx) = paths(&v);
     assert_eq!(tx, "sendmmsg");
     assert!(
-        rx.starts_with("af_xdp ring pick-up") && !rx.contains("threaded"),
+        rx.starts_with("xdp program (") && !rx.contains("threaded"),
         "{rx}"
     );
     assert_eq!(v["flows"][0]["received"]["packets"], 4000);

@@ -169,6 +169,22 @@ pub enum NapiUse {
     On,
 }
 
+/// How the AF_XDP receiver takes a session's frames (Linux;
+/// docs/engine.md, "AF_XDP path", "Receive records").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum XdpRx {
+    /// Records where the session allows it (probes without MACs), else
+    /// the rings.
+    #[default]
+    Auto,
+    /// Every frame through an AF_XDP receive ring, checked in user space.
+    Ring,
+    /// The XDP program writes each frame's receive record (time, probe
+    /// header, IP and UDP headers) into a ring in a BPF map and drops the
+    /// frame; sessions whose probes carry MACs still take the rings.
+    Records,
+}
+
 /// Whether the AF_XDP sender gives its interface a root qdisc for the
 /// session (Linux; docs/engine.md, "Sending queue"): a veth stops its
 /// queue when the peer's ring is full only when it has one, and without

@@ -144,6 +144,10 @@ pub struct DaemonConfig {
     /// Whether the AF_XDP receiver switches its interface to threaded
     /// NAPI while a session holds it (docs/engine.md, "Threaded NAPI").
     pub xdp_napi: crate::NapiUse,
+    /// How the AF_XDP receiver takes a session's frames: receive records
+    /// written by the XDP program, or AF_XDP rings (docs/engine.md,
+    /// "Receive records").
+    pub xdp_rx: crate::XdpRx,
     /// One-way UDP flows' sockets take coalesced datagrams (UDP GRO,
     /// Linux; docs/engine.md, "UDP segmentation offload").
     pub udp_gro: bool,
@@ -170,6 +174,7 @@ impl Default for DaemonConfig {
             live_intervals: true,
             xdp: crate::XdpUse::Off,
             xdp_napi: crate::NapiUse::Off,
+            xdp_rx: crate::XdpRx::Auto,
             udp_gro: true,
         }
     }
@@ -675,6 +680,7 @@ fn session(
     let (udp, xdp) = crate::xdp::rx::take(
         &cfg.xdp,
         cfg.xdp_napi,
+        cfg.xdp_rx,
         xdp_asked,
         local_ip,
         udp,

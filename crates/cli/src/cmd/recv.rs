@@ -185,6 +185,19 @@ pub struct Args {
     /// spare. docs/engine.md, "Threaded NAPI" (measurements).
     #[arg(long = "xdp-napi", value_name = "WHEN", default_value = "off")]
     pub xdp_napi: NapiArg,
+    /// How an XDP session's frames reach the receiver (Linux). records:
+    /// the XDP program itself writes each frame's receive record (time
+    /// stamped in the program, probe header, IP and UDP headers) into a
+    /// ring in a BPF map that recv reads without system calls, and drops
+    /// the frame: no copy into AF_XDP rings, so the receive half costs
+    /// about what an XDP drop costs; every check and statistic is the
+    /// rings' (a ring overrun counts as the receiving host's drops). ring:
+    /// every frame through AF_XDP receive rings. auto (the default):
+    /// records, except for sessions whose probes carry MACs (--auth
+    /// probes), which must be checked over the whole datagram and take the
+    /// rings. docs/engine.md, "Receive records".
+    #[arg(long = "xdp-rx", value_name = "HOW", default_value = "auto")]
+    pub xdp_rx: XdpRxArg,
     /// UDP GRO on the sockets of bulk (--max) one-way UDP flows (Linux
     /// 5.0+): the kernel may hand over a run of same-size datagrams of one
     /// flow (a sender's UDP GSO send, or what the NIC coalesced) as one,
@@ -210,6 +223,17 @@ pub struct Args {
 pub enum OnOff {
     On,
     Off,
+}
+
+/// `--xdp-rx`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum XdpRxArg {
+    /// Records where the session allows, else rings.
+    Auto,
+    /// AF_XDP receive rings.
+    Ring,
+    /// Receive records written by the XDP program.
+    Records,
 }
 
 /// `--xdp-napi`.
@@ -390,6 +414,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             NapiArg::Auto => wirebench_engine::NapiUse::Auto,
             NapiArg::On => wirebench_engine::NapiUse::On,
             NapiArg::Off => wirebench_engine::NapiUse::Off,
+        },
+        xdp_rx: match args.xdp_rx {
+            XdpRxArg::Auto => wirebench_engine::XdpRx::Auto,
+            XdpRxArg::Ring => wirebench_engine::XdpRx::Ring,
+            XdpRxArg::Records => wirebench_engine::XdpRx::Records,
         },
         udp_gro: args.gro != Some(OnOff::Off),
         ..DaemonConfig::default()

@@ -1186,7 +1186,10 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
     if doc.host.send_path.starts_with("af_xdp") {
         line(&mut s, "Send path", doc.host.send_path.clone());
     }
-    if doc.receiver.host.rx_timestamps.starts_with("af_xdp") {
+    // AF_XDP rings ("af_xdp ring pick-up") or receive records ("xdp
+    // program").
+    let rx = &doc.receiver.host.rx_timestamps;
+    if rx.starts_with("af_xdp") || rx.starts_with("xdp program") {
         line(
             &mut s,
             "Receive timestamps",

@@ -9,7 +9,7 @@
 //! data port ([`Ops::listen`]), or the sender's end of a reverse flow
 //! ([`Ops::dial`]), and runs the flow's receive loop
 //! ([`rx::FlowRx::run`]), which feeds every probe to the accounting all
-//! transports share ([`rx::RxFlow::take`]). The pacer and the session call
+//! transports share ([`rx::RxFlow::take_record`]). The pacer and the session call
 //! the interface once per flow; the per-packet loops are the transport's
 //! own, statically dispatched, so the interface costs nothing per packet.
 //!

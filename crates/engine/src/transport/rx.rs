@@ -1,6 +1,6 @@
 //! The receive side every transport shares: what a session and a flow's
 //! receive loop hold in common ([`FlowShared`]), the per-packet accounting
-//! a loop feeds ([`Recorder`], [`RxFlow::take`]), and what a receive thread
+//! a loop feeds ([`Recorder`], [`RxFlow::take_record`]), and what a receive thread
 //! hands back. A transport's loop only reads its socket and frames; every
 //! probe it finds goes through the same checks and accumulators here.
 
@@ -201,18 +201,13 @@ pub(crate) struct RxFlow {
 }
 
 impl RxFlow {
-    /// Takes one probe `h` (the whole record or datagram `d`) that is of
-    /// this session and flow and came from the sender, received at `ts`:
-    /// with probe MACs its MAC is checked, then its delay and sequence
-    /// number ([`FlowShared::admit`]); an admitted probe is recorded and
-    /// its delay returned, anything else counted and dropped.
-    #[inline]
-    pub(crate) fn take(&mut self, h: &ProbeHeader, d: &[u8], ts: u64, offset: i64) -> Option<i64> {
-        self.take_record(h, d, d.len(), ts, offset)
-    }
-
-    /// [`RxFlow::take`] for a TCP record of `len` bytes of which `d` holds
-    /// the first (a streamed record: its header only).
+    /// Takes one probe `h` of `len` bytes that is of this session and flow
+    /// and came from the sender, received at `ts`, of which `d` holds the
+    /// bytes (a datagram's all, a streamed TCP record's or an XDP receive
+    /// record's first): with probe MACs its MAC is checked over `d`, then
+    /// its delay and sequence number ([`FlowShared::admit`]); an admitted
+    /// probe is recorded and its delay returned, anything else counted and
+    /// dropped.
     #[inline]
     pub(crate) fn take_record(
         &mut self,

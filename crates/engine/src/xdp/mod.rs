@@ -135,6 +135,10 @@ pub struct Steer {
     // the veth's NAPI instances, which live as long as the program).
     napi: napi::Napi,
     socks: Vec<sys::Xsk>,
+    /// [`Action::Records`]: the program's receive records.
+    records: Option<sys::RecordRing>,
+    /// The record map (the loaded program holds it too).
+    _records_map: Option<OwnedFd>,
     /// UMEM frames of each socket.
     rx_frames: u32,
     ports: OwnedFd,
@@ -164,7 +168,19 @@ impl Steer {
         let queues = rx_queues(iface);
         let xsk_map = sys::map_create(sys::MAP_XSKMAP, 4, 4, queues.max(1), "wb_xsks")
             .map_err(kernel("BPF XSKMAP"))?;
-        let code = prog::program(port_map.as_raw_fd(), xsk_map.as_raw_fd(), action);
+        let (records_map, records) = match action {
+            Action::Records { .. } => {
+                let (m, r) = records_map()?;
+                (Some(m), Some(r))
+            }
+            _ => (None, None),
+        };
+        let code = prog::program(
+            port_map.as_raw_fd(),
+            xsk_map.as_raw_fd(),
+            records_map.as_ref().map_or(-1, |m| m.as_raw_fd()),
+            action,
+        );
         let prog = sys::prog_load(&code, prog::PROG_NAME)
             .map_err(|(source, log)| XdpError::Verifier { source, log })?;
         let mut socks = Vec::new();
@@ -219,6 +235,8 @@ impl Steer {
             napi,
             rx_frames: rx_frames(queues),
             socks,
+            records,
+            _records_map: records_map,
             ports: port_map,
             _link: link,
             _prog: prog,
@@ -239,9 +257,10 @@ impl Steer {
     /// "native XDP, AF_XDP copy mode, threaded NAPI" and the like, for
     /// the result document.
     pub fn describe(&self) -> String {
-        let mut d = match self.socks.first() {
-            Some(s) => format!("{} XDP, AF_XDP {} mode", self.attach, mode_name(s.mode)),
-            None => format!("{} XDP", self.attach),
+        let mut d = match (self.socks.first(), &self.records) {
+            (Some(s), _) => format!("{} XDP, AF_XDP {} mode", self.attach, mode_name(s.mode)),
+            (None, Some(_)) => format!("{} XDP, receive records in a BPF map", self.attach),
+            (None, None) => format!("{} XDP", self.attach),
         };
         if let Some(n) = self.napi.describe() {
             d.push_str(", ");
@@ -272,6 +291,24 @@ impl Steer {
             }
         })
     }
+}
+
+/// The one-entry mmapable array the [`Action::Records`] program writes
+/// its receive records into, and its mapping here.
+fn records_map() -> Result<(OwnedFd, sys::RecordRing), XdpError> {
+    let bytes = (prog::RING_RECORDS + 1) * sys::RECORD_LEN as u64;
+    let map = sys::map_create_flags(
+        sys::MAP_ARRAY,
+        4,
+        bytes as u32,
+        1,
+        sys::MAP_F_MMAPABLE,
+        "wb_records",
+    )
+    .map_err(kernel("BPF record map"))?;
+    let ring =
+        sys::RecordRing::map(&map, prog::RING_RECORDS).map_err(kernel("BPF record map mmap"))?;
+    Ok((map, ring))
 }
 
 /// A transmit-only AF_XDP socket on queue 0 of an interface, and the

@@ -5,21 +5,30 @@
 //! rings, and each probe goes through the same checks and accumulators as
 //! on the socket path (`UdpFlow::accept`). Receive times are taken when a
 //! batch is picked up from the ring.
+//!
+//! Or, where the session allows it ([`XdpRx`]), no frame crosses a ring:
+//! the XDP program writes each frame's receive record (receive time, probe
+//! header, IP and UDP headers) into a ring in a BPF map and drops the
+//! frame, and the receive thread reads the records from its mapping of the
+//! map and runs them through the same checks (`UdpFlow::accept_head`).
 
 use super::frame;
-use super::sys::Desc;
+use super::prog::rec;
+use super::sys::{Desc, RecordRing, Slot, RECORD_LEN};
 use super::{Action, Claim, Steer, BATCH, FRAME_SIZE};
 use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack};
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{unmap, Worker, WorkerOutcome, POLL_MS};
 use crate::transport::udp::rx::UdpFlow;
-use crate::{NapiUse, XdpUse};
+use crate::{NapiUse, XdpRx, XdpUse};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Where receive times of the XDP path come from, for the document.
 pub(crate) const RX_STAMP: &str = "af_xdp ring pick-up";
+/// The same for receive records: stamped by the XDP program.
+pub(crate) const RECORD_STAMP: &str = "xdp program";
 
 /// Empty polls of the rings before the thread sleeps in `poll(2)`: a
 /// busy stream costs no wake-ups, an idle one no CPU.
@@ -27,9 +36,9 @@ const SPINS: u32 = 2000;
 
 /// The session's UDP flows waiting for a receive thread (position, state).
 pub(crate) type UdpFlows = Vec<(usize, Box<UdpFlow>)>;
-/// Whether the XDP path was taken: Ok(how it attached, and its sockets'
-/// counters, set when the session's receive thread ends), Err(why not);
-/// None: not asked.
+/// Whether the XDP path was taken: Ok(the receive timestamps' source and
+/// how it attached, and its drop counters, set when the session's receive
+/// thread ends), Err(why not); None: not asked.
 pub(crate) type Taken = Option<Result<(String, Arc<RingCounts>), String>>;
 
 /// The receive sockets' `XDP_STATISTICS` at the end of a session: where
@@ -42,6 +51,11 @@ pub(crate) struct RingCounts {
     dropped: AtomicU64,
     /// Times the kernel found the fill ring empty.
     fill_empty: AtomicU64,
+    /// Receive records: records the program overwrote before they were
+    /// read (and any still unfinished at the end).
+    overrun: AtomicU64,
+    /// Receive records, not rings.
+    records: bool,
 }
 
 impl RingCounts {
@@ -53,11 +67,19 @@ impl RingCounts {
 
     /// Frames lost on the receiving host.
     fn lost(&self) -> u64 {
-        self.ring_full.load(Ordering::Relaxed) + self.dropped.load(Ordering::Relaxed)
+        self.ring_full.load(Ordering::Relaxed)
+            + self.dropped.load(Ordering::Relaxed)
+            + self.overrun.load(Ordering::Relaxed)
     }
 
     /// For `recv`'s log.
     pub(crate) fn line(&self) -> String {
+        if self.records {
+            return format!(
+                "XDP receive records lost {} frames (record ring overrun)",
+                self.overrun.load(Ordering::Relaxed)
+            );
+        }
         format!(
             "AF_XDP rings dropped {} frames (rx ring full {}, no fill frame or other {}; fill ring found empty {} times)",
             self.lost(),
@@ -111,6 +133,7 @@ fn napi_for(napi: NapiUse, asked: bool) -> NapiUse {
 pub(crate) fn take(
     mode: &XdpUse,
     napi: NapiUse,
+    how: XdpRx,
     asked: bool,
     local_ip: IpAddr,
     mut udp: UdpFlows,
@@ -147,20 +170,38 @@ pub(crate) fn take(
         },
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
-    let steer = match Steer::open(iface, &[port], Action::Redirect, napi_for(napi, asked)) {
+    let records = records_for(how, udp[0].1.rx.sh.probe_key.is_some());
+    let action = match records {
+        Ok(()) => Action::Records {
+            from: unmap(udp[0].1.rx.peer_ip),
+        },
+        Err(_) => Action::Redirect,
+    };
+    let mut steer = match Steer::open(iface, &[port], action, napi_for(napi, asked)) {
         Ok(s) => s,
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
-    let desc = steer.describe();
-    let drops = Arc::new(RingCounts::default());
+    let attached = steer.describe();
+    let ring = steer.records.take();
+    let desc = match (&ring, records) {
+        (Some(_), _) => format!("{RECORD_STAMP} ({attached}, bpf_ktime_get_tai_ns)"),
+        (None, Err(Some(why))) => format!("{RX_STAMP} ({}; {why})", steer.describe()),
+        (None, _) => format!("{RX_STAMP} ({})", steer.describe()),
+    };
+    let drops = Arc::new(RingCounts {
+        records: ring.is_some(),
+        ..RingCounts::default()
+    });
     let dropped = drops.clone();
     let Some((i, flow)) = udp.pop() else {
         return (udp, None);
     };
     match std::thread::Builder::new()
         .name(format!("wb-xdp-rx-{}", flow.rx.flow_id))
-        .spawn(move || serve(*flow, steer, port, claim, &dropped))
-    {
+        .spawn(move || match ring {
+            Some(ring) => serve_records(*flow, steer, ring, port, claim, &dropped),
+            None => serve(*flow, steer, port, claim, &dropped),
+        }) {
         Ok(h) => {
             workers.push(Worker {
                 flows: vec![i],
@@ -180,7 +221,7 @@ pub(crate) fn describe(host: &mut wirebench_schema::result::HostInfo, taken: &Ta
     match taken {
         None => 0,
         Some(Ok((how, drops))) => {
-            host.rx_timestamps = format!("{RX_STAMP} ({how})");
+            host.rx_timestamps = how.clone();
             drops.lost()
         }
         Some(Err(why)) => {
@@ -188,6 +229,215 @@ pub(crate) fn describe(host: &mut wirebench_schema::result::HostInfo, taken: &Ta
             0
         }
     }
+}
+
+/// Whether a session takes receive records (`how`, and whether its
+/// probes carry MACs): Ok, or Err(why not, when worth saying).
+fn records_for(how: XdpRx, macs: bool) -> Result<(), Option<&'static str>> {
+    match how {
+        XdpRx::Ring => Err(None),
+        _ if macs => Err(Some(
+            "no receive records: probe MACs are checked over the whole datagram",
+        )),
+        XdpRx::Auto | XdpRx::Records => Ok(()),
+    }
+}
+
+/// Receive records handled per look at the stop flag and the clock.
+const RECORD_BATCH: u64 = 16384;
+
+/// The reader's sleep when it has caught up: 1 500 records at 1.5 Mpps,
+/// under 1 % of the ring.
+const RECORD_NAP_US: u64 = 1000;
+
+/// How long the end of a session waits for records the program claimed
+/// but had not finished writing (it runs in softirq, without sleeping:
+/// microseconds) before counting them lost.
+const UNFINISHED_NS: u64 = 10_000_000;
+
+/// Receives flow `f` from the records the program of `steer` writes into
+/// `ring` until the session stops it.
+fn serve_records(
+    mut f: UdpFlow,
+    steer: Steer,
+    ring: RecordRing,
+    port: u16,
+    _claim: Claim,
+    dropped: &RingCounts,
+) -> WorkerOutcome {
+    crate::clock::raise_priority();
+    tighten_timer_slack();
+    let cpu0 = CpuTime::thread();
+    let tai = super::sys::tai_offset_ns();
+    let live = f.rx.acc.live.is_some();
+    let mut next_tick = 0;
+    // From the first record: the program ran from its attachment on,
+    // maybe before this thread started.
+    let mut seen = 0;
+    let mut lost = 0u64;
+    loop {
+        let stopping = f.rx.sh.stop.load(Ordering::Relaxed);
+        if live && mono_ns() >= next_tick {
+            f.rx.acc.tick();
+            next_tick = mono_ns() + 10_000_000;
+        }
+        let offset = f.rx.sh.offset_ns.load(Ordering::Relaxed);
+        let got = drain(&ring, &mut seen, &mut lost, RECORD_BATCH, |r| {
+            take_record(&mut f, r, port, tai, offset)
+        });
+        if stopping {
+            // The records claimed by now are the session's: wait a little
+            // for any still unfinished, then count what is left as lost.
+            let end = ring.produced();
+            let until = mono_ns() + UNFINISHED_NS;
+            while seen < end && mono_ns() < until {
+                let left = end - seen;
+                let n = drain(&ring, &mut seen, &mut lost, left, |r| {
+                    take_record(&mut f, r, port, tai, offset)
+                });
+                if n == 0 {
+                    std::hint::spin_loop();
+                }
+            }
+            lost += end.saturating_sub(seen);
+            break;
+        }
+        if got < RECORD_BATCH {
+            // Caught up: sleep while records gather. Their times were
+            // taken when the frames arrived, so a record's wait costs no
+            // accuracy, only ring room (RING_RECORDS), and a reader that
+            // does not spin leaves its CPU to the host: on veth the
+            // sender's CPU also runs the receive half.
+            std::thread::sleep(std::time::Duration::from_micros(RECORD_NAP_US));
+        }
+    }
+    dropped.overrun.store(lost, Ordering::Relaxed);
+    drop(steer);
+    f.rx.outcome(CpuTime::thread().since(cpu0))
+}
+
+/// Hands the whole records from `*seen` on (at most `max`) to `each`,
+/// in order, advancing `*seen`; records the program overwrote before they
+/// were read (the ring overran) count into `*lost`. Stops at a record
+/// still being written. Returns the records handed over.
+fn drain(
+    ring: &RecordRing,
+    seen: &mut u64,
+    lost: &mut u64,
+    max: u64,
+    mut each: impl FnMut(&[u8; RECORD_LEN]),
+) -> u64 {
+    let mut rec = [0u8; RECORD_LEN];
+    let mut got = 0;
+    // The producer index is read only when a record was lapped: a reader
+    // polling it would pull its cache line away from the program's
+    // fetch-add on every frame.
+    while got < max {
+        match ring.read(*seen, &mut rec) {
+            Slot::Ready => {
+                each(&rec);
+                *seen += 1;
+                got += 1;
+            }
+            Slot::Overwritten => {
+                *lost += 1;
+                *seen += 1;
+            }
+            Slot::Lapped => {
+                // The oldest records the ring still holds start here.
+                let oldest = ring.produced().saturating_sub(ring.size());
+                let skip = oldest.saturating_sub(*seen).max(1);
+                *lost += skip;
+                *seen += skip;
+            }
+            Slot::NotYet => break,
+        }
+    }
+    got
+}
+
+/// Runs one receive record through the flow's checks, as [`serve`] runs
+/// a frame: the record's IP and UDP headers parsed as [`frame::parse`]
+/// parses a frame's, its probe header by `UdpFlow::accept_head`.
+fn take_record(f: &mut UdpFlow, r: &[u8; RECORD_LEN], port: u16, tai: i64, offset: i64) {
+    let Some(p) = parse_record(r).filter(|p| p.dst_port == port) else {
+        f.rx.sh.foreign.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let from = p
+        .src_ok
+        .then(|| SocketAddr::new(unmap(f.rx.peer_ip), p.src_port));
+    let ts = (u64_at(r, rec::TIME) as i64).wrapping_sub(tai) as u64;
+    let head = &r[rec::HEAD..rec::HEAD + wirebench_wire::PROBE_HEADER_LEN];
+    if f.accept_head(head, p.len, from, ts, offset).is_some() {
+        f.rx.acc.marks.see(Some(p.tos), Some(p.ttl), p.flow_label);
+    }
+}
+
+fn u64_at(r: &[u8; RECORD_LEN], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&r[at..at + 8]);
+    u64::from_ne_bytes(b)
+}
+
+/// A receive record's datagram as [`frame::parse`] would give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RecordedDatagram {
+    src_ok: bool,
+    src_port: u16,
+    dst_port: u16,
+    /// UDP payload bytes.
+    len: usize,
+    tos: u8,
+    ttl: u8,
+    flow_label: Option<u32>,
+}
+
+/// Parses a record's IP and UDP headers with [`frame::parse`]'s checks:
+/// a UDP length of at least its header, the datagram within the frame
+/// and within the IP packet. The program took only frames whose
+/// Ethernet, IP (no options) and UDP headers it could read.
+fn parse_record(r: &[u8; RECORD_LEN]) -> Option<RecordedDatagram> {
+    let ip = &r[rec::IP..rec::IP + 8];
+    let udp = &r[rec::UDP..rec::UDP + 8];
+    let frame_len = usize::from(u16::from_ne_bytes([
+        r[rec::FRAME_LEN],
+        r[rec::FRAME_LEN + 1],
+    ]));
+    let (ip_end, ip_payload_end, tos, ttl, flow_label) = match ip[0] >> 4 {
+        4 => (
+            14 + 20,
+            14 + usize::from(u16::from_be_bytes([ip[2], ip[3]])),
+            ip[1],
+            r[rec::TTL],
+            None,
+        ),
+        6 => {
+            let vtf = u32::from_be_bytes([ip[0], ip[1], ip[2], ip[3]]);
+            (
+                14 + 40,
+                14 + 40 + usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+                ((vtf >> 20) & 0xff) as u8,
+                ip[7],
+                Some(vtf & 0xfffff),
+            )
+        }
+        _ => return None,
+    };
+    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+    let end = ip_end + udp_len;
+    if udp_len < 8 || end > frame_len || end > ip_payload_end {
+        return None;
+    }
+    Some(RecordedDatagram {
+        src_ok: r[rec::SRC_OK] == 1,
+        src_port: u16::from_be_bytes([udp[0], udp[1]]),
+        dst_port: u16::from_be_bytes([udp[2], udp[3]]),
+        len: udp_len - 8,
+        tos,
+        ttl,
+        flow_label,
+    })
 }
 
 /// Gives every receive socket all its frames to fill; returns the scratch
@@ -356,6 +606,133 @@ pub fn sink(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe frame from `src` to `dst` with a `len`-byte payload whose
+    /// probe header says `seq`.
+    fn probe_frame(src: &str, dst: &str, seq: u32, len: usize) -> Vec<u8> {
+        let ep = frame::Endpoints {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+        };
+        let hl = ep.header_len();
+        let mut f = vec![0u8; hl + len];
+        frame::write_headers(&mut f, &ep);
+        if len >= wirebench_wire::PROBE_HEADER_LEN {
+            wirebench_wire::ProbeHeader {
+                flags: 0,
+                session: 0x1234_5678,
+                flow: 1,
+                len: len as u16,
+                seq,
+                tx_ns: 42,
+            }
+            .encode(&mut f[hl..])
+            .unwrap();
+        }
+        frame::finish(&mut f, ep.v6());
+        f
+    }
+
+    /// The record program run by the kernel on crafted frames
+    /// (BPF_PROG_TEST_RUN, root): records say what the frames held,
+    /// other ports pass untouched, and a ring overrun is counted, never
+    /// read as records.
+    #[test]
+    fn the_record_program_writes_what_the_frames_held_and_overruns_are_counted() {
+        use super::super::{prog, records_map, sys};
+        use std::os::fd::AsRawFd;
+        if !sys::is_root() {
+            eprintln!("SKIPPED: needs root (running BPF programs)");
+            return;
+        }
+        for (src, dst, other) in [
+            ("10.0.1.1:5000", "10.0.1.2:7000", "10.0.9.9:5000"),
+            ("[fd00::1]:5000", "[fd00::2]:7000", "[fd00::9]:5000"),
+        ] {
+            let ports = sys::map_create(sys::MAP_ARRAY, 4, 8, 65536, "wb_t_ports").unwrap();
+            let (records, ring) = records_map().unwrap();
+            sys::map_update(
+                &ports,
+                &prog::port_key(7000).to_ne_bytes(),
+                &1u64.to_ne_bytes(),
+            )
+            .unwrap();
+            let from = src.parse::<SocketAddr>().unwrap().ip();
+            let code = prog::program(
+                ports.as_raw_fd(),
+                -1,
+                records.as_raw_fd(),
+                Action::Records { from },
+            );
+            let p = sys::prog_load(&code, prog::PROG_NAME).unwrap();
+            let run = |f: &[u8], n: u32| sys::prog_test_run(&p, f, n).unwrap();
+            let (mut seen, mut lost) = (0u64, 0u64);
+            let mut got = Vec::new();
+            let mut take = |seen: &mut u64, lost: &mut u64| {
+                got.clear();
+                drain(&ring, seen, lost, u64::MAX, |r| {
+                    got.push((*r, parse_record(r)));
+                });
+                got.clone()
+            };
+            // The flow's probe, one from elsewhere, a datagram shorter
+            // than a probe header: recorded and dropped.
+            assert_eq!(run(&probe_frame(src, dst, 7, 64), 1), 1);
+            assert_eq!(run(&probe_frame(other, dst, 8, 40), 1), 1);
+            assert_eq!(run(&probe_frame(src, dst, 9, 10), 1), 1);
+            // Another port passes, unrecorded.
+            let to_other_port = dst.replace("7000", "7001");
+            assert_eq!(run(&probe_frame(src, &to_other_port, 1, 64), 1), 2);
+            let r = take(&mut seen, &mut lost);
+            assert_eq!((r.len(), seen, lost), (3, 3, 0), "{src}");
+            let d: Vec<RecordedDatagram> = r.iter().map(|x| x.1.unwrap()).collect();
+            assert_eq!(
+                (d[0].src_ok, d[0].src_port, d[0].dst_port, d[0].len),
+                (true, 5000, 7000, 64)
+            );
+            assert_eq!((d[1].src_ok, d[1].len), (false, 40), "{src}");
+            assert_eq!(d[2].len, 10);
+            assert_eq!(d[0].ttl, 64);
+            assert_eq!(d[0].flow_label.is_some(), from.is_ipv6());
+            let h = wirebench_wire::ProbeHeader::decode_prefix(&r[0].0[rec::HEAD..rec::HEAD + 24])
+                .unwrap();
+            assert_eq!((h.seq, h.len, h.tx_ns, h.session), (7, 64, 42, 0x1234_5678));
+            // No header in the short one: zeros, which decode to no probe.
+            assert_eq!(&r[2].0[rec::HEAD..rec::HEAD + 24], &[0u8; 24]);
+            // Stamped on CLOCK_TAI, now.
+            let tai_now = (crate::clock::realtime_ns() as i64 + sys::tai_offset_ns()) as u64;
+            let t = u64_at(&r[0].0, rec::TIME);
+            assert!(
+                t <= tai_now && tai_now - t < 10_000_000_000,
+                "{t} {tai_now}"
+            );
+            // Overrun: 5 more than the ring holds while nobody reads.
+            let size = ring.size();
+            assert_eq!(run(&probe_frame(src, dst, 1, 64), (size + 5) as u32), 1);
+            let r = take(&mut seen, &mut lost);
+            assert_eq!(lost, 5, "{src}");
+            assert_eq!(r.len() as u64, size, "{src}");
+            assert_eq!(seen, 3 + size + 5);
+            assert!(r
+                .iter()
+                .all(|x| x.1.is_some_and(|d| d.len == 64 && d.src_ok)));
+        }
+    }
+
+    #[test]
+    fn records_serve_sessions_without_probe_macs_unless_rings_are_asked() {
+        assert_eq!(records_for(XdpRx::Auto, false), Ok(()));
+        assert_eq!(records_for(XdpRx::Records, false), Ok(()));
+        assert_eq!(records_for(XdpRx::Ring, false), Err(None));
+        assert_eq!(records_for(XdpRx::Ring, true), Err(None));
+        // A MAC covers the whole datagram, which a record does not hold.
+        for how in [XdpRx::Auto, XdpRx::Records] {
+            let why = records_for(how, true).unwrap_err().unwrap_or_default();
+            assert!(why.contains("MAC"), "{why}");
+        }
+    }
 
     #[test]
     fn auto_threads_napi_only_for_senders_that_asked() {

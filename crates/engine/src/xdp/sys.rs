@@ -9,13 +9,15 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 // bpf(2) commands (enum bpf_cmd).
 const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
+#[cfg(test)]
+const BPF_PROG_TEST_RUN: libc::c_int = 10;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const BPF_PROG_GET_FD_BY_ID: libc::c_int = 13;
 const BPF_LINK_CREATE: libc::c_int = 28;
@@ -32,6 +34,8 @@ const LINK_TYPE_XDP: u32 = 6;
 /// Map types (enum bpf_map_type).
 pub(crate) const MAP_ARRAY: u32 = 2;
 pub(crate) const MAP_XSKMAP: u32 = 17;
+/// BPF_F_MMAPABLE: an array map user space can map.
+pub(crate) const MAP_F_MMAPABLE: u32 = 1 << 10;
 /// XDP_FLAGS_DRV_MODE / XDP_FLAGS_SKB_MODE (<linux/if_link.h>).
 pub(crate) const XDP_FLAGS_SKB: u32 = 1 << 1;
 pub(crate) const XDP_FLAGS_DRV: u32 = 1 << 2;
@@ -109,11 +113,24 @@ pub(crate) fn map_create(
     entries: u32,
     name: &str,
 ) -> io::Result<OwnedFd> {
+    map_create_flags(ty, key, value, entries, 0, name)
+}
+
+/// Creates a BPF map with `map_flags` (e.g. [`MAP_F_MMAPABLE`]).
+pub(crate) fn map_create_flags(
+    ty: u32,
+    key: u32,
+    value: u32,
+    entries: u32,
+    flags: u32,
+    name: &str,
+) -> io::Result<OwnedFd> {
     let mut a = Attr::new()
         .u32(0, ty)
         .u32(4, key)
         .u32(8, value)
         .u32(12, entries)
+        .u32(16, flags)
         .name(28, name);
     bpf(BPF_MAP_CREATE, &mut a).map(fd_from)
 }
@@ -168,6 +185,20 @@ pub(crate) fn prog_load(insns: &[Insn], name: &str) -> Result<OwnedFd, (io::Erro
             Err((e, String::from_utf8_lossy(&log[..end]).into_owned()))
         }
     }
+}
+
+/// Runs XDP program `prog` `repeat` times on the frame `data` in the
+/// kernel (BPF_PROG_TEST_RUN, no interface involved): its return value
+/// (tests).
+#[cfg(test)]
+pub(crate) fn prog_test_run(prog: &OwnedFd, data: &[u8], repeat: u32) -> io::Result<u32> {
+    let mut a = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(8, data.len() as u32)
+        .u64(16, data.as_ptr() as u64)
+        .u32(32, repeat);
+    bpf(BPF_PROG_TEST_RUN, &mut a)?;
+    Ok(a.get_u32(4))
 }
 
 /// Attaches `prog` to interface `ifindex` through a BPF link: the
@@ -369,6 +400,127 @@ impl Drop for Mmap {
             libc::munmap(self.ptr as *mut libc::c_void, self.len);
         }
     }
+}
+
+/// Bytes of one record in a [`RecordRing`], and of its header slot.
+pub(crate) const RECORD_LEN: usize = 64;
+/// Where a record's commit word (u32) sits: written last by the program.
+pub(crate) const RECORD_COMMIT: usize = 60;
+
+/// What reading a record of a [`RecordRing`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// The record, whole.
+    Ready,
+    /// Not committed yet: not written or still being written.
+    NotYet,
+    /// A later record took the slot before this one was read: the ring
+    /// overran (the producer index says by how much).
+    Lapped,
+    /// Overwritten while it was being read: lost.
+    Overwritten,
+}
+
+/// The receive records the XDP program appends to a one-entry BPF array
+/// created with [`MAP_F_MMAPABLE`], mapped into this process: a header
+/// slot whose first u64 is the producer index (the program claims a record
+/// with an atomic fetch-add on it), then `size` records of
+/// [`RECORD_LEN`] bytes, record `i` at slot `i % size`. The program
+/// writes a record's commit word (`RECORD_COMMIT`) with an atomic exchange
+/// before it writes the record (the claimed index, low 32 bits: "in
+/// progress") and after (the index + 1: "done"), so a reader that sees the
+/// same "done" word before and after copying a record copied it whole
+/// (a seqlock); nothing is ever read through a reference into the map.
+pub(crate) struct RecordRing {
+    map: Mmap,
+    mask: u64,
+}
+
+impl RecordRing {
+    /// Maps `fd`, a one-entry mmapable array whose value is
+    /// `(size + 1) * RECORD_LEN` bytes; `size` a power of two.
+    pub(crate) fn map(fd: &OwnedFd, size: u64) -> io::Result<RecordRing> {
+        if !size.is_power_of_two() {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let len = (size as usize + 1) * RECORD_LEN;
+        let map = Mmap::new(Some(fd.as_raw_fd()), len, 0)?;
+        Ok(RecordRing {
+            map,
+            mask: size - 1,
+        })
+    }
+
+    /// Records the ring holds.
+    pub(crate) fn size(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Records claimed by the program so far (the producer index).
+    pub(crate) fn produced(&self) -> u64 {
+        // SAFETY: offset 0 of the live mapping, 8-aligned (the kernel maps
+        // the array's value page-aligned); the program updates it only
+        // with atomic instructions.
+        unsafe { (*(self.map.ptr as *const AtomicU64)).load(Ordering::Acquire) }
+    }
+
+    fn commit(&self, at: usize) -> u32 {
+        // SAFETY: `at` + 4 <= the mapping's length and 4-aligned (see
+        // `read`); the program writes the word with atomic exchanges.
+        unsafe { (*(self.map.ptr.add(at) as *const AtomicU32)).load(Ordering::Acquire) }
+    }
+
+    /// Copies record `seq` into `out` if it is committed and stays so
+    /// while being copied.
+    pub(crate) fn read(&self, seq: u64, out: &mut [u8; RECORD_LEN]) -> Slot {
+        let at = (((seq & self.mask) as usize) + 1) * RECORD_LEN;
+        let done = (seq as u32).wrapping_add(1);
+        let c = self.commit(at + RECORD_COMMIT);
+        if c != done {
+            // A later lap's marks (its index, or its index + 1) are ahead
+            // of this record's; an earlier lap's, or this one's "in
+            // progress" (`seq`), behind.
+            return if (c.wrapping_sub(done) as i32) > 0 {
+                Slot::Lapped
+            } else {
+                Slot::NotYet
+            };
+        }
+        // SAFETY: [at, at + RECORD_LEN) lies inside the mapping (slot <=
+        // mask, the mapping holds mask + 2 slots); a volatile copy of
+        // plain bytes the program may be rewriting concurrently, whose
+        // consistency the commit word re-read below decides.
+        let bytes =
+            unsafe { std::ptr::read_volatile(self.map.ptr.add(at) as *const [u8; RECORD_LEN]) };
+        std::sync::atomic::fence(Ordering::Acquire);
+        if self.commit(at + RECORD_COMMIT) != done {
+            return Slot::Overwritten;
+        }
+        *out = bytes;
+        Slot::Ready
+    }
+}
+
+/// TAI minus REALTIME in nanoseconds, a whole number of seconds (the
+/// kernel keeps the TAI offset in seconds): turns the program's
+/// `bpf_ktime_get_tai_ns` stamps into the realtime stamps probes carry.
+pub(crate) fn tai_offset_ns() -> i64 {
+    let now = |clock| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a live timespec for the kernel to fill.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+    };
+    let r0 = now(libc::CLOCK_REALTIME);
+    let t = now(libc::CLOCK_TAI);
+    let r1 = now(libc::CLOCK_REALTIME);
+    let diff = t - (r0 + r1) / 2;
+    // Rounded to the second: the two clocks differ by whole seconds.
+    let secs = (diff + diff.signum() * 500_000_000) / 1_000_000_000;
+    (secs * 1_000_000_000) as i64
 }
 
 /// One of the four rings shared with the kernel. `T` is the descriptor:

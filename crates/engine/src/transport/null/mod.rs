@@ -161,7 +161,7 @@ impl FlowRx for NullRx {
                     rf.sh.foreign();
                     continue;
                 }
-                rf.take(&h, rec, ts, offset);
+                rf.take_record(&h, rec, rec.len(), ts, offset);
             }
             self.wire.give_back(batch);
         }

@@ -281,17 +281,57 @@ impl UdpFlow {
         ts: u64,
         offset: i64,
     ) -> Option<ProbeHeader> {
+        let h = ProbeHeader::decode_datagram(d).ok();
+        self.accept_decoded(h, d, d.len(), from, ts, offset)
+    }
+
+    /// [`UdpFlow::accept`] for a datagram of `len` bytes of which `head`
+    /// holds the first ones (at least the probe header when `len` is):
+    /// the AF_XDP path's receive records carry only the header. The same
+    /// checks, except a probe MAC, which needs the whole datagram: with
+    /// probe MACs every such probe counts as forged, so sessions with
+    /// them never take this way (`xdp::rx::take`).
+    pub(crate) fn accept_head(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        from: Option<SocketAddr>,
+        ts: u64,
+        offset: i64,
+    ) -> Option<ProbeHeader> {
+        // As decode_datagram: the length field is the datagram's length.
+        let h = if len < PROBE_HEADER_LEN {
+            None
+        } else {
+            ProbeHeader::decode_prefix(head)
+                .ok()
+                .filter(|h| usize::from(h.len) == len)
+        };
+        self.accept_decoded(h, head, len, from, ts, offset)
+    }
+
+    /// The checks after decoding: `h` is the datagram's header (None: no
+    /// probe), `len` its length, `d` its bytes (or their start).
+    fn accept_decoded(
+        &mut self,
+        h: Option<ProbeHeader>,
+        d: &[u8],
+        len: usize,
+        from: Option<SocketAddr>,
+        ts: u64,
+        offset: i64,
+    ) -> Option<ProbeHeader> {
         let (sid, flow_id, peer_ip) = (self.rx.sid, self.rx.flow_id, self.rx.peer_ip);
         // A worker's batch slots fit its largest flow: longer than this
         // flow's largest probe is foreign, as a truncated datagram is.
         let longest = self.rx.longest();
-        let h = match ProbeHeader::decode_datagram(d) {
-            Ok(h)
+        let h = match h {
+            Some(h)
                 if h.session == sid
                     && h.flow == flow_id
                     && !h.is_reflected()
                     && !h.is_hello()
-                    && d.len() <= longest =>
+                    && len <= longest =>
             {
                 h
             }
@@ -309,7 +349,7 @@ impl UdpFlow {
             self.rx.sh.foreign();
             return None;
         }
-        self.rx.take(&h, d, ts, offset)?;
+        self.rx.take_record(&h, d, len, ts, offset)?;
         // An undeclared source is learned only from a datagram that
         // passed every check (with probe MACs: an authentic one), so no
         // single forged datagram can make the real ones foreign.
