@@ -170,20 +170,31 @@ pub(crate) fn take(
         },
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
-    let records = records_for(how, udp[0].1.rx.sh.probe_key.is_some());
+    let mut records =
+        records_for(how, udp[0].1.rx.sh.probe_key.is_some()).map_err(|why| why.map(String::from));
     let action = match records {
         Ok(()) => Action::Records {
             from: unmap(udp[0].1.rx.peer_ip),
         },
         Err(_) => Action::Redirect,
     };
-    let mut steer = match Steer::open(iface, &[port], action, napi_for(napi, asked)) {
+    let napi = napi_for(napi, asked);
+    let opened = match Steer::open(iface, &[port], action, napi) {
+        // A kernel without what records need (helper 208, Linux 6.1;
+        // mmapable arrays, 5.5): the rings, saying why.
+        Err(e) if records.is_ok() => {
+            records = Err(Some(format!("no receive records: {e}")));
+            Steer::open(iface, &[port], Action::Redirect, napi)
+        }
+        r => r,
+    };
+    let mut steer = match opened {
         Ok(s) => s,
         Err(e) => return (udp, Some(Err(e.to_string()))),
     };
     let attached = steer.describe();
     let ring = steer.records.take();
-    let desc = match (&ring, records) {
+    let desc = match (&ring, &records) {
         (Some(_), _) => format!("{RECORD_STAMP} ({attached}, bpf_ktime_get_tai_ns)"),
         (None, Err(Some(why))) => format!("{RX_STAMP} ({}; {why})", steer.describe()),
         (None, _) => format!("{RX_STAMP} ({})", steer.describe()),
