@@ -301,14 +301,7 @@ fn records_tail(a: &mut Asm, records: i32, from: IpAddr) {
         a.op(MOV64_IMM, 1, 0, 0, 1);
         a.label(Label::V4Src);
     }
-    a.op(STX_B, 8, 1, at(rec::SRC_OK), 0);
-    a.op(ADD64_IMM, 4, 0, 0, 24);
-    a.jump(JGT_REG, 4, 3, 0, Label::NoHead);
-    for k in 0..3 {
-        a.op(LDX_DW, 5, 2, 42 + 8 * k, 0);
-        a.op(STX_DW, 8, 5, at(rec::HEAD) + 8 * k, 0);
-    }
-    a.jump(JA, 0, 0, 0, Label::Commit);
+    head_and_commit(a, r, 42);
     // IPv6: the headers end at 62.
     a.label(Label::RecV6);
     a.op(MOV64_REG, 4, 2, 0, 0);
@@ -332,14 +325,7 @@ fn records_tail(a: &mut Asm, records: i32, from: IpAddr) {
         a.op(MOV64_IMM, 1, 0, 0, 1);
         a.label(Label::V6Src);
     }
-    a.op(STX_B, 8, 1, at(rec::SRC_OK), 0);
-    a.op(ADD64_IMM, 4, 0, 0, 24);
-    a.jump(JGT_REG, 4, 3, 0, Label::NoHead);
-    for k in 0..3 {
-        a.op(LDX_DW, 5, 2, 62 + 8 * k, 0);
-        a.op(STX_DW, 8, 5, at(rec::HEAD) + 8 * k, 0);
-    }
-    a.jump(JA, 0, 0, 0, Label::Commit);
+    head_and_commit(a, r, 62);
     // A datagram shorter than a probe header: no header (zeros, which
     // no probe header decodes from).
     a.label(Label::NoHead);
@@ -352,6 +338,22 @@ fn records_tail(a: &mut Asm, records: i32, from: IpAddr) {
     a.op(ADD64_IMM, 1, 0, 0, 1);
     a.op(ATOMIC_W, 8, 1, commit, ATOMIC_XCHG);
     a.op(MOV64_IMM, 0, 0, 0, XDP_DROP);
+}
+
+/// The end of [`records_tail`]'s IPv4 and IPv6 branches (r1 = the source
+/// verdict, r2 = data, r3 = data_end, r4 = data + `udp_end`, r8 = the
+/// header slot before the record at `r`): the verdict, then the probe
+/// header that follows the UDP header, if the datagram holds one.
+fn head_and_commit(a: &mut Asm, r: i16, udp_end: i16) {
+    let at = |f: usize| r + f as i16;
+    a.op(STX_B, 8, 1, at(rec::SRC_OK), 0);
+    a.op(ADD64_IMM, 4, 0, 0, 24);
+    a.jump(JGT_REG, 4, 3, 0, Label::NoHead);
+    for k in 0..3 {
+        a.op(LDX_DW, 5, 2, udp_end + 8 * k, 0);
+        a.op(STX_DW, 8, 5, at(rec::HEAD) + 8 * k, 0);
+    }
+    a.jump(JA, 0, 0, 0, Label::Commit);
 }
 
 /// The `ports` key of UDP port `port`: the two bytes as the program loads
