@@ -291,6 +291,7 @@ impl UdpFlow {
     /// checks, except a probe MAC, which needs the whole datagram: with
     /// probe MACs every such probe counts as forged, so sessions with
     /// them never take this way (`xdp::rx::take`).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn accept_head(
         &mut self,
         head: &[u8],
