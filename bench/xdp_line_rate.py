@@ -25,14 +25,15 @@ Rows, 64-byte UDP payloads, medians of --reps runs:
   D-ITG                  -C 2000000 -c 64 (its own pacing at full speed)
 and paced --xdp flows at 100 kpps and 1 Mpps (row `paced`, the issue's
 acceptance: rate within +-0.1 %, p99 schedule error under 50 us on a quiet
-host): achieved rate error (sent.rate_pps against the asked rate), the
+host; the receiver as `recv --xdp` runs by default, i.e. receive records,
+`--xdp-rx auto`): achieved rate error (sent.rate_pps against the asked rate), the
 p99 schedule error (sent.schedule_error_s: hand-off to the ring less the
 packet's scheduled time), loss, and the verdict against those goals. The
 XDP-drop limit of the same repetition is printed beside each paced rate:
 a paced rate above what the path carries cannot be met on this host
 whatever the pacer does. --paced sets the rates (default 100000,1000000);
-F*max asks F times the --xdp --max rate of the same repetition and NAPI
-setting, e.g. --paced 100000,0.9*max for the accuracy at 0.9 of what the
+F*max asks F times the --xdp --max rate (records row `rec`, else the
+rings row `xdp`) of the same repetition and NAPI setting, e.g. --paced 100000,0.9*max for the accuracy at 0.9 of what the
 path carried.
 
 Delivered pps = packets received / the sender's duration. Every run is
@@ -266,7 +267,7 @@ def main():
     ap.add_argument("--paced", default="100000,1000000",
                     help="comma-separated rates of the paced row: packets/s, or F*max for F "
                     "times the --xdp --max rate of the same repetition and NAPI setting "
-                    "(needs the xdp row), e.g. 100000,0.9*max")
+                    "(needs the rec or xdp row), e.g. 100000,0.9*max")
     ap.add_argument("--name", default=NAME, help="test-bed name")
     ap.add_argument("--sender-cpu", type=int, default=None,
                     help="CPU the path-limit flood is pinned to (default: the last; "
@@ -285,8 +286,8 @@ def main():
         except ValueError:
             print(f"--paced: {r!r} is no rate (packets/s, or F*max)")
             return 2
-        if r.endswith("*max") and "xdp" not in want:
-            print(f"--paced {r}: needs the xdp row (--rows ...,xdp)")
+        if r.endswith("*max") and "xdp" not in want and "rec" not in want:
+            print(f"--paced {r}: needs the rec or xdp row (--rows ...,rec)")
             return 2
     ncpu = os.cpu_count() or 1
     sender_cpu = ncpu - 1 if args.sender_cpu is None else args.sender_cpu
@@ -350,13 +351,15 @@ def main():
                             f"load {loadavg():.2f}")
                 for rate in rates if "paced" in want else ():
                     if rate.endswith("*max"):
-                        top = rows[("xdp", napi)][-1]
+                        tops = rows[("rec", napi)] or rows[("xdp", napi)]
+                        top = tops[-1] if tops else None
                         if not top:
                             continue
                         pps = int(float(rate[:-4]) * top)
                     else:
                         pps = int(rate)
-                    r = wirebench(wb, 15495 + rep, ["-C", str(pps)], args.secs, True, napi)
+                    r = wirebench(wb, 15495 + rep, ["-C", str(pps)], args.secs, True, napi,
+                                  rx_how="auto")
                     if r:
                         s = r[2]["flows"][0]["sent"]
                         paced[(rate, napi)].append(((s["rate_pps"] - pps) / pps,
