@@ -285,13 +285,7 @@ fn records_tail(a: &mut Asm, records: i32, from: IpAddr) {
     a.jump(JNE_IMM, 7, 0, 0, Label::RecV6);
     // IPv4: the headers end at 42 (checked before the lookup; again here
     // for the verifier, which forgot it across the call).
-    a.op(MOV64_REG, 4, 2, 0, 0);
-    a.op(ADD64_IMM, 4, 0, 0, 42);
-    a.jump(JGT_REG, 4, 3, 0, Label::NoHead);
-    a.op(LDX_DW, 5, 2, 14, 0);
-    a.op(STX_DW, 8, 5, at(rec::IP), 0);
-    a.op(LDX_DW, 5, 2, 34, 0);
-    a.op(STX_DW, 8, 5, at(rec::UDP), 0);
+    headers_start(a, r, 42);
     a.op(LDX_B, 5, 2, 22, 0);
     a.op(STX_B, 8, 5, at(rec::TTL), 0);
     if let IpAddr::V4(v4) = from {
@@ -304,13 +298,7 @@ fn records_tail(a: &mut Asm, records: i32, from: IpAddr) {
     head_and_commit(a, r, 42);
     // IPv6: the headers end at 62.
     a.label(Label::RecV6);
-    a.op(MOV64_REG, 4, 2, 0, 0);
-    a.op(ADD64_IMM, 4, 0, 0, 62);
-    a.jump(JGT_REG, 4, 3, 0, Label::NoHead);
-    a.op(LDX_DW, 5, 2, 14, 0);
-    a.op(STX_DW, 8, 5, at(rec::IP), 0);
-    a.op(LDX_DW, 5, 2, 54, 0);
-    a.op(STX_DW, 8, 5, at(rec::UDP), 0);
+    headers_start(a, r, 62);
     a.op(ST_B, 8, 0, at(rec::TTL), 0);
     if let IpAddr::V6(v6) = from {
         let o = v6.octets();
@@ -338,6 +326,22 @@ fn records_tail(a: &mut Asm, records: i32, from: IpAddr) {
     a.op(ADD64_IMM, 1, 0, 0, 1);
     a.op(ATOMIC_W, 8, 1, commit, ATOMIC_XCHG);
     a.op(MOV64_IMM, 0, 0, 0, XDP_DROP);
+}
+
+/// The start of [`records_tail`]'s IPv4 and IPv6 branches (r2 = data,
+/// r3 = data_end, r8 = the header slot before the record at `r`): the
+/// headers end at `udp_end` or the datagram has no header; the IP
+/// header's first 8 bytes and the UDP header into the record; r4 =
+/// data + `udp_end`.
+fn headers_start(a: &mut Asm, r: i16, udp_end: i16) {
+    let at = |f: usize| r + f as i16;
+    a.op(MOV64_REG, 4, 2, 0, 0);
+    a.op(ADD64_IMM, 4, 0, 0, i32::from(udp_end));
+    a.jump(JGT_REG, 4, 3, 0, Label::NoHead);
+    a.op(LDX_DW, 5, 2, 14, 0);
+    a.op(STX_DW, 8, 5, at(rec::IP), 0);
+    a.op(LDX_DW, 5, 2, udp_end - 8, 0);
+    a.op(STX_DW, 8, 5, at(rec::UDP), 0);
 }
 
 /// The end of [`records_tail`]'s IPv4 and IPv6 branches (r1 = the source
