@@ -191,7 +191,7 @@ def wirebench(wb, port, args, secs, xdp, napi="auto", rx_how="ring"):
     fl = d["flows"][0]
     s, r = fl["sent"]["packets"], fl["received"]["packets"]
     dur = fl["sent"]["duration_s"] or 1e-9
-    if xdp and not d["host"]["send_path"].startswith("af_xdp"):
+    if xdp and not d["host"]["send_path"].startswith(("af_xdp", "xdp live frames")):
         log(f"  not the XDP path: {d['host']['send_path']}")
         return None
     return r / dur, (s - r) / max(s, 1), d

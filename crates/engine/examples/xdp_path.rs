@@ -4,8 +4,12 @@
 //!
 //! ```text
 //! xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS [auto|keep]   (frames sent)
-//! xdp_path sink IFACE PORT drop|count SECS [auto|on|off]   (frames/s seen)
+//! xdp_path sink IFACE PORT drop|count|records SECS [auto|on|off]   (frames/s seen)
+//! xdp_path live IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS FRAMES_PER_CALL   (frames sent)
 //! ```
+//! `live` sends by live frames (`send --xdp-tx live`'s sender, without a
+//! session); `records` sinks with the receiver's record program (records
+//! from 10.0.1.1, the test-bed's node a).
 //! The flood's last argument is the sending queue on IFACE, as `send
 //! --xdp-txq` (default auto: a session qdisc on a veth with noqueue).
 //! The sink's last argument is threaded NAPI on IFACE, as `recv
@@ -20,7 +24,7 @@ fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || {
         eprintln!(
-            "usage: xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS [auto|keep]\n       xdp_path sink IFACE PORT drop|count SECS [auto|on|off]"
+            "usage: xdp_path flood IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS [auto|keep]\n       xdp_path sink IFACE PORT drop|count|records SECS [auto|on|off]\n       xdp_path live IFACE SRC_IP:PORT DST_IP:PORT SIZE SECS FRAMES_PER_CALL"
         );
         ExitCode::from(2)
     };
