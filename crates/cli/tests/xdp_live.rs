@@ -207,6 +207,15 @@ fn live_frames_are_counted_exactly_and_fall_back_to_the_ring_without_a_receiving
     for dest in ["10.0.1.2", "fd00:0:0:1::2"] {
         let v = bed.doc(dest, &FLOOD);
         let tx = v["host"]["send_path"].as_str().unwrap_or_default();
+        if dest.contains('.') {
+            // The summary names the path too.
+            let out = bed.send(dest, &FLOOD).wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.contains("Send path") && text.contains("xdp live frames eth0"),
+                "{text}"
+            );
+        }
         assert!(tx.starts_with("xdp live frames eth0"), "{dest}: {tx}");
         assert!(tx.contains("when the program stamped the frame"), "{tx}");
         let f = &v["flows"][0];

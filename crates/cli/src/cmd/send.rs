@@ -1208,9 +1208,10 @@ fn human(doc: &ResultDoc, intervals: bool) -> String {
             doc.cpu.host.steal
         ),
     );
-    // The AF_XDP path where either end took it (why not, when it did not:
-    // in the document, and on stderr for --xdp).
-    if doc.host.send_path.starts_with("af_xdp") {
+    // The AF_XDP path or live frames where either end took them (why
+    // not, when it did not: in the document, and on stderr for --xdp; why
+    // the ring instead of live frames: in this line).
+    if doc.host.send_path.starts_with("af_xdp") || doc.host.send_path.starts_with("xdp live") {
         line(&mut s, "Send path", doc.host.send_path.clone());
     }
     // AF_XDP rings ("af_xdp ring pick-up") or receive records ("xdp
