@@ -18,32 +18,31 @@
 use crate::aqm::AqmQueue;
 use crate::spec::{Impairment, JitterDist, TRACE_OPPORTUNITY_BYTES};
 use crate::testbed::{WIRE_MIN_FRAME, WIRE_OVERHEAD};
+use rand::distr::Open01;
+use rand::{Rng as _, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Pareto, StandardNormal};
 
-/// A small, fast, seedable generator (SplitMix64, Steele, Lea and Flood,
-/// "Fast splittable pseudorandom number generators", OOPSLA 2014): good
-/// enough statistics for loss and jitter draws, one multiply-xorshift per
-/// number, no allocation.
+/// The wire's seeded draws (loss, jitter, duplication, corruption,
+/// reordering): ChaCha8 from `rand_chacha`, the generator the traffic
+/// models use too; a draw is a few ns and allocates nothing.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(ChaCha8Rng);
 
 impl Rng {
     /// A generator starting from `seed` (the same seed, the same draws).
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(ChaCha8Rng::seed_from_u64(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in the open interval (0, 1): never 0, so `ln` is finite.
     pub fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64)
+        self.0.sample(Open01)
     }
 
     /// True with probability `p`.
@@ -51,10 +50,14 @@ impl Rng {
         p > 0.0 && self.unit() < p
     }
 
-    /// Standard normal (Box–Muller; one of the pair is used).
+    /// Standard normal.
     pub fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.unit(), self.unit());
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        self.0.sample(StandardNormal)
+    }
+
+    /// Pareto with scale `xm` and shape `a` (0 when they are no law).
+    fn pareto(&mut self, xm: f64, a: f64) -> f64 {
+        Pareto::new(xm, a).map_or(0.0, |d| self.0.sample(d))
     }
 }
 
@@ -80,8 +83,7 @@ pub fn jitter_sample(rng: &mut Rng, dist: JitterDist, jitter_ns: u64) -> f64 {
         JitterDist::Pareto => {
             let a = PARETO_SHAPE;
             let xm = pareto_scale(j);
-            let x = xm / rng.unit().powf(1.0 / a);
-            x - a * xm / (a - 1.0)
+            rng.pareto(xm, a) - a * xm / (a - 1.0)
         }
     }
 }
