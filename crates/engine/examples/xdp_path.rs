@@ -74,6 +74,43 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
+        ["live", iface, src, dst, size, secs, batch] => {
+            let (Ok(src), Ok(dst), Ok(size), Some(secs), Ok(batch)) = (
+                src.parse::<std::net::SocketAddr>(),
+                dst.parse::<std::net::SocketAddr>(),
+                size.parse::<u32>(),
+                num(secs),
+                batch.parse::<u32>(),
+            ) else {
+                return usage();
+            };
+            let run = || -> Result<(u64, u64), String> {
+                let idx = xdp::ifindex(iface).map_err(|e| e.to_string())?;
+                let dst_mac = xdp::next_hop_mac(iface, idx, dst.ip())
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("no neighbour entry for {} on {iface}", dst.ip()))?;
+                let ep = xdp::Endpoints {
+                    src_mac: xdp::mac_of(iface).map_err(|e| e.to_string())?,
+                    dst_mac,
+                    src,
+                    dst,
+                };
+                xdp::live_flood(iface, ep, size, secs, batch)
+            };
+            match run() {
+                Ok((stamped, refused)) => {
+                    println!(
+                        "live: {stamped} frames stamped, {refused} refused by {iface}, in {secs} s = {:.0} pps sent",
+                        (stamped - refused) as f64 / secs
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("xdp_path live: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         ["sink", iface, port, action, secs, napi @ ..] if napi.len() <= 1 => {
             let napi = match napi.first().copied().unwrap_or("auto") {
                 "auto" => wirebench_engine::NapiUse::Auto,
@@ -84,6 +121,11 @@ fn main() -> std::process::ExitCode {
             let action = match *action {
                 "drop" => xdp::Action::Drop,
                 "count" => xdp::Action::Redirect,
+                // The receiver's default program (receive records, drop),
+                // for frames from the test-bed's node a.
+                "records" => xdp::Action::Records {
+                    from: std::net::IpAddr::from([10, 0, 1, 1]),
+                },
                 _ => return usage(),
             };
             let (Ok(port), Some(secs)) = (port.parse::<u16>(), num(secs)) else {

@@ -42,7 +42,9 @@ pub use multi::run_many;
 /// one datagram a call elsewhere), for receive loops outside the engine
 /// (the iperf3 server).
 pub use net::{enable_rx_timestamps, AsRawFd, RecvBatch};
-pub use plan::{CheckedPlan, FlowPlan, Hooks, NapiUse, SessionPlan, Stop, TxqUse, XdpRx, XdpUse};
+pub use plan::{
+    CheckedPlan, FlowPlan, Hooks, NapiUse, SessionPlan, Stop, TxqUse, XdpRx, XdpTx, XdpUse,
+};
 pub use recv::{Daemon, DaemonConfig, DaemonStats};
 pub use send::{run, run_checked};
 pub use wirebench_schema::result::ResultDoc;

@@ -132,6 +132,9 @@ pub struct SessionPlan {
     /// Whether the XDP path's sender gives its veth a queue for the
     /// session (docs/engine.md, "Sending queue").
     pub xdp_txq: TxqUse,
+    /// How the XDP path's sender hands frames over (docs/engine.md, "Live
+    /// frames").
+    pub xdp_tx: XdpTx,
 }
 
 /// Whether and where a session uses the AF_XDP path (Linux, root; see
@@ -198,6 +201,21 @@ pub enum TxqUse {
     /// On a veth whose root is the kernel's default noqueue (`send`'s
     /// default).
     Auto,
+}
+
+/// How the XDP path's sender hands its frames to the interface (Linux;
+/// docs/engine.md, "Live frames").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum XdpTx {
+    /// An AF_XDP socket's transmit ring (the library's default).
+    #[default]
+    Ring,
+    /// Live frames (`BPF_PROG_TEST_RUN`) for a `--max` flood of one
+    /// payload size without probe MACs, where the kernel and the
+    /// interface allow it, else the ring, saying why (`send`'s default).
+    Auto,
+    /// Live frames, or the ring saying why not.
+    Live,
 }
 
 /// A [`SessionPlan`] that passed [`SessionPlan::check`]: what
@@ -360,6 +378,7 @@ impl SessionPlan {
             link_rate_bps: None,
             xdp: XdpUse::Off,
             xdp_txq: TxqUse::Keep,
+            xdp_tx: XdpTx::Ring,
         }
     }
 

@@ -225,11 +225,33 @@ pub struct Args {
     /// queue".
     #[arg(long = "xdp-txq", value_name = "WHEN", default_value = "auto")]
     pub xdp_txq: TxqArg,
+    /// How the --xdp sender hands frames over. live: live frames, a small
+    /// XDP program that BPF_PROG_TEST_RUN runs once per frame and that
+    /// stamps each copy of one prebuilt frame (sequence, transmit time
+    /// when it ran) and transmits it, no skb and no copy on veth; only
+    /// for a --max flood of one payload size without --auth probes, and
+    /// only when the interface counts its XDP transmissions and the
+    /// receiving end takes XDP frames. ring: the AF_XDP socket's
+    /// transmit ring. auto (the default): live where it can, else ring;
+    /// host.send_path says which and why. docs/engine.md, "Live frames".
+    #[arg(long = "xdp-tx", value_name = "HOW", default_value = "auto")]
+    pub xdp_tx: XdpTxArg,
     /// Remove what a killed `send --xdp` or `recv --xdp` left on the --xdp
     /// interface (sending queue, threaded-NAPI setting, a hung one's XDP
     /// program), say what was undone, and exit (as `recv --xdp-cleanup`).
     #[arg(long = "xdp-cleanup", requires = "xdp")]
     pub xdp_cleanup: bool,
+}
+
+/// `--xdp-tx`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum XdpTxArg {
+    /// Live frames where they can go, else the ring.
+    Auto,
+    /// The AF_XDP transmit ring.
+    Ring,
+    /// Live frames (else the ring, saying why).
+    Live,
 }
 
 /// `--xdp-txq`.
@@ -462,6 +484,11 @@ fn session_plan(
     plan.xdp_txq = match args.xdp_txq {
         TxqArg::Auto => wirebench_engine::TxqUse::Auto,
         TxqArg::Keep => wirebench_engine::TxqUse::Keep,
+    };
+    plan.xdp_tx = match args.xdp_tx {
+        XdpTxArg::Auto => wirebench_engine::XdpTx::Auto,
+        XdpTxArg::Ring => wirebench_engine::XdpTx::Ring,
+        XdpTxArg::Live => wirebench_engine::XdpTx::Live,
     };
     if args.json_stream && args.json.as_deref() == Some("-") {
         crate::bail_input!("--json-stream: stdout already carries the stream; give --json a FILE");

@@ -12,6 +12,7 @@
 //! "AF_XDP path".
 
 pub(crate) mod frame;
+mod live;
 mod napi;
 mod prog;
 pub(crate) mod rx;
@@ -20,6 +21,7 @@ pub(crate) mod tx;
 mod txq;
 
 pub use frame::Endpoints;
+pub use live::{live_flood, LiveTx, Ran};
 pub use prog::Action;
 pub use rx::{sink, SinkCount};
 pub use sys::XskStats;

@@ -50,6 +50,7 @@ pub(crate) const PROG_NAME: &str = "wirebench_xdp";
 
 const XDP_DROP: i32 = 1;
 const XDP_PASS: i32 = 2;
+const XDP_TX: i32 = 3;
 const HELPER_MAP_LOOKUP: i32 = 1;
 const HELPER_REDIRECT_MAP: i32 = 51;
 const HELPER_KTIME_GET_TAI_NS: i32 = 208;
@@ -158,6 +159,11 @@ const ST_DW: u8 = 0x7a;
 const ADD64_REG: u8 = 0x0f;
 const SUB64_REG: u8 = 0x1f;
 const LSH64_IMM: u8 = 0x67;
+const RSH64_IMM: u8 = 0x77;
+const XOR64_IMM: u8 = 0xa7;
+const MOV32_REG: u8 = 0xbc;
+/// BPF_ALU | BPF_END | BPF_TO_BE: to network order (`imm` = bits).
+const TO_BE: u8 = 0xdc;
 /// BPF_ATOMIC on a u64; the operation is in `imm` (plain add: 0).
 const ATOMIC_ADD_DW: u8 = 0xdb;
 const ATOMIC_W: u8 = 0xc3;
@@ -358,6 +364,92 @@ fn head_and_commit(a: &mut Asm, r: i16, udp_end: i16) {
         a.op(STX_DW, 8, 5, at(rec::HEAD) + 8 * k, 0);
     }
     a.jump(JA, 0, 0, 0, Label::Commit);
+}
+
+/// Words of the live sender's state map ([`live_tx_program`]).
+pub(crate) mod live {
+    /// Program runs so far; each run takes the sequence number it held.
+    pub const SEQ: usize = 0;
+    /// Added to `bpf_ktime_get_tai_ns` to make the probe's transmit time
+    /// (REALTIME minus TAI, as two's complement).
+    pub const CLOCK: usize = 1;
+    /// Words in the map's value.
+    pub const WORDS: usize = 2;
+}
+
+/// The live-frame sender's program (run by `BPF_PROG_TEST_RUN` with live
+/// frames, never attached): for a frame whose probe header starts at
+/// `hl`, take the next sequence number (an atomic fetch-add on word
+/// [`live::SEQ`] of the one-entry array `state`), stamp the probe with it
+/// and with the time now (`bpf_ktime_get_tai_ns` plus word
+/// [`live::CLOCK`]), and return `XDP_TX`, which live mode turns into a
+/// transmission out of the interface the frame "arrived" on. With
+/// `udp_sum` (IPv6, where the UDP checksum is mandatory) the checksum is
+/// set from `udp_sum`, the one's-complement sum (as the program loads
+/// 16-bit words, RFC 1071's order-independence) of the pseudo header and
+/// the datagram with sequence and time zero, plus the two new fields.
+pub(crate) fn live_tx_program(state: i32, hl: usize, udp_sum: Option<u16>) -> Vec<Insn> {
+    use wirebench_wire::probe::field;
+    let mut a = Asm {
+        code: Vec::with_capacity(64),
+        fixups: Vec::new(),
+        at: [None; LABELS],
+    };
+    let seq_at = (hl + field::SEQ.start) as i16;
+    let tx_at = (hl + field::TX_TIME.start) as i16;
+    a.op(MOV64_REG, 6, 1, 0, 0);
+    a.op(CALL, 0, 0, 0, HELPER_KTIME_GET_TAI_NS);
+    a.op(MOV64_REG, 9, 0, 0, 0);
+    a.map_value(8, state);
+    a.op(LDX_DW, 1, 8, (live::CLOCK * 8) as i16, 0);
+    a.op(ADD64_REG, 9, 1, 0, 0);
+    a.op(MOV64_IMM, 1, 0, 0, 1);
+    a.op(
+        ATOMIC_ADD_DW,
+        8,
+        1,
+        (live::SEQ * 8) as i16,
+        ATOMIC_FETCH_ADD,
+    );
+    // The frame must hold the probe header (it always does: user space
+    // built it; the verifier wants to see the check).
+    a.op(LDX_W, 2, 6, 0, 0);
+    a.op(LDX_W, 3, 6, 4, 0);
+    a.op(MOV64_REG, 4, 2, 0, 0);
+    a.op(ADD64_IMM, 4, 0, 0, (hl + field::TX_TIME.end) as i32);
+    a.jump(JGT_REG, 4, 3, 0, Label::Pass);
+    a.op(TO_BE, 1, 0, 0, 32);
+    a.op(STX_W, 2, 1, seq_at, 0);
+    a.op(TO_BE, 9, 0, 0, 64);
+    a.op(STX_DW, 2, 9, tx_at, 0);
+    if let Some(sum) = udp_sum {
+        // r5 = sum + the new words, folded to 16 bits.
+        a.op(MOV64_IMM, 5, 0, 0, i32::from(sum));
+        a.op(ADD64_REG, 5, 1, 0, 0);
+        a.op(MOV32_REG, 0, 9, 0, 0);
+        a.op(ADD64_REG, 5, 0, 0, 0);
+        a.op(MOV64_REG, 0, 9, 0, 0);
+        a.op(RSH64_IMM, 0, 0, 0, 32);
+        a.op(ADD64_REG, 5, 0, 0, 0);
+        for _ in 0..3 {
+            a.op(MOV64_REG, 0, 5, 0, 0);
+            a.op(RSH64_IMM, 0, 0, 0, 16);
+            a.op(AND64_IMM, 5, 0, 0, 0xffff);
+            a.op(ADD64_REG, 5, 0, 0, 0);
+        }
+        a.op(XOR64_IMM, 5, 0, 0, 0xffff);
+        // A computed 0 is sent as all ones (RFC 768).
+        a.jump(JNE_IMM, 5, 0, 0, Label::Commit);
+        a.op(MOV64_IMM, 5, 0, 0, 0xffff);
+        a.label(Label::Commit);
+        a.op(STX_H, 2, 5, (hl - 2) as i16, 0);
+    }
+    a.op(MOV64_IMM, 0, 0, 0, XDP_TX);
+    a.op(EXIT, 0, 0, 0, 0);
+    a.label(Label::Pass);
+    a.op(MOV64_IMM, 0, 0, 0, XDP_DROP);
+    a.op(EXIT, 0, 0, 0, 0);
+    a.finish()
 }
 
 /// The `ports` key of UDP port `port`: the two bytes as the program loads

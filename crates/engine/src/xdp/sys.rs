@@ -16,7 +16,6 @@ const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
 const BPF_PROG_LOAD: libc::c_int = 5;
-#[cfg(test)]
 const BPF_PROG_TEST_RUN: libc::c_int = 10;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const BPF_PROG_GET_FD_BY_ID: libc::c_int = 13;
@@ -185,6 +184,60 @@ pub(crate) fn prog_load(insns: &[Insn], name: &str) -> Result<OwnedFd, (io::Erro
             Err((e, String::from_utf8_lossy(&log[..end]).into_owned()))
         }
     }
+}
+
+/// BPF_F_TEST_XDP_LIVE_FRAMES (<linux/bpf.h>, Linux 5.18).
+const TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+/// Bytes of `struct xdp_md` (data, data_end, data_meta, ingress_ifindex,
+/// rx_queue_index, egress_ifindex).
+const XDP_MD_LEN: usize = 24;
+
+/// Runs XDP program `prog` `repeat` times in live-frame mode
+/// (`BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES`): each run gets
+/// a frame initialised from `data` as if it arrived on `ifindex`, queue 0,
+/// and what the program returns happens for real: `XDP_TX` becomes a
+/// redirect out of `ifindex` (Documentation/bpf/bpf_prog_run.rst). The
+/// kernel says nothing of frames the redirect could not hand over: the
+/// caller reads the interface's counters. A signal ends the call early
+/// (`EINTR`) after an unknown number of runs: the program counts them.
+pub(crate) fn prog_run_live(
+    prog: &OwnedFd,
+    data: &[u8],
+    ifindex: u32,
+    repeat: u32,
+) -> io::Result<()> {
+    let mut ctx = [0u8; XDP_MD_LEN];
+    ctx[4..8].copy_from_slice(&(data.len() as u32).to_ne_bytes());
+    ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+    let mut a = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(8, data.len() as u32)
+        .u64(16, data.as_ptr() as u64)
+        .u32(32, repeat)
+        .u32(40, XDP_MD_LEN as u32)
+        .u64(48, ctx.as_ptr() as u64)
+        .u32(64, TEST_XDP_LIVE_FRAMES);
+    bpf(BPF_PROG_TEST_RUN, &mut a).map(|_| ())
+}
+
+/// Runs XDP program `prog` once on a copy of `data` (not live): its
+/// return value, and the frame as the program left it in `out` (its
+/// length returned).
+#[cfg(test)]
+pub(crate) fn prog_test_run_out(
+    prog: &OwnedFd,
+    data: &[u8],
+    out: &mut [u8],
+) -> io::Result<(u32, usize)> {
+    let mut a = Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(8, data.len() as u32)
+        .u32(12, out.len() as u32)
+        .u64(16, data.as_ptr() as u64)
+        .u64(24, out.as_mut_ptr() as u64)
+        .u32(32, 1);
+    bpf(BPF_PROG_TEST_RUN, &mut a)?;
+    Ok((a.get_u32(4), a.get_u32(12) as usize))
 }
 
 /// Runs XDP program `prog` `repeat` times on the frame `data` in the
@@ -399,6 +452,147 @@ impl Drop for Mmap {
         unsafe {
             libc::munmap(self.ptr as *mut libc::c_void, self.len);
         }
+    }
+}
+
+/// The value of a one-entry BPF array created with [`MAP_F_MMAPABLE`]
+/// whose value is `words` u64s, mapped into this process: counters a
+/// program updates with atomic instructions and settings it reads.
+pub(crate) struct Words {
+    map: Mmap,
+    words: usize,
+}
+
+impl Words {
+    /// Maps `fd`, a one-entry mmapable array of `words` * 8 bytes.
+    pub(crate) fn map(fd: &OwnedFd, words: usize) -> io::Result<Words> {
+        let map = Mmap::new(Some(fd.as_raw_fd()), words * 8, 0)?;
+        Ok(Words { map, words })
+    }
+
+    fn at(&self, i: usize) -> &AtomicU64 {
+        let i = i.min(self.words - 1);
+        // SAFETY: `i` < words, so the 8 bytes lie inside the live mapping,
+        // 8-aligned (the kernel maps the value page-aligned); the program
+        // touches them only with atomic instructions or plain loads.
+        unsafe { &*(self.map.ptr.add(i * 8) as *const AtomicU64) }
+    }
+
+    /// Word `i` (the last one if `i` is past the end).
+    pub(crate) fn load(&self, i: usize) -> u64 {
+        self.at(i).load(Ordering::Acquire)
+    }
+
+    /// Sets word `i` (the last one if `i` is past the end).
+    pub(crate) fn store(&self, i: usize, v: u64) {
+        self.at(i).store(v, Ordering::Release)
+    }
+}
+
+/// `SIOCETHTOOL` and the ethtool commands used (<linux/ethtool.h>).
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSTATS: u32 = 0x1d;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETH_SS_STATS: u32 = 1;
+const ETH_GSTRING_LEN: usize = 32;
+
+/// Some of an interface's driver statistics (`ethtool -S`), summed: the
+/// names are chosen once, then each [`EthStats::read`] is one ioctl into
+/// a buffer allocated at the start.
+pub(crate) struct EthStats {
+    sock: OwnedFd,
+    name: [u8; libc::IFNAMSIZ],
+    /// `struct ethtool_stats`: cmd, n_stats, then n_stats u64s.
+    buf: Vec<u64>,
+    picked: Vec<usize>,
+}
+
+impl EthStats {
+    /// The statistics of `iface` whose names `pick` accepts; an error
+    /// when the driver has none of them.
+    pub(crate) fn open(iface: &str, pick: impl Fn(&str) -> bool) -> io::Result<EthStats> {
+        if iface.len() >= libc::IFNAMSIZ {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        // SAFETY: socket(2) with constant arguments; the result is checked.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let sock = fd_from(fd as libc::c_long);
+        let mut name = [0u8; libc::IFNAMSIZ];
+        name[..iface.len()].copy_from_slice(iface.as_bytes());
+        let mut s = EthStats {
+            sock,
+            name,
+            buf: Vec::new(),
+            picked: Vec::new(),
+        };
+        // struct ethtool_sset_info: cmd, reserved, sset_mask, data[1].
+        let mut info = [0u32; 5];
+        info[0] = ETHTOOL_GSSET_INFO;
+        info[2] = 1 << ETH_SS_STATS;
+        s.ioctl(info.as_mut_ptr() as *mut libc::c_void)?;
+        let n = if info[2] & (1 << ETH_SS_STATS) != 0 {
+            info[4] as usize
+        } else {
+            0
+        };
+        // struct ethtool_gstrings: cmd, string_set, len, then the names.
+        let mut strings = vec![0u32; 3 + n * ETH_GSTRING_LEN / 4];
+        strings[0] = ETHTOOL_GSTRINGS;
+        strings[1] = ETH_SS_STATS;
+        strings[2] = n as u32;
+        s.ioctl(strings.as_mut_ptr() as *mut libc::c_void)?;
+        let bytes: Vec<u8> = strings[3..].iter().flat_map(|w| w.to_ne_bytes()).collect();
+        for (i, raw) in bytes.chunks_exact(ETH_GSTRING_LEN).enumerate() {
+            let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+            if pick(&String::from_utf8_lossy(&raw[..end])) {
+                s.picked.push(i);
+            }
+        }
+        if s.picked.is_empty() {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        s.buf = vec![0u64; 1 + n];
+        Ok(s)
+    }
+
+    fn ioctl(&self, data: *mut libc::c_void) -> io::Result<()> {
+        // struct ifreq: the name, then ifr_data (a pointer) in the union.
+        #[repr(C)]
+        struct IfreqData {
+            name: [u8; libc::IFNAMSIZ],
+            data: *mut libc::c_void,
+            _pad: [u8; 16],
+        }
+        let mut req = IfreqData {
+            name: self.name,
+            data,
+            _pad: [0; 16],
+        };
+        // SAFETY: `req` is a live ifreq naming the interface, and `data`
+        // points to a buffer the caller sized for the command it holds
+        // (the kernel writes no more than the counts given in it).
+        let r = unsafe { libc::ioctl(self.sock.as_raw_fd(), SIOCETHTOOL as _, &mut req) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The picked statistics' sum now.
+    pub(crate) fn read(&mut self) -> io::Result<u64> {
+        let n = self.buf.len() - 1;
+        let mut head = [0u8; 8];
+        head[..4].copy_from_slice(&ETHTOOL_GSTATS.to_ne_bytes());
+        head[4..].copy_from_slice(&(n as u32).to_ne_bytes());
+        self.buf[0] = u64::from_ne_bytes(head);
+        let p = self.buf.as_mut_ptr() as *mut libc::c_void;
+        self.ioctl(p)?;
+        Ok(self.picked.iter().map(|&i| self.buf[1 + i]).sum())
     }
 }
 

@@ -12,12 +12,13 @@ use super::{TxPort, BATCH, FRAMES, FRAME_SIZE};
 use crate::clock::{mono_ns, raise_priority, realtime_ns, tighten_timer_slack, wait_until};
 use crate::pacing::Launch;
 use crate::pacing::{gather, min_probe_len, wait_or_stop, FlowSent, Schedule, SendRec};
-use crate::plan::{FlowPlan, SessionPlan, XdpUse};
+use crate::plan::{FlowPlan, SessionPlan, XdpTx, XdpUse};
 use crate::transport::DataSock;
 use crate::EngineError;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use wirebench_model::SizeModel;
 use wirebench_stats::FlowConfig;
 use wirebench_wire::auth::ProbeKey;
 use wirebench_wire::{Direction, MeterMode, Transport};
@@ -315,7 +316,23 @@ pub(crate) enum Chosen {
     /// Asked for, not taken: why (the socket path runs instead).
     Fallback(String),
     /// The flow goes out of this port, framed for these endpoints.
-    Xdp(Box<(TxPort, Endpoints)>),
+    Xdp(Box<Picked>),
+}
+
+/// The XDP path as chosen: the ring sender's port, the endpoints, and
+/// how the frames are handed over.
+pub(crate) struct Picked {
+    port: TxPort,
+    ep: Endpoints,
+    /// Live frames asked for (`XdpTx`) and the flow allows them: try.
+    try_live: bool,
+    /// Why the ring sends though live frames were asked for (`None`: not
+    /// asked, or live frames sent).
+    why_ring: Option<String>,
+    /// Whether live frames sent the flow.
+    live: bool,
+    /// Frames the live sender stamped that the interface did not take.
+    live_refused: u64,
 }
 
 impl Chosen {
@@ -329,10 +346,19 @@ impl Chosen {
         match self {
             Chosen::NotAsked => None,
             Chosen::Fallback(w) => Some(format!("{} ({})", crate::net::SEND_PATH, why(w))),
+            Chosen::Xdp(x) if x.live => Some(format!(
+                "xdp live frames {} (BPF_PROG_TEST_RUN, no skb), {}",
+                x.port.iface,
+                super::live::TX_STAMP
+            )),
             Chosen::Xdp(x) => Some(format!(
-                "af_xdp {}, {}, {TX_STAMP}",
-                x.0.iface,
-                x.0.describe()
+                "af_xdp {}, {}, {TX_STAMP}{}",
+                x.port.iface,
+                x.port.describe(),
+                x.why_ring
+                    .as_deref()
+                    .map(|w| format!(" (live frames not used: {w})"))
+                    .unwrap_or_default()
             )),
         }
     }
@@ -342,7 +368,7 @@ impl Chosen {
     /// socket path.
     pub(crate) fn driver_drops(&self) -> u64 {
         match self {
-            Chosen::Xdp(x) => x.0.xsk.driver_drops,
+            Chosen::Xdp(x) => x.port.xsk.driver_drops + x.live_refused,
             _ => 0,
         }
     }
@@ -505,7 +531,7 @@ fn try_choose(
     dst_ip: IpAddr,
     dst_port: Option<u16>,
     mtu: u32,
-) -> Result<(TxPort, Endpoints), String> {
+) -> Result<Picked, String> {
     let (f, iface, dst_mac) = pick(plan, src_ip, dst_ip)?;
     let iface = iface.as_str();
     let hl = frame::header_len(dst_ip.is_ipv6()) as u32;
@@ -531,7 +557,41 @@ fn try_choose(
         dst: SocketAddr::new(dst_ip, dst_port),
     };
     let port = TxPort::open(iface, plan.xdp_txq).map_err(|e| e.to_string())?;
-    Ok((port, ep))
+    let (try_live, why_ring) = match live_allowed(plan, f) {
+        Ok(()) => (true, None),
+        // Said where live frames were asked for: `--xdp-tx live`, or
+        // `auto` for a `--max` flood (a paced flow is no candidate).
+        Err(w) => {
+            let asked =
+                plan.xdp_tx == XdpTx::Live || (plan.xdp_tx == XdpTx::Auto && f.spec.is_max());
+            (false, asked.then_some(w))
+        }
+    };
+    Ok(Picked {
+        port,
+        ep,
+        try_live,
+        why_ring,
+        live: false,
+        live_refused: 0,
+    })
+}
+
+/// Ok when the plan asks for live frames (`XdpTx`) and flow `f` is what
+/// they serve: a `--max` flood of one payload size without probe MACs
+/// (one frame, stamped per run, and never paced: live frames have no
+/// back-pressure, [`super::live`]); else why not (`None` reason when
+/// the plan asked for the ring).
+fn live_allowed(plan: &SessionPlan, f: &FlowPlan) -> Result<(), String> {
+    match plan.xdp_tx {
+        XdpTx::Ring => Err("--xdp-tx ring".into()),
+        _ if !f.spec.is_max() => Err("not a --max flood (paced flows keep the ring)".into()),
+        _ if plan.auth_probes => Err("--auth probes (a MAC per probe)".into()),
+        _ if !matches!(f.spec.size, SizeModel::Constant { .. }) || f.spec.packetize.is_some() => {
+            Err("payload sizes vary (live frames send one frame)".into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Runs the session's flows: by the XDP path when it was chosen, else by
@@ -549,7 +609,7 @@ pub(crate) fn run_flows(
             return crate::pacing::run_flows(plan, socks, launch);
         }
     };
-    let (mut port, ep) = *x;
+    let mut x = *x;
     let f = plan.flows[0].clone();
     let job = TxFlow {
         cfg: FlowConfig {
@@ -570,13 +630,33 @@ pub(crate) fn run_flows(
     let h = std::thread::Builder::new()
         .name("wb-xdp-tx-1".into())
         .spawn(move || {
-            let sent = send_flow(&mut port, ep, job);
-            (sent, port)
+            let live = if x.try_live {
+                match super::live::open_for(&x.port.iface, &x.ep, &job) {
+                    Ok(l) => Some(l),
+                    Err(why) => {
+                        // host.send_path says why (and `send` prints it).
+                        x.why_ring = Some(why);
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let sent = match live {
+                Some(mut l) => {
+                    x.live = true;
+                    let (sent, refused) = super::live::send_flow(&mut l, job);
+                    x.live_refused = refused;
+                    sent
+                }
+                None => send_flow(&mut x.port, x.ep, job),
+            };
+            (sent, x)
         })
         .map_err(|e| EngineError::io("flow thread", e))?;
     let sent = match h.join() {
-        Ok((sent, port)) => {
-            *chosen = Chosen::Xdp(Box::new((port, ep)));
+        Ok((sent, x)) => {
+            *chosen = Chosen::Xdp(Box::new(x));
             sent
         }
         Err(_) => FlowSent::failed("flow thread panicked"),

@@ -1,0 +1,299 @@
+//! Live frames (`send --xdp IFACE --max`, `--xdp-tx auto`) on a real veth
+//! test-bed (`direct`, root): every frame the program stamped is counted
+//! once, received by `recv --xdp` or refused by the sending veth (the
+//! sending host's drops), over IPv4 and IPv6; a receiver without an XDP
+//! program makes the sender fall back to the AF_XDP ring, saying why;
+//! SIGKILL of a live sender leaves no program or map in the kernel (live
+//! mode attaches nothing). Runs are short (well under a second of traffic each).
+#![cfg(target_os = "linux")]
+
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
+const NAME: &str = "xdp8lv";
+
+static ONE_BED: Mutex<()> = Mutex::new(());
+const PORT: &str = "15491";
+
+fn ns(node: &str) -> String {
+    format!("wb-{NAME}-{node}")
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Waits up to 5 s for `cond`.
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// The `direct` test-bed with a receiver in b; gone on drop.
+struct Bed {
+    recv: Option<Child>,
+    _one: MutexGuard<'static, ()>,
+}
+
+impl Bed {
+    fn up() -> Bed {
+        let one = ONE_BED.lock().unwrap_or_else(|e| e.into_inner());
+        let out = Command::new(BIN)
+            .args(["testbed", "up", "direct", "--name", NAME])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "testbed up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Bed {
+            recv: None,
+            _one: one,
+        }
+    }
+
+    /// (Re)starts `recv ARGS` in b.
+    fn recv(&mut self, args: &[&str]) {
+        self.stop_recv();
+        self.recv = Some(
+            Command::new("ip")
+                .args(["netns", "exec", &ns("b"), BIN, "recv", "-q", "-p", PORT])
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let listening = || {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &ns("b"), "ss", "-Htln"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).contains(&format!(":{PORT}"))
+        };
+        assert!(eventually(listening), "receiver did not come up");
+    }
+
+    fn stop_recv(&mut self) {
+        if let Some(mut c) = self.recv.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// `send -a DEST ARGS` from a.
+    fn send(&self, dest: &str, args: &[&str]) -> Child {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns("a"),
+                BIN,
+                "send",
+                "-a",
+                dest,
+                "-p",
+                PORT,
+            ])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The document of a `send` that must succeed.
+    fn doc(&self, dest: &str, args: &[&str]) -> Value {
+        let out = self
+            .send(dest, &[args, &["--json", "-"]].concat())
+            .wait_with_output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "send {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.stop_recv();
+        let _ = Command::new("ip")
+            .args(["netns", "exec", &ns("a"), BIN, "send", "--xdp", "eth0"])
+            .arg("--xdp-cleanup")
+            .output();
+        let _ = Command::new(BIN)
+            .args(["testbed", "down", "--name", NAME])
+            .output();
+    }
+}
+
+/// The BPF programs and maps process `pid` holds: (prog ids, map ids),
+/// from /proc/PID/fdinfo.
+fn bpf_ids(pid: u32) -> (Vec<u32>, Vec<u32>) {
+    let (mut progs, mut maps) = (Vec::new(), Vec::new());
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return (progs, maps);
+    };
+    for fd in fds.flatten() {
+        let Ok(link) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        let link = link.to_string_lossy().into_owned();
+        let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+        let Ok(text) = std::fs::read_to_string(info) else {
+            continue;
+        };
+        let id = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.trim().parse::<u32>().ok())
+        };
+        match link.as_str() {
+            "anon_inode:bpf-prog" => progs.extend(id("prog_id:")),
+            "anon_inode:bpf-map" => maps.extend(id("map_id:")),
+            _ => {}
+        }
+    }
+    (progs, maps)
+}
+
+/// Whether the kernel still has BPF object `id` (`cmd`: 13 program, 14
+/// map, BPF_*_GET_FD_BY_ID): anything but ENOENT counts as there.
+fn bpf_id_exists(cmd: libc::c_long, id: u32) -> bool {
+    let mut attr = [0u64; 16];
+    attr[0] = u64::from(id);
+    // SAFETY: bpf(2) with a zeroed 128-byte attribute holding the id;
+    // the kernel reads no more than the size passed.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), 128u32) };
+    if fd >= 0 {
+        // SAFETY: a descriptor the kernel just returned to us.
+        unsafe { libc::close(fd as libc::c_int) };
+        return true;
+    }
+    std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT)
+}
+
+const FLOOD: [&str; 9] = [
+    "--xdp", "eth0", "--max", "-c", "64", "-z", "200000", "--xdp-tx", "auto",
+];
+
+#[test]
+fn live_frames_are_counted_exactly_and_fall_back_to_the_ring_without_a_receiving_program() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    let mut bed = Bed::up();
+    bed.recv(&["--xdp", "eth0"]);
+    for dest in ["10.0.1.2", "fd00:0:0:1::2"] {
+        let v = bed.doc(dest, &FLOOD);
+        let tx = v["host"]["send_path"].as_str().unwrap_or_default();
+        assert!(tx.starts_with("xdp live frames eth0"), "{dest}: {tx}");
+        assert!(tx.contains("when the program stamped the frame"), "{tx}");
+        let f = &v["flows"][0];
+        let sent = f["sent"]["packets"].as_u64().unwrap();
+        let got = f["received"]["packets"].as_u64().unwrap();
+        let refused = v["total"]["sender_host_drops"].as_u64().unwrap_or(0);
+        assert_eq!(sent, 200_000, "{dest}: {f}");
+        // Every stamped frame arrived once or was refused by the sending
+        // veth: nothing lost uncounted, nothing twice.
+        assert_eq!(got + refused, sent, "{dest}: {f} refused {refused}");
+        assert_eq!(f["received"]["unique"], got, "{dest}: {f}");
+        assert_eq!(f["received"]["foreign"], 0, "{dest}");
+        // Both stamps on this host's clock.
+        let d = f["delay_s"]["min"].as_f64().unwrap_or(1.0);
+        assert!(d.abs() < 0.01, "{dest}: {d}");
+    }
+    // A paced flow keeps the ring, and says why when live frames were
+    // asked for.
+    let v = bed.doc(
+        "10.0.1.2",
+        &[
+            "--xdp", "eth0", "-C", "20000", "-c", "64", "-z", "2000", "--xdp-tx", "live",
+        ],
+    );
+    let tx = v["host"]["send_path"].as_str().unwrap_or_default();
+    assert!(
+        tx.starts_with("af_xdp eth0") && tx.contains("live frames not used: not a --max flood"),
+        "{tx}"
+    );
+    assert_eq!(v["flows"][0]["received"]["packets"], 2000);
+    // No XDP program at b (its receiver on the socket path): the frame
+    // the sender tries first is not transmitted, and the ring sends all.
+    bed.recv(&["--no-xdp"]);
+    let v = bed.doc("10.0.1.2", &FLOOD);
+    let tx = v["host"]["send_path"].as_str().unwrap_or_default();
+    assert!(
+        tx.starts_with("af_xdp eth0")
+            && tx.contains("live frames not used: eth0 did not transmit a live frame"),
+        "{tx}"
+    );
+    assert_eq!(v["flows"][0]["sent"]["packets"], 200_000);
+    // --xdp-tx ring: the ring, without a word on live frames.
+    bed.recv(&["--xdp", "eth0"]);
+    let v = bed.doc("10.0.1.2", &[&FLOOD[..7], &["--xdp-tx", "ring"]].concat());
+    let tx = v["host"]["send_path"].as_str().unwrap_or_default();
+    assert!(
+        tx.starts_with("af_xdp eth0") && !tx.contains("live"),
+        "{tx}"
+    );
+}
+
+#[test]
+fn sigkill_of_a_live_sender_leaves_no_program_or_map() {
+    if !root() {
+        eprintln!("SKIPPED: needs root (network namespaces, XDP)");
+        return;
+    }
+    let mut bed = Bed::up();
+    bed.recv(&["--xdp", "eth0"]);
+    let mut s = bed.send(
+        "10.0.1.2",
+        &["--xdp", "eth0", "--max", "-c", "64", "-t", "20000"],
+    );
+    // `ip netns exec` execs the sender: the child is the sender.
+    let pid = s.id();
+    let mut held = (Vec::new(), Vec::new());
+    let running = eventually(|| {
+        let ids = bpf_ids(pid);
+        let some = !ids.0.is_empty();
+        if some {
+            held = ids;
+        }
+        some
+    });
+    s.kill().unwrap();
+    let _ = s.wait();
+    assert!(running, "the live sender held no BPF program");
+    let (progs, maps) = held;
+    assert!(!maps.is_empty(), "the live sender's map");
+    assert!(
+        eventually(|| !progs.iter().any(|&id| bpf_id_exists(13, id))),
+        "a program of the killed sender is still loaded: {progs:?}"
+    );
+    assert!(
+        eventually(|| !maps.iter().any(|&id| bpf_id_exists(14, id))),
+        "a map of the killed sender is still there: {maps:?}"
+    );
+    // Nothing was attached to a's interface.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns("a"), "ip", "link", "show", "eth0"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("prog/xdp"));
+}
