@@ -3,8 +3,9 @@
 //! once, received by `recv --xdp` or refused by the sending veth (the
 //! sending host's drops), over IPv4 and IPv6; a receiver without an XDP
 //! program makes the sender fall back to the AF_XDP ring, saying why;
-//! SIGKILL of a live sender leaves no program or map in the kernel (live
-//! mode attaches nothing). Runs are short (well under a second of traffic each).
+//! SIGKILL of a live sender leaves no program or map in the kernel, nothing
+//! on the sending interface and nothing on `lo` (where the program is held
+//! in generic mode while it runs). Runs are short (well under a second of traffic each).
 #![cfg(target_os = "linux")]
 
 use serde_json::Value;
@@ -277,9 +278,21 @@ fn sigkill_of_a_live_sender_leaves_no_program_or_map() {
         }
         some
     });
+    // Running, the program is attached to a's lo in generic mode (it
+    // keeps the program in the XDP dispatcher between calls).
+    let lo = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns("a"), "ip", "link", "show", "lo"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+    };
+    let held_lo = eventually(lo);
     s.kill().unwrap();
     let _ = s.wait();
     assert!(running, "the live sender held no BPF program");
+    assert!(held_lo, "the live program was not on a's lo");
+    assert!(eventually(|| !lo()), "XDP program left on a's lo");
     let (progs, maps) = held;
     assert!(!maps.is_empty(), "the live sender's map");
     assert!(
@@ -290,7 +303,7 @@ fn sigkill_of_a_live_sender_leaves_no_program_or_map() {
         eventually(|| !maps.iter().any(|&id| bpf_id_exists(14, id))),
         "a map of the killed sender is still there: {maps:?}"
     );
-    // Nothing was attached to a's interface.
+    // Nothing was attached to a's sending interface.
     let out = Command::new("ip")
         .args(["netns", "exec", &ns("a"), "ip", "link", "show", "eth0"])
         .output()

@@ -7,9 +7,12 @@
 //! the frame straight into the peer's XDP ring, with no skb and no copy,
 //! where the peer's XDP program (the receiver's) takes it.
 //!
-//! Nothing is attached to any interface: the program runs only inside
-//! the `bpf(2)` call, and its maps and the program are file descriptors
-//! of this process, gone with it (SIGKILL included).
+//! Nothing is attached to the sending interface: the program runs there
+//! only inside the `bpf(2)` call. It is attached, in generic mode, to
+//! the namespace's `lo`, where it passes every frame, only to keep it in
+//! the kernel's XDP dispatcher between calls ([`hold_dispatcher`]). The
+//! program, its map and that attachment (a BPF link) are file
+//! descriptors of this process, gone with it (SIGKILL included).
 //!
 //! There is no back-pressure: a frame the peer's ring has no room for is
 //! dropped by the driver and counted in the sending interface's
@@ -41,12 +44,13 @@ const DISCARD_PORT: u16 = 9;
 /// Frames per call at the start; each call that the interface took
 /// (almost) whole doubles it up to [`MOST_PER_CALL`], one it refused
 /// more of than [`REFUSED_PER_MILLE`] halves it down to [`BATCH`] and
-/// sleeps [`BACK_OFF_US`]: the additive part of AIMD is a doubling
-/// here because a call has a fixed cost (about 25 ms on Linux 6.18:
-/// the live-frame page pool set up and torn down per call).
-const FIRST_PER_CALL: u64 = 16_384;
-/// Most frames per call (about 0.2-0.5 s of frames at this host's rates).
-const MOST_PER_CALL: u64 = 1 << 20;
+/// sleeps [`BACK_OFF_US`] (AIMD on the batch, with a doubling for the
+/// additive step: a call is cheap once the dispatcher holds the program,
+/// [`hold_dispatcher`]).
+const FIRST_PER_CALL: u64 = 4096;
+/// Most frames per call: 13-20 ms at this host's 3-5 Mpps, so a timed
+/// flood ends on time and a refusal is acted on soon.
+const MOST_PER_CALL: u64 = 1 << 16;
 /// Refused frames per thousand stamped above which the next call halves.
 const REFUSED_PER_MILLE: u64 = 1;
 /// Sleep after a call the interface refused frames of: lets the peer's
@@ -68,6 +72,10 @@ pub struct LiveTx {
     xmit_last: u64,
     /// The interface's name.
     pub iface: String,
+    /// The program attached to `lo` (generic XDP, by a link this process
+    /// holds), which keeps it in the kernel's XDP dispatcher between
+    /// calls ([`hold_dispatcher`]).
+    _hold: Option<OwnedFd>,
     /// Frames per second of the last call (a timed flood's last calls
     /// are cut to its end by it).
     rate: f64,
@@ -90,7 +98,8 @@ impl LiveTx {
         let ifindex = super::ifindex(iface)?;
         let hl = ep.header_len();
         let (f, udp_sum) = build(ep, payload);
-        let (prog, state_fd, state) = load(hl, udp_sum)?;
+        let (prog, state_fd, state) = load(hl, udp_sum, ifindex)?;
+        let hold = hold_dispatcher(&prog);
         // veth counts the frames its peer's ring took per queue
         // (`tx_queue_N_xdp_xmit`); a frame it did not take is counted as
         // an error only when the peer has a ring at all, so the sender
@@ -115,6 +124,7 @@ impl LiveTx {
             xmit_last,
             iface: iface.to_string(),
             rate: 1e6,
+            _hold: hold.ok(),
         })
     }
 
@@ -205,6 +215,23 @@ pub fn live_flood(
     Ok((total.stamped, total.refused))
 }
 
+/// Each `BPF_PROG_TEST_RUN` of an XDP program puts it into the kernel's
+/// XDP dispatcher and takes it out again, and each change waits for an
+/// RCU grace period (`bpf_dispatcher_change_prog`, `synchronize_rcu`;
+/// seen in /proc/PID/stack on Linux 6.18): two per call, 24 ms per call
+/// on an idle host, 100-200 ms on a loaded one, during which nothing is
+/// sent. A program the dispatcher already holds for an attachment is
+/// only counted, not changed: so the live program is also attached, in
+/// generic (skb) mode, to the sender's namespace's `lo`, where it passes
+/// every frame (only frames "arriving" on the sending interface are
+/// stamped). The attachment is a BPF link this process holds: gone with
+/// it, SIGKILL included. Where it cannot be attached (another program on
+/// `lo`), the calls pay the grace periods.
+fn hold_dispatcher(prog: &OwnedFd) -> std::io::Result<OwnedFd> {
+    let lo = sys::ifindex("lo")?;
+    sys::xdp_link(prog, lo, sys::XDP_FLAGS_SKB)
+}
+
 /// The frame to `ep` carrying `payload` (a probe header first) with its
 /// sequence and time zero, and for IPv6 the one's-complement sum of its
 /// UDP checksum's inputs as the program loads 16-bit words (native
@@ -223,7 +250,11 @@ fn build(ep: &Endpoints, payload: &[u8]) -> (Vec<u8>, Option<u16>) {
 
 /// The program for frames whose probe header starts at `hl`, its state
 /// map (clock word set) and that map's mapping.
-fn load(hl: usize, udp_sum: Option<u16>) -> Result<(OwnedFd, OwnedFd, Words), XdpError> {
+fn load(
+    hl: usize,
+    udp_sum: Option<u16>,
+    ifindex: u32,
+) -> Result<(OwnedFd, OwnedFd, Words), XdpError> {
     let state_fd = sys::map_create_flags(
         sys::MAP_ARRAY,
         4,
@@ -235,7 +266,7 @@ fn load(hl: usize, udp_sum: Option<u16>) -> Result<(OwnedFd, OwnedFd, Words), Xd
     .map_err(kernel("BPF live-sender map"))?;
     let state = Words::map(&state_fd, live::WORDS).map_err(kernel("BPF map mmap"))?;
     state.store(live::CLOCK, (-sys::tai_offset_ns()) as u64);
-    let code = prog::live_tx_program(state_fd.as_raw_fd(), hl, udp_sum);
+    let code = prog::live_tx_program(state_fd.as_raw_fd(), hl, udp_sum, ifindex);
     let prog = sys::prog_load(&code, PROG_NAME)
         .map_err(|(source, log)| XdpError::Verifier { source, log })?;
     Ok((prog, state_fd, state))
@@ -425,7 +456,7 @@ mod tests {
             h.encode(&mut payload).unwrap();
             let hl = e.header_len();
             let (f, udp_sum) = build(&e, &payload);
-            let (prog, _map, state) = match load(hl, udp_sum) {
+            let (prog, _map, state) = match load(hl, udp_sum, 1) {
                 Ok(x) => x,
                 Err(e) => panic!("{e}"),
             };
@@ -475,7 +506,7 @@ mod tests {
         }
         let e = ep("10.0.1.1:9001", "10.0.1.2:9000");
         let (f, _) = build(&e, &[0u8; 24]);
-        let (prog, _map, _state) = load(e.header_len() + 16, None).unwrap();
+        let (prog, _map, _state) = load(e.header_len() + 16, None, 1).unwrap();
         let mut out = vec![0u8; f.len()];
         let (ret, _) = sys::prog_test_run_out(&prog, &f, &mut out).unwrap();
         assert_eq!(ret, 1, "XDP_DROP");

@@ -388,7 +388,12 @@ pub(crate) mod live {
 /// set from `udp_sum`, the one's-complement sum (as the program loads
 /// 16-bit words, RFC 1071's order-independence) of the pseudo header and
 /// the datagram with sequence and time zero, plus the two new fields.
-pub(crate) fn live_tx_program(state: i32, hl: usize, udp_sum: Option<u16>) -> Vec<Insn> {
+pub(crate) fn live_tx_program(
+    state: i32,
+    hl: usize,
+    udp_sum: Option<u16>,
+    ifindex: u32,
+) -> Vec<Insn> {
     use wirebench_wire::probe::field;
     let mut a = Asm {
         code: Vec::with_capacity(64),
@@ -398,6 +403,11 @@ pub(crate) fn live_tx_program(state: i32, hl: usize, udp_sum: Option<u16>) -> Ve
     let seq_at = (hl + field::SEQ.start) as i16;
     let tx_at = (hl + field::TX_TIME.start) as i16;
     a.op(MOV64_REG, 6, 1, 0, 0);
+    // Only frames "arriving" on the sending interface are ours: the
+    // program is also attached where it sees other traffic
+    // ([`super::live`], "the dispatcher"), which passes untouched.
+    a.op(LDX_W, 2, 6, 12, 0);
+    a.jump(JNE_IMM, 2, 0, ifindex as i32, Label::V4);
     a.op(CALL, 0, 0, 0, HELPER_KTIME_GET_TAI_NS);
     a.op(MOV64_REG, 9, 0, 0, 0);
     a.map_value(8, state);
@@ -448,6 +458,9 @@ pub(crate) fn live_tx_program(state: i32, hl: usize, udp_sum: Option<u16>) -> Ve
     a.op(EXIT, 0, 0, 0, 0);
     a.label(Label::Pass);
     a.op(MOV64_IMM, 0, 0, 0, XDP_DROP);
+    a.op(EXIT, 0, 0, 0, 0);
+    a.label(Label::V4);
+    a.op(MOV64_IMM, 0, 0, 0, XDP_PASS);
     a.op(EXIT, 0, 0, 0, 0);
     a.finish()
 }
