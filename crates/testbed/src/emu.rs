@@ -561,6 +561,49 @@ mod tests {
         ));
     }
 
+    /// Hop 2 of a saturated 1 Gbit/s jumbo path gets hop 1's frames back
+    /// to back in the model (due every 72.304 µs) but each sent late by
+    /// hop 1's emulator (0-300 µs), then forwarded in 20 µs. Scheduled
+    /// from the kernel arrival, hop 2's wire idles at every late send and
+    /// ends with the largest lateness still queued; scheduled from the
+    /// virtual arrival (arrival − lateness, as `emu_late` gives it) it
+    /// stays back to back and ends one serialisation after hop 1.
+    #[test]
+    fn a_virtual_arrival_keeps_the_previous_hops_schedule() {
+        let ser = 9038 * 8;
+        let (t0, fwd, n) = (1_000_000u64, 20_000u64, 1000u64);
+        let late = |k: u64| [0, 40_000, 5_000, 300_000, 10_000, 0, 120_000][(k % 7) as usize];
+        let mut phys = Wire::new(Some(1_000_000_000), imp(), 10_000, 1);
+        let mut virt = Wire::new(Some(1_000_000_000), imp(), 10_000, 1);
+        let (mut end_p, mut end_v, mut idle_v, mut prev_v) = (0, 0, 0, 0);
+        for k in 0..n {
+            let due = t0 + (k + 1) * ser;
+            let arrival = due + late(k) + fwd;
+            let v =
+                crate::emu_late::virtual_arrival(arrival, due, due + late(k)).unwrap_or(arrival);
+            assert_eq!(v, due + fwd);
+            end_p = match phys.admit(arrival, 9014) {
+                Fate::Deliver { end, .. } => end,
+                other => panic!("{other:?}"),
+            };
+            match virt.admit(v, 9014) {
+                Fate::Deliver { start, end, .. } => {
+                    if k > 0 {
+                        idle_v += start - prev_v;
+                    }
+                    prev_v = end;
+                    end_v = end;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(idle_v, 0);
+        assert_eq!(end_v, t0 + (n + 1) * ser + fwd);
+        // From the kernel arrival the last frame leaves at least the
+        // largest lateness later.
+        assert!(end_p >= end_v + 300_000, "{end_p} vs {end_v}");
+    }
+
     #[test]
     fn drop_tail_queue() {
         let mut w = Wire::new(Some(100_000_000), imp(), 3, 1);
