@@ -1579,6 +1579,7 @@ pub(crate) struct Emulator;
 
 /// A link's lateness table files (unused off Linux).
 #[cfg(not(target_os = "linux"))]
+#[allow(dead_code)]
 pub(crate) struct LateFiles {
     pub(crate) own: std::fs::File,
     pub(crate) from: [Vec<(std::fs::File, usize)>; 2],

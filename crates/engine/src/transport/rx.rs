@@ -199,6 +199,7 @@ pub(crate) struct RxFlow {
     /// The sender floods this flow (`--max`, [`FlowSetup::bulk`]): the
     /// XDP path's `--xdp-napi auto` threads the receive half only for
     /// such a flow.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) bulk: bool,
     pub(crate) acc: Recorder,
     pub(crate) sh: Arc<FlowShared>,
