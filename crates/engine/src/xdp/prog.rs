@@ -41,9 +41,11 @@ pub(crate) mod rec {
     pub const SRC_OK: usize = 51;
 }
 
-/// Records in the ring: 16 MiB, 175 ms at 1.5 Mpps, 0.7 s at 360 kpps
-/// (the AF_XDP path's 65 536 UMEM frames hold 44 ms and 180 ms).
-pub(crate) const RING_RECORDS: u64 = 1 << 18;
+/// Records in the ring: 64 MiB, 0.2 s at the 5 Mpps live frames bring
+/// (docs/engine.md, "Live frames"; 2^18 overran in 2 of 4 runs at load
+/// 2.6, stalls of the reading thread), 0.7 s at 1.5 Mpps (the AF_XDP
+/// path's 65 536 UMEM frames hold 44 ms).
+pub(crate) const RING_RECORDS: u64 = 1 << 20;
 
 /// Name the program is loaded under; `--xdp-cleanup` looks for it.
 pub(crate) const PROG_NAME: &str = "wirebench_xdp";

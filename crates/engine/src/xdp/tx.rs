@@ -635,11 +635,12 @@ pub(crate) fn run_flows(
         spin_ns: crate::clock::SPIN_NS,
         probe_key: launch.probe_key,
     };
+    let strict = plan.xdp_tx == XdpTx::Live;
     let h = std::thread::Builder::new()
         .name("wb-xdp-tx-1".into())
         .spawn(move || {
             let live = if x.try_live {
-                match super::live::open_for(&x.port.iface, &x.ep, &job) {
+                match super::live::open_for(&x.port.iface, &x.ep, &job, strict) {
                     Ok(l) => Some(l),
                     Err(why) => {
                         // host.send_path says why (and `send` prints it).
