@@ -14,20 +14,26 @@
 #   bench/link_transfer.sh          BEDS=10 RUNS=4 CC=cubic|bbr (default: the kernel's)
 #   FORCE= (empty) leaves the bed's own choice of backend (a 1 Gbit/s jumbo
 #   link is the emulator's by default too; FORCE defaults to --delay 1ns).
-#   WIREBENCH=path to use a built binary. Needs root. Runs its own test-bed
-#   `lktransfer` and removes it on exit.
+#   WIREBENCH=path to use a built binary. TOPO=router runs a-r1-b (two
+#   emulated hops; default direct). Needs root. Runs its own test-bed
+#   (TB, default `lktransfer`) and removes it on exit. It also prints,
+#   per transfer, each emulated hop's forward direction from the
+#   emulators' counters: the wire's idle time in short
+#   gaps, its mean queueing, its sends' mean lateness and how many frames
+#   it scheduled from the previous hop's virtual arrival (issue 23).
 set -euo pipefail
 beds=${BEDS:-10}; runs=${RUNS:-4}; cc=(); [[ -n "${CC:-}" ]] && cc=(--cc "$CC")
-tb=lktransfer; port=15983
+tb=${TB:-lktransfer}; topo=${TOPO:-direct}; port=15983
 . "$(dirname "${BASH_SOURCE[0]}")/link_common.sh"
 
 uptime
 for b in $(seq 1 "$beds"); do
-    "$wb" testbed up direct --name $tb --mtu 9000 --rate 1gbit ${FORCE---delay 1ns} >/dev/null
+    "$wb" testbed up "$topo" --name $tb --mtu 9000 --rate 1gbit ${FORCE---delay 1ns} >/dev/null
     "$wb" testbed exec --name $tb b -- chrt -f 50 "$wb" recv -p $port >/dev/null 2>&1 & recv_pid=$!
     sleep 1
     for r in $(seq 1 "$runs"); do
         rm -f "$dir/r.json"
+        for c in /run/wirebench/$tb.link*.counters; do cp "$c" "$dir/before.${c##*/}"; done
         timeout 60 "$wb" testbed exec --name $tb a -- chrt -f 50 "$wb" send -a b -p $port -4 \
             -T tcp --max -c 8192 -k 5120 "${cc[@]}" --linger 300 --json "$dir/r.json" >/dev/null 2>&1 || true
         python3 - "$dir/r.json" >>"$dir/ratios" <<'PY' || echo nan >>"$dir/ratios"
@@ -36,9 +42,29 @@ f = json.load(open(sys.argv[1]))["flows"][0]
 wire_min = 5 * 1024 * 1024 * 8 * f["throughput_bps"]["wire"] / f["throughput_bps"]["payload"] / 1e9
 print(f"{f['completion_s'] / wire_min:.4f}")
 PY
+        python3 - "$dir" "$tb" >>"$dir/hops" <<'PY' || true
+import glob, os, struct, sys
+d, tb = sys.argv[1], sys.argv[2]
+out = []
+for c in sorted(glob.glob(f"/run/wirebench/{tb}.link*.counters")):
+    li = c.rsplit(".link", 1)[1].split(".")[0]
+    b = open(os.path.join(d, "before." + os.path.basename(c)), "rb").read()
+    a = open(c, "rb").read()
+    # Direction 0 (the transfer's data) is the file's first words in
+    # every layout; words 12-13 (virtual arrivals) only where the
+    # emulator publishes lateness tables.
+    w = lambda x, i: struct.unpack_from("=Q", x, 8 * i)[0]
+    dd = lambda i: w(a, i) - w(b, i)
+    timed, deliv = max(dd(5), 1), max(dd(1), 1)
+    virt = dd(12) if os.path.exists(c[: -len(".counters")] + ".late") else -1
+    out.append(f"hop{li} idle_us={dd(10) / 1e3:.0f} queue_us={dd(6) / timed / 1e3:.1f} "
+               f"late_us={dd(11) / deliv / 1e3:.1f} virtual={virt}")
+print(" | ".join(out))
+PY
     done
     kill "$recv_pid" 2>/dev/null || true; wait "$recv_pid" 2>/dev/null || true; recv_pid=""
     echo "bed $b: $(tail -n "$runs" "$dir/ratios" | tr '\n' ' ')"
+    [[ -s "$dir/hops" ]] && tail -n "$runs" "$dir/hops" | sed 's/^/    /'
     "$wb" testbed down --name $tb >/dev/null
 done
 python3 - "$dir/ratios" "$runs" <<'PY'
@@ -51,5 +77,16 @@ print(f"{len(xs)} transfers, {len(xs) - len(ok)} failed; completion / wire minim
       f"median {statistics.median(ok):.4f}, range {min(ok):.4f}-{max(ok):.4f}, "
       f"within 1.000-1.01: {sum(1.0 <= x <= 1.01 for x in ok)} of {len(xs)}; "
       f"first on a bed: {min(first):.4f}-{max(first):.4f}")
+PY
+[[ -s "$dir/hops" ]] && python3 - "$dir/hops" <<'PY'
+import collections, statistics, sys
+v = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    for part in line.strip().split(" | "):
+        hop, *kv = part.split()
+        for k, x in (p.split("=") for p in kv):
+            v[(hop, k)].append(float(x))
+for (hop, k), xs in sorted(v.items()):
+    print(f"{hop} {k}: median {statistics.median(xs):.1f}, range {min(xs):.1f}-{max(xs):.1f}")
 PY
 uptime

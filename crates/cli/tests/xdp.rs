@@ -784,7 +784,7 @@ fn the_senders_queue_lives_as_long_as_its_session_on_a_noqueue_veth_only() {
 }
 
 #[test]
-fn napi_auto_threads_for_an_xdp_sender_only_and_off_is_the_default() {
+fn napi_auto_threads_floods_of_an_xdp_sender_only_and_off_is_the_default() {
     if !root() {
         eprintln!("SKIPPED: needs root (network namespaces, XDP)");
         return;
@@ -803,8 +803,8 @@ fn napi_auto_threads_for_an_xdp_sender_only_and_off_is_the_default() {
     );
     drop(bed);
     let bed = Bed::with_recv(&["--xdp", "eth0", "--xdp-napi", "auto"]);
-    let paced = ["-C", "20000", "-c", "64", "-z", "4000"];
-    let v = doc(&bed, "10.0.1.2", &[&["--xdp", "eth0"], &paced[..]].concat());
+    let flood = ["--max", "-c", "64", "-z", "4000"];
+    let v = doc(&bed, "10.0.1.2", &[&["--xdp", "eth0"], &flood[..]].concat());
     let (tx, rx) = paths(&v);
     assert!(tx.contains("for the session"), "{tx}");
     // Threaded when the host had a CPU to spare, else the document says
@@ -815,8 +815,22 @@ fn napi_auto_threads_for_an_xdp_sender_only_and_off_is_the_default() {
     );
     assert_eq!(v["flows"][0]["received"]["packets"], 4000);
     assert!(eventually(|| threaded("b", "eth0") == "0"), "not put back");
+    // A paced flow from the same sender is not threaded: its pacer would
+    // wait on the kernel thread's wake-ups.
+    let paced = ["-C", "20000", "-c", "64", "-z", "4000"];
+    let v = doc(&bed, "10.0.1.2", &[&["--xdp", "eth0"], &paced[..]].concat());
+    let (tx, rx) = paths(&v);
+    assert!(tx.contains("for the session"), "{tx}");
+    assert!(
+        rx.starts_with("xdp program (") && !rx.contains("threaded"),
+        "{rx}"
+    );
+    assert_eq!(v["flows"][0]["received"]["packets"], 4000);
     // A socket-path sender has no sending queue: the receiver still takes
-    // the XDP path (it serves every session) but does not thread it.
+    // the XDP path (it serves every session) but does not thread it
+    // (paced here, as a flood could lose at the sender's own qdisc; the
+    // unit test `auto_threads_napi_only_for_floods_whose_senders_asked`
+    // covers a socket-path flood).
     let v = doc(&bed, "10.0.1.2", &paced);
     let (tx, rx) = paths(&v);
     assert_eq!(tx, "sendmmsg");

@@ -1055,7 +1055,7 @@ pub(crate) mod tests {
     }
 
     /// The start lead grows with the bulk TCP writers' buffers (1 000
-    /// flows: 128 KiB each, 2 ns a byte) and only with them.
+    /// flows: 64 KiB each, 2 ns a byte) and only with them.
     #[test]
     fn shared_tcp_writers_get_a_start_lead_for_their_buffers() {
         let stop = Stop::DurationMs(1000);
@@ -1070,7 +1070,7 @@ pub(crate) mod tests {
                 .collect();
             SessionPlan::new("127.0.0.1", flows)
         };
-        assert!(tcp_writer_lead_ns(&bulk(1000)) >= 1000 * (128 << 10) * 2);
+        assert!(tcp_writer_lead_ns(&bulk(1000)) >= 1000 * (64 << 10) * 2);
         assert_eq!(tcp_writer_lead_ns(&bulk(0)), 0);
         // 1 000 paced flows on the shared writer: 8 records of 8000 B each.
         let mut paced = bulk(1000);

@@ -5,7 +5,12 @@
 //! every packet as always.
 
 use crate::{bad, ModelError};
+use rand::RngCore;
 use std::sync::Arc;
+
+/// The stream of the flow's generator ([`crate::gen::rng`]) random payloads are drawn from
+/// (the schedule uses 1-3).
+const PAYLOAD_STREAM: u64 = 4;
 
 /// Largest file prefix a payload uses: no packet or TCP write is longer.
 pub const MAX_PAYLOAD_FILE_BYTES: usize = 1 << 20;
@@ -80,17 +85,9 @@ impl Payload {
             }
             Payload::Zeros => buf.fill(0),
             Payload::Random => {
-                // splitmix64: a fast, well-mixed stream from the flow's seed.
-                let mut z = seed;
-                for chunk in buf.chunks_mut(8) {
-                    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                    let mut x = z;
-                    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                    x ^= x >> 31;
-                    let b = x.to_le_bytes();
-                    chunk.copy_from_slice(&b[..chunk.len()]);
-                }
+                // Its own stream of the flow's generator, so the content
+                // does not move the schedule's draws.
+                crate::gen::rng(seed, PAYLOAD_STREAM).fill_bytes(buf);
             }
             Payload::File { bytes, .. } => {
                 for (x, b) in buf.iter_mut().zip(bytes.iter().cycle()) {

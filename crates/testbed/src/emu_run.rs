@@ -24,7 +24,9 @@
 //! on an idle wire, whose wake-up an idle VM makes late), then spin on
 //! the clock while watching the rings (memory, no system call). Arrival times are the
 //! kernel's receive timestamps, so a frame read late is still scheduled
-//! from when it arrived.
+//! from when it arrived; a frame the emulator of the link before sent
+//! late is scheduled from when that link's model delivered it
+//! ([`crate::emu_late`]).
 
 #[cfg(target_os = "linux")]
 pub(crate) use imp::*;
@@ -34,8 +36,9 @@ pub(crate) use imp::*;
 /// frames timed and their summed queueing, serialisation and propagation
 /// nanoseconds (so a reader's difference of two snapshots gives the means
 /// over any span without a per-frame system call), then CoDel's drops,
-/// the wire's short idle gaps and the summed lateness of its sends.
-pub const COUNTERS: usize = 12;
+/// the wire's short idle gaps and the summed lateness of its sends, then
+/// the frames scheduled from a virtual arrival and their summed credit.
+pub const COUNTERS: usize = 14;
 
 /// An idle gap on a wire shorter than this counts in
 /// [`WireCounters::idle_ns`]: a stall of the frames' source inside a run,
@@ -98,6 +101,15 @@ pub struct WireCounters {
     /// [`SendError`] counts (a duplicate counts twice).
     #[serde(default)]
     pub late_ns: u64,
+    /// Frames scheduled from their virtual arrival: found in the previous
+    /// hop's lateness table ([`crate::emu_late`]), that hop having sent
+    /// them late.
+    #[serde(default)]
+    pub virtual_frames: u64,
+    /// Summed time those frames' virtual arrival was before their kernel
+    /// arrival (ns): the previous hop's lateness given back.
+    #[serde(default)]
+    pub credit_ns: u64,
 }
 
 impl WireCounters {
@@ -122,6 +134,8 @@ impl WireCounters {
             aqm_drops: self.aqm_drops.saturating_sub(before.aqm_drops),
             idle_ns: self.idle_ns.saturating_sub(before.idle_ns),
             late_ns: self.late_ns.saturating_sub(before.late_ns),
+            virtual_frames: self.virtual_frames.saturating_sub(before.virtual_frames),
+            credit_ns: self.credit_ns.saturating_sub(before.credit_ns),
         }
     }
 
@@ -331,6 +345,8 @@ pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
         aqm_drops: w(d * COUNTERS + 9),
         idle_ns: w(d * COUNTERS + 10),
         late_ns: w(d * COUNTERS + 11),
+        virtual_frames: w(d * COUNTERS + 12),
+        credit_ns: w(d * COUNTERS + 13),
     };
     Some([dir(0), dir(1)])
 }
@@ -473,6 +489,7 @@ mod imp {
     use super::{Aqm, Spin, Step};
     use crate::aqm::{flow_hash, AqmQueue};
     use crate::emu::{Fate, ManagedWire, Wire, ETH_HEADER};
+    use crate::emu_late::{frame_key, virtual_arrival, LateTable, LATE_FILE_BYTES};
     use crate::error::TestbedError;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -801,6 +818,12 @@ mod imp {
         data: Vec<u8>,
         /// Length of the frame in each slot.
         slot_len: Vec<u32>,
+        /// Key of the frame in each slot ([`frame_key`]; 0: none).
+        slot_key: Vec<u64>,
+        /// Where this direction publishes its sends' lateness.
+        late: LateTable,
+        /// Each message's key.
+        keys: Vec<u64>,
         /// When the last frame timed left the wire (ns).
         last_end: u64,
         /// One `sendmmsg` call's messages and their buffers.
@@ -890,6 +913,7 @@ mod imp {
                             iov_len: h.len as usize,
                         };
                         self.due[n] = h.at;
+                        self.keys[n] = self.slot_key[h.slot as usize];
                         n += 1;
                     }
                     self.counts.add(1, h.copies as u64);
@@ -904,6 +928,13 @@ mod imp {
                 let mut sent = 0;
                 while sent < n {
                     let t0 = mono();
+                    // Before the call: the far end's kernel may forward a
+                    // frame to the next emulator before the call returns.
+                    for i in sent..n {
+                        if self.keys[i] != 0 {
+                            self.late.publish(self.keys[i], self.due[i], t0);
+                        }
+                    }
                     // A full socket buffer or a vanished peer loses the
                     // frames, as a wire would; the receive side notices a
                     // vanished interface.
@@ -941,6 +972,15 @@ mod imp {
         }
     }
 
+    /// What one direction shares with other processes: its counters, the
+    /// table where it publishes its sends' lateness, and the tables of
+    /// the links that deliver to the node it receives from.
+    struct Shared {
+        counts: Counts,
+        late: LateTable,
+        from: Vec<LateTable>,
+    }
+
     /// One direction: frames read on `rx`, queued and timed by `queue`,
     /// held and written on the other end by `store`.
     struct Dir {
@@ -950,6 +990,9 @@ mod imp {
         store: Store,
         /// Seed of the flow hash (FQ-CoDel's perturbation).
         perturb: u64,
+        /// The lateness tables of the links whose frames reach this
+        /// direction through the node it receives from.
+        from: Vec<LateTable>,
     }
 
     impl Dir {
@@ -960,8 +1003,9 @@ mod imp {
             ring: Ring,
             tx: RawFd,
             slot_size: usize,
-            counts: Counts,
+            shared: Shared,
         ) -> Dir {
+            let Shared { counts, late, from } = shared;
             let mut wire = wire;
             if let Some(a) = aqm {
                 // Sizes the slots; a byte limit alone counts no frames.
@@ -988,6 +1032,9 @@ mod imp {
                     slot_size,
                     data: vec![0u8; n * slot_size],
                     slot_len: vec![0; n],
+                    slot_key: vec![0; n],
+                    late,
+                    keys: vec![0; SEND_BATCH],
                     last_end: 0,
                     // SAFETY: mmsghdr and iovec are plain data; zeroed is
                     // a valid value (null pointers, zero lengths).
@@ -998,6 +1045,7 @@ mod imp {
                     counts,
                 },
                 perturb: aqm.map_or(0, |a| a.perturb),
+                from,
             }
         }
 
@@ -1070,9 +1118,23 @@ mod imp {
                 unsafe {
                     std::ptr::copy_nonoverlapping(f.data, st.data[off..off + len].as_mut_ptr(), len)
                 };
-                let arrival = mono_stamp(f.stamp, clock_off, now).unwrap_or(now);
+                let mut arrival = mono_stamp(f.stamp, clock_off, now).unwrap_or(now);
                 self.ring.release(f);
                 st.slot_len[slot as usize] = len as u32;
+                let key = frame_key(&st.data[off..off + len]).unwrap_or(0);
+                st.slot_key[slot as usize] = key;
+                // Scheduled from when the previous hop's model delivered
+                // it, not from when its emulator got round to it.
+                if key != 0 {
+                    if let Some(v) = self.from.iter().find_map(|t| {
+                        let (due, sent) = t.lookup(key)?;
+                        virtual_arrival(arrival, due, sent)
+                    }) {
+                        st.counts.add(12, 1);
+                        st.counts.add(13, arrival - v);
+                        arrival = v;
+                    }
+                }
                 match &mut self.queue {
                     Queue::Tail(w) => {
                         let fate = w.admit(arrival, len as u32);
@@ -1149,11 +1211,73 @@ mod imp {
         Ok(p as *const AtomicU64)
     }
 
+    /// A shared mapping of a lateness table file, unmapped when the
+    /// parent drops it (the forwarding process exits without dropping).
+    struct Mapped {
+        base: *mut libc::c_void,
+    }
+
+    impl Mapped {
+        /// Maps `f` ([`LATE_FILE_BYTES`] long, as the test-bed made it).
+        fn new(f: &std::fs::File) -> Result<Mapped, TestbedError> {
+            let what = "mapping a link's lateness table";
+            let len = f.metadata().map_err(|e| TestbedError::io(what, e))?.len();
+            if len != LATE_FILE_BYTES as u64 {
+                return Err(TestbedError::Invalid(format!(
+                    "a lateness table of {len} B, not {LATE_FILE_BYTES}"
+                )));
+            }
+            // SAFETY: a fresh shared mapping of a file of that size.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    LATE_FILE_BYTES,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(TestbedError::io(what, std::io::Error::last_os_error()));
+            }
+            Ok(Mapped { base: p })
+        }
+
+        /// Direction `d`'s table.
+        fn table(&self, d: usize) -> LateTable {
+            // SAFETY: the mapping holds both directions' words, page
+            // aligned, and the Emulator keeps it (the forwarding process
+            // for its whole life).
+            unsafe { LateTable::new((self.base as *const AtomicU64).add(d * LateTable::WORDS)) }
+        }
+    }
+
+    impl Drop for Mapped {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, unmapped once.
+            unsafe { libc::munmap(self.base, LATE_FILE_BYTES) };
+        }
+    }
+
+    /// A link's lateness tables as its emulator is given them: its own
+    /// file (both directions), and for each direction the files of the
+    /// links delivering to the node that direction receives from, with
+    /// the direction of each that does.
+    pub(crate) struct LateFiles {
+        /// This link's table file.
+        pub(crate) own: std::fs::File,
+        /// Per direction: (neighbour's file, its direction into the node).
+        pub(crate) from: [Vec<(std::fs::File, usize)>; 2],
+    }
+
     /// Everything the forwarding loop needs, made before the fork.
     pub(crate) struct Emulator {
         socks: [OwnedFd; 2],
         ifindex: [i32; 2],
         dirs: [Dir; 2],
+        /// Kept mapped while the tables in `dirs` are used.
+        _maps: Vec<Mapped>,
     }
 
     impl Emulator {
@@ -1165,8 +1289,20 @@ mod imp {
             aqm: Option<Aqm>,
             mtu: u32,
             counters: std::fs::File,
+            late: LateFiles,
         ) -> Result<Emulator, TestbedError> {
             let slot = (mtu + ETH_HEADER) as usize;
+            let own = Mapped::new(&late.own)?;
+            let mut maps = Vec::new();
+            let mut from: [Vec<LateTable>; 2] = [Vec::new(), Vec::new()];
+            for (d, list) in late.from.iter().enumerate() {
+                for (f, nd) in list {
+                    let m = Mapped::new(f)?;
+                    from[d].push(m.table(*nd));
+                    maps.push(m);
+                }
+            }
+            let [from0, from1] = from;
             let (a, ia, ra) = packet_socket(ends[0], slot)?;
             let (b, ib, rb) = packet_socket(ends[1], slot)?;
             let base = map_counters(counters)?;
@@ -1186,7 +1322,11 @@ mod imp {
                     ra,
                     b.as_raw_fd(),
                     slot,
-                    counts(0),
+                    Shared {
+                        counts: counts(0),
+                        late: own.table(0),
+                        from: from0,
+                    },
                 ),
                 Dir::new(
                     w1,
@@ -1195,13 +1335,21 @@ mod imp {
                     rb,
                     a.as_raw_fd(),
                     slot,
-                    counts(1),
+                    Shared {
+                        counts: counts(1),
+                        late: own.table(1),
+                        from: from1,
+                    },
                 ),
             ];
             Ok(Emulator {
                 socks: [a, b],
                 ifindex: [ia, ib],
                 dirs,
+                _maps: {
+                    maps.push(own);
+                    maps
+                },
             })
         }
 
@@ -1429,6 +1577,14 @@ mod imp {
 #[cfg(not(target_os = "linux"))]
 pub(crate) struct Emulator;
 
+/// A link's lateness table files (unused off Linux).
+#[cfg(not(target_os = "linux"))]
+#[allow(dead_code)]
+pub(crate) struct LateFiles {
+    pub(crate) own: std::fs::File,
+    pub(crate) from: [Vec<(std::fs::File, usize)>; 2],
+}
+
 #[cfg(not(target_os = "linux"))]
 impl Emulator {
     pub(crate) fn open(
@@ -1437,6 +1593,7 @@ impl Emulator {
         _aqm: Option<crate::emu_run::Aqm>,
         _mtu: u32,
         _counters: std::fs::File,
+        _late: LateFiles,
     ) -> Result<Emulator, crate::error::TestbedError> {
         Err(crate::error::TestbedError::Unsupported(
             std::env::consts::OS,

@@ -25,6 +25,7 @@
 pub mod aqm;
 pub mod counters;
 pub mod emu;
+pub mod emu_late;
 pub mod emu_run;
 pub mod error;
 pub mod os;

@@ -187,6 +187,11 @@ fn counters_path(testbed: &str, li: usize) -> PathBuf {
     Path::new(STATE_DIR).join(format!("{testbed}.link{li}.counters"))
 }
 
+/// The lateness table file of link `li`'s emulator ([`crate::emu_late`]).
+fn late_path(testbed: &str, li: usize) -> PathBuf {
+    Path::new(STATE_DIR).join(format!("{testbed}.link{li}.late"))
+}
+
 /// Namespace of link `li`'s emulator: `_` never occurs in a node name.
 pub fn link_netns(testbed: &str, li: usize) -> String {
     format!("{}_l{li}", ns_prefix(testbed))
@@ -370,9 +375,9 @@ pub(crate) fn teardown(name: &str) -> Result<(), TestbedError> {
     let counters = format!("{name}.link");
     if let Ok(rd) = std::fs::read_dir(STATE_DIR) {
         files.extend(rd.flatten().map(|e| e.path()).filter(|p| {
-            p.file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with(&counters) && f.ends_with(".counters"))
+            p.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
+                f.starts_with(&counters) && (f.ends_with(".counters") || f.ends_with(".late"))
+            })
         }));
     }
     for p in files {
@@ -859,6 +864,15 @@ impl Testbed {
                 run_input(&mut c, Some(&b))?;
             }
         }
+        // Every emulator's lateness table exists before the first starts:
+        // each maps its neighbours' too.
+        for li in self.emulated() {
+            let _s = signal::step();
+            let path = late_path(&self.name, li);
+            std::fs::File::create(&path)
+                .and_then(|f| f.set_len(crate::emu_late::LATE_FILE_BYTES as u64))
+                .map_err(|e| TestbedError::io(format!("creating {}", path.display()), e))?;
+        }
         for li in self.emulated() {
             let _s = signal::step();
             self.start_emulator(li)?;
@@ -884,6 +898,26 @@ impl Testbed {
         (0..self.backends.len())
             .filter(|&li| self.backends[li] == LinkBackend::TbfEmulator)
             .collect()
+    }
+
+    /// For each direction of emulated link `li`, the emulated links that
+    /// deliver frames to the node it receives from, and the direction of
+    /// each that does (direction 0 carries endpoint 0 → endpoint 1).
+    fn late_neighbours(&self, li: usize) -> [Vec<(usize, usize)>; 2] {
+        let ends = &self.spec.links[li].endpoints;
+        [0, 1].map(|d| {
+            self.emulated()
+                .into_iter()
+                .filter(|&lj| lj != li)
+                .flat_map(|lj| {
+                    let e = &self.spec.links[lj].endpoints;
+                    (0..2)
+                        .filter(|&k| e[k] == ends[d])
+                        .map(move |k| (lj, 1 - k))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        })
     }
 
     /// Starts the forwarding process of link `li` in its namespace.
@@ -938,8 +972,26 @@ impl Testbed {
             .truncate(true)
             .open(&path)
             .map_err(|e| TestbedError::io(format!("creating {}", path.display()), e))?;
+        let open = |lj: usize| {
+            let p = late_path(&self.name, lj);
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open(&p)
+                .map_err(|e| TestbedError::io(format!("opening {}", p.display()), e))
+        };
+        let mut from: [Vec<(std::fs::File, usize)>; 2] = [Vec::new(), Vec::new()];
+        for (d, list) in self.late_neighbours(li).into_iter().enumerate() {
+            for (lj, nd) in list {
+                from[d].push((open(lj)?, nd));
+            }
+        }
+        let late = crate::emu_run::LateFiles {
+            own: open(li)?,
+            from,
+        };
         in_netns(&link_netns(&self.name, li), move || {
-            crate::emu_run::Emulator::open(EMU_ENDS, wires, aqm, mtu, counters)?.spawn()
+            crate::emu_run::Emulator::open(EMU_ENDS, wires, aqm, mtu, counters, late)?.spawn()
         })
         .map(|_| ())
         .map_err(|e| TestbedError::Probe(format!("link {}: emulator: {e}", l.label())))

@@ -8,25 +8,24 @@
 //! cargo-fuzz needs a nightly toolchain; this runs in the ordinary test
 //! suite, bounded in count.
 
+use rand::{Rng as _, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// splitmix64: a seeded generator, enough to spread mutations (not crypto).
+/// A seeded generator, enough to spread mutations (not crypto): ChaCha8,
+/// as the traffic models use.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(ChaCha8Rng);
 
 impl Rng {
     /// A generator whose whole sequence is fixed by `seed`.
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(ChaCha8Rng::seed_from_u64(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number in 0..n (0 when n is 0).
@@ -34,7 +33,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            (self.next_u64() % n as u64) as usize
+            self.0.random_range(0..n)
         }
     }
 }

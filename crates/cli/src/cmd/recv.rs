@@ -170,10 +170,11 @@ pub struct Args {
     /// CPU; threaded, it runs in a kernel thread the scheduler puts on
     /// another CPU: faster on a quiet host, slower on a busy one, where
     /// that thread waits behind other work. off (the default): never.
-    /// auto: on a test-bed's own veth (`testbed exec`), for sessions whose
-    /// sender sends by AF_XDP (`send --xdp`, which gives its veth a sending
-    /// queue for the session, so the faster receive half cannot make it
-    /// drop), and only when at least 1.5 CPUs were idle in the 100 ms
+    /// auto: on a test-bed's own veth (`testbed exec`), for floods
+    /// (`--max`) whose sender sends by AF_XDP (`send --xdp`, which gives
+    /// its veth a sending queue for the session, so the faster receive
+    /// half cannot make it drop; a paced flow gains nothing and its
+    /// pacer loses to the thread's wake-ups), and only when at least 1.5 CPUs were idle in the 100 ms
     /// before the session (the thread needs a CPU of its own); a
     /// socket-path sender's session keeps it off. on: any interface, every
     /// session (a socket-path sender on a veth without a queue then loses
@@ -239,8 +240,8 @@ pub enum XdpRxArg {
 /// `--xdp-napi`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum NapiArg {
-    /// On a test-bed's own veth, for senders that send by AF_XDP, when
-    /// the host has a CPU to spare.
+    /// On a test-bed's own veth, for floods whose senders send by AF_XDP,
+    /// when the host has a CPU to spare.
     Auto,
     /// On any interface.
     On,

@@ -593,8 +593,19 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
                     ),
                     _ => String::new(),
                 };
+                // Frames scheduled from the previous hop's model rather
+                // than from its emulator's late send (docs/testbed.md).
+                let virt = if c.virtual_frames > 0 {
+                    format!(
+                        "; {} from the hop before's schedule, {:.1} µs earlier mean",
+                        c.virtual_frames,
+                        c.credit_ns as f64 / c.virtual_frames as f64 / 1e3
+                    )
+                } else {
+                    String::new()
+                };
                 println!(
-                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{aqm}{split}{idle}",
+                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{aqm}{split}{idle}{virt}",
                     c.frames_in, c.delivered, c.lost, c.queue_drops, c.buffer_drops
                 );
             }

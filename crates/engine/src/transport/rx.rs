@@ -196,6 +196,11 @@ pub(crate) struct RxFlow {
     /// A datagram socket lets the kernel coalesce same-size datagrams
     /// (UDP GRO): a bulk flow, where nothing is reflected.
     pub(crate) gro: bool,
+    /// The sender floods this flow (`--max`, [`FlowSetup::bulk`]): the
+    /// XDP path's `--xdp-napi auto` threads the receive half only for
+    /// such a flow.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) bulk: bool,
     pub(crate) acc: Recorder,
     pub(crate) sh: Arc<FlowShared>,
 }
@@ -398,6 +403,7 @@ pub(crate) fn rx_flow(s: &FlowSetup, at: &RxAt, log: Option<LogProducer>) -> RxF
             .rcvbuf
             .map_or(at.dgram_buf as usize, |w| budget::flow_buf(w) as usize),
         gro: at.gro && s.bulk,
+        bulk: s.bulk,
         acc: Recorder {
             acc: RecvAccumulator::with_max_intervals(cfg, at.max_intervals),
             log,

@@ -92,8 +92,8 @@ pub struct LiveTx {
     pub iface: String,
     /// The program attached to `lo` (generic XDP, by a link this process
     /// holds), which keeps it in the kernel's XDP dispatcher between
-    /// calls ([`hold_dispatcher`]).
-    _hold: Option<OwnedFd>,
+    /// calls ([`hold_dispatcher`]), or why not.
+    hold: Result<OwnedFd, String>,
     /// Frames per second of the last call (a timed flood's last calls
     /// are cut to its end by it).
     rate: f64,
@@ -142,8 +142,15 @@ impl LiveTx {
             xmit_last,
             iface: iface.to_string(),
             rate: 1e6,
-            _hold: hold.ok(),
+            hold,
         })
+    }
+
+    /// Why each call waits for the kernel's RCU grace periods (the program
+    /// is not held in the XDP dispatcher, [`hold_dispatcher`]); None when
+    /// it is held.
+    pub fn unheld(&self) -> Option<&str> {
+        self.hold.as_ref().err().map(String::as_str)
     }
 
     /// Frames stamped so far (the next sequence number).
@@ -246,9 +253,17 @@ pub fn live_flood(
 /// stamped). The attachment is a BPF link this process holds: gone with
 /// it, SIGKILL included. Where it cannot be attached (another program on
 /// `lo`), the calls pay the grace periods.
-fn hold_dispatcher(prog: &OwnedFd) -> std::io::Result<OwnedFd> {
-    let lo = sys::ifindex("lo")?;
-    sys::xdp_link(prog, lo, sys::XDP_FLAGS_SKB)
+///
+/// Only in a test-bed node's namespace, whose `lo` is the test-bed's: on
+/// any other host or namespace a generic XDP program on `lo` would slow
+/// every loopback packet of others for the run, so there the calls pay
+/// the grace periods and the document says so.
+fn hold_dispatcher(prog: &OwnedFd) -> Result<OwnedFd, String> {
+    if !super::napi::in_testbed_node() {
+        return Err("not in a test-bed node's namespace, lo left alone".into());
+    }
+    let lo = sys::ifindex("lo").map_err(|e| format!("lo: {e}"))?;
+    sys::xdp_link(prog, lo, sys::XDP_FLAGS_SKB).map_err(|e| format!("lo: {e}"))
 }
 
 /// The frame to `ep` carrying `payload` (a probe header first) with its

@@ -95,6 +95,25 @@ pub(super) fn netns_ino() -> std::io::Result<u64> {
 /// interfaces. An interface someone else added to a node's namespace is
 /// not the test-bed's.
 fn testbed_iface(ino: u64, iface: &str) -> bool {
+    testbed_node_with(ino, |st, netns| state_lists(st, netns, iface))
+}
+
+/// Whether this process runs in a test-bed node's namespace (`wb-<bed>-<node>`
+/// in `ip netns`, a node of `<bed>`'s state file): there the namespace and
+/// its `lo` are the test-bed's own.
+pub(super) fn in_testbed_node() -> bool {
+    netns_ino().is_ok_and(|ino| {
+        testbed_node_with(ino, |st, netns| {
+            st["plan"]["nodes"]
+                .as_array()
+                .is_some_and(|nodes| nodes.iter().any(|n| n["netns"] == netns))
+        })
+    })
+}
+
+/// Whether the namespace of inode `ino` is a node's (`wb-<bed>-<node>` in
+/// `ip netns`) whose bed's state document passes `test(state, netns)`.
+fn testbed_node_with(ino: u64, test: impl Fn(&serde_json::Value, &str) -> bool) -> bool {
     let Some(netns) = std::fs::read_dir(NETNS_DIR).ok().and_then(|d| {
         d.filter_map(|e| e.ok()).find_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -116,7 +135,7 @@ fn testbed_iface(ino: u64, iface: &str) -> bool {
             && std::fs::read(e.path())
                 .ok()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .is_some_and(|st| state_lists(&st, &netns, iface))
+                .is_some_and(|st| test(&st, &netns))
     })
 }
 
@@ -381,6 +400,13 @@ mod tests {
         assert_eq!(parse_journal("ifindex=7\n"), None);
         assert_eq!(parse_journal("ifindex=x\nthreaded=0\n"), None);
         assert_eq!(parse_journal("ifindex=7\nthreaded=\n"), None);
+    }
+
+    #[test]
+    fn a_process_outside_every_bed_is_in_no_test_bed_node() {
+        // The test runs in the host's (or CI container's) own namespace,
+        // never a `wb-<bed>-<node>` one: its lo is not a test-bed's.
+        assert!(!in_testbed_node());
     }
 
     #[test]

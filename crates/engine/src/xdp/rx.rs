@@ -114,13 +114,18 @@ fn iface_for(mode: &XdpUse, asked: bool, local_ip: IpAddr) -> Option<Result<Stri
 }
 
 /// The threaded-NAPI setting for a session whose sender `asked` for the
-/// XDP path or not: `auto` only for one that asked. A socket-path sender
-/// has no sending queue of the session's (docs/engine.md, "Sending
-/// queue"), and with the receive half threaded veth drops what outruns
-/// it at that sender's host (measured: about a fifth of a --max run).
-fn napi_for(napi: NapiUse, asked: bool) -> NapiUse {
+/// XDP path or not, for a `bulk` (`--max`) flow or a paced one: `auto`
+/// only for a flood its sender sends by XDP. A socket-path sender has no
+/// sending queue of the session's (docs/engine.md, "Sending queue"), and
+/// with the receive half threaded veth drops what outruns it at that
+/// sender's host (measured: about a fifth of a --max run). A paced flow
+/// gains nothing from a second CPU and its pacer loses: the kernel
+/// thread's wake-ups stall the sender (1 Mpps of 64 B, p99 schedule error
+/// 0.4-2.6 ms threaded against 17-128 us not; docs/engine.md, "Threaded
+/// NAPI").
+fn napi_for(napi: NapiUse, asked: bool, bulk: bool) -> NapiUse {
     match napi {
-        NapiUse::Auto if !asked => NapiUse::Off,
+        NapiUse::Auto if !asked || !bulk => NapiUse::Off,
         n => n,
     }
 }
@@ -178,7 +183,7 @@ pub(crate) fn take(
         },
         Err(_) => Action::Redirect,
     };
-    let napi = napi_for(napi, asked);
+    let napi = napi_for(napi, asked, udp[0].1.rx.bulk);
     let opened = match Steer::open(iface, &[port], action, napi) {
         // A kernel without what records need (helper 208, Linux 6.1;
         // mmapable arrays, 5.5): the rings, saying why.
@@ -746,10 +751,11 @@ mod tests {
     }
 
     #[test]
-    fn auto_threads_napi_only_for_senders_that_asked() {
-        assert_eq!(napi_for(NapiUse::Auto, true), NapiUse::Auto);
-        assert_eq!(napi_for(NapiUse::Auto, false), NapiUse::Off);
-        assert_eq!(napi_for(NapiUse::On, false), NapiUse::On);
-        assert_eq!(napi_for(NapiUse::Off, true), NapiUse::Off);
+    fn auto_threads_napi_only_for_floods_whose_senders_asked() {
+        assert_eq!(napi_for(NapiUse::Auto, true, true), NapiUse::Auto);
+        assert_eq!(napi_for(NapiUse::Auto, false, true), NapiUse::Off);
+        assert_eq!(napi_for(NapiUse::Auto, true, false), NapiUse::Off);
+        assert_eq!(napi_for(NapiUse::On, false, false), NapiUse::On);
+        assert_eq!(napi_for(NapiUse::Off, true, true), NapiUse::Off);
     }
 }

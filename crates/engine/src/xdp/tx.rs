@@ -333,6 +333,9 @@ pub(crate) struct Picked {
     live: bool,
     /// Frames the live sender stamped that the interface did not take.
     live_refused: u64,
+    /// Why the live program was not held in the kernel's XDP dispatcher
+    /// (each call then waits for RCU grace periods), when it was not.
+    live_unheld: Option<String>,
 }
 
 impl Chosen {
@@ -347,8 +350,12 @@ impl Chosen {
             Chosen::NotAsked => None,
             Chosen::Fallback(w) => Some(format!("{} ({})", crate::net::SEND_PATH, why(w))),
             Chosen::Xdp(x) if x.live => Some(format!(
-                "xdp live frames {} (BPF_PROG_TEST_RUN, no skb), {}",
+                "xdp live frames {} (BPF_PROG_TEST_RUN, no skb{}), {}",
                 x.port.iface,
+                x.live_unheld
+                    .as_deref()
+                    .map(|w| format!("; RCU grace periods per call: {w}"))
+                    .unwrap_or_default(),
                 super::live::TX_STAMP
             )),
             Chosen::Xdp(x) => Some(format!(
@@ -574,6 +581,7 @@ fn try_choose(
         why_ring,
         live: false,
         live_refused: 0,
+        live_unheld: None,
     })
 }
 
@@ -646,6 +654,7 @@ pub(crate) fn run_flows(
             let sent = match live {
                 Some(mut l) => {
                     x.live = true;
+                    x.live_unheld = l.unheld().map(String::from);
                     let (sent, refused) = super::live::send_flow(&mut l, job);
                     x.live_refused = refused;
                     sent
