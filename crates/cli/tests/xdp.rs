@@ -13,6 +13,10 @@
 //! keep` left alone. Runs are short (a second of traffic at most).
 #![cfg(target_os = "linux")]
 
+#[path = "common/bpf.rs"]
+mod bpf;
+
+use bpf::{bpf_id_exists, bpf_ids};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -274,6 +278,9 @@ fn sigkill_leaves_nothing(rx_how: &str) {
     let running =
         eventually(|| xdp_attached("b") && xsk_count("b") == b_socks && xsk_count("a") > 0);
     let (a, b) = (xsk_count("a"), xsk_count("b"));
+    // The receiver's own BPF objects (`ip netns exec` execs it, so the
+    // child is the receiver): its program and, with records, its map.
+    let (progs, maps) = bpf_ids(bed.recv.as_ref().unwrap().id());
     sender.kill().unwrap();
     let _ = sender.wait();
     assert!(
@@ -298,33 +305,23 @@ fn sigkill_leaves_nothing(rx_how: &str) {
         eventually(|| xsk_count("b") == 0),
         "AF_XDP socket left in b"
     );
-    // The record map went with the program: no map of ours is left.
+    // The program and the record map went with the receiver.
+    assert!(!progs.is_empty(), "{rx_how}: the receiver held no program");
     assert!(
-        eventually(|| !bpf_map_named("wb_records")),
-        "{rx_how}: record map left"
+        rx_how != "records" || !maps.is_empty(),
+        "{rx_how}: the receiver held no record map"
     );
+    for id in &progs {
+        assert!(eventually(|| !bpf_id_exists(13, *id)), "program {id} left");
+    }
+    for id in &maps {
+        assert!(
+            eventually(|| !bpf_id_exists(14, *id)),
+            "{rx_how}: map {id} left"
+        );
+    }
     // Nothing for --xdp-cleanup to find either.
     assert!(xdp_cleanup_in_b().contains("0 wirebench XDP program"));
-}
-
-/// Whether a BPF map whose name starts with `name` exists (bpftool is
-/// not everywhere: the maps' fdinfo of every process is, but a map with
-/// no process holding it is gone, which is what is asked).
-fn bpf_map_named(name: &str) -> bool {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    procs.flatten().any(|p| {
-        let Ok(fds) = std::fs::read_dir(p.path().join("fdinfo")) else {
-            return false;
-        };
-        fds.flatten().any(|f| {
-            std::fs::read_to_string(f.path()).is_ok_and(|t| {
-                t.lines()
-                    .any(|l| l.starts_with("map_name:") && l.contains(name))
-            })
-        })
-    })
 }
 
 /// Receive records count the probes a shaper at the sender dropped as

@@ -8,6 +8,10 @@
 //! in generic mode while it runs). Runs are short (well under a second of traffic each).
 #![cfg(target_os = "linux")]
 
+#[path = "common/bpf.rs"]
+mod bpf;
+
+use bpf::{bpf_id_exists, bpf_ids};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -142,51 +146,6 @@ impl Drop for Bed {
             .args(["testbed", "down", "--name", NAME])
             .output();
     }
-}
-
-/// The BPF programs and maps process `pid` holds: (prog ids, map ids),
-/// from /proc/PID/fdinfo.
-fn bpf_ids(pid: u32) -> (Vec<u32>, Vec<u32>) {
-    let (mut progs, mut maps) = (Vec::new(), Vec::new());
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return (progs, maps);
-    };
-    for fd in fds.flatten() {
-        let Ok(link) = std::fs::read_link(fd.path()) else {
-            continue;
-        };
-        let link = link.to_string_lossy().into_owned();
-        let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
-        let Ok(text) = std::fs::read_to_string(info) else {
-            continue;
-        };
-        let id = |key: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(key)?.trim().parse::<u32>().ok())
-        };
-        match link.as_str() {
-            "anon_inode:bpf-prog" => progs.extend(id("prog_id:")),
-            "anon_inode:bpf-map" => maps.extend(id("map_id:")),
-            _ => {}
-        }
-    }
-    (progs, maps)
-}
-
-/// Whether the kernel still has BPF object `id` (`cmd`: 13 program, 14
-/// map, BPF_*_GET_FD_BY_ID): anything but ENOENT counts as there.
-fn bpf_id_exists(cmd: libc::c_long, id: u32) -> bool {
-    let mut attr = [0u64; 16];
-    attr[0] = u64::from(id);
-    // SAFETY: bpf(2) with a zeroed 128-byte attribute holding the id;
-    // the kernel reads no more than the size passed.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), 128u32) };
-    if fd >= 0 {
-        // SAFETY: a descriptor the kernel just returned to us.
-        unsafe { libc::close(fd as libc::c_int) };
-        return true;
-    }
-    std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT)
 }
 
 /// `--xdp-tx live`: `auto` may keep the ring on a loaded host (when its
