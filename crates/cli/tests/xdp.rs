@@ -13,14 +13,14 @@
 //! keep` left alone. Runs are short (a second of traffic at most).
 #![cfg(target_os = "linux")]
 
-#[path = "common/bpf.rs"]
-mod bpf;
+#[path = "common/xdp.rs"]
+mod xdp;
 
-use bpf::{bpf_id_exists, bpf_ids};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xdp::{bpf_id_exists, bpf_ids, eventually, root};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 const NAME: &str = "wbxdp";
@@ -30,11 +30,6 @@ static ONE_BED: Mutex<()> = Mutex::new(());
 
 fn ns(node: &str) -> String {
     format!("wb-{NAME}-{node}")
-}
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// `ip netns exec NODE cmd...` output as text.
@@ -61,18 +56,6 @@ fn xsk_count(node: &str) -> usize {
         .find(|l| l.starts_with("XDP "))
         .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
         .expect("an XDP line in /proc/net/protocols")
-}
-
-/// Waits up to 5 s for `cond`.
-fn eventually(cond: impl Fn() -> bool) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 /// The `direct` test-bed and a `recv --xdp eth0` in node b; both go away

@@ -8,14 +8,13 @@
 //! in generic mode while it runs). Runs are short (well under a second of traffic each).
 #![cfg(target_os = "linux")]
 
-#[path = "common/bpf.rs"]
-mod bpf;
+#[path = "common/xdp.rs"]
+mod xdp;
 
-use bpf::{bpf_id_exists, bpf_ids};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use xdp::{bpf_id_exists, bpf_ids, eventually, root};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 const NAME: &str = "xdp8lv";
@@ -25,23 +24,6 @@ const PORT: &str = "15491";
 
 fn ns(node: &str) -> String {
     format!("wb-{NAME}-{node}")
-}
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Waits up to 5 s for `cond`.
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
 }
 
 /// The `direct` test-bed with a receiver in b; gone on drop.

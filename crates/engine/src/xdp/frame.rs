@@ -223,18 +223,22 @@ pub(crate) fn parse(f: &[u8]) -> Option<Parsed> {
     })
 }
 
+/// Endpoints from `src` to `dst` (socket addresses) between two local
+/// MACs, for the XDP modules' tests.
+#[cfg(test)]
+pub(crate) fn test_endpoints(src: &str, dst: &str) -> Endpoints {
+    Endpoints {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_endpoints as ep;
     use super::*;
-
-    fn ep(src: &str, dst: &str) -> Endpoints {
-        Endpoints {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src: src.parse().unwrap(),
-            dst: dst.parse().unwrap(),
-        }
-    }
 
     fn frame(e: &Endpoints, payload: &[u8]) -> Vec<u8> {
         let mut f = vec![0u8; e.header_len() + payload.len()];

@@ -480,17 +480,9 @@ pub(crate) fn send_flow(tx: &mut LiveTx, f: TxFlow) -> (FlowSent, u64) {
 
 #[cfg(test)]
 mod tests {
+    use super::frame::test_endpoints as ep;
     use super::*;
     use wirebench_wire::probe::field;
-
-    fn ep(src: &str, dst: &str) -> Endpoints {
-        Endpoints {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src: src.parse().unwrap(),
-            dst: dst.parse().unwrap(),
-        }
-    }
 
     /// The verifier takes the program (root only), and each run on a copy
     /// of the frame (not live: `BPF_PROG_TEST_RUN` hands the frame back)

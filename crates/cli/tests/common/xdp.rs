@@ -1,7 +1,29 @@
-//! BPF objects a test process can see without bpftool: the program and
-//! map ids a process holds (its fdinfo) and whether the kernel still has
-//! an id, for the XDP tests' "nothing left after SIGKILL" checks.
+//! What the XDP tests (xdp.rs, xdp_live.rs) share: whether they may run
+//! (root), waiting for a condition, and the BPF objects a test can see
+//! without bpftool (the program and map ids a process holds, from its
+//! fdinfo, and whether the kernel still has an id) for their "nothing
+//! left after SIGKILL" checks.
 #![cfg(target_os = "linux")]
+
+use std::time::{Duration, Instant};
+
+/// Whether the test runs as root (namespaces, XDP).
+pub fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Waits up to 5 s for `cond`.
+pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
 
 /// The BPF programs and maps process `pid` holds: (prog ids, map ids),
 /// from /proc/PID/fdinfo.
