@@ -4,10 +4,14 @@ AF_XDP path beside the socket path, iperf3 and D-ITG, and the veth path's
 own limit. bench/compare.sh runs it as `--sections xdp`.
 
 Rows, 64-byte UDP payloads, medians of --reps runs:
-  path limit, XDP drop   frames/s b's XDP program dropped while an AF_XDP
-                         flood ran on a (the xdp_path example), the flood
-                         pinned to its own CPU (--sender-cpu, taskset) and
-                         the sink to another: what the kernel carries over
+  path limit, XDP drop   frames/s b's XDP program dropped while a flood
+                         ran on a (the xdp_path example): by live frames
+                         (--limit-by live, the default: `send --xdp-tx
+                         live`'s sender, no skb per frame) or an AF_XDP
+                         ring flood (--limit-by ring, whose own cost was
+                         the limit before live frames), the flood pinned
+                         to its own CPU (--sender-cpu, taskset) and the
+                         sink to another: what the kernel carries over
                          veth on this host, the ceiling for --xdp
   path limit, AF_XDP rx  the same, taken off AF_XDP rings on b (copy mode:
                          the kernel copies every frame into the UMEM);
@@ -141,15 +145,17 @@ def pin(cpu):
     return [] if cpu is None else ["taskset", "-c", str(cpu)]
 
 
-def path_limit(xdp_path, mode, secs, cpus, napi):
-    """frames/s the XDP sink on b saw while a flooded (None on failure)."""
+def path_limit(xdp_path, mode, secs, cpus, napi, by="live"):
+    """frames/s the XDP sink on b saw while a flooded, by live frames or
+    an AF_XDP ring (`by`; None on failure)."""
     sender_cpu, sink_cpu = cpus
     sink = start(ns(B, pin(sink_cpu) + [xdp_path, "sink", "eth0", "9000", mode,
                                         str(secs), napi]))
     time.sleep(0.5)
-    rc, out = run(ns(A, pin(sender_cpu) + [xdp_path, "flood", "eth0", "10.0.1.1:9001",
-                                           f"{DST4}:9000", str(SIZE), str(secs + 1)]),
-                  secs + 30)
+    how = (["live", "eth0", "10.0.1.1:9001", f"{DST4}:9000", str(SIZE), str(secs + 1),
+            "65536"] if by == "live" else
+           ["flood", "eth0", "10.0.1.1:9001", f"{DST4}:9000", str(SIZE), str(secs + 1)])
+    rc, out = run(ns(A, pin(sender_cpu) + [xdp_path] + how), secs + 30)
     try:
         sink.wait(15)
     except subprocess.TimeoutExpired:
@@ -269,6 +275,8 @@ def main():
                     "times the --xdp --max rate of the same repetition and NAPI setting "
                     "(needs the rec or xdp row), e.g. 100000,0.9*max")
     ap.add_argument("--name", default=NAME, help="test-bed name")
+    ap.add_argument("--limit-by", default="live", choices=("live", "ring"),
+                    help="the path-limit rows' flood: live frames (default) or an AF_XDP ring")
     ap.add_argument("--sender-cpu", type=int, default=None,
                     help="CPU the path-limit flood is pinned to (default: the last; "
                     "the sink gets the one before it)")
@@ -327,7 +335,7 @@ def main():
                 tag = f" [napi {napi}]" if len(settings) > 1 or napi != "auto" else ""
                 for mode in ("drop", "count"):
                     if mode in want:
-                        v = path_limit(xdp_path, mode, args.secs, cpus, napi)
+                        v = path_limit(xdp_path, mode, args.secs, cpus, napi, args.limit_by)
                         rows[(mode, napi)].append(v)
                         log(f"  path limit ({mode}){tag}: {kpps(v)} kpps, load {loadavg():.2f}")
                 for row, how in (("xdp", "ring"), ("rec", "records")):
@@ -390,7 +398,7 @@ def main():
     load1 = loadavg()
     print(f"\n64 B UDP on the direct test-bed (veth), medians of {args.reps}, "
           f"{args.secs:g} s runs; load average {load0:.2f} -> {load1:.2f}; "
-          f"path-limit flood on CPU {cpus[0]}, sink on CPU {cpus[1]}")
+          f"path-limit flood ({args.limit_by}) on CPU {cpus[0]}, sink on CPU {cpus[1]}")
     print(f"{'row':46} {'kpps':>7} {'loss':>9} {'of limit':>9}")
     names = [("drop", "path limit (XDP drop on b)"),
              ("count", "path limit (AF_XDP rx on b)"),
