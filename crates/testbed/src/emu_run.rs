@@ -1187,18 +1187,19 @@ mod imp {
         unsafe { libc::ioctl(fd, libc::SIOCGIFNAME, &mut ifr) >= 0 }
     }
 
-    /// Maps the counters file (created by the caller) shared: the emulator
-    /// writes, `status` reads the file. The mapping is never unmapped (it
-    /// lives as long as the emulator; in the parent it is one page).
-    fn map_counters(f: std::fs::File) -> Result<*const AtomicU64, TestbedError> {
-        let what = "mapping the emulator's counters";
-        f.set_len(COUNTERS_BYTES as u64)
-            .map_err(|e| TestbedError::io(what, e))?;
-        // SAFETY: a fresh shared mapping of a file of that size we own.
+    /// Maps `len` bytes of `f` shared (read and write): what the
+    /// emulator and other processes see alike.
+    fn map_shared(
+        f: &std::fs::File,
+        len: usize,
+        what: &'static str,
+    ) -> Result<*mut libc::c_void, TestbedError> {
+        // SAFETY: a fresh shared mapping of `len` bytes of an open file
+        // the caller sized to at least that.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                COUNTERS_BYTES,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 f.as_raw_fd(),
@@ -1208,7 +1209,17 @@ mod imp {
         if p == libc::MAP_FAILED {
             return Err(TestbedError::io(what, std::io::Error::last_os_error()));
         }
-        Ok(p as *const AtomicU64)
+        Ok(p)
+    }
+
+    /// Maps the counters file (created by the caller) shared: the emulator
+    /// writes, `status` reads the file. The mapping is never unmapped (it
+    /// lives as long as the emulator; in the parent it is one page).
+    fn map_counters(f: std::fs::File) -> Result<*const AtomicU64, TestbedError> {
+        let what = "mapping the emulator's counters";
+        f.set_len(COUNTERS_BYTES as u64)
+            .map_err(|e| TestbedError::io(what, e))?;
+        Ok(map_shared(&f, COUNTERS_BYTES, what)? as *const AtomicU64)
     }
 
     /// A shared mapping of a lateness table file, unmapped when the
@@ -1227,21 +1238,9 @@ mod imp {
                     "a lateness table of {len} B, not {LATE_FILE_BYTES}"
                 )));
             }
-            // SAFETY: a fresh shared mapping of a file of that size.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    LATE_FILE_BYTES,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    f.as_raw_fd(),
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(TestbedError::io(what, std::io::Error::last_os_error()));
-            }
-            Ok(Mapped { base: p })
+            Ok(Mapped {
+                base: map_shared(f, LATE_FILE_BYTES, what)?,
+            })
         }
 
         /// Direction `d`'s table.
