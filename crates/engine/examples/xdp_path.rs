@@ -29,6 +29,22 @@ fn main() -> std::process::ExitCode {
         ExitCode::from(2)
     };
     let num = |s: &str| s.parse::<f64>().ok();
+    // The flood's addresses, its destination MAC from IFACE's neighbours.
+    let endpoints = |iface: &str,
+                     src: std::net::SocketAddr,
+                     dst: std::net::SocketAddr|
+     -> Result<xdp::Endpoints, String> {
+        let idx = xdp::ifindex(iface).map_err(|e| e.to_string())?;
+        let dst_mac = xdp::next_hop_mac(iface, idx, dst.ip())
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no neighbour entry for {} on {iface}", dst.ip()))?;
+        Ok(xdp::Endpoints {
+            src_mac: xdp::mac_of(iface).map_err(|e| e.to_string())?,
+            dst_mac,
+            src,
+            dst,
+        })
+    };
     match args
         .iter()
         .map(String::as_str)
@@ -50,16 +66,7 @@ fn main() -> std::process::ExitCode {
                 return usage();
             };
             let run = || -> Result<(u64, String), String> {
-                let idx = xdp::ifindex(iface).map_err(|e| e.to_string())?;
-                let dst_mac = xdp::next_hop_mac(iface, idx, dst.ip())
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| format!("no neighbour entry for {} on {iface}", dst.ip()))?;
-                let ep = xdp::Endpoints {
-                    src_mac: xdp::mac_of(iface).map_err(|e| e.to_string())?,
-                    dst_mac,
-                    src,
-                    dst,
-                };
+                let ep = endpoints(iface, src, dst)?;
                 let mut port = xdp::TxPort::open(iface, txq).map_err(|e| e.to_string())?;
                 let sent = xdp::flood(&mut port, ep, size, secs)?;
                 Ok((sent, port.describe()))
@@ -89,16 +96,7 @@ fn main() -> std::process::ExitCode {
                 return usage();
             };
             let run = || -> Result<(u64, u64), String> {
-                let idx = xdp::ifindex(iface).map_err(|e| e.to_string())?;
-                let dst_mac = xdp::next_hop_mac(iface, idx, dst.ip())
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| format!("no neighbour entry for {} on {iface}", dst.ip()))?;
-                let ep = xdp::Endpoints {
-                    src_mac: xdp::mac_of(iface).map_err(|e| e.to_string())?,
-                    dst_mac,
-                    src,
-                    dst,
-                };
+                let ep = endpoints(iface, src, dst)?;
                 xdp::live_flood(iface, ep, size, secs, batch)
             };
             match run() {
