@@ -59,7 +59,8 @@
 #   bench/link_emulator.sh [RATES...]   # default: 10mbit 50mbit 100mbit 200mbit 500mbit 1gbit
 #   BACKENDS="emulator tbf" (default both); PATHS="socket xdp" (default
 #   both; the emulator's); OVERFILL (above); TB=test-bed name (default
-#   lkbench);
+#   lkbench); SLACK=the emulator's slack (`testbed up --slack`; default
+#   the test-bed's, 50us);
 #   WIREBENCH=path to use a built binary. Needs root. Runs its own
 #   test-bed and removes it on exit. Backends are forced: the emulator
 #   with a 1 ns delay (it takes any link with an impairment up to
@@ -76,7 +77,7 @@ counters=/run/wirebench/$tb.link0.counters
 up() { # backend rate delay
     local extra=()
     case $1 in
-        emulator) extra=(--delay "$3") ;;
+        emulator) extra=(--delay "$3" ${SLACK:+--slack "$SLACK"}) ;;
         tbf) extra=(--offloads on) ;;
     esac
     [[ -n "$recv_pid" ]] && kill "$recv_pid" 2>/dev/null || true

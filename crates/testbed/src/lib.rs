@@ -44,8 +44,9 @@ pub use probe::DfOutcome;
 pub use signal::{cleanup_on_signal, interrupted};
 pub use spec::{
     check_testbed_name, format_rate, load_file, parse_duration_ns, parse_loss_spec, parse_queue,
-    parse_rate, parse_topology, preset, GeModel, Impairment, JitterDist, LinkOpts, LinkSpec,
-    NodeKind, NodeSpec, QueueLimit, TopologySpec, DEFAULT_TXQUEUELEN, PRESETS,
+    parse_rate, parse_slack, parse_topology, preset, GeModel, Impairment, JitterDist, LinkOpts,
+    LinkSpec, NodeKind, NodeSpec, QueueLimit, TopologySpec, DEFAULT_SLACK_NS, DEFAULT_TXQUEUELEN,
+    PRESETS,
 };
 pub use testbed::{
     exists, list, rate_qdisc_lines, remove, state_path, LiveIface, PairCheck, Testbed, STATE_DIR,

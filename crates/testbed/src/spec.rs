@@ -69,6 +69,10 @@ pub struct LinkOpts {
     /// CoDel or FQ-CoDel on every link with a rate (the link's `aqm`).
     #[serde(default)]
     pub aqm: Option<AqmSpec>,
+    /// The link emulator's slack on every link with a rate (the link's
+    /// `slack`).
+    #[serde(default)]
+    pub slack_ns: Option<u64>,
 }
 
 /// What a node is: hosts send and receive, routers forward, switches bridge.
@@ -313,6 +317,16 @@ impl QueueLimit {
                 rate_bps.map(|r| (r as u128 * ns as u128 / 8 / 1_000_000_000) as u64)
             }
         }
+    }
+}
+
+/// A link's `slack` (`"20us"`): a duration within [`SLACK_RANGE_NS`].
+pub fn parse_slack(s: &str) -> Result<u64, String> {
+    let ns = parse_duration_ns(s)?;
+    if SLACK_RANGE_NS.contains(&ns) {
+        Ok(ns)
+    } else {
+        Err(format!("`{s}`: slack is 1us to 1ms"))
     }
 }
 
@@ -597,7 +611,25 @@ pub struct LinkSpec {
     /// second→first] (docs/testbed.md, "Trace-driven links").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<Box<[LinkTrace; 2]>>,
+    /// How late the link emulator may send a frame on a saturated wire
+    /// to give the hosts their CPU (ns); None = [`DEFAULT_SLACK_NS`]
+    /// (docs/testbed.md, "How exact it is").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slack_ns: Option<u64>,
 }
+
+/// The link emulator's default slack: the shortest sleep its loop takes
+/// once its spin budget is spent. Frames that fall due meanwhile leave on
+/// waking, so on a saturated wire a send is late by up to this plus the
+/// wake-up (p99 98-107 µs at 1 Gbit/s of 1518 B on a 2-core VM, 41-53 µs
+/// with 10 µs). A shorter one is more exact and costs the hosts CPU: with
+/// 20 µs a host's UDP sender at 1 Gbit/s of 1518 B fell 1.5 % short of
+/// the link in 1 of 4 runs, with 50 µs in none of 6 (docs/testbed.md).
+pub const DEFAULT_SLACK_NS: u64 = 50_000;
+
+/// The slack a link may ask for (ns): from a µs (the loop then mostly
+/// spins) to a ms (the link's timing then follows the hosts' load).
+pub const SLACK_RANGE_NS: std::ops::RangeInclusive<u64> = 1_000..=1_000_000;
 
 impl LinkSpec {
     /// A link between `a` and `b` with default settings.
@@ -611,6 +643,7 @@ impl LinkSpec {
             queue: None,
             aqm: None,
             trace: None,
+            slack_ns: None,
         }
     }
 
@@ -710,6 +743,9 @@ impl TopologySpec {
             }
             if let (Some(a), Some(_)) = (o.aqm, l.rate_bps) {
                 l.aqm = Some(a);
+            }
+            if let (Some(n), Some(_)) = (o.slack_ns, l.rate_bps) {
+                l.slack_ns = Some(n);
             }
         }
     }
@@ -1237,6 +1273,7 @@ struct RawLinkSettings {
     queue: Option<toml::Spanned<String>>,
     aqm: Option<toml::Spanned<String>>,
     trace: Option<toml::Spanned<toml::Value>>,
+    slack: Option<toml::Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1256,6 +1293,7 @@ struct RawLink {
     queue: Option<toml::Spanned<String>>,
     aqm: Option<toml::Spanned<String>>,
     trace: Option<toml::Spanned<toml::Value>>,
+    slack: Option<toml::Spanned<String>>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -1449,6 +1487,11 @@ pub fn parse_topology(text: &str, path: &Path, o: &LinkOpts) -> Result<TopologyS
             link.queue =
                 Some(parse_queue(q.get_ref()).map_err(|m| ferr(q.span().start, "queue", m))?);
         }
+        if let Some(q) = settings.iter().find_map(|s| s.slack) {
+            spans.insert("slack", q.span().start);
+            link.slack_ns =
+                Some(parse_slack(q.get_ref()).map_err(|m| ferr(q.span().start, "slack", m))?);
+        }
         if let Some(q) = settings.iter().find_map(|s| s.aqm) {
             spans.insert("aqm", q.span().start);
             link.aqm = Some(parse_aqm(q.get_ref()).map_err(|m| ferr(q.span().start, "aqm", m))?);
@@ -1524,6 +1567,7 @@ struct RawRef<'a> {
     queue: Option<&'a toml::Spanned<String>>,
     aqm: Option<&'a toml::Spanned<String>>,
     trace: Option<&'a toml::Spanned<toml::Value>>,
+    slack: Option<&'a toml::Spanned<String>>,
 }
 
 impl<'a> RawRef<'a> {
@@ -1542,6 +1586,7 @@ impl<'a> RawRef<'a> {
             queue: l.queue.as_ref(),
             aqm: l.aqm.as_ref(),
             trace: l.trace.as_ref(),
+            slack: l.slack.as_ref(),
         }
     }
     fn from_defaults(l: &'a RawLinkSettings) -> Self {
@@ -1559,6 +1604,7 @@ impl<'a> RawRef<'a> {
             queue: l.queue.as_ref(),
             aqm: l.aqm.as_ref(),
             trace: l.trace.as_ref(),
+            slack: l.slack.as_ref(),
         }
     }
 }
@@ -1951,6 +1997,42 @@ offloads = true
         // An aqm manages the queue behind a rate.
         let b = t.replace("rate = \"10mbit\"\n", "");
         assert_eq!(file_err(&b).1, "aqm");
+    }
+
+    /// `slack` from a link or from [defaults], the per-link value first;
+    /// one out of range is named with its line; the CLI's override reaches
+    /// rated links only.
+    #[test]
+    fn slack_settings() {
+        let t = GOOD
+            .replace(
+                "mtu = 9000
+",
+                "mtu = 9000
+slack = \"50us\"
+",
+            )
+            .replace(
+                "mtu = 1500\noffloads = true",
+                "mtu = 1500\nrate = \"10mbit\"\nslack = \"5us\"",
+            );
+        let s = parse(&t).unwrap();
+        assert_eq!(s.links[3].slack_ns, Some(5_000));
+        assert_eq!(s.links[0].slack_ns, Some(50_000));
+        assert_eq!(parse_slack("1ms"), Ok(1_000_000));
+        for bad in ["0us", "500ns", "2ms", "fast"] {
+            assert!(parse_slack(bad).is_err(), "{bad}");
+        }
+        let line = |t: &str, s: &str| t.lines().position(|l| l == s).unwrap() + 1;
+        let b = t.replace("slack = \"5us\"", "slack = \"5s\"");
+        assert_eq!(file_err(&b), (line(&b, "slack = \"5s\""), "slack".into()));
+        let mut c = parse(GOOD).unwrap();
+        c.apply(&LinkOpts {
+            slack_ns: Some(7_000),
+            ..LinkOpts::default()
+        });
+        let got: Vec<_> = c.links.iter().map(|l| l.slack_ns).collect();
+        assert_eq!(got, [None, Some(7_000), None, None]);
     }
 
     /// Impairments and queues in a file: every field parsed, bad values

@@ -113,12 +113,13 @@ fn full_frames_per_s(l: &LinkSpec) -> Option<u64> {
 pub fn choose_backend(l: &LinkSpec, netem: bool) -> Result<LinkBackend, TestbedError> {
     let imp = l.impairment.is_some_and(|i| !i.is_none());
     let fast = l.rate_bps.is_some_and(|r| r > EMULATOR_MAX_BPS);
-    if l.aqm.is_some() || l.trace.is_some() {
+    if l.aqm.is_some() || l.trace.is_some() || l.slack_ns.is_some() {
         // Only the emulator runs CoDel and traces here; netem's kernel would have the
-        // qdiscs, but a queue in front of netem is not a link's queue.
+        // qdiscs, but a queue in front of netem is not a link's queue. A
+        // slack is the emulator's, so asking for one asks for its timing.
         if l.offloads || fast {
             return Err(TestbedError::Invalid(format!(
-                "link {}: aqm and trace run in the user-space link emulator, which needs offloads = false and a rate of at most {}",
+                "link {}: aqm, trace and slack are the user-space link emulator's, which needs offloads = false and a rate of at most {}",
                 l.label(),
                 format_rate(EMULATOR_MAX_BPS)
             )));
@@ -962,6 +963,7 @@ impl Testbed {
             }
         });
         let mtu = l.mtu;
+        let slack = l.slack_ns.unwrap_or(crate::spec::DEFAULT_SLACK_NS);
         // Created here: a thread in another network namespace may not be
         // allowed to create files (seen in a sandboxed container).
         let path = counters_path(&self.name, li);
@@ -991,7 +993,8 @@ impl Testbed {
             from,
         };
         in_netns(&link_netns(&self.name, li), move || {
-            crate::emu_run::Emulator::open(EMU_ENDS, wires, aqm, mtu, counters, late)?.spawn()
+            crate::emu_run::Emulator::open(EMU_ENDS, wires, aqm, mtu, counters, late, slack)?
+                .spawn()
         })
         .map(|_| ())
         .map_err(|e| TestbedError::Probe(format!("link {}: emulator: {e}", l.label())))
@@ -1555,6 +1558,11 @@ mod tests {
         });
         assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::TbfEmulator);
         l.impairment = None;
+        // A slack asks for the emulator's timing where tbf would be the
+        // default.
+        l.slack_ns = Some(10_000);
+        assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::TbfEmulator);
+        l.slack_ns = None;
         l.rate_bps = Some(10_000_000_000);
         assert_eq!(choose_backend(&l, false).unwrap(), LinkBackend::Tbf);
         l.impairment = Some(Impairment {

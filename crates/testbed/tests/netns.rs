@@ -1129,6 +1129,12 @@ fn the_emulator_measures_its_own_send_error() {
         let (w0, e0) = (tb.wire_counters(), tb.send_errors());
         let (d, lost) = one_way(&tb, 1472, 300, Duration::from_millis(3));
         let (w1, e1) = (tb.wire_counters(), tb.send_errors());
+        // Within a second of their last frame the emulators still ask the
+        // kernel for CPUs that poll when idle (docs/testbed.md).
+        match cpu_latency_us() {
+            Some(us) => assert_eq!(us, 0, "CPU latency request while the links carry frames"),
+            None => eprintln!("no /dev/cpu_dma_latency here: its request not checked"),
+        }
         assert_eq!(lost, 0);
         assert_eq!(d.len(), 300);
         let mut worst = 0;
@@ -1159,6 +1165,16 @@ fn the_emulator_measures_its_own_send_error() {
     });
     tb.down().unwrap();
     assert_eq!(leftovers(name), Vec::<String>::new());
+}
+
+/// The CPU latency the kernel now grants every request
+/// (`/dev/cpu_dma_latency`, µs); None where the kernel has no such device.
+fn cpu_latency_us() -> Option<i32> {
+    use std::io::Read;
+    let mut f = std::fs::File::open("/dev/cpu_dma_latency").ok()?;
+    let mut b = [0u8; 4];
+    f.read_exact(&mut b).ok()?;
+    Some(i32::from_ne_bytes(b))
 }
 
 /// Hosts a and b on one link with `link`'s settings (TOML lines).

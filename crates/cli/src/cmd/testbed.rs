@@ -114,6 +114,12 @@ pub struct UpArgs {
     /// 100ms quantum 1514 flows 1024" (RFC 8289/8290 defaults).
     #[arg(long, value_name = "AQM")]
     pub aqm: Option<String>,
+    /// How late the link emulator may send a frame on a saturated rated
+    /// link, to leave the hosts CPU (1us-1ms; default 50us). Shorter is
+    /// more exact and costs the hosts CPU; it also times a link with the
+    /// emulator where tbf alone would be the default (docs/testbed.md).
+    #[arg(long, value_name = "DUR")]
+    pub slack: Option<String>,
 }
 
 impl UpArgs {
@@ -265,6 +271,10 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
     }
     // Options this command has no flag for (campaign axes such as a link
     // delay) keep their defaults.
+    let slack_ns = match &a.slack {
+        Some(v) => Some(tb::parse_slack(v).map_err(|e| bad_input(format!("--slack: {e}")))?),
+        None => None,
+    };
     #[allow(clippy::needless_update)]
     let o = LinkOpts {
         mtu: a.mtu,
@@ -272,6 +282,7 @@ fn up(a: UpArgs) -> anyhow::Result<()> {
         offloads: a.offloads.map(|x| matches!(x, OnOff::On)),
         forward_pps: a.forward_pps,
         txqueuelen: a.txqueuelen,
+        slack_ns,
         ..LinkOpts::default()
     };
     let imp = a.impairment()?;
@@ -482,6 +493,9 @@ fn link_detail(l: &tb::LinkSpec) -> String {
     }
     if let Some(a) = l.aqm {
         s.push_str(&format!(", aqm {}", a.as_text()));
+    }
+    if let Some(n) = l.slack_ns {
+        s.push_str(&format!(", slack {}us", n as f64 / 1e3));
     }
     if let Some(t) = &l.trace {
         for (k, t) in t.iter().enumerate() {
