@@ -59,7 +59,8 @@ pub struct ServerConfig {
 pub struct ServerStats {
     /// Sessions admitted (cookie read, a slot taken).
     pub sessions_started: AtomicU64,
-    /// Sessions that exchanged results.
+    /// Sessions that exchanged results (with a results directory: and
+    /// whose document is stored there).
     pub sessions_completed: AtomicU64,
     /// Sessions that ended in an error (refusals included).
     pub sessions_failed: AtomicU64,
@@ -292,7 +293,6 @@ fn connection(
     let n = ctx.sessions.fetch_add(1, Ordering::Relaxed) + 1;
     match session(stream, peer, cookie, ctx) {
         Ok(doc) => {
-            ctx.stats.sessions_completed.fetch_add(1, Ordering::Relaxed);
             if ctx.cfg.verbose {
                 eprintln!(
                     "wirebench recv: iperf3 session from {peer}: {}",
@@ -300,14 +300,24 @@ fn connection(
                 );
             }
             if let Some(dir) = &ctx.cfg.results_dir {
-                let path = dir.join(format!("iperf3-{}-{n}.json", realtime_ns() / 1_000_000));
+                let name = format!("iperf3-{}-{n}.json", realtime_ns() / 1_000_000);
+                let path = dir.join(&name);
+                // Written aside and renamed: whoever reads the directory
+                // (a test, `results import`, a script polling it) sees a
+                // session's document whole or not at all.
+                let tmp = dir.join(format!(".{name}.tmp"));
                 let written = serde_json::to_vec_pretty(&doc)
                     .map_err(std::io::Error::other)
-                    .and_then(|b| std::fs::write(&path, b));
+                    .and_then(|b| std::fs::write(&tmp, b))
+                    .and_then(|()| std::fs::rename(&tmp, &path));
                 if let Err(e) = written {
+                    let _ = std::fs::remove_file(&tmp);
                     eprintln!("wirebench recv: cannot write {}: {e}", path.display());
                 }
             }
+            // Counted once its document is stored, so a caller that waits
+            // for the count finds the document there.
+            ctx.stats.sessions_completed.fetch_add(1, Ordering::Relaxed);
         }
         Err(e) => {
             ctx.stats.sessions_failed.fetch_add(1, Ordering::Relaxed);

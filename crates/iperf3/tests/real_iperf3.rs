@@ -89,6 +89,20 @@ fn sum(v: &serde_json::Value, key: &str, field: &str) -> u64 {
     v["end"][key][field].as_u64().unwrap_or(0)
 }
 
+/// The sessions the server counts as completed once it has `n` (their
+/// documents stored), or after 10 s: the client exits as soon as it
+/// has the results, a moment before the server has written them down.
+fn completed(r: &Running, n: u64) -> u64 {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let c = r.stats.sessions_completed.load(Ordering::Relaxed);
+        if c >= n || std::time::Instant::now() > end {
+            return c;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 fn docs(r: &Running) -> Vec<serde_json::Value> {
     std::fs::read_dir(r.dir.path())
         .unwrap()
@@ -141,6 +155,7 @@ fn tcp_udp_reverse_and_bidir_clients_get_every_byte() {
 
     // Each session is a result document; the UDP one has delays from
     // iperf3's stamps (same host: small and positive) and its jitter.
+    assert_eq!(completed(&r, 4), 4);
     let d = docs(&r);
     assert_eq!(d.len(), 4);
     let udp = d
@@ -157,7 +172,7 @@ fn tcp_udp_reverse_and_bidir_clients_get_every_byte() {
         assert_eq!(f["received"]["lost"], 0);
         assert!(f["received"]["unique"].as_u64().unwrap() >= 2400);
     }
-    assert_eq!(r.stats.sessions_completed.load(Ordering::Relaxed), 4);
+    assert_eq!(completed(&r, 4), 4);
 }
 
 #[test]
@@ -182,7 +197,7 @@ fn several_clients_at_once() {
         assert!(ok, "{t}");
         assert_eq!(sum(&v, "sum", "lost_packets"), 0);
     }
-    assert_eq!(r.stats.sessions_completed.load(Ordering::Relaxed), 3);
+    assert_eq!(completed(&r, 3), 3);
 }
 
 #[test]
