@@ -377,10 +377,11 @@ const LONE_BUDGET_NS: i64 = 1_000_000;
 /// The share of the time (%) the loop may spin, over a moving
 /// [`SPIN_BUDGET_NS`]: with frames due every few µs it would otherwise
 /// spin on a core the hosts on both ends need. Past it, the loop naps
-/// at least its nap (the link's `slack`) and sends what is due on waking (late by up to
-/// the nap and the wake-up, in one `sendmmsg`), which keeps the link's
-/// rate (deadlines are absolute); a sparse frame's spin (probes, one
-/// flow's ACKs) is always within the budget, so its time stays exact.
+/// for at least the link's `slack` and sends what is due on waking
+/// (late by up to the slack and the wake-up, in one `sendmmsg`), which
+/// keeps the link's rate (deadlines are absolute); a sparse frame's
+/// spin (probes, one flow's ACKs) is always within the budget, so its
+/// time stays exact.
 const SPIN_SHARE_PCT: i64 = 20;
 /// The shortest sleep once the spin budget is spent, unless the link
 /// says otherwise (its `slack`, [`crate::spec::DEFAULT_SLACK_NS`]): on a
