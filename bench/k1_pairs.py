@@ -41,16 +41,13 @@ started are removed at exit, on error and on SIGINT/SIGTERM
 """
 
 import argparse
-import atexit
 import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -224,11 +221,7 @@ def main():
     if not shutil.which("iperf3"):
         print("iperf3 missing (scripts/setup)", file=sys.stderr)
         return 2
-    atexit.register(tm.cleanup)
-    signal.signal(signal.SIGINT, tm.on_signal)
-    signal.signal(signal.SIGTERM, tm.on_signal)
-    workdir = tempfile.mkdtemp(prefix="wirebench-k1pairs-")
-    atexit.register(shutil.rmtree, workdir, True)
+    workdir = tm.guard("wirebench-k1pairs-")
     binary = os.path.abspath(args.wirebench)
     place = tm.Place("bed", binary,
                      bed_name=args.bed_name or f"k1p{os.getpid()}")

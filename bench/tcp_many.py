@@ -78,6 +78,20 @@ def on_signal(signum, _frame):
     sys.exit(128 + signum)
 
 
+def guard(workdir_prefix=None):
+    """Stops every process and test-bed started here at exit and on
+    SIGINT/SIGTERM; with a prefix, also makes a scratch directory that
+    goes with them, and returns it."""
+    atexit.register(cleanup)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    if workdir_prefix is None:
+        return None
+    workdir = tempfile.mkdtemp(prefix=workdir_prefix)
+    atexit.register(shutil.rmtree, workdir, True)
+    return workdir
+
+
 class Place:
     """Where the flows run: loopback, or node a to node b of a test-bed."""
 
@@ -381,11 +395,7 @@ def main():
         if x in tools and not shutil.which(cmd):
             log(f"{x}: {cmd} not installed (scripts/setup); left out")
             tools.remove(x)
-    atexit.register(cleanup)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    workdir = tempfile.mkdtemp(prefix="wirebench-tcpmany-")
-    atexit.register(shutil.rmtree, workdir, True)
+    workdir = guard("wirebench-tcpmany-")
     binary = os.path.abspath(args.wirebench)
     rows = []
     for pname in places:

@@ -22,11 +22,9 @@ group and is killed at exit. Traffic stays inside the test-bed.
 """
 
 import argparse
-import atexit
 import json
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -111,9 +109,7 @@ def main():
     args = ap.parse_args()
     if not 0 < args.reps <= 50 or not 0 < args.secs <= 60 or not 0 < args.flows <= 1000:
         ap.error("--reps 1..50, --secs 1..60, --flows 1..1000")
-    atexit.register(tm.cleanup)
-    signal.signal(signal.SIGINT, tm.on_signal)
-    signal.signal(signal.SIGTERM, tm.on_signal)
+    tm.guard()
     tm.BED = (args.wirebench, args.bed_name)
     r = subprocess.run([args.wirebench, "testbed", "up", "two-routers", "--name",
                         args.bed_name, "--mtu", "9000", "--rate", "1gbit"],

@@ -31,15 +31,12 @@ cleanup). Traffic stays inside the test-bed's namespaces.
 """
 
 import argparse
-import atexit
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -199,11 +196,7 @@ def main():
     if not shutil.which("iperf3"):
         print("iperf3 missing (scripts/setup)", file=sys.stderr)
         return 2
-    atexit.register(tm.cleanup)
-    signal.signal(signal.SIGINT, tm.on_signal)
-    signal.signal(signal.SIGTERM, tm.on_signal)
-    workdir = tempfile.mkdtemp(prefix="wirebench-tcpsides-")
-    atexit.register(shutil.rmtree, workdir, True)
+    workdir = tm.guard("wirebench-tcpsides-")
     binary = os.path.abspath(args.wirebench)
     place = tm.Place("bed", binary)
     a_ns = place.tx[-1]
