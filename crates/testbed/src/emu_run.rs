@@ -1599,8 +1599,9 @@ mod imp {
     /// (`/dev/cpu_dma_latency`, the interface cyclictest uses): 0 µs while
     /// the link carries frames, so the CPUs idle by polling rather than by
     /// halting the (virtual) CPU. A halted vCPU's timer and the packet
-    /// interrupts that wake the hosts reach it tens of µs later: `ppoll`'s
-    /// wake-up on this KVM guest read p50 37 µs halted, 16 µs polling. The
+    /// interrupts that wake the hosts reach it tens of µs later: a timed
+    /// sleep's wake-up on this KVM guest read p50 32-36 µs late halted, 21-24 µs
+    /// polling (`bench/cpu_wakeup.py`, docs/testbed.md). The
     /// request goes back to "no constraint" after a second without frames,
     /// and the kernel drops it when the process exits, however it exits.
     pub(crate) struct CpuLatency {
