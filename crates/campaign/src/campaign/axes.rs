@@ -158,6 +158,10 @@ axis_table! {
     /// CoDel or FQ-CoDel on every rated test-bed link (the link's `aqm`);
     /// "none" for the plain drop-tail baseline.
     Aqm aqm: aqm, Link(|l, v| l.aqm = wirebench_testbed::spec::parse_aqm(v).ok()), Keep;
+    /// The link emulator's slack on every rated test-bed link (the link's
+    /// `slack`): how late a saturated wire may send, against the CPU its
+    /// naps leave the hosts.
+    Slack slack: slack, Link(|l, v| l.slack_ns = wirebench_testbed::spec::parse_slack(v).ok()), Keep;
     /// Which sender node(s) of `[[hosts.node]]` send in the scenario: one
     /// node name per value (comparing systems: a Windows and a Linux
     /// sender to the same receiver).
@@ -420,6 +424,18 @@ fn aqm(v: &Scalar) -> Result<String, String> {
         Scalar::Str(s) => wirebench_testbed::spec::parse_aqm(s).map(|_| words(s)),
         _ => Err(format!(
             "aqm must be \"codel\", \"fq_codel\" (with optional parameters) or \"none\", got {}",
+            v.text()
+        )),
+    }
+}
+
+fn slack(v: &Scalar) -> Result<String, String> {
+    match v {
+        Scalar::Str(s) => {
+            wirebench_testbed::spec::parse_slack(s).map(|_| s.trim().to_ascii_lowercase())
+        }
+        _ => Err(format!(
+            "slack must be a duration from \"1us\" to \"1ms\" such as \"10us\", got {}",
             v.text()
         )),
     }
@@ -704,5 +720,55 @@ mod tests {
         .unwrap();
         let e = err(text("[loopback]", "aqm = [\"codel\"]"));
         assert!(e.contains("`aqm`:") && e.contains("[testbed]"), "{e}");
+    }
+
+    /// `slack` reaches every rated link of the bed (a change rebuilds it),
+    /// in the range a topology file takes; values out of range, of the
+    /// wrong type or on links without a rate are refused naming the line.
+    #[test]
+    fn slack_axis_sets_every_rated_link() {
+        let text = |target: &str, axes: &str| format!("packets = 10\n{target}\n[matrix]\n{axes}\n");
+        let rated = "[testbed]\npreset = \"router\"\nlink_rate = \"100mbit\"";
+        let c = Campaign::parse(&text(rated, "slack = [\"10US\", \"50us\"]"), "t.toml").unwrap();
+        let s = c.expand();
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].key, "slack=10us");
+        assert_eq!(s[0].link_key().slack_ns, Some(10_000));
+        assert_ne!(s[0].link_key(), s[1].link_key());
+        assert!(crate::campaign::Axis::from_name("slack").is_some_and(|x| x.is_link()));
+        let spec = wirebench_testbed::preset("router", &s[1].link_key()).unwrap();
+        assert!(spec.links.iter().all(|l| l.slack_ns == Some(50_000)));
+        // Without a rate the preset's links take none.
+        let unrated = wirebench_testbed::preset("router", &{
+            let mut o = s[0].link_key();
+            o.rate_bps = None;
+            o
+        })
+        .unwrap();
+        assert!(unrated.links.iter().all(|l| l.slack_ns.is_none()));
+
+        let err = |t: String| Campaign::parse(&t, "t.toml").unwrap_err().to_string();
+        for bad in ["[\"500ns\"]", "[\"2ms\"]", "[10]"] {
+            let e = err(text(rated, &format!("slack = {bad}")));
+            assert!(
+                e.starts_with("t.toml:6: `slack`:") && e.contains("1us"),
+                "{bad}: {e}"
+            );
+        }
+        let e = err(text("[testbed]\npreset = \"router\"", "slack = [\"10us\"]"));
+        assert!(
+            e.starts_with("t.toml:5: `slack`:") && e.contains("link_rate"),
+            "{e}"
+        );
+        Campaign::parse(
+            &text(
+                "[testbed]\npreset = \"router\"",
+                "link_rate = [\"1gbit\"]\nslack = [\"10us\"]",
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        let e = err(text("[loopback]", "slack = [\"10us\"]"));
+        assert!(e.contains("`slack`:") && e.contains("[testbed]"), "{e}");
     }
 }

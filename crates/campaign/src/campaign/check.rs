@@ -249,6 +249,17 @@ fn check_matrix(
                 "aqm manages a rated link's queue: set link_rate in [testbed] or give a `link_rate` axis",
             ));
         }
+        if preset
+            && m.axes.contains_key(&Axis::Slack)
+            && t.link_rate.is_none()
+            && !m.axes.contains_key(&Axis::LinkRate)
+        {
+            return Err(ctx.err(
+                span_of(Axis::Slack),
+                "slack",
+                "slack times a rated link's emulator: set link_rate in [testbed] or give a `link_rate` axis",
+            ));
+        }
     }
     for a in Axis::ALL.into_iter().filter(|a| a.is_link()) {
         // Real nodes that allow it take MTU and offload axes.
