@@ -11,7 +11,9 @@
 # no longer than the hop before it lost no time of its own) and the
 # emulator's mean send lateness. Quote it with the load (`uptime`).
 #
-#   bench/link_bounds.sh            RUNS=5; WIREBENCH=path to use a built binary
+#   bench/link_bounds.sh            RUNS=5; WIREBENCH=path to use a built binary;
+#   CC=cubic|bbr for the TCP clause (default: the kernel's, named in its line;
+#   BBR paces with TCP's own timers, which wake late on a VM: docs/testbed.md)
 # Needs root. Runs its own test-bed `lkbounds` and removes it on exit.
 set -euo pipefail
 runs=${RUNS:-5}
@@ -60,6 +62,11 @@ PY
 }
 
 uptime
-bound direct "--mtu 9000 --rate 1gbit" 0.003 -T tcp --max -t 2000 --link-rate 1gbit
+if [[ -n ${CC:-} ]]; then
+    echo "TCP congestion control: $CC"
+else
+    echo "TCP congestion control: $(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo '?'), the kernel's default"
+fi
+bound direct "--mtu 9000 --rate 1gbit" 0.003 -T tcp ${CC:+--cc "$CC"} --max -t 2000 --link-rate 1gbit
 bound router "--rate 100mbit" 0.001 -T udp --max -c 1408 -t 3000 --link-rate 100mbit
 uptime

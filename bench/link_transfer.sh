@@ -11,7 +11,8 @@
 # (`uptime`, printed before and after): on a shared machine the hosts'
 # softirq work, not the wire, makes runs slow.
 #
-#   bench/link_transfer.sh          BEDS=10 RUNS=4 CC=cubic|bbr (default: the kernel's)
+#   bench/link_transfer.sh          BEDS=10 RUNS=4 CC=cubic|bbr (default: the kernel's;
+#   the summary names what the transfers used)
 #   FORCE= (empty) leaves the bed's own choice of backend (a 1 Gbit/s jumbo
 #   link is the emulator's by default too; FORCE defaults to --delay 1ns).
 #   WIREBENCH=path to use a built binary. TOPO=router runs a-r1-b (two
@@ -36,9 +37,12 @@ for b in $(seq 1 "$beds"); do
         for c in /run/wirebench/$tb.link*.counters; do cp "$c" "$dir/before.${c##*/}"; done
         timeout 60 "$wb" testbed exec --name $tb a -- chrt -f 50 "$wb" send -a b -p $port -4 \
             -T tcp --max -c 8192 -k 5120 "${cc[@]}" --linger 300 --json "$dir/r.json" >/dev/null 2>&1 || true
-        python3 - "$dir/r.json" >>"$dir/ratios" <<'PY' || echo nan >>"$dir/ratios"
+        python3 - "$dir/r.json" "$dir/cc" >>"$dir/ratios" <<'PY' || echo nan >>"$dir/ratios"
 import json, sys
 f = json.load(open(sys.argv[1]))["flows"][0]
+# The congestion control the kernel used: BBR paces with TCP's own timers
+# and reads differently from CUBIC (docs/testbed.md).
+print(f.get("tcp_cc") or "?", file=open(sys.argv[2], "a"))
 wire_min = 5 * 1024 * 1024 * 8 * f["throughput_bps"]["wire"] / f["throughput_bps"]["payload"] / 1e9
 print(f"{f['completion_s'] / wire_min:.4f}")
 PY
@@ -67,16 +71,18 @@ PY
     [[ -s "$dir/hops" ]] && tail -n "$runs" "$dir/hops" | sed 's/^/    /'
     "$wb" testbed down --name $tb >/dev/null
 done
-python3 - "$dir/ratios" "$runs" <<'PY'
-import math, statistics, sys
+python3 - "$dir/ratios" "$runs" "$dir/cc" <<'PY'
+import collections, math, os, statistics, sys
 xs = [float(l) for l in open(sys.argv[1])]
+ccs = collections.Counter(l.strip() for l in open(sys.argv[3])) if os.path.exists(sys.argv[3]) else {}
 ok = [x for x in xs if not math.isnan(x)]
 runs = int(sys.argv[2])
 first = ok[::runs]
 print(f"{len(xs)} transfers, {len(xs) - len(ok)} failed; completion / wire minimum: "
       f"median {statistics.median(ok):.4f}, range {min(ok):.4f}-{max(ok):.4f}, "
       f"within 1.000-1.01: {sum(1.0 <= x <= 1.01 for x in ok)} of {len(xs)}; "
-      f"first on a bed: {min(first):.4f}-{max(first):.4f}")
+      f"first on a bed: {min(first):.4f}-{max(first):.4f}; "
+      f"congestion control: {', '.join(f'{k} ({n})' for k, n in sorted(ccs.items())) or '?'}")
 PY
 [[ -s "$dir/hops" ]] && python3 - "$dir/hops" <<'PY'
 import collections, statistics, sys
