@@ -1977,4 +1977,18 @@ mod tests {
         let d = wc(5, 50, 60, 70).delta(&wc(10, 1, 1, 1));
         assert_eq!(d, wc(5, 50, 60, 70));
     }
+
+    /// `bench/link_emulator.sh` reads the counters file by word offsets:
+    /// its layout constants must be this file's (a stale count once
+    /// shifted its histogram by four buckets, half an octave).
+    #[test]
+    fn the_emulator_bench_reads_this_counters_layout() {
+        let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/link_emulator.sh");
+        let text = std::fs::read_to_string(bench).expect("bench/link_emulator.sh");
+        let want = format!("COUNTERS, BUCKETS = {COUNTERS}, {SEND_ERROR_BUCKETS}");
+        assert!(
+            text.lines().any(|l| l.starts_with(&want)),
+            "bench/link_emulator.sh must say `{want}`"
+        );
+    }
 }

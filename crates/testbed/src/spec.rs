@@ -621,10 +621,12 @@ pub struct LinkSpec {
 /// The link emulator's default slack: the shortest sleep its loop takes
 /// once its spin budget is spent. Frames that fall due meanwhile leave on
 /// waking, so on a saturated wire a send is late by up to this plus the
-/// wake-up (p99 98-107 µs at 1 Gbit/s of 1518 B on a 2-core VM, 41-53 µs
-/// with 10 µs). A shorter one is more exact and costs the hosts CPU: with
-/// 20 µs a host's UDP sender at 1 Gbit/s of 1518 B fell 1.5 % short of
-/// the link in 1 of 4 runs, with 50 µs in none of 6 (docs/testbed.md).
+/// wake-up (p99 73.7 µs at 1 Gbit/s of 1518 B on a 2-core VM, under
+/// 50 µs with 10 µs). A shorter one is more exact and costs the hosts
+/// CPU: with 20 µs a host's UDP sender at 1 Gbit/s of 1518 B fell 1.5 %
+/// short of the link in 1 of 4 runs, with 50 µs in none of 6, and with
+/// 10 µs a campaign's receiver at normal priority dropped 29-51 % of
+/// what the link delivered (docs/testbed.md).
 pub const DEFAULT_SLACK_NS: u64 = 50_000;
 
 /// The slack a link may ask for (ns): from a µs (the loop then mostly
