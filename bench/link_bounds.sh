@@ -13,7 +13,8 @@
 #
 #   bench/link_bounds.sh            RUNS=5; WIREBENCH=path to use a built binary;
 #   CC=cubic|bbr for the TCP clause (default: the kernel's, named in its line;
-#   BBR paces with TCP's own timers, which wake late on a VM: docs/testbed.md)
+#   BBR's pacing runs in softirq work that real-time tasks can hold off:
+#   docs/testbed.md)
 # Needs root. Runs its own test-bed `lkbounds` and removes it on exit.
 set -euo pipefail
 runs=${RUNS:-5}
