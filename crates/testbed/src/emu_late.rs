@@ -19,8 +19,13 @@
 //! kernel arrival minus that lateness ([`virtual_arrival`]). The table
 //! needs no lock, allocation or system call per frame: an entry's key word
 //! is cleared, the data words written, and the key written last with
-//! release ordering; a reader loads the key, the data, then the key again
-//! (a seqlock whose sequence is the key), so it never takes a torn entry.
+//! release ordering; a reader loads the key word, the data, then the key
+//! word again, and takes the data only if it did not change (a seqlock).
+//! The key word also holds a count of the entry's rewrites
+//! ([`GEN_SHIFT`]): with the key alone as the sequence, a reader held up
+//! while the same key was written again (a retransmission; in the test,
+//! keys that take turns) could pair one write's due time with another's
+//! send time.
 
 use std::hash::{DefaultHasher, Hasher};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -44,6 +49,16 @@ pub const MAX_FORWARD_NS: u64 = 10_000_000;
 /// time (ns): the two clocks are the same (CLOCK_MONOTONIC), but a stamp
 /// is converted from CLOCK_REALTIME with an offset read a little apart.
 const STAMP_SLACK_NS: u64 = 20_000;
+
+/// The key word's top 16 bits count the entry's rewrites; the key keeps
+/// the low 48 (never 0).
+const GEN_SHIFT: u32 = 48;
+const KEY_MASK: u64 = (1 << GEN_SHIFT) - 1;
+
+/// The part of a key the key word keeps.
+fn tag(key: u64) -> u64 {
+    (key & KEY_MASK).max(1)
+}
 
 /// Bytes of the transport header hashed: ports and sequence numbers (TCP:
 /// also the acknowledgement, offset, flags and window, not its checksum).
@@ -146,25 +161,28 @@ impl LateTable {
     /// `sent` (CLOCK_MONOTONIC ns). One writer per table.
     pub fn publish(&self, key: u64, due: u64, sent: u64) {
         let e = self.entry(key);
+        // The only writer: the word it last stored.
+        let gen = (e[0].load(Ordering::Relaxed) >> GEN_SHIFT).wrapping_add(1);
         e[0].store(0, Ordering::Relaxed);
         // The cleared key is visible before either data word changes.
         fence(Ordering::Release);
         e[1].store(due, Ordering::Relaxed);
         e[2].store(sent, Ordering::Relaxed);
-        e[0].store(key, Ordering::Release);
+        e[0].store(tag(key) | gen << GEN_SHIFT, Ordering::Release);
     }
 
     /// The due and send times of the frame with `key`, if its entry holds
     /// it and was not being rewritten while read.
     pub fn lookup(&self, key: u64) -> Option<(u64, u64)> {
         let e = self.entry(key);
-        if e[0].load(Ordering::Acquire) != key {
+        let word = e[0].load(Ordering::Acquire);
+        if word & KEY_MASK != tag(key) {
             return None;
         }
         let (due, sent) = (e[1].load(Ordering::Relaxed), e[2].load(Ordering::Relaxed));
-        // The data words are read before the key is read again.
+        // The data words are read before the key word is read again.
         fence(Ordering::Acquire);
-        (e[0].load(Ordering::Relaxed) == key).then_some((due, sent))
+        (e[0].load(Ordering::Relaxed) == word).then_some((due, sent))
     }
 }
 
