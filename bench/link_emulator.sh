@@ -174,7 +174,7 @@ d, bps, payload, wire, t0, t1, rate, frame, be, path = sys.argv[1:]
 bps, payload, wire = int(bps), int(payload), int(wire)
 hz = os.sysconf("SC_CLK_TCK")
 model = bps * payload / wire
-COUNTERS, BUCKETS = 14, 240  # emu_run.rs: COUNTERS, SEND_ERROR_BUCKETS (a test checks)
+COUNTERS, BUCKETS = 16, 240  # emu_run.rs: COUNTERS, SEND_ERROR_BUCKETS (a test checks)
 def load(name):
     try:
         return json.load(open(os.path.join(d, name)))

@@ -7,7 +7,9 @@
 # ratio and the periods inside the run in which every CPU sat idle for
 # more than 0.8 ms (the scheduler's own switch events: no task ran
 # anywhere), then how many runs below 0.999 had such a period and how
-# many runs at or above it did. While every CPU idles, the frames in
+# many runs at or above it did; beside them, the stalls the link
+# emulators counted themselves (naps that ended a ms or more late, the
+# figure a campaign's run records). While every CPU idles, the frames in
 # flight wait only on timers (a's qdisc watchdog, the emulators' naps):
 # a run with such periods lost that time on the wire for the host's
 # reasons, not the model's (docs/testbed.md).
@@ -27,13 +29,15 @@ uptime
 sleep 1
 for r in $(seq 1 "$runs"); do
     rm -f "$dir/r.json"
+    "$wb" testbed status --name $tb --counters --json >"$dir/before.json"
     perf sched record -q -o "$dir/perf.data" -a -- sleep 4 >/dev/null 2>&1 & perf_pid=$!
     sleep 0.3
     timeout 60 "$wb" testbed exec --name $tb a -- chrt -f 50 "$wb" send -a b -p $port -4 \
         -T udp --max -c 1408 -t 3000 --link-rate 100mbit --json "$dir/r.json" >/dev/null 2>&1 || true
     wait "$perf_pid" || true
+    "$wb" testbed status --name $tb --counters --json >"$dir/after.json"
     perf script -i "$dir/perf.data" -F comm,cpu,time,event,trace >"$dir/sched.txt" 2>/dev/null || true
-    python3 - "$dir/r.json" "$r" "$dir/sched.txt" <<'PY' | tee -a "$dir/runs"
+    python3 - "$dir/r.json" "$r" "$dir/sched.txt" "$dir/before.json" "$dir/after.json" <<'PY' | tee -a "$dir/runs"
 import json, re, sys
 try:
     t = json.load(open(sys.argv[1]))["total"]
@@ -65,8 +69,21 @@ if sender:
             if t - since > 0.0008 and lo < since < hi:
                 stalls.append((t - since) * 1e3)
             since = None
+# The emulators' own count of naps that ended a ms or more late (the
+# counters' `stalls`, `stall_ns`: what a campaign's run records).
+emu_n = emu_ns = 0
+try:
+    wb = json.load(open(sys.argv[4]))["wire_counters"]
+    wa = json.load(open(sys.argv[5]))["wire_counters"]
+    for b, a in zip(wb, wa):
+        for k in range(2 if a and b else 0):
+            emu_n += a[k].get("stalls", 0) - b[k].get("stalls", 0)
+            emu_ns += a[k].get("stall_ns", 0) - b[k].get("stall_ns", 0)
+except Exception:
+    pass
 print(f"run {sys.argv[2]}: payload / bound {ratio:.5f}; every CPU idle > 0.8 ms: "
-      f"{len(stalls)} ({sum(stalls):.1f} ms: {' '.join(f'{s:.2f}' for s in stalls) or '-'})")
+      f"{len(stalls)} ({sum(stalls):.1f} ms: {' '.join(f'{s:.2f}' for s in stalls) or '-'}); "
+      f"emulators' stalls: {emu_n} ({emu_ns / 1e6:.1f} ms)")
 PY
 done
 kill "$recv_pid" 2>/dev/null || true; wait "$recv_pid" 2>/dev/null || true; recv_pid=""

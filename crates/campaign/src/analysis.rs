@@ -129,6 +129,10 @@ impl HopAcc {
             .into_iter()
             .flatten()
         {
+            // A direction listed only for its stalls timed no frame.
+            if num(h, &["frames"]) == Some(0.0) {
+                continue;
+            }
             let end = |k: &str| h.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
             let key = (end("from"), end("to"));
             let i = match self.0.iter().position(|(k, _)| *k == key) {
@@ -221,6 +225,10 @@ struct ScenarioAcc {
     sites: BTreeMap<String, f64>,
     nodes: NodeAcc,
     hops: HopAcc,
+    /// Runs in which a link emulator's nap ran out a ms or more late (the
+    /// counters' `hops[].stalls`), and those stalls' summed lateness (s).
+    stalled_runs: usize,
+    stall_s: f64,
     series: crate::series::SeriesAcc,
     dist: crate::dist::ScenarioDist,
     systems: std::collections::BTreeSet<String>,
@@ -344,6 +352,17 @@ impl<'c> Summarizer<'c> {
         }
         a.nodes.add(c);
         a.hops.add(c);
+        let hops = c.get("hops").and_then(Value::as_array);
+        let stall_s: f64 = hops
+            .into_iter()
+            .flatten()
+            .filter(|h| num(h, &["stalls"]).is_some_and(|n| n > 0.0))
+            .filter_map(|h| num(h, &["stall_s"]))
+            .sum();
+        if stall_s > 0.0 {
+            a.stalled_runs += 1;
+            a.stall_s += stall_s;
+        }
     }
 
     /// A run's result document, for the figures drawn from whole
@@ -390,11 +409,19 @@ impl<'c> Summarizer<'c> {
         let reps = campaign.map(|c| c.repetitions as usize).unwrap_or(0);
         let mut fragmented: Vec<String> = Vec::new();
         let mut drop_notes: Vec<String> = Vec::new();
+        let mut stall_notes: Vec<String> = Vec::new();
         let mut scenarios: Vec<ScenarioSummary> = Vec::new();
         let mut systems: Vec<Option<String>> = Vec::new();
         for ((key, axes, ub), a) in order.into_iter().zip(acc) {
             if a.fragmented {
                 fragmented.push(key.clone());
+            }
+            if a.stalled_runs > 0 {
+                stall_notes.push(format!(
+                    "{key}: {} run(s), {:.1} ms",
+                    a.stalled_runs,
+                    a.stall_s * 1e3
+                ));
             }
             if !a.sites.is_empty() {
                 let mut v: Vec<(String, f64)> = a.sites.into_iter().collect();
@@ -544,6 +571,12 @@ impl<'c> Summarizer<'c> {
         }
         if failed > 0 {
             notes.push(format!("{failed} run(s) failed and are left out of the statistics; `wirebench results list` shows why"));
+        }
+        if !stall_notes.is_empty() {
+            notes.push(format!(
+                "Stalls: a link emulator woke a ms or more after a frame was due (its CPU was held: the hypervisor did not run it, kernel work ran there, or the real-time budget ran out) in {}. Those runs' throughput and delay carry the stall; `hops[].stall_s` in each run's counters says how long.",
+                stall_notes.join("; ")
+            ));
         }
         if !drop_notes.is_empty() {
             let more = drop_notes.len().saturating_sub(12);
@@ -992,6 +1025,11 @@ mod tests {
         let mut acc = HopAcc::default();
         acc.add(&run(1e-6));
         acc.add(&json!({"drop_sites": []}));
+        // A direction listed for its stall alone adds no means.
+        acc.add(
+            &json!({"hops": [{"from": "b", "to": "r1", "frames": 0, "queueing_s": 0.0,
+            "serialisation_s": 0.0, "propagation_s": 0.0, "stalls": 1, "stall_s": 0.002}]}),
+        );
         acc.add(&run(3e-6));
         let h = acc.finish();
         assert_eq!(h.len(), 2);
@@ -1000,6 +1038,37 @@ mod tests {
         assert_eq!(q.n, 2);
         assert!((q.mean - 2e-6).abs() < 1e-15);
         assert!((h[1].propagation_s.as_ref().unwrap().mean - 0.02).abs() < 1e-15);
+    }
+
+    /// Runs whose hops counted stalls are named in a note with their
+    /// summed length, per scenario; runs without stalls add none.
+    #[test]
+    fn stalls_are_noted_per_scenario() {
+        let counters = |stalls: u64, stall_s: f64| {
+            json!({"hops": [
+                {"from": "a", "to": "r1", "frames": 10, "queueing_s": 0.0, "serialisation_s": 1e-6,
+                 "propagation_s": 0.0, "stalls": stalls, "stall_s": stall_s},
+                {"from": "r1", "to": "b", "frames": 10, "queueing_s": 0.0, "serialisation_s": 1e-6,
+                 "propagation_s": 0.0}
+            ]})
+        };
+        let row = |key: &str, rep: u32, c: Value| RunRow {
+            counters: Some(c),
+            ..stored_run(key, &[("ip", &key[3..])], rep, &no_flows())
+        };
+        let runs = [
+            row("ip=4", 0, counters(2, 0.0078)),
+            row("ip=4", 1, counters(0, 0.0)),
+            row("ip=4", 2, counters(1, 0.0021)),
+            row("ip=6", 3, counters(0, 0.0)),
+        ];
+        let (_, notes) = summarize_runs(None, &runs);
+        let n: Vec<&String> = notes.iter().filter(|n| n.starts_with("Stalls:")).collect();
+        assert_eq!(n.len(), 1, "{notes:?}");
+        assert!(n[0].contains("ip=4: 2 run(s), 9.9 ms"), "{}", n[0]);
+        assert!(!n[0].contains("ip=6"), "{}", n[0]);
+        let (_, quiet) = summarize_runs(None, &runs[1..2]);
+        assert!(!quiet.iter().any(|n| n.starts_with("Stalls:")), "{quiet:?}");
     }
 
     /// A tbf that throttled 180 720 times and dropped nothing dropped

@@ -37,8 +37,18 @@ pub(crate) use imp::*;
 /// nanoseconds (so a reader's difference of two snapshots gives the means
 /// over any span without a per-frame system call), then CoDel's drops,
 /// the wire's short idle gaps and the summed lateness of its sends, then
-/// the frames scheduled from a virtual arrival and their summed credit.
-pub const COUNTERS: usize = 14;
+/// the frames scheduled from a virtual arrival and their summed credit,
+/// then the loop's naps for this direction's frames that ended more than
+/// [`HOST_STALL_NS`] late and their summed lateness.
+pub const COUNTERS: usize = 16;
+
+/// A nap of the emulator that ends this much after its deadline is a
+/// stall, not a wake-up: a timer here is late by tens of µs, at worst a
+/// few hundred (docs/testbed.md); a ms means its CPU was held (a
+/// hypervisor that did not run the vCPU, kernel work on it, the kernel's
+/// real-time throttle). Counted per direction ([`WireCounters::stalls`])
+/// so that a run knows its figures carry one.
+pub const HOST_STALL_NS: u64 = 1_000_000;
 
 /// An idle gap on a wire shorter than this counts in
 /// [`WireCounters::idle_ns`]: a stall of the frames' source inside a run,
@@ -110,6 +120,13 @@ pub struct WireCounters {
     /// arrival (ns): the previous hop's lateness given back.
     #[serde(default)]
     pub credit_ns: u64,
+    /// Naps the loop took for a frame of this direction that ended over
+    /// [`HOST_STALL_NS`] after their deadline: its CPU was held.
+    #[serde(default)]
+    pub stalls: u64,
+    /// Their summed lateness (ns).
+    #[serde(default)]
+    pub stall_ns: u64,
 }
 
 impl WireCounters {
@@ -136,6 +153,8 @@ impl WireCounters {
             late_ns: self.late_ns.saturating_sub(before.late_ns),
             virtual_frames: self.virtual_frames.saturating_sub(before.virtual_frames),
             credit_ns: self.credit_ns.saturating_sub(before.credit_ns),
+            stalls: self.stalls.saturating_sub(before.stalls),
+            stall_ns: self.stall_ns.saturating_sub(before.stall_ns),
         }
     }
 
@@ -173,11 +192,19 @@ pub struct HopTime {
     pub serialisation_s: f64,
     /// Mean propagation: delay, jitter, and waiting not to overtake (s).
     pub propagation_s: f64,
+    /// Stalls over the span ([`WireCounters::stalls`]): the hop's times,
+    /// and every figure of a run over it, carry them.
+    #[serde(default)]
+    pub stalls: u64,
+    /// Their summed lateness (s).
+    #[serde(default)]
+    pub stall_s: f64,
 }
 
 /// The per-hop split between two snapshots of every link's wire counters
 /// (as [`crate::Testbed::wire_counters`] returns them, in link order):
-/// one entry per emulated direction that carried a frame.
+/// one entry per emulated direction that carried a frame or stalled (a
+/// direction with stalls and no frame has `frames` 0 and zero means).
 pub fn hop_times(
     links: &[crate::spec::LinkSpec],
     before: &[Option<[WireCounters; 2]>],
@@ -190,7 +217,10 @@ pub fn hop_times(
         };
         for k in 0..2 {
             let d = a[k].delta(&b[k]);
-            if let Some([q, s, p]) = d.mean_split_s() {
+            // A direction that timed no frame but stalled is kept, with
+            // no means: the stall is the run's to know.
+            let split = d.mean_split_s().or((d.stalls > 0).then_some([0.0; 3]));
+            if let Some([q, s, p]) = split {
                 out.push(HopTime {
                     from: l.endpoints[k].clone(),
                     to: l.endpoints[1 - k].clone(),
@@ -198,6 +228,8 @@ pub fn hop_times(
                     queueing_s: q,
                     serialisation_s: s,
                     propagation_s: p,
+                    stalls: d.stalls,
+                    stall_s: d.stall_ns as f64 / 1e9,
                 });
             }
         }
@@ -347,6 +379,8 @@ pub fn read_counters(path: &std::path::Path) -> Option<[WireCounters; 2]> {
         late_ns: w(d * COUNTERS + 11),
         virtual_frames: w(d * COUNTERS + 12),
         credit_ns: w(d * COUNTERS + 13),
+        stalls: w(d * COUNTERS + 14),
+        stall_ns: w(d * COUNTERS + 15),
     };
     Some([dir(0), dir(1)])
 }
@@ -1568,6 +1602,22 @@ mod imp {
                 };
                 // SAFETY: two valid pollfds and a valid timespec.
                 unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+                // A nap that ended far past its deadline for a frame due,
+                // whatever ended it (the timer, a frame that arrived while
+                // we were not run): something held our CPU.
+                {
+                    let late = mono().saturating_sub(now + wait);
+                    let k = match ats {
+                        [Some(a), Some(b)] => Some(usize::from(b < a)),
+                        [Some(_), None] => Some(0),
+                        [None, Some(_)] => Some(1),
+                        [None, None] => None,
+                    };
+                    if let (Some(k), true) = (k, late > super::HOST_STALL_NS) {
+                        self.dirs[k].store.counts.add(14, 1);
+                        self.dirs[k].store.counts.add(15, late);
+                    }
+                }
                 if fds
                     .iter()
                     .any(|f| f.revents & (libc::POLLERR | libc::POLLNVAL) != 0)

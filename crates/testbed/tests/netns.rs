@@ -1167,6 +1167,59 @@ fn the_emulator_measures_its_own_send_error() {
     assert_eq!(leftovers(name), Vec::<String>::new());
 }
 
+/// A stall is counted: an emulator stopped (SIGSTOP, as a hypervisor
+/// that does not run the guest would leave it) past the deadline of a
+/// frame it holds counts the nap that ended that much late (in the
+/// direction of the frame first due then: the held datagram's, or a
+/// neighbour probe's if one was due sooner), and the hop times carry it.
+#[test]
+fn a_stall_is_counted_in_the_frames_direction() {
+    if !root("a_stall_is_counted_in_the_frames_direction") {
+        return;
+    }
+    let _g = heavy();
+    let name = "e7stall";
+    let _ = remove(name);
+    let o = LinkOpts {
+        rate_bps: Some(100_000_000),
+        delay_ns: Some(300_000_000),
+        ..Default::default()
+    };
+    let tb = Testbed::up(name, &preset("direct", &o).unwrap()).unwrap();
+    let (rx, tx) = udp_pair(&tb, Duration::from_secs(5));
+    // Neighbour discovery first: its frames take the delay too.
+    tx.send(b"warm").unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(rx.recv(&mut buf).unwrap(), 4);
+    let before = tb.wire_counters();
+    let pid = netns_pids(&testbed::link_netns(name, 0))[0];
+    tx.send(b"held").unwrap();
+    // The frame is held for 300 ms; the emulator naps towards that
+    // deadline and is stopped across it.
+    std::thread::sleep(Duration::from_millis(20));
+    // SAFETY: kill(2) on the emulator's pid; no memory is involved.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(600));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(rx.recv(&mut buf).unwrap(), 4, "the held frame arrives");
+    let after = tb.wire_counters();
+    let d = after[0].unwrap()[0].delta(&before[0].unwrap()[0]);
+    let back = after[0].unwrap()[1].delta(&before[0].unwrap()[1]);
+    eprintln!("a→b {d:?}; b→a {back:?}");
+    assert_eq!(d.stalls + back.stalls, 1, "{d:?} {back:?}");
+    // Late by the stop past the deadline: about 300 ms.
+    let late = d.stall_ns + back.stall_ns;
+    assert!((100_000_000..5_000_000_000).contains(&late), "{late} ns");
+    let hops = hop_times(&tb.spec().links, &before, &after);
+    assert!(
+        hops.iter().any(|h| h.stalls == 1 && h.stall_s > 0.1),
+        "{hops:?}"
+    );
+    tb.down().unwrap();
+    assert_eq!(leftovers(name), Vec::<String>::new());
+}
+
 /// The CPU latency the kernel now grants every request
 /// (`/dev/cpu_dma_latency`, µs); None where the kernel has no such device.
 fn cpu_latency_us() -> Option<i32> {

@@ -618,8 +618,15 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
                 } else {
                     String::new()
                 };
+                // Naps that ended a ms or more late: something held the
+                // emulator's CPU, and the wire's time with it.
+                let stall = if c.stalls > 0 {
+                    format!("; stalls {} ({:.1} ms)", c.stalls, c.stall_ns as f64 / 1e6)
+                } else {
+                    String::new()
+                };
                 println!(
-                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{aqm}{split}{idle}{virt}",
+                    "wire {from}→{to}: in {}, delivered {}, lost {}, queue drops {}, buffer drops {}{aqm}{split}{idle}{virt}{stall}",
                     c.frames_in, c.delivered, c.lost, c.queue_drops, c.buffer_drops
                 );
             }
