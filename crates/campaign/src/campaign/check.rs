@@ -238,27 +238,24 @@ fn check_matrix(
                 "jitter needs a delay: give a `delay` axis with non-zero values in this matrix",
             ));
         }
-        let aqm_on = m
-            .axes
-            .get(&Axis::Aqm)
-            .is_some_and(|a| a.iter().any(|v| v != "none"));
-        if preset && aqm_on && t.link_rate.is_none() && !m.axes.contains_key(&Axis::LinkRate) {
-            return Err(ctx.err(
-                span_of(Axis::Aqm),
-                "aqm",
-                "aqm manages a rated link's queue: set link_rate in [testbed] or give a `link_rate` axis",
-            ));
-        }
-        if preset
-            && m.axes.contains_key(&Axis::Slack)
-            && t.link_rate.is_none()
-            && !m.axes.contains_key(&Axis::LinkRate)
-        {
-            return Err(ctx.err(
-                span_of(Axis::Slack),
-                "slack",
-                "slack times a rated link's emulator: set link_rate in [testbed] or give a `link_rate` axis",
-            ));
+        // Axes that only act on a link with a rate ("none" is no AQM).
+        let unrated = preset && t.link_rate.is_none() && !m.axes.contains_key(&Axis::LinkRate);
+        let needs_rate = [
+            (Axis::Aqm, "aqm manages a rated link's queue"),
+            (Axis::Slack, "slack times a rated link's emulator"),
+        ];
+        for (a, why) in needs_rate {
+            let on = m
+                .axes
+                .get(&a)
+                .is_some_and(|v| v.iter().any(|v| v != "none"));
+            if unrated && on {
+                return Err(ctx.err(
+                    span_of(a),
+                    a.name(),
+                    format!("{why}: set link_rate in [testbed] or give a `link_rate` axis"),
+                ));
+            }
         }
     }
     for a in Axis::ALL.into_iter().filter(|a| a.is_link()) {
