@@ -229,6 +229,10 @@ struct ScenarioAcc {
     /// counters' `hops[].stalls`), and those stalls' summed lateness (s).
     stalled_runs: usize,
     stall_s: f64,
+    /// Ok runs made again after a stall (`repeat_stalled`), and the
+    /// attempts they set aside.
+    repeated_runs: usize,
+    set_aside: usize,
     series: crate::series::SeriesAcc,
     dist: crate::dist::ScenarioDist,
     systems: std::collections::BTreeSet<String>,
@@ -363,6 +367,11 @@ impl<'c> Summarizer<'c> {
             a.stalled_runs += 1;
             a.stall_s += stall_s;
         }
+        let n = crate::stalls::set_aside_count(c);
+        if n > 0 {
+            a.repeated_runs += 1;
+            a.set_aside += n;
+        }
     }
 
     /// A run's result document, for the figures drawn from whole
@@ -410,6 +419,7 @@ impl<'c> Summarizer<'c> {
         let mut fragmented: Vec<String> = Vec::new();
         let mut drop_notes: Vec<String> = Vec::new();
         let mut stall_notes: Vec<String> = Vec::new();
+        let mut repeat_notes: Vec<String> = Vec::new();
         let mut scenarios: Vec<ScenarioSummary> = Vec::new();
         let mut systems: Vec<Option<String>> = Vec::new();
         for ((key, axes, ub), a) in order.into_iter().zip(acc) {
@@ -421,6 +431,12 @@ impl<'c> Summarizer<'c> {
                     "{key}: {} run(s), {:.1} ms",
                     a.stalled_runs,
                     a.stall_s * 1e3
+                ));
+            }
+            if a.repeated_runs > 0 {
+                repeat_notes.push(format!(
+                    "{key}: {} run(s), {} attempt(s) set aside",
+                    a.repeated_runs, a.set_aside
                 ));
             }
             if !a.sites.is_empty() {
@@ -576,6 +592,12 @@ impl<'c> Summarizer<'c> {
             notes.push(format!(
                 "Stalls: a link emulator woke a ms or more after a frame was due (its CPU was held: the hypervisor did not run it, kernel work ran there, or the real-time budget ran out) in {}. Those runs' throughput and delay carry the stall; `hops[].stall_s` in each run's counters says how long.",
                 stall_notes.join("; ")
+            ));
+        }
+        if !repeat_notes.is_empty() {
+            notes.push(format!(
+                "Repeated after a host stall (repeat_stalled): {}. Each attempt set aside is in the counters of the run that replaced it (`stalled_attempts`, with its result and counters).",
+                repeat_notes.join("; ")
             ));
         }
         if !drop_notes.is_empty() {
@@ -1069,6 +1091,43 @@ mod tests {
         assert!(!n[0].contains("ip=6"), "{}", n[0]);
         let (_, quiet) = summarize_runs(None, &runs[1..2]);
         assert!(!quiet.iter().any(|n| n.starts_with("Stalls:")), "{quiet:?}");
+    }
+
+    /// Ok runs that replaced attempts set aside for a stall are counted
+    /// per scenario, with the attempts; runs without any add no note.
+    #[test]
+    fn repeats_after_stalls_are_noted_per_scenario() {
+        let aside = |n: usize| {
+            let one = json!({"error": "repeated (repeat_stalled): ...", "counters": {}});
+            json!({ crate::stalls::SET_ASIDE_KEY: vec![one; n] })
+        };
+        let row = |key: &str, rep: u32, c: Value| RunRow {
+            counters: Some(c),
+            ..stored_run(key, &[("ip", &key[3..])], rep, &no_flows())
+        };
+        let runs = [
+            row("ip=4", 0, aside(2)),
+            row("ip=4", 1, json!({})),
+            row("ip=4", 2, aside(1)),
+            row("ip=6", 3, json!({})),
+        ];
+        let (_, notes) = summarize_runs(None, &runs);
+        let n: Vec<&String> = notes
+            .iter()
+            .filter(|n| n.starts_with("Repeated after a host stall"))
+            .collect();
+        assert_eq!(n.len(), 1, "{notes:?}");
+        assert!(
+            n[0].contains("ip=4: 2 run(s), 3 attempt(s) set aside"),
+            "{}",
+            n[0]
+        );
+        assert!(!n[0].contains("ip=6"), "{}", n[0]);
+        let (_, quiet) = summarize_runs(None, &runs[1..2]);
+        assert!(
+            !quiet.iter().any(|n| n.starts_with("Repeated")),
+            "{quiet:?}"
+        );
     }
 
     /// A tbf that throttled 180 720 times and dropped nothing dropped

@@ -19,6 +19,7 @@
 //!   ([`summary::CampaignSummary`], the contract with the report layer,
 //!   `wirebench_schema::summary`).
 //! - [`series`]: a scenario's per-interval time series (`interval_ms`).
+//! - [`stalls`]: host stalls in a test-bed run; `repeat_stalled`.
 //! - [`dist`]: a scenario's delay and jitter distributions (merged histograms).
 //! - [`env`](mod@env): where a campaign ran (kernel, CPU, version); UTC times.
 
@@ -35,6 +36,7 @@ pub mod lock;
 pub mod rfc2544;
 pub mod runner;
 pub mod series;
+pub mod stalls;
 pub mod store;
 
 /// The metric table and the summary are the contract with the report layer.

@@ -351,3 +351,62 @@ duration_s = 2
     let e = err("kbytes = 64\n[loopback]\n[matrix]\napp = [\"file\"]\nduration = [5]\n");
     assert_names(&e, 3, "duration");
 }
+
+/// `repeat_stalled` is 0..=5, acts only where link emulators count host
+/// stalls (an emulated [testbed], runs of a plan), and is not part of what
+/// a finished run was measured with, so a resumed file may change it.
+#[test]
+fn repeat_stalled_is_checked_and_refused_where_it_cannot_act() {
+    let bed = "[testbed]\npreset = \"direct\"\nlink_rate = \"100mbit\"\n[matrix]\npayload = [64]\n";
+    let c = Campaign::parse(bed, "c.toml").unwrap();
+    assert_eq!(c.repeat_stalled, 0);
+    let with = |n: &str| format!("name = \"s\"\nrepeat_stalled = {n}\n{bed}");
+    let c = Campaign::parse(&with("2"), "c.toml").unwrap();
+    assert_eq!(c.repeat_stalled, 2);
+    assert_eq!(
+        Campaign::parse(&with("5"), "c.toml")
+            .unwrap()
+            .repeat_stalled,
+        5
+    );
+    for bad in ["-1", "6"] {
+        let e = err(&with(bad));
+        assert_names(&e, 2, "repeat_stalled");
+        assert!(e.to_string().contains("0..=5"), "{e}");
+    }
+    // Not a whole number: toml's type error, on its line (as for every key).
+    for bad in ["\"twice\"", "1.5"] {
+        assert_eq!(err(&with(bad)).line(), 2);
+    }
+    // Where no link emulator runs it could never act: refused, naming it.
+    let e = err("repeat_stalled = 1\n[loopback]\n[matrix]\npayload = [64]\n");
+    assert_names(&e, 1, "repeat_stalled");
+    assert!(e.to_string().contains("[testbed]"), "{e}");
+    let hosts = "[hosts]\nreceiver = \"127.0.0.1\"\n[matrix]\npayload = [64]\n";
+    assert_names(
+        &err(&format!("repeat_stalled = 1\n{hosts}")),
+        1,
+        "repeat_stalled",
+    );
+    assert_names(
+        &err(&format!(
+            "repeat_stalled = 1\n{NODES}[matrix]\npayload = [64]\n"
+        )),
+        1,
+        "repeat_stalled",
+    );
+    // An RFC 2544 search decides each trial from the last.
+    let rfc = "repeat_stalled = 1\n[testbed]\npreset = \"router\"\nlink_rate = \"10mbit\"\n[rfc2544]\nframes = [64]\n";
+    assert_names(&err(rfc), 1, "repeat_stalled");
+    // 0 is the default, accepted anywhere.
+    Campaign::parse(
+        "repeat_stalled = 0\n[loopback]\n[matrix]\npayload = [64]\n",
+        "c.toml",
+    )
+    .unwrap();
+    // A resumed campaign may change it: no finished run depends on it.
+    let old = Campaign::parse(&with("0"), "c.toml").unwrap();
+    let new = Campaign::parse(&with("3"), "c.toml").unwrap();
+    let done = std::collections::HashSet::from([(old.expand()[0].key.clone(), 0)]);
+    wirebench_campaign::campaign::check_growth(&old, &new, &done).unwrap();
+}

@@ -151,6 +151,18 @@ fn reads(s: &Store, cid: i64) -> serde_json::Value {
         Ok::<_, StoreError>(())
     })
     .unwrap();
+    // One planned run's row (`repeat_stalled` carries an attempt set
+    // aside into the next): the retry that replaced the failed one.
+    let one = |ip: &str, rep: u32| {
+        s.run_of(
+            cid,
+            &format!("ip={ip},transport=udp,payload=100,pps=1000"),
+            rep,
+        )
+        .unwrap()
+        .map(|r| json!([r.status.as_str(), r.started_at, r.result, r.counters]))
+    };
+    let run_of = json!([one("6", 1), one("4", 0), one("4", 7)]);
     let summary = serde_json::to_value(wirebench_campaign::summarize(s, "same").unwrap()).unwrap();
     json!({
         "runs": runs,
@@ -160,6 +172,7 @@ fn reads(s: &Store, cid: i64) -> serde_json::Value {
         "count_ok": s.count_runs(&RunFilter { status: Some(RunStatus::Ok), ..RunFilter::campaign(cid) }).unwrap(),
         "paged": paged,
         "full_runs": s.runs(cid).unwrap().iter().map(|r| json!([r.status.as_str(), r.result, r.counters])).collect::<Vec<_>>(),
+        "run_of": run_of,
         "summary": summary,
     })
 }
@@ -185,6 +198,11 @@ fn postgres_reads_what_sqlite_reads_and_keeps_runs_unique_under_two_writers() {
     let r = reads(&post, b);
     assert_eq!(r["count_ok"], json!(5), "{r}");
     assert_eq!(r["finished"].as_array().unwrap().len(), 5, "{r}");
+    assert_eq!(r["run_of"][0][0], json!("ok"), "{r}");
+    assert!(
+        r["run_of"][0][2].is_object() && r["run_of"][2].is_null(),
+        "{r}"
+    );
 
     // A resume puts the run whose document does not read back in the queue.
     let bad = post.requeue_unreadable(b).unwrap();

@@ -1009,6 +1009,47 @@ fn check_repetitions_value(
     Ok((min, Some(Adaptive { max, until, metric })))
 }
 
+/// Most repeats `repeat_stalled` allows per planned run: each costs a
+/// whole run, and a host that stalls run after run will not be outwaited.
+pub const REPEAT_STALLED_MAX: i64 = 5;
+
+/// `repeat_stalled = N`: 0..=[`REPEAT_STALLED_MAX`], and only where link
+/// emulators count stalls (an emulated `[testbed]`, runs of a plan).
+fn check_repeat_stalled(
+    ctx: &Ctx,
+    raw: &RawCampaign,
+    target: &Target,
+) -> Result<u32, CampaignError> {
+    let Some(r) = &raw.repeat_stalled else {
+        return Ok(0);
+    };
+    let n = *r.get_ref();
+    if !(0..=REPEAT_STALLED_MAX).contains(&n) {
+        return Err(ctx.at(
+            r,
+            "repeat_stalled",
+            format!("must be 0..={REPEAT_STALLED_MAX}, got {n}"),
+        ));
+    }
+    if n > 0 {
+        if !matches!(target, Target::Testbed(_)) {
+            return Err(ctx.at(
+                r,
+                "repeat_stalled",
+                "only an emulated [testbed] has link emulators that count host stalls; on [loopback] and [hosts] it could never act",
+            ));
+        }
+        if raw.rfc2544.is_some() {
+            return Err(ctx.at(
+                r,
+                "repeat_stalled",
+                "an [rfc2544] search decides each trial from the last and does not repeat trials",
+            ));
+        }
+    }
+    Ok(n as u32)
+}
+
 fn check_repetitions(ctx: &Ctx, r: &Spanned<i64>) -> Result<u32, CampaignError> {
     let x = *r.get_ref();
     if !(1..=10_000).contains(&x) {
@@ -1147,6 +1188,7 @@ impl Campaign {
             Some(t) => Some(seconds(&ctx, t, "run_timeout_s", false)?),
             None => None,
         };
+        let repeat_stalled = check_repeat_stalled(&ctx, &raw, &target)?;
         let name = match &raw.name {
             Some(n) => {
                 let s = n.get_ref().trim().to_string();
@@ -1224,6 +1266,7 @@ impl Campaign {
             seed,
             baseline: None,
             run_timeout_s,
+            repeat_stalled,
             quick: false,
             quick_overrides,
             rfc2544: raw

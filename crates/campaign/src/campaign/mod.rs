@@ -329,6 +329,12 @@ pub struct Campaign {
     pub baseline: Option<String>,
     /// Longest a single run may take before it is killed and counted failed.
     pub run_timeout_s: Option<f64>,
+    /// `repeat_stalled = N`: a test-bed run during which the link
+    /// emulators counted a host stall is stored failed and made again, at
+    /// most N times per planned run and invocation (0: never). Not part of
+    /// the campaign's identity: it changes when runs are made, not what
+    /// one measures, so `--resume` accepts a file that changed it.
+    pub repeat_stalled: u32,
     /// True once `apply_quick` ran.
     pub quick: bool,
     quick_overrides: Option<Quick>,

@@ -200,6 +200,7 @@ pub(super) struct RawCampaign {
     pub(super) seed: Option<Spanned<i64>>,
     pub(super) baseline: Option<Spanned<String>>,
     pub(super) run_timeout_s: Option<Spanned<f64>>,
+    pub(super) repeat_stalled: Option<Spanned<i64>>,
     pub(super) testbed: Option<Spanned<RawTestbed>>,
     pub(super) hosts: Option<Spanned<RawHosts>>,
     pub(super) loopback: Option<Spanned<RawLoopback>>,

@@ -124,8 +124,12 @@ pub struct Outcome {
     pub already_done: usize,
     /// Runs stored `ok` by this invocation.
     pub ok: usize,
-    /// Runs stored `failed` by this invocation.
+    /// Runs stored `failed` by this invocation (attempts set aside for a
+    /// host stall not included).
     pub failed: usize,
+    /// Attempts stored `failed` because the host stalled the link
+    /// emulators, and made again (`repeat_stalled`).
+    pub repeated: usize,
     /// Stopped by SIGINT/SIGTERM; the run in flight was not stored.
     pub interrupted: bool,
 }
@@ -314,8 +318,11 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
         already_done: already,
         ok: 0,
         failed: 0,
+        repeated: 0,
         interrupted: false,
     };
+    // Per planned run: how often it was set aside for a stall so far.
+    let mut repeats: std::collections::HashMap<(String, u32), u32> = Default::default();
     if todo.is_empty() {
         store.set_campaign_status(cid, "done")?;
         return Ok(out);
@@ -373,7 +380,29 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
         }
         let label = format!("{} #{}", pr.scenario.key, pr.repetition + 1);
         progress.run_start(&label);
-        match ctx.one_run(bed.as_mut(), cid, pr, c.run_length(&pr.scenario)) {
+        let id = (pr.scenario.key.clone(), pr.repetition);
+        let done = repeats.get(&id).copied().unwrap_or(0);
+        match ctx.one_run(
+            bed.as_mut(),
+            cid,
+            pr,
+            c.run_length(&pr.scenario),
+            Some(done),
+        ) {
+            Ok(RunEnd::SetAside(why)) => {
+                progress.run_end(&label, "failed");
+                progress.note(&format!("{label}: stalled, repeating: {why}"));
+                out.repeated += 1;
+                i += 1;
+                repeats.insert(id, done + 1);
+                // Not a failure of the set-up: fail-fast does not count it.
+                total += 1;
+                pb.set_length(total as u64);
+                pb.inc(1);
+                let n = already + out.ok + out.failed + out.repeated;
+                say(&pb, format!("[{n}/{total}] {label}: stalled, repeating"));
+                todo.push_front(pr.clone());
+            }
             Ok(RunEnd::Stored(st)) => {
                 progress.run_end(&label, st.as_str());
                 match st {
@@ -403,7 +432,7 @@ pub fn run_campaign(c: &Campaign, store: &Store, opts: &RunOptions) -> Result<Ou
                     break;
                 }
                 pb.inc(1);
-                let n = already + out.ok + out.failed;
+                let n = already + out.ok + out.failed + out.repeated;
                 say(
                     &pb,
                     format!(

@@ -38,6 +38,9 @@ pub(super) struct Ctx<'a> {
 
 pub(super) enum RunEnd {
     Stored(RunStatus),
+    /// Ended ok but the host stalled its link emulators: stored `failed`
+    /// with this error, to be made again (`repeat_stalled`).
+    SetAside(String),
     Interrupted,
 }
 
@@ -203,17 +206,21 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// `repeats_done`: how often this planned run was already set aside
+    /// for a stall in this invocation (None: never set it aside, as in
+    /// sessions whose caller decides every trial).
     pub(super) fn one_run(
         &mut self,
         bed: &mut dyn Bed,
         cid: i64,
         pr: &PlannedRun,
         length: RunLength,
+        repeats_done: Option<u32>,
     ) -> Result<RunEnd, RunError> {
         let s = &pr.scenario;
         bed.ensure(s)?;
         if bed.nodes().is_some() {
-            return self.nodes_run(bed, cid, pr, length);
+            return self.nodes_run(bed, cid, pr, length, repeats_done);
         }
         let receiver_dead = self
             .receiver
@@ -361,6 +368,7 @@ impl<'a> Ctx<'a> {
         cid: i64,
         pr: &PlannedRun,
         length: RunLength,
+        repeats_done: Option<u32>,
     ) -> Result<RunEnd, RunError> {
         let s = &pr.scenario;
         let seed = run_seed(self.c, &s.key, pr.repetition);
@@ -424,6 +432,31 @@ impl<'a> Ctx<'a> {
                 Some(_) => {}
             }
         }
+        // A run the host stalled is set aside while the budget lasts.
+        let set_aside = match (&error, repeats_done) {
+            (None, Some(done)) => {
+                crate::stalls::repeat_reason(&r.observed, done, self.c.repeat_stalled)
+            }
+            _ => None,
+        };
+        if set_aside.is_some() {
+            error.clone_from(&set_aside);
+        }
+        // The row this run replaces was an attempt set aside for a stall
+        // (in this invocation or before a resume): the store keeps one row
+        // per planned run, so its documents move into this run's counters.
+        if let Some(prev) = self
+            .store
+            .run_of(cid, &s.key, pr.repetition)?
+            .filter(crate::stalls::is_set_aside)
+        {
+            if let Some(o) = r.observed.as_object_mut() {
+                o.insert(
+                    crate::stalls::SET_ASIDE_KEY.into(),
+                    Value::Array(crate::stalls::set_aside(&prev)),
+                );
+            }
+        }
         let st = if error.is_none() {
             RunStatus::Ok
         } else {
@@ -452,6 +485,9 @@ impl<'a> Ctx<'a> {
                 error.unwrap_or_default()
             )));
         }
-        Ok(RunEnd::Stored(st))
+        Ok(match set_aside {
+            Some(why) => RunEnd::SetAside(why),
+            None => RunEnd::Stored(st),
+        })
     }
 }

@@ -83,13 +83,16 @@ impl<'a> Session<'a> {
         pr: &PlannedRun,
         length: RunLength,
     ) -> Result<Option<SessionRun>, RunError> {
-        let status = match self
-            .ctx
-            .one_run(self.bed.as_mut(), self.campaign_id, pr, length)?
-        {
-            RunEnd::Interrupted => return Ok(None),
-            RunEnd::Stored(st) => st,
-        };
+        let status =
+            match self
+                .ctx
+                .one_run(self.bed.as_mut(), self.campaign_id, pr, length, None)?
+            {
+                RunEnd::Interrupted => return Ok(None),
+                RunEnd::Stored(st) => st,
+                // Not asked for (repeats_done None); stored failed all the same.
+                RunEnd::SetAside(_) => RunStatus::Failed,
+            };
         let result: Option<Value> = std::fs::read_to_string(self.ctx.work().join("result.json"))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());

@@ -1032,6 +1032,34 @@ impl Store {
         Ok(self.run_rows("r.id = ?1", run_id)?.pop())
     }
 
+    /// The stored run of one planned run (scenario, repetition from 0) of
+    /// a campaign, if any (the store keeps at most one: a retry replaces
+    /// a failed row).
+    pub fn run_of(
+        &self,
+        campaign_id: i64,
+        scenario_key: &str,
+        repetition: u32,
+    ) -> Result<Option<RunRow>, StoreError> {
+        let id = self
+            .conn
+            .first(
+                "SELECT id FROM runs
+                 WHERE campaign_id = ?1 AND scenario_key = ?2 AND repetition = ?3",
+                &[
+                    Val::from(campaign_id),
+                    Val::from(scenario_key),
+                    Val::from(i64::from(repetition)),
+                ],
+                |r| r.int(0),
+            )
+            .map_err(|e| self.err(e))?;
+        match id {
+            Some(id) => self.run(id),
+            None => Ok(None),
+        }
+    }
+
     fn run_rows(&self, cond: &str, arg: i64) -> Result<Vec<RunRow>, StoreError> {
         let mut out = Vec::new();
         self.for_each_row(cond, arg, |r| {

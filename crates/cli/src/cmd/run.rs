@@ -193,6 +193,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         out.already_done,
         db.display()
     );
+    if out.repeated > 0 {
+        println!(
+            "{} run(s) repeated after a host stall (repeat_stalled = {}); each attempt set aside is kept in the counters of the run that replaced it (`stalled_attempts`)",
+            out.repeated, c.repeat_stalled
+        );
+    }
     if out.failed > 0 {
         anyhow::bail!(
             "{} run(s) failed (see `wirebench results list {} --db {}`); rerun with --resume to retry them",

@@ -1,0 +1,181 @@
+//! `repeat_stalled` end to end on the emulated test-bed: a campaign run
+//! during which the link emulator is held (SIGSTOP, as a hypervisor holds
+//! a guest's CPU) is stored failed with the reason, made again, and the
+//! repeat is what the campaign keeps, the attempt set aside travelling in
+//! its counters. Needs root (namespaces).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+use wirebench_campaign::{RunStatus, Store};
+
+mod common;
+use common::campaign;
+
+/// This test's bed: nothing else uses the name.
+const BED: &str = "stallrp";
+
+/// One 2 s run of 2 000 datagrams/s over a 100 Mbit/s link delayed 20 ms,
+/// so the emulator always naps towards a frame's deadline and a stop of
+/// tens of ms ends past one.
+const FILE: &str = r#"
+name = "stall-repeat"
+repetitions = 1
+duration_s = 2
+linger_s = 0.3
+repeat_stalled = 1
+[testbed]
+preset = "direct"
+name = "stallrp"
+link_rate = "100mbit"
+[matrix]
+transport = ["udp"]
+payload = [200]
+pps = [2000]
+delay = ["20ms"]
+"#;
+
+/// How many runs the progress log says started.
+fn run_starts(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("\"run_start\""))
+        .count()
+}
+
+/// The link emulators (`wb-link`) of this test's bed's only link.
+fn emulators() -> Vec<i32> {
+    let ns = wirebench_testbed::testbed::link_netns(BED, 0);
+    let out = std::process::Command::new("ip")
+        .args(["netns", "pids", &ns])
+        .output()
+        .expect("ip netns pids");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter(|p: &i32| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "wb-link")
+        })
+        .collect()
+}
+
+/// Holds the bed's emulators for `d`, as a host stall would.
+fn hold(d: Duration) -> usize {
+    let pids = emulators();
+    for &p in &pids {
+        // SAFETY: kill(2) on a pid of this test's own bed; no memory involved.
+        unsafe { libc::kill(p, libc::SIGSTOP) };
+    }
+    std::thread::sleep(d);
+    for &p in &pids {
+        // SAFETY: as above.
+        unsafe { libc::kill(p, libc::SIGCONT) };
+    }
+    pids.len()
+}
+
+#[test]
+fn a_run_the_host_stalled_is_stored_failed_and_repeated() {
+    if !wirebench_testkit::can_run_as_root(
+        "a_run_the_host_stalled_is_stored_failed_and_repeated",
+        "root (network namespaces)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("stall.toml");
+    std::fs::write(&file, FILE).unwrap();
+    let db = dir.path().join("s.db");
+    let log = dir.path().join("progress.jsonl");
+    let child = campaign(&file, &db, &["--progress-log", log.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (log2, db2) = (log.clone(), db.clone());
+    let stopper = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while run_starts(&log2) == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the first run never started"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Twice inside the first run (its sender starts a few hundred ms
+        // after the run is announced), each stop past several frames'
+        // deadlines.
+        let t1 = Instant::now();
+        let mut held = 0;
+        for at in [600, 1200] {
+            std::thread::sleep(Duration::from_millis(at).saturating_sub(t1.elapsed()));
+            if run_starts(&log2) > 1 {
+                break;
+            }
+            held += hold(Duration::from_millis(80));
+        }
+        // While the repeat runs, the attempt set aside is in the store,
+        // failed, saying why.
+        while run_starts(&log2) < 2 && t1.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let store = Store::open_existing(&db2).unwrap();
+        let c = store.latest().unwrap().unwrap();
+        let during = store.runs(c.id).unwrap();
+        (held, during)
+    });
+    let out = child.wait_with_output().unwrap();
+    let (held, during) = stopper.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(held >= 1, "no wb-link emulator of {BED} was found to hold");
+
+    assert_eq!(during.len(), 1, "{during:?}");
+    assert_eq!(during[0].status, RunStatus::Failed);
+    let why = during[0].error.clone().unwrap_or_default();
+    assert!(
+        why.starts_with("repeated (repeat_stalled): the link emulators stalled"),
+        "{why}"
+    );
+    let (stalls, stall_s) =
+        wirebench_campaign::stalls::run_stalls(during[0].counters.as_ref().unwrap());
+    eprintln!("held the emulator {held} time(s); set aside: {why}");
+    assert!(stalls > 0 && stall_s > 0.01, "{stalls} stalls, {stall_s} s");
+
+    // The repeat replaced it: ok, carrying the attempt set aside with its
+    // documents; the campaign is done, not incomplete.
+    let store = Store::open_existing(&db).unwrap();
+    let c = store.latest().unwrap().unwrap();
+    assert_eq!(c.status, "done");
+    let runs = store.runs(c.id).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let r = &runs[0];
+    assert_eq!(r.status, RunStatus::Ok, "{:?}", r.error);
+    let counters = r.counters.as_ref().unwrap();
+    let aside = counters[wirebench_campaign::stalls::SET_ASIDE_KEY]
+        .as_array()
+        .expect("the attempt set aside is kept");
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(aside[0]["error"].as_str(), Some(why.as_str()));
+    assert_eq!(
+        aside[0]["started_at"].as_str(),
+        Some(during[0].started_at.as_str())
+    );
+    assert_eq!(
+        aside[0]["result"]["schema"].as_str(),
+        Some("wirebench.result/1")
+    );
+    assert_eq!(
+        wirebench_campaign::stalls::run_stalls(&aside[0]["counters"]),
+        (stalls, stall_s)
+    );
+    assert!(
+        stdout.contains("1 run(s) repeated after a host stall"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Repeated after a host stall"), "{stdout}");
+    let progress = std::fs::read_to_string(&log).unwrap();
+    assert!(progress.contains("stalled, repeating"), "{progress}");
+    assert_eq!(run_starts(&log), 2, "{progress}");
+}
