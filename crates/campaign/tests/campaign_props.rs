@@ -79,6 +79,7 @@ const TOP: &[&str] = &[
     "seed",
     "baseline",
     "run_timeout_s",
+    "repeat_stalled",
     "speed",
 ];
 
@@ -119,6 +120,7 @@ const GOOD_TOP: &[&str] = &[
     "order = \"shuffled\"",
     "seed = 7",
     "baseline = \"ip=4\"",
+    "repeat_stalled = 0",
 ];
 
 /// A campaign-shaped file: top-level keys, a target table, matrix blocks
