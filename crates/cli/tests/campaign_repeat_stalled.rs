@@ -16,12 +16,13 @@ const BED: &str = "stallrp";
 
 /// One 2 s run of 2 000 datagrams/s over a 100 Mbit/s link delayed 20 ms,
 /// so the emulator always naps towards a frame's deadline and a stop of
-/// tens of ms ends past one.
+/// tens of ms ends past one; live intervals say when the traffic flows.
 const FILE: &str = r#"
 name = "stall-repeat"
 repetitions = 1
 duration_s = 2
 linger_s = 0.3
+interval_ms = 100
 repeat_stalled = 1
 [testbed]
 preset = "direct"
@@ -34,13 +35,18 @@ pps = [2000]
 delay = ["20ms"]
 "#;
 
-/// How many runs the progress log says started.
-fn run_starts(log: &Path) -> usize {
+/// How many lines of the progress log contain `pat`.
+fn events(log: &Path, pat: &str) -> usize {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.contains("\"run_start\""))
+        .filter(|l| l.contains(pat))
         .count()
+}
+
+/// How many runs the progress log says started.
+fn run_starts(log: &Path) -> usize {
+    events(log, "\"run_start\"")
 }
 
 /// The link emulators (`wb-link`) of this test's bed's only link.
@@ -102,18 +108,22 @@ fn a_run_the_host_stalled_is_stored_failed_and_repeated() {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        // Twice inside the first run (its sender starts a few hundred ms
-        // after the run is announced), each stop past several frames'
-        // deadlines.
-        let t1 = Instant::now();
-        let mut held = 0;
-        for at in [600, 1200] {
-            std::thread::sleep(Duration::from_millis(at).saturating_sub(t1.elapsed()));
-            if run_starts(&log2) > 1 {
-                break;
-            }
+        // Held only once the first run's traffic flows (its first live
+        // interval is in the log: a loaded machine may start the sender
+        // late), then once more 300 ms later if the run still goes.
+        while events(&log2, "\"interval\"") == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the first run's traffic never showed in the progress log"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut held = hold(Duration::from_millis(80));
+        std::thread::sleep(Duration::from_millis(300));
+        if run_starts(&log2) == 1 {
             held += hold(Duration::from_millis(80));
         }
+        let t1 = Instant::now();
         // While the repeat runs, the attempt set aside is in the store,
         // failed, saying why.
         while run_starts(&log2) < 2 && t1.elapsed() < Duration::from_secs(20) {
