@@ -15,26 +15,40 @@
 #   the summary names what the transfers used)
 #   FORCE= (empty) leaves the bed's own choice of backend (a 1 Gbit/s jumbo
 #   link is the emulator's by default too; FORCE defaults to --delay 1ns).
-#   WIREBENCH=path to use a built binary. TOPO=router runs a-r1-b (two
+#   AFTER_UP=cmd runs `cmd BED` after each bed is up (a setting under
+#   study, e.g. one that threads the bed's NAPI). WIREBENCH=path to use a built binary. TOPO=router runs a-r1-b (two
 #   emulated hops; default direct). Needs root. Runs its own test-bed
 #   (TB, default `lktransfer`) and removes it on exit. It also prints,
 #   per transfer, each emulated hop's forward direction from the
 #   emulators' counters: the wire's idle time in short
 #   gaps, its mean queueing, its sends' mean lateness and how many frames
-#   it scheduled from the previous hop's virtual arrival (issue 23).
+#   it scheduled from the previous hop's virtual arrival (issue 23), its
+#   host stalls (naps that ended a ms or more late, both directions), and
+#   the kernel's ksoftirqd threads' run and runqueue-wait time over the
+#   transfer's window (read from /proc/PID/schedstat, nothing changed):
+#   the softirq work the hosts' real-time tasks keep waiting.
 set -euo pipefail
 beds=${BEDS:-10}; runs=${RUNS:-4}; cc=(); [[ -n "${CC:-}" ]] && cc=(--cc "$CC")
 tb=${TB:-lktransfer}; topo=${TOPO:-direct}; port=15983
 . "$(dirname "${BASH_SOURCE[0]}")/link_common.sh"
 
+# Summed run and runqueue-wait time (ns) of the kernel's ksoftirqd threads
+# (read only, from /proc/PID/schedstat).
+ksoftirqd_times() {
+    for p in $(pgrep -x 'ksoftirqd/[0-9]+'); do cat "/proc/$p/schedstat"; done |
+        awk '{ r += $1; w += $2 } END { printf "%.0f %.0f\n", r, w }'
+}
+
 uptime
 for b in $(seq 1 "$beds"); do
     "$wb" testbed up "$topo" --name $tb --mtu 9000 --rate 1gbit ${FORCE---delay 1ns} >/dev/null
+    [[ -n "${AFTER_UP:-}" ]] && $AFTER_UP "$tb"
     "$wb" testbed exec --name $tb b -- chrt -f 50 "$wb" recv -p $port >/dev/null 2>&1 & recv_pid=$!
     sleep 1
     for r in $(seq 1 "$runs"); do
         rm -f "$dir/r.json"
         for c in /run/wirebench/$tb.link*.counters; do cp "$c" "$dir/before.${c##*/}"; done
+        ksoftirqd_times >"$dir/ksoft.before"
         timeout 60 "$wb" testbed exec --name $tb a -- chrt -f 50 "$wb" send -a b -p $port -4 \
             -T tcp --max -c 8192 -k 5120 "${cc[@]}" --linger 300 --json "$dir/r.json" >/dev/null 2>&1 || true
         python3 - "$dir/r.json" "$dir/cc" >>"$dir/ratios" <<'PY' || echo nan >>"$dir/ratios"
@@ -46,6 +60,7 @@ print(f.get("tcp_cc") or "?", file=open(sys.argv[2], "a"))
 wire_min = 5 * 1024 * 1024 * 8 * f["throughput_bps"]["wire"] / f["throughput_bps"]["payload"] / 1e9
 print(f"{f['completion_s'] / wire_min:.4f}")
 PY
+        ksoftirqd_times >"$dir/ksoft.after"
         python3 - "$dir" "$tb" >>"$dir/hops" <<'PY' || true
 import glob, os, struct, sys
 d, tb = sys.argv[1], sys.argv[2]
@@ -61,8 +76,18 @@ for c in sorted(glob.glob(f"/run/wirebench/{tb}.link*.counters")):
     dd = lambda i: w(a, i) - w(b, i)
     timed, deliv = max(dd(5), 1), max(dd(1), 1)
     virt = dd(12) if os.path.exists(c[: -len(".counters")] + ".late") else -1
+    # Words 14-15 of each direction (16 words): host stalls, naps that
+    # ended a ms or more after a frame was due, and their summed lateness.
+    stalls = dd(14) + dd(16 + 14) if len(a) >= 8 * 32 else -1
+    stall_ms = (dd(15) + dd(16 + 15)) / 1e6 if len(a) >= 8 * 32 else -1
     out.append(f"hop{li} idle_us={dd(10) / 1e3:.0f} queue_us={dd(6) / timed / 1e3:.1f} "
-               f"late_us={dd(11) / deliv / 1e3:.1f} virtual={virt}")
+               f"late_us={dd(11) / deliv / 1e3:.1f} virtual={virt} stalls={stalls} stall_ms={stall_ms:.1f}")
+# The kernel's softirq threads over the transfer: how long they ran and
+# how long they waited for a CPU (schedstat; the network work the
+# interrupts handed them waited as long).
+kb = [int(x) for x in open(os.path.join(d, "ksoft.before")).read().split()]
+ka = [int(x) for x in open(os.path.join(d, "ksoft.after")).read().split()]
+out.append(f"ksoftirqd run_ms={(ka[0] - kb[0]) / 1e6:.2f} wait_ms={(ka[1] - kb[1]) / 1e6:.2f}")
 print(" | ".join(out))
 PY
     done
