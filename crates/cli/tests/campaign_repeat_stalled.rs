@@ -11,8 +11,10 @@ use wirebench_campaign::{RunStatus, Store};
 mod common;
 use common::campaign;
 
-/// This test's bed: nothing else uses the name.
+/// The tests' beds (one each, as they may run at once): nothing else
+/// uses these names.
 const BED: &str = "stallrp";
+const BED_RESUMED: &str = "stallrq";
 
 /// One 2 s run of 2 000 datagrams/s over a 100 Mbit/s link delayed 20 ms,
 /// so the emulator always naps towards a frame's deadline and a stop of
@@ -49,9 +51,9 @@ fn run_starts(log: &Path) -> usize {
     events(log, "\"run_start\"")
 }
 
-/// The link emulators (`wb-link`) of this test's bed's only link.
-fn emulators() -> Vec<i32> {
-    let ns = wirebench_testbed::testbed::link_netns(BED, 0);
+/// The link emulators (`wb-link`) of bed `bed`'s only link.
+fn emulators(bed: &str) -> Vec<i32> {
+    let ns = wirebench_testbed::testbed::link_netns(bed, 0);
     let out = std::process::Command::new("ip")
         .args(["netns", "pids", &ns])
         .output()
@@ -65,9 +67,9 @@ fn emulators() -> Vec<i32> {
         .collect()
 }
 
-/// Holds the bed's emulators for `d`, as a host stall would.
-fn hold(d: Duration) -> usize {
-    let pids = emulators();
+/// Holds bed `bed`'s emulators for `d`, as a host stall would.
+fn hold(bed: &str, d: Duration) -> usize {
+    let pids = emulators(bed);
     for &p in &pids {
         // SAFETY: kill(2) on a pid of this test's own bed; no memory involved.
         unsafe { libc::kill(p, libc::SIGSTOP) };
@@ -78,6 +80,45 @@ fn hold(d: Duration) -> usize {
         unsafe { libc::kill(p, libc::SIGCONT) };
     }
     pids.len()
+}
+
+/// Holds bed `bed`'s emulators twice for 80 ms during the first run of the
+/// campaign whose progress log is `log`; returns how many emulators were
+/// held in all.
+fn stall_first_run(log: &Path, bed: &str) -> usize {
+    let t0 = Instant::now();
+    while run_starts(log) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the first run never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Held only once the first run's traffic flows (its first live
+    // interval is in the log: a loaded machine may start the sender
+    // late), then once more 300 ms later if the run still goes.
+    while events(log, "\"interval\"") == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the first run's traffic never showed in the progress log"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut held = hold(bed, Duration::from_millis(80));
+    std::thread::sleep(Duration::from_millis(300));
+    if run_starts(log) == 1 {
+        held += hold(bed, Duration::from_millis(80));
+    }
+    held
+}
+
+/// Waits up to 20 s for the progress log to announce a second run (the
+/// repeat).
+fn await_second_run(log: &Path) {
+    let t = Instant::now();
+    while run_starts(log) < 2 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -100,35 +141,10 @@ fn a_run_the_host_stalled_is_stored_failed_and_repeated() {
         .unwrap();
     let (log2, db2) = (log.clone(), db.clone());
     let stopper = std::thread::spawn(move || {
-        let t0 = Instant::now();
-        while run_starts(&log2) == 0 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "the first run never started"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Held only once the first run's traffic flows (its first live
-        // interval is in the log: a loaded machine may start the sender
-        // late), then once more 300 ms later if the run still goes.
-        while events(&log2, "\"interval\"") == 0 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "the first run's traffic never showed in the progress log"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let mut held = hold(Duration::from_millis(80));
-        std::thread::sleep(Duration::from_millis(300));
-        if run_starts(&log2) == 1 {
-            held += hold(Duration::from_millis(80));
-        }
-        let t1 = Instant::now();
+        let held = stall_first_run(&log2, BED);
         // While the repeat runs, the attempt set aside is in the store,
         // failed, saying why.
-        while run_starts(&log2) < 2 && t1.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        await_second_run(&log2);
         let store = Store::open_existing(&db2).unwrap();
         let c = store.latest().unwrap().unwrap();
         let during = store.runs(c.id).unwrap();
@@ -188,4 +204,76 @@ fn a_run_the_host_stalled_is_stored_failed_and_repeated() {
     let progress = std::fs::read_to_string(&log).unwrap();
     assert!(progress.contains("stalled, repeating"), "{progress}");
     assert_eq!(run_starts(&log), 2, "{progress}");
+}
+
+/// Interrupted while the repeat runs, the campaign keeps the attempt set
+/// aside as a failed row; `--resume` makes the run again and carries it.
+#[test]
+fn an_attempt_set_aside_survives_an_interrupt_and_resume_carries_it() {
+    if !wirebench_testkit::can_run_as_root(
+        "an_attempt_set_aside_survives_an_interrupt_and_resume_carries_it",
+        "root (network namespaces)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("stall.toml");
+    std::fs::write(&file, FILE.replace(BED, BED_RESUMED)).unwrap();
+    let db = dir.path().join("s.db");
+    let log = dir.path().join("progress.jsonl");
+    let child = campaign(&file, &db, &["--progress-log", log.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let held = stall_first_run(&log, BED_RESUMED);
+    await_second_run(&log);
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on the campaign this test started; no memory involved.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        held >= 1,
+        "no wb-link emulator of {BED_RESUMED} was found to hold"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = Store::open_existing(&db).unwrap();
+    let c = store.latest().unwrap().unwrap();
+    assert_eq!(c.status, "interrupted");
+    let before = store.runs(c.id).unwrap();
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[0].status, RunStatus::Failed);
+    let why = before[0].error.clone().unwrap_or_default();
+    assert!(why.starts_with("repeated (repeat_stalled)"), "{why}");
+    drop(store);
+
+    let out = campaign(&file, &db, &["--resume"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = Store::open_existing(&db).unwrap();
+    let c = store.latest().unwrap().unwrap();
+    assert_eq!(c.status, "done");
+    let runs = store.runs(c.id).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].status, RunStatus::Ok, "{:?}", runs[0].error);
+    // A real host stall in the resumed run may set it aside once more:
+    // then two attempts, the interrupted one first.
+    let aside = runs[0].counters.as_ref().unwrap()[wirebench_campaign::stalls::SET_ASIDE_KEY]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(!aside.is_empty(), "the attempt set aside was lost");
+    assert_eq!(aside[0]["error"].as_str(), Some(why.as_str()));
+    assert_eq!(
+        aside[0]["started_at"].as_str(),
+        Some(before[0].started_at.as_str())
+    );
 }
