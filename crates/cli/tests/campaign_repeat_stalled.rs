@@ -3,6 +3,7 @@
 //! a guest's CPU) is stored failed with the reason, made again, and the
 //! repeat is what the campaign keeps, the attempt set aside travelling in
 //! its counters. Needs root (namespaces).
+#![cfg(target_os = "linux")]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
