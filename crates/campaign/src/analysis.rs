@@ -356,14 +356,8 @@ impl<'c> Summarizer<'c> {
         }
         a.nodes.add(c);
         a.hops.add(c);
-        let hops = c.get("hops").and_then(Value::as_array);
-        let stall_s: f64 = hops
-            .into_iter()
-            .flatten()
-            .filter(|h| num(h, &["stalls"]).is_some_and(|n| n > 0.0))
-            .filter_map(|h| num(h, &["stall_s"]))
-            .sum();
-        if stall_s > 0.0 {
+        let (stalls, stall_s) = crate::stalls::run_stalls(c);
+        if stalls > 0 {
             a.stalled_runs += 1;
             a.stall_s += stall_s;
         }
