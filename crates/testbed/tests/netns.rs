@@ -1001,10 +1001,34 @@ fn all_end(pids: &[i32]) -> bool {
 /// One-way delays (ns) of `n` datagrams of `payload` bytes sent `gap` apart
 /// from a to b, and how many were lost.
 fn one_way(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> (Vec<u64>, usize) {
+    let p = probe(tb, payload, n, gap);
+    (p.delays, p.lost)
+}
+
+/// What [`probe`] sent and received.
+struct Probes {
+    /// One-way delays (ns) of the datagrams received.
+    delays: Vec<u64>,
+    /// Datagrams sent and never received.
+    lost: usize,
+    /// Sends that returned an error.
+    send_errors: usize,
+    /// Datagrams sent over 1 ms after their due time, and the latest
+    /// (ns): a sender the host held sends its backlog at once, a burst the
+    /// path was not meant to see.
+    late: usize,
+    latest_ns: u64,
+}
+
+/// [`one_way`], also telling how punctually the sender kept its schedule.
+fn probe(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> Probes {
     let (rx, tx) = udp_pair(tb, Duration::from_millis(300));
     socket_opt(&rx, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1).unwrap();
     let sender = std::thread::spawn(move || {
+        // A sender waiting for a CPU would send its backlog as a burst.
+        wirebench_testkit::realtime_thread();
         let mut buf = vec![0u8; payload];
+        let (mut errors, mut late, mut latest) = (0usize, 0usize, Duration::ZERO);
         let start = Instant::now();
         for i in 0..n {
             // Absolute deadlines: a late send does not push the rest.
@@ -1012,9 +1036,17 @@ fn one_way(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> (Vec<u64>, 
             if let Some(d) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(d);
             }
+            let behind = Instant::now().saturating_duration_since(due);
+            if behind > Duration::from_millis(1) {
+                late += 1;
+            }
+            latest = latest.max(behind);
             buf[..8].copy_from_slice(&realtime_ns().to_le_bytes());
-            let _ = tx.send(&buf);
+            if tx.send(&buf).is_err() {
+                errors += 1;
+            }
         }
+        (errors, late, latest.as_nanos() as u64)
     });
     let mut buf = vec![0u8; 65536];
     let mut delays = Vec::with_capacity(n);
@@ -1030,9 +1062,15 @@ fn one_way(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> (Vec<u64>, 
             None => {}
         }
     }
-    sender.join().unwrap();
+    let (send_errors, late, latest_ns) = sender.join().unwrap();
     let lost = n - delays.len().min(n);
-    (delays, lost)
+    Probes {
+        delays,
+        lost,
+        send_errors,
+        late,
+        latest_ns,
+    }
 }
 
 /// Issue 23, L1: a lone 1518 B frame crosses each 100 Mbit/s hop in its
@@ -1281,6 +1319,16 @@ fn delay_loss_spec(extra: &str) -> TopologySpec {
 /// Issue 23, L3: delay and loss on a kernel without netem. 5 000 probes at
 /// 1 000/s: mean one-way delay 20 ms plus two frame times, loss within its
 /// binomial range (50 expected, sd 7).
+///
+/// The time split's propagation and serialisation, the wire's own books
+/// and its loss ratio are exact on any host and fail at once. What depends
+/// on the host keeping time is checked as timing: every probe reaching the
+/// delayed wire in its turn, no queueing, the mean delay. A CI host once
+/// held the run long enough that 840 of the 5 000 probes never reached
+/// r1→b (its emulator counting 17 stalls). When the run saw the host hold
+/// it (the emulators counted a stall, the probe sender fell behind) it is
+/// measured once more on a fresh test-bed and the second result stands; a
+/// wrong split or a wire that loses what it should not fails both.
 #[test]
 fn delay_and_loss_without_netem() {
     if !root("delay_and_loss_without_netem") {
@@ -1288,59 +1336,139 @@ fn delay_and_loss_without_netem() {
     }
     let _g = heavy();
     let name = "tldelay";
-    let _ = remove(name);
-    let tb = Testbed::up(name, &delay_loss_spec("loss = \"1%\"")).unwrap();
-    let before = tb.wire_counters();
-    let (d, lost) = one_way(&tb, 64, 5000, Duration::from_millis(1));
-    let wires = tb.wire_counters();
-    let hops = hop_times(&tb.spec().links, &before, &wires);
-    tb.down().unwrap();
-    // Where the time went on r1→b: 20 ms of propagation and each 106 B
-    // frame's 130 B of wire time, 10.4 µs, of serialisation; at 1 000/s
-    // nothing waits for the wire.
-    let h = hops
-        .iter()
-        .find(|h| h.from == "r1" && h.to == "b")
-        .unwrap_or_else(|| panic!("{hops:?}"));
-    eprintln!("hop r1→b: {h:?}");
-    assert!(h.frames >= 4900, "{h:?}");
-    assert!((h.propagation_s - 0.020).abs() < 1e-4, "{h:?}");
-    assert!((h.serialisation_s - 10.4e-6).abs() < 0.5e-6, "{h:?}");
-    assert!(h.queueing_s < 5e-6, "{h:?}");
-    // a→r1 has no delay: serialisation only.
-    let h = hops
-        .iter()
-        .find(|h| h.from == "a" && h.to == "r1")
-        .unwrap_or_else(|| panic!("{hops:?}"));
-    assert!(h.propagation_s < 1e-6, "{h:?}");
-    // The wire r1→b counts what it lost: the probes, and now and then a
-    // neighbour solicitation or its answer.
-    assert!(wires[0].is_some() && wires[1].is_some(), "{wires:?}");
-    let w = wires[1].unwrap()[0];
-    eprintln!("wire r1→b: {w:?}");
-    assert!(w.frames_in >= 5000 && w.queue_drops == 0 && w.buffer_drops == 0);
-    assert!(
-        w.lost.abs_diff(lost as u64) <= 3,
-        "{w:?}, probes lost {lost}"
-    );
-    assert_eq!(w.frames_in, w.delivered + w.lost);
-    assert_eq!(leftovers(name), Vec::<String>::new());
-    let mean = d.iter().sum::<u64>() as f64 / d.len() as f64 / 1e6;
-    let loss = lost as f64 / 5000.0 * 100.0;
-    let mut s = d.clone();
-    s.sort_unstable();
-    let q = |f: f64| s[((s.len() - 1) as f64 * f) as usize] as f64 / 1e6;
-    eprintln!(
-        "delay 20 ms, loss 1 %: mean one-way {mean:.3} ms (min {:.3}, p50 {:.3}, p99 {:.3}, max {:.3}), loss {loss:.2} %",
-        q(0.0),
-        q(0.5),
-        q(0.99),
-        q(1.0)
-    );
-    assert!((20.0..=20.4).contains(&mean), "{mean}");
-    assert!((0.55..=1.45).contains(&loss), "{loss}");
-    // Nothing arrives before the delay and the two frame times.
-    assert!(*d.iter().min().unwrap() >= 20_000_000);
+    measure_seeing("delay 20 ms, loss 1 %", || {
+        let _ = remove(name);
+        let tb = Testbed::up(name, &delay_loss_spec("loss = \"1%\"")).unwrap();
+        let (before, nodes) = (tb.wire_counters(), tb.counters().unwrap());
+        let p = probe(&tb, 64, 5000, Duration::from_millis(1));
+        let wires = tb.wire_counters();
+        let drops = tb.counters().unwrap().delta(&nodes).drop_sites();
+        let hops = hop_times(&tb.spec().links, &before, &wires);
+        tb.down().unwrap();
+        assert_eq!(leftovers(name), Vec::<String>::new());
+        // Each hop's a→b direction over the probes.
+        let span = |li: usize| {
+            let (Some(b), Some(a)) = (&before[li], &wires[li]) else {
+                panic!("link {li} has no emulator: {wires:?}")
+            };
+            a[0].delta(&b[0])
+        };
+        let (w1, w) = (span(0), span(1));
+        eprintln!("wire a→r1: {w1:?}\nwire r1→b: {w:?}");
+        let stalls: u64 = hops.iter().map(|h| h.stalls).sum();
+        let stall_s: f64 = hops.iter().map(|h| h.stall_s).sum();
+        let mut held = Vec::new();
+        if stalls > 0 {
+            held.push(format!(
+                "the emulators counted {stalls} stalls ({:.1} ms in all)",
+                stall_s * 1e3
+            ));
+        }
+        if p.late > 0 {
+            held.push(format!(
+                "the probe sender sent {} probes over 1 ms late (the latest {:.1} ms)",
+                p.late,
+                p.latest_ns as f64 / 1e6
+            ));
+        }
+        let seen = (!held.is_empty()).then(|| held.join("; "));
+        // Where the time went on r1→b: 20 ms of propagation and each 106 B
+        // frame's 130 B of wire time, 10.4 µs, of serialisation.
+        let h = hops
+            .iter()
+            .find(|h| h.from == "r1" && h.to == "b")
+            .unwrap_or_else(|| panic!("{hops:?}"));
+        eprintln!("hop r1→b: {h:?}");
+        assert!((h.propagation_s - 0.020).abs() < 1e-4, "{h:?}");
+        assert!((h.serialisation_s - 10.4e-6).abs() < 0.5e-6, "{h:?}");
+        // a→r1 has no delay: serialisation only.
+        let h1 = hops
+            .iter()
+            .find(|h| h.from == "a" && h.to == "r1")
+            .unwrap_or_else(|| panic!("{hops:?}"));
+        assert!(h1.propagation_s < 1e-6, "{h1:?}");
+        // The wire's books: every frame in was delivered or lost, and the
+        // loss model drew its 1 % (3 sd either side) of what came in.
+        assert_eq!(
+            w.frames_in,
+            w.delivered + w.lost + w.queue_drops + w.buffer_drops,
+            "{w:?}"
+        );
+        assert!(w.frames_in >= 1000, "{w:?}");
+        let wire_loss = w.lost as f64 / w.frames_in as f64 * 100.0;
+        assert!(
+            (0.55..=1.45).contains(&wire_loss),
+            "wire loss {wire_loss:.2} %: {w:?}"
+        );
+        let d = &p.delays;
+        let mean = d.iter().sum::<u64>() as f64 / d.len() as f64 / 1e6;
+        let loss = p.lost as f64 / 5000.0 * 100.0;
+        let mut s = d.clone();
+        s.sort_unstable();
+        let q = |f: f64| s[((s.len() - 1) as f64 * f) as usize] as f64 / 1e6;
+        eprintln!(
+            "delay 20 ms, loss 1 %: mean one-way {mean:.3} ms (min {:.3}, p50 {:.3}, p99 {:.3}, max {:.3}), loss {loss:.2} %; \
+             probes sent over 1 ms late {} (latest {:.1} ms), send errors {}",
+            q(0.0),
+            q(0.5),
+            q(0.99),
+            q(1.0),
+            p.late,
+            p.latest_ns as f64 / 1e6,
+            p.send_errors
+        );
+        // Nothing arrives before the delay and the two frame times.
+        assert!(*d.iter().min().unwrap() >= 20_000_000);
+        // Timing: every probe (and now and then a neighbour solicitation or
+        // its answer) reached r1→b, which alone lost any; at 1 000/s nothing
+        // waits for the wire; the mean is the delay and two frame times.
+        check(
+            p.send_errors == 0
+                && drops.is_empty()
+                && w1.lost + w1.queue_drops + w1.buffer_drops == 0,
+            || {
+                format!(
+                    "probes dropped before r1→b: send errors {}, drop sites {drops:?}, a→r1 {w1:?}",
+                    p.send_errors
+                )
+            },
+        )
+        .and_then(|()| {
+            check(
+                w.frames_in >= 5000 && w.queue_drops + w.buffer_drops == 0,
+                || {
+                    format!(
+                        "r1→b saw {} frames in (goal >= 5000, none dropped for room): {w:?}",
+                        w.frames_in
+                    )
+                },
+            )
+        })
+        .and_then(|()| {
+            check(w.lost.abs_diff(p.lost as u64) <= 3, || {
+                format!("r1→b lost {} frames, the probes {}: {w:?}", w.lost, p.lost)
+            })
+        })
+        .and_then(|()| {
+            check((0.55..=1.45).contains(&loss), || {
+                format!("probe loss {loss:.2} % (goal 0.55-1.45)")
+            })
+        })
+        .and_then(|()| {
+            check(h.queueing_s < 5e-6, || {
+                format!(
+                    "mean queueing on r1→b {:.1} µs (goal < 5 µs): {h:?}",
+                    h.queueing_s * 1e6
+                )
+            })
+        })
+        .and_then(|()| {
+            check((20.0..=20.4).contains(&mean), || {
+                format!("mean one-way delay {mean:.3} ms (goal 20-20.4)")
+            })
+        })
+        .map_err(|why| (why, seen))
+    });
 }
 
 /// The emulator is a process in the link's namespace: `down` ends it, and
