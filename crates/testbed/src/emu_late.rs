@@ -312,10 +312,15 @@ mod tests {
                     let due = k * 1_000_000 + round;
                     t.publish(k, due, due * 3);
                 }
-                stop.store(true, Ordering::Relaxed);
+                stop.store(true, Ordering::Release);
             });
             let (mut found, mut reads) = (0u64, 0u64);
-            while !stop.load(Ordering::Relaxed) || reads < 1000 {
+            // Reads while the writer runs, and at least one round after it
+            // ended: the entry then holds its last key for good, so a
+            // lookup must succeed however the threads were scheduled (a
+            // reader that only ever ran mid-write once found nothing).
+            loop {
+                let ended = stop.load(Ordering::Acquire);
                 for &k in &keys {
                     reads += 1;
                     if let Some((due, sent)) = t.lookup(k) {
@@ -323,6 +328,9 @@ mod tests {
                         assert_eq!(due / 1_000_000, k, "due of another key");
                         assert_eq!(sent, due * 3, "torn entry");
                     }
+                }
+                if ended && reads >= 1000 {
+                    break;
                 }
             }
             assert!(found > 0, "no lookup succeeded in {reads}");
