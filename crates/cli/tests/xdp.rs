@@ -786,12 +786,20 @@ fn napi_auto_threads_floods_of_an_xdp_sender_only_and_off_is_the_default() {
     let flood = ["--max", "-c", "64", "-z", "4000"];
     let v = doc(&bed, "10.0.1.2", &[&["--xdp", "eth0"], &flood[..]].concat());
     let (tx, rx) = paths(&v);
-    assert!(tx.contains("for the session"), "{tx}");
     // Threaded when the host had a CPU to spare, else the document says
     // why not (this test cannot choose the host's load).
+    let on_thread = rx.contains("threaded NAPI");
     assert!(
-        rx.contains("threaded NAPI") || rx.contains("NAPI not moved to a thread: "),
+        on_thread || rx.contains("NAPI not moved to a thread: "),
         "{rx}"
+    );
+    // A receive half on a thread of its own overflows under live frames,
+    // so the flood takes the ring and its sending queue. Unthreaded (a
+    // loaded host), the receive runs within the sender's transmit and live
+    // frames may serve: the sender's path says which.
+    assert!(
+        tx.contains("for the session") || (!on_thread && tx.starts_with("xdp live frames ")),
+        "{tx} (receiver: {rx})"
     );
     assert_eq!(v["flows"][0]["received"]["packets"], 4000);
     assert!(eventually(|| threaded("b", "eth0") == "0"), "not put back");
