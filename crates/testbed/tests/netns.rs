@@ -1266,13 +1266,15 @@ fn probe(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> Probes {
     let mut delays = Vec::with_capacity(n);
     let end = Instant::now() + gap * n as u32 + Duration::from_secs(10);
     while Instant::now() < end {
+        // A quiet spell ends the run only if it began after the last send.
+        let sender_done = sender.is_finished();
         match recv_ts(&rx, &mut buf) {
             Some((len, ts)) if len == payload => {
                 let sent = u64::from_le_bytes(buf[..8].try_into().unwrap());
                 delays.push(ts.saturating_sub(sent));
             }
             Some(_) => {}
-            None if sender.is_finished() => break,
+            None if sender_done => break,
             None => {}
         }
     }
@@ -1296,7 +1298,7 @@ fn a_lone_frame_takes_its_wire_time_on_every_hop() {
         return;
     }
     let _g = heavy();
-    let name = "tlwire";
+    let name = &bed("tlwire");
     let _ = remove(name);
     let o = LinkOpts {
         rate_bps: Some(100_000_000),
@@ -1368,7 +1370,7 @@ fn the_emulator_measures_its_own_send_error() {
         return;
     }
     let _g = heavy();
-    let name = "e6lone";
+    let name = &bed("e6lone");
     let _ = remove(name);
     let o = LinkOpts {
         rate_bps: Some(100_000_000),
@@ -1379,11 +1381,21 @@ fn the_emulator_measures_its_own_send_error() {
     // more when the host was contended.
     wirebench_testkit::measure("lone frames' send error", || {
         let (w0, e0) = (tb.wire_counters(), tb.send_errors());
-        let (d, lost) = one_way(&tb, 1472, 300, Duration::from_millis(3));
+        // While frames flow (and within a second of their last one) the
+        // emulators ask the kernel for CPUs that poll when idle
+        // (docs/testbed.md). Read 300 ms into the 0.9 s of probes, not
+        // after them: a test thread the host held over 0.7 s after the
+        // probes' end would read it after the request rightly ended.
+        let ((d, lost), latency) = std::thread::scope(|s| {
+            let sampler = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                cpu_latency_us()
+            });
+            let probes = one_way(&tb, 1472, 300, Duration::from_millis(3));
+            (probes, sampler.join().unwrap())
+        });
         let (w1, e1) = (tb.wire_counters(), tb.send_errors());
-        // Within a second of their last frame the emulators still ask the
-        // kernel for CPUs that poll when idle (docs/testbed.md).
-        match cpu_latency_us() {
+        match latency {
             Some(us) => assert_eq!(us, 0, "CPU latency request while the links carry frames"),
             None => eprintln!("no /dev/cpu_dma_latency here: its request not checked"),
         }
@@ -1430,7 +1442,7 @@ fn a_stall_is_counted_in_the_frames_direction() {
         return;
     }
     let _g = heavy();
-    let name = "e7stall";
+    let name = &bed("e7stall");
     let _ = remove(name);
     let o = LinkOpts {
         rate_bps: Some(100_000_000),
@@ -1443,29 +1455,55 @@ fn a_stall_is_counted_in_the_frames_direction() {
     tx.send(b"warm").unwrap();
     let mut buf = [0u8; 64];
     assert_eq!(rx.recv(&mut buf).unwrap(), 4);
-    let before = tb.wire_counters();
     let pid = netns_pids(&testbed::link_netns(name, 0))[0];
-    tx.send(b"held").unwrap();
     // The frame is held for 300 ms; the emulator naps towards that
-    // deadline and is stopped across it.
-    std::thread::sleep(Duration::from_millis(20));
-    // SAFETY: kill(2) on the emulator's pid; no memory is involved.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
-    std::thread::sleep(Duration::from_millis(600));
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
-    assert_eq!(rx.recv(&mut buf).unwrap(), 4, "the held frame arrives");
-    let after = tb.wire_counters();
+    // deadline and is stopped across it. A host that holds this thread
+    // for 250 ms between the send and the stop may let the frame leave
+    // first: such a try is made again (at most 3 in all).
+    let mut tries = 0;
+    let (before, after) = loop {
+        tries += 1;
+        let before = tb.wire_counters();
+        let t0 = Instant::now();
+        tx.send(b"held").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        // SAFETY: kill(2) on the emulator's pid; no memory is involved.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        let to_stop = t0.elapsed();
+        std::thread::sleep(Duration::from_millis(600));
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        assert_eq!(rx.recv(&mut buf).unwrap(), 4, "the held frame arrives");
+        let after = tb.wire_counters();
+        if to_stop < Duration::from_millis(250) {
+            break (before, after);
+        }
+        eprintln!("try {tries}: the stop came {to_stop:?} after the send; once more");
+        assert!(
+            tries < 3,
+            "the host held this thread past the frame's deadline 3 times"
+        );
+    };
     let d = after[0].unwrap()[0].delta(&before[0].unwrap()[0]);
     let back = after[0].unwrap()[1].delta(&before[0].unwrap()[1]);
     eprintln!("a→b {d:?}; b→a {back:?}");
-    assert_eq!(d.stalls + back.stalls, 1, "{d:?} {back:?}");
-    // Late by the stop past the deadline: about 300 ms.
+    // The held frame left late by the stop past its deadline: about
+    // 300 ms (at least 600 ms stopped, from at most 250 ms after the send,
+    // against a 300 ms deadline), in the wire's own books.
+    assert!(d.delivered >= 1, "{d:?}");
+    assert!((100_000_000..5_000_000_000).contains(&d.late_ns), "{d:?}");
+    // The nap across the stop counts once, in the direction of the frame
+    // first due: the held one's, unless a neighbour frame went back then.
+    // A neighbour frame's own late nap on a busy host may add one.
+    assert!(d.stalls + back.stalls >= 1, "{d:?} {back:?}");
+    if back.frames_in == 0 {
+        assert!(d.stalls >= 1, "{d:?} {back:?}");
+    }
     let late = d.stall_ns + back.stall_ns;
     assert!((100_000_000..5_000_000_000).contains(&late), "{late} ns");
     let hops = hop_times(&tb.spec().links, &before, &after);
     assert!(
-        hops.iter().any(|h| h.stalls == 1 && h.stall_s > 0.1),
+        hops.iter().any(|h| h.stalls >= 1 && h.stall_s > 0.1),
         "{hops:?}"
     );
     tb.down().unwrap();
@@ -1549,7 +1587,7 @@ fn delay_and_loss_without_netem() {
         return;
     }
     let _g = heavy();
-    let name = "tldelay";
+    let name = &bed("tldelay");
     measure_seeing("delay 20 ms, loss 1 %", || {
         let _ = remove(name);
         let tb = Testbed::up(name, &delay_loss_spec("loss = \"1%\"")).unwrap();
