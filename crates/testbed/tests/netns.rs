@@ -1840,7 +1840,10 @@ fn tcp_bulk(tb: &Testbed, secs: f64) -> std::thread::JoinHandle<u64> {
         };
         assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
     }
+    // Both ends at real-time priority: an end waiting for a CPU would
+    // leave the bottleneck's queue to drain, not the AQM.
     let reader = std::thread::spawn(move || {
+        wirebench_testkit::realtime_thread();
         let mut buf = vec![0u8; 1 << 16];
         let mut got = 0u64;
         while let Ok(n) = rx.read(&mut buf) {
@@ -1852,6 +1855,7 @@ fn tcp_bulk(tb: &Testbed, secs: f64) -> std::thread::JoinHandle<u64> {
         got
     });
     std::thread::spawn(move || {
+        wirebench_testkit::realtime_thread();
         let buf = vec![0x5au8; 1 << 16];
         let end = Instant::now() + Duration::from_secs_f64(secs);
         while Instant::now() < end {
@@ -1865,6 +1869,7 @@ fn tcp_bulk(tb: &Testbed, secs: f64) -> std::thread::JoinHandle<u64> {
 }
 
 /// What one bottleneck run under TCP bulk load showed.
+#[derive(Debug)]
 struct BulkRun {
     /// Median one-way delay of the probes (a sparse flow), ms.
     probe_p50_ms: f64,
@@ -1876,50 +1881,91 @@ struct BulkRun {
 
 /// One CUBIC bulk flow through the 20 Mbit/s bottleneck with `extra` on
 /// it for 5 s; after 1.5 s (the queue built), 250 probes of 64 B at
-/// 100/s, each its own UDP flow beside the bulk one.
-fn bulk_with_probes(name: &str, extra: &str) -> BulkRun {
-    let _ = remove(name);
-    let tb = Testbed::up(name, &bottleneck_spec(extra)).unwrap();
-    let bulk = tcp_bulk(&tb, 5.0);
-    std::thread::sleep(Duration::from_millis(1500));
-    let before = tb.wire_counters();
-    let (mut d, _lost) = one_way(&tb, 64, 250, Duration::from_millis(10));
-    let after = tb.wire_counters();
-    let got = bulk.join().unwrap();
-    let hops = hop_times(&tb.spec().links, &before, &after);
-    tb.down().unwrap();
-    assert_eq!(leftovers(name), Vec::<String>::new());
-    assert!(!d.is_empty(), "{extra:?}: no probe arrived");
-    d.sort_unstable();
-    let med = d[d.len() / 2] as f64 / 1e6;
-    let h = hops
-        .iter()
-        .find(|h| h.from == "r1" && h.to == "b")
-        .unwrap_or_else(|| panic!("{hops:?}"));
-    let w = after[1].unwrap()[0].delta(&before[1].unwrap()[0]);
-    eprintln!(
-        "{extra:?}: TCP {:.2} Mbit/s, probe one-way p50 {med:.2} ms, wire queueing mean {:.2} ms, CoDel drops {}",
-        got as f64 * 8.0 / 5.0 / 1e6,
-        h.queueing_s * 1e3,
-        w.aqm_drops
-    );
-    assert!(got > 5_000_000, "{extra:?}: the bulk flow moved {got} B");
-    BulkRun {
-        probe_p50_ms: med,
-        wire_queue_ms: h.queueing_s * 1e3,
-        aqm_drops: w.aqm_drops,
-    }
+/// 100/s, each its own UDP flow beside the bulk one. The queue the flow
+/// builds and the probes' delays are the host's timing as much as the
+/// AQM's (an end or the emulator held lets the queue drain, or TCP back
+/// off): `timing` checks them, and a run that fails them while the
+/// emulators counted a stall or the probe sender fell behind is measured
+/// once more on a fresh test-bed.
+fn bulk_with_probes(
+    name: &str,
+    extra: &str,
+    timing: impl Fn(&BulkRun) -> Result<(), String>,
+) -> BulkRun {
+    measure_seeing(&format!("bulk TCP and probes over {extra:?}"), || {
+        let _ = remove(name);
+        let tb = Testbed::up(name, &bottleneck_spec(extra)).unwrap();
+        let start = tb.wire_counters();
+        let bulk = tcp_bulk(&tb, 5.0);
+        std::thread::sleep(Duration::from_millis(1500));
+        let before = tb.wire_counters();
+        let p = probe(&tb, 64, 250, Duration::from_millis(10));
+        let after = tb.wire_counters();
+        let got = bulk.join().unwrap();
+        let end = tb.wire_counters();
+        let hops = hop_times(&tb.spec().links, &before, &after);
+        // Stalls over the whole run, the bulk flow's start included.
+        let (stalls, stall_ns) = hop_times(&tb.spec().links, &start, &end)
+            .iter()
+            .fold((0, 0.0), |(n, s), h| (n + h.stalls, s + h.stall_s * 1e9));
+        tb.down().unwrap();
+        assert_eq!(leftovers(name), Vec::<String>::new());
+        let mut d = p.delays;
+        assert!(!d.is_empty(), "{extra:?}: no probe arrived");
+        d.sort_unstable();
+        let med = d[d.len() / 2] as f64 / 1e6;
+        let h = hops
+            .iter()
+            .find(|h| h.from == "r1" && h.to == "b")
+            .unwrap_or_else(|| panic!("{hops:?}"));
+        let w = after[1].unwrap()[0].delta(&before[1].unwrap()[0]);
+        eprintln!(
+            "{extra:?}: TCP {:.2} Mbit/s, probe one-way p50 {med:.2} ms, wire queueing mean {:.2} ms, CoDel drops {}; \
+             emulator stalls {stalls} ({:.1} ms in all), probes sent over 1 ms late {} (latest {:.1} ms)",
+            got as f64 * 8.0 / 5.0 / 1e6,
+            h.queueing_s * 1e3,
+            w.aqm_drops,
+            stall_ns / 1e6,
+            p.late,
+            p.latest_ns as f64 / 1e6
+        );
+        let run = BulkRun {
+            probe_p50_ms: med,
+            wire_queue_ms: h.queueing_s * 1e3,
+            aqm_drops: w.aqm_drops,
+        };
+        let mut held = Vec::new();
+        if stalls > 0 {
+            held.push(format!(
+                "the emulators counted {stalls} stalls ({:.1} ms in all)",
+                stall_ns / 1e6
+            ));
+        }
+        if p.late > 0 {
+            held.push(format!(
+                "the probe sender sent {} probes over 1 ms late (the latest {:.1} ms)",
+                p.late,
+                p.latest_ns as f64 / 1e6
+            ));
+        }
+        check(got > 5_000_000, || {
+            format!("{extra:?}: the bulk flow moved {got} B")
+        })
+        .and_then(|()| timing(&run))
+        .map(|()| run)
+        .map_err(|why| (why, (!held.is_empty()).then(|| held.join("; "))))
+    })
 }
 
 /// The baseline of the AQM tests: with a 200-frame drop-tail queue the
 /// bulk flow fills the router's queue (123 ms) and probes wait behind it.
 fn drop_tail_queue_stands(name: &str) {
-    let tail = bulk_with_probes(name, "queue = \"200p\"");
-    assert!(
-        tail.probe_p50_ms > 80.0,
-        "drop-tail probes read {} ms",
-        tail.probe_p50_ms
-    );
+    let tail = bulk_with_probes(name, "queue = \"200p\"", |r| {
+        check(r.probe_p50_ms > 80.0, || {
+            format!("drop-tail probes read {} ms", r.probe_p50_ms)
+        })
+    });
+    // Exact: a drop-tail queue has no AQM to drop.
     assert_eq!(tail.aqm_drops, 0);
 }
 
@@ -1933,20 +1979,22 @@ fn codel_holds_the_standing_queue_near_target() {
         return;
     }
     let _g = heavy();
-    drop_tail_queue_stands("tlaqm");
-    let codel = bulk_with_probes("tlaqm", "queue = \"200p\"\naqm = \"codel\"");
+    let name = &bed("tlaqm");
+    drop_tail_queue_stands(name);
     // CoDel: the queue is the emulator's, near 5 ms.
-    assert!(
-        codel.probe_p50_ms < 25.0,
-        "codel probes read {} ms",
-        codel.probe_p50_ms
-    );
-    assert!(
-        (1.0..20.0).contains(&codel.wire_queue_ms),
-        "codel sojourn {} ms",
-        codel.wire_queue_ms
-    );
-    assert!(codel.aqm_drops > 0, "CoDel never dropped");
+    bulk_with_probes(name, "queue = \"200p\"\naqm = \"codel\"", |codel| {
+        check(codel.probe_p50_ms < 25.0, || {
+            format!("codel probes read {} ms", codel.probe_p50_ms)
+        })
+        .and_then(|()| {
+            check((1.0..20.0).contains(&codel.wire_queue_ms), || {
+                format!("codel sojourn {} ms", codel.wire_queue_ms)
+            })
+        })
+        // Only a standing queue, which a held host may not let build,
+        // makes CoDel drop.
+        .and_then(|()| check(codel.aqm_drops > 0, || "CoDel never dropped".to_string()))
+    });
 }
 
 /// Issue 23: FQ-CoDel keeps a sparse flow's delay low beside a TCP bulk
@@ -1961,21 +2009,25 @@ fn fq_codel_keeps_a_sparse_flow_fast_beside_bulk_tcp() {
         return;
     }
     let _g = heavy();
-    drop_tail_queue_stands("tlfqc");
-    let fq = bulk_with_probes("tlfqc", "queue = \"200p\"\naqm = \"fq_codel\"");
+    let name = &bed("tlfqc");
+    drop_tail_queue_stands(name);
     // Under CoDel alone the probes share the bulk queue (8 ms at the
     // median here); flow isolation puts them below its 5 ms target.
-    assert!(
-        fq.probe_p50_ms < 3.0,
-        "fq_codel probes read {} ms",
-        fq.probe_p50_ms
-    );
-    assert!(
-        (0.5..20.0).contains(&fq.wire_queue_ms),
-        "fq_codel mean sojourn {} ms",
-        fq.wire_queue_ms
-    );
-    assert!(fq.aqm_drops > 0, "CoDel never dropped the bulk flow");
+    bulk_with_probes(name, "queue = \"200p\"\naqm = \"fq_codel\"", |fq| {
+        check(fq.probe_p50_ms < 3.0, || {
+            format!("fq_codel probes read {} ms", fq.probe_p50_ms)
+        })
+        .and_then(|()| {
+            check((0.5..20.0).contains(&fq.wire_queue_ms), || {
+                format!("fq_codel mean sojourn {} ms", fq.wire_queue_ms)
+            })
+        })
+        .and_then(|()| {
+            check(fq.aqm_drops > 0, || {
+                "CoDel never dropped the bulk flow".to_string()
+            })
+        })
+    });
 }
 
 /// Issue 23: a trace-driven link (Mahimahi's format) carries what its
