@@ -1489,14 +1489,20 @@ fn a_stall_is_counted_in_the_frames_direction() {
     eprintln!("a→b {d:?}; b→a {back:?}");
     // The held frame left late by the stop past its deadline: about
     // 300 ms (at least 600 ms stopped, from at most 250 ms after the send,
-    // against a 300 ms deadline), in the wire's own books.
+    // against a 300 ms deadline), in the wire's own books; neighbour
+    // frames held with it add theirs (0.6-1.9 s in all with 1-5 frames).
     assert!(d.delivered >= 1, "{d:?}");
-    assert!((100_000_000..5_000_000_000).contains(&d.late_ns), "{d:?}");
+    assert!(
+        (100_000_000..d.delivered * 5_000_000_000).contains(&d.late_ns),
+        "{d:?}"
+    );
     // The nap across the stop counts once, in the direction of the frame
-    // first due: the held one's, unless a neighbour frame went back then.
-    // A neighbour frame's own late nap on a busy host may add one.
+    // first due: the held one's, unless a neighbour frame went back then
+    // (one that came in before the span and left in it counts: b→a
+    // delivered without frames in). A neighbour frame's own late nap on a
+    // busy host may add one.
     assert!(d.stalls + back.stalls >= 1, "{d:?} {back:?}");
-    if back.frames_in == 0 {
+    if back.frames_in + back.delivered + back.lost == 0 {
         assert!(d.stalls >= 1, "{d:?} {back:?}");
     }
     let late = d.stall_ns + back.stall_ns;
