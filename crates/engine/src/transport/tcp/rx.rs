@@ -272,6 +272,7 @@ fn tcp_rx(listener: TcpListener, mut rf: RxFlow) -> WorkerOutcome {
             accept(&listener, &mut conns, &mut rf, peer, &mut forget);
         }
     }
+    read_left(&mut conns, &mut rf, mono_ns() + TCP_DRAIN_NS);
     rf.outcome(CpuTime::thread().since(cpu0))
 }
 
@@ -440,6 +441,11 @@ fn tcp_rx_many(mut flows: Vec<SharedFlow>, mut poller: net::Poller) -> WorkerOut
             }
         }
     }
+    // One time budget for all the flows.
+    let until = mono_ns() + TCP_DRAIN_NS;
+    for f in &mut flows {
+        read_left(&mut f.conns, &mut f.rf, until);
+    }
     WorkerOutcome {
         accs: flows.into_iter().map(|f| f.rf.acc.into_recv()).collect(),
         cpu: CpuTime::thread().since(cpu0),
@@ -513,13 +519,52 @@ const TCP_FILLS_PER_TURN: usize = 8;
 /// record. Returns false when the connection is to be dropped (closed,
 /// or not ours).
 fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
+    read_turn(c, rf) != Turn::Drop
+}
+
+/// What one turn of reading a connection ([`read_turn`]) left.
+#[derive(Debug, PartialEq, Eq)]
+enum Turn {
+    /// The socket had nothing more to read.
+    Emptied,
+    /// The turn's reads ran out first: more may be queued.
+    More,
+    /// Closed, or not ours: to be dropped.
+    Drop,
+}
+
+/// Turns a stopped flow still reads from each of its connections (up to
+/// [`TCP_FILLS_PER_TURN`] buffers each): 64 MiB, more than a receive
+/// buffer holds.
+const TCP_DRAIN_TURNS: usize = 32;
+/// Longest a stopped receiver spends reading what its connections hold.
+const TCP_DRAIN_NS: u64 = 100_000_000;
+
+/// Once the session has stopped the flow: reads what `conns` already
+/// hold, recorded as usual, until each is empty, [`TCP_DRAIN_TURNS`]
+/// turns are read or `until` (monotonic ns) passes. The stop comes after
+/// the linger, when what the sender wrote should have arrived; a thread
+/// the host held through the linger finds it queued, and leaving at once
+/// would count it lost although it was received.
+fn read_left(conns: &mut [TcpConn], rf: &mut RxFlow, until: u64) {
+    for c in conns {
+        for _ in 0..TCP_DRAIN_TURNS {
+            if mono_ns() >= until || read_turn(c, rf) != Turn::More {
+                break;
+            }
+        }
+    }
+}
+
+/// [`read_records`], saying whether the socket was emptied.
+fn read_turn(c: &mut TcpConn, rf: &mut RxFlow) -> Turn {
     let (sid, flow_id, reflect) = (rf.sid, rf.flow_id, rf.reflect);
     let rlen = reply_len(rf.sh.probe_key.is_some());
     for _ in 0..TCP_FILLS_PER_TURN {
         let ts = match c.rd.fill(&mut c.stream) {
             Fill::Data(ts) => ts,
-            Fill::Again => return true,
-            Fill::Closed => return false,
+            Fill::Again => return Turn::Emptied,
+            Fill::Closed => return Turn::Drop,
         };
         let offset = rf.sh.offset_ns.load(Ordering::Relaxed);
         let out = &mut c.out;
@@ -551,7 +596,7 @@ fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
             // Not a record stream of this flow (or it lost framing): the
             // whole connection is foreign.
             rf.sh.foreign();
-            return false;
+            return Turn::Drop;
         }
         if c.identified {
             if let Some(f) = c.from.take() {
@@ -559,7 +604,7 @@ fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
             }
         }
     }
-    true
+    Turn::More
 }
 
 /// One TCP connection we opened ourselves, read until the peer closes it or
@@ -585,8 +630,14 @@ fn tcp_rx_stream(stream: TcpStream, mut rf: RxFlow) -> WorkerOutcome {
             continue;
         }
         if !read_records(&mut conn, &mut rf) {
-            break;
+            // Closed or foreign: nothing left to read.
+            return rf.outcome(CpuTime::thread().since(cpu0));
         }
     }
+    read_left(
+        std::slice::from_mut(&mut conn),
+        &mut rf,
+        mono_ns() + TCP_DRAIN_NS,
+    );
     rf.outcome(CpuTime::thread().since(cpu0))
 }
