@@ -641,3 +641,81 @@ fn tcp_rx_stream(stream: TcpStream, mut rf: RxFlow) -> WorkerOutcome {
     );
     rf.outcome(CpuTime::thread().since(cpu0))
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::transport::rx::{flow_report, rx_flow, RxAt};
+    use wirebench_wire::{FlowSetup, ProbeHeader, Transport};
+
+    /// Records already in a connection's socket when the flow is stopped
+    /// (a receive thread the host held through the linger) are counted by
+    /// [`read_left`], all of them, none lost; a reader leaving at the flag
+    /// counted none.
+    #[test]
+    fn records_queued_at_the_stop_are_counted() {
+        const N: u32 = 50;
+        let setup = FlowSetup {
+            flow_id: 1,
+            transport: Transport::Tcp,
+            max_len: 1000,
+            mtu: 1500,
+            ..Default::default()
+        };
+        let mut rf = rx_flow(&setup, &RxAt::loopback(7, 1 << 20, false), None);
+        let sh = rf.sh.clone();
+        sh.start_ns.store(realtime_ns(), Ordering::Relaxed);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (stream, from) = l.accept().unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let mut rec = [0u8; 1000];
+        for seq in 0..N {
+            ProbeHeader {
+                flags: 0,
+                session: 7,
+                flow: 1,
+                len: 1000,
+                seq,
+                tx_ns: realtime_ns(),
+            }
+            .encode(&mut rec)
+            .unwrap();
+            tx.write_all(&rec).unwrap();
+        }
+        // 50 kB fit the receive buffer; wait (5 s at most) until all of it
+        // is queued there, so the drain has everything to find.
+        let until = mono_ns() + 5_000_000_000;
+        let queued = || {
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int to the pointer given.
+            let r = unsafe { libc::ioctl(stream.as_raw_fd(), libc::FIONREAD, &mut n) };
+            if r == 0 {
+                n as usize
+            } else {
+                0
+            }
+        };
+        while queued() < 1000 * N as usize && mono_ns() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(queued(), 1000 * N as usize);
+        let mut conns = vec![TcpConn {
+            stream,
+            rd: record_reader(&rf),
+            out: Vec::new(),
+            out_head: 0,
+            accepted_ns: mono_ns(),
+            identified: false,
+            watched: false,
+            from: Some(from),
+        }];
+        sh.stop.store(true, Ordering::Relaxed);
+        read_left(&mut conns, &mut rf, mono_ns() + TCP_DRAIN_NS);
+        let r = flow_report(1, &sh, rf.acc.into_recv(), Some(u64::from(N)), None);
+        let c = &r.summary.counts;
+        assert_eq!((c.unique, c.lost, c.duplicates), (u64::from(N), Some(0), 0));
+        assert_eq!(r.foreign, 0);
+        drop(tx);
+    }
+}
