@@ -212,7 +212,19 @@ fn silent_sender_is_abandoned_and_junk_is_foreign() {
         "{line}"
     );
 
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The daemon gives up on the silent session after its 500 ms idle
+    // timeout; a held host may take longer to get there, so the counters
+    // are awaited (10 s at most) and then asserted exactly.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < until
+        && (stats.foreign_control.load(Ordering::Relaxed) < 1
+            || stats.sessions_failed.load(Ordering::Relaxed) < 1
+            || stats.active.load(Ordering::Relaxed) != 0)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Nothing more may follow: a second count would show in this time.
+    std::thread::sleep(std::time::Duration::from_millis(200));
     assert_eq!(stats.foreign_control.load(Ordering::Relaxed), 1);
     assert_eq!(stats.sessions_failed.load(Ordering::Relaxed), 1);
     assert_eq!(stats.active.load(Ordering::Relaxed), 0);
@@ -322,43 +334,53 @@ fn live_document_has_the_stored_documents_keys() {
 /// A hundred flows in one session: every flow keeps its own schedule,
 /// sequence numbers, sizes and stop condition, and is received exactly,
 /// whether the UDP flows share pacer threads (a TCP flow among them keeps
-/// its own thread and its place in the results) or have one each.
+/// its own thread and its place in the results) or have one each. A flow
+/// stopped by its 400 ms sends its 20 packets only when the host lets
+/// the pacer keep to the schedule (a pacer held past the end turns the
+/// last ones into `not_sent`): that, and the session's time, are checks,
+/// measured once more when the host was seen busy; the books are exact.
 #[test]
 fn many_flows_are_received_exactly() {
     let _cpu = beside_others();
     let port = 15415;
     let (stop, h) = daemon(port);
     for pacing in [Pacing::Auto, Pacing::Shared(3), Pacing::PerFlow] {
-        let flows: Vec<FlowPlan> = (0..100)
-            .map(|i| {
-                let mut f = udp(50.0, 64 + i, Stop::DurationMs(400), i as u64);
-                if i == 50 {
-                    f.transport = Transport::Tcp;
-                }
-                f
+        measure(&format!("100 flows, pacing {pacing:?}"), || {
+            let flows: Vec<FlowPlan> = (0..100)
+                .map(|i| {
+                    let mut f = udp(50.0, 64 + i, Stop::DurationMs(400), i as u64);
+                    if i == 50 {
+                        f.transport = Transport::Tcp;
+                    }
+                    f
+                })
+                .collect();
+            let mut p = plan("127.0.0.1", port, flows);
+            p.pacing = pacing;
+            let t = std::time::Instant::now();
+            let doc = wirebench_engine::run(p).unwrap();
+            assert!(!doc.partial, "{pacing:?}");
+            assert_eq!(doc.flows.len(), 100);
+            for (i, f) in doc.flows.iter().enumerate() {
+                let at = || format!("{pacing:?} flow {}", f.id);
+                assert_eq!(f.id as usize, i + 1);
+                assert_eq!(f.requested.payload_bytes, 64.0 + i as f64);
+                assert_eq!(f.sent.packets + f.sent.not_sent, 20, "{}", at());
+                let c = &f.received.counts;
+                assert_eq!(c.unique, f.sent.packets, "{}", at());
+                assert_eq!(c.lost, Some(0), "{}", at());
+                assert_eq!(c.bytes, f.sent.packets * (64 + i as u64), "{}", at());
+            }
+            assert_eq!(doc.flows[50].transport, Transport::Tcp);
+            for f in &doc.flows {
+                check(f.sent.packets == 20, || {
+                    format!("{pacing:?} flow {}: sent {:?}", f.id, f.sent)
+                })?;
+            }
+            check(t.elapsed().as_secs() < 20, || {
+                format!("took {:?}", t.elapsed())
             })
-            .collect();
-        let mut p = plan("127.0.0.1", port, flows);
-        p.pacing = pacing;
-        let t = std::time::Instant::now();
-        let doc = wirebench_engine::run(p).unwrap();
-        assert!(!doc.partial, "{pacing:?}");
-        assert_eq!(doc.flows.len(), 100);
-        for (i, f) in doc.flows.iter().enumerate() {
-            assert_eq!(f.id as usize, i + 1);
-            assert_eq!(f.requested.payload_bytes, 64.0 + i as f64);
-            assert_eq!(f.sent.packets, 20, "{pacing:?} flow {}", f.id);
-            assert_eq!(f.received.counts.unique, 20, "{pacing:?} flow {}", f.id);
-            assert_eq!(f.received.counts.lost, Some(0), "{pacing:?} flow {}", f.id);
-            assert_eq!(
-                f.received.counts.bytes,
-                20 * (64 + i as u64),
-                "{pacing:?} flow {}",
-                f.id
-            );
-        }
-        assert_eq!(doc.flows[50].transport, Transport::Tcp);
-        assert!(t.elapsed().as_secs() < 20, "took {:?}", t.elapsed());
+        });
     }
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
@@ -383,15 +405,20 @@ fn tcp_flows_on_own_and_shared_receive_workers_are_received_exactly() {
         (2 * cores + 1, Pacing::PerFlow),
         (wirebench_engine::budget::TCP_OWN_THREADS, Pacing::Auto),
     ] {
-        tcp_session(port, paced, pacing);
+        measure(&format!("{paced} paced TCP flows, {pacing:?}"), || {
+            tcp_session(port, paced, pacing)
+        });
     }
     stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
 }
 
 /// One session of `paced` paced one-way TCP flows, 3 bulk ones and an
-/// RTT-meter one, checked as [`tcp_flows_on_own_and_shared_receive_workers_are_received_exactly`] says.
-fn tcp_session(port: u16, paced: usize, pacing: Pacing) {
+/// RTT-meter one, checked as [`tcp_flows_on_own_and_shared_receive_workers_are_received_exactly`] says:
+/// the books are asserted; what the host's timing decides (a timed flow's
+/// last records sent, every reflection back before the end, a bulk
+/// flow's span) is returned as a failed check, for `measure`.
+fn tcp_session(port: u16, paced: usize, pacing: Pacing) -> Result<(), String> {
     let mut flows: Vec<FlowPlan> = (0..paced)
         .map(|i| tcp(Some(50.0), 100 + i as u32, Stop::DurationMs(400), i as u64))
         .collect();
@@ -407,6 +434,7 @@ fn tcp_session(port: u16, paced: usize, pacing: Pacing) {
     let doc = wirebench_engine::run(p).unwrap();
     assert!(!doc.partial, "{:?}", doc.partial_reason);
     assert_eq!(doc.flows.len(), n);
+    let mut timing = Vec::new();
     for (i, f) in doc.flows.iter().enumerate() {
         assert_eq!(f.id as usize, i + 1);
         assert_eq!(f.transport, Transport::Tcp);
@@ -415,11 +443,16 @@ fn tcp_session(port: u16, paced: usize, pacing: Pacing) {
         assert_eq!(f.received.counts.unique, f.sent.packets, "flow {}", f.id);
         assert_eq!(f.received.counts.lost, Some(0), "flow {}", f.id);
         assert_eq!(f.received.counts.duplicates, 0, "flow {}", f.id);
+        if i < paced || i == n - 1 {
+            assert_eq!(f.sent.packets + f.sent.not_sent, 20, "flow {}", f.id);
+            if f.sent.packets != 20 {
+                timing.push(format!("flow {}: sent {:?}", f.id, f.sent));
+            }
+        }
         if i < paced {
-            assert_eq!(f.sent.packets, 20, "flow {}", f.id);
             assert_eq!(
                 f.received.counts.bytes,
-                20 * (100 + i as u64),
+                f.sent.packets * (100 + i as u64),
                 "flow {}",
                 f.id
             );
@@ -430,17 +463,18 @@ fn tcp_session(port: u16, paced: usize, pacing: Pacing) {
                 "flow {}",
                 f.id
             );
-            assert!(
-                (f.sent.duration_s - 0.4).abs() < 0.01,
-                "flow {}: {:?}",
-                f.id,
-                f.sent
-            );
+            if (f.sent.duration_s - 0.4).abs() >= 0.01 {
+                timing.push(format!("flow {}: {:?}", f.id, f.sent));
+            }
         }
     }
     let r = &doc.flows[n - 1];
-    assert_eq!(r.rtt_received, Some(20), "{r:?}");
+    assert!(r.rtt_received.is_some_and(|k| k <= r.sent.packets), "{r:?}");
     assert!(r.rtt_s.is_some_and(|d| d.min > 0.0), "{:?}", r.rtt_s);
+    check(timing.is_empty(), || timing.join("; "))?;
+    check(r.rtt_received == Some(20), || {
+        format!("rtt_received {:?} of 20", r.rtt_received)
+    })
 }
 
 /// A thousand UDP flows in one session (shared pacers on the sender,
@@ -662,31 +696,42 @@ fn tcp_records_longer_than_64_kib_are_framed_and_timed_whole() {
     let mut rtt = tcp(Some(20.0), 100_000, Stop::DurationMs(300), 8);
     rtt.meter = Some(MeterMode::Rtt);
     flows.push(rtt);
-    let doc = wirebench_engine::run(plan("127.0.0.1", port, flows)).unwrap();
-    assert!(!doc.partial, "{:?}", doc.partial_reason);
-    let sizes = [65_536u64, 1_000_000, 16 << 20, 300_000, 100_000];
-    for (f, size) in doc.flows.iter().zip(sizes) {
-        let id = f.id;
-        assert_eq!(f.received.foreign, 0, "flow {id}");
-        assert!(f.sent.packets > 1, "flow {id}: {:?}", f.sent);
-        assert_eq!(f.received.counts.unique, f.sent.packets, "flow {id}");
-        assert_eq!(f.received.counts.lost, Some(0), "flow {id}");
-        assert_eq!(f.received.counts.bytes, f.sent.packets * size, "flow {id}");
-        assert!(
-            f.delay_s.min > 0.0 && f.delay_s.max < 1.0,
-            "flow {id}: {:?}",
-            f.delay_s
-        );
-    }
-    assert_eq!(doc.flows[0].sent.packets, 15);
-    assert_eq!(doc.flows[1].sent.packets, 6);
-    assert_eq!(doc.flows[2].sent.packets, 3);
-    // A 16 MiB record takes longer to arrive than a 1 MB one: its delay is
-    // write to the read that brings its last byte.
-    assert!(doc.flows[2].delay_s.mean > doc.flows[1].delay_s.mean);
-    let r = &doc.flows[4];
-    assert_eq!(r.rtt_received, Some(6), "{r:?}");
-    assert!(r.rtt_s.is_some_and(|d| d.min > 0.0), "{:?}", r.rtt_s);
+    // The books are exact; what a held pacer or receiver changes (a timed
+    // flow's last records sent, delays, every reflection back) is checked,
+    // measured once more when the host was seen busy.
+    measure("records longer than 64 KiB", || {
+        let doc = wirebench_engine::run(plan("127.0.0.1", port, flows.clone())).unwrap();
+        assert!(!doc.partial, "{:?}", doc.partial_reason);
+        let sizes = [65_536u64, 1_000_000, 16 << 20, 300_000, 100_000];
+        // Records each timed paced flow plans in its 300 ms.
+        let planned = [Some(15), Some(6), Some(3), None, Some(6)];
+        for ((f, size), want) in doc.flows.iter().zip(sizes).zip(planned) {
+            let id = f.id;
+            assert_eq!(f.received.foreign, 0, "flow {id}");
+            assert!(f.sent.packets > 0, "flow {id}: {:?}", f.sent);
+            assert_eq!(f.received.counts.unique, f.sent.packets, "flow {id}");
+            assert_eq!(f.received.counts.lost, Some(0), "flow {id}");
+            assert_eq!(f.received.counts.bytes, f.sent.packets * size, "flow {id}");
+            assert!(f.delay_s.min > 0.0, "flow {id}: {:?}", f.delay_s);
+            if let Some(want) = want {
+                assert_eq!(f.sent.packets + f.sent.not_sent, want, "flow {id}");
+                check(f.sent.packets == want, || {
+                    format!("flow {id}: sent {:?} of {want}", f.sent)
+                })?;
+            }
+            check(f.sent.packets > 1 && f.delay_s.max < 1.0, || {
+                format!("flow {id}: {:?}, {:?}", f.sent, f.delay_s)
+            })?;
+        }
+        // A 16 MiB record takes longer to arrive than a 1 MB one: its delay
+        // is write to the read that brings its last byte.
+        let (d1, d2) = (&doc.flows[1].delay_s, &doc.flows[2].delay_s);
+        check(d2.mean > d1.mean, || format!("1 MB {d1:?}, 16 MiB {d2:?}"))?;
+        let r = &doc.flows[4];
+        assert!(r.rtt_received.is_some_and(|k| k <= r.sent.packets), "{r:?}");
+        assert!(r.rtt_s.is_some_and(|d| d.min > 0.0), "{:?}", r.rtt_s);
+        check(r.rtt_received == Some(6), || format!("{r:?}"))
+    });
 
     let mut u = udp(10.0, 70_000, Stop::DurationMs(100), 1);
     let e = wirebench_engine::run(plan("127.0.0.1", port, vec![u.clone()])).unwrap_err();

@@ -726,6 +726,7 @@ mod tests {
     use crate::pacing::tests::{flow, job};
     use crate::plan::Stop;
     use wirebench_model::FlowSpec;
+    use wirebench_testkit::{check, measure};
     use wirebench_wire::Transport;
 
     /// A `--max` TCP flow behind a slow reader stops when its time is up,
@@ -734,45 +735,51 @@ mod tests {
     /// followed by at most one record cut short by the close.
     #[test]
     fn a_bulk_tcp_flow_stops_on_time_behind_a_slow_reader() {
-        use std::io::Read;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let to = l.local_addr().unwrap();
-        let reader = std::thread::spawn(move || {
-            let (mut c, _) = l.accept().unwrap();
-            let mut buf = vec![0u8; 16 << 10];
-            let mut got = Vec::new();
-            loop {
-                std::thread::sleep(Duration::from_millis(1));
-                match c.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
+        measure("a bulk TCP flow behind a slow reader", || {
+            use std::io::Read;
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let to = l.local_addr().unwrap();
+            let reader = std::thread::spawn(move || {
+                let (mut c, _) = l.accept().unwrap();
+                let mut buf = vec![0u8; 16 << 10];
+                let mut got = Vec::new();
+                loop {
+                    std::thread::sleep(Duration::from_millis(1));
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
                 }
+                got
+            });
+            let s = TcpStream::connect(to).unwrap();
+            let mut plan = flow(1.0, 8000, Stop::DurationMs(300));
+            plan.spec = FlowSpec::max_rate(8000).unwrap();
+            plan.transport = Transport::Tcp;
+            let t0 = mono_ns() + 2_000_000;
+            let mut j = job(plan, 1, t0);
+            j.cfg.transport = Transport::Tcp;
+            let out = run_flow(j, Box::new(TcpTx::new(s)));
+            let took = mono_ns() - t0;
+            assert_eq!(out.error, None);
+            let n = out.send.packets;
+            let got = reader.join().unwrap();
+            let whole = got.len() / 8000;
+            assert_eq!(whole as u64, n, "{} bytes", got.len());
+            for (k, rec) in got.chunks_exact(8000).enumerate() {
+                let h = ProbeHeader::decode_prefix(rec).unwrap();
+                assert_eq!((h.session, h.flow, h.seq, h.len), (7, 1, k as u32, 8000));
             }
-            got
+            // When the host runs the flow and the reader on time: the reader
+            // takes ~16 MB/s, a 1 MiB write alone would block for 60 ms, the
+            // socket buffer's backlog for longer.
+            check(took < 300_000_000 + 150_000_000, || format!("{took} ns"))?;
+            check((out.send.duration_s - 0.3).abs() < 0.006, || {
+                format!("{:?}", out.send)
+            })?;
+            check(n > 10, || format!("{n} records"))?;
+            Ok(())
         });
-        let s = TcpStream::connect(to).unwrap();
-        let mut plan = flow(1.0, 8000, Stop::DurationMs(300));
-        plan.spec = FlowSpec::max_rate(8000).unwrap();
-        plan.transport = Transport::Tcp;
-        let t0 = mono_ns() + 2_000_000;
-        let mut j = job(plan, 1, t0);
-        j.cfg.transport = Transport::Tcp;
-        let out = run_flow(j, Box::new(TcpTx::new(s)));
-        let took = mono_ns() - t0;
-        assert_eq!(out.error, None);
-        // The reader takes ~16 MB/s: a 1 MiB write alone would block for
-        // 60 ms, the socket buffer's backlog for longer.
-        assert!(took < 300_000_000 + 150_000_000, "{took} ns");
-        assert!((out.send.duration_s - 0.3).abs() < 0.006, "{:?}", out.send);
-        let n = out.send.packets;
-        assert!(n > 10, "{n}");
-        let got = reader.join().unwrap();
-        let whole = got.len() / 8000;
-        assert_eq!(whole as u64, n, "{} bytes", got.len());
-        for (k, rec) in got.chunks_exact(8000).enumerate() {
-            let h = ProbeHeader::decode_prefix(rec).unwrap();
-            assert_eq!((h.session, h.flow, h.seq, h.len), (7, 1, k as u32, 8000));
-        }
     }
 
     /// A paced flow held back by a stalled reader (small socket buffers at
@@ -784,55 +791,59 @@ mod tests {
     /// not sent, and the run keeps its length.
     #[test]
     fn a_paced_flow_behind_schedule_writes_due_records_together_each_whole() {
-        use std::io::Read;
-        const REC: usize = 1518;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let _ = socket2::SockRef::from(&l).set_recv_buffer_size(4096);
-        let to = l.local_addr().unwrap();
-        let reader = std::thread::spawn(move || {
-            let (mut c, _) = l.accept().unwrap();
-            // 300 records fall due while nothing is read.
-            std::thread::sleep(Duration::from_millis(150));
-            let mut got = Vec::new();
-            let mut buf = vec![0u8; 64 << 10];
-            loop {
-                match c.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
+        measure("a paced flow behind its schedule", || {
+            use std::io::Read;
+            const REC: usize = 1518;
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let _ = socket2::SockRef::from(&l).set_recv_buffer_size(4096);
+            let to = l.local_addr().unwrap();
+            let reader = std::thread::spawn(move || {
+                let (mut c, _) = l.accept().unwrap();
+                // 300 records fall due while nothing is read.
+                std::thread::sleep(Duration::from_millis(150));
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 64 << 10];
+                loop {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
                 }
+                got
+            });
+            let s = TcpStream::connect(to).unwrap();
+            s.set_nodelay(true).unwrap();
+            let _ = socket2::SockRef::from(&s).set_send_buffer_size(4096);
+            let mut plan = flow(2000.0, REC as u32, Stop::DurationMs(400));
+            plan.transport = Transport::Tcp;
+            let mut j = job(plan, 1, mono_ns() + 2_000_000);
+            j.cfg.transport = Transport::Tcp;
+            let out = run_flow(j, Box::new(TcpTx::new(s)));
+            assert_eq!(out.error, None);
+            assert_eq!(out.send.packets + out.send.not_sent, 800, "{:?}", out.send);
+            let got = reader.join().unwrap();
+            assert_eq!(got.len() as u64, out.send.packets * REC as u64);
+            let mut stamps = Vec::new();
+            for (k, rec) in got.chunks_exact(REC).enumerate() {
+                let h = ProbeHeader::decode_prefix(rec).unwrap();
+                assert_eq!(
+                    (h.session, h.flow, h.seq, usize::from(h.len)),
+                    (7, 1, k as u32, REC)
+                );
+                assert!(stamps.last().is_none_or(|&t| h.tx_ns >= t), "record {k}");
+                stamps.push(h.tx_ns);
             }
-            got
+            // Consecutive records with one stamp went out in one write.
+            let longest = stamps
+                .chunk_by(|a, b| a == b)
+                .map(<[u64]>::len)
+                .max()
+                .unwrap_or(0);
+            assert!(longest >= 10, "longest run of one write: {longest} records");
+            // Every record sent in time, when the host ran the writer on time.
+            check(out.send.not_sent == 0, || format!("{:?}", out.send))?;
+            Ok(())
         });
-        let s = TcpStream::connect(to).unwrap();
-        s.set_nodelay(true).unwrap();
-        let _ = socket2::SockRef::from(&s).set_send_buffer_size(4096);
-        let mut plan = flow(2000.0, REC as u32, Stop::DurationMs(400));
-        plan.transport = Transport::Tcp;
-        let mut j = job(plan, 1, mono_ns() + 2_000_000);
-        j.cfg.transport = Transport::Tcp;
-        let out = run_flow(j, Box::new(TcpTx::new(s)));
-        assert_eq!(out.error, None);
-        assert_eq!(out.send.packets + out.send.not_sent, 800, "{:?}", out.send);
-        assert_eq!(out.send.not_sent, 0, "{:?}", out.send);
-        let got = reader.join().unwrap();
-        assert_eq!(got.len(), 800 * REC);
-        let mut stamps = Vec::new();
-        for (k, rec) in got.chunks_exact(REC).enumerate() {
-            let h = ProbeHeader::decode_prefix(rec).unwrap();
-            assert_eq!(
-                (h.session, h.flow, h.seq, usize::from(h.len)),
-                (7, 1, k as u32, REC)
-            );
-            assert!(stamps.last().is_none_or(|&t| h.tx_ns >= t), "record {k}");
-            stamps.push(h.tx_ns);
-        }
-        // Consecutive records with one stamp went out in one write.
-        let longest = stamps
-            .chunk_by(|a, b| a == b)
-            .map(<[u64]>::len)
-            .max()
-            .unwrap_or(0);
-        assert!(longest >= 10, "longest run of one write: {longest} records");
     }
 
     /// Four bulk TCP flows on one shared writer, read round-robin by a
@@ -841,93 +852,103 @@ mod tests {
     /// rounds share the reader's pace evenly.
     #[test]
     fn a_shared_writer_serves_its_bulk_flows_in_rounds_and_stops_on_time() {
-        use std::io::Read;
-        const REC: usize = 8000;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let to = l.local_addr().unwrap();
-        let socks: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(to).unwrap()).collect();
-        let mut peers: Vec<std::net::TcpStream> = (0..4).map(|_| l.accept().unwrap().0).collect();
-        // Connections are accepted in the order they connected; the reader
-        // knows each one by the flow id in its records.
-        let reader = std::thread::spawn(move || {
-            for p in &peers {
-                p.set_nonblocking(true).unwrap();
-            }
-            let mut got = vec![Vec::new(); peers.len()];
-            let mut open = peers.len();
-            let mut buf = vec![0u8; 8 << 10];
-            while open > 0 {
-                std::thread::sleep(Duration::from_millis(1));
-                open = 0;
-                for (p, g) in peers.iter_mut().zip(&mut got) {
-                    match p.read(&mut buf) {
-                        Ok(0) => {}
-                        Ok(n) => {
-                            g.extend_from_slice(&buf[..n]);
-                            open += 1;
+        measure("bulk TCP flows on one shared writer", || {
+            use std::io::Read;
+            const REC: usize = 8000;
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let to = l.local_addr().unwrap();
+            let socks: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(to).unwrap()).collect();
+            let mut peers: Vec<std::net::TcpStream> =
+                (0..4).map(|_| l.accept().unwrap().0).collect();
+            // Connections are accepted in the order they connected; the reader
+            // knows each one by the flow id in its records.
+            let reader = std::thread::spawn(move || {
+                for p in &peers {
+                    p.set_nonblocking(true).unwrap();
+                }
+                let mut got = vec![Vec::new(); peers.len()];
+                let mut open = peers.len();
+                let mut buf = vec![0u8; 8 << 10];
+                while open > 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                    open = 0;
+                    for (p, g) in peers.iter_mut().zip(&mut got) {
+                        match p.read(&mut buf) {
+                            Ok(0) => {}
+                            Ok(n) => {
+                                g.extend_from_slice(&buf[..n]);
+                                open += 1;
+                            }
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => open += 1,
+                            Err(_) => {}
                         }
-                        Err(e) if e.kind() == ErrorKind::WouldBlock => open += 1,
-                        Err(_) => {}
                     }
                 }
-            }
-            got
-        });
-        let t0 = mono_ns() + 2_000_000;
-        let jobs: Vec<(usize, FlowJob, TcpStream)> = socks
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let mut plan = flow(1.0, REC as u32, Stop::DurationMs(400));
-                plan.spec = FlowSpec::max_rate(REC as u32).unwrap();
-                plan.transport = Transport::Tcp;
-                let mut j = job(plan, i as u16 + 1, t0);
-                j.cfg.transport = Transport::Tcp;
-                // What each of K1's 60 flows writes at a time on 2 CPUs.
-                j.tcp_write = bulk_write_bytes(60, 2);
-                (i, j, s)
-            })
-            .collect();
-        let mut out = run_bulk_shared(jobs);
-        let took = mono_ns() - t0;
-        assert!(took < 400_000_000 + 150_000_000, "{took} ns");
-        out.sort_by_key(|(i, _)| *i);
-        let got = reader.join().unwrap();
-        let mut bytes = Vec::new();
-        for (i, o) in &out {
-            assert_eq!(o.error, None);
-            assert!((o.send.duration_s - 0.4).abs() < 0.008, "{:?}", o.send);
-            let n = o.send.packets;
-            let g = got
-                .iter()
-                .find(|g| {
-                    g.len() >= REC && ProbeHeader::decode_prefix(g).unwrap().flow == *i as u16 + 1
+                got
+            });
+            let t0 = mono_ns() + 2_000_000;
+            let jobs: Vec<(usize, FlowJob, TcpStream)> = socks
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let mut plan = flow(1.0, REC as u32, Stop::DurationMs(400));
+                    plan.spec = FlowSpec::max_rate(REC as u32).unwrap();
+                    plan.transport = Transport::Tcp;
+                    let mut j = job(plan, i as u16 + 1, t0);
+                    j.cfg.transport = Transport::Tcp;
+                    // What each of K1's 60 flows writes at a time on 2 CPUs.
+                    j.tcp_write = bulk_write_bytes(60, 2);
+                    (i, j, s)
                 })
-                .unwrap();
-            assert_eq!((g.len() / REC) as u64, n, "flow {}", i + 1);
-            let mut stamps = Vec::new();
-            for (k, rec) in g.chunks_exact(REC).enumerate() {
-                let h = ProbeHeader::decode_prefix(rec).unwrap();
-                assert_eq!(
-                    (h.flow, h.seq, usize::from(h.len)),
-                    (*i as u16 + 1, k as u32, REC)
+                .collect();
+            let mut out = run_bulk_shared(jobs);
+            let took = mono_ns() - t0;
+            out.sort_by_key(|(i, _)| *i);
+            let got = reader.join().unwrap();
+            let mut bytes = Vec::new();
+            for (i, o) in &out {
+                assert_eq!(o.error, None);
+                let n = o.send.packets;
+                let g = got
+                    .iter()
+                    .find(|g| {
+                        g.len() >= REC
+                            && ProbeHeader::decode_prefix(g).unwrap().flow == *i as u16 + 1
+                    })
+                    .unwrap();
+                assert_eq!((g.len() / REC) as u64, n, "flow {}", i + 1);
+                let mut stamps = Vec::new();
+                for (k, rec) in g.chunks_exact(REC).enumerate() {
+                    let h = ProbeHeader::decode_prefix(rec).unwrap();
+                    assert_eq!(
+                        (h.flow, h.seq, usize::from(h.len)),
+                        (*i as u16 + 1, k as u32, REC)
+                    );
+                    stamps.push(h.tx_ns);
+                }
+                // Records of one write share its stamp: no write of a flow
+                // among many carries more than 64 KiB of records (8 of 8000 B).
+                let longest = stamps.chunk_by(|a, b| a == b).map(<[u64]>::len).max();
+                assert!(
+                    longest.is_some_and(|l| l <= 8),
+                    "flow {}: {longest:?}",
+                    i + 1
                 );
-                stamps.push(h.tx_ns);
+                bytes.push(n as f64);
             }
-            // Records of one write share its stamp: no write of a flow
-            // among many carries more than 64 KiB of records (8 of 8000 B).
-            let longest = stamps.chunk_by(|a, b| a == b).map(<[u64]>::len).max();
-            assert!(
-                longest.is_some_and(|l| l <= 8),
-                "flow {}: {longest:?}",
-                i + 1
-            );
-            bytes.push(n as f64);
-        }
-        let (lo, hi) = bytes
-            .iter()
-            .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        assert!(lo > 0.0 && hi / lo < 2.0, "{bytes:?}");
+            let (lo, hi) = bytes
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            assert!(lo > 0.0 && hi / lo < 2.0, "{bytes:?}");
+            // Stopping on time needs the host to run the writer on time.
+            check(took < 400_000_000 + 150_000_000, || format!("{took} ns"))?;
+            for (_, o) in &out {
+                check((o.send.duration_s - 0.4).abs() < 0.008, || {
+                    format!("{:?}", o.send)
+                })?;
+            }
+            Ok(())
+        });
     }
 
     /// `--zerocopy` (MSG_ZEROCOPY is Linux's).

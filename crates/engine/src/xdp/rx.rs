@@ -493,36 +493,7 @@ fn serve(
             f.rx.acc.tick();
             next_tick = mono_ns() + 10_000_000;
         }
-        let mut got = 0;
-        for s in &mut steer.socks {
-            let n = s.recv(&mut descs);
-            if n == 0 {
-                continue;
-            }
-            got += n;
-            let ts = realtime_ns();
-            let offset = f.rx.sh.offset_ns.load(Ordering::Relaxed);
-            for (d, b) in descs[..n].iter().zip(&mut back) {
-                // Aligned UMEM: the frame's start is the address rounded down.
-                *b = d.addr & !u64::from(FRAME_SIZE - 1);
-                let Some(fr) = s.frame(d.addr, d.len as usize) else {
-                    continue;
-                };
-                let p = match frame::parse(fr) {
-                    Some(p) if p.dst_port == port => p,
-                    _ => {
-                        f.rx.sh.foreign.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                };
-                let from = SocketAddr::new(unmap(p.src.ip()), p.src.port());
-                let data = &fr[p.payload.0..p.payload.1];
-                if f.accept(data, Some(from), ts, offset).is_some() {
-                    f.rx.acc.marks.see(Some(p.tos), Some(p.ttl), p.flow_label);
-                }
-            }
-            s.fill(&back[..n]);
-        }
+        let got = take_rings(&mut f, &mut steer, port, &mut descs, &mut back);
         if got > 0 {
             idle = 0;
         } else if idle < SPINS {
@@ -532,9 +503,67 @@ fn serve(
             s.wait_rx(wait_ms);
         }
     }
+    // Frames already on the rings arrived before the stop: a thread the
+    // host held through the linger still counts them, in bounded time
+    // (as the socket path drains its sockets).
+    let until = mono_ns() + DRAIN_NS;
+    for _ in 0..DRAIN_ROUNDS {
+        if mono_ns() >= until || take_rings(&mut f, &mut steer, port, &mut descs, &mut back) == 0 {
+            break;
+        }
+    }
     let st = steer.stats();
     dropped.set(&st);
     f.rx.outcome(CpuTime::thread().since(cpu0))
+}
+
+/// Rounds a stopped flow still reads from its rings (a batch per socket
+/// each): more than the rings hold.
+const DRAIN_ROUNDS: usize = 4096;
+/// Longest a stopped flow spends reading what its rings hold.
+const DRAIN_NS: u64 = 100_000_000;
+
+/// One round over `steer`'s receive rings: every frame taken goes
+/// through flow `f`'s checks and back to its fill ring. Returns the
+/// frames taken.
+fn take_rings(
+    f: &mut UdpFlow,
+    steer: &mut Steer,
+    port: u16,
+    descs: &mut [Desc; BATCH],
+    back: &mut [u64; BATCH],
+) -> usize {
+    let mut got = 0;
+    for s in &mut steer.socks {
+        let n = s.recv(descs);
+        if n == 0 {
+            continue;
+        }
+        got += n;
+        let ts = realtime_ns();
+        let offset = f.rx.sh.offset_ns.load(Ordering::Relaxed);
+        for (d, b) in descs[..n].iter().zip(back.iter_mut()) {
+            // Aligned UMEM: the frame's start is the address rounded down.
+            *b = d.addr & !u64::from(FRAME_SIZE - 1);
+            let Some(fr) = s.frame(d.addr, d.len as usize) else {
+                continue;
+            };
+            let p = match frame::parse(fr) {
+                Some(p) if p.dst_port == port => p,
+                _ => {
+                    f.rx.sh.foreign.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            let from = SocketAddr::new(unmap(p.src.ip()), p.src.port());
+            let data = &fr[p.payload.0..p.payload.1];
+            if f.accept(data, Some(from), ts, offset).is_some() {
+                f.rx.acc.marks.see(Some(p.tos), Some(p.ttl), p.flow_label);
+            }
+        }
+        s.fill(&back[..n]);
+    }
+    got
 }
 
 /// What [`sink`] saw on its port.

@@ -125,10 +125,42 @@ pub(crate) struct NullRx {
     rf: RxFlow,
 }
 
+/// Most batches a stopped receiver still takes from the wire.
+const DRAIN_MAX_BATCHES: usize = 4096;
+/// Longest a stopped receiver spends taking what the wire holds.
+const DRAIN_MAX_NS: u64 = 100_000_000;
+
 impl NullRx {
     /// Receives flow `rf` from `wire`.
     pub(crate) fn new(wire: Arc<Wire>, rf: RxFlow) -> NullRx {
         NullRx { wire, rf }
+    }
+
+    /// Records one batch's probes and gives its buffer back to the wire.
+    fn take(&mut self, batch: Vec<u8>) {
+        let rf = &mut self.rf;
+        // One receive time per batch, as a socket batch has.
+        let ts = crate::clock::realtime_ns();
+        let offset = rf.sh.offset_ns.load(Ordering::Relaxed);
+        let mut at = 0;
+        while at < batch.len() {
+            let rest = &batch[at..];
+            let h = match ProbeHeader::decode_prefix(rest) {
+                Ok(h) if (h.len as usize) >= 1 && (h.len as usize) <= rest.len() => h,
+                _ => {
+                    rf.sh.foreign();
+                    break;
+                }
+            };
+            let rec = &rest[..h.len as usize];
+            at += rec.len();
+            if h.session != rf.sid || h.flow != rf.flow_id || rec.len() > rf.longest() {
+                rf.sh.foreign();
+                continue;
+            }
+            rf.take_record(&h, rec, rec.len(), ts, offset);
+        }
+        self.wire.give_back(batch);
     }
 }
 
@@ -136,34 +168,24 @@ impl FlowRx for NullRx {
     fn run(mut self: Box<Self>) -> WorkerOutcome {
         let cpu0 = CpuTime::thread();
         let wait = Duration::from_millis(POLL_MS);
-        let rf = &mut self.rf;
-        while !rf.sh.stop.load(Ordering::Relaxed) {
-            let Some(batch) = self.wire.recv(wait) else {
-                rf.acc.tick();
-                continue;
-            };
-            // One receive time per batch, as a socket batch has.
-            let ts = crate::clock::realtime_ns();
-            let offset = rf.sh.offset_ns.load(Ordering::Relaxed);
-            let mut at = 0;
-            while at < batch.len() {
-                let rest = &batch[at..];
-                let h = match ProbeHeader::decode_prefix(rest) {
-                    Ok(h) if (h.len as usize) >= 1 && (h.len as usize) <= rest.len() => h,
-                    _ => {
-                        rf.sh.foreign();
-                        break;
-                    }
-                };
-                let rec = &rest[..h.len as usize];
-                at += rec.len();
-                if h.session != rf.sid || h.flow != rf.flow_id || rec.len() > rf.longest() {
-                    rf.sh.foreign();
-                    continue;
-                }
-                rf.take_record(&h, rec, rec.len(), ts, offset);
+        while !self.rf.sh.stop.load(Ordering::Relaxed) {
+            match self.wire.recv(wait) {
+                Some(batch) => self.take(batch),
+                None => self.rf.acc.tick(),
             }
-            self.wire.give_back(batch);
+        }
+        // What is on the wire already was sent before the stop: a thread
+        // held through the linger still counts it (as the UDP receivers
+        // drain their sockets), in bounded time.
+        let until = crate::clock::mono_ns() + DRAIN_MAX_NS;
+        for _ in 0..DRAIN_MAX_BATCHES {
+            if crate::clock::mono_ns() >= until {
+                break;
+            }
+            match self.wire.recv(Duration::ZERO) {
+                Some(batch) => self.take(batch),
+                None => break,
+            }
         }
         self.rf.outcome(CpuTime::thread().since(cpu0))
     }
@@ -323,8 +345,8 @@ mod tests {
         );
         assert_eq!(sent.error, None);
         assert_eq!(sent.send.packets + sent.send.not_sent, 2_000);
-        // Everything sent is on the wire already; give the loop a moment.
-        std::thread::sleep(Duration::from_millis(3 * POLL_MS));
+        // Everything sent is on the wire already: stopped at once, the
+        // receiver still counts all of it, however late its thread ran.
         shared.stop.store(true, Ordering::Relaxed);
         let out = rx.join().unwrap();
         let acc = out.accs.into_iter().next().unwrap();

@@ -426,6 +426,7 @@ mod tests {
     use crate::plan::Stop;
     use std::io::Read;
     use std::time::Duration;
+    use wirebench_testkit::{check, measure};
     use wirebench_wire::Transport;
 
     const REC: usize = 1518;
@@ -501,23 +502,29 @@ mod tests {
     /// Twenty-four paced flows of different rates on one writer: each
     /// sends exactly its schedule's records at its rate (±1 %), none late
     /// enough not to be sent, and its reader gets every one, whole and in
-    /// order.
+    /// order. The books are asserted; whether every record went out on
+    /// time, and the rate, depend on the host running the writer on time:
+    /// checks, measured once more when the host was seen busy or held.
     #[test]
     fn many_paced_flows_on_one_writer_keep_each_flows_rate_and_sequence() {
         let rates: Vec<f64> = (0..24).map(|i| 200.0 + 50.0 * i as f64).collect();
-        let out = run(&rates, 1000, |_| Duration::ZERO);
-        for ((o, got), &pps) in out.iter().zip(&rates) {
-            assert_eq!(o.error, None);
-            let want = pps as u64;
-            assert_eq!((o.send.packets, o.send.not_sent), (want, 0), "{pps} pps");
-            assert!(
-                (o.send.rate_pps / pps - 1.0).abs() < 0.01,
-                "{pps} pps: {}",
-                o.send.rate_pps
-            );
-            assert_eq!(*got, want, "{pps} pps");
-            assert!(o.tcp.is_some());
-        }
+        measure("24 paced flows on one writer", || {
+            let out = run(&rates, 1000, |_| Duration::ZERO);
+            for ((o, got), &pps) in out.iter().zip(&rates) {
+                assert_eq!(o.error, None);
+                let want = pps as u64;
+                assert_eq!(o.send.packets + o.send.not_sent, want, "{pps} pps");
+                assert_eq!(*got, o.send.packets, "{pps} pps");
+                assert!(o.tcp.is_some());
+            }
+            for ((o, _), &pps) in out.iter().zip(&rates) {
+                check(
+                    o.send.not_sent == 0 && (o.send.rate_pps / pps - 1.0).abs() < 0.01,
+                    || format!("{pps} pps: {:?}", o.send),
+                )?;
+            }
+            Ok(())
+        });
     }
 
     /// One flow's reader stalls (its socket fills and stays full for
@@ -527,31 +534,37 @@ mod tests {
     /// its reader reads, its records arriving whole and in order. A writer
     /// that waited on the full socket, or served the greedy flow's backlog
     /// before the others, fails the first; one that forgot a blocked flow
-    /// fails the second.
+    /// fails the second. Books asserted; schedule keeping (nothing
+    /// unsent, rate, p99 lateness) checked as the host's timing, as above.
     #[test]
     fn a_stalled_greedy_flow_starves_no_other_and_is_not_starved() {
         let mut rates = vec![1000.0; 8];
         rates[0] = 1_000_000.0;
-        let out = run(&rates, 800, |i| {
-            Duration::from_millis(if i == 0 { 300 } else { 0 })
+        measure("a stalled greedy flow beside 7 paced ones", || {
+            let out = run(&rates, 800, |i| {
+                Duration::from_millis(if i == 0 { 300 } else { 0 })
+            });
+            let (greedy, got) = &out[0];
+            assert_eq!(greedy.error, None);
+            assert_eq!(greedy.send.packets, *got);
+            // 4 KiB of socket buffer at each end holds a few records: most of
+            // what it sent went out after the stall.
+            assert!(*got > 1000, "greedy flow sent {got} records");
+            for (o, got) in &out[1..] {
+                assert_eq!(o.error, None);
+                assert_eq!(o.send.packets + o.send.not_sent, 800, "{:?}", o.send);
+                assert_eq!(*got, o.send.packets, "{:?}", o.send);
+            }
+            for (o, _) in &out[1..] {
+                check(
+                    o.send.not_sent == 0
+                        && (o.send.rate_pps / 1000.0 - 1.0).abs() < 0.01
+                        && o.send.schedule_error_s.p99 < 0.1,
+                    || format!("{:?}", o.send),
+                )?;
+            }
+            Ok(())
         });
-        let (greedy, got) = &out[0];
-        assert_eq!(greedy.error, None);
-        assert_eq!(greedy.send.packets, *got);
-        // 4 KiB of socket buffer at each end holds a few records: most of
-        // what it sent went out after the stall.
-        assert!(*got > 1000, "greedy flow sent {got} records");
-        for (o, got) in &out[1..] {
-            assert_eq!(o.error, None);
-            assert_eq!((o.send.packets, o.send.not_sent), (800, 0), "{:?}", o.send);
-            assert!(
-                (o.send.rate_pps / 1000.0 - 1.0).abs() < 0.01,
-                "{:?}",
-                o.send
-            );
-            assert!(o.send.schedule_error_s.p99 < 0.1, "{:?}", o.send);
-            assert_eq!(*got, 800);
-        }
     }
 
     /// A flow a second behind its schedule, its socket with room for

@@ -272,6 +272,7 @@ fn tcp_rx(listener: TcpListener, mut rf: RxFlow) -> WorkerOutcome {
             accept(&listener, &mut conns, &mut rf, peer, &mut forget);
         }
     }
+    read_left(&mut conns, &mut rf, mono_ns() + TCP_DRAIN_NS);
     rf.outcome(CpuTime::thread().since(cpu0))
 }
 
@@ -440,6 +441,11 @@ fn tcp_rx_many(mut flows: Vec<SharedFlow>, mut poller: net::Poller) -> WorkerOut
             }
         }
     }
+    // One time budget for all the flows.
+    let until = mono_ns() + TCP_DRAIN_NS;
+    for f in &mut flows {
+        read_left(&mut f.conns, &mut f.rf, until);
+    }
     WorkerOutcome {
         accs: flows.into_iter().map(|f| f.rf.acc.into_recv()).collect(),
         cpu: CpuTime::thread().since(cpu0),
@@ -513,13 +519,52 @@ const TCP_FILLS_PER_TURN: usize = 8;
 /// record. Returns false when the connection is to be dropped (closed,
 /// or not ours).
 fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
+    read_turn(c, rf) != Turn::Drop
+}
+
+/// What one turn of reading a connection ([`read_turn`]) left.
+#[derive(Debug, PartialEq, Eq)]
+enum Turn {
+    /// The socket had nothing more to read.
+    Emptied,
+    /// The turn's reads ran out first: more may be queued.
+    More,
+    /// Closed, or not ours: to be dropped.
+    Drop,
+}
+
+/// Turns a stopped flow still reads from each of its connections (up to
+/// [`TCP_FILLS_PER_TURN`] buffers each): 64 MiB, more than a receive
+/// buffer holds.
+const TCP_DRAIN_TURNS: usize = 32;
+/// Longest a stopped receiver spends reading what its connections hold.
+const TCP_DRAIN_NS: u64 = 100_000_000;
+
+/// Once the session has stopped the flow: reads what `conns` already
+/// hold, recorded as usual, until each is empty, [`TCP_DRAIN_TURNS`]
+/// turns are read or `until` (monotonic ns) passes. The stop comes after
+/// the linger, when what the sender wrote should have arrived; a thread
+/// the host held through the linger finds it queued, and leaving at once
+/// would count it lost although it was received.
+fn read_left(conns: &mut [TcpConn], rf: &mut RxFlow, until: u64) {
+    for c in conns {
+        for _ in 0..TCP_DRAIN_TURNS {
+            if mono_ns() >= until || read_turn(c, rf) != Turn::More {
+                break;
+            }
+        }
+    }
+}
+
+/// [`read_records`], saying whether the socket was emptied.
+fn read_turn(c: &mut TcpConn, rf: &mut RxFlow) -> Turn {
     let (sid, flow_id, reflect) = (rf.sid, rf.flow_id, rf.reflect);
     let rlen = reply_len(rf.sh.probe_key.is_some());
     for _ in 0..TCP_FILLS_PER_TURN {
         let ts = match c.rd.fill(&mut c.stream) {
             Fill::Data(ts) => ts,
-            Fill::Again => return true,
-            Fill::Closed => return false,
+            Fill::Again => return Turn::Emptied,
+            Fill::Closed => return Turn::Drop,
         };
         let offset = rf.sh.offset_ns.load(Ordering::Relaxed);
         let out = &mut c.out;
@@ -551,7 +596,7 @@ fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
             // Not a record stream of this flow (or it lost framing): the
             // whole connection is foreign.
             rf.sh.foreign();
-            return false;
+            return Turn::Drop;
         }
         if c.identified {
             if let Some(f) = c.from.take() {
@@ -559,7 +604,7 @@ fn read_records(c: &mut TcpConn, rf: &mut RxFlow) -> bool {
             }
         }
     }
-    true
+    Turn::More
 }
 
 /// One TCP connection we opened ourselves, read until the peer closes it or
@@ -585,8 +630,92 @@ fn tcp_rx_stream(stream: TcpStream, mut rf: RxFlow) -> WorkerOutcome {
             continue;
         }
         if !read_records(&mut conn, &mut rf) {
-            break;
+            // Closed or foreign: nothing left to read.
+            return rf.outcome(CpuTime::thread().since(cpu0));
         }
     }
+    read_left(
+        std::slice::from_mut(&mut conn),
+        &mut rf,
+        mono_ns() + TCP_DRAIN_NS,
+    );
     rf.outcome(CpuTime::thread().since(cpu0))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::transport::rx::{flow_report, rx_flow, RxAt};
+    use wirebench_wire::{FlowSetup, ProbeHeader, Transport};
+
+    /// Records already in a connection's socket when the flow is stopped
+    /// (a receive thread the host held through the linger) are counted by
+    /// [`read_left`], all of them, none lost; a reader leaving at the flag
+    /// counted none.
+    #[test]
+    fn records_queued_at_the_stop_are_counted() {
+        const N: u32 = 50;
+        let setup = FlowSetup {
+            flow_id: 1,
+            transport: Transport::Tcp,
+            max_len: 1000,
+            mtu: 1500,
+            ..Default::default()
+        };
+        let mut rf = rx_flow(&setup, &RxAt::loopback(7, 1 << 20, false), None);
+        let sh = rf.sh.clone();
+        sh.start_ns.store(realtime_ns(), Ordering::Relaxed);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (stream, from) = l.accept().unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let mut rec = [0u8; 1000];
+        for seq in 0..N {
+            ProbeHeader {
+                flags: 0,
+                session: 7,
+                flow: 1,
+                len: 1000,
+                seq,
+                tx_ns: realtime_ns(),
+            }
+            .encode(&mut rec)
+            .unwrap();
+            tx.write_all(&rec).unwrap();
+        }
+        // 50 kB fit the receive buffer; wait (5 s at most) until all of it
+        // is queued there, so the drain has everything to find.
+        let until = mono_ns() + 5_000_000_000;
+        let queued = || {
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int to the pointer given.
+            let r = unsafe { libc::ioctl(stream.as_raw_fd(), libc::FIONREAD, &mut n) };
+            if r == 0 {
+                n as usize
+            } else {
+                0
+            }
+        };
+        while queued() < 1000 * N as usize && mono_ns() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(queued(), 1000 * N as usize);
+        let mut conns = vec![TcpConn {
+            stream,
+            rd: record_reader(&rf),
+            out: Vec::new(),
+            out_head: 0,
+            accepted_ns: mono_ns(),
+            identified: false,
+            watched: false,
+            from: Some(from),
+        }];
+        sh.stop.store(true, Ordering::Relaxed);
+        read_left(&mut conns, &mut rf, mono_ns() + TCP_DRAIN_NS);
+        let r = flow_report(1, &sh, rf.acc.into_recv(), Some(u64::from(N)), None);
+        let c = &r.summary.counts;
+        assert_eq!((c.unique, c.lost, c.duplicates), (u64::from(N), Some(0), 0));
+        assert_eq!(r.foreign, 0);
+        drop(tx);
+    }
 }

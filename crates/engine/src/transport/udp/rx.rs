@@ -470,6 +470,12 @@ fn udp_rx_many(mut flows: Vec<UdpFlow>, mut poller: net::Poller) -> WorkerOutcom
             sleep_until(mono_ns() + NAP_MAX_NS);
         }
     }
+    // The sockets are non-blocking already; one budget for all of them.
+    let until = mono_ns() + DRAIN_MAX_NS;
+    let mut left = DRAIN_MAX;
+    for f in &mut flows {
+        drain(f, &mut batch, until, &mut left);
+    }
     WorkerOutcome {
         accs: flows.into_iter().map(|f| f.rx.acc.into_recv()).collect(),
         cpu: CpuTime::thread().since(cpu0),
@@ -508,7 +514,40 @@ fn udp_rx(mut f: UdpFlow) -> WorkerOutcome {
             }
         }
     }
+    // Not blocking for the read timeout once the queue is empty. If the
+    // switch fails, an empty queue costs one read timeout (POLL_MS).
+    let _ = f.sock.set_nonblocking(true);
+    let mut left = DRAIN_MAX;
+    drain(&mut f, &mut batch, mono_ns() + DRAIN_MAX_NS, &mut left);
     f.rx.outcome(CpuTime::thread().since(cpu0))
+}
+
+/// Most datagrams a stopped receiver still takes from its sockets: the
+/// receive buffers' worth of small datagrams several times over.
+const DRAIN_MAX: usize = 1 << 16;
+/// Longest a stopped receiver spends taking what its sockets hold.
+const DRAIN_MAX_NS: u64 = 100_000_000;
+
+/// Takes what `f`'s (non-blocking) socket already holds once the session
+/// has stopped the flow, counted as any other datagram, until the socket
+/// is empty, `left` datagrams are taken or `until` (monotonic ns) passes.
+///
+/// Why: the stop flag is set after the linger, when everything the sender
+/// sent should have arrived; a receive thread the host held through the
+/// linger (a busy or stalled machine) finds it queued, and leaving at once
+/// would count those datagrams lost although they were received. The
+/// bounds keep a sender that has not stopped from holding the receiver.
+fn drain(f: &mut UdpFlow, batch: &mut RecvBatch, until: u64, left: &mut usize) {
+    while *left > 0 && mono_ns() < until {
+        match f.read_batch(batch) {
+            Ok((0, _)) => return,
+            Ok((n, _)) => *left = left.saturating_sub(n),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return,
+            // EINTR, or an error an ICMP message queued (ECONNREFUSED
+            // after a reflection): reported once, the queue is still there.
+            Err(_) => *left -= 1,
+        }
+    }
 }
 
 /// Datagrams a nap between `recvmmsg` calls aims to let queue up.
@@ -620,6 +659,49 @@ mod tests {
             } else {
                 assert_eq!(slots, 41);
             }
+        }
+    }
+
+    /// Datagrams already queued when the receive loop sees the stop flag
+    /// (a thread the host held through the linger) are counted, by a
+    /// flow's own thread and by a shared worker alike: here the flag is
+    /// set before either reads anything, and all 150 (more than two
+    /// batches) must be counted, none lost.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn datagrams_queued_before_the_stop_are_counted() {
+        for shared in [false, true] {
+            let (f, tx, sh) = loopback_flow(false);
+            let mut d = [0u8; 64];
+            for seq in 0..150 {
+                ProbeHeader {
+                    flags: 0,
+                    session: 7,
+                    flow: 1,
+                    len: 64,
+                    seq,
+                    tx_ns: realtime_ns(),
+                }
+                .encode(&mut d)
+                .unwrap();
+                tx.send(&d).unwrap();
+            }
+            sh.stop.store(true, Ordering::Relaxed);
+            let mut out = if shared {
+                let mut poller = net::Poller::new(16).unwrap();
+                f.sock.set_nonblocking(true).unwrap();
+                poller.add(f.sock.as_raw_fd(), 0).unwrap();
+                udp_rx_many(vec![f], poller)
+            } else {
+                udp_rx(f)
+            };
+            assert_eq!(out.accs.len(), 1);
+            let acc = out.accs.remove(0);
+            let r = crate::transport::rx::flow_report(1, &sh, acc, Some(150), None);
+            let c = &r.summary.counts;
+            assert_eq!(c.unique, 150, "shared worker {shared}");
+            assert_eq!(c.lost, Some(0), "shared worker {shared}");
+            assert_eq!((c.duplicates, r.foreign), (0, 0), "shared worker {shared}");
         }
     }
 
