@@ -10,6 +10,7 @@ use serde_json::Value;
 use std::process::Command;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use wirebench_campaign::Store;
+use wirebench_testkit::{check, measure};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 
@@ -146,7 +147,6 @@ fn agent_nodes_search_runs_through_the_agents() {
     let _cpu = beside_others();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("n.toml");
-    let db = dir.path().join("n.db");
     std::fs::write(
         &file,
         "name = \"rfc-nodes\"\nlinger_s = 0.2\n\
@@ -157,26 +157,47 @@ fn agent_nodes_search_runs_through_the_agents() {
          trial_s = 0.5\nlearning_s = 0.05\n",
     )
     .unwrap();
-    let (code, out, err) = run(&["run", file.to_str().unwrap(), "--db", db.to_str().unwrap()]);
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("Throughput (RFC 2544 §26.1"), "{out}");
-    let store = Store::open_existing(&db).unwrap();
-    let c = store.latest().unwrap().unwrap();
-    assert_eq!(c.status, "done");
-    // The line rate passes on loopback: one trial at it, one verification.
-    let runs = store.runs(c.id).unwrap();
-    let kinds: Vec<&str> = runs.iter().map(|r| r.axes["kind"].as_str()).collect();
-    assert_eq!(kinds, ["max_rate", "verify"], "{out}\n{err}");
-    for r in &runs {
-        let o = r.counters.as_ref().expect("the agents' observations");
-        assert_eq!(o["roles"]["a"], "sender", "{o}");
-        assert_eq!(o["roles"]["b"], "receiver", "{o}");
-        let doc = r.result.as_ref().unwrap();
-        let sent = doc["flows"][0]["sent"]["packets"].as_u64().unwrap();
-        // 0.5 s at 812.7 frames/s (10 Mbit/s of 1518 B frames).
-        assert!((400..=410).contains(&sent), "{sent}");
-        assert_eq!(doc["flows"][0]["received"]["unique"].as_u64(), Some(sent));
-    }
+    // Each trial is a timed flow: its last frames leave only if the pacer
+    // wakes within the 20 ms end grace, which a host that holds the agent
+    // may deny (those are not_sent). So a trial's books are exact and its
+    // full count is timing, measured once more (a fresh campaign) when the
+    // host was seen busy.
+    let mut attempt = 0;
+    let out = measure("RFC 2544 search through local agents", || {
+        attempt += 1;
+        let db = dir.path().join(format!("n{attempt}.db"));
+        let (code, out, err) = run(&["run", file.to_str().unwrap(), "--db", db.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}\n{err}");
+        assert!(out.contains("Throughput (RFC 2544 §26.1"), "{out}");
+        let store = Store::open_existing(&db).unwrap();
+        let c = store.latest().unwrap().unwrap();
+        assert_eq!(c.status, "done");
+        // The line rate passes on loopback: one trial at it, one verification.
+        let runs = store.runs(c.id).unwrap();
+        let kinds: Vec<&str> = runs.iter().map(|r| r.axes["kind"].as_str()).collect();
+        assert_eq!(kinds, ["max_rate", "verify"], "{out}\n{err}");
+        let mut counts = Vec::new();
+        for r in &runs {
+            let o = r.counters.as_ref().expect("the agents' observations");
+            assert_eq!(o["roles"]["a"], "sender", "{o}");
+            assert_eq!(o["roles"]["b"], "receiver", "{o}");
+            let doc = r.result.as_ref().unwrap();
+            let sent = doc["flows"][0]["sent"]["packets"].as_u64().unwrap();
+            let not_sent = doc["flows"][0]["sent"]["not_sent"].as_u64().unwrap();
+            // 0.5 s at 812.7 frames/s (10 Mbit/s of 1518 B frames).
+            assert!(
+                (400..=410).contains(&(sent + not_sent)),
+                "{sent} + {not_sent}"
+            );
+            assert_eq!(doc["flows"][0]["received"]["unique"].as_u64(), Some(sent));
+            counts.push((sent, not_sent));
+        }
+        check(
+            counts.iter().all(|(sent, _)| (400..=410).contains(sent)),
+            || format!("frames (sent, not sent) per trial {counts:?}"),
+        )?;
+        Ok(out)
+    });
     assert!(out.contains("IPv4  1518"), "{out}");
 }
 
