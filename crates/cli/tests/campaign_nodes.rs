@@ -10,6 +10,7 @@ use wirebench_campaign::{RunStatus, Store};
 
 mod common;
 use common::campaign;
+use wirebench_testkit::{check, measure};
 
 #[test]
 fn local_nodes_run_and_store_every_nodes_cpu_counters_and_metadata() {
@@ -109,41 +110,52 @@ fn ev(v: &Value) -> &str {
 #[test]
 fn agent_runs_show_live_intervals_in_the_progress() {
     let _one = NODE_PORT.lock().unwrap_or_else(|e| e.into_inner());
-    let (lines, lead, _, _dir) = nodes_progress(&["a", "a2"], None);
-    assert!(
-        lead > Duration::from_millis(500),
-        "intervals came only {lead:?} before the run ended: {lines:?}"
-    );
-    let mut per_run = 0;
-    for v in &lines {
-        match ev(v) {
-            "run_start" => per_run = 0,
-            "interval" => {
-                per_run += 1;
-                assert!(
-                    v["run"].as_str().unwrap().ends_with(" #1")
-                        || v["run"].as_str().unwrap().ends_with(" #2"),
-                    "{v}"
-                );
-                if per_run <= 5 {
-                    assert_eq!(v["flows"], 2, "{v}");
-                    let tp = v["throughput_bps"].as_f64().unwrap();
-                    // 2 × 400 pps × 200 B = 1.28 Mbit/s.
-                    assert!(tp > 0.6e6 && tp < 2.6e6, "{v}");
-                    assert!(v["delay_mean_s"].as_f64().unwrap() > 0.0, "{v}");
+    // The events, the flows per interval and the interval count are
+    // exact; how early the first interval shows and each interval's rate
+    // depend on the host running the agents on time, so they are checks,
+    // measured once more (a fresh campaign) when the host was seen busy.
+    measure("two agents' live intervals", || {
+        let (lines, lead, _, _dir) = nodes_progress(&["a", "a2"], None);
+        let mut per_run = 0;
+        let mut off_rate = Vec::new();
+        for v in &lines {
+            match ev(v) {
+                "run_start" => per_run = 0,
+                "interval" => {
+                    per_run += 1;
+                    assert!(
+                        v["run"].as_str().unwrap().ends_with(" #1")
+                            || v["run"].as_str().unwrap().ends_with(" #2"),
+                        "{v}"
+                    );
+                    if per_run <= 5 {
+                        assert_eq!(v["flows"], 2, "{v}");
+                        let tp = v["throughput_bps"].as_f64().unwrap();
+                        // 2 × 400 pps × 200 B = 1.28 Mbit/s.
+                        if !(tp > 0.6e6 && tp < 2.6e6) {
+                            off_rate.push(v.to_string());
+                        }
+                        assert!(v["delay_mean_s"].as_f64().unwrap() > 0.0, "{v}");
+                    }
                 }
+                "run_end" => {
+                    assert_eq!(v["status"], "ok", "{lines:?}");
+                    assert!(
+                        per_run >= 6,
+                        "{per_run} intervals in a 1.5 s run: {lines:?}"
+                    );
+                }
+                other => panic!("unexpected event {other}: {v}"),
             }
-            "run_end" => {
-                assert_eq!(v["status"], "ok", "{lines:?}");
-                assert!(
-                    per_run >= 6,
-                    "{per_run} intervals in a 1.5 s run: {lines:?}"
-                );
-            }
-            other => panic!("unexpected event {other}: {v}"),
         }
-    }
-    assert_eq!(lines.iter().filter(|v| ev(v) == "run_end").count(), 2);
+        assert_eq!(lines.iter().filter(|v| ev(v) == "run_end").count(), 2);
+        check(lead > Duration::from_millis(500), || {
+            format!("intervals came only {lead:?} before the run ended: {lines:?}")
+        })?;
+        check(off_rate.is_empty(), || {
+            format!("intervals outside 0.6..2.6 Mbit/s: {off_rate:?}")
+        })
+    });
 }
 
 /// An agent from before revision 1 (played by `--protocol-revision 0`):

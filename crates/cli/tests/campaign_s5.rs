@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use wirebench_campaign::analysis::run_metrics;
+use wirebench_campaign::stalls::run_stalls;
 use wirebench_campaign::{summarize, Store};
+use wirebench_testkit::measure_seeing;
 
 mod common;
 use common::campaign;
@@ -32,6 +34,25 @@ fn attempt(file: &Path, db: &Path) -> (std::process::Output, Vec<f64>) {
     (out, ratios)
 }
 
+/// The link emulators' stalls in the 1408 B scenario's runs of the
+/// latest campaign in `db` (`stalls::run_stalls` of each run's counters),
+/// said as evidence when there were any.
+fn stalled(db: &Path) -> Option<String> {
+    let store = Store::open_existing(db).ok()?;
+    let c = store.latest().ok()??;
+    let per_run: Vec<(u64, f64)> = store
+        .runs(c.id)
+        .ok()?
+        .iter()
+        .filter(|r| r.scenario_key == KEY)
+        .filter_map(|r| r.counters.as_ref().map(run_stalls))
+        .collect();
+    per_run
+        .iter()
+        .any(|(n, _)| *n > 0)
+        .then(|| format!("the link emulators stalled in its runs (stalls, seconds: {per_run:?})"))
+}
+
 #[test]
 fn s5_quick_udp_1408_ipv4_reaches_the_upper_bound() {
     if !wirebench_testkit::can_run_as_root(
@@ -48,23 +69,28 @@ fn s5_quick_udp_1408_ipv4_reaches_the_upper_bound() {
     // time is lost for good, as it would be for a real NIC whose driver
     // stopped. A 25 ms stall costs a 2 s run 1.2 % (seen once in CI: the
     // two repetitions averaged 98.77 %). So at least one repetition must be
-    // within 1 % and none more than 3 % below; only if no repetition is
-    // within 1 % does the campaign run once more, saying so.
+    // within 1 % and none more than 3 % below; a campaign that misses it
+    // is measured once more (a fresh campaign) only when the host was seen
+    // busy or held, or its runs' emulators counted stalls
+    // (wirebench_testkit::measure_seeing); otherwise the miss fails.
     let within = |r: &[f64]| {
         r.len() == 2
             && r.iter().any(|x| (x - 1.0).abs() <= 0.01)
             && r.iter().all(|x| *x >= 0.97 && *x <= 1.01)
     };
-    let mut db = dir.path().join("s5.db");
-    let (mut out, mut ratios) = attempt(&file, &db);
-    if !within(&ratios) {
-        eprintln!(
-            "S5 quick, first campaign: repetitions at {:?} of the bound; running it once more",
-            ratios
+    let mut n = 0;
+    let (out, ratios, db) = measure_seeing("S5 quick, UDP 1408 B IPv4", || {
+        n += 1;
+        let db = dir.path().join(format!("s5-{n}.db"));
+        let (out, ratios) = attempt(&file, &db);
+        if within(&ratios) {
+            return Ok((out, ratios, db));
+        }
+        let why = format!(
+            "payload throughput of the repetitions {ratios:?} of the bound: none within 1 % or one over 3 % below"
         );
-        db = dir.path().join("s5-again.db");
-        (out, ratios) = attempt(&file, &db);
-    }
+        Err((why, stalled(&db)))
+    });
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let store = Store::open_existing(&db).unwrap_or_else(|e| panic!("{e}\n{stderr}"));
@@ -89,10 +115,6 @@ fn s5_quick_udp_1408_ipv4_reaches_the_upper_bound() {
         tp.mean / bound * 100.0,
         bound / 1e6,
         ratios
-    );
-    assert!(
-        within(&ratios),
-        "payload throughput of the repetitions {ratios:?} of the bound {bound}: none within 1 % or one over 3 % below"
     );
     // At 1536 B the datagram no longer fits a 1500-byte MTU: the summary says so.
     let frag = s

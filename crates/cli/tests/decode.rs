@@ -363,6 +363,24 @@ fn itgdec_value(out: &str, label: &str) -> f64 {
         .unwrap()
 }
 
+/// Waits until something listens on TCP `port` (any address), as `ss`
+/// lists it; fails after `limit`.
+fn listening_within(port: u16, limit: Duration) {
+    let end = Instant::now() + limit;
+    let filter = format!("sport = :{port}");
+    loop {
+        let ss = Command::new("ss")
+            .args(["-Htln", &filter])
+            .output()
+            .expect("run ss (iproute2)");
+        if ss.status.success() && !ss.stdout.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        assert!(Instant::now() < end, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn ditg_logs_decode_to_what_itgdec_prints() {
     if Command::new("ITGSend").arg("-h").output().is_err() {
@@ -387,7 +405,10 @@ fn ditg_logs_decode_to_what_itgdec_prints() {
             .spawn()
             .unwrap(),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Ready when its signalling port listens (read from the socket table,
+    // without connecting to it): a fixed 500 ms let a host that held its
+    // start refuse ITGSend.
+    listening_within(9461, Duration::from_secs(10));
     let send = Command::new("ITGSend")
         .args([
             "-Sdp",

@@ -53,10 +53,15 @@ fn send_at(port: &str, rate: &str, extra: &[&str]) -> Child {
 
 #[test]
 fn first_ctrl_c_keeps_a_partial_result_second_exits_at_once() {
-    let _r = recv();
+    let r = recv();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     let mut s = send(&[&format!("--json={}", json.display()), "--linger", "300"]);
+    // A second of the flow's own time, from the receiver setting it up
+    // (just before the first packet; the sender's handler is in place by
+    // then): a fixed second from the sender's start let a host that held
+    // the start leave too few packets sent.
+    r.wait_for(" flow 1: ", Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(1000));
     sigint(&s);
     let st = s.wait().unwrap();
@@ -81,6 +86,7 @@ fn first_ctrl_c_keeps_a_partial_result_second_exits_at_once() {
 
     // The second Ctrl-C does not wait for the 10 s linger.
     let mut s = send(&["--linger", "10000"]);
+    r.wait_for(" flow 1: ", Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(1000));
     sigint(&s);
     std::thread::sleep(Duration::from_millis(200));

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{Recv, BIN};
+use wirebench_testkit::{check, measure};
 
 /// A receiver on 127.0.0.1:`port`.
 fn recv(port: u16) -> Recv {
@@ -52,7 +53,9 @@ fn json_stream_with_more_flows_than_cpus() {
     stream_adds_up(15824, cpus + 2);
 }
 
-/// UDP flows of 500 pps for 1.5 s, 200 ms intervals: the intervals arrive
+/// UDP flows of 750 packets at 500 pps (1.5 s; stopped by count, so the
+/// totals are exact however late the host ran the pacer), 200 ms intervals:
+/// the intervals arrive
 /// while the run goes on and add up to each flow's received totals.
 fn stream_adds_up(port: u16, flows: usize) {
     let _r = recv(port);
@@ -68,8 +71,8 @@ fn stream_adds_up(port: u16, flows: usize) {
         "500",
         "-c",
         "200",
-        "-t",
-        "1500",
+        "-z",
+        "750",
         "--interval",
         "200",
         "--linger",
@@ -213,53 +216,66 @@ fn tcp_intervals_in_the_result_carry_tcp_info() {
 fn campaign_progress_shows_live_intervals() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("c.toml");
-    let db = dir.path().join("w.db");
-    let log = dir.path().join("progress.ndjson");
     std::fs::write(
         &file,
         "name = \"live-progress\"\nrepetitions = 2\nduration_s = 1.5\ninterval_ms = 200\nlinger_s = 0.2\n[loopback]\n[matrix]\nip = [4]\ntransport = [\"udp\"]\npayload = [200]\npps = [400]\n",
     )
     .unwrap();
-    // Watch the log while the campaign runs: when did the first interval
-    // of run 1 and the end of run 1 appear?
-    let w = common::watch_progress(
-        common::campaign(&file, &db, &["--progress-log", log.to_str().unwrap()]),
-        &log,
-    );
-    assert!(
-        w.lead > Duration::from_millis(500),
-        "intervals came only {:?} before the run ended",
-        w.lead
-    );
-    let lines = w.lines;
-    let ev = |v: &Value| v["event"].as_str().unwrap_or("").to_string();
-    assert_eq!(lines.iter().filter(|v| ev(v) == "run_end").count(), 2);
-    // Between each run's start and end: its intervals, with traffic.
-    let mut cur = None;
-    let mut per_run = 0;
-    for v in &lines {
-        match ev(v).as_str() {
-            "run_start" => {
-                cur = v["run"].as_str().map(str::to_string);
-                per_run = 0;
-            }
-            "interval" => {
-                assert_eq!(v["run"].as_str(), cur.as_deref());
-                per_run += 1;
-                if per_run <= 5 {
-                    let tp = v["throughput_bps"].as_f64().unwrap();
-                    // 400 pps × 200 B = 640 kbit/s.
-                    assert!(tp > 300e3 && tp < 1.3e6, "{v}");
-                    assert!(v["delay_mean_s"].as_f64().unwrap() > 0.0, "{v}");
+    // The events and the interval count are exact; how early the first
+    // interval shows and each interval's rate depend on the host running
+    // the sender and the receiver on time, so they are checks, measured
+    // once more (a fresh campaign) when the host was seen busy.
+    let mut attempt = 0;
+    let db = measure("campaign live progress", || {
+        attempt += 1;
+        let db = dir.path().join(format!("w{attempt}.db"));
+        let log = dir.path().join(format!("progress{attempt}.ndjson"));
+        // Watch the log while the campaign runs: when did the first interval
+        // of run 1 and the end of run 1 appear?
+        let w = common::watch_progress(
+            common::campaign(&file, &db, &["--progress-log", log.to_str().unwrap()]),
+            &log,
+        );
+        let lines = w.lines;
+        let ev = |v: &Value| v["event"].as_str().unwrap_or("").to_string();
+        assert_eq!(lines.iter().filter(|v| ev(v) == "run_end").count(), 2);
+        // Between each run's start and end: its intervals, with traffic.
+        let mut cur = None;
+        let mut per_run = 0;
+        let mut off_rate = Vec::new();
+        for v in &lines {
+            match ev(v).as_str() {
+                "run_start" => {
+                    cur = v["run"].as_str().map(str::to_string);
+                    per_run = 0;
                 }
+                "interval" => {
+                    assert_eq!(v["run"].as_str(), cur.as_deref());
+                    per_run += 1;
+                    if per_run <= 5 {
+                        let tp = v["throughput_bps"].as_f64().unwrap();
+                        // 400 pps × 200 B = 640 kbit/s.
+                        if !(tp > 300e3 && tp < 1.3e6) {
+                            off_rate.push(v.to_string());
+                        }
+                        assert!(v["delay_mean_s"].as_f64().unwrap() > 0.0, "{v}");
+                    }
+                }
+                "run_end" => {
+                    assert_eq!(v["status"], "ok");
+                    assert!(per_run >= 6, "{per_run} intervals in a 1.5 s run");
+                }
+                other => panic!("unexpected event {other}"),
             }
-            "run_end" => {
-                assert_eq!(v["status"], "ok");
-                assert!(per_run >= 6, "{per_run} intervals in a 1.5 s run");
-            }
-            other => panic!("unexpected event {other}"),
         }
-    }
+        check(w.lead > Duration::from_millis(500), || {
+            format!("intervals came only {:?} before the run ended", w.lead)
+        })?;
+        check(off_rate.is_empty(), || {
+            format!("intervals outside 300 kbit/s..1.3 Mbit/s: {off_rate:?}")
+        })?;
+        Ok(db)
+    });
     let store = wirebench_campaign::Store::open_existing(&db).unwrap();
     let s = wirebench_campaign::analysis::summarize(&store, "live-progress").unwrap();
     let sc = &s.scenarios[0];
@@ -291,8 +307,8 @@ fn a_receiver_without_live_intervals_gets_a_note_and_the_final_intervals() {
                 "500",
                 "-c",
                 "200",
-                "-t",
-                "1200",
+                "-z",
+                "600",
                 "--interval",
                 "200",
                 "--linger",

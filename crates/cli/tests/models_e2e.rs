@@ -28,12 +28,15 @@ fn three_line_ditg_script_yields_three_flows() {
     let _r = recv(port);
     let dir = tempfile::tempdir().unwrap();
     // No final newline and a comment: both accepted (D-ITG rejects them).
+    // The flows stop by count (-z): a flow stopped by time ends with the
+    // packets its pacer got out in time, which a host that holds the
+    // process for a few ms makes one short; the counts below are exact.
     let script = write_script(
         &dir,
         "# constant UDP, a VoIP call, a delayed flow\n\
-         -a 127.0.0.1 -T UDP -C 500 -c 100 -t 1000\n\
-         -a 127.0.0.1 VoIP -x G.711.1 -h RTP -t 1000\n\
-         -a 127.0.0.1 -T UDP -C 200 -c 64 -t 500 -d 1500",
+         -a 127.0.0.1 -T UDP -C 500 -c 100 -z 500\n\
+         -a 127.0.0.1 VoIP -x G.711.1 -h RTP -z 100\n\
+         -a 127.0.0.1 -T UDP -C 200 -c 64 -z 100 -d 1500",
     );
     let t0 = Instant::now();
     let out = Command::new(BIN)
@@ -51,8 +54,8 @@ fn three_line_ditg_script_yields_three_flows() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON document");
     let flows = doc["flows"].as_array().expect("flows[]");
     assert_eq!(flows.len(), 3);
-    // (packets, payload bytes per packet): 500 pps × 1 s; G.711.1 with RTP
-    // is 100 pps of 92 B (D-ITG's table); 200 pps × 0.5 s.
+    // (packets, payload bytes per packet): 500 at 500 pps (1 s); G.711.1
+    // with RTP is 100 pps of 92 B (D-ITG's table); 100 at 200 pps (0.5 s).
     let expect = [(500u64, 100u64), (100, 92), (100, 64)];
     for (f, (n, size)) in flows.iter().zip(expect) {
         assert_eq!(f["sent"]["packets"].as_u64(), Some(n), "flow {}", f["id"]);

@@ -9,7 +9,9 @@
 use serde_json::Value;
 use std::process::Command;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use wirebench_campaign::stalls::run_stalls;
 use wirebench_campaign::Store;
+use wirebench_testkit::{check, measure, measure_seeing};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 
@@ -146,7 +148,6 @@ fn agent_nodes_search_runs_through_the_agents() {
     let _cpu = beside_others();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("n.toml");
-    let db = dir.path().join("n.db");
     std::fs::write(
         &file,
         "name = \"rfc-nodes\"\nlinger_s = 0.2\n\
@@ -157,26 +158,47 @@ fn agent_nodes_search_runs_through_the_agents() {
          trial_s = 0.5\nlearning_s = 0.05\n",
     )
     .unwrap();
-    let (code, out, err) = run(&["run", file.to_str().unwrap(), "--db", db.to_str().unwrap()]);
-    assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("Throughput (RFC 2544 §26.1"), "{out}");
-    let store = Store::open_existing(&db).unwrap();
-    let c = store.latest().unwrap().unwrap();
-    assert_eq!(c.status, "done");
-    // The line rate passes on loopback: one trial at it, one verification.
-    let runs = store.runs(c.id).unwrap();
-    let kinds: Vec<&str> = runs.iter().map(|r| r.axes["kind"].as_str()).collect();
-    assert_eq!(kinds, ["max_rate", "verify"], "{out}\n{err}");
-    for r in &runs {
-        let o = r.counters.as_ref().expect("the agents' observations");
-        assert_eq!(o["roles"]["a"], "sender", "{o}");
-        assert_eq!(o["roles"]["b"], "receiver", "{o}");
-        let doc = r.result.as_ref().unwrap();
-        let sent = doc["flows"][0]["sent"]["packets"].as_u64().unwrap();
-        // 0.5 s at 812.7 frames/s (10 Mbit/s of 1518 B frames).
-        assert!((400..=410).contains(&sent), "{sent}");
-        assert_eq!(doc["flows"][0]["received"]["unique"].as_u64(), Some(sent));
-    }
+    // Each trial is a timed flow: its last frames leave only if the pacer
+    // wakes within the 20 ms end grace, which a host that holds the agent
+    // may deny (those are not_sent). So a trial's books are exact and its
+    // full count is timing, measured once more (a fresh campaign) when the
+    // host was seen busy.
+    let mut attempt = 0;
+    let out = measure("RFC 2544 search through local agents", || {
+        attempt += 1;
+        let db = dir.path().join(format!("n{attempt}.db"));
+        let (code, out, err) = run(&["run", file.to_str().unwrap(), "--db", db.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}\n{err}");
+        assert!(out.contains("Throughput (RFC 2544 §26.1"), "{out}");
+        let store = Store::open_existing(&db).unwrap();
+        let c = store.latest().unwrap().unwrap();
+        assert_eq!(c.status, "done");
+        // The line rate passes on loopback: one trial at it, one verification.
+        let runs = store.runs(c.id).unwrap();
+        let kinds: Vec<&str> = runs.iter().map(|r| r.axes["kind"].as_str()).collect();
+        assert_eq!(kinds, ["max_rate", "verify"], "{out}\n{err}");
+        let mut counts = Vec::new();
+        for r in &runs {
+            let o = r.counters.as_ref().expect("the agents' observations");
+            assert_eq!(o["roles"]["a"], "sender", "{o}");
+            assert_eq!(o["roles"]["b"], "receiver", "{o}");
+            let doc = r.result.as_ref().unwrap();
+            let sent = doc["flows"][0]["sent"]["packets"].as_u64().unwrap();
+            let not_sent = doc["flows"][0]["sent"]["not_sent"].as_u64().unwrap();
+            // 0.5 s at 812.7 frames/s (10 Mbit/s of 1518 B frames).
+            assert!(
+                (400..=410).contains(&(sent + not_sent)),
+                "{sent} + {not_sent}"
+            );
+            assert_eq!(doc["flows"][0]["received"]["unique"].as_u64(), Some(sent));
+            counts.push((sent, not_sent));
+        }
+        check(
+            counts.iter().all(|(sent, _)| (400..=410).contains(sent)),
+            || format!("frames (sent, not sent) per trial {counts:?}"),
+        )?;
+        Ok(out)
+    });
     assert!(out.contains("IPv4  1518"), "{out}");
 }
 
@@ -286,6 +308,24 @@ fn testbed_100mbit_found_at_the_ethernet_bound() {
     );
 }
 
+/// The link emulators' stalls in the frame-loss (load) trials of the
+/// latest campaign in `db` (`stalls::run_stalls` of each trial's
+/// counters), said as evidence when there were any.
+fn load_stalls(db: &std::path::Path) -> Option<String> {
+    let store = Store::open_existing(db).ok()?;
+    let c = store.latest().ok()??;
+    let per_trial: Vec<(u64, f64)> = store
+        .runs(c.id)
+        .ok()?
+        .iter()
+        .filter(|r| r.axes.get("kind").is_some_and(|k| k == "load"))
+        .filter_map(|r| r.counters.as_ref().map(run_stalls))
+        .collect();
+    per_trial.iter().any(|(n, _)| *n > 0).then(|| {
+        format!("the link emulators stalled in the load trials (stalls, seconds: {per_trial:?})")
+    })
+}
+
 /// A router capped at 6 300 packets/s (`forward_pps`, a 100-packet queue)
 /// behind 10 Mbit/s links: the throughput search finds the cap for 64 B
 /// frames within the stated resolution (1 % of the 13 889 fps line rate,
@@ -327,91 +367,115 @@ fn capped_router_found_and_frame_loss_follows_the_cap() {
          [[link]]\nendpoints = [\"a\", \"r1\"]\n[[link]]\nendpoints = [\"r1\", \"b\"]\n",
     )
     .unwrap();
-    let db = dir.path().join("c.db");
-    let json = dir.path().join("c.json");
-    let (code, out, err) = run(&[
-        "rfc2544",
-        "--topology",
-        topo.to_str().unwrap(),
-        "--rate",
-        "10mbit",
-        "--tb-name",
-        "rfccap",
-        "-4",
-        "--frames",
-        "64",
-        "--tests",
-        "throughput,frame-loss,back-to-back",
-        "--b2b-repeats",
-        "1",
-        "--b2b-longest-s",
-        "0.1",
-        "--trial-s",
-        "2",
-        "--learning-s",
-        "0.1",
-        "--linger-ms",
-        "500",
-        "--retries",
-        "2",
-        "--resolution",
-        "1",
-        "--db",
-        db.to_str().unwrap(),
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{out}\n{err}");
-    eprintln!("{out}");
-    let s: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // What the cap decides is exact (the found rate, less loss than the
+    // model by at most a point, the clean loads at the end); more loss
+    // than the model by over 3 points is what a host stall does, so it is
+    // measured once more (a fresh search) when the load trials' emulators
+    // counted stalls or the host was seen busy or held.
+    let mut attempt = 0;
+    let (out, s, db) = measure_seeing("capped router frame loss", || {
+        attempt += 1;
+        let db = dir.path().join(format!("c{attempt}.db"));
+        let json = dir.path().join(format!("c{attempt}.json"));
+        let (code, out, err) = run(&[
+            "rfc2544",
+            "--topology",
+            topo.to_str().unwrap(),
+            "--rate",
+            "10mbit",
+            "--tb-name",
+            "rfccap",
+            "-4",
+            "--frames",
+            "64",
+            "--tests",
+            "throughput,frame-loss,back-to-back",
+            "--b2b-repeats",
+            "1",
+            "--b2b-longest-s",
+            "0.1",
+            "--trial-s",
+            "2",
+            "--learning-s",
+            "0.1",
+            "--linger-ms",
+            "500",
+            "--retries",
+            "2",
+            "--resolution",
+            "1",
+            "--db",
+            db.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{out}\n{err}");
+        eprintln!("{out}");
+        let s: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let z = &s["sizes"][0];
+        let line = z["line_fps"].as_f64().unwrap();
+        assert!(
+            (line - 10e6 / (8.0 * 90.0)).abs() < 1e-6,
+            "70 B frames on the wire: {line}"
+        );
+        let cap = 6300.0;
+        // The router's queue plus the cap's token bucket (5 ms of the cap),
+        // packets.
+        let absorb = 100.0 + (cap / 200.0_f64).floor();
+        let fps = z["throughput"]["fps"].as_f64().unwrap();
+        let res = 0.01 * line;
+        assert!(
+            fps >= cap - res && fps <= cap + absorb / 2.0 + 1.0,
+            "found {fps:.1} fps for a {cap} pps cap (resolution {res:.1})\n{out}\n{err}"
+        );
+        let points = z["frame_loss"].as_array().unwrap();
+        assert!(points.len() >= 3, "{z}");
+        let mut over = Vec::new();
+        for p in points {
+            let offered = p["offered_fps"].as_f64().unwrap();
+            let loss = p["loss_percent"].as_f64().unwrap();
+            // Fluid model of the trial: the router forwards `cap` per second
+            // while the frames come and its queue and bucket take `absorb`
+            // more; the rest of what was to be offered is lost. The time is the
+            // trial's own (first to last frame sent): a sender that fell behind
+            // on a busy host sent its 2 s of frames over longer, and the router
+            // forwarded for longer (at 70 % of the line, a 2.08 s trial reads
+            // 2.6 points under a 2 s model).
+            let frames = p["outcome"]["offered"].as_f64().unwrap();
+            let t = p["outcome"]["duration_s"].as_f64().unwrap();
+            let model = 100.0 * (frames - cap * t - absorb).max(0.0) / frames;
+            // A router never forwards more than its cap, so less loss than the
+            // model by more than 1 point is a wrong cap. More loss is also what
+            // a stall of the host does: the emulated router forwards nothing
+            // while its qdisc timer does not run, and what it missed beyond its
+            // 5 ms bucket is gone. On a quiet 2-core host six runs read within
+            // 0.25 point of the model at every step, but one trial in a full
+            // suite run lost 2.4 points more (~50 ms of forwarding in 2 s), so
+            // up to 3 points more are the host's.
+            assert!(
+                loss >= model - 1.0,
+                "at {offered:.0} fps ({frames} frames over {t:.3} s) lost {loss:.2} %, model {model:.2} % (a wrong cap: less loss than the model by over 1 point)\n{out}"
+            );
+            if loss > model + 3.0 {
+                over.push(format!(
+                    "at {offered:.0} fps ({frames} frames over {t:.3} s) lost {loss:.2} %, model {model:.2} %"
+                ));
+            }
+        }
+        // It stopped after two clean loads.
+        let n = points.len();
+        assert_eq!(points[n - 1]["loss_percent"], 0.0);
+        assert_eq!(points[n - 2]["loss_percent"], 0.0);
+        if over.is_empty() {
+            return Ok((out, s, db));
+        }
+        let why = format!("lost over 3 points more than the model: {over:?}\n{out}");
+        Err((why, load_stalls(&db)))
+    });
     let z = &s["sizes"][0];
     let line = z["line_fps"].as_f64().unwrap();
-    assert!(
-        (line - 10e6 / (8.0 * 90.0)).abs() < 1e-6,
-        "70 B frames on the wire: {line}"
-    );
     let cap = 6300.0;
-    // The router's queue plus the cap's token bucket (5 ms of the cap),
-    // packets.
     let absorb = 100.0 + (cap / 200.0_f64).floor();
-    let fps = z["throughput"]["fps"].as_f64().unwrap();
-    let res = 0.01 * line;
-    assert!(
-        fps >= cap - res && fps <= cap + absorb / 2.0 + 1.0,
-        "found {fps:.1} fps for a {cap} pps cap (resolution {res:.1})\n{out}\n{err}"
-    );
-    let points = z["frame_loss"].as_array().unwrap();
-    assert!(points.len() >= 3, "{z}");
-    for p in points {
-        let offered = p["offered_fps"].as_f64().unwrap();
-        let loss = p["loss_percent"].as_f64().unwrap();
-        // Fluid model of the trial: the router forwards `cap` per second
-        // while the frames come and its queue and bucket take `absorb`
-        // more; the rest of what was to be offered is lost. The time is the
-        // trial's own (first to last frame sent): a sender that fell behind
-        // on a busy host sent its 2 s of frames over longer, and the router
-        // forwarded for longer (at 70 % of the line, a 2.08 s trial reads
-        // 2.6 points under a 2 s model).
-        let frames = p["outcome"]["offered"].as_f64().unwrap();
-        let t = p["outcome"]["duration_s"].as_f64().unwrap();
-        let model = 100.0 * (frames - cap * t - absorb).max(0.0) / frames;
-        // A router never forwards more than its cap, so less loss than the
-        // model by more than 1 point is a wrong cap. More loss is also what
-        // a stall of the host does: the emulated router forwards nothing
-        // while its qdisc timer does not run, and what it missed beyond its
-        // 5 ms bucket is gone. On a quiet 2-core host six runs read within
-        // 0.25 point of the model at every step, but one trial in a full
-        // suite run lost 2.4 points more (~50 ms of forwarding in 2 s), so
-        // up to 3 points more are the host's.
-        assert!(
-            loss >= model - 1.0 && loss <= model + 3.0,
-            "at {offered:.0} fps ({frames} frames over {t:.3} s) lost {loss:.2} %, model {model:.2} % (allowed -1..+3 points)\n{out}"
-        );
-    }
-    // It stopped after two clean loads.
-    let n = points.len();
-    assert_eq!(points[n - 1]["loss_percent"], 0.0);
-    assert_eq!(points[n - 2]["loss_percent"], 0.0);
     // Back-to-back at the line rate: the router's queue (100-packet pfifo
     // plus the cap's 31-packet bucket) fills at line − cap frames/s, so
     // 131 / (1 − cap/line) = 240 frames arrive whole when the burst reaches

@@ -180,11 +180,9 @@ fn json_file_is_never_left_empty_and_summary_always_prints() {
     assert_eq!(std::fs::read_to_string(&json).unwrap(), "old");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 
-    let mut rx = Command::new(BIN)
-        .args(["recv", "-B", "127.0.0.1", "-p", "15707", "-q"])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Ready when it says so: a fixed sleep let a host that held the
+    // receiver's start past it refuse the sender.
+    let mut rx = common::Recv::args(&["-B", "127.0.0.1", "-p", "15707"]);
     let send_20 = |json: &str| {
         let args = "send -a 127.0.0.1 -p 15707 -C 1000 -z 20 --linger 100 --json";
         let mut v: Vec<&str> = args.split(' ').collect();
@@ -201,8 +199,7 @@ fn json_file_is_never_left_empty_and_summary_always_prints() {
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(doc["flows"][0]["received"]["unique"], 20);
     let out = send_20("/dev/full");
-    let _ = rx.kill();
-    let _ = rx.wait();
+    rx.kill();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -248,21 +245,16 @@ fn key_file_environment_and_allow_flags() {
         "--auth probes | --key-file",
     );
 
-    let mut rx = Command::new(BIN)
-        .args([
-            "recv",
-            "-B",
-            "127.0.0.1",
-            "-p",
-            "15709",
-            "-q",
-            "--key-file",
-            k,
-        ])
-        .args(["--allow", "127.0.0.0/8,::1"])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let mut rx = common::Recv::args(&[
+        "-B",
+        "127.0.0.1",
+        "-p",
+        "15709",
+        "--key-file",
+        k,
+        "--allow",
+        "127.0.0.0/8,::1",
+    ]);
     let send = "send -a 127.0.0.1 -p 15709 -C 1000 -z 20 --linger 100 --json";
     let send: Vec<&str> = send.split(' ').collect();
     let keyless = Command::new(BIN)
@@ -285,8 +277,7 @@ fn key_file_environment_and_allow_flags() {
         .args(["--key-file", k, "--auth", "probes"])
         .output()
         .unwrap();
-    let _ = rx.kill();
-    let _ = rx.wait();
+    rx.kill();
     let err = String::from_utf8_lossy(&keyless.stderr);
     assert_eq!(keyless.status.code(), Some(1), "{err}");
     assert!(err.contains("authentication required"), "{err}");
@@ -372,11 +363,7 @@ fn unpaceable_rates_exit_2() {
 fn loss_without_a_receiver_report_is_unknown() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
-    let mut rx = Command::new(BIN)
-        .args(["recv", "-B", "127.0.0.1", "-p", "15741", "-q"])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let mut rx = common::Recv::args(&["-B", "127.0.0.1", "-p", "15741"]);
     let tx = Command::new(BIN)
         .args(["send", "-a", "127.0.0.1", "-p", "15741", "-C", "2000"])
         .args(["-t", "3000", "--linger", "100", "--json"])
@@ -385,9 +372,12 @@ fn loss_without_a_receiver_report_is_unknown() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // A second of the flow's own time, from the receiver's setting it up
+    // (just before the first packet): a fixed second from the sender's
+    // start let a host that held its start eat into it.
+    rx.wait_for(" flow 1: ", Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(1000));
-    let _ = rx.kill();
-    let _ = rx.wait();
+    rx.kill();
     let out = tx.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -457,12 +447,7 @@ fn receiver_budgets_refuse_over_budget_sessions() {
         &["recv", "--session-threads", "50", "--total-threads", "10"],
         "--session-threads | --total-threads",
     );
-    let mut rx = Command::new(BIN)
-        .args(["recv", "-B", "127.0.0.1", "-p", "15743", "-q"])
-        .args(["--session-sockets", "2"])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    let mut rx = common::Recv::args(&["-B", "127.0.0.1", "-p", "15743", "--session-sockets", "2"]);
     let send = "send -a 127.0.0.1 -p 15743 -C 1000 -z 20 --linger 100 --json";
     let send: Vec<&str> = send.split(' ').collect();
     let one = Command::new(BIN).args(&send).output().unwrap();
@@ -471,8 +456,7 @@ fn receiver_budgets_refuse_over_budget_sessions() {
         .args(["--flows", "2"])
         .output()
         .unwrap();
-    let _ = rx.kill();
-    let _ = rx.wait();
+    rx.kill();
     let err = String::from_utf8_lossy(&one.stderr);
     assert_eq!(one.status.code(), Some(0), "{err}");
     let err = String::from_utf8_lossy(&two.stderr);

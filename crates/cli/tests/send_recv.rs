@@ -579,41 +579,51 @@ fn no_receiver_is_a_measurement_failure() {
 fn rate_in_bits_payload_start_delay_and_poll() {
     let _g = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
     let _r = Recv::start(15613);
-    let t = Instant::now();
-    // 400 kbit/s of 500-byte payloads is 100 packets/s: 60 packets in
-    // 600 ms, after a 700 ms start delay.
-    let out = send(&[
-        "-poll",
-        "-a",
-        "127.0.0.1",
-        "-p",
-        "15613",
-        "--rate",
-        "400k",
-        "-c",
-        "500",
-        "-t",
-        "600",
-        "-d",
-        "700",
-        "--payload",
-        "zeros",
-        "--linger",
-        "200",
-        "--json",
-    ]);
-    let took = t.elapsed();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(err.contains("-poll") && err.contains("ignored"), "{err}");
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let fl = &doc["flows"][0];
-    assert!((f(fl, "requested.rate_pps") - 100.0).abs() < 1e-9);
-    assert_eq!(fl["requested"]["payload"], "zeros");
-    assert_eq!(u(fl, "sent.packets"), 60);
-    assert_eq!(u(fl, "received.unique"), 60);
-    // Start delay + run + linger: at least 1.5 s (1.1 s without -d).
-    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    // 400 kbit/s of 500-byte payloads is 100 packets/s: 60 packets planned
+    // in 600 ms, after a 700 ms start delay. A timed flow's last packets
+    // leave only if the pacer wakes within the 20 ms end grace, which a
+    // host that holds the process may deny: those are not_sent, so the
+    // books (sent + not_sent, received == sent) are exact and all 60 sent
+    // is timing, measured once more when the host was seen busy.
+    measure("100 pps for 600 ms after -d 700", || {
+        let t = Instant::now();
+        let out = send(&[
+            "-poll",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            "15613",
+            "--rate",
+            "400k",
+            "-c",
+            "500",
+            "-t",
+            "600",
+            "-d",
+            "700",
+            "--payload",
+            "zeros",
+            "--linger",
+            "200",
+            "--json",
+        ]);
+        let took = t.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("-poll") && err.contains("ignored"), "{err}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let fl = &doc["flows"][0];
+        assert!((f(fl, "requested.rate_pps") - 100.0).abs() < 1e-9);
+        assert_eq!(fl["requested"]["payload"], "zeros");
+        let (sent, not_sent) = (u(fl, "sent.packets"), u(fl, "sent.not_sent"));
+        assert_eq!(sent + not_sent, 60, "sent {sent}, not sent {not_sent}");
+        assert_eq!(u(fl, "received.unique"), sent);
+        // Start delay + run + linger: at least 1.5 s (1.1 s without -d).
+        assert!(took >= Duration::from_millis(1500), "{took:?}");
+        check(sent == 60, || {
+            format!("{sent} of 60 sent ({not_sent} fell after the end grace)")
+        })
+    });
 
     // A TOML line's own payload wins; the others take the command line's.
     let dir = tempfile::tempdir().unwrap();

@@ -8,6 +8,7 @@ use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use wirebench_testkit::{check, measure_seeing};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wirebench");
 const NAME: &str = "fidtest";
@@ -222,39 +223,80 @@ fn transfers_complete_no_faster_than_the_wire_and_host_drops_are_split() {
 /// How close to the minimum it comes depends on the CPU the hosts get, so
 /// that figure is a benchmark's (bench/link_transfer.sh: 40 of 40 within
 /// 1.01 x at load 3-5, docs/testbed.md "How exact it is"); here only a
-/// gross miss (the wire's time lost, not the hosts') fails.
+/// gross miss (the wire's time lost, not the hosts') fails. The wire
+/// minimum is 42.5 ms, so a host that holds the guest 9 ms in two of the
+/// three transfers passes the 1.2 x median: that bound is a timing check
+/// (wirebench_testkit::measure_seeing), measured once more on a fresh bed
+/// when the slow transfers saw the emulator stall; never beating the wire
+/// is exact and stays a plain assert.
 #[test]
 fn a_transfer_through_the_emulator_never_beats_the_wire() {
     if skip_unless_root("a_transfer_through_the_emulator_never_beats_the_wire") {
         return;
     }
-    let bed = Bed::up_rt(
-        "direct",
-        &["--mtu", "9000", "--rate", "1gbit", "--delay", "1ns"],
-    );
-    let mut ratios = Vec::new();
-    for _ in 0..3 {
-        let doc = bed.send_rt(&["-4", "-T", "tcp", "--max", "-c", "8192", "-k", "5120"]);
-        let fl = &doc["flows"][0];
-        assert_eq!(f(fl, &["received", "bytes"]), 5_242_880.0);
-        let wire_per_payload =
-            f(fl, &["throughput_bps", "wire"]) / f(fl, &["throughput_bps", "payload"]);
-        let wire_min = 5_242_880.0 * 8.0 * wire_per_payload / 1e9;
-        ratios.push(f(fl, &["completion_s"]) / wire_min);
-    }
-    drop(bed);
-    eprintln!("5 MiB through the emulator: completion / wire minimum {ratios:?}");
-    assert!(
-        ratios.iter().all(|r| *r >= 1.0),
-        "faster than the wire: completion / wire minimum {ratios:?}"
-    );
-    let mut sorted = ratios.clone();
-    sorted.sort_by(f64::total_cmp);
-    assert!(
-        sorted[1] <= 1.2,
-        "median completion / wire minimum {} ({ratios:?})",
-        sorted[1]
-    );
+    measure_seeing("5 MiB through the emulator", || {
+        let bed = Bed::up_rt(
+            "direct",
+            &["--mtu", "9000", "--rate", "1gbit", "--delay", "1ns"],
+        );
+        let tb = wirebench_testbed::Testbed::attach(NAME).expect("attach the test-bed");
+        // (completion / wire minimum, emulator stalls, their ms) per transfer.
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            let before = stalls(&tb);
+            let doc = bed.send_rt(&["-4", "-T", "tcp", "--max", "-c", "8192", "-k", "5120"]);
+            let (n, ms) = stalls(&tb);
+            let fl = &doc["flows"][0];
+            assert_eq!(f(fl, &["received", "bytes"]), 5_242_880.0);
+            let wire_per_payload =
+                f(fl, &["throughput_bps", "wire"]) / f(fl, &["throughput_bps", "payload"]);
+            let wire_min = 5_242_880.0 * 8.0 * wire_per_payload / 1e9;
+            runs.push((
+                f(fl, &["completion_s"]) / wire_min,
+                n - before.0,
+                ms - before.1,
+            ));
+        }
+        drop(bed);
+        let ratios: Vec<f64> = runs.iter().map(|r| r.0).collect();
+        eprintln!(
+            "5 MiB through the emulator: completion / wire minimum, emulator stalls (ms) {runs:?}"
+        );
+        assert!(
+            ratios.iter().all(|r| *r >= 1.0),
+            "faster than the wire: completion / wire minimum {ratios:?}"
+        );
+        let mut sorted = ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        check(sorted[1] <= 1.2, || {
+            format!(
+                "median completion / wire minimum {} ({ratios:?})",
+                sorted[1]
+            )
+        })
+        .map_err(|why| {
+            // The median is slow only when two transfers are: both must
+            // have seen the emulator held for the host to take the blame.
+            let slow: Vec<_> = runs.iter().filter(|r| r.0 > 1.2).collect();
+            let seen = slow.iter().all(|r| r.1 > 0).then(|| {
+                format!("the emulator stalled during each slow transfer (stalls, ms: {slow:?})")
+            });
+            (why, seen)
+        })
+    });
+}
+
+/// The emulators' stalls on every link of `tb` so far, and their summed
+/// lateness (ms): a nap that ended long after its deadline, the host having
+/// held the emulator's CPU.
+fn stalls(tb: &wirebench_testbed::Testbed) -> (u64, f64) {
+    tb.wire_counters()
+        .iter()
+        .flatten()
+        .flatten()
+        .fold((0, 0.0), |(n, ms), c| {
+            (n + c.stalls, ms + c.stall_ns as f64 / 1e6)
+        })
 }
 
 /// A TCP/IPv4 transfer of `kbytes` KiB from a to b, as fast as it goes,
