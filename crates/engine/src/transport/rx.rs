@@ -22,6 +22,14 @@ use wirebench_wire::{FlowSetup, MeterMode, ProbeHeader, PROBE_HEADER_LEN, RTT_MI
 /// How often receive loops look at their stop flag.
 pub(crate) const POLL_MS: u64 = 50;
 
+/// Longest a stopped receiver (any transport) still spends taking what
+/// its sockets, rings or connections already hold. The stop comes after
+/// the linger, when what the sender sent should have arrived; a receive
+/// thread the host held through the linger finds it queued, and leaving
+/// at the flag would count it lost although it was received. The bound
+/// keeps a sender that has not stopped from holding the receiver.
+pub(crate) const STOP_DRAIN_NS: u64 = 100_000_000;
+
 /// An IPv4-mapped IPv6 address is the IPv4 address it maps.
 pub(crate) fn unmap(ip: IpAddr) -> IpAddr {
     match ip {

@@ -18,7 +18,7 @@ use super::sys::{Desc, RecordRing, Slot, RECORD_LEN};
 use super::{Action, Claim, Steer, BATCH, FRAME_SIZE};
 use crate::clock::{mono_ns, realtime_ns, tighten_timer_slack};
 use crate::sys::{CpuClock, CpuTime};
-use crate::transport::rx::{unmap, Worker, WorkerOutcome, POLL_MS};
+use crate::transport::rx::{unmap, Worker, WorkerOutcome, POLL_MS, STOP_DRAIN_NS};
 use crate::transport::udp::rx::UdpFlow;
 use crate::{NapiUse, XdpRx, XdpUse};
 use std::net::{IpAddr, SocketAddr};
@@ -506,7 +506,7 @@ fn serve(
     // Frames already on the rings arrived before the stop: a thread the
     // host held through the linger still counts them, in bounded time
     // (as the socket path drains its sockets).
-    let until = mono_ns() + DRAIN_NS;
+    let until = mono_ns() + STOP_DRAIN_NS;
     for _ in 0..DRAIN_ROUNDS {
         if mono_ns() >= until || take_rings(&mut f, &mut steer, port, &mut descs, &mut back) == 0 {
             break;
@@ -520,8 +520,6 @@ fn serve(
 /// Rounds a stopped flow still reads from its rings (a batch per socket
 /// each): more than the rings hold.
 const DRAIN_ROUNDS: usize = 4096;
-/// Longest a stopped flow spends reading what its rings hold.
-const DRAIN_NS: u64 = 100_000_000;
 
 /// One round over `steer`'s receive rings: every frame taken goes
 /// through flow `f`'s checks and back to its fill ring. Returns the

@@ -127,8 +127,6 @@ pub(crate) struct NullRx {
 
 /// Most batches a stopped receiver still takes from the wire.
 const DRAIN_MAX_BATCHES: usize = 4096;
-/// Longest a stopped receiver spends taking what the wire holds.
-const DRAIN_MAX_NS: u64 = 100_000_000;
 
 impl NullRx {
     /// Receives flow `rf` from `wire`.
@@ -177,7 +175,7 @@ impl FlowRx for NullRx {
         // What is on the wire already was sent before the stop: a thread
         // held through the linger still counts it (as the UDP receivers
         // drain their sockets), in bounded time.
-        let until = crate::clock::mono_ns() + DRAIN_MAX_NS;
+        let until = crate::clock::mono_ns() + crate::transport::rx::STOP_DRAIN_NS;
         for _ in 0..DRAIN_MAX_BATCHES {
             if crate::clock::mono_ns() >= until {
                 break;

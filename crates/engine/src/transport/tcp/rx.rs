@@ -13,7 +13,7 @@ use crate::session::CONNECT_TIMEOUT;
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{
     deal, reply_len, unmap, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend,
-    ReverseEnd, RxEnd, RxFlow, Worker, WorkerOutcome, POLL_MS,
+    ReverseEnd, RxEnd, RxFlow, Worker, WorkerOutcome, POLL_MS, STOP_DRAIN_NS,
 };
 use crate::transport::udp::rx::UdpFlow;
 use crate::transport::{connect_err, hello_record, DataSock};
@@ -272,7 +272,7 @@ fn tcp_rx(listener: TcpListener, mut rf: RxFlow) -> WorkerOutcome {
             accept(&listener, &mut conns, &mut rf, peer, &mut forget);
         }
     }
-    read_left(&mut conns, &mut rf, mono_ns() + TCP_DRAIN_NS);
+    read_left(&mut conns, &mut rf, mono_ns() + STOP_DRAIN_NS);
     rf.outcome(CpuTime::thread().since(cpu0))
 }
 
@@ -442,7 +442,7 @@ fn tcp_rx_many(mut flows: Vec<SharedFlow>, mut poller: net::Poller) -> WorkerOut
         }
     }
     // One time budget for all the flows.
-    let until = mono_ns() + TCP_DRAIN_NS;
+    let until = mono_ns() + STOP_DRAIN_NS;
     for f in &mut flows {
         read_left(&mut f.conns, &mut f.rf, until);
     }
@@ -537,8 +537,6 @@ enum Turn {
 /// [`TCP_FILLS_PER_TURN`] buffers each): 64 MiB, more than a receive
 /// buffer holds.
 const TCP_DRAIN_TURNS: usize = 32;
-/// Longest a stopped receiver spends reading what its connections hold.
-const TCP_DRAIN_NS: u64 = 100_000_000;
 
 /// Once the session has stopped the flow: reads what `conns` already
 /// hold, recorded as usual, until each is empty, [`TCP_DRAIN_TURNS`]
@@ -637,7 +635,7 @@ fn tcp_rx_stream(stream: TcpStream, mut rf: RxFlow) -> WorkerOutcome {
     read_left(
         std::slice::from_mut(&mut conn),
         &mut rf,
-        mono_ns() + TCP_DRAIN_NS,
+        mono_ns() + STOP_DRAIN_NS,
     );
     rf.outcome(CpuTime::thread().since(cpu0))
 }
@@ -711,7 +709,7 @@ mod tests {
             from: Some(from),
         }];
         sh.stop.store(true, Ordering::Relaxed);
-        read_left(&mut conns, &mut rf, mono_ns() + TCP_DRAIN_NS);
+        read_left(&mut conns, &mut rf, mono_ns() + STOP_DRAIN_NS);
         let r = flow_report(1, &sh, rf.acc.into_recv(), Some(u64::from(N)), None);
         let c = &r.summary.counts;
         assert_eq!((c.unique, c.lost, c.duplicates), (u64::from(N), Some(0), 0));

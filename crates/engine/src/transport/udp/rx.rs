@@ -8,7 +8,7 @@ use crate::net::{self, enable_rx_timestamps, set_rcvbuf, set_sndbuf, AsRawFd, Re
 use crate::sys::{CpuClock, CpuTime};
 use crate::transport::rx::{
     per_cpu, reply_len, unmap_addr, Awaited, DataPort, Dial, FlowRx, FlowShared, Resend,
-    ReverseEnd, RxEnd, RxFlow, Worker, WorkerOutcome, POLL_MS,
+    ReverseEnd, RxEnd, RxFlow, Worker, WorkerOutcome, POLL_MS, STOP_DRAIN_NS,
 };
 use crate::transport::tcp::rx::Listening;
 use crate::transport::DataSock;
@@ -471,7 +471,7 @@ fn udp_rx_many(mut flows: Vec<UdpFlow>, mut poller: net::Poller) -> WorkerOutcom
         }
     }
     // The sockets are non-blocking already; one budget for all of them.
-    let until = mono_ns() + DRAIN_MAX_NS;
+    let until = mono_ns() + STOP_DRAIN_NS;
     let mut left = DRAIN_MAX;
     for f in &mut flows {
         drain(f, &mut batch, until, &mut left);
@@ -518,15 +518,13 @@ fn udp_rx(mut f: UdpFlow) -> WorkerOutcome {
     // switch fails, an empty queue costs one read timeout (POLL_MS).
     let _ = f.sock.set_nonblocking(true);
     let mut left = DRAIN_MAX;
-    drain(&mut f, &mut batch, mono_ns() + DRAIN_MAX_NS, &mut left);
+    drain(&mut f, &mut batch, mono_ns() + STOP_DRAIN_NS, &mut left);
     f.rx.outcome(CpuTime::thread().since(cpu0))
 }
 
 /// Most datagrams a stopped receiver still takes from its sockets: the
 /// receive buffers' worth of small datagrams several times over.
 const DRAIN_MAX: usize = 1 << 16;
-/// Longest a stopped receiver spends taking what its sockets hold.
-const DRAIN_MAX_NS: u64 = 100_000_000;
 
 /// Takes what `f`'s (non-blocking) socket already holds once the session
 /// has stopped the flow, counted as any other datagram, until the socket
