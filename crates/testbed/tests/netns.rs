@@ -382,8 +382,6 @@ fn saturate(tb: &Testbed, payload: usize, gso_segs: usize, secs: f64, sndbuf: i3
         socket_opt(&tx, libc::SOL_UDP, 103, payload as i32).expect("UDP_SEGMENT");
     }
     let wires_before = tb.wire_counters();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let finished = done.clone();
     let sender = std::thread::spawn(move || {
         // Real-time priority where root allows it: a sender that waits for
         // a CPU longer than its socket buffer lasts lets the link idle.
@@ -397,7 +395,6 @@ fn saturate(tb: &Testbed, payload: usize, gso_segs: usize, secs: f64, sndbuf: i3
                 sent += gso_segs as u64;
             }
         }
-        finished.store(true, std::sync::atomic::Ordering::Release);
         sent
     });
     // Kernel receive timestamps: the measurement does not depend on when
@@ -423,7 +420,7 @@ fn saturate(tb: &Testbed, payload: usize, gso_segs: usize, secs: f64, sndbuf: i3
                 let bound =
                     Instant::now() + Duration::from_secs_f64(secs) + Duration::from_secs(30);
                 while Instant::now() < bound {
-                    let sender_done = done.load(std::sync::atomic::Ordering::Acquire);
+                    let sender_done = sender.is_finished();
                     let Some((n, ts)) = recv_ts(&rx, &mut buf) else {
                         if sender_done {
                             break;
@@ -687,20 +684,15 @@ fn rate_100mbit_carries_what_ethernet_carries() {
             assert_eq!(d.node_drops("r1"), 0, "{:?}", d.drop_sites());
             // Every datagram reached b's reader, unless the host held the
             // reader past what b's socket buffer holds, or the path.
-            let mut held = Vec::new();
-            if r.read_lag_ns >= 10_000_000 {
-                held.push(format!(
-                    "a datagram waited {:.1} ms in b's socket",
-                    r.read_lag_ns as f64 / 1e6
-                ));
-            }
-            if r.wire_stalls > 0 {
-                held.push(format!(
-                    "the emulators counted {} stalls ({:.1} ms in all)",
-                    r.wire_stalls,
-                    r.wire_stall_ns as f64 / 1e6
-                ));
-            }
+            let held = evidence([
+                (r.read_lag_ns >= 10_000_000).then(|| {
+                    format!(
+                        "a datagram waited {:.1} ms in b's socket",
+                        r.read_lag_ns as f64 / 1e6
+                    )
+                }),
+                stalls_seen(r.wire_stalls, r.wire_stall_ns as f64),
+            ]);
             let delivered = check(r.sent == r.received, || {
                 format!(
                     "sent {}, received {}: {:?}",
@@ -709,7 +701,7 @@ fn rate_100mbit_carries_what_ethernet_carries() {
                     d.drop_sites()
                 )
             })
-            .map_err(|why| (why, (!held.is_empty()).then(|| held.join("; "))));
+            .map_err(|why| (why, held));
             let short_ns = (-err).max(0.0) * r.span * 1e9;
             let seen = (idle_ns >= short_ns / 2.0).then(|| {
                 format!(
@@ -756,28 +748,81 @@ struct Paced {
     received: u64,
     /// Seconds the sending took.
     took: f64,
-    /// Sends over 1 ms after their due time, and the latest (ns): a sender
-    /// the host held sends its backlog at once, a burst the router's queue
-    /// was not meant to see.
+    /// How far the sender fell behind its schedule.
+    behind: Behind,
+}
+
+/// How punctually a test sender kept its absolute schedule: sends over
+/// 1 ms after their due time, and the latest (ns). A sender the host held
+/// sends its backlog at once, a burst the path was not meant to see.
+#[derive(Debug, Default, Clone, Copy)]
+struct Behind {
     late: u64,
     latest_ns: u64,
+}
+
+impl Behind {
+    /// Notes a send due at `due`, made now.
+    fn note(&mut self, due: Instant) {
+        let b = Instant::now().saturating_duration_since(due);
+        if b > Duration::from_millis(1) {
+            self.late += 1;
+        }
+        self.latest_ns = self.latest_ns.max(b.as_nanos() as u64);
+    }
+
+    /// Adds another run's account to this one.
+    fn add(&mut self, o: Behind) {
+        self.late += o.late;
+        self.latest_ns = self.latest_ns.max(o.latest_ns);
+    }
+
+    /// `sender`'s late sends as evidence of a hold; None when on time.
+    fn seen(&self, sender: &str) -> Option<String> {
+        (self.late > 0).then(|| format!("{sender} sent {self}"))
+    }
+}
+
+impl std::fmt::Display for Behind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} over 1 ms late (the latest {:.1} ms)",
+            self.late,
+            self.latest_ns as f64 / 1e6
+        )
+    }
+}
+
+/// The emulators' stalls (`stall_ns` in all) as evidence of a hold; None
+/// without one.
+fn stalls_seen(stalls: u64, stall_ns: f64) -> Option<String> {
+    (stalls > 0).then(|| {
+        format!(
+            "the emulators counted {stalls} stalls ({:.1} ms in all)",
+            stall_ns / 1e6
+        )
+    })
+}
+
+/// [`measure_seeing`]'s evidence: what a run saw of the host holding it,
+/// joined; None when it saw nothing.
+fn evidence<const N: usize>(seen: [Option<String>; N]) -> Option<String> {
+    let seen: Vec<String> = seen.into_iter().flatten().collect();
+    (!seen.is_empty()).then(|| seen.join("; "))
 }
 
 /// Sends `pps` datagrams/s of `payload` B from a to b for `secs` on an
 /// absolute schedule, from a thread at real-time priority.
 fn paced(tb: &Testbed, payload: usize, pps: f64, secs: f64) -> Paced {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     let (rx, tx) = udp_pair(tb, Duration::from_millis(300));
     let n = (pps * secs) as u64;
-    let done = Arc::new(AtomicBool::new(false));
-    let finished = done.clone();
     let sender = std::thread::spawn(move || {
         // A sender waiting for a CPU would send its backlog as a burst.
         wirebench_testkit::realtime_thread();
         let buf = vec![0x42u8; payload];
         let t0 = Instant::now();
-        let (mut sent, mut late, mut latest) = (0u64, 0u64, Duration::ZERO);
+        let (mut sent, mut behind) = (0u64, Behind::default());
         for k in 0..n {
             let due = t0 + Duration::from_secs_f64(k as f64 / pps);
             let now = Instant::now();
@@ -787,18 +832,12 @@ fn paced(tb: &Testbed, payload: usize, pps: f64, secs: f64) -> Paced {
             while Instant::now() < due {
                 std::hint::spin_loop();
             }
-            let behind = Instant::now().saturating_duration_since(due);
-            if behind > Duration::from_millis(1) {
-                late += 1;
-            }
-            latest = latest.max(behind);
+            behind.note(due);
             if tx.send(&buf).is_ok() {
                 sent += 1;
             }
         }
-        let took = t0.elapsed().as_secs_f64();
-        finished.store(true, Ordering::Release);
-        (sent, took, late, latest.as_nanos() as u64)
+        (sent, t0.elapsed().as_secs_f64(), behind)
     });
     let mut buf = [0u8; 2048];
     let mut received = 0u64;
@@ -806,20 +845,19 @@ fn paced(tb: &Testbed, payload: usize, pps: f64, secs: f64) -> Paced {
     // while the sender still sends is the host's, not the end); bounded.
     let end = Instant::now() + Duration::from_secs_f64(secs) + Duration::from_secs(30);
     while Instant::now() < end {
-        let sender_done = done.load(Ordering::Acquire);
+        let sender_done = sender.is_finished();
         match rx.recv(&mut buf) {
             Ok(_) => received += 1,
             Err(_) if sender_done => break,
             Err(_) => {}
         }
     }
-    let (sent, took, late, latest_ns) = sender.join().unwrap();
+    let (sent, took, behind) = sender.join().unwrap();
     Paced {
         sent,
         received,
         took,
-        late,
-        latest_ns,
+        behind,
     }
 }
 
@@ -858,7 +896,7 @@ fn forward_pps_caps_a_router() {
     measure_seeing("the forwarding cap's sweep", || {
         let mut losses = Vec::new();
         let mut timing = Ok(());
-        let (mut late, mut latest_ns, mut stalls, mut stall_ns) = (0u64, 0u64, 0u64, 0u64);
+        let (mut behind, mut stalls, mut stall_ns) = (Behind::default(), 0u64, 0u64);
         for pps in [1_000.0, 2_000.0, 3_000.0, 4_000.0, 5_000.0] {
             let (before, w0) = (tb.counters().unwrap(), tb.wire_counters());
             let p = paced(&tb, 64, pps, secs);
@@ -879,15 +917,13 @@ fn forward_pps_caps_a_router() {
                 .iter()
                 .map(|w| w.lost + w.queue_drops + w.buffer_drops + w.aqm_drops)
                 .sum();
-            late += p.late;
-            latest_ns = latest_ns.max(p.latest_ns);
+            behind.add(p.behind);
             stalls += wires.iter().map(|w| w.stalls).sum::<u64>();
             stall_ns += wires.iter().map(|w| w.stall_ns).sum::<u64>();
             eprintln!(
-                "{pps} pps through a {cap} pps router: sent {sent} in {took:.3} s ({} over 1 ms late, latest {:.1} ms), received {received}, \
+                "{pps} pps through a {cap} pps router: sent {sent} in {took:.3} s ({}), received {received}, \
                  loss {:.2} % (fluid model {:.2} %), drops {:?}, wire drops {wire_drops}",
-                p.late,
-                p.latest_ns as f64 / 1e6,
+                p.behind,
                 loss * 100.0,
                 model * 100.0,
                 d.drop_sites()
@@ -921,20 +957,10 @@ fn forward_pps_caps_a_router() {
                     })
                 });
         }
-        let mut held = Vec::new();
-        if late > 0 {
-            held.push(format!(
-                "the sender sent {late} datagrams over 1 ms late (the latest {:.1} ms)",
-                latest_ns as f64 / 1e6
-            ));
-        }
-        if stalls > 0 {
-            held.push(format!(
-                "the emulators counted {stalls} stalls ({:.1} ms in all)",
-                stall_ns as f64 / 1e6
-            ));
-        }
-        let seen = (!held.is_empty()).then(|| held.join("; "));
+        let seen = evidence([
+            behind.seen("the sender"),
+            stalls_seen(stalls, stall_ns as f64),
+        ]);
         timing
             .and_then(|()| {
                 check(losses[0] < 0.001 && losses[1] < 0.001, || {
@@ -1227,11 +1253,8 @@ struct Probes {
     lost: usize,
     /// Sends that returned an error.
     send_errors: usize,
-    /// Datagrams sent over 1 ms after their due time, and the latest
-    /// (ns): a sender the host held sends its backlog at once, a burst the
-    /// path was not meant to see.
-    late: usize,
-    latest_ns: u64,
+    /// How far the sender fell behind its schedule.
+    behind: Behind,
 }
 
 /// [`one_way`], also telling how punctually the sender kept its schedule.
@@ -1242,7 +1265,7 @@ fn probe(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> Probes {
         // A sender waiting for a CPU would send its backlog as a burst.
         wirebench_testkit::realtime_thread();
         let mut buf = vec![0u8; payload];
-        let (mut errors, mut late, mut latest) = (0usize, 0usize, Duration::ZERO);
+        let (mut errors, mut behind) = (0usize, Behind::default());
         let start = Instant::now();
         for i in 0..n {
             // Absolute deadlines: a late send does not push the rest.
@@ -1250,17 +1273,13 @@ fn probe(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> Probes {
             if let Some(d) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(d);
             }
-            let behind = Instant::now().saturating_duration_since(due);
-            if behind > Duration::from_millis(1) {
-                late += 1;
-            }
-            latest = latest.max(behind);
+            behind.note(due);
             buf[..8].copy_from_slice(&realtime_ns().to_le_bytes());
             if tx.send(&buf).is_err() {
                 errors += 1;
             }
         }
-        (errors, late, latest.as_nanos() as u64)
+        (errors, behind)
     });
     let mut buf = vec![0u8; 65536];
     let mut delays = Vec::with_capacity(n);
@@ -1278,14 +1297,13 @@ fn probe(tb: &Testbed, payload: usize, n: usize, gap: Duration) -> Probes {
             None => {}
         }
     }
-    let (send_errors, late, latest_ns) = sender.join().unwrap();
+    let (send_errors, behind) = sender.join().unwrap();
     let lost = n - delays.len().min(n);
     Probes {
         delays,
         lost,
         send_errors,
-        late,
-        latest_ns,
+        behind,
     }
 }
 
@@ -1613,21 +1631,10 @@ fn delay_and_loss_without_netem() {
         eprintln!("wire a→r1: {w1:?}\nwire r1→b: {w:?}");
         let stalls: u64 = hops.iter().map(|h| h.stalls).sum();
         let stall_s: f64 = hops.iter().map(|h| h.stall_s).sum();
-        let mut held = Vec::new();
-        if stalls > 0 {
-            held.push(format!(
-                "the emulators counted {stalls} stalls ({:.1} ms in all)",
-                stall_s * 1e3
-            ));
-        }
-        if p.late > 0 {
-            held.push(format!(
-                "the probe sender sent {} probes over 1 ms late (the latest {:.1} ms)",
-                p.late,
-                p.latest_ns as f64 / 1e6
-            ));
-        }
-        let seen = (!held.is_empty()).then(|| held.join("; "));
+        let seen = evidence([
+            stalls_seen(stalls, stall_s * 1e9),
+            p.behind.seen("the probe sender"),
+        ]);
         // Where the time went on r1→b: 20 ms of propagation and each 106 B
         // frame's 130 B of wire time, 10.4 µs, of serialisation.
         let h = hops
@@ -1664,13 +1671,12 @@ fn delay_and_loss_without_netem() {
         let q = |f: f64| s[((s.len() - 1) as f64 * f) as usize] as f64 / 1e6;
         eprintln!(
             "delay 20 ms, loss 1 %: mean one-way {mean:.3} ms (min {:.3}, p50 {:.3}, p99 {:.3}, max {:.3}), loss {loss:.2} %; \
-             probes sent over 1 ms late {} (latest {:.1} ms), send errors {}",
+             probes sent {}, send errors {}",
             q(0.0),
             q(0.5),
             q(0.99),
             q(1.0),
-            p.late,
-            p.latest_ns as f64 / 1e6,
+            p.behind,
             p.send_errors
         );
         // Nothing arrives before the delay and the two frame times.
@@ -1925,39 +1931,28 @@ fn bulk_with_probes(
         let w = after[1].unwrap()[0].delta(&before[1].unwrap()[0]);
         eprintln!(
             "{extra:?}: TCP {:.2} Mbit/s, probe one-way p50 {med:.2} ms, wire queueing mean {:.2} ms, CoDel drops {}; \
-             emulator stalls {stalls} ({:.1} ms in all), probes sent over 1 ms late {} (latest {:.1} ms)",
+             emulator stalls {stalls} ({:.1} ms in all), probes sent {}",
             got as f64 * 8.0 / 5.0 / 1e6,
             h.queueing_s * 1e3,
             w.aqm_drops,
             stall_ns / 1e6,
-            p.late,
-            p.latest_ns as f64 / 1e6
+            p.behind
         );
         let run = BulkRun {
             probe_p50_ms: med,
             wire_queue_ms: h.queueing_s * 1e3,
             aqm_drops: w.aqm_drops,
         };
-        let mut held = Vec::new();
-        if stalls > 0 {
-            held.push(format!(
-                "the emulators counted {stalls} stalls ({:.1} ms in all)",
-                stall_ns / 1e6
-            ));
-        }
-        if p.late > 0 {
-            held.push(format!(
-                "the probe sender sent {} probes over 1 ms late (the latest {:.1} ms)",
-                p.late,
-                p.latest_ns as f64 / 1e6
-            ));
-        }
+        let seen = evidence([
+            stalls_seen(stalls, stall_ns),
+            p.behind.seen("the probe sender"),
+        ]);
         check(got > 5_000_000, || {
             format!("{extra:?}: the bulk flow moved {got} B")
         })
         .and_then(|()| timing(&run))
         .map(|()| run)
-        .map_err(|why| (why, (!held.is_empty()).then(|| held.join("; "))))
+        .map_err(|why| (why, seen))
     })
 }
 
@@ -2082,21 +2077,14 @@ fn a_trace_link_carries_the_traces_mean_rate() {
             r.stalls,
             r.longest_ns / 1000
         );
-        let mut held = Vec::new();
-        if r.wire_stalls > 0 {
-            held.push(format!(
-                "the emulator counted {} stalls ({:.1} ms in all)",
-                r.wire_stalls,
-                r.wire_stall_ns as f64 / 1e6
-            ));
-        }
-        if idle_ms > 0.0 {
-            held.push(format!("the wire stood idle {idle_ms:.1} ms"));
-        }
+        let seen = evidence([
+            stalls_seen(r.wire_stalls, r.wire_stall_ns as f64),
+            (idle_ms > 0.0).then(|| format!("the wire stood idle {idle_ms:.1} ms")),
+        ]);
         check((ratio - 1.0).abs() < 0.005, || {
             format!("{} vs {model}", r.bps)
         })
-        .map_err(|why| (why, (!held.is_empty()).then(|| held.join("; "))))
+        .map_err(|why| (why, seen))
     });
     tb.down().unwrap();
     assert_eq!(leftovers(name), Vec::<String>::new());
