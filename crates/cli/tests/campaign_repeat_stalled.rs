@@ -5,7 +5,7 @@
 //! its counters. Needs root (namespaces).
 #![cfg(target_os = "linux")]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use wirebench_campaign::{RunStatus, Store};
 
@@ -37,6 +37,36 @@ payload = [200]
 pps = [2000]
 delay = ["20ms"]
 "#;
+
+/// A campaign of [`FILE`] (its bed renamed `bed`) started in a temporary
+/// directory with a progress log, its output piped.
+struct Started {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+    db: PathBuf,
+    log: PathBuf,
+    child: std::process::Child,
+}
+
+fn start(bed: &str) -> Started {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("stall.toml");
+    std::fs::write(&file, FILE.replace(BED, bed)).unwrap();
+    let db = dir.path().join("s.db");
+    let log = dir.path().join("progress.jsonl");
+    let child = campaign(&file, &db, &["--progress-log", log.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    Started {
+        _dir: dir,
+        file,
+        db,
+        log,
+        child,
+    }
+}
 
 /// How many lines of the progress log contain `pat`.
 fn events(log: &Path, pat: &str) -> usize {
@@ -130,16 +160,13 @@ fn a_run_the_host_stalled_is_stored_failed_and_repeated() {
     ) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("stall.toml");
-    std::fs::write(&file, FILE).unwrap();
-    let db = dir.path().join("s.db");
-    let log = dir.path().join("progress.jsonl");
-    let child = campaign(&file, &db, &["--progress-log", log.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let Started {
+        _dir,
+        db,
+        log,
+        child,
+        ..
+    } = start(BED);
     let (log2, db2) = (log.clone(), db.clone());
     let stopper = std::thread::spawn(move || {
         let held = stall_first_run(&log2, BED);
@@ -217,16 +244,13 @@ fn an_attempt_set_aside_survives_an_interrupt_and_resume_carries_it() {
     ) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("stall.toml");
-    std::fs::write(&file, FILE.replace(BED, BED_RESUMED)).unwrap();
-    let db = dir.path().join("s.db");
-    let log = dir.path().join("progress.jsonl");
-    let child = campaign(&file, &db, &["--progress-log", log.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let Started {
+        _dir,
+        file,
+        db,
+        log,
+        child,
+    } = start(BED_RESUMED);
     let held = stall_first_run(&log, BED_RESUMED);
     await_second_run(&log);
     let pid = i32::try_from(child.id()).unwrap();
