@@ -1650,13 +1650,14 @@ fn delay_and_loss_without_netem() {
             .find(|h| h.from == "a" && h.to == "r1")
             .unwrap_or_else(|| panic!("{hops:?}"));
         assert!(h1.propagation_s < 1e-6, "{h1:?}");
-        // The wire's books: every frame in was delivered or lost, and the
-        // loss model drew its 1 % (3 sd either side) of what came in.
-        assert_eq!(
-            w.frames_in,
-            w.delivered + w.lost + w.queue_drops + w.buffer_drops,
-            "{w:?}"
-        );
+        // The wire's books: every frame in was delivered or lost, but for
+        // a frame or two in the 20 ms delay line at either snapshot (a
+        // neighbour solicitation from `up` still held at the first: a
+        // fresh-clone CI run read 5 002 in against 5 003 delivered or
+        // lost); and the loss model drew its 1 % (3 sd either side) of
+        // what came in.
+        let out = w.delivered + w.lost + w.queue_drops + w.buffer_drops;
+        assert!(w.frames_in.abs_diff(out) <= 2, "{w:?}");
         assert!(w.frames_in >= 1000, "{w:?}");
         let wire_loss = w.lost as f64 / w.frames_in as f64 * 100.0;
         assert!(
